@@ -1,0 +1,87 @@
+#include "wire/header.h"
+
+namespace mercury::wire {
+
+std::string_view reject_name(Reject r) {
+  switch (r) {
+    case Reject::kNone: return "none";
+    case Reject::kTruncated: return "truncated";
+    case Reject::kBadVersion: return "bad_version";
+    case Reject::kBadType: return "bad_type";
+    case Reject::kBadFlags: return "bad_flags";
+    case Reject::kBadDtype: return "bad_dtype";
+    case Reject::kPayloadMismatch: return "payload_mismatch";
+    case Reject::kAckWithPayload: return "ack_with_payload";
+    case Reject::kBadRange: return "bad_range";
+    case Reject::kBadAlignment: return "bad_alignment";
+    case Reject::kCount: break;
+  }
+  return "unknown";
+}
+
+void encode(const HeaderFields& f, Header& h) {
+  h.version = kVersion;
+  h.type = static_cast<uint8_t>(f.type);
+  h.flags.set(f.flags);
+  h.job_id.set(f.job_id);
+  h.sender_id.set(f.sender_id);
+  h.priority = f.priority;
+  h.dtype = static_cast<uint8_t>(f.dtype);
+  h.tensor_key.set(f.tensor_key);
+  h.msg_id.set(f.msg_id);
+  h.msg_len.set(f.msg_len);
+  h.offset.set(f.offset);
+  h.iteration.set(f.iteration);
+  h.param_version.set(f.param_version);
+  h.seq.set(f.seq);
+  h.ack.set(f.ack);
+  h.payload_len.set(f.payload_len);
+  h.epoch.set(f.epoch);
+  h.sack.set(f.sack);
+}
+
+void encode(const HeaderFields& f, std::span<std::byte, kHeaderSize> out) {
+  encode(f, *reinterpret_cast<Header*>(out.data()));
+}
+
+Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
+  if (packet.size() < kHeaderSize) return Reject::kTruncated;
+  const auto& h = *reinterpret_cast<const Header*>(packet.data());
+  if (h.version != kVersion) return Reject::kBadVersion;
+  if (h.type < static_cast<uint8_t>(PacketType::kData) ||
+      h.type > static_cast<uint8_t>(PacketType::kControl)) {
+    return Reject::kBadType;
+  }
+  f.type = static_cast<PacketType>(h.type);
+  f.flags = h.flags.get();
+  if ((f.flags & ~flags::kKnown) != 0) return Reject::kBadFlags;
+  if (h.dtype > static_cast<uint8_t>(Dtype::kFloat32)) return Reject::kBadDtype;
+  f.dtype = static_cast<Dtype>(h.dtype);
+  f.payload_len = h.payload_len.get();
+  if (f.payload_len != packet.size() - kHeaderSize) return Reject::kPayloadMismatch;
+  f.job_id = h.job_id.get();
+  f.sender_id = h.sender_id.get();
+  f.priority = h.priority;
+  f.tensor_key = h.tensor_key.get();
+  f.msg_id = h.msg_id.get();
+  f.msg_len = h.msg_len.get();
+  f.offset = h.offset.get();
+  f.iteration = h.iteration.get();
+  f.param_version = h.param_version.get();
+  f.seq = h.seq.get();
+  f.ack = h.ack.get();
+  f.epoch = h.epoch.get();
+  f.sack = h.sack.get();
+  if (f.type == PacketType::kAck) {
+    if (f.payload_len != 0) return Reject::kAckWithPayload;
+  } else {
+    // 64-bit sum: offset + payload_len cannot wrap.
+    if (uint64_t{f.offset} + f.payload_len > f.msg_len) return Reject::kBadRange;
+    if (f.dtype == Dtype::kFloat32 && ((f.offset | f.payload_len | f.msg_len) & 3u) != 0) {
+      return Reject::kBadAlignment;
+    }
+  }
+  return Reject::kNone;
+}
+
+}  // namespace mercury::wire

@@ -1,0 +1,149 @@
+// The Mercury header: what follows UDP in every Mercury packet.
+//
+// Layout (56 bytes, all multi-byte fields big-endian; docs/wire-format.md is
+// the reference and lib/wire/mercury.lua dissects it in Wireshark):
+//
+//   0 version  1 type  2 flags(16)  4 job_id(32)
+//   8 sender_id(16) 10 priority(8) 11 dtype(8) 12 tensor_key(32)
+//  16 msg_id(32) 20 msg_len(32) 24 offset(32) 28 iteration(32)
+//  32 param_version(32) 36 seq(32) 40 ack(32) 44 payload_len(16) 46 epoch(16)
+//  48 sack(64)
+//
+// The codec is pure: it does not depend on DPDK and never allocates, so it is
+// used alike by the datapath, the unit tests and the fuzz target. decode()
+// validates everything a packet can lie about and returns a reason code for
+// each rejection; nothing a packet carries can make it read out of bounds.
+// Thread safety: free functions on caller-owned memory; no shared state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "wire/big_endian.h"
+
+namespace mercury::wire {
+
+inline constexpr uint8_t kVersion = 1;
+/// UDP port used when a configuration does not name one.
+inline constexpr uint16_t kDefaultUdpPort = 47100;
+
+enum class PacketType : uint8_t {
+  kData = 1,     ///< a slice of a message (a worker's push, or any transport message)
+  kAggData = 2,  ///< a slice of an aggregated chunk, server to worker
+  kAck = 3,      ///< a pure acknowledgement: no payload
+  kControl = 4,  ///< control-plane message (declare, barrier, hello), carried reliably
+};
+
+enum class Dtype : uint8_t {
+  kBytes = 0,    ///< opaque bytes (control messages, raw transport data)
+  kFloat32 = 1,  ///< IEEE-754 binary32, little-endian in the payload
+};
+
+/// Flag bits.
+namespace flags {
+inline constexpr uint16_t kAckValid = 1u << 0;     ///< ack/sack fields carry an acknowledgement
+inline constexpr uint16_t kRetransmit = 1u << 1;   ///< a resend: no RTT sample (Karn)
+inline constexpr uint16_t kAckRequest = 1u << 2;   ///< receiver should ack at once (tail of a burst)
+inline constexpr uint16_t kKnown = kAckValid | kRetransmit | kAckRequest;
+}  // namespace flags
+
+#pragma pack(push, 1)
+struct Header {
+  uint8_t version;
+  uint8_t type;
+  be16 flags;
+  be32 job_id;
+  be16 sender_id;
+  uint8_t priority;  ///< 0 is the most urgent
+  uint8_t dtype;
+  be32 tensor_key;
+  be32 msg_id;   ///< message number, per sender and receiver
+  be32 msg_len;  ///< bytes in the whole message
+  be32 offset;   ///< byte offset of this payload within the message
+  be32 iteration;
+  be32 param_version;
+  be32 seq;          ///< transport sequence number of this packet
+  be32 ack;          ///< cumulative: every seq below this was received
+  be16 payload_len;  ///< bytes of payload after the header
+  be16 epoch;        ///< sender's incarnation; a restart bumps it
+  be64 sack;         ///< bit i set: seq ack+1+i was received
+};
+#pragma pack(pop)
+
+inline constexpr size_t kHeaderSize = 56;
+static_assert(sizeof(Header) == kHeaderSize);
+static_assert(offsetof(Header, type) == 1);
+static_assert(offsetof(Header, flags) == 2);
+static_assert(offsetof(Header, job_id) == 4);
+static_assert(offsetof(Header, sender_id) == 8);
+static_assert(offsetof(Header, priority) == 10);
+static_assert(offsetof(Header, dtype) == 11);
+static_assert(offsetof(Header, tensor_key) == 12);
+static_assert(offsetof(Header, msg_id) == 16);
+static_assert(offsetof(Header, msg_len) == 20);
+static_assert(offsetof(Header, offset) == 24);
+static_assert(offsetof(Header, iteration) == 28);
+static_assert(offsetof(Header, param_version) == 32);
+static_assert(offsetof(Header, seq) == 36);
+static_assert(offsetof(Header, ack) == 40);
+static_assert(offsetof(Header, payload_len) == 44);
+static_assert(offsetof(Header, epoch) == 46);
+static_assert(offsetof(Header, sack) == 48);
+static_assert(alignof(Header) == 1);
+
+/// Host-order view of a header: what protocol code reads and fills.
+struct HeaderFields {
+  PacketType type = PacketType::kData;
+  uint16_t flags = 0;
+  uint32_t job_id = 0;
+  uint16_t sender_id = 0;
+  uint8_t priority = 0;
+  Dtype dtype = Dtype::kBytes;
+  uint32_t tensor_key = 0;
+  uint32_t msg_id = 0;
+  uint32_t msg_len = 0;
+  uint32_t offset = 0;
+  uint32_t iteration = 0;
+  uint32_t param_version = 0;
+  uint32_t seq = 0;
+  uint32_t ack = 0;
+  uint16_t payload_len = 0;
+  uint16_t epoch = 0;
+  uint64_t sack = 0;
+
+  bool operator==(const HeaderFields&) const = default;
+};
+
+/// Why decode() refused a header. Every value has a drop counter.
+enum class Reject : uint8_t {
+  kNone = 0,
+  kTruncated,         ///< fewer bytes than a header
+  kBadVersion,        ///< version is not kVersion
+  kBadType,           ///< type is not a PacketType
+  kBadFlags,          ///< unknown flag bits set
+  kBadDtype,          ///< dtype is not a Dtype
+  kPayloadMismatch,   ///< payload_len disagrees with the bytes that follow
+  kAckWithPayload,    ///< an ACK packet carries payload
+  kBadRange,          ///< offset + payload_len runs past msg_len
+  kBadAlignment,      ///< float32 payload or offset not a multiple of 4
+  kCount,
+};
+inline constexpr size_t kRejectCount = static_cast<size_t>(Reject::kCount);
+
+/// A short stable name for a rejection ("truncated", "bad_version", ...),
+/// used in counters and logs.
+std::string_view reject_name(Reject r);
+
+/// Writes `f` into `out`. `out` must hold kHeaderSize bytes.
+void encode(const HeaderFields& f, std::span<std::byte, kHeaderSize> out);
+void encode(const HeaderFields& f, Header& out);
+
+/// Reads and validates the header at the start of `packet` (header plus
+/// payload: everything after the UDP header). On success fills `out` and
+/// returns Reject::kNone; otherwise returns the first rule the packet breaks
+/// and leaves `out` unspecified.
+Reject decode(std::span<const std::byte> packet, HeaderFields& out);
+
+}  // namespace mercury::wire

@@ -1,0 +1,155 @@
+#include "wire/header.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <random>
+#include <vector>
+
+namespace mercury::wire {
+namespace {
+
+HeaderFields sample() {
+  HeaderFields f;
+  f.type = PacketType::kData;
+  f.flags = flags::kAckValid | flags::kRetransmit;
+  f.job_id = 0x01020304;
+  f.sender_id = 0x0506;
+  f.priority = 7;
+  f.dtype = Dtype::kFloat32;
+  f.tensor_key = 0x0a0b0c0d;
+  f.msg_id = 42;
+  f.msg_len = 4096;
+  f.offset = 1024;
+  f.iteration = 99;
+  f.param_version = 98;
+  f.seq = 0xfffffff0;
+  f.ack = 0x11223344;
+  f.payload_len = 8;
+  f.epoch = 3;
+  f.sack = 0x8000000000000001ull;
+  return f;
+}
+
+std::vector<std::byte> packet_of(const HeaderFields& f) {
+  std::vector<std::byte> p(kHeaderSize + f.payload_len);
+  encode(f, std::span<std::byte, kHeaderSize>(p.data(), kHeaderSize));
+  return p;
+}
+
+TEST(WireHeader, RoundTripsEveryField) {
+  const HeaderFields f = sample();
+  auto p = packet_of(f);
+  HeaderFields g;
+  ASSERT_EQ(decode(p, g), Reject::kNone);
+  EXPECT_EQ(f, g);
+}
+
+TEST(WireHeader, FieldsAreBigEndianAtDocumentedOffsets) {
+  auto p = packet_of(sample());
+  auto byte = [&](size_t i) { return std::to_integer<unsigned>(p[i]); };
+  EXPECT_EQ(byte(0), kVersion);
+  EXPECT_EQ(byte(1), 1u);  // kData
+  EXPECT_EQ(byte(2), 0u);
+  EXPECT_EQ(byte(3), 3u);  // kAckValid | kRetransmit
+  EXPECT_EQ(byte(4), 0x01u);
+  EXPECT_EQ(byte(7), 0x04u);
+  EXPECT_EQ(byte(8), 0x05u);
+  EXPECT_EQ(byte(9), 0x06u);
+  EXPECT_EQ(byte(10), 7u);
+  EXPECT_EQ(byte(11), 1u);
+  EXPECT_EQ(byte(12), 0x0au);
+  EXPECT_EQ(byte(15), 0x0du);
+  EXPECT_EQ(byte(36), 0xffu);
+  EXPECT_EQ(byte(39), 0xf0u);
+  EXPECT_EQ(byte(44), 0u);
+  EXPECT_EQ(byte(45), 8u);
+  EXPECT_EQ(byte(48), 0x80u);
+  EXPECT_EQ(byte(55), 0x01u);
+}
+
+TEST(WireHeader, RejectsEachBrokenRule) {
+  HeaderFields out;
+  {
+    auto p = packet_of(sample());
+    EXPECT_EQ(decode(std::span(p).first(kHeaderSize - 1), out), Reject::kTruncated);
+  }
+  {
+    auto p = packet_of(sample());
+    p[0] = std::byte{2};
+    EXPECT_EQ(decode(p, out), Reject::kBadVersion);
+  }
+  for (uint8_t t : {0, 5, 255}) {
+    auto p = packet_of(sample());
+    p[1] = std::byte{t};
+    EXPECT_EQ(decode(p, out), Reject::kBadType) << int{t};
+  }
+  {
+    auto p = packet_of(sample());
+    p[2] = std::byte{0x80};
+    EXPECT_EQ(decode(p, out), Reject::kBadFlags);
+  }
+  {
+    auto p = packet_of(sample());
+    p[11] = std::byte{9};
+    EXPECT_EQ(decode(p, out), Reject::kBadDtype);
+  }
+  {
+    auto p = packet_of(sample());
+    p.push_back(std::byte{0});
+    EXPECT_EQ(decode(p, out), Reject::kPayloadMismatch);
+  }
+  {
+    HeaderFields f = sample();
+    f.type = PacketType::kAck;
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kAckWithPayload);
+    f.payload_len = 0;
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kNone);
+  }
+  {
+    HeaderFields f = sample();
+    f.offset = f.msg_len - 4;  // 8 bytes from 4 before the end
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kBadRange);
+    f.offset = 0xfffffffc;  // would wrap in 32 bits
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kBadRange);
+  }
+  {
+    HeaderFields f = sample();
+    f.offset = 2;
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kBadAlignment);
+    f.dtype = Dtype::kBytes;
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kNone);
+  }
+}
+
+TEST(WireHeader, EveryRejectHasADistinctName) {
+  std::vector<std::string_view> names;
+  for (size_t i = 0; i < kRejectCount; ++i) {
+    auto n = reject_name(static_cast<Reject>(i));
+    EXPECT_NE(n, "unknown");
+    for (auto m : names) EXPECT_NE(n, m);
+    names.push_back(n);
+  }
+}
+
+TEST(WireHeader, RandomBytesNeverReadOutOfBounds) {
+  std::mt19937_64 rng(7);
+  HeaderFields out;
+  size_t accepted = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::byte> p(rng() % 128);
+    for (auto& b : p) b = std::byte(rng());
+    if (p.size() >= 2) {  // bias towards plausible headers
+      p[0] = std::byte{kVersion};
+      p[1] = std::byte(1 + rng() % 4);
+    }
+    if (decode(p, out) == Reject::kNone) {
+      ++accepted;
+      EXPECT_EQ(out.payload_len + kHeaderSize, p.size());
+    }
+  }
+  EXPECT_LT(accepted, 20000u);
+}
+
+}  // namespace
+}  // namespace mercury::wire
