@@ -15,7 +15,7 @@
 namespace mercury::wire {
 
 template <typename T>
-  requires std::is_unsigned_v<T>
+requires std::is_unsigned_v<T>
 class BigEndian {
  public:
   BigEndian() = default;

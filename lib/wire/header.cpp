@@ -4,17 +4,28 @@ namespace mercury::wire {
 
 std::string_view reject_name(Reject r) {
   switch (r) {
-    case Reject::kNone: return "none";
-    case Reject::kTruncated: return "truncated";
-    case Reject::kBadVersion: return "bad_version";
-    case Reject::kBadType: return "bad_type";
-    case Reject::kBadFlags: return "bad_flags";
-    case Reject::kBadDtype: return "bad_dtype";
-    case Reject::kPayloadMismatch: return "payload_mismatch";
-    case Reject::kAckWithPayload: return "ack_with_payload";
-    case Reject::kBadRange: return "bad_range";
-    case Reject::kBadAlignment: return "bad_alignment";
-    case Reject::kCount: break;
+    case Reject::kNone:
+      return "none";
+    case Reject::kTruncated:
+      return "truncated";
+    case Reject::kBadVersion:
+      return "bad_version";
+    case Reject::kBadType:
+      return "bad_type";
+    case Reject::kBadFlags:
+      return "bad_flags";
+    case Reject::kBadDtype:
+      return "bad_dtype";
+    case Reject::kPayloadMismatch:
+      return "payload_mismatch";
+    case Reject::kAckWithPayload:
+      return "ack_with_payload";
+    case Reject::kBadRange:
+      return "bad_range";
+    case Reject::kBadAlignment:
+      return "bad_alignment";
+    case Reject::kCount:
+      break;
   }
   return "unknown";
 }

@@ -43,9 +43,9 @@ enum class Dtype : uint8_t {
 
 /// Flag bits.
 namespace flags {
-inline constexpr uint16_t kAckValid = 1u << 0;     ///< ack/sack fields carry an acknowledgement
-inline constexpr uint16_t kRetransmit = 1u << 1;   ///< a resend: no RTT sample (Karn)
-inline constexpr uint16_t kAckRequest = 1u << 2;   ///< receiver should ack at once (tail of a burst)
+inline constexpr uint16_t kAckValid = 1u << 0;    ///< ack/sack fields carry an acknowledgement
+inline constexpr uint16_t kRetransmit = 1u << 1;  ///< a resend: no RTT sample (Karn)
+inline constexpr uint16_t kAckRequest = 1u << 2;  ///< receiver should ack at once (tail of a burst)
 inline constexpr uint16_t kKnown = kAckValid | kRetransmit | kAckRequest;
 }  // namespace flags
 
@@ -119,15 +119,15 @@ struct HeaderFields {
 /// Why decode() refused a header. Every value has a drop counter.
 enum class Reject : uint8_t {
   kNone = 0,
-  kTruncated,         ///< fewer bytes than a header
-  kBadVersion,        ///< version is not kVersion
-  kBadType,           ///< type is not a PacketType
-  kBadFlags,          ///< unknown flag bits set
-  kBadDtype,          ///< dtype is not a Dtype
-  kPayloadMismatch,   ///< payload_len disagrees with the bytes that follow
-  kAckWithPayload,    ///< an ACK packet carries payload
-  kBadRange,          ///< offset + payload_len runs past msg_len
-  kBadAlignment,      ///< float32 payload or offset not a multiple of 4
+  kTruncated,        ///< fewer bytes than a header
+  kBadVersion,       ///< version is not kVersion
+  kBadType,          ///< type is not a PacketType
+  kBadFlags,         ///< unknown flag bits set
+  kBadDtype,         ///< dtype is not a Dtype
+  kPayloadMismatch,  ///< payload_len disagrees with the bytes that follow
+  kAckWithPayload,   ///< an ACK packet carries payload
+  kBadRange,         ///< offset + payload_len runs past msg_len
+  kBadAlignment,     ///< float32 payload or offset not a multiple of 4
   kCount,
 };
 inline constexpr size_t kRejectCount = static_cast<size_t>(Reject::kCount);

@@ -1,0 +1,88 @@
+// Internet checksum (RFC 1071) arithmetic, for IPv4 and UDP.
+//
+// Sums are kept in 64-bit accumulators of 32-bit words and folded at the end:
+// the ones'-complement sum is byte-order independent, so summing native words
+// and storing the folded result natively yields the network-order checksum.
+// The loops are written so the compiler vectorises them (-O3, AVX2 where the
+// host has it). copy_and_sum() fuses the payload copy that the send path must
+// do anyway with the checksum, so a software checksum costs one pass, not two.
+// Pure functions; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace mercury::net {
+
+/// Partial ones'-complement sum of `len` bytes, to be folded with fold_sum().
+/// The bytes are treated as if they start at an even offset of the summed
+/// region; callers summing several pieces must keep each piece even-length
+/// except the last.
+inline uint64_t partial_sum(const void* data, size_t len, uint64_t acc = 0) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  size_t i = 0;
+  uint64_t a0 = acc, a1 = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint32_t w0, w1;
+    std::memcpy(&w0, p + i, 4);
+    std::memcpy(&w1, p + i + 4, 4);
+    a0 += w0;
+    a1 += w1;
+  }
+  a0 += a1;
+  if (i + 4 <= len) {
+    uint32_t w;
+    std::memcpy(&w, p + i, 4);
+    a0 += w;
+    i += 4;
+  }
+  if (i + 2 <= len) {
+    uint16_t w;
+    std::memcpy(&w, p + i, 2);
+    a0 += w;
+    i += 2;
+  }
+  if (i < len) {
+    // A trailing odd byte is padded with zero on its right (network order),
+    // which in a little-endian native word is the low byte.
+    uint16_t w = 0;
+    std::memcpy(&w, p + i, 1);
+    a0 += w;
+  }
+  return a0;
+}
+
+/// copy `len` bytes from `src` to `dst` and return their partial sum.
+inline uint64_t copy_and_sum(void* dst, const void* src, size_t len, uint64_t acc = 0) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  size_t i = 0;
+  uint64_t a0 = acc, a1 = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint32_t w0, w1;
+    std::memcpy(&w0, s + i, 4);
+    std::memcpy(&w1, s + i + 4, 4);
+    std::memcpy(d + i, &w0, 4);
+    std::memcpy(d + i + 4, &w1, 4);
+    a0 += w0;
+    a1 += w1;
+  }
+  if (i < len) std::memcpy(d + i, s + i, len - i);
+  return partial_sum(s + i, len - i, a0 + a1);
+}
+
+/// Folds a partial sum to 16 bits (not complemented).
+inline uint16_t fold_sum(uint64_t acc) {
+  acc = (acc & 0xffffffffu) + (acc >> 32);
+  acc = (acc & 0xffffffffu) + (acc >> 32);
+  acc = (acc & 0xffffu) + (acc >> 16);
+  acc = (acc & 0xffffu) + (acc >> 16);
+  acc = (acc & 0xffffu) + (acc >> 16);
+  return static_cast<uint16_t>(acc);
+}
+
+/// The checksum to store in a header (native order store gives network order).
+inline uint16_t checksum_of(uint64_t acc) { return static_cast<uint16_t>(~fold_sum(acc)); }
+
+}  // namespace mercury::net

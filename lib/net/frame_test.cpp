@@ -1,0 +1,244 @@
+#include "net/frame.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "net/checksum.h"
+
+namespace mercury::net {
+namespace {
+
+// RFC 1071 reference: 16-bit big-endian words, end-around carry.
+uint16_t reference_checksum(const std::vector<uint8_t>& bytes) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i < bytes.size(); i += 2) {
+    uint16_t w = static_cast<uint16_t>(bytes[i] << 8);
+    if (i + 1 < bytes.size()) w |= bytes[i + 1];
+    sum += w;
+    sum = (sum & 0xffff) + (sum >> 16);
+  }
+  return static_cast<uint16_t>(~sum);
+}
+
+TEST(Checksum, MatchesReferenceForAllLengthsAndCopies) {
+  std::mt19937 rng(1);
+  for (size_t len = 0; len < 300; ++len) {
+    std::vector<uint8_t> b(len);
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    const uint16_t want = reference_checksum(b);
+    const uint16_t got = checksum_of(partial_sum(b.data(), b.size()));
+    // Stored natively, `got` has the reference's network byte order.
+    uint8_t stored[2];
+    std::memcpy(stored, &got, 2);
+    EXPECT_EQ((stored[0] << 8) | stored[1], want) << len;
+    std::vector<uint8_t> dst(len);
+    EXPECT_EQ(checksum_of(copy_and_sum(dst.data(), b.data(), len)), got) << len;
+    EXPECT_EQ(dst, b);
+  }
+}
+
+struct Fixture : ::testing::Test {
+  LocalAddr a{MacAddr{{2, 0, 0, 0, 0, 1}}, 0x0a000001, 47100};
+  LocalAddr b{MacAddr{{2, 0, 0, 0, 0, 2}}, 0x0a000002, 47101};
+  std::vector<std::byte> payload;
+  wire::HeaderFields h;
+
+  Fixture() {
+    payload.resize(1400);
+    for (size_t i = 0; i < payload.size(); ++i) payload[i] = std::byte(i * 7 + 3);
+    h.type = wire::PacketType::kData;
+    h.dtype = wire::Dtype::kFloat32;
+    h.tensor_key = 17;
+    h.msg_len = 1 << 20;
+    h.offset = 4096;
+    h.seq = 5;
+  }
+  std::vector<std::byte> frame_to_b(ChecksumMode mode, size_t payload_bytes) {
+    std::vector<std::byte> f(kFrameOverhead + payload_bytes + kMinFrame);
+    const size_t n = build_data_frame(f, a, Route{b.mac, b.ip, b.udp_port}, h,
+                                      std::span(payload).first(payload_bytes), mode);
+    f.resize(n);
+    return f;
+  }
+};
+
+TEST_F(Fixture, RoundTripsHeadersAndPayload) {
+  for (auto mode : {ChecksumMode::kSoftware, ChecksumMode::kNone}) {
+    auto f = frame_to_b(mode, payload.size());
+    EXPECT_EQ(f.size(), kFrameOverhead + payload.size());
+    ParsedFrame p;
+    parse_frame(f, b, RxChecks{true, mode == ChecksumMode::kSoftware}, p);
+    ASSERT_EQ(p.kind, FrameKind::kMercury) << drop_reason_name(p.drop);
+    EXPECT_EQ(p.src_mac, a.mac);
+    EXPECT_EQ(p.src_ip, a.ip);
+    EXPECT_EQ(p.src_port, a.udp_port);
+    wire::HeaderFields want = h;
+    want.payload_len = static_cast<uint16_t>(payload.size());
+    EXPECT_EQ(p.header, want);
+    ASSERT_EQ(p.payload.size(), payload.size());
+    EXPECT_EQ(std::memcmp(p.payload.data(), payload.data(), payload.size()), 0);
+  }
+}
+
+TEST_F(Fixture, ShortFramesArePaddedAndStillParse) {
+  h.dtype = wire::Dtype::kBytes;
+  auto f = frame_to_b(ChecksumMode::kSoftware, 0);
+  EXPECT_EQ(f.size(), kFrameOverhead);  // 98 > 60: no padding needed
+  h.type = wire::PacketType::kAck;
+  ParsedFrame p;
+  parse_frame(f, b, {}, p);
+  EXPECT_EQ(p.kind, FrameKind::kMercury);
+}
+
+TEST_F(Fixture, EveryBitFlipPastTheEthernetHeaderIsRejected) {
+  auto f = frame_to_b(ChecksumMode::kSoftware, 64);
+  for (size_t byte = kL2Len; byte < f.size(); ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      auto g = f;
+      g[byte] ^= std::byte(1 << bit);
+      ParsedFrame p;
+      parse_frame(g, b, {}, p);
+      EXPECT_EQ(p.kind, FrameKind::kDrop) << "byte " << byte << " bit " << bit;
+    }
+  }
+}
+
+TEST_F(Fixture, EachDropReason) {
+  auto base = frame_to_b(ChecksumMode::kSoftware, 64);
+  auto expect = [&](std::vector<std::byte> f, DropReason r, RxChecks c = {}) {
+    ParsedFrame p;
+    parse_frame(f, b, c, p);
+    EXPECT_EQ(p.kind, FrameKind::kDrop);
+    EXPECT_EQ(p.drop, r) << drop_reason_name(p.drop) << " instead of " << drop_reason_name(r);
+  };
+  expect(std::vector<std::byte>(base.begin(), base.begin() + 13), DropReason::kFrameTruncated);
+  {
+    auto f = base;
+    f[0] = std::byte{4};
+    expect(f, DropReason::kNotOurMac);
+  }
+  {
+    auto f = base;
+    f[12] = std::byte{0x86};
+    f[13] = std::byte{0xdd};
+    expect(f, DropReason::kUnknownEtherType);
+  }
+  expect(std::vector<std::byte>(base.begin(), base.begin() + 30), DropReason::kIpTruncated);
+  {
+    auto f = base;
+    f[14] = std::byte{0x65};
+    expect(f, DropReason::kIpBadHeader);
+  }
+  {
+    auto f = base;
+    f[14 + 8] = std::byte{1};  // TTL changed, checksum not updated
+    expect(f, DropReason::kIpBadChecksum);
+  }
+  // The rest need a consistent IP checksum: rebuild it after each change.
+  auto fix_ip = [](std::vector<std::byte>& f) {
+    f[24] = f[25] = std::byte{0};
+    uint16_t c = checksum_of(partial_sum(f.data() + 14, 20));
+    std::memcpy(f.data() + 24, &c, 2);
+  };
+  {
+    auto f = base;
+    f[14 + 6] = std::byte{0x20};  // more fragments
+    fix_ip(f);
+    expect(f, DropReason::kIpFragment);
+  }
+  {
+    auto f = base;
+    f[14 + 19] = std::byte{9};
+    fix_ip(f);
+    expect(f, DropReason::kNotOurIp);
+  }
+  {
+    auto f = base;
+    f[14 + 9] = std::byte{6};
+    fix_ip(f);
+    expect(f, DropReason::kNotUdp);
+  }
+  {
+    auto f = base;
+    f[34 + 5] = std::byte(std::to_integer<unsigned>(f[34 + 5]) - 1);  // UDP length
+    expect(f, DropReason::kUdpBadLength);
+  }
+  {
+    auto f = base;
+    f.back() ^= std::byte{0xff};
+    expect(f, DropReason::kUdpBadChecksum);
+    ParsedFrame p;  // unverified, the flipped payload byte is just data
+    parse_frame(f, b, RxChecks{true, false}, p);
+    EXPECT_EQ(p.kind, FrameKind::kMercury);
+  }
+  {
+    auto f = frame_to_b(ChecksumMode::kNone, 64);
+    expect(f, DropReason::kUdpBadChecksum);  // a checksum is required when verifying
+  }
+  {
+    LocalAddr other = b;
+    other.udp_port = 1;
+    auto f = base;
+    ParsedFrame p;
+    parse_frame(f, other, {}, p);
+    EXPECT_EQ(p.drop, DropReason::kNotOurPort);
+  }
+  {
+    h.offset = h.msg_len;  // payload past the end of the message
+    auto f = frame_to_b(ChecksumMode::kSoftware, 64);
+    ParsedFrame p;
+    parse_frame(f, b, {}, p);
+    EXPECT_EQ(p.drop, DropReason::kMercury);
+    EXPECT_EQ(p.reject, wire::Reject::kBadRange);
+  }
+}
+
+TEST_F(Fixture, ArpRequestAndReply) {
+  std::vector<std::byte> f(kMinFrame);
+  ASSERT_EQ(build_arp_frame(f, 1, a, MacAddr{}, b.ip), kMinFrame);
+  ParsedFrame p;
+  parse_frame(f, b, {}, p);
+  ASSERT_EQ(p.kind, FrameKind::kArp);
+  EXPECT_EQ(p.arp_oper, 1);
+  EXPECT_EQ(p.src_ip, a.ip);
+  EXPECT_EQ(p.src_mac, a.mac);
+  EXPECT_EQ(p.arp_target_ip, b.ip);
+
+  LocalAddr c = b;
+  c.ip = 0x0a000009;
+  parse_frame(f, c, {}, p);
+  EXPECT_EQ(p.drop, DropReason::kArpNotForUs);
+
+  build_arp_frame(f, 2, b, a.mac, a.ip);
+  parse_frame(f, a, {}, p);
+  ASSERT_EQ(p.kind, FrameKind::kArp);
+  EXPECT_EQ(p.arp_oper, 2);
+  EXPECT_EQ(p.src_mac, b.mac);
+
+  f[21] = std::byte{7};  // oper 7
+  parse_frame(f, a, {}, p);
+  EXPECT_EQ(p.drop, DropReason::kArpMalformed);
+}
+
+TEST_F(Fixture, EveryTruncationIsDroppedNotRead) {
+  auto f = frame_to_b(ChecksumMode::kSoftware, 128);
+  for (size_t n = 0; n < f.size(); ++n) {
+    // A fresh heap copy of exactly n bytes, so ASan would see an overread.
+    std::vector<std::byte> g(f.begin(), f.begin() + static_cast<long>(n));
+    ParsedFrame p;
+    parse_frame(g, b, {}, p);
+    EXPECT_EQ(p.kind, FrameKind::kDrop) << n;
+  }
+}
+
+TEST(PayloadPerPacket, FollowsMtu) {
+  EXPECT_EQ(payload_per_packet(1500), 1416u);
+  EXPECT_EQ(payload_per_packet(9000), 8916u);
+  EXPECT_EQ(payload_per_packet(1500) % 4, 0u);
+}
+
+}  // namespace
+}  // namespace mercury::net

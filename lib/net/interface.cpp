@@ -1,0 +1,147 @@
+#include "net/interface.h"
+
+#include <rte_cycles.h>
+
+#include <numeric>
+
+namespace mercury::net {
+
+uint64_t InterfaceCounters::total_drops() const {
+  return std::accumulate(drops.begin(), drops.end(), uint64_t{0});
+}
+
+Interface::Interface(Port& port, Mempool& pool, const LocalAddr& local,
+                     const InterfaceOptions& opts)
+    : port_(port),
+      pool_(pool),
+      local_(local),
+      opts_(opts),
+      tx_mode_(!opts.udp_checksum           ? ChecksumMode::kNone
+               : port.tx_checksum_offload() ? ChecksumMode::kOffload
+                                            : ChecksumMode::kSoftware),
+      verify_udp_(opts.udp_checksum),
+      arp_(opts.arp_capacity,
+           opts.arp_retry_ticks != 0 ? opts.arp_retry_ticks : rte_get_tsc_hz() / 10) {}
+
+Interface::~Interface() {
+  if (staged_ > 0) rte_pktmbuf_free_bulk(stage_.data(), staged_);
+}
+
+void Interface::count_drop(const ParsedFrame& f) {
+  ++counters_.drops[static_cast<size_t>(f.drop)];
+  if (f.drop == DropReason::kMercury) ++counters_.rejects[static_cast<size_t>(f.reject)];
+}
+
+uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
+  rte_mbuf* burst[kBurst];
+  const uint16_t got = port_.rx_burst(opts_.rx_queue, burst, n < kBurst ? n : kBurst);
+  counters_.rx_frames += got;
+  uint16_t kept = 0;
+  for (uint16_t i = 0; i < got; ++i) {
+    rte_mbuf* m = burst[i];
+    if (i + 1 < got) rte_prefetch0(rte_pktmbuf_mtod(burst[i + 1], void*));
+    ParsedFrame& f = out[kept].parsed;
+    if (m->nb_segs != 1) {
+      f.kind = FrameKind::kDrop;
+      f.drop = DropReason::kSegmented;
+      count_drop(f);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    RxChecks checks;
+    const uint64_t ip_flags = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+    const uint64_t l4_flags = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+    // The NIC's "good" verdict spares the software pass; "bad" falls through
+    // to the software check, which then counts the drop by its real reason.
+    checks.verify_ip_checksum = ip_flags != RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+    checks.verify_udp_checksum = verify_udp_ && l4_flags != RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+    parse_frame({rte_pktmbuf_mtod(m, const std::byte*), m->data_len}, local_, checks, f);
+    switch (f.kind) {
+      case FrameKind::kMercury:
+        counters_.rx_bytes += m->data_len;
+        out[kept++].mbuf = m;
+        break;
+      case FrameKind::kArp:
+        handle_arp_st(f, now);
+        rte_pktmbuf_free(m);
+        break;
+      case FrameKind::kDrop:
+        count_drop(f);
+        rte_pktmbuf_free(m);
+        break;
+    }
+  }
+  counters_.rx_mercury += kept;
+  return kept;
+}
+
+void Interface::handle_arp_st(const ParsedFrame& f, uint64_t) {
+  if (arp_.learn(f.src_ip, f.src_mac)) ++counters_.arp_learned;
+  if (f.arp_oper == 1 && stage_arp_st(2, f.src_mac, f.src_ip)) ++counters_.arp_replies_sent;
+}
+
+bool Interface::stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip) {
+  if (staged_ == kStage) {
+    ++counters_.tx_stage_full;
+    return false;
+  }
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+  if (m == nullptr) {
+    ++counters_.tx_no_mbuf;
+    return false;
+  }
+  auto* p = rte_pktmbuf_mtod(m, std::byte*);
+  const size_t len = build_arp_frame({p, kMinFrame}, oper, local_, mac, ip);
+  m->data_len = m->pkt_len = static_cast<uint32_t>(len);
+  stage_[staged_++] = m;
+  return true;
+}
+
+bool Interface::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t now) {
+  if (const MacAddr* mac = arp_.lookup(ip)) {
+    out = Route{*mac, ip, udp_port};
+    return true;
+  }
+  if (arp_.should_request(ip, now) && stage_arp_st(1, MacAddr{}, ip)) {
+    ++counters_.arp_requests_sent;
+  }
+  return false;
+}
+
+bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
+                              std::span<const std::byte> payload) {
+  if (staged_ == kStage) {
+    ++counters_.tx_stage_full;
+    return false;
+  }
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+  if (m == nullptr) {
+    ++counters_.tx_no_mbuf;
+    return false;
+  }
+  auto* p = rte_pktmbuf_mtod(m, std::byte*);
+  const size_t len =
+      build_data_frame({p, rte_pktmbuf_tailroom(m)}, local_, route, h, payload, tx_mode_);
+  m->data_len = m->pkt_len = static_cast<uint32_t>(len);
+  if (tx_mode_ == ChecksumMode::kOffload) {
+    m->l2_len = kL2Len;
+    m->l3_len = kL3Len;
+    m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
+  }
+  stage_[staged_++] = m;
+  return true;
+}
+
+uint16_t Interface::flush_st(uint64_t now) {
+  (void)now;
+  if (staged_ == 0) return 0;
+  const uint16_t sent = port_.tx_burst(opts_.tx_queue, stage_.data(), staged_);
+  for (uint16_t i = 0; i < sent; ++i) counters_.tx_bytes += stage_[i]->pkt_len;
+  counters_.tx_frames += sent;
+  // Keep the refused ones, in order, at the front of the stage.
+  for (uint16_t i = sent; i < staged_; ++i) stage_[i - sent] = stage_[i];
+  staged_ = static_cast<uint16_t>(staged_ - sent);
+  return sent;
+}
+
+}  // namespace mercury::net

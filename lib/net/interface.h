@@ -1,0 +1,121 @@
+// One network interface of a Mercury endpoint: a port queue pair with its
+// addresses, its ARP cache, and the Ethernet/IPv4/UDP send and receive paths.
+//
+// Receive: poll_rx_st() takes a burst from the RX queue, answers and learns
+// ARP by itself, drops and counts (by DropReason and wire::Reject) anything
+// that is not a valid Mercury packet for this endpoint, and returns the rest
+// still in their mbufs, parsed, so the payload can be placed without a copy
+// by whoever consumes it (the caller frees each mbuf afterwards).
+// Send: stage_data_st() builds a frame in a fresh mbuf (headers + one pass
+// over the payload, checksum fused or offloaded) into a TX stage of one burst;
+// flush_st() hands the stage to the PMD (through the link emulator when one
+// is attached), keeping what the PMD refuses for the next flush.
+//
+// Threading: the whole object belongs to one core (its net core); every
+// method ends in _st. Nothing here allocates, throws, locks or logs after
+// construction.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "net/arp.h"
+#include "net/frame.h"
+#include "net/mempool.h"
+#include "net/port.h"
+
+namespace mercury::net {
+
+class LinkEmulator;
+
+struct InterfaceCounters {
+  uint64_t rx_frames = 0;   ///< frames taken from the RX queue
+  uint64_t rx_mercury = 0;  ///< valid Mercury packets handed up
+  uint64_t rx_bytes = 0;    ///< bytes of those frames
+  uint64_t tx_frames = 0;   ///< frames accepted by the PMD (or the emulator)
+  uint64_t tx_bytes = 0;
+  uint64_t tx_no_mbuf = 0;     ///< stage_data_st() found the mempool empty
+  uint64_t tx_stage_full = 0;  ///< stage_data_st() found the stage full (back-pressure)
+  uint64_t arp_requests_sent = 0;
+  uint64_t arp_replies_sent = 0;
+  uint64_t arp_learned = 0;
+  std::array<uint64_t, kDropReasonCount> drops{};
+  std::array<uint64_t, wire::kRejectCount> rejects{};
+  [[nodiscard]] uint64_t total_drops() const;
+};
+
+/// A received Mercury packet: its mbuf (owned by the caller now) and what
+/// the parser found. parsed.payload points into the mbuf.
+struct RxPacket {
+  rte_mbuf* mbuf;
+  ParsedFrame parsed;
+};
+
+struct InterfaceOptions {
+  uint16_t rx_queue = 0;
+  uint16_t tx_queue = 0;
+  bool udp_checksum = true;  ///< false: send 0, do not verify
+  size_t arp_capacity = 256;
+  uint64_t arp_retry_ticks = 0;  ///< 0: 100 ms at the TSC rate
+};
+
+class Interface {
+ public:
+  static constexpr uint16_t kBurst = 32;
+  static constexpr uint16_t kStage = 2 * kBurst;
+
+  Interface(Port& port, Mempool& pool, const LocalAddr& local, const InterfaceOptions& opts);
+  ~Interface();
+  Interface(const Interface&) = delete;
+  Interface& operator=(const Interface&) = delete;
+
+  /// Receives up to `n` frames (n <= kBurst); returns how many Mercury packets
+  /// were written to `out`. ARP replies it owes are staged for TX.
+  uint16_t poll_rx_st(RxPacket* out, uint16_t n, uint64_t now);
+
+  /// The route to (ip, port) if its MAC is known; otherwise sends an ARP
+  /// request (at most one per retry interval) and returns false.
+  bool resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t now);
+  /// A static ARP entry (from the configuration).
+  bool add_static_arp(uint32_t ip, const MacAddr& mac) { return arp_.add_static(ip, mac); }
+
+  /// Free slots in the TX stage.
+  [[nodiscard]] uint16_t tx_room() const { return static_cast<uint16_t>(kStage - staged_); }
+  /// Builds one data frame and stages it. False (counted) when the stage is
+  /// full or the mempool is empty; nothing is half-sent.
+  bool stage_data_st(const Route& route, const wire::HeaderFields& h,
+                     std::span<const std::byte> payload);
+  /// Hands staged frames to the PMD (or the emulator); returns how many went.
+  uint16_t flush_st(uint64_t now);
+
+  /// Attaches a link emulator in front of the TX queue (nullptr detaches).
+  /// The emulator must outlive its attachment.
+  void attach_emulator(LinkEmulator* e) { emulator_ = e; }
+
+  [[nodiscard]] const InterfaceCounters& counters() const { return counters_; }
+  [[nodiscard]] const LocalAddr& local() const { return local_; }
+  [[nodiscard]] Port& port() { return port_; }
+  [[nodiscard]] ChecksumMode checksum_mode() const { return tx_mode_; }
+
+ private:
+  void handle_arp_st(const ParsedFrame& f, uint64_t now);
+  bool stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip);
+  void count_drop(const ParsedFrame& f);
+
+  Port& port_;
+  Mempool& pool_;
+  LocalAddr local_;
+  InterfaceOptions opts_;
+  ChecksumMode tx_mode_;
+  bool verify_udp_;
+  ArpTable arp_;
+  LinkEmulator* emulator_ = nullptr;
+  uint16_t staged_ = 0;
+  std::array<rte_mbuf*, kStage> stage_{};
+  InterfaceCounters counters_;
+};
+
+}  // namespace mercury::net

@@ -1,0 +1,51 @@
+#include "net/mempool.h"
+
+#include <rte_errno.h>
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_ring.h>
+
+#include <stdexcept>
+
+namespace mercury::net {
+
+uint32_t frame_bytes_for_mtu(uint32_t mtu) {
+  // Ethernet header + a VLAN tag of slack + the FCS some PMDs keep.
+  return mtu + RTE_ETHER_HDR_LEN + 4 + RTE_ETHER_CRC_LEN;
+}
+
+Mempool::Mempool(const std::string& name, uint32_t mbufs, uint32_t cache, uint32_t frame_bytes,
+                 int socket) {
+  const uint32_t data_room = RTE_PKTMBUF_HEADROOM + frame_bytes;
+  if (data_room > UINT16_MAX) {
+    throw std::runtime_error("mempool " + name + ": frames of " + std::to_string(frame_bytes) +
+                             " bytes do not fit one mbuf");
+  }
+  pool_ = rte_pktmbuf_pool_create(name.c_str(), mbufs, cache, 0, static_cast<uint16_t>(data_room),
+                                  socket < 0 ? SOCKET_ID_ANY : socket);
+  if (pool_ == nullptr) {
+    throw std::runtime_error("cannot create mempool " + name + " of " + std::to_string(mbufs) +
+                             " mbufs x " + std::to_string(data_room) +
+                             " bytes: " + rte_strerror(rte_errno) + " (is EAL's -m large enough?)");
+  }
+}
+
+Mempool::~Mempool() {
+  if (pool_ != nullptr) rte_mempool_free(pool_);
+}
+
+uint32_t Mempool::available() const { return rte_mempool_avail_count(pool_); }
+
+Ring::Ring(const std::string& name, uint32_t count, unsigned flags, int socket) {
+  ring_ = rte_ring_create(name.c_str(), count, socket < 0 ? SOCKET_ID_ANY : socket, flags);
+  if (ring_ == nullptr) {
+    throw std::runtime_error("cannot create ring " + name + ": " + rte_strerror(rte_errno));
+  }
+}
+
+Ring::~Ring() {
+  if (ring_ != nullptr) rte_ring_free(ring_);
+}
+
+}  // namespace mercury::net

@@ -1,0 +1,181 @@
+#include "net/port.h"
+
+#include <rte_errno.h>
+#include <rte_eth_ring.h>
+
+#include <stdexcept>
+#include <vector>
+
+namespace mercury::net {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& dev, const std::string& what, int err) {
+  throw std::runtime_error("port " + dev + ": " + what + ": " + rte_strerror(err < 0 ? -err : err));
+}
+
+uint16_t find_port(const std::string& device) {
+  const std::string name = device.substr(0, device.find(','));
+  uint16_t id;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &id) == 0) return id;
+  std::string known;
+  RTE_ETH_FOREACH_DEV(id) {
+    char n[RTE_ETH_NAME_MAX_LEN];
+    if (rte_eth_dev_get_name_by_port(id, n) == 0)
+      known += std::string(known.empty() ? "" : ", ") + n;
+  }
+  throw std::runtime_error("port " + name + " is not among the probed devices (" +
+                           (known.empty() ? "none" : known) +
+                           "); is it in the EAL arguments (--vdev / -a)?");
+}
+
+// Two rings per direction would be one per queue; a link uses queue 0 only.
+struct RingPair {
+  Ring a_to_b;
+  Ring b_to_a;
+};
+
+}  // namespace
+
+Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<void> rings)
+    : id_(id), rings_(std::move(rings)) {
+  char n[RTE_ETH_NAME_MAX_LEN] = {};
+  rte_eth_dev_get_name_by_port(id, n);
+  name_ = n;
+  rte_eth_dev_info info{};
+  if (int rc = rte_eth_dev_info_get(id, &info); rc != 0) fail(name_, "dev_info_get", rc);
+  driver_ = info.driver_name != nullptr ? info.driver_name : "?";
+
+  if (opts.mtu > info.max_mtu || opts.mtu < info.min_mtu) {
+    throw std::runtime_error("port " + name_ + " (" + driver_ + "): MTU " +
+                             std::to_string(opts.mtu) + " outside what the PMD allows [" +
+                             std::to_string(info.min_mtu) + ", " + std::to_string(info.max_mtu) +
+                             "]");
+  }
+  if (opts.rx_queues > info.max_rx_queues || opts.tx_queues > info.max_tx_queues) {
+    throw std::runtime_error("port " + name_ + ": " + std::to_string(opts.rx_queues) + " RX / " +
+                             std::to_string(opts.tx_queues) + " TX queues asked, the PMD has " +
+                             std::to_string(info.max_rx_queues) + " / " +
+                             std::to_string(info.max_tx_queues));
+  }
+
+  rte_eth_conf conf{};
+  conf.rxmode.mtu = opts.mtu;
+  constexpr uint64_t kTxCksum = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
+  constexpr uint64_t kRxCksum = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
+  if (opts.checksum_offload && (info.tx_offload_capa & kTxCksum) == kTxCksum) {
+    conf.txmode.offloads |= kTxCksum;
+    tx_cksum_ = true;
+  }
+  if (opts.checksum_offload && (info.rx_offload_capa & kRxCksum) == kRxCksum) {
+    conf.rxmode.offloads |= kRxCksum;
+    rx_cksum_ = true;
+  }
+  if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
+    conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+  }
+  if (opts.rx_queues > 1 && (info.flow_type_rss_offloads & RTE_ETH_RSS_UDP) != 0) {
+    conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+    conf.rx_adv_conf.rss_conf.rss_hf =
+        info.flow_type_rss_offloads & (RTE_ETH_RSS_UDP | RTE_ETH_RSS_IP);
+    rss_ = true;
+  }
+  if (int rc = rte_eth_dev_configure(id, opts.rx_queues, opts.tx_queues, &conf); rc != 0) {
+    fail(name_, "configure", rc);
+  }
+  uint16_t rxd = opts.rx_descriptors, txd = opts.tx_descriptors;
+  if (int rc = rte_eth_dev_adjust_nb_rx_tx_desc(id, &rxd, &txd); rc != 0) {
+    fail(name_, "adjust descriptors", rc);
+  }
+  const int socket = rte_eth_dev_socket_id(id);
+  for (uint16_t q = 0; q < opts.rx_queues; ++q) {
+    rte_eth_rxconf rxc = info.default_rxconf;
+    rxc.offloads = conf.rxmode.offloads;
+    if (int rc = rte_eth_rx_queue_setup(id, q, rxd, socket < 0 ? SOCKET_ID_ANY : socket, &rxc,
+                                        pool.get());
+        rc != 0) {
+      fail(name_, "rx queue " + std::to_string(q) + " setup", rc);
+    }
+  }
+  for (uint16_t q = 0; q < opts.tx_queues; ++q) {
+    rte_eth_txconf txc = info.default_txconf;
+    txc.offloads = conf.txmode.offloads;
+    if (int rc = rte_eth_tx_queue_setup(id, q, txd, socket < 0 ? SOCKET_ID_ANY : socket, &txc);
+        rc != 0) {
+      fail(name_, "tx queue " + std::to_string(q) + " setup", rc);
+    }
+  }
+  if (opts.mac) {
+    rte_ether_addr a;
+    std::copy(opts.mac->bytes.begin(), opts.mac->bytes.end(), a.addr_bytes);
+    if (rte_eth_dev_default_mac_addr_set(id, &a) != 0) {
+      // Virtual PMDs may not filter by MAC at all; promiscuous mode makes the
+      // configured address work on those that do.
+      rte_eth_promiscuous_enable(id);
+    }
+  }
+  if (int rc = rte_eth_dev_start(id); rc != 0) fail(name_, "start", rc);
+  rte_ether_addr a;
+  rte_eth_macaddr_get(id, &a);
+  std::copy(std::begin(a.addr_bytes), std::end(a.addr_bytes), mac_.bytes.begin());
+  if (opts.mac) mac_ = *opts.mac;
+  mtu_ = opts.mtu;
+  rx_queues_ = opts.rx_queues;
+  tx_queues_ = opts.tx_queues;
+}
+
+Port::Port(Port&& o) noexcept
+    : id_(o.id_),
+      name_(std::move(o.name_)),
+      driver_(std::move(o.driver_)),
+      mac_(o.mac_),
+      mtu_(o.mtu_),
+      rx_queues_(o.rx_queues_),
+      tx_queues_(o.tx_queues_),
+      rss_(o.rss_),
+      tx_cksum_(o.tx_cksum_),
+      rx_cksum_(o.rx_cksum_),
+      rings_(std::move(o.rings_)) {
+  o.id_ = RTE_MAX_ETHPORTS;
+}
+
+Port::~Port() {
+  if (id_ == RTE_MAX_ETHPORTS) return;
+  rte_eth_dev_stop(id_);
+  rte_eth_dev_close(id_);
+}
+
+Port Port::open(const std::string& device, Mempool& pool, const PortOptions& opts) {
+  return Port(find_port(device), pool, opts, nullptr);
+}
+
+std::pair<Port, Port> Port::ring_link(const std::string& name, Mempool& pool_a, Mempool& pool_b,
+                                      const PortOptions& opts) {
+  if (opts.rx_queues != 1 || opts.tx_queues != 1) {
+    throw std::runtime_error("ring link " + name + ": one RX and one TX queue per side");
+  }
+  // Each ring has exactly one producer core and one consumer core.
+  auto rings = std::make_shared<RingPair>(
+      RingPair{Ring("ml_ab_" + name, 4096, RING_F_SP_ENQ | RING_F_SC_DEQ),
+               Ring("ml_ba_" + name, 4096, RING_F_SP_ENQ | RING_F_SC_DEQ)});
+  rte_ring* ab = rings->a_to_b.get();
+  rte_ring* ba = rings->b_to_a.get();
+  int a = rte_eth_from_rings(("ml_a_" + name).c_str(), &ba, 1, &ab, 1, rte_socket_id());
+  if (a < 0) fail("ring link " + name, "create side a", rte_errno);
+  int b = rte_eth_from_rings(("ml_b_" + name).c_str(), &ab, 1, &ba, 1, rte_socket_id());
+  if (b < 0) fail("ring link " + name, "create side b", rte_errno);
+  Port pa(static_cast<uint16_t>(a), pool_a, opts, rings);
+  Port pb(static_cast<uint16_t>(b), pool_b, opts, rings);
+  return {std::move(pa), std::move(pb)};
+}
+
+std::string Port::describe() const {
+  std::string s = name_ + " (" + driver_ + ", port " + std::to_string(id_) + "): mac " +
+                  mac_.to_string() + ", mtu " + std::to_string(mtu_) + ", " +
+                  std::to_string(rx_queues_) + " rx / " + std::to_string(tx_queues_) + " tx queues";
+  if (rss_) s += ", rss";
+  s += tx_cksum_ ? ", tx checksum offload" : ", software checksums";
+  return s;
+}
+
+}  // namespace mercury::net

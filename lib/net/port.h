@@ -1,0 +1,91 @@
+// RAII for one DPDK ethdev port on any PMD: a vdev (net_ring, net_memif,
+// net_pcap, net_af_packet, ...) or a PCI NIC.
+//
+// Opening a port configures its queues, MTU (jumbo frames up to 9000 bytes
+// where the PMD allows), RSS over UDP when it has several RX queues and the
+// PMD offers RSS, and IPv4/UDP checksum offload when the PMD offers it; then
+// starts it. The destructor stops and closes it. Control path: set-up throws
+// std::runtime_error naming the device and DPDK's reason.
+//
+// rx_burst/tx_burst are the datapath: inline, lock-free, one core per queue.
+#pragma once
+
+#include <rte_ethdev.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "net/frame.h"
+#include "net/mempool.h"
+
+namespace mercury::net {
+
+struct PortOptions {
+  uint16_t rx_queues = 1;
+  uint16_t tx_queues = 1;
+  uint16_t rx_descriptors = 1024;
+  uint16_t tx_descriptors = 1024;
+  uint32_t mtu = 1500;           ///< IP MTU
+  bool checksum_offload = true;  ///< use the PMD's checksum offload when it has one
+  std::optional<MacAddr> mac;    ///< set this MAC (falls back to promiscuous if refused)
+};
+
+class Port {
+ public:
+  /// Finds `device` among the probed ports (a vdev name such as "net_memif0",
+  /// or a PCI address), configures it with `opts` and starts it. For a vdev
+  /// string with arguments ("net_memif0,role=server"), the name before the
+  /// first comma is used. Throws when the device is unknown or refuses.
+  static Port open(const std::string& device, Mempool& pool, const PortOptions& opts);
+
+  /// An in-process link: two ports joined by a pair of rings, so what one
+  /// sends the other receives. `name` must be unique in the process.
+  static std::pair<Port, Port> ring_link(const std::string& name, Mempool& pool_a, Mempool& pool_b,
+                                         const PortOptions& opts);
+
+  Port(Port&& o) noexcept;
+  Port& operator=(Port&&) = delete;
+  Port(const Port&) = delete;
+  ~Port();
+
+  [[nodiscard]] uint16_t id() const { return id_; }
+  [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] const std::string& driver() const { return driver_; }
+  [[nodiscard]] MacAddr mac() const { return mac_; }
+  [[nodiscard]] uint32_t mtu() const { return mtu_; }
+  [[nodiscard]] uint16_t rx_queues() const { return rx_queues_; }
+  [[nodiscard]] uint16_t tx_queues() const { return tx_queues_; }
+  [[nodiscard]] bool rss() const { return rss_; }
+  /// TX checksum offload for IPv4 header and UDP is on.
+  [[nodiscard]] bool tx_checksum_offload() const { return tx_cksum_; }
+  /// The PMD reports RX checksum verdicts in mbuf flags.
+  [[nodiscard]] bool rx_checksum_offload() const { return rx_cksum_; }
+  /// One-line description for start-up output.
+  [[nodiscard]] std::string describe() const;
+
+  uint16_t rx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
+    return rte_eth_rx_burst(id_, queue, pkts, n);
+  }
+  uint16_t tx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
+    return rte_eth_tx_burst(id_, queue, pkts, n);
+  }
+
+ private:
+  Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<void> rings);
+  uint16_t id_ = RTE_MAX_ETHPORTS;
+  std::string name_;
+  std::string driver_;
+  MacAddr mac_;
+  uint32_t mtu_ = 0;
+  uint16_t rx_queues_ = 0;
+  uint16_t tx_queues_ = 0;
+  bool rss_ = false;
+  bool tx_cksum_ = false;
+  bool rx_cksum_ = false;
+  std::shared_ptr<void> rings_;  // ring links: the rings outlive both ports
+};
+
+}  // namespace mercury::net
