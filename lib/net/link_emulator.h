@@ -1,0 +1,277 @@
+// The link emulator: a seeded, deterministic impairment stage in front of one
+// TX queue (this kernel has no netem, so this is how Mercury is tested under
+// loss, duplication, reordering, corruption, delay and a slower wire).
+//
+// Two layers:
+//   * LinkModel is the pure model. Per frame it decides the frame's fate
+//     (lost, duplicated, corrupted at which bit, held back for reordering)
+//     from a seeded xoshiro256** generator, and when the frame may leave: a
+//     serialising line-rate limiter on the TSC plus a fixed one-way delay.
+//     It touches no DPDK state, so it is unit-tested without EAL and with a
+//     fake clock. The same seed and the same sequence of calls give the same
+//     decisions.
+//   * LinkEmulator is the mbuf stage. tx_burst() has rte_eth_tx_burst
+//     semantics (returns how many frames it took; the caller keeps the rest:
+//     back-pressure, never loss, when the bounded delay line is full);
+//     poll() hands frames whose time has come to rte_eth_tx_burst() and keeps
+//     those the PMD refuses, in order. With every parameter off, tx_burst()
+//     is rte_eth_tx_burst() behind one branch.
+//
+// Threading: a LinkEmulator belongs to the lcore that owns its TX queue;
+// every call comes from that lcore (the `_st`-style contract of the TX queue
+// itself). Nothing is locked, nothing allocates after construction, nothing
+// logs; the constructor may throw std::invalid_argument on bad parameters.
+//
+// Costs: pass-through is one predictable branch plus a counter add. With
+// impairments on, each frame costs one to four PRNG draws (only for the
+// impairments that are on), a 16-byte slot in the delay line, and a copy for
+// a duplicate; poll() sends due frames in bursts straight from the line.
+//
+// docs/link-emulator.md is the guide: model, formulas, counters, and how to
+// emulate 10/25/100 Gbit/s links with scaled compute.
+#pragma once
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace mercury::net {
+
+/// The impairments of one emulated link. Every field at 0 means "off" (or
+/// "default" for the sizes), so a value-initialised LinkParams is a perfect
+/// wire. Probabilities are per frame, independent draws.
+struct LinkParams {
+  double rate_gbps = 0;        ///< line rate in Gbit/s on the wire; 0 = unlimited
+  uint64_t delay_us = 0;       ///< fixed one-way delay added to every frame
+  double loss = 0;             ///< probability a frame is dropped
+  double duplicate = 0;        ///< probability a frame is sent twice
+  double reorder = 0;          ///< probability a frame is held back behind later ones
+  double corrupt = 0;          ///< probability one bit of the frame is flipped
+  uint64_t seed = 0;           ///< PRNG seed (any value, 0 included)
+  uint32_t queue_packets = 0;  ///< bound of the delay line; 0 = kDefaultQueuePackets
+  uint32_t reorder_gap = 0;    ///< a held frame leaves after this many later ones; 0 = default
+
+  static constexpr uint32_t kDefaultQueuePackets = 4096;
+  static constexpr uint32_t kDefaultReorderGap = 3;
+  static constexpr uint32_t kMaxQueuePackets = 1u << 20;
+  /// Slowest rate accepted: keeps the fixed-point serialisation time in range.
+  static constexpr double kMinRateGbps = 0.001;
+  static constexpr double kMaxRateGbps = 10000;
+  static constexpr uint64_t kMaxDelayUs = 10'000'000;
+
+  /// True when any impairment (rate, delay, loss, ...) is on.
+  [[nodiscard]] bool impairs() const {
+    return rate_gbps != 0 || delay_us != 0 || loss != 0 || duplicate != 0 || reorder != 0 ||
+           corrupt != 0;
+  }
+};
+
+/// Throws std::invalid_argument naming the first field that is out of range
+/// (probabilities outside [0, 1], NaN, a rate outside [kMinRateGbps,
+/// kMaxRateGbps], a delay above kMaxDelayUs, sizes out of bounds).
+void validate(const LinkParams& p);
+
+/// Bytes a frame occupies on the wire beyond what the mbuf holds: preamble
+/// and start delimiter (8), inter-frame gap (12) and FCS (4).
+inline constexpr uint32_t kWireOverheadBytes = 24;
+/// Frames shorter than this (without FCS) are padded on the wire.
+inline constexpr uint32_t kMinWireFrame = 60;
+/// Corruption never touches the Ethernet header, so a corrupted frame still
+/// reaches its receiver and is caught there by the IPv4/UDP checksums.
+inline constexpr uint32_t kCorruptFrom = 14;
+
+/// xoshiro256** seeded through splitmix64: fast, 2^256-1 period, and fully
+/// determined by the seed.
+class Xoshiro256 {
+ public:
+  explicit Xoshiro256(uint64_t seed);
+  uint64_t operator()() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+/// What the model decided for one frame.
+struct LinkFate {
+  bool lost = false;       ///< drop it (nothing else applies)
+  bool duplicate = false;  ///< send an unmodified copy as well
+  bool reorder = false;    ///< hold it back until reorder_gap later frames were taken
+  bool corrupt = false;    ///< flip bit `corrupt_mask` of byte `corrupt_offset`
+  uint8_t corrupt_mask = 0;
+  uint32_t corrupt_offset = 0;  ///< in [kCorruptFrom, frame_len)
+};
+
+/// The pure model of one link direction. Single-threaded; no allocation.
+class LinkModel {
+ public:
+  /// `tsc_hz` is the tick rate of the `now` values given to schedule().
+  /// Throws std::invalid_argument on invalid parameters (see validate()).
+  LinkModel(const LinkParams& p, uint64_t tsc_hz);
+
+  /// The fate of the next frame, of `frame_len` bytes (without FCS). Draws
+  /// from the PRNG only for the impairments that are on, in the order loss,
+  /// duplicate, corrupt (+1 draw for the position), reorder; a lost frame
+  /// draws nothing further.
+  LinkFate decide(uint32_t frame_len);
+
+  /// Puts a frame of `frame_len` bytes on the link at TSC `now` and returns
+  /// the TSC at which it has arrived at the far end: when its last bit has
+  /// been serialised at the line rate behind the frames before it, plus the
+  /// fixed delay. Departures never decrease while `now` does not.
+  uint64_t schedule(uint32_t frame_len, uint64_t now);
+
+  /// Changes the line rate for frames scheduled from now on (0 = unlimited);
+  /// for emulating shared or time-varying bandwidth. Throws on a bad rate.
+  void set_rate_gbps(double gbps);
+
+  /// True when no impairment is on: frames may bypass the model entirely.
+  [[nodiscard]] bool passthrough() const { return passthrough_; }
+  [[nodiscard]] const LinkParams& params() const { return params_; }
+  [[nodiscard]] uint64_t tsc_hz() const { return tsc_hz_; }
+  [[nodiscard]] uint64_t delay_ticks() const { return delay_ticks_; }
+  /// Wire time of a frame, in TSC ticks scaled by 2^32; 0 when unlimited.
+  [[nodiscard]] uint64_t serialisation_q32(uint32_t frame_len) const;
+
+ private:
+  static uint64_t threshold(double p);
+  bool chance(uint64_t threshold) {
+    // Only called for a threshold that is on; kAlways makes p = 1 exact.
+    return threshold == kAlways || rng_() < threshold;
+  }
+  void update_passthrough() { passthrough_ = !params_.impairs(); }
+
+  static constexpr uint64_t kAlways = std::numeric_limits<uint64_t>::max();
+
+  Xoshiro256 rng_;
+  uint64_t loss_threshold_;
+  uint64_t duplicate_threshold_;
+  uint64_t corrupt_threshold_;
+  uint64_t reorder_threshold_;
+  uint64_t ticks_per_byte_q32_ = 0;  ///< 0 = unlimited rate
+  uint64_t delay_ticks_;
+  uint64_t free_at_ = 0;  ///< the link is busy until free_at_ + free_at_frac_ / 2^32
+  uint32_t free_at_frac_ = 0;
+  bool passthrough_ = true;
+  LinkParams params_;
+  uint64_t tsc_hz_;
+};
+
+/// What the emulator did, by reason. Plain counters owned by the TX lcore.
+struct LinkCounters {
+  uint64_t sent = 0;               ///< frames the PMD accepted (copies included)
+  uint64_t lost = 0;               ///< frames dropped by the model (freed)
+  uint64_t duplicated = 0;         ///< copies made and queued
+  uint64_t duplicate_no_mbuf = 0;  ///< copies skipped: the copy pool was empty
+  uint64_t corrupted = 0;          ///< frames with one bit flipped
+  uint64_t reordered = 0;          ///< frames held back behind later ones
+  uint64_t delayed = 0;            ///< frames that waited in the delay line
+  uint64_t queue_full = 0;         ///< frames refused by tx_burst(): the caller kept them
+  uint64_t pmd_refused = 0;        ///< frames the PMD refused in poll(): kept, retried
+};
+
+/// The mbuf stage for one (port, TX queue). Owned by that queue's lcore.
+class LinkEmulator {
+ public:
+  /// The reorder hold is also bounded in time, so a held frame still leaves
+  /// when its sender falls silent.
+  static constexpr uint64_t kMaxHoldUs = 100;
+  /// Most frames handed to the PMD in one rte_eth_tx_burst() call.
+  static constexpr uint16_t kBurst = 32;
+
+  /// `copy_pool` supplies duplicates and may be null when `p.duplicate` is 0.
+  /// `tsc_hz` is the rate of the `now` values passed in (rte_get_tsc_hz() in
+  /// production, anything in tests). Control path: allocates the delay line
+  /// and throws std::invalid_argument on bad parameters.
+  LinkEmulator(uint16_t port, uint16_t queue, const LinkParams& p, rte_mempool* copy_pool,
+               uint64_t tsc_hz);
+  /// Frees every frame still held or queued.
+  ~LinkEmulator();
+  LinkEmulator(const LinkEmulator&) = delete;
+  LinkEmulator& operator=(const LinkEmulator&) = delete;
+
+  /// Takes up to `n` frames at TSC `now` and returns how many it took; the
+  /// caller still owns pkts[ret..n). Frames taken are lost (freed), or
+  /// queued to leave at their departure time; whatever is due is handed to
+  /// the PMD before returning. Refuses (back-pressure) when the delay line
+  /// is full. Never blocks, allocates (beyond a copy mbuf) or fails.
+  uint16_t tx_burst(rte_mbuf** pkts, uint16_t n, uint64_t now) {
+    if (passthrough_ && queued_ == 0) [[likely]] {
+      const uint16_t sent = rte_eth_tx_burst(port_, queue_, pkts, n);
+      counters_.sent += sent;
+      return sent;
+    }
+    return tx_burst_emulated(pkts, n, now);
+  }
+
+  /// Hands the frames due at TSC `now` to the PMD, in order; returns how many
+  /// it accepted. Call it every pass of the poll loop.
+  uint16_t poll(uint64_t now) {
+    if (queued_ == 0) [[likely]]
+      return 0;
+    return poll_emulated(now);
+  }
+
+  /// Changes the emulated line rate from now on (see LinkModel).
+  void set_rate_gbps(double gbps);
+
+  /// Frames in the delay line or held for reordering.
+  [[nodiscard]] uint32_t queued() const { return queued_; }
+  /// The TSC at which the next queued frame is due, or UINT64_MAX when none
+  /// is queued: lets an idle loop sleep until then.
+  [[nodiscard]] uint64_t next_due() const;
+  [[nodiscard]] const LinkCounters& counters() const { return counters_; }
+  [[nodiscard]] const LinkModel& model() const { return model_; }
+
+ private:
+  struct Held {
+    rte_mbuf* m;
+    uint64_t release_after;  ///< leaves once taken_ exceeds this
+    uint64_t deadline;       ///< or once `now` reaches this
+  };
+
+  uint16_t tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t now);
+  uint16_t poll_emulated(uint64_t now);
+  void enqueue(rte_mbuf* m, uint64_t now);
+  void release_held(uint64_t now);
+  static void flip_bit(rte_mbuf* m, uint32_t offset, uint8_t mask);
+
+  // Hot fields first: the pass-through branch touches only the first 24
+  // bytes (flag, port, queue, queued_ and counters_.sent).
+  bool passthrough_ = true;
+  uint16_t port_;
+  uint16_t queue_;
+  uint32_t queued_ = 0;  ///< line_count_ + held_count_
+  LinkCounters counters_;
+  uint32_t line_head_ = 0;
+  uint32_t line_count_ = 0;
+  uint32_t line_limit_ = 0;  ///< queue_packets: frames the line may hold
+  uint32_t line_mask_ = 0;   ///< capacity - 1 (capacity a power of two >= limit)
+  uint32_t held_head_ = 0;
+  uint32_t held_count_ = 0;
+  uint32_t held_mask_ = 0;
+  uint64_t taken_ = 0;  ///< frames taken by tx_burst() so far
+  uint64_t hold_ticks_;
+  rte_mempool* copy_pool_;
+  // The line is two parallel arrays so that due frames are handed to the PMD
+  // straight from line_mbufs_, without copying pointers.
+  std::vector<rte_mbuf*> line_mbufs_;
+  std::vector<uint64_t> line_due_;
+  std::vector<Held> held_;
+  LinkModel model_;
+};
+
+}  // namespace mercury::net
