@@ -1,0 +1,433 @@
+#include "sched/port_scheduler.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <stdexcept>
+#include <string>
+
+namespace mercury::sched {
+
+std::optional<Mode> parse_mode(std::string_view name) {
+  if (name == "strict") return Mode::kStrict;
+  if (name == "fifo") return Mode::kFifo;
+  if (name == "partition") return Mode::kPartition;
+  return std::nullopt;
+}
+
+std::string_view to_string(Mode mode) {
+  switch (mode) {
+    case Mode::kStrict:
+      return "strict";
+    case Mode::kFifo:
+      return "fifo";
+    case Mode::kPartition:
+      return "partition";
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------- LevelTable
+
+PortScheduler::LevelTable::LevelTable(unsigned num_peers, Message* Message::*link)
+    : num_peers_(num_peers),
+      link_(link),
+      data_peers_(kPriorityLevels),
+      rtx_peers_(kPriorityLevels),
+      cursor_(kPriorityLevels, static_cast<uint16_t>(num_peers - 1)),
+      queues_(size_t{kPriorityLevels} * num_peers) {}
+
+std::optional<PortScheduler::Pick> PortScheduler::LevelTable::pick(const PeerMask& eligible) const {
+  // Most urgent first: lowest set bit. A level is skipped only when every peer
+  // it holds work for is ineligible, so this loop runs at most once per
+  // non-empty level (<= 64) and usually exactly once.
+  for (uint64_t levels = active_; levels != 0; levels &= levels - 1) {
+    const unsigned level = static_cast<unsigned>(std::countr_zero(levels));
+    const PeerMask rtx = rtx_peers_[level] & eligible;
+    if (rtx.any()) {
+      return Pick{level, static_cast<unsigned>(rtx.next_after(cursor_[level])), true};
+    }
+    const PeerMask data = data_peers_[level] & eligible;
+    if (data.any()) {
+      return Pick{level, static_cast<unsigned>(data.next_after(cursor_[level])), false};
+    }
+  }
+  return std::nullopt;
+}
+
+void PortScheduler::LevelTable::refresh(unsigned level) {
+  if (data_peers_[level].any() || rtx_peers_[level].any()) {
+    active_ |= uint64_t{1} << level;
+  } else {
+    active_ &= ~(uint64_t{1} << level);
+  }
+}
+
+void PortScheduler::LevelTable::push_message(unsigned level, Message* msg) {
+  PeerQueue& q = at(level, msg->peer);
+  msg->*link_ = nullptr;
+  if (q.tail != nullptr) {
+    q.tail->*link_ = msg;
+  } else {
+    q.head = msg;
+    data_peers_[level].set(msg->peer);
+    active_ |= uint64_t{1} << level;
+  }
+  q.tail = msg;
+}
+
+void PortScheduler::LevelTable::pop_message(unsigned level, unsigned peer) {
+  PeerQueue& q = at(level, peer);
+  Message* msg = q.head;
+  q.head = msg->*link_;
+  msg->*link_ = nullptr;
+  if (q.head == nullptr) {
+    q.tail = nullptr;
+    data_peers_[level].reset(peer);
+    refresh(level);
+  }
+}
+
+void PortScheduler::LevelTable::push_retransmit(unsigned level, unsigned peer, uint32_t slot,
+                                                std::vector<RetransmitSlot>& slots) {
+  PeerQueue& q = at(level, peer);
+  slots[slot].next = kNil;
+  if (q.rtx_tail != kNil) {
+    slots[q.rtx_tail].next = slot;
+  } else {
+    q.rtx_head = slot;
+    rtx_peers_[level].set(peer);
+    active_ |= uint64_t{1} << level;
+  }
+  q.rtx_tail = slot;
+}
+
+uint32_t PortScheduler::LevelTable::pop_retransmit(unsigned level, unsigned peer,
+                                                   std::vector<RetransmitSlot>& slots) {
+  PeerQueue& q = at(level, peer);
+  const uint32_t slot = q.rtx_head;
+  q.rtx_head = slots[slot].next;
+  if (q.rtx_head == kNil) {
+    q.rtx_tail = kNil;
+    rtx_peers_[level].reset(peer);
+    refresh(level);
+  }
+  return slot;
+}
+
+// ------------------------------------------------------------- PortScheduler
+
+namespace {
+SchedulerConfig validated(const SchedulerConfig& c) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("sched: " + what); };
+  if (c.num_peers == 0 || c.num_peers > kMaxPeers) {
+    fail("num_peers must be in 1.." + std::to_string(kMaxPeers) + ", got " +
+         std::to_string(c.num_peers));
+  }
+  if (c.ingress_capacity == 0 || c.ingress_capacity > (1u << 30)) {
+    fail("ingress_capacity must be in 1..2^30, got " + std::to_string(c.ingress_capacity));
+  }
+  if (c.max_retransmits == 0 || c.max_retransmits >= UINT32_MAX) {
+    fail("max_retransmits must be at least 1, got " + std::to_string(c.max_retransmits));
+  }
+  if (c.mode == Mode::kPartition) {
+    if (c.partition_bytes == 0) fail("partition_bytes must be > 0 in partition mode");
+    if (c.credit_bytes < c.partition_bytes) {
+      fail("credit_bytes (" + std::to_string(c.credit_bytes) + ") must be >= partition_bytes (" +
+           std::to_string(c.partition_bytes) + "): a partition must fit the credit");
+    }
+  }
+  return c;
+}
+}  // namespace
+
+PortScheduler::PortScheduler(const SchedulerConfig& config, MessagePool& pool,
+                             CompletionFn on_complete, void* context)
+    : config_(validated(config)),
+      pool_(pool),
+      on_complete_(on_complete),
+      context_(context),
+      // Partition mode links ready messages through ready_next_ because a
+      // message can sit in pending_ (partitions not started) and in tx_
+      // (partitions ready to carve) at once.
+      tx_(config_.num_peers,
+          config_.mode == Mode::kPartition ? &Message::ready_next_ : &Message::next_),
+      pending_(config_.mode == Mode::kPartition ? config_.num_peers : 1, &Message::next_),
+      rtx_slots_(config_.max_retransmits) {
+  for (uint32_t i = config_.max_retransmits; i-- > 0;) {
+    rtx_slots_[i].next = rtx_free_;
+    rtx_free_ = i;
+  }
+}
+
+void PortScheduler::check_consumer() const {
+#ifndef NDEBUG
+  // The first _st call binds the consumer; any other thread is a contract bug.
+  std::thread::id expected{};
+  const std::thread::id self = std::this_thread::get_id();
+  if (!consumer_.compare_exchange_strong(expected, self, std::memory_order_relaxed)) {
+    assert(expected == self && "PortScheduler _st function called from a second thread");
+  }
+#endif
+}
+
+unsigned PortScheduler::tx_level(const Message& msg) const {
+  return config_.mode == Mode::kStrict ? msg.priority : 0;
+}
+
+uint32_t PortScheduler::partitions(const Message& msg) const {
+  // A 0-byte message is one (empty) partition, so it still pays a start-up.
+  if (msg.len == 0) return 1;
+  return static_cast<uint32_t>((uint64_t{msg.len} + config_.partition_bytes - 1) /
+                               config_.partition_bytes);
+}
+
+uint64_t PortScheduler::partition_end(const Message& msg, uint32_t k) const {
+  return std::min<uint64_t>(uint64_t{k + 1} * config_.partition_bytes, msg.len);
+}
+
+uint64_t PortScheduler::partition_size(const Message& msg, uint32_t k) const {
+  return partition_end(msg, k) - std::min<uint64_t>(uint64_t{k} * config_.partition_bytes, msg.len);
+}
+
+bool PortScheduler::submit(Message* msg) {
+  if (msg == nullptr || msg->priority >= kPriorityLevels || msg->peer >= config_.num_peers)
+      [[unlikely]] {
+    producer_stats_.invalid.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // Reserve a place first. Relaxed: the count only bounds memory, it publishes
+  // nothing. Concurrent reservations can make a submit near the limit fail
+  // although a racing one is about to give its place back: "full" is judged
+  // conservatively, never optimistically.
+  if (ingress_.count.fetch_add(1, std::memory_order_relaxed) >= config_.ingress_capacity)
+      [[unlikely]] {
+    ingress_.count.fetch_sub(1, std::memory_order_relaxed);
+    producer_stats_.full.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  // Treiber push: no step can be held up by a preempted thread, because the
+  // only shared write is this one CAS. Release pairs with the acquire exchange
+  // in drain_ingress_st(): the message's fields and next_ become visible to
+  // the consumer. Every write to head is a read-modify-write, so the release
+  // sequence of each push is never broken and one acquire exchange
+  // synchronises with every push in the list it takes. No ABA: pushes do not
+  // depend on the value of head->next, and the consumer takes the whole list.
+  Message* head = ingress_.head.load(std::memory_order_relaxed);
+  do {
+    msg->next_ = head;
+  } while (!ingress_.head.compare_exchange_weak(head, msg, std::memory_order_release,
+                                                std::memory_order_relaxed));
+  return true;
+}
+
+size_t PortScheduler::drain_ingress_st() {
+  check_consumer();
+  if (ingress_.head.load(std::memory_order_relaxed) == nullptr) return 0;
+  // Acquire pairs with every producer's release CAS (see submit()).
+  Message* stack = ingress_.head.exchange(nullptr, std::memory_order_acquire);
+  // The stack is newest first; reverse it into submission order.
+  Message* fifo = nullptr;
+  size_t n = 0;
+  while (stack != nullptr) {
+    Message* next = stack->next_;
+    stack->next_ = fifo;
+    fifo = stack;
+    stack = next;
+    ++n;
+  }
+  ingress_.count.fetch_sub(static_cast<uint32_t>(n), std::memory_order_relaxed);
+  while (fifo != nullptr) {
+    Message* msg = fifo;
+    fifo = msg->next_;
+    msg->carved_ = 0;
+    msg->acked_ = 0;
+    msg->parts_started_ = 0;
+    msg->parts_ready_ = 0;
+    msg->parts_sent_ = 0;
+    msg->parts_acked_ = 0;
+    msg->rtx_queued_ = 0;
+    msg->ready_next_ = nullptr;
+    msg->state_ = kQueued;
+    if (config_.mode == Mode::kPartition) {
+      msg->level_ = msg->priority;
+      pending_.push_message(msg->priority, msg);
+    } else {
+      msg->level_ = static_cast<uint8_t>(tx_level(*msg));
+      tx_.push_message(msg->level_, msg);
+    }
+  }
+  stats_.drained += n;
+  return n;
+}
+
+void PortScheduler::carve(const Pick& pick, uint32_t max_payload, Slice& out) {
+  Message* msg = tx_.head(pick.level, pick.peer);
+  const uint32_t offset = msg->carved_;
+  if (config_.mode != Mode::kPartition) {
+    const uint32_t len = std::min(max_payload, msg->len - offset);
+    msg->carved_ = offset + len;
+    if (msg->carved_ == msg->len) {
+      tx_.pop_message(pick.level, pick.peer);
+      msg->state_ = kCarved;
+    }
+    out = Slice{msg, offset, len, false, SliceKind::kData};
+  } else {
+    // A started partition is sent whole: the message stays at the head of its
+    // peer's ready FIFO until every ready partition of it is carved.
+    const uint64_t end = partition_end(*msg, msg->parts_sent_);
+    const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(max_payload, end - offset));
+    msg->carved_ = offset + len;
+    if (msg->carved_ == end) {
+      ++msg->parts_sent_;
+      if (msg->parts_sent_ == msg->parts_ready_) tx_.pop_message(pick.level, pick.peer);
+      if (msg->parts_sent_ == partitions(*msg)) msg->state_ = kCarved;
+    }
+    out = Slice{msg, offset, len, false, SliceKind::kData};
+  }
+  tx_.commit(pick);
+  ++stats_.data_slices;
+}
+
+bool PortScheduler::start_partition(const PeerMask& eligible, Slice& out) {
+  const std::optional<Pick> pick = pending_.pick(eligible);
+  if (!pick) return false;
+  Message* msg = pending_.head(pick->level, pick->peer);
+  const uint32_t k = msg->parts_started_;
+  const uint64_t size = partition_size(*msg, k);
+  // ByteScheduler's credit: start only what fits, but never wait on an empty
+  // credit (a partition can always start alone; C >= S makes that moot).
+  // It waits for credit rather than starting a less urgent, smaller partition.
+  if (credit_used_ != 0 && credit_used_ + size > config_.credit_bytes) return false;
+  credit_used_ += size;
+  msg->parts_started_ = k + 1;
+  if (msg->parts_started_ == partitions(*msg)) pending_.pop_message(pick->level, pick->peer);
+  pending_.commit(*pick);
+  out = Slice{msg, static_cast<uint32_t>(uint64_t{k} * config_.partition_bytes), 0, false,
+              SliceKind::kPartitionStart};
+  ++stats_.partition_starts;
+  return true;
+}
+
+bool PortScheduler::next_slice_st(const PeerMask& eligible, uint32_t max_payload, Slice& out) {
+  check_consumer();
+  if (max_payload == 0) [[unlikely]] {
+    return false;
+  }
+  for (;;) {
+    const std::optional<Pick> pick = tx_.pick(eligible);
+    if (pick && pick->retransmit) {
+      const uint32_t slot = tx_.pop_retransmit(pick->level, pick->peer, rtx_slots_);
+      const Slice slice = rtx_slots_[slot].slice;
+      rtx_slots_[slot].next = rtx_free_;
+      rtx_free_ = slot;
+      tx_.commit(*pick);
+      Message* msg = slice.msg;
+      --msg->rtx_queued_;
+      if (msg->state_ == kCarved && msg->acked_ >= msg->len) {
+        // Acked while the resend waited (a spurious timeout): drop it, and
+        // complete the message if this was the last thing holding it.
+        ++stats_.retransmit_skipped;
+        try_release(msg);
+        continue;
+      }
+      out = slice;
+      out.retransmit = true;
+      ++stats_.retransmit_slices;
+      return true;
+    }
+    // Partition mode: hand the most urgent unstarted partition to the "engine"
+    // as soon as credit allows, ahead of data already started (ByteScheduler
+    // starts a partition the moment credit frees).
+    if (config_.mode == Mode::kPartition && start_partition(eligible, out)) return true;
+    if (!pick) return false;
+    carve(*pick, max_payload, out);
+    return true;
+  }
+}
+
+bool PortScheduler::requeue_st(const Slice& slice) {
+  check_consumer();
+  Message* msg = slice.msg;
+  if (msg == nullptr || msg->state_ == kIdle) [[unlikely]] {
+    ++stats_.requeue_invalid;
+    return false;
+  }
+  if (rtx_free_ == kNil) [[unlikely]] {
+    ++stats_.requeue_full;
+    return false;
+  }
+  const uint32_t slot = rtx_free_;
+  rtx_free_ = rtx_slots_[slot].next;
+  rtx_slots_[slot].slice = slice;
+  ++msg->rtx_queued_;
+  tx_.push_retransmit(tx_level(*msg), msg->peer, slot, rtx_slots_);
+  return true;
+}
+
+void PortScheduler::partition_ready_st(Message* msg) {
+  check_consumer();
+  if (config_.mode != Mode::kPartition || msg->parts_ready_ >= msg->parts_started_) return;
+  // In tx_ iff it has ready partitions not yet fully carved.
+  const bool listed = msg->parts_sent_ < msg->parts_ready_;
+  ++msg->parts_ready_;
+  if (!listed) tx_.push_message(0, msg);
+}
+
+bool PortScheduler::on_acked_st(Message* msg, uint32_t bytes) {
+  check_consumer();
+  msg->acked_ = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{msg->acked_} + bytes, msg->len));
+  if (config_.mode == Mode::kPartition) {
+    // A partition's credit returns when its last byte is acknowledged, as
+    // ByteScheduler returns credit when a partition's push completes. Acks
+    // are counted in bytes, so out-of-order acks within a message return
+    // credit a little early or late, never twice.
+    while (msg->parts_acked_ < msg->parts_sent_ &&
+           msg->acked_ >= partition_end(*msg, msg->parts_acked_)) {
+      credit_used_ -= partition_size(*msg, msg->parts_acked_);
+      ++msg->parts_acked_;
+    }
+  }
+  if (msg->state_ == kCarved && msg->acked_ >= msg->len) return try_release(msg);
+  return false;
+}
+
+bool PortScheduler::try_release(Message* msg) {
+  if (msg->rtx_queued_ != 0) return false;  // the last dequeued resend releases it
+  msg->state_ = kIdle;
+  if (on_complete_ != nullptr) on_complete_(context_, *msg);
+  pool_.free(msg);
+  ++stats_.released;
+  return true;
+}
+
+bool PortScheduler::release_st(Message* msg) {
+  check_consumer();
+  if (msg->state_ != kCarved || msg->rtx_queued_ != 0) {
+    ++stats_.release_refused;
+    return false;
+  }
+  if (config_.mode == Mode::kPartition) {
+    // Give back the credit of partitions that will never be acked.
+    while (msg->parts_acked_ < msg->parts_sent_) {
+      credit_used_ -= partition_size(*msg, msg->parts_acked_);
+      ++msg->parts_acked_;
+    }
+  }
+  return try_release(msg);
+}
+
+bool PortScheduler::has_work_st() const {
+  check_consumer();
+  return !tx_.empty() || !pending_.empty();
+}
+
+SchedulerStats PortScheduler::stats_st() const {
+  check_consumer();
+  SchedulerStats s = stats_;
+  s.submit_full = producer_stats_.full.load(std::memory_order_relaxed);
+  s.submit_invalid = producer_stats_.invalid.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace mercury::sched
