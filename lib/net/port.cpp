@@ -105,12 +105,24 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
       fail(name_, "tx queue " + std::to_string(q) + " setup", rc);
     }
   }
-  if (opts.mac) {
+  std::optional<MacAddr> want = opts.mac;
+  rte_ether_addr current;
+  rte_eth_macaddr_get(id, &current);
+  if (!want && rte_is_zero_ether_addr(&current)) {
+    // Some virtual PMDs (net_ring) come up with 00:00:00:00:00:00, which ARP
+    // cannot resolve; give them a random locally administered address.
+    rte_ether_addr r;
+    rte_eth_random_addr(r.addr_bytes);
+    MacAddr m;
+    std::copy(std::begin(r.addr_bytes), std::end(r.addr_bytes), m.bytes.begin());
+    want = m;
+  }
+  if (want) {
     rte_ether_addr a;
-    std::copy(opts.mac->bytes.begin(), opts.mac->bytes.end(), a.addr_bytes);
+    std::copy(want->bytes.begin(), want->bytes.end(), a.addr_bytes);
     if (rte_eth_dev_default_mac_addr_set(id, &a) != 0) {
       // Virtual PMDs may not filter by MAC at all; promiscuous mode makes the
-      // configured address work on those that do.
+      // chosen address work on those that do.
       rte_eth_promiscuous_enable(id);
     }
   }
@@ -118,7 +130,7 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
   rte_ether_addr a;
   rte_eth_macaddr_get(id, &a);
   std::copy(std::begin(a.addr_bytes), std::end(a.addr_bytes), mac_.bytes.begin());
-  if (opts.mac) mac_ = *opts.mac;
+  if (want) mac_ = *want;
   mtu_ = opts.mtu;
   rx_queues_ = opts.rx_queues;
   tx_queues_ = opts.tx_queues;

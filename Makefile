@@ -1,0 +1,45 @@
+# Mercury's front door. `make demo` and `make test` work on a fresh Debian 12
+# machine: each installs what is missing (.ci/setup), builds, and runs.
+BUILD      ?= build
+FUZZ_BUILD ?= build-fuzz
+FUZZ_RUNS  ?= 2000000
+
+.PHONY: all deps build demo test bench fuzz format clean
+
+all: build
+
+deps:
+	@bash .ci/setup
+
+build: deps
+	@[ -f $(BUILD)/build.ninja ] || meson setup $(BUILD) >/dev/null
+	@ninja -C $(BUILD)
+
+# The main job: the demo cluster on virtual ports.
+demo: build
+	@$(BUILD)/apps/stack-demo/stack-demo --seconds 5
+
+# Every unit, PMD, style and fuzz test; ends with "N passed, N failed".
+test: build fuzz
+	@meson test -C $(BUILD) --no-rebuild --print-errorlogs --num-processes 2 \
+	  >$(BUILD)/test-output.txt 2>&1; tail -n 30 $(BUILD)/test-output.txt
+	@meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz --print-errorlogs \
+	  --test-args=-runs=$(FUZZ_RUNS) >$(FUZZ_BUILD)/test-output.txt 2>&1; \
+	  tail -n 5 $(FUZZ_BUILD)/test-output.txt
+	@python3 .ci/summary.py $(BUILD) $(FUZZ_BUILD) | tee $(BUILD)/test-summary.txt
+
+# libFuzzer targets, built with clang in their own build directory.
+fuzz: deps
+	@[ -f $(FUZZ_BUILD)/build.ninja ] || CXX=clang++-14 CC=clang-14 meson setup $(FUZZ_BUILD) \
+	  -Dfuzz=true -Dtests=disabled -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+	@ninja -C $(FUZZ_BUILD) $$(cd $(FUZZ_BUILD) && meson introspect --targets | \
+	  python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
+
+bench: build
+	@bash benchmarks/run-all
+
+format:
+	@git ls-files '*.cpp' '*.h' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(FUZZ_BUILD)
