@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include "net/link_emulator.h"
+
 namespace mercury::net {
 
 uint64_t InterfaceCounters::total_drops() const {
@@ -133,9 +135,11 @@ bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
 }
 
 uint16_t Interface::flush_st(uint64_t now) {
-  (void)now;
+  if (emulator_ != nullptr) emulator_->poll(now);
   if (staged_ == 0) return 0;
-  const uint16_t sent = port_.tx_burst(opts_.tx_queue, stage_.data(), staged_);
+  const uint16_t sent = emulator_ != nullptr
+                            ? emulator_->tx_burst(stage_.data(), staged_, now)
+                            : port_.tx_burst(opts_.tx_queue, stage_.data(), staged_);
   for (uint16_t i = 0; i < sent; ++i) counters_.tx_bytes += stage_[i]->pkt_len;
   counters_.tx_frames += sent;
   // Keep the refused ones, in order, at the front of the stage.
