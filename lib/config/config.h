@@ -1,0 +1,274 @@
+// The job description: one YAML file that every process of a training job
+// reads (ps-server, each worker, the all-in-one demo), and the DPDK EAL
+// arguments generated from it.
+//
+// load_file()/load_string() parse the YAML with an allow-list of keys, check
+// every value's type and range and every cross-field rule, and return plain
+// structs with defaults filled in. Anything wrong is refused with a
+// ConfigError whose what() names the file, the 1-based line and the key path:
+//
+//   ring.yaml:14: nodes[1].mac: "zz:00" is not a MAC address (expected six hex
+//   bytes, e.g. 02:00:00:00:00:01)
+//
+// eal_args() turns the job plus the names of the nodes one process runs into
+// an EAL argv (file prefix, lcores, memory, vdevs, PCI allow-list).
+// docs/config.md is the reference for every key and rule.
+//
+// Control path only: loading allocates, throws and reads files; call it at
+// start-up, never from a poll loop. Nothing here depends on DPDK. Every
+// function is reentrant (no shared state); a loaded JobConfig is immutable
+// by convention and may be read from any thread. Cost: microseconds to a few
+// milliseconds per file, dominated by yaml-cpp.
+#pragma once
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mercury::config {
+
+/// At most this many workers: a chunk's contributions are one 64-bit bitmap.
+inline constexpr uint32_t kMaxWorkers = 64;
+/// At most this many shards (aggregation cores) per server.
+inline constexpr uint32_t kMaxShards = 64;
+/// lcore ids must be below DPDK's RTE_MAX_LCORE (128 in Debian 12's build).
+inline constexpr uint32_t kMaxLcore = 127;
+/// Bytes the Mercury header takes in each packet (wire::kHeaderSize).
+inline constexpr uint32_t kMercuryHeaderBytes = 56;
+inline constexpr uint32_t kIpv4HeaderBytes = 20;
+inline constexpr uint32_t kUdpHeaderBytes = 8;
+/// What hugepages_available() needs free before `auto` chooses hugepages.
+inline constexpr uint64_t kMinHugepageBytes = 256ull << 20;
+
+/// A refused configuration. what() is "<source>:<line>: <key>: <message>";
+/// errors with no position (a file that cannot be opened, an unknown node
+/// name asked of a loaded job) are "<source>: <message>".
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(std::string source, int line, std::string key, std::string message);
+  ConfigError(std::string source, std::string message);
+
+  const std::string& source() const { return source_; }
+  /// 1-based; 0 when the error has no position.
+  int line() const { return line_; }
+  /// Key path such as "nodes[1].mac"; empty when the error concerns no key.
+  const std::string& key() const { return key_; }
+  /// The message without the "<source>:<line>: <key>: " prefix.
+  const std::string& message() const { return message_; }
+
+ private:
+  std::string source_;
+  int line_ = 0;
+  std::string key_;
+  std::string message_;
+};
+
+/// An IPv4 address, host byte order.
+struct Ipv4 {
+  uint32_t value = 0;
+
+  /// Strict dotted quad: four decimal octets 0..255, no leading zeros
+  /// (which some parsers read as octal).
+  static std::optional<Ipv4> parse(std::string_view text);
+  std::string to_string() const;
+  auto operator<=>(const Ipv4&) const = default;
+};
+
+/// An Ethernet address.
+struct Mac {
+  std::array<uint8_t, 6> octets{};
+
+  /// Six colon-separated hex bytes, either case: 02:00:00:00:00:01.
+  static std::optional<Mac> parse(std::string_view text);
+  /// Lower-case, colon-separated.
+  std::string to_string() const;
+  bool is_multicast() const { return (octets[0] & 1u) != 0; }
+  auto operator<=>(const Mac&) const = default;
+};
+
+enum class Scheduler : uint8_t {
+  kStrict,     ///< Mercury: per-packet strict priority in the transport
+  kFifo,       ///< baseline: messages in arrival order
+  kPartition,  ///< baseline: tensor partitioning with priority and credit (P3, ByteScheduler)
+};
+enum class Hugepages : uint8_t { kAuto, kOn, kOff };
+enum class Role : uint8_t { kServer, kWorker };
+enum class Sync : uint8_t { kBsp, kAsp, kSsp, kPsPlus };
+enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
+
+/// The YAML spelling of each enum value ("strict", "psplus", ...).
+std::string_view to_string(Scheduler v);
+std::string_view to_string(Hugepages v);
+std::string_view to_string(Role v);
+std::string_view to_string(Sync v);
+std::string_view to_string(Optimizer v);
+
+struct NetworkConfig {
+  uint32_t mtu = 1500;        ///< IP MTU, 576..9000
+  uint16_t udp_port = 47100;  ///< default for nodes that set none
+  bool udp_checksum = true;
+  uint32_t window = 0;  ///< packets in flight per peer; 0 = derive from rate x RTT
+  uint32_t peer_timeout_ms = 5000;
+  Scheduler scheduler = Scheduler::kStrict;
+  uint32_t partition_bytes = 4194304;  ///< meaningful for kPartition only
+  uint32_t credit_bytes = 8388608;     ///< meaningful for kPartition only
+};
+
+struct MempoolConfig {
+  uint32_t mbufs = 16383;  ///< per port
+  uint32_t cache = 256;    ///< per-lcore mempool cache
+};
+
+struct EalConfig {
+  uint32_t memory_mb = 512;  ///< -m when running without hugepages
+  Hugepages hugepages = Hugepages::kAuto;
+  std::vector<std::string> extra;  ///< appended verbatim to the EAL argv
+};
+
+/// The link emulator applied on every TX queue.
+struct LinkConfig {
+  double rate_gbps = 0;  ///< 0 = unlimited
+  uint32_t delay_us = 0;
+  double loss = 0;
+  double duplicate = 0;
+  double reorder = 0;
+  double corrupt = 0;
+  uint64_t seed = 1;
+
+  /// True when the emulator has anything to do.
+  bool enabled() const {
+    return rate_gbps > 0 || delay_us > 0 || loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0;
+  }
+};
+
+/// Only the fields of the chosen sync policy and optimizer are meaningful;
+/// the others keep their defaults (the loader refuses setting them).
+struct TrainingConfig {
+  Sync sync = Sync::kBsp;
+  uint32_t staleness = 0;  ///< >= 1 for ssp and psplus, 0 otherwise
+  Optimizer optimizer = Optimizer::kSgd;
+  double learning_rate = 0.01;
+  double momentum = 0.9;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1.0e-8;
+};
+
+/// One entry of a node's `ports` list.
+struct PortSpec {
+  enum Kind : uint8_t {
+    kRing,  ///< "ring:<link>": an in-process link built by lib/net from two rte_rings
+    kVdev,  ///< "net_<driver><n>[,k=v...]": passed to EAL as --vdev=
+    kPci,   ///< a PCI address, normalised to 0000:03:00.0; passed to EAL as -a
+  };
+  Kind kind = kRing;
+  /// As written for kRing and kVdev; the normalised address for kPci.
+  std::string text;
+  /// kRing only: the link name, and the node holding the other end.
+  std::string ring_link;
+  std::string ring_peer;
+
+  /// kVdev: the device name before the first comma ("net_memif0").
+  std::string_view vdev_name() const;
+};
+
+struct NodeConfig {
+  std::string name;
+  Role role = Role::kWorker;
+  uint32_t index = 0;  ///< position in the file's nodes list
+  uint32_t rank = 0;   ///< position among the nodes of the same role, in file order
+  Ipv4 ipv4;
+  uint16_t udp_port = 0;  ///< the node's own, else network.udp_port
+  std::optional<Mac> mac;
+  std::vector<PortSpec> ports;
+  std::vector<uint32_t> lcores;  ///< lcores[0] is the net core
+  uint32_t shards = 0;           ///< servers only; 0 for workers
+
+  uint32_t net_lcore() const { return lcores.front(); }
+  /// Servers: the lcores after the net core, which run the shards.
+  std::span<const uint32_t> shard_lcores() const {
+    return std::span<const uint32_t>(lcores).subspan(1);
+  }
+};
+
+struct JobConfig {
+  uint32_t id = 0;
+  std::string name;
+  NetworkConfig network;
+  MempoolConfig mempool;
+  EalConfig eal;
+  LinkConfig link;
+  TrainingConfig training;
+  std::vector<NodeConfig> nodes;
+  std::string source;  ///< the file name (or source_name) it was loaded from
+
+  /// The node called `name`; throws ConfigError listing the valid names.
+  const NodeConfig& node(std::string_view name) const;
+  /// nullptr when there is no such node.
+  const NodeConfig* find_node(std::string_view name) const;
+  /// Workers (servers) in rank order. The pointers live as long as this job.
+  std::vector<const NodeConfig*> workers() const;
+  std::vector<const NodeConfig*> servers() const;
+  /// The rank of a worker among workers, or of a server among servers.
+  /// Throws ConfigError for an unknown name.
+  uint32_t rank_of(std::string_view name) const;
+  /// Payload bytes one packet carries: mtu - IPv4 - UDP - Mercury header,
+  /// rounded down to a multiple of 4 so float32 elements never straddle.
+  uint32_t payload_bytes_per_packet() const;
+};
+
+/// Reads and validates a job file. Throws ConfigError, naming the path and
+/// strerror when the file cannot be read.
+JobConfig load_file(const std::string& path);
+
+/// Validates YAML text; errors name `source_name` as the file.
+JobConfig load_string(std::string_view yaml, std::string_view source_name = "<inline>");
+
+/// How one process starts EAL, beyond what the job file says.
+struct EalRunOptions {
+  /// Resolved: true = use hugepages (see resolve_hugepages()).
+  bool hugepages = false;
+  /// Appended to the file prefix; tests use it to keep runs apart.
+  std::string file_prefix_suffix;
+  /// Appended after eal.extra.
+  std::vector<std::string> extra;
+  /// CPUs that lcores are mapped onto (lcore i runs on cpus[i % size]).
+  /// Empty = the CPUs this process may run on (allowed_cpus()).
+  std::vector<uint32_t> cpus;
+};
+
+/// The EAL argv for a process running `node_names` (the first one names the
+/// file prefix):
+///   mercury --file-prefix=<job>-<first node><suffix> --lcores=<l>@<cpu>,...
+///   (--huge-unlink | --no-huge -m <memory_mb>) (--no-pci | -a <pci>...)
+///   --vdev=<vdev>... [--no-shconf] <eal.extra...> <options.extra...>
+/// --lcores holds the union of the nodes' lcores in ascending order, so
+/// DPDK's main lcore is the lowest. Throws ConfigError for an empty or
+/// repeated node name, an unknown node, or a PCI device claimed by two of
+/// the nodes.
+std::vector<std::string> eal_args(const JobConfig& job, std::span<const std::string> node_names,
+                                  const EalRunOptions& options);
+
+/// The CPUs this process may run on (sched_getaffinity), ascending.
+std::vector<uint32_t> allowed_cpus();
+
+/// True when at least kMinHugepageBytes of hugepages are free and a
+/// hugetlbfs file system is mounted (e.g. on /dev/hugepages).
+bool hugepages_available();
+/// The same, reading `sysfs_dir` (normally /sys/kernel/mm/hugepages) and
+/// `mounts_path` (normally /proc/mounts); for tests.
+bool hugepages_available(const std::string& sysfs_dir, const std::string& mounts_path);
+
+/// The hugepage decision for eal.hugepages: on -> true, off -> false, auto ->
+/// hugepages_available(). When auto falls back to no hugepages and `notice`
+/// is not null, sets it to a one-line explanation for the operator
+/// (otherwise clears it).
+bool resolve_hugepages(const EalConfig& eal, std::string* notice);
+
+}  // namespace mercury::config
