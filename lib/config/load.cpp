@@ -195,8 +195,10 @@ class Section {
     if (!v.node().IsMap()) v.fail("expected a mapping, got " + v.describe());
     std::string valid;
     for (std::string_view k : allowed) valid += (valid.empty() ? "" : ", ") + std::string(k);
-    for (auto it = v.node().begin(); it != v.node().end(); ++it) {
-      const YAML::Node& key = it->first;
+    for (const auto& pair : v.node()) {
+      // Copies, not references: yaml-cpp's iterator hands out a temporary pair.
+      const YAML::Node key = pair.first;
+      const YAML::Node value = pair.second;
       int key_line = line_of(key);
       std::string name =
           key.IsScalar() ? key.Scalar() : "<" + Value(source_, key, "", 0).describe() + ">";
@@ -218,8 +220,8 @@ class Section {
       // Point at the key unless the value is a scalar: a null value has no
       // useful position, and a block mapping or list starts on the line
       // after its key, where "nodes: no server" would look misplaced.
-      int value_line = it->second.IsScalar() ? line_of(it->second) : key_line;
-      entries_.push_back(Entry{name, key_line, Value(source_, it->second, path, value_line)});
+      int value_line = value.IsScalar() ? line_of(value) : key_line;
+      entries_.push_back(Entry{name, key_line, Value(source_, value, path, value_line)});
     }
   }
 
