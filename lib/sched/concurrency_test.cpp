@@ -16,7 +16,6 @@
 #include <tbb/task_arena.h>
 
 #include <atomic>
-#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -59,8 +58,7 @@ TEST_P(ConcurrentProducers, DeliverEverythingOnceInOrderWithStrictPriority) {
 
   constexpr uint32_t kTotal = kProducers * kPerProducer;
   std::vector<Record> log(kTotal);  // [producer * kPerProducer + seq], written before publishing
-  std::unique_ptr<std::atomic<uint32_t>[]> published(new std::atomic<uint32_t>[kProducers]);
-  for (int p = 0; p < kProducers; ++p) published[p].store(0);
+  std::vector<std::atomic<uint32_t>> published(kProducers);  // value-initialised: 0
   std::atomic<uint64_t> refused{0};
 
   auto produce = [&](int p) {

@@ -10,9 +10,11 @@
 //
 // Layout: the first cache line holds what the producer writes and what the
 // transport reads to build a header; the second holds state that only the
-// port's TX core (the scheduler's single consumer) touches. Producers never
-// write the second line, and the consumer never writes the first, so the two
-// sides share no written line while a message is queued.
+// port's TX core (the scheduler's single consumer) touches, except for two
+// links: submit() writes the ingress link before publishing the message, and
+// the pool writes its free-list link while the descriptor is free. The
+// consumer never writes the first line, so once a message is queued the
+// producer's line is only ever read.
 //
 // MessagePool is a fixed-capacity free list of descriptors. alloc() and free()
 // may be called from any thread, including threads that the OS can preempt
@@ -73,7 +75,6 @@ struct alignas(64) Message {
   uint32_t parts_acked_ = 0;             ///< partition mode: partitions whose credit returned
   uint32_t rtx_queued_ = 0;              ///< retransmissions of it still queued
   uint8_t state_ = 0;                    ///< PortScheduler::MsgState
-  uint8_t level_ = 0;                    ///< level it is queued at (mode dependent)
   // Touched only by MessagePool; atomic because a stale pop may read it while
   // its owner rewrites it (the tag check then rejects that pop).
   std::atomic<uint32_t> pool_next_{0};

@@ -250,11 +250,9 @@ size_t PortScheduler::drain_ingress_st() {
     msg->ready_next_ = nullptr;
     msg->state_ = kQueued;
     if (config_.mode == Mode::kPartition) {
-      msg->level_ = msg->priority;
       pending_.push_message(msg->priority, msg);
     } else {
-      msg->level_ = static_cast<uint8_t>(tx_level(*msg));
-      tx_.push_message(msg->level_, msg);
+      tx_.push_message(tx_level(*msg), msg);
     }
   }
   stats_.drained += n;

@@ -137,8 +137,10 @@ class PortScheduler {
 
   /// Consumer, partition mode. The start-up exchange of msg's oldest started,
   /// not-yet-ready partition has completed: its bytes may now be carved.
-  /// Readiness is granted in start order per message. No-op in other modes or
-  /// when msg has no partition waiting.
+  /// Readiness is granted in start order per message, so call it once per
+  /// start-up control, on its first acknowledgement (a resent control's ack
+  /// must not call it again). No-op in other modes or when msg has no
+  /// partition waiting.
   void partition_ready_st(Message* msg);
 
   /// Consumer. `bytes` of msg's carved data were acknowledged for the first
