@@ -13,7 +13,30 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace mercury::net {
+
+namespace detail {
+#if defined(__AVX2__)
+// Adds the 32-bit words of `v` into the 64-bit lanes of two accumulators:
+// they cannot overflow for any frame (2^32 words of 2^32 each).
+inline void add_words(__m256i v, __m256i& lo, __m256i& hi) {
+  const __m256i zero = _mm256_setzero_si256();
+  lo = _mm256_add_epi64(lo, _mm256_unpacklo_epi32(v, zero));
+  hi = _mm256_add_epi64(hi, _mm256_unpackhi_epi32(v, zero));
+}
+inline uint64_t horizontal(__m256i lo, __m256i hi) {
+  const __m256i s = _mm256_add_epi64(lo, hi);
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+  // Each lane holds < 2^62, so the sum of the four cannot wrap 64 bits.
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+#endif
+}  // namespace detail
 
 /// Partial ones'-complement sum of `len` bytes, to be folded with fold_sum().
 /// The bytes are treated as if they start at an even offset of the summed
@@ -22,6 +45,16 @@ namespace mercury::net {
 inline uint64_t partial_sum(const void* data, size_t len, uint64_t acc = 0) {
   const auto* p = static_cast<const unsigned char*>(data);
   size_t i = 0;
+#if defined(__AVX2__)
+  if (len >= 64) {
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    for (; i + 64 <= len; i += 64) {
+      detail::add_words(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), lo, hi);
+      detail::add_words(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)), lo, hi);
+    }
+    acc += detail::horizontal(lo, hi);
+  }
+#endif
   uint64_t a0 = acc, a1 = 0;
   for (; i + 8 <= len; i += 8) {
     uint32_t w0, w1;
@@ -58,6 +91,20 @@ inline uint64_t copy_and_sum(void* dst, const void* src, size_t len, uint64_t ac
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   size_t i = 0;
+#if defined(__AVX2__)
+  if (len >= 64) {
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    for (; i + 64 <= len; i += 64) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), v0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), v1);
+      detail::add_words(v0, lo, hi);
+      detail::add_words(v1, lo, hi);
+    }
+    acc += detail::horizontal(lo, hi);
+  }
+#endif
   uint64_t a0 = acc, a1 = 0;
   for (; i + 8 <= len; i += 8) {
     uint32_t w0, w1;

@@ -151,22 +151,17 @@ void parse_frame(std::span<const std::byte> frame, const LocalAddr& local, RxChe
   out.kind = FrameKind::kMercury;
 }
 
-size_t build_data_frame(std::span<std::byte> out, const LocalAddr& local, const Route& route,
-                        wire::HeaderFields h, std::span<const std::byte> payload,
-                        ChecksumMode mode) {
-  const size_t udp_len = kL4Len + wire::kHeaderSize + payload.size();
-  const size_t ip_len = kL3Len + udp_len;
-  std::byte* p = out.data();
-
+FrameTemplate make_frame_template(const LocalAddr& local, const Route& route) {
+  FrameTemplate t;
+  std::byte* p = t.bytes.data();
   auto& eth = *reinterpret_cast<EtherHeader*>(p);
   eth.dst = route.dst_mac.bytes;
   eth.src = local.mac.bytes;
   eth.ether_type.set(kEtherTypeIpv4);
-
   auto& ip = *reinterpret_cast<Ipv4Header*>(p + kL2Len);
   ip.version_ihl = 0x45;
   ip.tos = 0;
-  ip.total_length.set(static_cast<uint16_t>(ip_len));
+  ip.total_length.set(0);
   ip.id.set(0);
   ip.fragment.set(kIpDontFragment);
   ip.ttl = kDefaultTtl;
@@ -174,40 +169,75 @@ size_t build_data_frame(std::span<std::byte> out, const LocalAddr& local, const 
   ip.checksum.set(0);
   ip.src.set(local.ip);
   ip.dst.set(route.dst_ip);
-
   auto& udp = *reinterpret_cast<UdpHeader*>(p + kL2Len + kL3Len);
   udp.src_port.set(local.udp_port);
   udp.dst_port.set(route.dst_port);
-  udp.length.set(static_cast<uint16_t>(udp_len));
+  udp.length.set(0);
   udp.checksum.set(0);
+  t.ip_sum = partial_sum(&ip, kL3Len);
+  t.pseudo_sum = pseudo_header_sum(ip, 0);
+  t.udp_sum = partial_sum(&udp, 4, t.pseudo_sum);
+  t.valid = true;
+  return t;
+}
 
-  h.payload_len = static_cast<uint16_t>(payload.size());
-  std::byte* mh = p + kL2Len + kL3Len + kL4Len;
-  wire::encode(h, *reinterpret_cast<wire::Header*>(mh));
-  std::byte* data = mh + wire::kHeaderSize;
+size_t build_data_frame(std::span<std::byte> out, const LocalAddr& local, const Route& route,
+                        wire::HeaderFields h, std::span<const std::byte> payload,
+                        ChecksumMode mode) {
+  return build_data_frame(out, make_frame_template(local, route), h, payload, mode);
+}
 
+size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
+                        const wire::HeaderFields& h, std::span<const std::byte> payload,
+                        ChecksumMode mode) {
+  const auto udp_len = static_cast<uint16_t>(kL4Len + wire::kHeaderSize + payload.size());
+  const auto ip_len = static_cast<uint16_t>(kL3Len + udp_len);
+  std::byte* p = out.data();
+  std::memcpy(p, t.bytes.data(), FrameTemplate::kSize);
+  auto& ip = *reinterpret_cast<Ipv4Header*>(p + kL2Len);
+  auto& udp = *reinterpret_cast<UdpHeader*>(p + kL2Len + kL3Len);
+  ip.total_length.set(ip_len);
+  udp.length.set(udp_len);
+
+  wire::HeaderFields fields = h;
+  fields.payload_len = static_cast<uint16_t>(payload.size());
+  auto& mh = *reinterpret_cast<wire::Header*>(p + FrameTemplate::kSize);
+  wire::encode(fields, mh);
+  std::byte* data = p + FrameTemplate::kSize + wire::kHeaderSize;
+
+  // Lengths enter the sums as big-endian 16-bit words, as on the wire.
+  be16 ip_len_be(ip_len), udp_len_be(udp_len);
+  uint16_t ip_len_word, udp_len_word;
+  std::memcpy(&ip_len_word, &ip_len_be, 2);
+  std::memcpy(&udp_len_word, &udp_len_be, 2);
+  if (mode != ChecksumMode::kOffload) {
+    store_checksum(ip.checksum, checksum_of(t.ip_sum + ip_len_word));
+  }
   switch (mode) {
     case ChecksumMode::kSoftware: {
-      uint64_t acc = pseudo_header_sum(ip, static_cast<uint16_t>(udp_len));
-      acc = partial_sum(&udp, kL4Len + wire::kHeaderSize, acc);
-      acc = copy_and_sum(data, payload.data(), payload.size(), acc);
+      // Pseudo-header length and UDP length field: the same word twice.
+      uint64_t acc = t.udp_sum + 2u * udp_len_word;
+      // The header's words are summed from the values: reading back what was
+      // just stored would stall on store forwarding. The same goes for the
+      // payload: memcpy first (its fast-string stores skip the destination's
+      // read-for-ownership, which a fused copy-and-sum loop pays), then sum
+      // the source, which the copy has just brought into cache.
+      acc += __builtin_bswap16(fold_sum(wire::header_word_sum(fields)));
+      std::memcpy(data, payload.data(), payload.size());
+      acc = partial_sum(payload.data(), payload.size(), acc);
       uint16_t c = checksum_of(acc);
-      // 0 means "no checksum" in UDP; its ones'-complement twin is 0xffff.
       if (c == 0) c = 0xffff;  // 0 means "no checksum" in UDP; 0xffff is its twin
       store_checksum(udp.checksum, c);
-      store_checksum(ip.checksum, checksum_of(partial_sum(&ip, kL3Len)));
       break;
     }
-    case ChecksumMode::kOffload: {
+    case ChecksumMode::kOffload:
+      // DPDK's offload wants the pseudo-header sum (addresses, protocol, length).
       std::memcpy(data, payload.data(), payload.size());
-      store_checksum(udp.checksum, fold_sum(pseudo_header_sum(ip, static_cast<uint16_t>(udp_len))));
+      store_checksum(udp.checksum, fold_sum(t.pseudo_sum + udp_len_word));
       break;
-    }
-    case ChecksumMode::kNone: {
+    case ChecksumMode::kNone:
       std::memcpy(data, payload.data(), payload.size());
-      store_checksum(ip.checksum, checksum_of(partial_sum(&ip, kL3Len)));
       break;
-    }
   }
   size_t len = kL2Len + ip_len;
   if (len < kMinFrame) {

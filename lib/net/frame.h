@@ -110,12 +110,26 @@ struct LocalAddr {
   uint16_t udp_port = wire::kDefaultUdpPort;
 };
 
+/// Ethernet+IPv4+UDP headers for one (local, destination) pair, built once
+/// so the send path copies 42 bytes and patches two lengths and checksums.
+struct FrameTemplate {
+  static constexpr size_t kSize = kL2Len + kL3Len + kL4Len;
+  std::array<std::byte, kSize> bytes{};
+  uint64_t ip_sum = 0;      ///< partial sum of the IPv4 header, length and checksum zero
+  uint64_t pseudo_sum = 0;  ///< pseudo-header addresses and protocol (length added per packet)
+  uint64_t udp_sum = 0;     ///< pseudo_sum plus both UDP ports
+  bool valid = false;
+};
+
 /// Where a frame goes: resolved once per peer, reused for every packet.
 struct Route {
   MacAddr dst_mac;
   uint32_t dst_ip = 0;
   uint16_t dst_port = wire::kDefaultUdpPort;
+  FrameTemplate frame;  ///< filled by Interface::resolve_st (or make_frame_template)
 };
+
+FrameTemplate make_frame_template(const LocalAddr& local, const Route& route);
 
 enum class ChecksumMode : uint8_t {
   kSoftware,  ///< the stack computes (TX) and verifies (RX) checksums
@@ -179,6 +193,10 @@ void parse_frame(std::span<const std::byte> frame, const LocalAddr& local, RxChe
 /// DPDK's TX checksum offload expects. Returns the frame length.
 size_t build_data_frame(std::span<std::byte> out, const LocalAddr& local, const Route& route,
                         wire::HeaderFields h, std::span<const std::byte> payload,
+                        ChecksumMode mode);
+/// The same from a prebuilt template: the send path's per-packet form.
+size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
+                        const wire::HeaderFields& h, std::span<const std::byte> payload,
                         ChecksumMode mode);
 
 /// Writes an ARP request (oper 1, broadcast) or reply (oper 2) frame of

@@ -27,6 +27,19 @@ Interface::Interface(Port& port, Mempool& pool, const LocalAddr& local,
 
 Interface::~Interface() {
   if (staged_ > 0) rte_pktmbuf_free_bulk(stage_.data(), staged_);
+  if (spare_ > 0) rte_pktmbuf_free_bulk(spares_.data(), spare_);
+}
+
+rte_mbuf* Interface::take_mbuf_st() {
+  if (spare_ == 0) {
+    if (rte_pktmbuf_alloc_bulk(pool_.get(), spares_.data(), kBurst) == 0) {
+      spare_ = kBurst;
+    } else {
+      // Nearly dry: one at a time, so the last mbufs are still usable.
+      return rte_pktmbuf_alloc(pool_.get());
+    }
+  }
+  return spares_[--spare_];
 }
 
 void Interface::count_drop(const ParsedFrame& f) {
@@ -87,7 +100,7 @@ bool Interface::stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip) {
     ++counters_.tx_stage_full;
     return false;
   }
-  rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+  rte_mbuf* m = take_mbuf_st();
   if (m == nullptr) {
     ++counters_.tx_no_mbuf;
     return false;
@@ -102,6 +115,7 @@ bool Interface::stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip) {
 bool Interface::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t now) {
   if (const MacAddr* mac = arp_.lookup(ip)) {
     out = Route{*mac, ip, udp_port};
+    out.frame = make_frame_template(local_, out);
     return true;
   }
   if (arp_.should_request(ip, now) && stage_arp_st(1, MacAddr{}, ip)) {
@@ -116,14 +130,16 @@ bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
     ++counters_.tx_stage_full;
     return false;
   }
-  rte_mbuf* m = rte_pktmbuf_alloc(pool_.get());
+  rte_mbuf* m = take_mbuf_st();
   if (m == nullptr) {
     ++counters_.tx_no_mbuf;
     return false;
   }
   auto* p = rte_pktmbuf_mtod(m, std::byte*);
-  const size_t len =
-      build_data_frame({p, rte_pktmbuf_tailroom(m)}, local_, route, h, payload, tx_mode_);
+  const std::span<std::byte> room{p, rte_pktmbuf_tailroom(m)};
+  const size_t len = route.frame.valid
+                         ? build_data_frame(room, route.frame, h, payload, tx_mode_)
+                         : build_data_frame(room, local_, route, h, payload, tx_mode_);
   m->data_len = m->pkt_len = static_cast<uint32_t>(len);
   if (tx_mode_ == ChecksumMode::kOffload) {
     m->l2_len = kL2Len;

@@ -96,6 +96,8 @@ class Interface {
   void attach_emulator(LinkEmulator* e) { emulator_ = e; }
 
   [[nodiscard]] const InterfaceCounters& counters() const { return counters_; }
+  /// mbufs of this interface's pool it holds (staged or spare): for leak checks.
+  [[nodiscard]] uint32_t mbufs_held() const { return staged_ + spare_; }
   [[nodiscard]] const LocalAddr& local() const { return local_; }
   [[nodiscard]] Port& port() { return port_; }
   [[nodiscard]] ChecksumMode checksum_mode() const { return tx_mode_; }
@@ -113,8 +115,14 @@ class Interface {
   bool verify_udp_;
   ArpTable arp_;
   LinkEmulator* emulator_ = nullptr;
+  rte_mbuf* take_mbuf_st();
+
   uint16_t staged_ = 0;
   std::array<rte_mbuf*, kStage> stage_{};
+  // Fresh mbufs taken from the pool a burst at a time: one bulk get instead
+  // of a pool access per packet.
+  uint16_t spare_ = 0;
+  std::array<rte_mbuf*, kBurst> spares_{};
   InterfaceCounters counters_;
 };
 

@@ -55,6 +55,17 @@ void encode(const HeaderFields& f, std::span<std::byte, kHeaderSize> out) {
   encode(f, *reinterpret_cast<Header*>(out.data()));
 }
 
+uint64_t header_word_sum(const HeaderFields& f) {
+  auto w32 = [](uint32_t v) -> uint64_t { return (v >> 16) + (v & 0xffffu); };
+  auto w64 = [&](uint64_t v) -> uint64_t {
+    return w32(static_cast<uint32_t>(v >> 32)) + w32(static_cast<uint32_t>(v));
+  };
+  return (uint64_t{kVersion} << 8 | static_cast<uint8_t>(f.type)) + f.flags + w32(f.job_id) +
+         f.sender_id + (uint64_t{f.priority} << 8 | static_cast<uint8_t>(f.dtype)) +
+         w32(f.tensor_key) + w32(f.msg_id) + w32(f.msg_len) + w32(f.offset) + w32(f.iteration) +
+         w32(f.param_version) + w32(f.seq) + w32(f.ack) + f.payload_len + f.epoch + w64(f.sack);
+}
+
 Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   if (packet.size() < kHeaderSize) return Reject::kTruncated;
   const auto& h = *reinterpret_cast<const Header*>(packet.data());

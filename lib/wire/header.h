@@ -140,6 +140,13 @@ std::string_view reject_name(Reject r);
 void encode(const HeaderFields& f, std::span<std::byte, kHeaderSize> out);
 void encode(const HeaderFields& f, Header& out);
 
+/// The sum of the header's 16-bit big-endian words as encode() would write
+/// them, computed from the values (not from memory), for a ones'-complement
+/// checksum over the header. Summing memory the CPU has just written with
+/// narrower stores stalls on store forwarding; this does not touch memory.
+/// The result is unfolded: fold it to 16 bits before use.
+uint64_t header_word_sum(const HeaderFields& f);
+
 /// Reads and validates the header at the start of `packet` (header plus
 /// payload: everything after the UDP header). On success fills `out` and
 /// returns Reject::kNone; otherwise returns the first rule the packet breaks

@@ -122,6 +122,24 @@ TEST(WireHeader, RejectsEachBrokenRule) {
   }
 }
 
+TEST(WireHeader, WordSumMatchesTheEncodedBytes) {
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 1000; ++i) {
+    HeaderFields f = sample();
+    f.job_id = static_cast<uint32_t>(rng());
+    f.seq = static_cast<uint32_t>(rng());
+    f.sack = rng();
+    f.priority = static_cast<uint8_t>(rng());
+    f.payload_len = static_cast<uint16_t>(rng());
+    Header h;
+    encode(f, h);
+    const auto* b = reinterpret_cast<const uint8_t*>(&h);
+    uint64_t want = 0;
+    for (size_t k = 0; k < kHeaderSize; k += 2) want += (uint64_t{b[k]} << 8) | b[k + 1];
+    EXPECT_EQ(header_word_sum(f), want);
+  }
+}
+
 TEST(WireHeader, EveryRejectHasADistinctName) {
   std::vector<std::string_view> names;
   for (size_t i = 0; i < kRejectCount; ++i) {
