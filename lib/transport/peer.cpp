@@ -1,0 +1,138 @@
+// Peer: both halves of a peer wired together, plus the epoch exchange. See
+// transport.h and docs/transport.md.
+#include <algorithm>
+#include <stdexcept>
+
+#include "transport/transport.h"
+
+namespace mercury::transport {
+
+namespace wf = wire::flags;
+
+namespace {
+
+uint16_t checked_epoch(uint16_t e) {
+  if (e == 0) throw std::invalid_argument("transport: local epoch must be non-zero");
+  return e;
+}
+
+}  // namespace
+
+Peer::Peer(const Config& config, uint16_t local_epoch, Tick now, uint16_t peer_epoch)
+    : p_(resolve(config)),
+      local_epoch_(checked_epoch(local_epoch)),
+      sender_(p_, initial_seq(local_epoch, peer_epoch, p_.seq_salt), now),
+      receiver_(p_, local_epoch, peer_epoch),
+      owe_epoch_(true),
+      next_probe_(now),
+      probe_interval_(p_.initial_rto),
+      connect_deadline_(p_.connect_timeout != 0 ? now + p_.connect_timeout : 0) {}
+
+uint32_t Peer::stream_origin() const {
+  return initial_seq(local_epoch_, receiver_.peer_epoch(), p_.seq_salt);
+}
+
+void Peer::stamp(const TxStamp& st, wire::HeaderFields& h) {
+  h.seq = st.seq;
+  h.epoch = local_epoch_;
+  h.flags = static_cast<uint16_t>((h.flags & ~(wf::kAckValid | wf::kRetransmit)) | st.flags);
+  receiver_.fill_ack(h);  // piggyback: every data packet carries our latest ACK
+  owe_epoch_ = false;
+}
+
+bool Peer::send(const SliceRef& slice, Tick now, wire::HeaderFields& h) {
+  if (!can_send()) return false;
+  stamp(sender_.on_send(slice, now), h);
+  return true;
+}
+
+Resend Peer::resend(uint32_t seq, Tick now, SliceRef& slice, wire::HeaderFields& h) {
+  TxStamp st;
+  const Resend r = sender_.on_resend(seq, now, slice, st);
+  if (r == Resend::kSend) stamp(st, h);
+  return r;
+}
+
+bool Peer::ack_due(Tick now) const {
+  if (connect_failed_) return false;
+  if (!peer_known()) return now >= next_probe_;
+  return owe_epoch_ || receiver_.ack_due(now);
+}
+
+void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
+  h.type = wire::PacketType::kAck;
+  h.payload_len = 0;
+  h.offset = 0;
+  h.msg_len = 0;
+  h.seq = sender_.next_seq();  // informational: a pure ACK occupies no sequence number
+  h.epoch = local_epoch_;
+  // While we do not know the peer, ask it to answer (kAckRequest); an answer
+  // never asks back, so probes do not ping-pong.
+  h.flags = peer_known() ? 0 : wf::kAckRequest;
+  owe_epoch_ = false;
+  if (!receiver_.fill_ack(h)) {
+    // A probe: nothing to acknowledge yet, but the peer learns our epoch.
+    ++probes_sent_;
+    if (!peer_known()) {
+      next_probe_ = now + probe_interval_;
+      probe_interval_ = std::min(2 * probe_interval_, p_.max_rto);
+    }
+  }
+}
+
+RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink) {
+  RxResult r;
+  const EpochCheck ec = receiver_.observe_epoch(h.epoch);
+  if (ec == EpochCheck::kStale) {
+    r.verdict = RxVerdict::kStaleEpoch;
+    return r;
+  }
+  if (h.type == wire::PacketType::kAck) {
+    r.verdict = RxVerdict::kAckOnly;
+    // A probe from a peer that does not know us yet asks for an answer.
+    if ((h.flags & wf::kAckRequest) != 0) owe_epoch_ = true;
+  } else {
+    r = receiver_.on_data(h, now);  // its own epoch check now says kCurrent
+  }
+  r.peer_restarted = ec == EpochCheck::kRestarted;
+  if (ec == EpochCheck::kAdopted) {
+    // First word from the peer: key our stream to it (nothing was sent yet)
+    // and make sure it hears our epoch even if we have no data for it.
+    sender_.rebase(stream_origin());
+    owe_epoch_ = true;
+    connect_deadline_ = 0;
+  } else if (ec == EpochCheck::kRestarted) {
+    // The peer's receiver for us is fresh: what we had in flight is lost with
+    // its old incarnation, and our stream must start where it now looks.
+    sender_.restart(stream_origin(), now, FailReason::kPeerRestarted, sink);
+    owe_epoch_ = true;
+  }
+  if ((h.flags & wf::kAckValid) != 0) sender_.on_ack(h.ack, h.sack, now, sink);
+  return r;
+}
+
+void Peer::on_timer(Tick now, SenderSink& sink) {
+  sender_.on_timer(now, sink);
+  if (connect_deadline_ != 0 && !peer_known() && now >= connect_deadline_) connect_failed_ = true;
+}
+
+Tick Peer::next_deadline() const {
+  if (dead()) return 0;
+  if (!peer_known()) {
+    return connect_deadline_ != 0 ? std::min(next_probe_, connect_deadline_) : next_probe_;
+  }
+  return sender_.next_deadline();
+}
+
+void Peer::reincarnate(uint16_t new_local_epoch, Tick now, SenderSink& sink) {
+  if (!epoch_newer(checked_epoch(new_local_epoch), local_epoch_)) {
+    throw std::invalid_argument("transport: reincarnate needs an epoch newer than the current one");
+  }
+  local_epoch_ = new_local_epoch;
+  receiver_.reincarnate(local_epoch_);
+  sender_.restart(stream_origin(), now, FailReason::kReset, sink);
+  owe_epoch_ = true;
+  connect_failed_ = false;
+}
+
+}  // namespace mercury::transport

@@ -1,0 +1,210 @@
+// Peer: the epoch exchange, piggybacked ACKs, restarts, death and rebirth.
+// Every header goes through wire::encode/decode, so what the transport fills
+// is also what the wire accepts.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "transport/test_util.h"
+#include "transport/transport.h"
+
+namespace mercury::transport {
+namespace {
+
+using test::kMs;
+using test::kUs;
+using test::RecordingSink;
+using test::slice_of;
+namespace wf = wire::flags;
+
+struct Endpoint {
+  Endpoint(uint16_t epoch, Tick now, Config c = test::test_config()) : peer(c, epoch, now) {}
+  Peer peer;
+  RecordingSink sink;
+};
+
+// Encodes and decodes h (with a zero payload of h.payload_len bytes).
+wire::HeaderFields over_the_wire(const wire::HeaderFields& h) {
+  std::vector<std::byte> pkt(wire::kHeaderSize + h.payload_len);
+  wire::encode(h, std::span<std::byte, wire::kHeaderSize>(pkt.data(), wire::kHeaderSize));
+  wire::HeaderFields out;
+  EXPECT_EQ(wire::decode(pkt, out), wire::Reject::kNone);
+  return out;
+}
+
+// A data header for single-packet message msg_id (100 bytes).
+wire::HeaderFields data_header(uint32_t msg_id) {
+  wire::HeaderFields h;
+  h.type = wire::PacketType::kData;
+  h.msg_id = msg_id;
+  h.msg_len = 100;
+  h.payload_len = 100;
+  return h;
+}
+
+// `from` sends a data packet for slice_of(i); returns the header on the wire.
+wire::HeaderFields send_data(Endpoint& from, uint32_t i, Tick now) {
+  wire::HeaderFields h = data_header(i);
+  EXPECT_TRUE(from.peer.send(slice_of(i), now, h));
+  return over_the_wire(h);
+}
+
+wire::HeaderFields pure_ack(Endpoint& from, Tick now) {
+  wire::HeaderFields h;
+  from.peer.fill_pure_ack(now, h);
+  return over_the_wire(h);
+}
+
+// Runs the probe exchange between fresh endpoints a and b.
+void handshake(Endpoint& a, Endpoint& b, Tick now) {
+  for (int i = 0; i < 4 && (a.peer.ack_due(now) || b.peer.ack_due(now)); ++i) {
+    if (a.peer.ack_due(now)) b.peer.on_packet(pure_ack(a, now), now, b.sink);
+    if (b.peer.ack_due(now)) a.peer.on_packet(pure_ack(b, now), now, a.sink);
+  }
+}
+
+TEST(Peer, ExchangesEpochsBeforeTheFirstData) {
+  Endpoint a(1, 0), b(5, 0);
+  EXPECT_FALSE(a.peer.can_send());  // cannot key a stream without the peer's epoch
+  ASSERT_TRUE(a.peer.ack_due(0));
+  const wire::HeaderFields probe = pure_ack(a, 0);
+  EXPECT_EQ(probe.type, wire::PacketType::kAck);
+  EXPECT_EQ(probe.flags, wf::kAckRequest);  // no ACK yet, and "please answer"
+  EXPECT_EQ(probe.epoch, 1);
+  EXPECT_EQ(b.peer.on_packet(probe, 0, b.sink).verdict, RxVerdict::kAckOnly);
+  EXPECT_EQ(b.peer.peer_epoch(), 1);
+  EXPECT_TRUE(b.peer.can_send());
+  ASSERT_TRUE(b.peer.ack_due(0));
+  const wire::HeaderFields answer = pure_ack(b, 0);
+  EXPECT_EQ(answer.flags, 0);  // an answer never asks back: no ping-pong
+  a.peer.on_packet(answer, 0, a.sink);
+  EXPECT_TRUE(a.peer.can_send());
+  EXPECT_EQ(a.peer.peer_epoch(), 5);
+  // A's stream is keyed to (1, 5); B syncs to it on the first packet.
+  const wire::HeaderFields d = send_data(a, 0, 10 * kUs);
+  EXPECT_EQ(d.seq, initial_seq(1, 5, 0));
+  const RxResult r = b.peer.on_packet(d, 10 * kUs, b.sink);
+  EXPECT_EQ(r.verdict, RxVerdict::kNew);
+  EXPECT_TRUE(r.message_complete);
+}
+
+TEST(Peer, ProbesBackOffAndAConnectTimeoutDeclaresThePeerDead) {
+  Config c = test::test_config();
+  c.connect_timeout_us = 30'000;
+  Endpoint a(1, 0, c);
+  std::vector<Tick> probes;
+  for (Tick now = 0; now <= 40 * kMs && !a.peer.dead(); now += 100 * kUs) {
+    if (a.peer.ack_due(now)) {
+      pure_ack(a, now);
+      probes.push_back(now);
+    }
+    a.peer.on_timer(now, a.sink);
+  }
+  // initial_rto 5 ms, doubling: probes at 0, 5, 15 ms; dead at 30 ms.
+  EXPECT_EQ(probes, (std::vector<Tick>{0, 5 * kMs, 15 * kMs}));
+  EXPECT_TRUE(a.peer.dead());
+  EXPECT_FALSE(a.peer.ack_due(50 * kMs));
+  EXPECT_EQ(a.peer.counters().probes_sent, 3u);
+}
+
+TEST(Peer, WithoutAConnectTimeoutWaitsForItsPeerForEver) {
+  Endpoint a(1, 0);
+  a.peer.on_timer(3'600'000 * kMs, a.sink);
+  EXPECT_FALSE(a.peer.dead());
+  EXPECT_TRUE(a.peer.ack_due(3'600'000 * kMs));
+}
+
+TEST(Peer, DataCarriesPiggybackedAcks) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  for (uint32_t i = 0; i < 3; ++i) b.peer.on_packet(send_data(a, i, 10 * kUs), 20 * kUs, b.sink);
+  EXPECT_TRUE(a.sink.acked.empty());
+  const wire::HeaderFields reply = send_data(b, 7, 30 * kUs);
+  EXPECT_NE(reply.flags & wf::kAckValid, 0);
+  EXPECT_EQ(reply.ack, initial_seq(1, 5, 0) + 3);
+  a.peer.on_packet(reply, 40 * kUs, a.sink);
+  EXPECT_EQ(a.sink.acked.size(), 3u);
+  EXPECT_FALSE(b.peer.ack_due(30 * kUs));  // the piggyback cleared the debt
+}
+
+TEST(Peer, PureAckWhenThereIsNoDataGoingBack) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  for (uint32_t i = 0; i < 4; ++i) b.peer.on_packet(send_data(a, i, 10 * kUs), 20 * kUs, b.sink);
+  ASSERT_TRUE(b.peer.ack_due(20 * kUs));  // ack_every = 4
+  const wire::HeaderFields ack = pure_ack(b, 20 * kUs);
+  EXPECT_EQ(ack.flags, wf::kAckValid);
+  EXPECT_EQ(a.peer.on_packet(ack, 30 * kUs, a.sink).verdict, RxVerdict::kAckOnly);
+  EXPECT_EQ(a.sink.acked.size(), 4u);
+  EXPECT_EQ(a.peer.sender().outstanding(), 0u);
+}
+
+TEST(Peer, APeerRestartFailsPendingAndRestartsTheStream) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  // Three packets from A are in flight when B restarts as epoch 6.
+  std::vector<wire::HeaderFields> in_flight;
+  for (uint32_t i = 0; i < 3; ++i) in_flight.push_back(send_data(a, i, 10 * kUs));
+  const wire::HeaderFields old_b = send_data(b, 9, 10 * kUs);
+  Endpoint b2(6, 1 * kMs);
+  handshake(a, b2, 1 * kMs);
+  ASSERT_EQ(a.sink.failed.size(), 3u);
+  for (const auto& f : a.sink.failed) EXPECT_EQ(f.why, FailReason::kPeerRestarted);
+  EXPECT_EQ(a.peer.peer_epoch(), 6);
+  EXPECT_EQ(a.peer.counters().rx.peer_restarts, 1u);
+  // A's old packets reach the new B: a stream meant for its predecessor.
+  for (const auto& h : in_flight) {
+    EXPECT_EQ(b2.peer.on_packet(h, 2 * kMs, b2.sink).verdict, RxVerdict::kUnsynced);
+  }
+  // Old B's packet reaches A: stale.
+  EXPECT_EQ(a.peer.on_packet(old_b, 2 * kMs, a.sink).verdict, RxVerdict::kStaleEpoch);
+  EXPECT_EQ(a.peer.counters().rx.stale_epoch, 1u);
+  // Both new streams work.
+  const wire::HeaderFields d = send_data(a, 3, 3 * kMs);
+  EXPECT_EQ(d.seq, initial_seq(1, 6, 0));
+  EXPECT_EQ(b2.peer.on_packet(d, 3 * kMs, b2.sink).verdict, RxVerdict::kNew);
+  EXPECT_EQ(a.peer.on_packet(send_data(b2, 4, 3 * kMs), 3 * kMs, a.sink).verdict, RxVerdict::kNew);
+  a.peer.on_packet(pure_ack(b2, 4 * kMs), 4 * kMs, a.sink);
+  ASSERT_EQ(a.sink.acked.size(), 1u);
+  EXPECT_EQ(a.sink.acked[0], slice_of(3));
+}
+
+TEST(Peer, ADeadPeerCanBeReachedAgainByReincarnating) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  send_data(a, 0, 10 * kUs);
+  send_data(a, 1, 10 * kUs);
+  // B never answers: retransmissions time out until peer_timeout (1 s).
+  for (Tick now = 0; now <= 1'100 * kMs && !a.peer.dead(); now += 1 * kMs) {
+    a.peer.on_timer(now, a.sink);
+    for (const auto& l : a.sink.lost) {
+      SliceRef s;
+      wire::HeaderFields h = data_header(0);
+      a.peer.resend(l.seq, now, s, h);
+    }
+    a.sink.lost.clear();
+  }
+  ASSERT_TRUE(a.peer.dead());
+  EXPECT_EQ(a.sink.failed.size(), 2u);
+  EXPECT_FALSE(a.peer.can_send());
+  a.sink.failed.clear();
+  a.peer.reincarnate(2, 2'000 * kMs, a.sink);
+  EXPECT_TRUE(a.sink.failed.empty());  // nothing was left pending
+  EXPECT_FALSE(a.peer.dead());
+  ASSERT_TRUE(a.peer.can_send());
+  const RxResult r = b.peer.on_packet(send_data(a, 5, 2'000 * kMs), 2'000 * kMs, b.sink);
+  EXPECT_TRUE(r.peer_restarted);
+  EXPECT_EQ(r.verdict, RxVerdict::kNew);
+  ASSERT_TRUE(b.peer.ack_due(2'000 * kMs));
+  a.peer.on_packet(pure_ack(b, 2'000 * kMs), 2'001 * kMs, a.sink);
+  ASSERT_EQ(a.sink.acked.size(), 1u);
+  EXPECT_EQ(a.sink.acked[0], slice_of(5));
+  EXPECT_THROW(a.peer.reincarnate(2, 0, a.sink), std::invalid_argument);
+}
+
+TEST(Peer, RejectsAZeroLocalEpoch) {
+  EXPECT_THROW(Peer(test::test_config(), 0, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mercury::transport

@@ -1,0 +1,254 @@
+// PeerReceiver: the receive half of a peer. See transport.h and docs/transport.md.
+#include <algorithm>
+#include <bit>
+#include <stdexcept>
+
+#include "transport/transport.h"
+
+namespace mercury::transport {
+
+namespace wf = wire::flags;
+
+namespace {
+
+// Ring of at least 128 bits so the 64-bit SACK window always fits in it.
+uint32_t ring_bits(uint32_t rx_window) { return std::bit_ceil(std::max(2 * rx_window, 128u)); }
+
+uint16_t checked_epoch(uint16_t e) {
+  if (e == 0) throw std::invalid_argument("transport: local epoch must be non-zero");
+  return e;
+}
+
+}  // namespace
+
+PeerReceiver::PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t peer_epoch)
+    : p_(params),
+      local_epoch_(checked_epoch(local_epoch)),
+      peer_epoch_(peer_epoch),
+      ring_mask_(ring_bits(params.rx_window) - 1),
+      got_(ring_bits(params.rx_window) / 64),
+      rtx_(ring_bits(params.rx_window) / 64),
+      msgs_(std::bit_ceil(std::max(2 * params.rx_messages, 2u))),
+      msg_mask_(static_cast<uint32_t>(msgs_.size()) - 1) {
+  if (params.rx_window == 0) throw std::invalid_argument("transport: rx_window must be >= 1");
+  if (params.rx_messages == 0) throw std::invalid_argument("transport: rx_messages must be >= 1");
+}
+
+EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
+  if (epoch == 0) {  // no sender uses it: a corrupt or foreign packet
+    ++counters_.stale_epoch;
+    return EpochCheck::kStale;
+  }
+  if (peer_epoch_ == 0) {
+    peer_epoch_ = epoch;
+    return EpochCheck::kAdopted;
+  }
+  if (epoch == peer_epoch_) return EpochCheck::kCurrent;
+  if (epoch_newer(epoch, peer_epoch_)) {
+    // The peer restarted: its old stream and every message in it are gone.
+    counters_.messages_abandoned += msg_count_;
+    reset_messages();
+    synced_ = false;
+    unacked_ = 0;
+    ack_now_ = false;
+    peer_epoch_ = epoch;
+    ++counters_.peer_restarts;
+    return EpochCheck::kRestarted;
+  }
+  ++counters_.stale_epoch;
+  return EpochCheck::kStale;
+}
+
+void PeerReceiver::reset_messages() {
+  std::fill(msgs_.begin(), msgs_.end(), MsgSlot{});
+  msg_count_ = 0;
+}
+
+void PeerReceiver::sync(uint32_t base) {
+  rcv_nxt_ = base;
+  history_ = 0;
+  std::fill(got_.begin(), got_.end(), 0);
+  std::fill(rtx_.begin(), rtx_.end(), 0);
+  counters_.messages_abandoned += msg_count_;
+  reset_messages();
+  synced_ = true;
+  unacked_ = 0;
+  ack_now_ = false;
+}
+
+void PeerReceiver::reincarnate(uint16_t new_local_epoch) {
+  local_epoch_ = checked_epoch(new_local_epoch);
+  counters_.messages_abandoned += msg_count_;
+  reset_messages();
+  synced_ = false;
+  unacked_ = 0;
+  ack_now_ = false;
+}
+
+bool PeerReceiver::try_sync(uint32_t seq) {
+  // A sender starts its stream towards us at initial_seq(its epoch, our
+  // epoch). Accept a packet of that stream's first window (the very first
+  // packets may be lost or reordered); anything else is the leftover of a
+  // stream meant for an earlier incarnation of us, or of the peer.
+  const uint32_t base = initial_seq(peer_epoch_, local_epoch_, p_.seq_salt);
+  const int32_t d = seq_diff(seq, base);
+  if (d < 0 || static_cast<uint32_t>(d) >= p_.rx_window) return false;
+  sync(base);
+  return true;
+}
+
+uint64_t PeerReceiver::sack_bits() const {
+  if (!synced_ || p_.rx_window <= 1) return 0;
+  // Bits for seqs rcv_nxt_+1 .. rcv_nxt_+64: a 64-bit window of the ring,
+  // possibly straddling two words.
+  const uint32_t i = (rcv_nxt_ + 1) & ring_mask_;
+  const uint32_t w = i >> 6;
+  const uint32_t sh = i & 63;
+  uint64_t bits = got_[w] >> sh;
+  if (sh != 0) bits |= got_[(w + 1) & (got_.size() - 1)] << (64 - sh);
+  // Only seqs inside the receive window are live; beyond it the ring holds
+  // history.
+  if (p_.rx_window - 1 < 64) bits &= (uint64_t{1} << (p_.rx_window - 1)) - 1;
+  return bits;
+}
+
+void PeerReceiver::duplicate(const wire::HeaderFields& h, bool history_known) {
+  ++counters_.duplicates;
+  // The sender may have missed our ACK: repeat it at once.
+  ack_now_ = true;
+  // One copy original, the other a retransmission: both arrived, so the
+  // retransmission was not needed. (Two retransmissions of a lost original
+  // are not told apart from a link duplicate, so this undercounts then.)
+  const bool rtx = (h.flags & wf::kRetransmit) != 0;
+  if (history_known && bit(rtx_, h.seq) != rtx) ++counters_.spurious_retransmits;
+}
+
+PeerReceiver::MsgSlot* PeerReceiver::find_or_add(uint32_t msg_id, uint32_t msg_len, bool& full) {
+  // Message ids run sequentially per sender, and an odd multiplier permutes
+  // the low bits, so consecutive ids land in distinct slots.
+  uint32_t i = (msg_id * 0x9e3779b1u) & msg_mask_;
+  while (msgs_[i].used) {
+    if (msgs_[i].msg_id == msg_id) return &msgs_[i];
+    i = (i + 1) & msg_mask_;
+  }
+  // Load stays <= 1/2, so the probe above always meets an empty slot.
+  full = msg_count_ >= p_.rx_messages;
+  if (full) return nullptr;
+  msgs_[i] = {msg_id, msg_len, 0, true};
+  ++msg_count_;
+  return &msgs_[i];
+}
+
+void PeerReceiver::erase(MsgSlot* slot) {
+  // Backward-shift deletion keeps linear-probe chains intact without
+  // tombstones, so the table never degrades with traffic.
+  uint32_t i = static_cast<uint32_t>(slot - msgs_.data());
+  msgs_[i].used = false;
+  --msg_count_;
+  for (uint32_t j = (i + 1) & msg_mask_; msgs_[j].used; j = (j + 1) & msg_mask_) {
+    const uint32_t home = (msgs_[j].msg_id * 0x9e3779b1u) & msg_mask_;
+    // Entry j may move into the hole at i unless its home lies cyclically in (i, j].
+    const bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (stays) continue;
+    msgs_[i] = msgs_[j];
+    msgs_[j].used = false;
+    i = j;
+  }
+}
+
+RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
+  RxResult r;
+  const EpochCheck ec = observe_epoch(h.epoch);
+  if (ec == EpochCheck::kStale) {
+    r.verdict = RxVerdict::kStaleEpoch;
+    return r;
+  }
+  r.peer_restarted = ec == EpochCheck::kRestarted;
+  if (!synced_ && !try_sync(h.seq)) {
+    ++counters_.unsynced;
+    r.verdict = RxVerdict::kUnsynced;
+    return r;
+  }
+  const int32_t d = seq_diff(h.seq, rcv_nxt_);
+  if (d >= 0 && static_cast<uint32_t>(d) >= p_.rx_window) {
+    ++counters_.out_of_window;
+    ack_now_ = true;  // tell the sender where we are
+    r.verdict = RxVerdict::kOutOfWindow;
+    return r;
+  }
+  if (d < 0) {
+    duplicate(h, rcv_nxt_ - h.seq <= history_);
+    r.verdict = RxVerdict::kDuplicate;
+    return r;
+  }
+  if (bit(got_, h.seq)) {
+    duplicate(h, true);
+    r.verdict = RxVerdict::kDuplicate;
+    return r;
+  }
+  // Count the bytes before marking the packet received: a refusal leaves it
+  // unacknowledged, so the sender will offer it again.
+  bool complete = h.payload_len == h.msg_len;  // the whole message in one packet
+  if (!complete) {
+    bool full = false;
+    MsgSlot* m = find_or_add(h.msg_id, h.msg_len, full);
+    if (m == nullptr) {
+      ++counters_.message_table_full;
+      r.verdict = RxVerdict::kMessageTableFull;
+      return r;
+    }
+    if (m->msg_len != h.msg_len || m->received + h.payload_len > h.msg_len) {
+      ++counters_.bad_message;
+      r.verdict = RxVerdict::kBadMessage;
+      return r;
+    }
+    m->received += h.payload_len;
+    if (m->received == m->msg_len) {
+      complete = true;
+      erase(m);
+    }
+  }
+  put_bit(got_, h.seq, true);
+  put_bit(rtx_, h.seq, (h.flags & wf::kRetransmit) != 0);
+  if (d == 0) {
+    uint32_t n = 1;
+    while (n < p_.rx_window && bit(got_, rcv_nxt_ + n)) ++n;
+    // Seqs [rcv_nxt_ + W, rcv_nxt_ + n + W) enter the window; their slots
+    // held the oldest history.
+    for (uint32_t k = 0; k < n; ++k) {
+      put_bit(got_, rcv_nxt_ + p_.rx_window + k, false);
+      put_bit(rtx_, rcv_nxt_ + p_.rx_window + k, false);
+    }
+    rcv_nxt_ += n;
+    history_ = std::min(history_ + n, ring_mask_ + 1 - p_.rx_window);
+    if (n > 1) ack_now_ = true;  // a hole was filled: the sender is waiting on it
+  } else {
+    ack_now_ = true;  // a gap: report it at once so the sender can repair it quickly
+  }
+  if ((h.flags & wf::kAckRequest) != 0) ack_now_ = true;
+  if (unacked_++ == 0) ack_deadline_ = now + p_.ack_delay;
+  ++counters_.packets_accepted;
+  counters_.bytes_accepted += h.payload_len;
+  if (complete) ++counters_.messages_completed;
+  r.verdict = RxVerdict::kNew;
+  r.message_complete = complete;
+  return r;
+}
+
+bool PeerReceiver::ack_due(Tick now) const {
+  if (!synced_) return false;
+  return ack_now_ || unacked_ >= p_.ack_every || (unacked_ != 0 && now >= ack_deadline_);
+}
+
+bool PeerReceiver::fill_ack(wire::HeaderFields& h) {
+  if (!synced_) return false;
+  h.flags |= wf::kAckValid;
+  h.ack = rcv_nxt_;
+  h.sack = sack_bits();
+  unacked_ = 0;
+  ack_now_ = false;
+  ++counters_.acks_sent;
+  return true;
+}
+
+}  // namespace mercury::transport

@@ -1,0 +1,369 @@
+// PeerSender: the send half of a peer. See transport.h and docs/transport.md.
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+#include "transport/transport.h"
+
+namespace mercury::transport {
+
+namespace wf = wire::flags;
+
+PeerSender::PeerSender(const Params& params, uint32_t initial_seq, Tick now)
+    : p_(params),
+      ring_(std::bit_ceil(std::max(params.window, 1u))),
+      mask_(static_cast<uint32_t>(ring_.size()) - 1),
+      window_(params.window),
+      una_(initial_seq),
+      nxt_(initial_seq),
+      cwnd_(params.window),
+      reorder_threshold_(params.reorder_threshold),
+      rto_(params.initial_rto),
+      progress_at_(now) {
+  counters_.rto = rto_;
+  counters_.cwnd = cwnd_;
+  counters_.reorder_threshold = reorder_threshold_;
+}
+
+bool PeerSender::can_send() const {
+  return !dead_ && outstanding() < window_ && in_flight_ < cwnd_;
+}
+
+bool PeerSender::can_resend() const { return !dead_ && in_flight_ < cwnd_; }
+
+Tick PeerSender::rto() const {
+  // Exponential back-off, saturating at max_rto.
+  if (backoff_ >= 63 || (rto_ << backoff_) >> backoff_ != rto_) return p_.max_rto;
+  return std::min(rto_ << backoff_, p_.max_rto);
+}
+
+Tick PeerSender::next_deadline() const {
+  if (dead_) return 0;
+  Tick d = 0;
+  if (timer_armed_) d = rto_deadline_;
+  if (outstanding() != 0) {
+    const Tick live = progress_at_ + p_.peer_timeout;
+    d = d == 0 ? live : std::min(d, live);
+  }
+  return d;
+}
+
+void PeerSender::arm_timer(Tick now) {
+  if (!timer_armed_) {
+    timer_armed_ = true;
+    rto_deadline_ = now + rto();
+  }
+}
+
+TxStamp PeerSender::on_send(const SliceRef& slice, Tick now) {
+  assert(can_send());
+  if (outstanding() == 0) progress_at_ = now;  // the liveness clock starts with data out
+  const uint32_t seq = nxt_++;
+  Entry& e = at(seq);
+  e.slice = slice;
+  e.sent_at = now;
+  e.tx_order = next_tx_order_++;
+  e.state = State::kInFlight;
+  e.transmissions = 1;
+  ++in_flight_;
+  ++counters_.packets_sent;
+  arm_timer(now);
+  // The sender will stall until an ACK opens the window: ask for it now
+  // rather than after the receiver's ack delay.
+  const uint16_t flags = can_send() ? 0 : wf::kAckRequest;
+  return {seq, flags};
+}
+
+Resend PeerSender::on_resend(uint32_t seq, Tick now, SliceRef& slice, TxStamp& stamp) {
+  if (!in_range(seq) || at(seq).state != State::kLost) {
+    ++counters_.resends_skipped;
+    return Resend::kNotNeeded;
+  }
+  if (!can_resend()) return Resend::kNoRoom;
+  Entry& e = at(seq);
+  e.state = State::kInFlight;
+  e.sent_at = now;
+  e.tx_order = next_tx_order_++;
+  if (e.transmissions < UINT8_MAX) ++e.transmissions;
+  --lost_;
+  ++in_flight_;
+  if (e.loss_kind == LossKind::kFast) {
+    ++counters_.retransmits_fast;
+  } else {
+    ++counters_.retransmits_timeout;
+  }
+  arm_timer(now);
+  slice = e.slice;
+  stamp = {seq, static_cast<uint16_t>(wf::kRetransmit | (can_resend() ? 0 : wf::kAckRequest))};
+  return Resend::kSend;
+}
+
+bool PeerSender::find_lost(uint64_t msg_token, uint32_t offset, uint32_t& seq) const {
+  uint32_t seen = 0;
+  for (uint32_t s = una_; s != nxt_ && seen < lost_; ++s) {
+    const Entry& e = at(s);
+    if (e.state != State::kLost) continue;
+    ++seen;
+    if (e.slice.msg_token == msg_token && e.slice.offset == offset) {
+      seq = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+void PeerSender::note_delivered_order(uint64_t tx_order) {
+  // Keep the highest delivered transmission orders, descending. Deliveries
+  // come mostly in increasing order, so the loop usually stops at once.
+  auto& t = delivered_top_;
+  if (tx_order <= t.back()) return;
+  size_t i = t.size() - 1;
+  while (i > 0 && t[i - 1] < tx_order) {
+    t[i] = t[i - 1];
+    --i;
+  }
+  t[i] = tx_order;
+}
+
+void PeerSender::deliver(Entry& e, Tick now, SenderSink& sink, RttCandidate& rtt) {
+  if (e.state == State::kInFlight) {
+    --in_flight_;
+  } else if (e.state == State::kLost) {
+    // Declared lost but delivered before the glue resent it: the resend is
+    // skipped (on_resend says no), and the reordering was deeper than the
+    // threshold, so raise it (RFC 8985 adapts its reordering window alike).
+    --lost_;
+    ++counters_.false_losses;
+    if (e.loss_kind == LossKind::kFast && reorder_threshold_ < p_.max_reorder_threshold) {
+      ++reorder_threshold_;
+      counters_.reorder_threshold = reorder_threshold_;
+    }
+  }
+  if (e.transmissions == 1) {
+    // Karn: only a packet sent once gives an unambiguous RTT sample. Take the
+    // most recently sent one: it had the least queueing behind the ack delay.
+    if (!rtt.valid || e.sent_at > rtt.sent_at) rtt = {true, e.sent_at};
+    note_delivered_order(e.tx_order);
+  } else if (has_rtt_ && now - e.sent_at >= counters_.min_rtt) {
+    // A retransmitted packet acked at least one minimum RTT after its resend
+    // was plausibly delivered by that resend: it may then witness losses of
+    // packets sent before it (a RACK-style rule). Acked sooner, the original
+    // must have arrived, and its order says nothing about later sends.
+    note_delivered_order(e.tx_order);
+  }
+  e.state = State::kSacked;
+  ++counters_.slices_acked;
+  sink.on_acked(e.slice);
+}
+
+void PeerSender::rtt_sample(Tick r) {
+  // RFC 6298 section 2, in ticks: alpha = 1/8, beta = 1/4, K = 4, and the
+  // clock granularity G is one tick.
+  if (!has_rtt_) {
+    srtt_ = r;
+    rttvar_ = r / 2;
+    has_rtt_ = true;
+    counters_.min_rtt = r;
+  } else {
+    const Tick delta = srtt_ > r ? srtt_ - r : r - srtt_;
+    rttvar_ = (3 * rttvar_ + delta) / 4;
+    srtt_ = (7 * srtt_ + r) / 8;
+    counters_.min_rtt = std::min(counters_.min_rtt, r);
+  }
+  rto_ = std::clamp(srtt_ + std::max<Tick>(1, 4 * rttvar_), p_.min_rto, p_.max_rto);
+  backoff_ = 0;  // Karn: a fresh sample from a packet sent once ends the back-off
+  ++counters_.rtt_samples;
+  counters_.srtt = srtt_;
+  counters_.rttvar = rttvar_;
+  counters_.rto = rto_;
+  counters_.backoff = 0;
+}
+
+void PeerSender::loss_episode() {
+  // Multiplicative decrease, once per episode: further losses among packets
+  // sent before the episode began are the same congestion event.
+  if (in_recovery_) return;
+  cwnd_ = std::max(p_.cwnd_floor, cwnd_ / 2);
+  cwnd_acked_ = 0;
+  in_recovery_ = true;
+  recovery_end_ = nxt_;
+  ++counters_.loss_episodes;
+  counters_.cwnd = cwnd_;
+}
+
+void PeerSender::mark_lost(uint32_t seq, Entry& e, LossKind kind, SenderSink& sink) {
+  e.state = State::kLost;
+  e.loss_kind = kind;
+  --in_flight_;
+  ++lost_;
+  if (kind == LossKind::kFast) {
+    ++counters_.losses_fast;
+  } else {
+    ++counters_.losses_timeout;
+  }
+  sink.on_lost(seq, e.slice, kind);
+}
+
+uint32_t PeerSender::detect_losses(SenderSink& sink) {
+  // A packet in flight is lost once reorder_threshold transmissions made
+  // after its own were delivered, i.e. its tx_order is below the k-th
+  // highest delivered order. Counting transmissions (not sequence numbers)
+  // means a resent packet is judged only by packets sent after the resend.
+  const uint64_t threshold = delivered_top_[reorder_threshold_ - 1];
+  if (threshold == 0) return 0;
+  uint32_t n = 0;
+  for (uint32_t s = una_; s != nxt_; ++s) {
+    Entry& e = at(s);
+    if (e.tx_order >= threshold) {
+      // A packet sent once bounds the scan: every higher seq was first sent
+      // after it, so its last transmission is later still.
+      if (e.transmissions == 1) break;
+      continue;
+    }
+    if (e.state == State::kInFlight) {
+      mark_lost(s, e, LossKind::kFast, sink);
+      ++n;
+    }
+  }
+  return n;
+}
+
+AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink) {
+  AckResult r;
+  if (dead_) {
+    r.ignored = true;
+    return r;
+  }
+  ++counters_.acks_received;
+  if (seq_diff(cum_ack, nxt_) > 0) {
+    // Acknowledges something never sent: a corrupt or foreign ACK.
+    ++counters_.acks_invalid;
+    r.ignored = true;
+    return r;
+  }
+  RttCandidate rtt;
+  const uint64_t acked_before = counters_.slices_acked;
+  if (seq_diff(cum_ack, una_) > 0) {
+    for (; una_ != cum_ack; ++una_) {
+      Entry& e = at(una_);
+      if (e.state != State::kSacked) deliver(e, now, sink, rtt);
+      e.state = State::kFree;
+    }
+  } else if (seq_diff(cum_ack, una_) < 0) {
+    ++counters_.acks_old;  // reordered ACK: its SACK bits are still true
+  }
+  for (uint64_t bits = sack; bits != 0; bits &= bits - 1) {
+    const uint32_t s = cum_ack + 1 + static_cast<uint32_t>(std::countr_zero(bits));
+    if (seq_diff(s, nxt_) >= 0) break;
+    if (seq_diff(s, una_) < 0) continue;
+    Entry& e = at(s);
+    if (e.state == State::kInFlight || e.state == State::kLost) {
+      deliver(e, now, sink, rtt);
+    }
+  }
+  r.newly_acked = static_cast<uint32_t>(counters_.slices_acked - acked_before);
+  if (rtt.valid && now >= rtt.sent_at) {
+    rtt_sample(now - rtt.sent_at);
+    r.rtt_sampled = true;
+  }
+  if (in_recovery_ && seq_diff(una_, recovery_end_) >= 0) in_recovery_ = false;
+  if (r.newly_acked != 0) {
+    progress_at_ = now;
+    if (!in_recovery_ && cwnd_ < window_) {
+      // Additive increase: one packet per window's worth of deliveries.
+      cwnd_acked_ += r.newly_acked;
+      while (cwnd_acked_ >= cwnd_ && cwnd_ < window_) {
+        cwnd_acked_ -= cwnd_;
+        ++cwnd_;
+      }
+      counters_.cwnd = cwnd_;
+    }
+    // RFC 6298 (5.3): restart the timer when new data is acknowledged.
+    timer_armed_ = false;
+    if (in_flight_ != 0) arm_timer(now);
+  }
+  if (r.newly_acked != 0) {
+    // Only a delivery can make an older transmission lost.
+    r.newly_lost = detect_losses(sink);
+    if (r.newly_lost != 0) loss_episode();
+  }
+  return r;
+}
+
+void PeerSender::fail_all(FailReason why, SenderSink& sink) {
+  for (uint32_t s = una_; s != nxt_; ++s) {
+    Entry& e = at(s);
+    if (e.state == State::kInFlight || e.state == State::kLost) {
+      ++counters_.slices_failed;
+      sink.on_failed(e.slice, why);
+    }
+    e.state = State::kFree;
+  }
+  una_ = nxt_;
+  in_flight_ = 0;
+  lost_ = 0;
+  timer_armed_ = false;
+}
+
+void PeerSender::on_timer(Tick now, SenderSink& sink) {
+  if (dead_) return;
+  if (outstanding() != 0 && now >= progress_at_ && now - progress_at_ >= p_.peer_timeout) {
+    // Nothing delivered for peer_timeout while data was out: stop retrying
+    // and fail everything, so no message waits forever on a dead peer.
+    dead_ = true;
+    ++counters_.peer_timeouts;
+    fail_all(FailReason::kPeerTimeout, sink);
+    return;
+  }
+  if (!timer_armed_ || now < rto_deadline_) return;
+  // Every packet in flight for a full RTO is presumed lost (not only the
+  // oldest: after a burst loss, waiting one RTO per packet would be slow).
+  const Tick rto_now = rto();
+  Tick oldest = 0;
+  bool any_left = false;
+  uint32_t n = 0;
+  for (uint32_t s = una_; s != nxt_; ++s) {
+    Entry& e = at(s);
+    if (e.state != State::kInFlight) continue;
+    if (now - e.sent_at >= rto_now) {
+      mark_lost(s, e, LossKind::kTimeout, sink);
+      ++n;
+    } else if (!any_left || e.sent_at < oldest) {
+      oldest = e.sent_at;
+      any_left = true;
+    }
+  }
+  timer_armed_ = false;
+  if (n != 0) {
+    ++counters_.rto_expirations;
+    if (rto() < p_.max_rto) ++backoff_;
+    counters_.backoff = backoff_;
+    loss_episode();
+    if (in_flight_ != 0) arm_timer(now);
+  } else if (any_left) {
+    timer_armed_ = true;
+    rto_deadline_ = oldest + rto_now;
+  }
+}
+
+void PeerSender::rebase(uint32_t initial_seq) {
+  assert(outstanding() == 0 && counters_.packets_sent == 0);
+  una_ = nxt_ = initial_seq;
+}
+
+void PeerSender::restart(uint32_t initial_seq, Tick now, FailReason why, SenderSink& sink) {
+  fail_all(why, sink);
+  una_ = nxt_ = initial_seq;
+  dead_ = false;
+  backoff_ = 0;
+  cwnd_ = window_;
+  cwnd_acked_ = 0;
+  in_recovery_ = false;
+  delivered_top_.fill(0);
+  progress_at_ = now;
+  ++counters_.restarts;
+  counters_.backoff = 0;
+  counters_.cwnd = cwnd_;
+}
+
+}  // namespace mercury::transport
