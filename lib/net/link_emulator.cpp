@@ -118,53 +118,6 @@ void LinkModel::set_rate_gbps(double gbps) {
   update_passthrough();
 }
 
-uint64_t LinkModel::serialisation_q32(uint32_t frame_len) const {
-  const uint64_t wire = std::max(frame_len, kMinWireFrame) + uint64_t{kWireOverheadBytes};
-  return wire * ticks_per_byte_q32_;
-}
-
-LinkFate LinkModel::decide(uint32_t frame_len) {
-  LinkFate f;
-  if (loss_threshold_ != 0 && chance(loss_threshold_)) {
-    f.lost = true;
-    return f;
-  }
-  if (duplicate_threshold_ != 0) f.duplicate = chance(duplicate_threshold_);
-  if (corrupt_threshold_ != 0 && chance(corrupt_threshold_) && frame_len > kCorruptFrom) {
-    const uint64_t r = rng_();
-    const uint64_t span = frame_len - kCorruptFrom;
-    // Multiply-shift maps the high 32 bits uniformly onto [0, span).
-    f.corrupt = true;
-    f.corrupt_offset = kCorruptFrom + static_cast<uint32_t>(((r >> 32) * span) >> 32);
-    f.corrupt_mask = static_cast<uint8_t>(1u << (r & 7));
-  }
-  if (reorder_threshold_ != 0) f.reorder = chance(reorder_threshold_);
-  return f;
-}
-
-uint64_t LinkModel::schedule(uint32_t frame_len, uint64_t now) {
-  // The link is a serialising server: a frame starts when both it and the
-  // link are ready, and the link is busy for the frame's wire time. An idle
-  // link does not bank credit, so bursts never exceed the line rate.
-  uint64_t ticks = free_at_;
-  uint64_t frac = free_at_frac_;
-  if (now > free_at_ || (now == free_at_ && free_at_frac_ == 0)) {
-    ticks = now;
-    frac = 0;
-  }
-  if (ticks_per_byte_q32_ != 0) {
-    const uint64_t ser = serialisation_q32(frame_len);
-    frac += ser & 0xffffffffu;
-    ticks += (ser >> 32) + (frac >> 32);
-    frac &= 0xffffffffu;
-    free_at_ = ticks;
-    free_at_frac_ = static_cast<uint32_t>(frac);
-  }
-  // The last bit is out at the end of a partial tick: round up. (With an
-  // unlimited rate this still keeps a frame behind one on the wire.)
-  return ticks + (frac != 0) + delay_ticks_;
-}
-
 // ---------------------------------------------------------------------------
 // LinkEmulator
 
@@ -220,16 +173,6 @@ void LinkEmulator::flip_bit(rte_mbuf* m, uint32_t offset, uint8_t mask) {
   }
 }
 
-void LinkEmulator::enqueue(rte_mbuf* m, uint64_t now) {
-  const uint64_t due = model_.schedule(rte_pktmbuf_pkt_len(m), now);
-  const uint32_t slot = (line_head_ + line_count_) & line_mask_;
-  line_mbufs_[slot] = m;
-  line_due_[slot] = due;
-  ++line_count_;
-  ++queued_;
-  counters_.delayed += due > now;
-}
-
 void LinkEmulator::release_held(uint64_t now) {
   // Held frames leave in the order they were held: both their count and
   // time limits grow in that order, so only the head needs checking.
@@ -251,7 +194,7 @@ uint16_t LinkEmulator::tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t n
   const uint32_t slots = model_.params().duplicate > 0 ? 2 : 1;
   uint16_t taken = 0;
   for (; taken < n; ++taken) {
-    release_held(now);
+    if (held_count_ != 0) release_held(now);
     if (line_count_ + slots > line_limit_ || held_count_ > held_mask_) break;
     rte_mbuf* m = pkts[taken];
     const uint32_t len = rte_pktmbuf_pkt_len(m);
@@ -289,13 +232,13 @@ uint16_t LinkEmulator::tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t n
     if (copy != nullptr) enqueue(copy, now);
   }
   counters_.queue_full += n - taken;
-  release_held(now);
+  if (held_count_ != 0) release_held(now);
   poll_emulated(now);
   return taken;
 }
 
 uint16_t LinkEmulator::poll_emulated(uint64_t now) {
-  release_held(now);
+  if (held_count_ != 0) release_held(now);
   uint16_t sent_total = 0;
   while (line_count_ != 0) {
     // Due frames form a prefix of the line (due times never decrease), sent

@@ -34,6 +34,7 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -273,5 +274,65 @@ class LinkEmulator {
   std::vector<Held> held_;
   LinkModel model_;
 };
+
+// ---------------------------------------------------------------------------
+// The per-frame path, inline: called for every frame the emulator takes.
+
+inline uint64_t LinkModel::serialisation_q32(uint32_t frame_len) const {
+  const uint64_t wire = std::max(frame_len, kMinWireFrame) + uint64_t{kWireOverheadBytes};
+  return wire * ticks_per_byte_q32_;
+}
+
+inline LinkFate LinkModel::decide(uint32_t frame_len) {
+  LinkFate f;
+  if (loss_threshold_ != 0 && chance(loss_threshold_)) {
+    f.lost = true;
+    return f;
+  }
+  if (duplicate_threshold_ != 0) f.duplicate = chance(duplicate_threshold_);
+  if (corrupt_threshold_ != 0 && chance(corrupt_threshold_) && frame_len > kCorruptFrom) {
+    const uint64_t r = rng_();
+    const uint64_t span = frame_len - kCorruptFrom;
+    // Multiply-shift maps the high 32 bits uniformly onto [0, span).
+    f.corrupt = true;
+    f.corrupt_offset = kCorruptFrom + static_cast<uint32_t>(((r >> 32) * span) >> 32);
+    f.corrupt_mask = static_cast<uint8_t>(1u << (r & 7));
+  }
+  if (reorder_threshold_ != 0) f.reorder = chance(reorder_threshold_);
+  return f;
+}
+
+inline uint64_t LinkModel::schedule(uint32_t frame_len, uint64_t now) {
+  // The link is a serialising server: a frame starts when both it and the
+  // link are ready, and the link is busy for the frame's wire time. An idle
+  // link does not bank credit, so bursts never exceed the line rate.
+  uint64_t ticks = free_at_;
+  uint64_t frac = free_at_frac_;
+  if (now > free_at_ || (now == free_at_ && free_at_frac_ == 0)) {
+    ticks = now;
+    frac = 0;
+  }
+  if (ticks_per_byte_q32_ != 0) {
+    const uint64_t ser = serialisation_q32(frame_len);
+    frac += ser & 0xffffffffu;
+    ticks += (ser >> 32) + (frac >> 32);
+    frac &= 0xffffffffu;
+    free_at_ = ticks;
+    free_at_frac_ = static_cast<uint32_t>(frac);
+  }
+  // The last bit is out at the end of a partial tick: round up. (With an
+  // unlimited rate this still keeps a frame behind one on the wire.)
+  return ticks + (frac != 0) + delay_ticks_;
+}
+
+inline void LinkEmulator::enqueue(rte_mbuf* m, uint64_t now) {
+  const uint64_t due = model_.schedule(rte_pktmbuf_pkt_len(m), now);
+  const uint32_t slot = (line_head_ + line_count_) & line_mask_;
+  line_mbufs_[slot] = m;
+  line_due_[slot] = due;
+  ++line_count_;
+  ++queued_;
+  counters_.delayed += due > now;
+}
 
 }  // namespace mercury::net
