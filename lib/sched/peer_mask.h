@@ -59,6 +59,9 @@ class PeerMask {
     return p >= 0 ? p : find_from(0);
   }
 
+  /// Bits 64*i .. 64*i+63 (i < kBits / 64).
+  constexpr uint64_t word(unsigned i) const { return words_[i]; }
+
   constexpr PeerMask operator&(const PeerMask& o) const {
     PeerMask m;
     for (unsigned w = 0; w < kWords; ++w) m.words_[w] = words_[w] & o.words_[w];

@@ -31,11 +31,32 @@ std::string_view to_string(Mode mode) {
 
 PortScheduler::LevelTable::LevelTable(unsigned num_peers, Message* Message::*link)
     : num_peers_(num_peers),
+      num_words_((num_peers + 63) / 64),
       link_(link),
       data_peers_(kPriorityLevels),
       rtx_peers_(kPriorityLevels),
       cursor_(kPriorityLevels, static_cast<uint16_t>(num_peers - 1)),
       queues_(size_t{kPriorityLevels} * num_peers) {}
+
+int PortScheduler::LevelTable::round_robin(const PeerMask& work, const PeerMask& eligible,
+                                           unsigned level) const {
+  // The first peer after the level's cursor that has work and is eligible,
+  // wrapping around; word by word over the words that can hold a peer (one
+  // word up to 64 peers), so this is a few instructions, not a 256-bit scan.
+  unsigned start = cursor_[level] + 1u;
+  if (start >= num_words_ * 64) start = 0;
+  const unsigned w0 = start / 64;
+  const uint64_t first = work.word(w0) & eligible.word(w0) & (~uint64_t{0} << (start % 64));
+  if (first != 0) return static_cast<int>(w0 * 64 + std::countr_zero(first));
+  // Then the following words, ending on w0 again for its bits below start.
+  for (unsigned i = 1; i <= num_words_; ++i) {
+    unsigned w = w0 + i;
+    if (w >= num_words_) w -= num_words_;
+    const uint64_t bits = work.word(w) & eligible.word(w);
+    if (bits != 0) return static_cast<int>(w * 64 + std::countr_zero(bits));
+  }
+  return -1;
+}
 
 std::optional<PortScheduler::Pick> PortScheduler::LevelTable::pick(const PeerMask& eligible) const {
   // Most urgent first: lowest set bit. A level is skipped only when every peer
@@ -43,24 +64,21 @@ std::optional<PortScheduler::Pick> PortScheduler::LevelTable::pick(const PeerMas
   // non-empty level (<= 64) and usually exactly once.
   for (uint64_t levels = active_; levels != 0; levels &= levels - 1) {
     const unsigned level = static_cast<unsigned>(std::countr_zero(levels));
-    const PeerMask rtx = rtx_peers_[level] & eligible;
-    if (rtx.any()) {
-      return Pick{level, static_cast<unsigned>(rtx.next_after(cursor_[level])), true};
+    if ((rtx_levels_ >> level) & 1) {
+      const int peer = round_robin(rtx_peers_[level], eligible, level);
+      if (peer >= 0) return Pick{level, static_cast<unsigned>(peer), true};
     }
-    const PeerMask data = data_peers_[level] & eligible;
-    if (data.any()) {
-      return Pick{level, static_cast<unsigned>(data.next_after(cursor_[level])), false};
-    }
+    const int peer = round_robin(data_peers_[level], eligible, level);
+    if (peer >= 0) return Pick{level, static_cast<unsigned>(peer), false};
   }
   return std::nullopt;
 }
 
 void PortScheduler::LevelTable::refresh(unsigned level) {
-  if (data_peers_[level].any() || rtx_peers_[level].any()) {
-    active_ |= uint64_t{1} << level;
-  } else {
-    active_ &= ~(uint64_t{1} << level);
-  }
+  const uint64_t bit = uint64_t{1} << level;
+  const bool rtx = rtx_peers_[level].any();
+  rtx_levels_ = rtx ? rtx_levels_ | bit : rtx_levels_ & ~bit;
+  active_ = rtx || data_peers_[level].any() ? active_ | bit : active_ & ~bit;
 }
 
 void PortScheduler::LevelTable::push_message(unsigned level, Message* msg) {
@@ -98,6 +116,7 @@ void PortScheduler::LevelTable::push_retransmit(unsigned level, unsigned peer, u
     q.rtx_head = slot;
     rtx_peers_[level].set(peer);
     active_ |= uint64_t{1} << level;
+    rtx_levels_ |= uint64_t{1} << level;
   }
   q.rtx_tail = slot;
 }

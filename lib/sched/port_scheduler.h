@@ -207,9 +207,12 @@ class PortScheduler {
       return queues_[level * num_peers_ + peer];
     }
     void refresh(unsigned level);
+    int round_robin(const PeerMask& work, const PeerMask& eligible, unsigned level) const;
 
-    uint64_t active_ = 0;  // bit l: level l has data or retransmissions queued
+    uint64_t active_ = 0;      // bit l: level l has data or retransmissions queued
+    uint64_t rtx_levels_ = 0;  // bit l: level l has retransmissions queued
     unsigned num_peers_;
+    unsigned num_words_;  // PeerMask words that can hold a peer: ceil(num_peers / 64)
     Message* Message::*link_;
     std::vector<PeerMask> data_peers_;  // [level]: peers with messages queued
     std::vector<PeerMask> rtx_peers_;   // [level]: peers with retransmissions queued
