@@ -163,7 +163,13 @@ Port Port::open(const std::string& device, Mempool& pool, const PortOptions& opt
 
 std::pair<Port, Port> Port::ring_link(const std::string& name, Mempool& pool_a, Mempool& pool_b,
                                       const PortOptions& opts) {
-  if (opts.rx_queues != 1 || opts.tx_queues != 1) {
+  return ring_link(name, pool_a, pool_b, opts, opts);
+}
+
+std::pair<Port, Port> Port::ring_link(const std::string& name, Mempool& pool_a, Mempool& pool_b,
+                                      const PortOptions& opts, const PortOptions& opts_b) {
+  if (opts.rx_queues != 1 || opts.tx_queues != 1 || opts_b.rx_queues != 1 ||
+      opts_b.tx_queues != 1) {
     throw std::runtime_error("ring link " + name + ": one RX and one TX queue per side");
   }
   // Each ring has exactly one producer core and one consumer core.
@@ -177,7 +183,7 @@ std::pair<Port, Port> Port::ring_link(const std::string& name, Mempool& pool_a, 
   int b = rte_eth_from_rings(("ml_b_" + name).c_str(), &ab, 1, &ba, 1, rte_socket_id());
   if (b < 0) fail("ring link " + name, "create side b", rte_errno);
   Port pa(static_cast<uint16_t>(a), pool_a, opts, rings);
-  Port pb(static_cast<uint16_t>(b), pool_b, opts, rings);
+  Port pb(static_cast<uint16_t>(b), pool_b, opts_b, rings);
   return {std::move(pa), std::move(pb)};
 }
 

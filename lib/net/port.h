@@ -45,6 +45,9 @@ class Port {
   /// sends the other receives. `name` must be unique in the process.
   static std::pair<Port, Port> ring_link(const std::string& name, Mempool& pool_a, Mempool& pool_b,
                                          const PortOptions& opts);
+  /// The same with each end's own options (its MAC, typically).
+  static std::pair<Port, Port> ring_link(const std::string& name, Mempool& pool_a, Mempool& pool_b,
+                                         const PortOptions& opts_a, const PortOptions& opts_b);
 
   Port(Port&& o) noexcept;
   Port& operator=(Port&&) = delete;

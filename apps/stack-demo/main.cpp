@@ -1,0 +1,244 @@
+// stack-demo: Mercury's own Ethernet/IPv4/UDP stack moving traffic between
+// two endpoints of a job over a net_ring link, one lcore each, printing the
+// rate every second. It is the demo until the parameter server lands; it
+// shows the datapath (ARP, framing, checksums, the link emulator when the job
+// has one) on any machine, without hugepages or NICs.
+//
+//   stack-demo [--config FILE] [--seconds N] [--check]
+#include <rte_cycles.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_pause.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "net/eal.h"
+#include "net/node.h"
+
+namespace {
+
+using namespace mercury;
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop = true; }
+
+struct Options {
+  std::string config = "config/ring-demo.yaml";
+  double seconds = 5;
+  bool check = false;
+};
+
+void usage() {
+  std::puts(
+      "usage: stack-demo [--config FILE] [--seconds N] [--check]\n"
+      "  --config FILE  job file (default config/ring-demo.yaml); the first worker and the\n"
+      "                 node at the other end of its first ring link are run\n"
+      "  --seconds N    how long to send (default 5)\n"
+      "  --check        validate the job file and exit");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--config") {
+      o.config = value();
+    } else if (a == "--seconds") {
+      o.seconds = std::stod(value());
+      if (!(o.seconds > 0)) throw std::runtime_error("--seconds must be positive");
+    } else if (a == "--check") {
+      o.check = true;
+    } else if (a == "--help" || a == "-h") {
+      usage();
+      std::exit(0);
+    } else {
+      throw std::runtime_error("unknown argument " + a + " (see --help)");
+    }
+  }
+  return o;
+}
+
+// Per-side counters, written by one lcore, read by the main lcore's report.
+struct alignas(64) SideStats {
+  std::atomic<uint64_t> packets{0};
+  std::atomic<uint64_t> payload_bytes{0};
+  std::atomic<uint64_t> out_of_order{0};
+};
+
+struct Sender {
+  net::Interface* ifc;
+  uint32_t dst_ip;
+  uint16_t dst_port;
+  uint32_t payload;
+  SideStats stats;
+  std::atomic<bool> done{false};
+};
+
+int sender_main(void* arg) {
+  auto& s = *static_cast<Sender*>(arg);
+  std::vector<std::byte> buffer(64 << 20);
+  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = std::byte(i * 13 + 7);
+  net::Route route;
+  wire::HeaderFields h;
+  h.type = wire::PacketType::kData;
+  h.dtype = wire::Dtype::kFloat32;
+  h.msg_len = static_cast<uint32_t>(buffer.size());
+  uint32_t offset = 0;
+  net::RxPacket rx[net::Interface::kBurst];
+  bool routed = false;
+  while (!g_stop.load(std::memory_order_relaxed)) {
+    const uint64_t now = rte_rdtsc();
+    const uint16_t n = s.ifc->poll_rx_st(rx, net::Interface::kBurst, now);
+    for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(rx[i].mbuf);
+    if (!routed) routed = s.ifc->resolve_st(s.dst_ip, s.dst_port, route, now);
+    uint64_t sent = 0;
+    while (routed && s.ifc->tx_room() > 0) {
+      if (offset + s.payload > h.msg_len) offset = 0;
+      h.offset = offset;
+      if (!s.ifc->stage_data_st(route, h, {buffer.data() + offset, s.payload})) break;
+      ++h.seq;
+      offset += s.payload;
+      ++sent;
+    }
+    s.ifc->flush_st(now);
+    // Staged frames the PMD refused stay staged; count what left.
+    s.stats.packets.store(s.ifc->counters().tx_frames, std::memory_order_relaxed);
+    s.stats.payload_bytes.store(s.ifc->counters().tx_frames * s.payload, std::memory_order_relaxed);
+    if (sent == 0) rte_pause();
+  }
+  s.done = true;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options o = parse(argc, argv);
+    config::JobConfig job = config::load_file(o.config);
+    if (o.check) {
+      std::printf("%s: ok (job %s, %zu nodes)\n", o.config.c_str(), job.name.c_str(),
+                  job.nodes.size());
+      return 0;
+    }
+    const auto workers = job.workers();
+    const config::NodeConfig& worker = *workers.front();
+    const config::PortSpec& link = worker.ports.front();
+    if (link.kind != config::PortSpec::kRing) {
+      throw std::runtime_error(job.source + ": stack-demo needs the first worker's first port " +
+                               "to be a ring: link");
+    }
+    const config::NodeConfig& peer = job.node(link.ring_peer);
+    std::string notice;
+    config::EalRunOptions eo;
+    eo.hugepages = config::resolve_hugepages(job.eal, &notice);
+    if (!notice.empty()) std::printf("%s\n", notice.c_str());
+    eo.extra = {"--log-level=lib.eal:warning"};
+    // Every node of the job runs in this process (ring links cannot cross
+    // processes); only the first worker and its peer move traffic.
+    std::vector<std::string> names = {peer.name};
+    for (const auto& n : job.nodes) {
+      if (n.name != peer.name) names.push_back(n.name);
+    }
+    net::Eal eal(config::eal_args(job, names, eo));
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+
+    net::NodeNetworks nets(job, names);
+    net::NodePort* rx_port = nullptr;
+    for (auto* p : nets.ports_of(peer.name)) {
+      if (p->spec == link.text) rx_port = p;
+    }
+    net::Interface& rx_ifc = *rx_port->interface;
+    Sender sender{nets.ports_of(worker.name).front()->interface.get(), peer.ipv4.value,
+                  peer.udp_port, job.payload_bytes_per_packet()};
+    std::printf("%s: %s\n", worker.name.c_str(),
+                nets.ports_of(worker.name).front()->port->describe().c_str());
+    std::printf("%s: %s\n", peer.name.c_str(), rx_port->port->describe().c_str());
+    if (job.link.enabled()) std::printf("link emulator on: %s\n", job.source.c_str());
+    if (rte_eal_remote_launch(sender_main, &sender, worker.net_lcore()) != 0) {
+      throw std::runtime_error("cannot launch the sender on lcore " +
+                               std::to_string(worker.net_lcore()));
+    }
+    std::printf("%s -> %s over %s, %u payload bytes per packet, %.0f s\n", worker.name.c_str(),
+                peer.name.c_str(), link.text.c_str(), sender.payload, o.seconds);
+
+    const uint64_t hz = rte_get_tsc_hz();
+    const uint64_t start = rte_rdtsc();
+    uint64_t next_report = start + hz, received = 0, bytes = 0, last_rx = 0, last_tx = 0;
+    uint32_t expect_seq = 0;
+    uint64_t gaps = 0;
+    net::RxPacket rx[net::Interface::kBurst];
+    int second = 0;
+    while (!g_stop.load(std::memory_order_relaxed)) {
+      const uint64_t now = rte_rdtsc();
+      const uint16_t n = rx_ifc.poll_rx_st(rx, net::Interface::kBurst, now);
+      for (uint16_t i = 0; i < n; ++i) {
+        const auto& p = rx[i].parsed;
+        if (p.header.seq != expect_seq) ++gaps;
+        expect_seq = p.header.seq + 1;
+        bytes += p.payload.size();
+        rte_pktmbuf_free(rx[i].mbuf);
+      }
+      received += n;
+      rx_ifc.flush_st(now);
+      if (now >= next_report) {
+        ++second;
+        const uint64_t tx = sender.stats.packets.load(std::memory_order_relaxed);
+        std::printf(
+            "t=%2ds  sent %6.2f Mpps  received %6.2f Mpps  %7.2f Gbit/s payload  "
+            "drops %lu\n",
+            second, static_cast<double>(tx - last_tx) / 1e6,
+            static_cast<double>(received - last_rx) / 1e6,
+            static_cast<double>((received - last_rx) * sender.payload) * 8 / 1e9,
+            static_cast<unsigned long>(rx_ifc.counters().total_drops()));
+        std::fflush(stdout);
+        last_tx = tx;
+        last_rx = received;
+        next_report += hz;
+        if (now - start >= static_cast<uint64_t>(o.seconds * static_cast<double>(hz)))
+          g_stop = true;
+      }
+    }
+    rte_eal_wait_lcore(worker.net_lcore());
+    // Drain what is still on the link.
+    for (int idle = 0; idle < 1000;) {
+      const uint16_t n = rx_ifc.poll_rx_st(rx, net::Interface::kBurst, rte_rdtsc());
+      for (uint16_t i = 0; i < n; ++i) {
+        if (rx[i].parsed.header.seq != expect_seq) ++gaps;
+        expect_seq = rx[i].parsed.header.seq + 1;
+        bytes += rx[i].parsed.payload.size();
+        rte_pktmbuf_free(rx[i].mbuf);
+      }
+      received += n;
+      idle = n == 0 ? idle + 1 : 0;
+    }
+    const uint64_t sent = sender.ifc->counters().tx_frames;
+    const double secs = static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz);
+    std::printf(
+        "done: sent %lu, received %lu, lost %lu, out of order %lu, drops %lu; "
+        "%.2f Gbit/s payload on average\n",
+        static_cast<unsigned long>(sent), static_cast<unsigned long>(received),
+        static_cast<unsigned long>(sent - received), static_cast<unsigned long>(gaps),
+        static_cast<unsigned long>(rx_ifc.counters().total_drops()),
+        static_cast<double>(bytes) * 8 / 1e9 / secs);
+    const bool lossless = !job.link.enabled();
+    return lossless && (sent != received || gaps != 0) ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stack-demo: %s\n", e.what());
+    return 1;
+  }
+}

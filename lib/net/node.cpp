@@ -1,0 +1,128 @@
+#include "net/node.h"
+
+#include <rte_cycles.h>
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace mercury::net {
+
+LinkParams link_params(const config::LinkConfig& link) {
+  LinkParams p;
+  p.rate_gbps = link.rate_gbps;
+  p.delay_us = link.delay_us;
+  p.loss = link.loss;
+  p.duplicate = link.duplicate;
+  p.reorder = link.reorder;
+  p.corrupt = link.corrupt;
+  p.seed = link.seed;
+  return p;
+}
+
+namespace {
+
+MacAddr to_mac(const config::Mac& m) {
+  MacAddr out;
+  std::copy(m.octets.begin(), m.octets.end(), out.bytes.begin());
+  return out;
+}
+
+}  // namespace
+
+NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::string>& nodes) {
+  const uint32_t frame = frame_bytes_for_mtu(job.network.mtu);
+  std::vector<PortOptions> options;
+  std::vector<const config::PortSpec*> specs;
+
+  // Pass 1: a pool and the options for every port.
+  for (const std::string& name : nodes) {
+    const config::NodeConfig& node = job.node(name);
+    for (const config::PortSpec& spec : node.ports) {
+      if (spec.kind == config::PortSpec::kRing &&
+          std::find(nodes.begin(), nodes.end(), spec.ring_peer) == nodes.end()) {
+        throw std::runtime_error("node " + name + ": port " + spec.text + " links to node " +
+                                 spec.ring_peer +
+                                 ", which this process does not run; a ring link cannot cross "
+                                 "processes (use net_memif)");
+      }
+      auto np = std::make_unique<NodePort>();
+      np->node = name;
+      np->spec = spec.text;
+      np->pool = std::make_unique<Mempool>("mp" + std::to_string(ports_.size()), job.mempool.mbufs,
+                                           job.mempool.cache, frame);
+      PortOptions o;
+      o.mtu = job.network.mtu;
+      o.checksum_offload = job.network.udp_checksum;
+      if (node.mac) o.mac = to_mac(*node.mac);
+      options.push_back(o);
+      specs.push_back(&spec);
+      ports_.push_back(std::move(np));
+    }
+  }
+
+  // Pass 2: open them; a ring link is made when its second end is met.
+  std::map<std::string, size_t> first_end;
+  for (size_t i = 0; i < ports_.size(); ++i) {
+    NodePort& np = *ports_[i];
+    const config::PortSpec& spec = *specs[i];
+    switch (spec.kind) {
+      case config::PortSpec::kRing: {
+        auto [it, fresh] = first_end.try_emplace(spec.ring_link, i);
+        if (fresh) break;
+        NodePort& first = *ports_[it->second];
+        auto link =
+            Port::ring_link(spec.ring_link, *first.pool, *np.pool, options[it->second], options[i]);
+        first.port = std::make_unique<Port>(std::move(link.first));
+        np.port = std::make_unique<Port>(std::move(link.second));
+        break;
+      }
+      case config::PortSpec::kVdev:
+        np.port =
+            std::make_unique<Port>(Port::open(std::string(spec.vdev_name()), *np.pool, options[i]));
+        break;
+      case config::PortSpec::kPci:
+        np.port = std::make_unique<Port>(Port::open(spec.text, *np.pool, options[i]));
+        break;
+    }
+  }
+
+  // Pass 3: interfaces, emulators and static ARP entries.
+  const LinkParams link = link_params(job.link);
+  for (auto& p : ports_) {
+    const config::NodeConfig& node = job.node(p->node);
+    LocalAddr local{p->port->mac(), node.ipv4.value, node.udp_port};
+    InterfaceOptions io;
+    io.udp_checksum = job.network.udp_checksum;
+    p->interface = std::make_unique<Interface>(*p->port, *p->pool, local, io);
+    for (const config::NodeConfig& other : job.nodes) {
+      if (other.mac && other.name != p->node) {
+        p->interface->add_static_arp(other.ipv4.value, to_mac(*other.mac));
+      }
+    }
+    if (job.link.enabled()) {
+      p->emulator =
+          std::make_unique<LinkEmulator>(p->port->id(), 0, link, p->pool->get(), rte_get_tsc_hz());
+      p->interface->attach_emulator(p->emulator.get());
+    }
+  }
+}
+
+NodeNetworks::~NodeNetworks() {
+  // Interfaces and emulators hold mbufs: free them before ports and pools go.
+  for (auto& p : ports_) {
+    p->interface.reset();
+    p->emulator.reset();
+  }
+  for (auto& p : ports_) p->port.reset();
+}
+
+std::vector<NodePort*> NodeNetworks::ports_of(const std::string& node) {
+  std::vector<NodePort*> out;
+  for (auto& p : ports_) {
+    if (p->node == node) out.push_back(p.get());
+  }
+  return out;
+}
+
+}  // namespace mercury::net
