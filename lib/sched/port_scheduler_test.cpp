@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace mercury::sched {
@@ -352,6 +353,23 @@ TEST_F(SchedTest, ReleaseRefusedWhileQueuedAllowedOnceCarved) {
   next();
   EXPECT_TRUE(s().release_st(m));  // e.g. the peer was declared dead
   EXPECT_EQ(done_.cookies, std::vector<uint64_t>{4});
+}
+
+TEST(SchedDeathTest, SecondConsumerThreadIsCaughtInDebugBuilds) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "the single-consumer assertion is compiled out with NDEBUG";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        MessagePool pool(1);
+        PortScheduler sched(strict(), pool);
+        sched.drain_ingress_st();  // binds this thread as the consumer
+        std::thread other([&] { sched.drain_ingress_st(); });
+        other.join();
+      },
+      "second thread");
+#endif
 }
 
 // ------------------------------------------------------------ partition mode
