@@ -223,7 +223,7 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
       // read-for-ownership, which a fused copy-and-sum loop pays), then sum
       // the source, which the copy has just brought into cache.
       acc += __builtin_bswap16(fold_sum(wire::header_word_sum(fields)));
-      std::memcpy(data, payload.data(), payload.size());
+      if (!payload.empty()) std::memcpy(data, payload.data(), payload.size());
       acc = partial_sum(payload.data(), payload.size(), acc);
       uint16_t c = checksum_of(acc);
       if (c == 0) c = 0xffff;  // 0 means "no checksum" in UDP; 0xffff is its twin
@@ -232,11 +232,11 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
     }
     case ChecksumMode::kOffload:
       // DPDK's offload wants the pseudo-header sum (addresses, protocol, length).
-      std::memcpy(data, payload.data(), payload.size());
+      if (!payload.empty()) std::memcpy(data, payload.data(), payload.size());
       store_checksum(udp.checksum, fold_sum(t.pseudo_sum + udp_len_word));
       break;
     case ChecksumMode::kNone:
-      std::memcpy(data, payload.data(), payload.size());
+      if (!payload.empty()) std::memcpy(data, payload.data(), payload.size());
       break;
   }
   size_t len = kL2Len + ip_len;

@@ -88,8 +88,11 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
   }
 
   // Pass 3: interfaces, emulators and static ARP entries.
-  const LinkParams link = link_params(job.link);
+  LinkParams link = link_params(job.link);
   for (auto& p : ports_) {
+    // Each port's emulator gets its own stream: the same seed everywhere
+    // would give every link the identical loss pattern.
+    link.seed = job.link.seed + (&p - ports_.data());
     const config::NodeConfig& node = job.node(p->node);
     LocalAddr local{p->port->mac(), node.ipv4.value, node.udp_port};
     InterfaceOptions io;
