@@ -113,16 +113,25 @@ bool PeerSender::find_lost(uint64_t msg_token, uint32_t offset, uint32_t& seq) c
 }
 
 void PeerSender::note_delivered_order(uint64_t tx_order) {
-  // Keep the highest delivered transmission orders, descending. Deliveries
-  // come mostly in increasing order, so the loop usually stops at once.
+  // The highest delivered transmission orders, descending, in a ring whose
+  // head is the highest. Deliveries come mostly in increasing order: a new
+  // highest takes the slot before the head (dropping the lowest) in O(1);
+  // only a late one is shifted into place.
+  constexpr uint32_t kMask = kMaxReorderThreshold - 1;
   auto& t = delivered_top_;
-  if (tx_order <= t.back()) return;
-  size_t i = t.size() - 1;
-  while (i > 0 && t[i - 1] < tx_order) {
-    t[i] = t[i - 1];
-    --i;
+  const auto at = [&](uint32_t k) -> uint64_t& { return t[(top_head_ + k) & kMask]; };
+  if (tx_order <= at(kMask)) return;
+  if (tx_order > at(0)) {
+    top_head_ = (top_head_ - 1) & kMask;
+    at(0) = tx_order;
+    return;
   }
-  t[i] = tx_order;
+  uint32_t k = kMask;
+  while (k > 0 && at(k - 1) < tx_order) {
+    at(k) = at(k - 1);
+    --k;
+  }
+  at(k) = tx_order;
 }
 
 void PeerSender::deliver(Entry& e, Tick now, SenderSink& sink, RttCandidate& rtt) {
@@ -209,7 +218,8 @@ uint32_t PeerSender::detect_losses(SenderSink& sink) {
   // after its own were delivered, i.e. its tx_order is below the k-th
   // highest delivered order. Counting transmissions (not sequence numbers)
   // means a resent packet is judged only by packets sent after the resend.
-  const uint64_t threshold = delivered_top_[reorder_threshold_ - 1];
+  const uint64_t threshold =
+      delivered_top_[(top_head_ + reorder_threshold_ - 1) & (kMaxReorderThreshold - 1)];
   if (threshold == 0) return 0;
   uint32_t n = 0;
   for (uint32_t s = una_; s != nxt_; ++s) {
@@ -360,6 +370,7 @@ void PeerSender::restart(uint32_t initial_seq, Tick now, FailReason why, SenderS
   cwnd_acked_ = 0;
   in_recovery_ = false;
   delivered_top_.fill(0);
+  top_head_ = 0;
   progress_at_ = now;
   ++counters_.restarts;
   counters_.backoff = 0;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <set>
 
 #include "transport/test_util.h"
@@ -466,6 +467,75 @@ TEST(PeerSender, RestartFailsPendingAndStartsAFreshStream) {
   EXPECT_EQ(s.on_send(slice_of(9), 30 * kUs).seq, 5000u);
   // The RTT estimate survives: same path.
   EXPECT_EQ(s.counters().rtt_samples, 1u);
+}
+
+// Differential test against a brute-force oracle: random arrivals, ACKs
+// built from them (cumulative + 64-bit SACK, some reordered so an older ACK
+// comes late), thresholds 1..8 held fixed. After every ACK, the packets the
+// sender has declared lost and not seen delivered must be exactly those with
+// at least `threshold` later-sent packets reported delivered, and every slice
+// is reported acked exactly once.
+TEST(PeerSenderOracle, LossRuleMatchesABruteForceCount) {
+  std::mt19937 rng(2024);
+  for (int round = 0; round < 200; ++round) {
+    const uint32_t threshold = 1 + rng() % 8;
+    const uint32_t window = 8 + rng() % 120;
+    Config c = test::test_config(window);
+    c.reorder_threshold = threshold;
+    c.max_reorder_threshold = threshold;  // no adaptation: the oracle's rule is fixed
+    const uint32_t isn = rng();
+    PeerSender s(resolve(c), isn, 0);
+    RecordingSink sink;
+    std::set<uint32_t> arrived;    // offsets (seq - isn) that reached the receiver
+    std::set<uint32_t> delivered;  // offsets reported to the sender
+    std::set<uint32_t> lost;       // offsets declared lost, not since delivered
+    std::vector<std::pair<uint32_t, uint64_t>> acks;  // ACKs built, not yet fed
+    uint32_t sent = 0;
+    Tick now = 0;
+    for (int step = 0; step < 300; ++step) {
+      now += 10 * kUs;
+      const unsigned action = rng() % 4;
+      if (action == 0 && s.can_send()) {
+        s.on_send(slice_of(sent++), now);
+      } else if (action == 1 && sent != 0) {
+        // Some in-flight packets arrive (never the ones declared lost: no resends).
+        for (uint32_t k = 0; k < 4; ++k) arrived.insert(rng() % sent);
+      } else if (action == 2) {
+        uint32_t cum = 0;
+        while (arrived.count(cum)) ++cum;
+        uint64_t sack = 0;
+        for (uint32_t i = 0; i < 64; ++i) {
+          if (arrived.count(cum + 1 + i)) sack |= uint64_t{1} << i;
+        }
+        acks.emplace_back(cum, sack);
+      } else if (action == 3 && !acks.empty()) {
+        // Feed a pending ACK, usually the newest, sometimes an older one.
+        const size_t i = rng() % 4 == 0 ? rng() % acks.size() : acks.size() - 1;
+        const auto [cum, sack] = acks[i];
+        acks.erase(acks.begin() + static_cast<ptrdiff_t>(i));
+        sink.clear();
+        s.on_ack(isn + cum, sack, now, sink);
+        for (const auto& a : sink.acked) {
+          const uint32_t off = static_cast<uint32_t>(a.msg_token - 100);
+          ASSERT_TRUE(delivered.insert(off).second) << "acked twice: " << off;
+          lost.erase(off);
+        }
+        for (const auto& l : sink.lost) {
+          ASSERT_EQ(l.kind, LossKind::kFast);
+          ASSERT_TRUE(lost.insert(l.seq - isn).second);
+        }
+        // The oracle.
+        for (uint32_t off = 0; off < sent; ++off) {
+          if (delivered.count(off)) continue;
+          const auto later =
+              static_cast<uint32_t>(std::distance(delivered.upper_bound(off), delivered.end()));
+          ASSERT_EQ(later >= threshold, lost.count(off) == 1)
+              << "round " << round << " offset " << off << " later " << later << " threshold "
+              << threshold;
+        }
+      }
+    }
+  }
 }
 
 TEST(PeerSenderConfig, WindowDerivesFromTheLinkWithFloorAndCeiling) {

@@ -74,6 +74,7 @@ uint32_t initial_seq(uint16_t sender_epoch, uint16_t receiver_epoch, uint32_t sa
 inline constexpr uint32_t kMaxWindow = 1u << 16;
 /// Largest reordering threshold (packets), adaptive or configured.
 inline constexpr uint32_t kMaxReorderThreshold = 32;
+static_assert((kMaxReorderThreshold & (kMaxReorderThreshold - 1)) == 0, "a ring of pow2 size");
 
 /// What the operator sets. Durations are in microseconds; resolve() turns them
 /// into ticks. Both ends of a job must use the same seq_salt.
@@ -349,9 +350,11 @@ class PeerSender {
   uint32_t recovery_end_ = 0;  // the loss episode ends when una_ reaches it
   uint32_t reorder_threshold_;
   uint64_t next_tx_order_ = 1;
-  // The kMaxReorderThreshold highest tx_orders ever delivered, descending:
-  // entry k-1 is the k-th most recent transmission known to have arrived.
+  // The kMaxReorderThreshold highest tx_orders ever delivered, descending
+  // from delivered_top_[top_head_] round the ring: the k-th entry is the k-th
+  // most recent transmission known to have arrived.
   std::array<uint64_t, kMaxReorderThreshold> delivered_top_{};
+  uint32_t top_head_ = 0;
   Tick srtt_ = 0;
   Tick rttvar_ = 0;
   Tick rto_;
