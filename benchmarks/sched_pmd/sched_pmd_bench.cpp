@@ -1,0 +1,306 @@
+// The scheduler over a real PMD: lib/sched feeding lib/net on a net_ring link.
+//
+//   ring/raw/1500    the raw rx/tx loop (payload copied from a buffer): the limit
+//   ring/stack/1500  Interface send + receive without a scheduler
+//   ring/sched/1500  the same packets carved by PortScheduler (strict) from
+//                    queued 4 MiB messages, each received packet acknowledged
+//                    back into the scheduler (on_acked_st) as a transport would
+// sched_ns_per_packet = 1/sched - 1/stack, reported against the raw per-packet
+// budget (1/raw) in the ratio table (docs/sched.md).
+//
+//   preempt/<mode>   a 256 MiB priority-63 backlog (64 messages of 4 MiB) is
+//                    being sent when a priority-0 message is submitted; the
+//                    time and the packets handed to the PMD between that
+//                    submit and the urgent message's first packet accepted by
+//                    rte_eth_tx_burst. Modes: strict, fifo, partition with
+//                    S = 4 MiB and 1 MiB (credit 2S; each partition's start-up
+//                    control must reach the peer before its data may go).
+// Run: build/benchmarks/sched_pmd/sched_pmd_bench --benchmark_repetitions=5
+//          --benchmark_enable_random_interleaving=true
+#include <benchmark/benchmark.h>
+#include <rte_cycles.h>
+#include <rte_mbuf.h>
+
+#include <cstring>
+#include <vector>
+
+#include "bench_eal.h"
+#include "net/eal.h"
+#include "net/interface.h"
+#include "net/mempool.h"
+#include "net/port.h"
+#include "ratio_reporter.h"
+#include "sched/message.h"
+#include "sched/port_scheduler.h"
+
+namespace mercury {
+namespace {
+
+constexpr uint16_t kBurst = 32;
+constexpr uint32_t kMsgBytes = 4u << 20;
+constexpr uint32_t kMtu = 1500;
+const uint32_t kPayload = net::payload_per_packet(kMtu);
+
+struct Setup {
+  net::Mempool pool_a{"sp_a", 8191, 256, net::frame_bytes_for_mtu(kMtu)};
+  net::Mempool pool_b{"sp_b", 8191, 256, net::frame_bytes_for_mtu(kMtu)};
+  std::pair<net::Port, net::Port> ports =
+      net::Port::ring_link("sp", pool_a, pool_b, net::PortOptions{.mtu = kMtu});
+  net::Interface a{ports.first, pool_a, net::LocalAddr{ports.first.mac(), 0x0a000001, 47100}, {}};
+  net::Interface b{ports.second, pool_b, net::LocalAddr{ports.second.mac(), 0x0a000002, 47100}, {}};
+  std::vector<std::byte> source = std::vector<std::byte>(64u << 20);
+  net::Route route;
+
+  Setup() {
+    for (size_t i = 0; i < source.size(); ++i) source[i] = std::byte(i * 31);
+    net::RxPacket rx[kBurst];
+    for (int i = 0; i < 100 && !a.resolve_st(b.local().ip, 47100, route, rte_rdtsc()); ++i) {
+      a.flush_st(rte_rdtsc());
+      b.poll_rx_st(rx, kBurst, rte_rdtsc());
+      b.flush_st(rte_rdtsc());
+      a.poll_rx_st(rx, kBurst, rte_rdtsc());
+    }
+  }
+};
+Setup* g = nullptr;
+
+void rate(benchmark::State& state, uint64_t packets) {
+  state.counters["pps"] =
+      benchmark::Counter(static_cast<double>(packets), benchmark::Counter::kIsRate);
+}
+
+void raw(benchmark::State& state) {
+  const size_t frame = kMtu + net::kL2Len;
+  uint64_t received = 0;
+  size_t offset = 0;
+  rte_mbuf* tx[kBurst];
+  rte_mbuf* rx[kBurst];
+  for (auto _ : state) {
+    if (rte_pktmbuf_alloc_bulk(g->pool_a.get(), tx, kBurst) != 0) break;
+    for (auto* m : tx) {
+      if (offset + frame > g->source.size()) offset = 0;
+      std::memcpy(rte_pktmbuf_mtod(m, void*), g->source.data() + offset, frame);
+      offset += frame;
+      m->data_len = m->pkt_len = static_cast<uint32_t>(frame);
+    }
+    const uint16_t sent = g->ports.first.tx_burst(0, tx, kBurst);
+    if (sent < kBurst) rte_pktmbuf_free_bulk(tx + sent, kBurst - sent);
+    const uint16_t got = g->ports.second.rx_burst(0, rx, kBurst);
+    received += got;
+    rte_pktmbuf_free_bulk(rx, got);
+  }
+  rate(state, received);
+}
+
+// Receives on b; returns data packets received, acknowledging each into
+// `sched` when given (tensor_key indexes `msgs`).
+uint16_t receive(sched::PortScheduler* sched, sched::Message** msgs) {
+  net::RxPacket rx[kBurst];
+  rte_mbuf* done[kBurst];
+  const uint16_t got = g->b.poll_rx_st(rx, kBurst, rte_rdtsc());
+  uint16_t data = 0;
+  for (uint16_t i = 0; i < got; ++i) {
+    const auto& h = rx[i].parsed.header;
+    done[i] = rx[i].mbuf;
+    if (sched == nullptr) {
+      ++data;
+      continue;
+    }
+    sched::Message* m = msgs[h.tensor_key];
+    if (h.type == wire::PacketType::kControl) {
+      sched->partition_ready_st(m);
+    } else {
+      ++data;
+      sched->on_acked_st(m, h.payload_len);
+    }
+  }
+  rte_pktmbuf_free_bulk(done, got);
+  return data;
+}
+
+void stack(benchmark::State& state) {
+  uint64_t received = 0;
+  size_t offset = 0;
+  wire::HeaderFields h;
+  h.type = wire::PacketType::kData;
+  h.dtype = wire::Dtype::kFloat32;
+  h.msg_len = static_cast<uint32_t>(g->source.size());
+  for (auto _ : state) {
+    for (uint16_t i = 0; i < kBurst; ++i) {
+      if (offset + kPayload > g->source.size()) offset = 0;
+      h.offset = static_cast<uint32_t>(offset);
+      if (!g->a.stage_data_st(g->route, h, {g->source.data() + offset, kPayload})) break;
+      offset += kPayload;
+    }
+    g->a.flush_st(rte_rdtsc());
+    received += receive(nullptr, nullptr);
+  }
+  rate(state, received);
+}
+
+// Stages the slices the scheduler picks, up to the interface's room.
+// Returns how many packets were staged. When `urgent_at` is given and a slice
+// of priority 0 is carved, *urgent_at becomes the number of slices carved
+// before it in this call.
+uint16_t carve(sched::PortScheduler& s, uint16_t room, int* urgent_at = nullptr) {
+  const sched::PeerMask all = sched::PeerMask::first(1);
+  s.drain_ingress_st();
+  uint16_t n = 0;
+  sched::Slice sl;
+  while (n < room && s.next_slice_st(all, kPayload, sl)) {
+    wire::HeaderFields h;
+    h.type = sl.kind == sched::SliceKind::kPartitionStart ? wire::PacketType::kControl
+                                                          : wire::PacketType::kData;
+    h.dtype = wire::Dtype::kBytes;
+    h.tensor_key = sl.msg->tensor_key;
+    h.priority = sl.msg->priority;
+    h.msg_len = sl.msg->len;
+    h.offset = sl.offset;
+    g->a.stage_data_st(g->route, h, {sl.msg->data + sl.offset, sl.len});
+    if (urgent_at != nullptr && *urgent_at < 0 && sl.msg->priority == 0) *urgent_at = n;
+    ++n;
+  }
+  return n;
+}
+
+struct Feeder {
+  sched::MessagePool pool{256};
+  sched::Message* msgs[256] = {};
+  uint32_t next_key = 0;
+  size_t offset = 0;
+
+  sched::Message* make(uint8_t priority, uint32_t len) {
+    sched::Message* m = pool.alloc();
+    if (m == nullptr) return nullptr;
+    if (offset + len > g->source.size()) offset = 0;
+    m->data = g->source.data() + offset;
+    offset += len;
+    m->len = len;
+    m->peer = 0;
+    m->priority = priority;
+    m->tensor_key = next_key;
+    msgs[next_key] = m;
+    next_key = (next_key + 1) % 256;
+    return m;
+  }
+};
+
+void sched_rate(benchmark::State& state) {
+  Feeder f;
+  sched::SchedulerConfig cfg;
+  sched::PortScheduler s(cfg, f.pool);
+  uint64_t received = 0;
+  for (int i = 0; i < 8; ++i) s.submit(f.make(static_cast<uint8_t>(i), kMsgBytes));
+  for (auto _ : state) {
+    carve(s, g->a.tx_room() < kBurst ? g->a.tx_room() : kBurst);
+    g->a.flush_st(rte_rdtsc());
+    received += receive(&s, f.msgs);
+    // Keep 8 messages queued: refill what completed.
+    while (s.stats_st().released + 8 > s.stats_st().drained + 0u &&
+           s.submit(f.make(static_cast<uint8_t>(received % 64), kMsgBytes))) {
+    }
+  }
+  // Drain so every descriptor returns before the pool goes.
+  for (int spin = 0; spin < 100000 && s.has_work_st(); ++spin) {
+    carve(s, g->a.tx_room());
+    g->a.flush_st(rte_rdtsc());
+    receive(&s, f.msgs);
+  }
+  for (int spin = 0; spin < 1000; ++spin) receive(&s, f.msgs);
+  rate(state, received);
+}
+
+void preempt(benchmark::State& state, sched::Mode mode, uint32_t partition) {
+  const double hz = static_cast<double>(rte_get_tsc_hz());
+  double packets_ahead_sum = 0;
+  for (auto _ : state) {
+    Feeder f;
+    sched::SchedulerConfig cfg;
+    cfg.mode = mode;
+    cfg.partition_bytes = partition;
+    cfg.credit_bytes = 2 * partition;
+    sched::PortScheduler s(cfg, f.pool);
+    for (int i = 0; i < 64; ++i) s.submit(f.make(63, kMsgBytes));  // 256 MiB
+    // Get the backlog flowing before the urgent message arrives.
+    for (int i = 0; i < 200; ++i) {
+      carve(s, g->a.tx_room());
+      g->a.flush_st(rte_rdtsc());
+      receive(&s, f.msgs);
+    }
+    const uint64_t t0 = rte_rdtsc();
+    s.submit(f.make(0, 64 << 10));
+    int urgent_at = -1;
+    int64_t position = -1;  // the urgent frame's place in the TX stage, once carved
+    uint64_t ahead = 0;
+    uint64_t t1 = 0;
+    while (t1 == 0) {
+      const uint64_t sent_before = g->a.counters().tx_frames;
+      // Frames already staged (refused by the PMD earlier) leave first.
+      const int64_t staged = net::Interface::kStage - g->a.tx_room();
+      carve(s, g->a.tx_room(), &urgent_at);
+      if (position < 0 && urgent_at >= 0) position = staged + urgent_at;
+      g->a.flush_st(rte_rdtsc());
+      const auto sent = static_cast<int64_t>(g->a.counters().tx_frames - sent_before);
+      if (position >= 0 && sent > position) {
+        t1 = rte_rdtsc();  // the urgent frame was accepted by rte_eth_tx_burst
+        ahead += static_cast<uint64_t>(position);
+      } else {
+        ahead += static_cast<uint64_t>(sent);
+        if (position >= 0) position -= sent;
+      }
+      receive(&s, f.msgs);
+    }
+    state.SetIterationTime(static_cast<double>(t1 - t0) / hz);
+    packets_ahead_sum += static_cast<double>(ahead);
+    // Drain the rest so descriptors return to the pool.
+    while (s.has_work_st()) {
+      carve(s, g->a.tx_room());
+      g->a.flush_st(rte_rdtsc());
+      receive(&s, f.msgs);
+    }
+    for (int spin = 0; spin < 1000; ++spin) receive(&s, f.msgs);
+  }
+  state.counters["packets_ahead"] =
+      benchmark::Counter(packets_ahead_sum, benchmark::Counter::kAvgIterations);
+}
+
+BENCHMARK(raw)->Name("ring/raw")->Arg(1500);
+BENCHMARK(stack)->Name("ring/stack")->Arg(1500);
+BENCHMARK(sched_rate)->Name("ring/sched")->Arg(1500);
+BENCHMARK_CAPTURE(preempt, strict, sched::Mode::kStrict, 4u << 20)
+    ->Name("preempt/strict")
+    ->UseManualTime()
+    ->Iterations(5)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(preempt, fifo, sched::Mode::kFifo, 4u << 20)
+    ->Name("preempt/fifo")
+    ->UseManualTime()
+    ->Iterations(1)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(preempt, part4m, sched::Mode::kPartition, 4u << 20)
+    ->Name("preempt/partition_4MiB")
+    ->UseManualTime()
+    ->Iterations(5)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(preempt, part1m, sched::Mode::kPartition, 1u << 20)
+    ->Name("preempt/partition_1MiB")
+    ->UseManualTime()
+    ->Iterations(5)
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace mercury
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  mercury::net::Eal eal(mercury::bench::eal_args("sched_pmd_bench", {}));
+  {
+    mercury::Setup setup;
+    mercury::g = &setup;
+    mercury::bench::RatioReporter reporter("pps", "raw");
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    mercury::g = nullptr;
+  }
+  benchmark::Shutdown();
+  return 0;
+}
