@@ -1,0 +1,147 @@
+// What the two processes of memif_rate_bench agree on, and how they talk.
+//
+// The benchmark measures net_memif between two processes: the sender (the
+// Google Benchmark process, memif client, pinned to CPU 0) and a receiver it
+// starts itself before EAL (memif server, CPU 1), because EAL can start only
+// once per process and a process must not fork once it has. This header
+// holds the addresses and vdev arguments both sides use, the control
+// protocol, and the RAII for the receiver process.
+//
+// Control protocol, over a SOCK_SEQPACKET socket pair made before the fork
+// (so it exists before either memif socket): the receiver sends one Report
+// when its port listens (ready); then for every benchmark run the sender
+// sends kStart (the receiver drains leftovers, zeroes its counts and answers
+// with a Report), sends frames over memif, and sends kStop with the number
+// of frames memif accepted (the receiver keeps receiving until it has them
+// all or 1 s passed, and answers with its counts). kQuit, or the socket
+// closing, ends the receiver.
+//
+// Threading: both classes belong to the thread that made them (the main
+// thread of each process). Costs: every call is a system call or two; the
+// datapath never touches them (the receiver checks for a command every
+// kCommandPollBursts bursts with one non-blocking recv).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "net/frame.h"
+
+namespace mercury::bench::memif {
+
+enum class Variant : uint32_t {
+  kRaw,              ///< rte_eth_rx_burst, count, free
+  kStack,            ///< Interface::poll_rx_st: parse and verify every header and checksum
+  kStackNoChecksum,  ///< the same with UDP checksums off (network.udp_checksum: false)
+};
+
+inline constexpr net::MacAddr kSenderMac{{0x02, 0x00, 0x00, 0x00, 0x6d, 0x01}};
+inline constexpr net::MacAddr kReceiverMac{{0x02, 0x00, 0x00, 0x00, 0x6d, 0x02}};
+inline constexpr uint32_t kSenderIp = 0x0a006d01;    // 10.0.109.1
+inline constexpr uint32_t kReceiverIp = 0x0a006d02;  // 10.0.109.2
+inline constexpr uint16_t kUdpPort = 47100;
+
+// memif in DPDK 22.11 announces max_rx_pktlen 1518, so ethdev refuses an MTU
+// above 1500 at configure time; its datapath carries any length. The ports
+// are configured at 1500 and the 9000 row sends 9014-byte frames anyway.
+inline constexpr uint32_t kPortMtu = 1500;
+// One memif slot (bsize) holds the largest frame, 9014 bytes, so no frame is
+// chained over several slots: the receiver gets it in one mbuf (the stack
+// drops chained mbufs as kSegmented), and 22.11's TX path, which leaves a
+// stale NEXT flag on a reused first slot, is never exercised. 9024 is a
+// multiple of 64 whose stride spreads slots over the cache sets.
+inline constexpr uint32_t kSlotBytes = 9024;
+// The receiver's mbufs hold a whole slot, so memif's RX takes its bulk path.
+inline constexpr uint32_t kMbufFrameBytes = kSlotBytes;
+
+/// "net_memif0,role=...,id=0,socket=<socket>,bsize=...,mac=..." for one side.
+/// The socket is abstract (memif's default): a name, never a file.
+std::string memif_vdev(bool server, const std::string& socket);
+
+struct Command {
+  enum class Kind : uint32_t { kStart, kStop, kQuit };
+  Kind kind = Kind::kQuit;
+  Variant variant = Variant::kRaw;
+  uint32_t frame = 0;  ///< kStart: bytes of every frame of the run
+  uint32_t reserved = 0;
+  uint64_t sent = 0;  ///< kStop: frames the sender's PMD accepted in the run
+};
+
+struct Report {
+  uint64_t packets = 0;  ///< frames received (raw) or Mercury packets delivered (stack)
+  uint64_t bytes = 0;    ///< their Ethernet bytes
+  // The rate window: from the first burst that brought frames to the last
+  // one. The first burst's frames arrived at its start, so they are left out
+  // of the rate: rate = timed_packets / window_ns.
+  uint64_t timed_packets = 0;
+  uint64_t timed_bytes = 0;
+  uint64_t window_ns = 0;
+  uint64_t drops = 0;         ///< stack: frames the Interface dropped (every reason)
+  uint64_t wrong_length = 0;  ///< frames (raw) or payloads (stack) not of the run's size
+  uint64_t leftovers = 0;     ///< kStart: frames of an earlier run drained first
+};
+
+/// One end of the control socket. Every call has a bound on its wait.
+class ControlChannel {
+ public:
+  explicit ControlChannel(int fd = -1) : fd_(fd) {}
+  ~ControlChannel() { close(); }
+  ControlChannel(const ControlChannel&) = delete;
+  ControlChannel& operator=(const ControlChannel&) = delete;
+
+  /// False when the other side is gone.
+  bool send(const Command& c) { return send_bytes(&c, sizeof(c)); }
+  bool send(const Report& r) { return send_bytes(&r, sizeof(r)); }
+  /// Waits up to `timeout_ms` (-1: no bound). 1 with a message, 0 on
+  /// timeout, -1 when the other side closed or sent something malformed.
+  int receive(Command& c, int timeout_ms) { return receive_bytes(&c, sizeof(c), timeout_ms); }
+  int receive(Report& r, int timeout_ms) { return receive_bytes(&r, sizeof(r), timeout_ms); }
+  /// Takes ownership of `fd` (closing the one held before).
+  void adopt(int fd);
+  void close();
+
+ private:
+  bool send_bytes(const void* p, size_t n);
+  int receive_bytes(void* p, size_t n, int timeout_ms);
+  int fd_;
+};
+
+/// The receiver process: this same binary run again with --peer. Made before
+/// EAL starts. The child dies with its parent (PR_SET_PDEATHSIG), and the
+/// destructor asks it to quit, waits up to 5 s, then kills and reaps it, so
+/// no process outlives the benchmark.
+class PeerProcess {
+ public:
+  /// Spawns "/proc/self/exe --peer <fd> <socket>". Throws when it cannot.
+  explicit PeerProcess(const std::string& socket);
+  ~PeerProcess();
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
+
+  /// Waits for the receiver's ready Report; throws if it fails or takes
+  /// longer than `timeout_ms`.
+  void wait_ready(int timeout_ms);
+  /// kStart: false (with `error` set) when the receiver does not answer.
+  bool start(Variant v, uint32_t frame, Report& ack, std::string& error);
+  /// kStop: the receiver's counts for the run.
+  bool stop(uint64_t sent, Report& out, std::string& error);
+  /// Sends kQuit and reaps the child; returns its exit status (0: clean).
+  int quit();
+
+ private:
+  pid_t pid_ = -1;
+  ControlChannel control_;
+};
+
+/// Removes EAL's runtime directory `dir` (EAL leaves it behind, empty, even
+/// with --no-shconf) after EAL has stopped. Does nothing for "" or a
+/// directory that is not empty.
+void remove_runtime_dir(const std::string& dir);
+
+/// The receiver's main: `argv` is "<prog> --peer <fd> <socket>". Returns the
+/// process exit code.
+int run_receiver(int argc, char** argv);
+
+}  // namespace mercury::bench::memif
