@@ -319,6 +319,7 @@ class PeerSender {
     uint8_t transmissions = 0;
     LossKind loss_kind = LossKind::kFast;
   };
+  static_assert(sizeof(Entry) == 48, "docs/transport.md quotes the in-flight entry size");
 
   Entry& at(uint32_t seq) { return ring_[seq & mask_]; }
   const Entry& at(uint32_t seq) const { return ring_[seq & mask_]; }
@@ -466,6 +467,7 @@ class PeerReceiver {
     uint32_t received = 0;
     bool used = false;
   };
+  static_assert(sizeof(MsgSlot) == 16, "docs/transport.md quotes the message slot size");
 
   bool try_sync(uint32_t seq);
   void sync(uint32_t base);
