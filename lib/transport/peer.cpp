@@ -118,10 +118,11 @@ void Peer::on_timer(Tick now, SenderSink& sink) {
 
 Tick Peer::next_deadline() const {
   if (dead()) return 0;
-  if (!peer_known()) {
-    return connect_deadline_ != 0 ? std::min(next_probe_, connect_deadline_) : next_probe_;
-  }
-  return sender_.next_deadline();
+  // 0 means "nothing armed" in every source.
+  const auto earliest = [](Tick a, Tick b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); };
+  if (!peer_known()) return earliest(next_probe_ == 0 ? 1 : next_probe_, connect_deadline_);
+  const Tick owed = owe_epoch_ ? 1 : 0;
+  return earliest(earliest(sender_.next_deadline(), receiver_.ack_deadline()), owed);
 }
 
 void Peer::reincarnate(uint16_t new_local_epoch, Tick now, SenderSink& sink) {

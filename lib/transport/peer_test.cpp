@@ -139,6 +139,22 @@ TEST(Peer, PureAckWhenThereIsNoDataGoingBack) {
   EXPECT_EQ(a.peer.sender().outstanding(), 0u);
 }
 
+TEST(Peer, NextDeadlineCoversTheDelayedAckAndTheTimer) {
+  Endpoint a(1, 0), b(5, 0);
+  EXPECT_EQ(a.peer.next_deadline(), 1u);  // a probe is due at once
+  handshake(a, b, 0);
+  EXPECT_EQ(b.peer.next_deadline(), 0u);  // nothing to ack, nothing in flight
+  b.peer.on_packet(send_data(a, 0, 100 * kUs), 100 * kUs, b.sink);
+  // One packet: B owes an ACK within ack_delay (20 us); A's RTO (5 ms) runs.
+  EXPECT_EQ(b.peer.next_deadline(), 120 * kUs);
+  EXPECT_EQ(a.peer.next_deadline(), 100 * kUs + 5 * kMs);
+  EXPECT_FALSE(b.peer.ack_due(119 * kUs));
+  EXPECT_TRUE(b.peer.ack_due(120 * kUs));
+  a.peer.on_packet(pure_ack(b, 120 * kUs), 130 * kUs, a.sink);
+  EXPECT_EQ(a.peer.next_deadline(), 0u);
+  EXPECT_EQ(b.peer.next_deadline(), 0u);
+}
+
 TEST(Peer, APeerRestartFailsPendingAndRestartsTheStream) {
   Endpoint a(1, 0), b(5, 0);
   handshake(a, b, 0);

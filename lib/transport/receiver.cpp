@@ -240,6 +240,12 @@ bool PeerReceiver::ack_due(Tick now) const {
   return ack_now_ || unacked_ >= p_.ack_every || (unacked_ != 0 && now >= ack_deadline_);
 }
 
+Tick PeerReceiver::ack_deadline() const {
+  if (!synced_) return 0;
+  if (ack_now_ || unacked_ >= p_.ack_every) return 1;  // due already
+  return unacked_ != 0 ? ack_deadline_ : 0;
+}
+
 bool PeerReceiver::fill_ack(wire::HeaderFields& h) {
   if (!synced_) return false;
   h.flags |= wf::kAckValid;

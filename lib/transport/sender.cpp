@@ -291,8 +291,6 @@ AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSi
     // RFC 6298 (5.3): restart the timer when new data is acknowledged.
     timer_armed_ = false;
     if (in_flight_ != 0) arm_timer(now);
-  }
-  if (r.newly_acked != 0) {
     // Only a delivery can make an older transmission lost.
     r.newly_lost = detect_losses(sink);
     if (r.newly_lost != 0) loss_episode();

@@ -444,6 +444,9 @@ class PeerReceiver {
   /// peer is about to carry it): k packets unacked, an ack-request, a gap, a
   /// duplicate, or the ack delay expired.
   bool ack_due(Tick now) const;
+  /// When ack_due() turns true if nothing else arrives: 0 if nothing is
+  /// waiting to be acknowledged, 1 if it is due already.
+  Tick ack_deadline() const;
   /// Writes ack/sack and sets kAckValid in `h`, clearing the due state.
   /// Returns false (h untouched) if there is no stream to acknowledge yet.
   bool fill_ack(wire::HeaderFields& h);
@@ -565,7 +568,8 @@ class Peer {
 
   /// Slow work: RTO and liveness (see PeerSender::on_timer), connect timeout.
   void on_timer(Tick now, SenderSink& sink);
-  /// When on_timer() or ack_due() next has work; 0 if nothing is armed.
+  /// When on_timer() or ack_due() next has work (for an idle back-off): 0 if
+  /// nothing is armed; a time not after `now` means at once.
   Tick next_deadline() const;
 
   /// Control path: becomes a new incarnation towards this peer, e.g. to talk
