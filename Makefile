@@ -3,6 +3,7 @@
 BUILD      ?= build
 FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 2000000
+FUZZ_SECONDS ?= 90
 
 .PHONY: all deps build demo test bench fuzz format clean
 
@@ -24,7 +25,7 @@ test: build fuzz
 	@meson test -C $(BUILD) --no-rebuild --print-errorlogs --num-processes 2 \
 	  >$(BUILD)/test-output.txt 2>&1; tail -n 30 $(BUILD)/test-output.txt
 	@meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz --print-errorlogs \
-	  --test-args=-runs=$(FUZZ_RUNS) >$(FUZZ_BUILD)/test-output.txt 2>&1; \
+	  --test-args="-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS)" >$(FUZZ_BUILD)/test-output.txt 2>&1; \
 	  tail -n 5 $(FUZZ_BUILD)/test-output.txt
 	@python3 .ci/summary.py $(BUILD) $(FUZZ_BUILD) | tee $(BUILD)/test-summary.txt
 
