@@ -27,7 +27,8 @@ test: build fuzz
 	@meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz --print-errorlogs \
 	  --test-args="-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS)" >$(FUZZ_BUILD)/test-output.txt 2>&1; \
 	  tail -n 5 $(FUZZ_BUILD)/test-output.txt
-	@python3 .ci/summary.py $(BUILD) $(FUZZ_BUILD) | tee $(BUILD)/test-summary.txt
+	@python3 .ci/summary.py $(BUILD) $(FUZZ_BUILD) >$(BUILD)/test-summary.txt; \
+	  status=$$?; cat $(BUILD)/test-summary.txt; exit $$status
 
 # libFuzzer targets, built with clang in their own build directory.
 fuzz: deps
