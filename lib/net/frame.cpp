@@ -199,10 +199,13 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
   ip.total_length.set(ip_len);
   udp.length.set(udp_len);
 
-  wire::HeaderFields fields = h;
-  fields.payload_len = static_cast<uint16_t>(payload.size());
+  // Encoded from the caller's fields in place (no copy of the struct: the
+  // caller has just written some of them, and wide loads of fresh narrow
+  // stores stall on store forwarding); payload_len is patched after.
+  const auto payload_len = static_cast<uint16_t>(payload.size());
   auto& mh = *reinterpret_cast<wire::Header*>(p + FrameTemplate::kSize);
-  wire::encode(fields, mh);
+  wire::encode(h, mh);
+  mh.payload_len.set(payload_len);
   std::byte* data = p + FrameTemplate::kSize + wire::kHeaderSize;
 
   // Lengths enter the sums as big-endian 16-bit words, as on the wire.
@@ -222,7 +225,7 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
       // payload: memcpy first (its fast-string stores skip the destination's
       // read-for-ownership, which a fused copy-and-sum loop pays), then sum
       // the source, which the copy has just brought into cache.
-      acc += __builtin_bswap16(fold_sum(wire::header_word_sum(fields)));
+      acc += __builtin_bswap16(fold_sum(wire::header_word_sum(h) - h.payload_len + payload_len));
       if (!payload.empty()) std::memcpy(data, payload.data(), payload.size());
       acc = partial_sum(payload.data(), payload.size(), acc);
       uint16_t c = checksum_of(acc);

@@ -64,6 +64,11 @@ struct InterfaceOptions {
 
 class Interface {
  public:
+  /// Bytes the send path leaves in front of a data frame so that its payload
+  /// starts on a 64-byte boundary (mempools reserve them: frame_bytes_for_mtu).
+  static constexpr uint16_t kPayloadAlignPad = (64 - kFrameOverhead % 64) % 64;
+  /// How many packets ahead the send path warms a frame's header lines.
+  static constexpr uint16_t kPrefetchAhead = 4;
   static constexpr uint16_t kBurst = 32;
   static constexpr uint16_t kStage = 2 * kBurst;
 

@@ -11,8 +11,9 @@
 namespace mercury::net {
 
 uint32_t frame_bytes_for_mtu(uint32_t mtu) {
-  // Ethernet header + a VLAN tag of slack + the FCS some PMDs keep.
-  return mtu + RTE_ETHER_HDR_LEN + 4 + RTE_ETHER_CRC_LEN;
+  // Ethernet header + a VLAN tag of slack + the FCS some PMDs keep + up to 63
+  // bytes the send path skips to align the payload (Interface::kPayloadAlignPad).
+  return mtu + RTE_ETHER_HDR_LEN + 4 + RTE_ETHER_CRC_LEN + 64;
 }
 
 Mempool::Mempool(const std::string& name, uint32_t mbufs, uint32_t cache, uint32_t frame_bytes,
