@@ -74,6 +74,19 @@ std::optional<PortScheduler::Pick> PortScheduler::LevelTable::pick(const PeerMas
   return std::nullopt;
 }
 
+bool PortScheduler::LevelTable::sole_data_peer(unsigned level, unsigned peer,
+                                               const PeerMask& eligible) const {
+  // Clear peer's own bit and look for any other eligible peer with messages.
+  const PeerMask& work = data_peers_[level];
+  uint64_t others = 0;
+  for (unsigned w = 0; w < num_words_; ++w) {
+    uint64_t bits = work.word(w) & eligible.word(w);
+    if (w == peer / 64) bits &= ~(uint64_t{1} << (peer % 64));
+    others |= bits;
+  }
+  return others == 0;
+}
+
 void PortScheduler::LevelTable::refresh(unsigned level) {
   const uint64_t bit = uint64_t{1} << level;
   const bool rtx = rtx_peers_[level].any();
@@ -326,6 +339,27 @@ bool PortScheduler::start_partition(const PeerMask& eligible, Slice& out) {
   return true;
 }
 
+bool PortScheduler::take_retransmit(const Pick& pick, Slice& out) {
+  const uint32_t slot = tx_.pop_retransmit(pick.level, pick.peer, rtx_slots_);
+  const Slice slice = rtx_slots_[slot].slice;
+  rtx_slots_[slot].next = rtx_free_;
+  rtx_free_ = slot;
+  tx_.commit(pick);
+  Message* msg = slice.msg;
+  --msg->rtx_queued_;
+  if (msg->state_ == kCarved && msg->acked_ >= msg->len) {
+    // Acked while the resend waited (a spurious timeout): drop it, and
+    // complete the message if this was the last thing holding it.
+    ++stats_.retransmit_skipped;
+    try_release(msg);
+    return false;
+  }
+  out = slice;
+  out.retransmit = true;
+  ++stats_.retransmit_slices;
+  return true;
+}
+
 bool PortScheduler::next_slice_st(const PeerMask& eligible, uint32_t max_payload, Slice& out) {
   check_consumer();
   if (max_payload == 0) [[unlikely]] {
@@ -334,24 +368,8 @@ bool PortScheduler::next_slice_st(const PeerMask& eligible, uint32_t max_payload
   for (;;) {
     const std::optional<Pick> pick = tx_.pick(eligible);
     if (pick && pick->retransmit) {
-      const uint32_t slot = tx_.pop_retransmit(pick->level, pick->peer, rtx_slots_);
-      const Slice slice = rtx_slots_[slot].slice;
-      rtx_slots_[slot].next = rtx_free_;
-      rtx_free_ = slot;
-      tx_.commit(*pick);
-      Message* msg = slice.msg;
-      --msg->rtx_queued_;
-      if (msg->state_ == kCarved && msg->acked_ >= msg->len) {
-        // Acked while the resend waited (a spurious timeout): drop it, and
-        // complete the message if this was the last thing holding it.
-        ++stats_.retransmit_skipped;
-        try_release(msg);
-        continue;
-      }
-      out = slice;
-      out.retransmit = true;
-      ++stats_.retransmit_slices;
-      return true;
+      if (take_retransmit(*pick, out)) return true;
+      continue;
     }
     // Partition mode: hand the most urgent unstarted partition to the "engine"
     // as soon as credit allows, ahead of data already started (ByteScheduler
@@ -361,6 +379,105 @@ bool PortScheduler::next_slice_st(const PeerMask& eligible, uint32_t max_payload
     carve(*pick, max_payload, out);
     return true;
   }
+}
+
+// Carves up to n data slices of the message at the head of (level, peer), as
+// many consecutive next_slice_st() calls would, in one go. Consecutive calls
+// stay on this message while (a) nothing more urgent is eligible: true for the
+// whole burst, since the levels above were empty or ineligible at the pick and
+// nothing adds work during a burst; (b) round-robin returns the same peer: only
+// if it is the level's sole eligible peer with messages (retransmissions of the
+// level were ruled out by the pick and stay so); (c) in partition mode, no
+// start-up can be issued first: start_partition() has just failed and neither
+// credit nor the pending table changes while data is carved; (d) the message
+// (partition) has bytes left; (e) the peer has room.
+template <bool kRoom>
+size_t PortScheduler::carve_run(const Pick& pick, const PeerMask& eligible, uint32_t max_payload,
+                                Slice* out, size_t n, const uint32_t* room) {
+  Message* msg = tx_.head(pick.level, pick.peer);
+  const bool partition = config_.mode == Mode::kPartition;
+  const uint32_t begin = msg->carved_;
+  const uint64_t end = partition ? partition_end(*msg, msg->parts_sent_) : uint64_t{msg->len};
+  // Slices left in this message (partition); a 0-byte one is one empty slice.
+  const uint64_t left = end - begin;
+  size_t m = left == 0 ? 1 : static_cast<size_t>((left + max_payload - 1) / max_payload);
+  if (m > n) m = n;
+  if constexpr (kRoom) {
+    if (m > room[pick.peer]) m = room[pick.peer];
+  }
+  if (m > 1 && !tx_.sole_data_peer(pick.level, pick.peer, eligible)) m = 1;
+  // The per-packet work of a burst: every slice but the message's last is a
+  // full max_payload, so this is a handful of stores per packet.
+  uint32_t offset = begin;
+  for (size_t i = 0; i < m; ++i) {
+    const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(max_payload, end - offset));
+    out[i] = Slice{msg, offset, len, false, SliceKind::kData};
+    offset += len;
+  }
+  msg->carved_ = offset;
+  if (offset == end) {
+    if (!partition) {
+      tx_.pop_message(pick.level, pick.peer);
+      msg->state_ = kCarved;
+    } else {
+      ++msg->parts_sent_;
+      if (msg->parts_sent_ == msg->parts_ready_) tx_.pop_message(pick.level, pick.peer);
+      if (msg->parts_sent_ == partitions(*msg)) msg->state_ = kCarved;
+    }
+  }
+  tx_.commit(pick);
+  stats_.data_slices += m;
+  return m;
+}
+
+template <bool kRoom>
+size_t PortScheduler::carve_burst(PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
+                                  uint32_t* room) {
+  // Takes `count` packets from the peer's room; a full peer leaves `eligible`.
+  auto charge = [&](unsigned peer, size_t count) {
+    if constexpr (kRoom) {
+      assert(room[peer] >= count && "next_slices_st: an eligible peer had no room");
+      room[peer] -= static_cast<uint32_t>(count);
+      if (room[peer] == 0) eligible.reset(peer);
+    }
+  };
+  size_t k = 0;
+  while (k < n) {
+    // The same decision, in the same order, as next_slice_st().
+    const std::optional<Pick> pick = tx_.pick(eligible);
+    if (pick && pick->retransmit) {
+      if (take_retransmit(*pick, out[k])) charge(out[k++].msg->peer, 1);
+      continue;
+    }
+    if (config_.mode == Mode::kPartition && start_partition(eligible, out[k])) {
+      charge(out[k++].msg->peer, 1);
+      continue;
+    }
+    if (!pick) break;
+    const size_t m = carve_run<kRoom>(*pick, eligible, max_payload, out + k, n - k, room);
+    charge(pick->peer, m);
+    k += m;
+  }
+  return k;
+}
+
+size_t PortScheduler::next_slices_st(const PeerMask& eligible, uint32_t max_payload, Slice* out,
+                                     size_t n) {
+  check_consumer();
+  if (max_payload == 0) [[unlikely]] {
+    return 0;
+  }
+  PeerMask mask = eligible;
+  return carve_burst<false>(mask, max_payload, out, n, nullptr);
+}
+
+size_t PortScheduler::next_slices_st(PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
+                                     uint32_t* room) {
+  check_consumer();
+  if (max_payload == 0) [[unlikely]] {
+    return 0;
+  }
+  return carve_burst<true>(eligible, max_payload, out, n, room);
 }
 
 bool PortScheduler::requeue_st(const Slice& slice) {

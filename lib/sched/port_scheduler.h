@@ -23,8 +23,10 @@
 // exchange. next_slice_st(): O(1) — a 64-bit bitmap of non-empty levels and,
 // per level, a 256-bit bitmap of peers with work; it scans at most the
 // non-empty levels whose queued peers are all ineligible (<= 64 word tests).
-// requeue_st(), on_acked_st(), partition_ready_st(): O(1). Memory: a fixed
-// 128-byte descriptor per message whatever its size, plus tables sized at
+// next_slices_st(): that pick once per run of slices from one message, then a
+// few stores per slice (the per-packet path of a TX burst). requeue_st(),
+// on_acked_st(), partition_ready_st(): O(1). Memory: a fixed 128-byte
+// descriptor per message whatever its size, plus tables sized at
 // construction (64 levels x num_peers queue heads, max_retransmits slots).
 #pragma once
 
@@ -127,6 +129,29 @@ class PortScheduler {
   /// (or max_payload is 0).
   bool next_slice_st(const PeerMask& eligible, uint32_t max_payload, Slice& out);
 
+  /// Consumer, burst form of next_slice_st(): carves up to n slices into
+  /// out[0..n) and returns how many. The sequence is exactly what n calls of
+  /// next_slice_st() with the same arguments would return (and the scheduler
+  /// ends in the same state), but the level and peer are picked once per run
+  /// of slices from one message and re-picked only when that message (or, in
+  /// partition mode, its current partition) ends, when round-robin moves to
+  /// another peer (several eligible peers with work at the level), or when a
+  /// peer's room runs out. A more urgent level cannot become non-empty inside
+  /// one call: only drain_ingress_st() and requeue_st() add work, and neither
+  /// runs during it; call drain_ingress_st() before each burst, as for
+  /// next_slice_st(). Returns 0 if nothing is eligible or max_payload is 0.
+  size_t next_slices_st(const PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n);
+
+  /// As above, with a packet budget per peer, for a transport whose peers have
+  /// windows: room[p] is how many more packets peer p may take (every peer in
+  /// `eligible` must have room[p] >= 1; room is indexed by peer, num_peers
+  /// entries). Each slice handed out (data, retransmission or start-up
+  /// control) takes one from its peer's room, and a peer whose room reaches 0
+  /// is removed from `eligible` — exactly the loop "next_slice_st(); if the
+  /// peer's window is now full, eligible.reset(peer)" in docs/sched.md.
+  size_t next_slices_st(PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
+                        uint32_t* room);
+
   /// Consumer. Queues `slice` (returned earlier by next_slice_st and not yet
   /// acknowledged) to be sent again, ahead of new data of its message's level
   /// (strict) or of all new data (fifo, partition: the retransmission belongs
@@ -144,7 +169,10 @@ class PortScheduler {
   void partition_ready_st(Message* msg);
 
   /// Consumer. `bytes` of msg's carved data were acknowledged for the first
-  /// time (call once per acked data packet, 0 for a 0-byte message). In
+  /// time (0 for a 0-byte message). Bytes are summed, so a transport that
+  /// receives an ACK covering several packets of one message (a burst) adds up
+  /// their payload bytes and calls this once per message per ACK, not once
+  /// per packet. In
   /// partition mode a partition's credit returns when its last byte is acked.
   /// When every byte is acked and nothing of msg is still queued, the message
   /// completes: the completion runs and the descriptor returns to the pool.
@@ -200,6 +228,9 @@ class PortScheduler {
                          std::vector<RetransmitSlot>& slots);
     uint32_t pop_retransmit(unsigned level, unsigned peer, std::vector<RetransmitSlot>& slots);
     bool empty() const { return active_ == 0; }
+    /// True if `peer` is the only eligible peer with messages at `level`, i.e.
+    /// round-robin would pick it again for the next slice of that level.
+    bool sole_data_peer(unsigned level, unsigned peer, const PeerMask& eligible) const;
 
    private:
     PeerQueue& at(unsigned level, unsigned peer) { return queues_[level * num_peers_ + peer]; }
@@ -226,6 +257,13 @@ class PortScheduler {
   uint64_t partition_end(const Message& msg, uint32_t k) const;
   uint64_t partition_size(const Message& msg, uint32_t k) const;
   void carve(const Pick& pick, uint32_t max_payload, Slice& out);
+  template <bool kRoom>
+  size_t carve_burst(PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
+                     uint32_t* room);
+  template <bool kRoom>
+  size_t carve_run(const Pick& pick, const PeerMask& eligible, uint32_t max_payload, Slice* out,
+                   size_t n, const uint32_t* room);
+  bool take_retransmit(const Pick& pick, Slice& out);
   bool start_partition(const PeerMask& eligible, Slice& out);
   bool try_release(Message* msg);
 

@@ -167,5 +167,36 @@ TEST(Preemption, PartitionPreemptsOnlyAtPartitionBoundaries) {
   }
 }
 
+// The burst API with per-peer room (the window) must give the very same
+// schedule as slice-by-slice carving: every outcome, to the packet.
+TEST(Preemption, BurstApiGivesTheSameScheduleInEveryMode) {
+  auto same = [](Scenario sc) {
+    const Outcome single = run(sc);
+    sc.link.burst_api = true;
+    const Outcome burst = run(sc);
+    EXPECT_EQ(burst.low_after, single.low_after);
+    EXPECT_EQ(burst.low_in_flight, single.low_in_flight);
+    EXPECT_EQ(burst.backlog_at_first, single.backlog_at_first);
+    EXPECT_EQ(burst.sent_before, single.sent_before);
+    EXPECT_EQ(burst.wait_packets, single.wait_packets);
+    EXPECT_TRUE(burst.urgent_contiguous);
+    EXPECT_TRUE(burst.backlog_contiguous);
+    EXPECT_EQ(burst.partition_whole, single.partition_whole);
+    EXPECT_EQ(burst.cookies_done, 2u);
+  };
+  Scenario strict{Mode::kStrict, link(16, 32, 40)};
+  strict.inject_after_packets = 3000;
+  strict.inject_index = 0;
+  same(strict);
+  Scenario strict_open{Mode::kStrict, link(64, 32, 32)};
+  strict_open.inject_after_packets = 2000;
+  strict_open.inject_index = 7;
+  same(strict_open);
+  Scenario partition{Mode::kPartition, link(64, 32, 32), 1u << 20, 2u << 20};
+  partition.inject_after_packets = 4000;
+  partition.inject_index = 3;
+  same(partition);
+}
+
 }  // namespace
 }  // namespace mercury::sched

@@ -25,6 +25,7 @@ struct LinkParams {
   uint32_t burst = 32;      ///< B: packets carved per TX loop pass
   uint32_t ack_delay = 32;  ///< D: packet-times from send to its ack (an RTT)
   uint32_t payload = 1416;  ///< bytes per data packet (1500-byte MTU)
+  bool burst_api = false;   ///< carve with next_slices_st() and per-peer room, not slice by slice
 };
 
 class SimLink {
@@ -45,14 +46,31 @@ class SimLink {
       if (in_flight_[p] < params_.window) eligible.set(p);
     }
     uint32_t sent = 0;
-    Slice s;
-    while (sent < params_.burst && sched_.next_slice_st(eligible, params_.payload, s)) {
-      const uint16_t peer = s.msg->peer;
-      flight_.push_back({s, now_ + params_.ack_delay});
-      if (++in_flight_[peer] == params_.window) eligible.reset(peer);
-      if (on_slice) on_slice(s, now_, sent);
-      ++now_;
-      ++sent;
+    if (params_.burst_api) {
+      // The same loop in one call: each peer's open window is its room.
+      room_.resize(in_flight_.size());
+      for (unsigned p = 0; p < in_flight_.size(); ++p) room_[p] = params_.window - in_flight_[p];
+      burst_.resize(params_.burst);
+      const size_t n = sched_.next_slices_st(eligible, params_.payload, burst_.data(),
+                                             burst_.size(), room_.data());
+      for (size_t i = 0; i < n; ++i) {
+        const Slice& s = burst_[i];
+        flight_.push_back({s, now_ + params_.ack_delay});
+        ++in_flight_[s.msg->peer];
+        if (on_slice) on_slice(s, now_, sent);
+        ++now_;
+        ++sent;
+      }
+    } else {
+      Slice s;
+      while (sent < params_.burst && sched_.next_slice_st(eligible, params_.payload, s)) {
+        const uint16_t peer = s.msg->peer;
+        flight_.push_back({s, now_ + params_.ack_delay});
+        if (++in_flight_[peer] == params_.window) eligible.reset(peer);
+        if (on_slice) on_slice(s, now_, sent);
+        ++now_;
+        ++sent;
+      }
     }
     if (sent == 0 && !flight_.empty() && flight_.front().ack_at > now_) {
       now_ = flight_.front().ack_at;  // idle link: jump to the next ack
@@ -103,6 +121,8 @@ class SimLink {
   PortScheduler& sched_;
   LinkParams params_;
   std::vector<uint32_t> in_flight_;
+  std::vector<uint32_t> room_;  // burst_api: per-peer room for next_slices_st()
+  std::vector<Slice> burst_;
   std::deque<Flight> flight_;
   uint64_t now_ = 0;
 };
