@@ -22,6 +22,7 @@
 #include "config/config.h"
 #include "net/eal.h"
 #include "net/node.h"
+#include "telemetry/net_counters.h"
 
 namespace {
 
@@ -169,6 +170,11 @@ int main(int argc, char** argv) {
                 nets.ports_of(worker.name).front()->port->describe().c_str());
     std::printf("%s: %s\n", peer.name.c_str(), rx_port->port->describe().c_str());
     if (job.link.enabled()) std::printf("link emulator on: %s\n", job.source.c_str());
+    // Counters over rte_telemetry: dpdk-telemetry.py -f <file prefix>, /mercury/stats.
+    telemetry::Registry registry;
+    telemetry::add_interface(registry, worker.name + "_tx", *sender.ifc);
+    telemetry::add_interface(registry, peer.name + "_rx", rx_ifc);
+    registry.expose();
     if (rte_eal_remote_launch(sender_main, &sender, worker.net_lcore()) != 0) {
       throw std::runtime_error("cannot launch the sender on lcore " +
                                std::to_string(worker.net_lcore()));

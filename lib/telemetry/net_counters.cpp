@@ -1,0 +1,33 @@
+#include "telemetry/net_counters.h"
+
+namespace mercury::telemetry {
+
+void add_interface(Registry& registry, const std::string& group, const net::Interface& ifc) {
+  registry.add(group, [&ifc](Values& v) {
+    const net::InterfaceCounters& c = ifc.counters();
+    v.emplace_back("rx_frames", read_counter(c.rx_frames));
+    v.emplace_back("rx_mercury", read_counter(c.rx_mercury));
+    v.emplace_back("rx_bytes", read_counter(c.rx_bytes));
+    v.emplace_back("tx_frames", read_counter(c.tx_frames));
+    v.emplace_back("tx_bytes", read_counter(c.tx_bytes));
+    v.emplace_back("tx_no_mbuf", read_counter(c.tx_no_mbuf));
+    v.emplace_back("tx_stage_full", read_counter(c.tx_stage_full));
+    v.emplace_back("arp_requests_sent", read_counter(c.arp_requests_sent));
+    v.emplace_back("arp_replies_sent", read_counter(c.arp_replies_sent));
+    v.emplace_back("arp_learned", read_counter(c.arp_learned));
+    uint64_t drops = 0;
+    for (size_t i = 0; i < net::kDropReasonCount; ++i) {
+      const uint64_t d = read_counter(c.drops[i]);
+      drops += d;
+      v.emplace_back("drop_" + std::string(net::drop_reason_name(static_cast<net::DropReason>(i))),
+                     d);
+    }
+    v.emplace_back("drops", drops);
+    for (size_t i = 1; i < wire::kRejectCount; ++i) {
+      v.emplace_back("reject_" + std::string(wire::reject_name(static_cast<wire::Reject>(i))),
+                     read_counter(c.rejects[i]));
+    }
+  });
+}
+
+}  // namespace mercury::telemetry
