@@ -1,0 +1,337 @@
+#include "agg/chunk_table.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace mercury::agg {
+
+namespace {
+
+int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
+
+struct Layout {
+  uint64_t elements = 0;
+  uint64_t chunks = 0;
+  uint32_t partitions = 0;
+};
+
+Layout layout_of(const Placement& placement, const ShardConfig& config) {
+  Layout l;
+  const uint32_t chunk_elements = config.chunk_bytes / kElementBytes;
+  for (const Partition& p : placement.partitions()) {
+    if (p.shard != config.shard) continue;
+    l.elements += p.elements;
+    l.chunks += (p.elements + chunk_elements - 1) / chunk_elements;
+    ++l.partitions;
+  }
+  return l;
+}
+
+// Parameter and state arrays are cache-line aligned and padded to whole lines.
+uint64_t float_array_bytes(uint64_t elements) {
+  return std::max<uint64_t>(64, (elements * 4 + 63) / 64 * 64);
+}
+
+}  // namespace
+
+std::string_view outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kHeld:
+      return "held";
+    case Outcome::kApplied:
+      return "applied";
+    case Outcome::kInitialized:
+      return "initialized";
+    case Outcome::kBadRank:
+      return "bad_rank";
+    case Outcome::kUnknownKey:
+      return "unknown_key";
+    case Outcome::kNotOwned:
+      return "not_owned";
+    case Outcome::kBadOffset:
+      return "bad_offset";
+    case Outcome::kBadLength:
+      return "bad_length";
+    case Outcome::kDuplicate:
+      return "duplicate";
+    case Outcome::kStale:
+      return "stale";
+    case Outcome::kFuture:
+      return "future";
+    case Outcome::kHoldLimit:
+      return "hold_limit";
+  }
+  return "?";
+}
+
+uint64_t ChunkTableCounters::rejected() const {
+  uint64_t n = 0;
+  for (size_t i = static_cast<size_t>(Outcome::kBadRank); i < kOutcomeCount; ++i) n += outcomes[i];
+  return n;
+}
+
+void ChunkTable::FreeDeleter::operator()(float* p) const { std::free(p); }
+
+uint64_t ChunkTable::memory_needed(const Placement& placement, const ShardConfig& config,
+                                   const SyncPolicy& policy) {
+  if (config.chunk_bytes < 4 || config.chunk_bytes > 65532 || config.chunk_bytes % 4 != 0) {
+    throw std::invalid_argument("chunk table: chunk_bytes " + std::to_string(config.chunk_bytes) +
+                                " is not a multiple of 4 in [4, 65532]");
+  }
+  const Layout l = layout_of(placement, config);
+  const uint64_t arrays = 1 + state_floats_per_element(config.optimizer.kind);
+  return arrays * float_array_bytes(l.elements) + l.chunks * sizeof(Chunk) +
+         l.chunks * config.workers * sizeof(Held) +
+         (policy.tracks_rank_iterations() ? l.chunks * config.workers * sizeof(uint32_t) : 0) +
+         placement.partitions().size() * sizeof(int32_t) + l.partitions * sizeof(LocalPartition);
+}
+
+ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
+                       std::unique_ptr<SyncPolicy> policy, ChunkSink& sink)
+    : sink_(sink),
+      policy_(std::move(policy)),
+      workers_(config.workers),
+      chunk_bytes_(config.chunk_bytes),
+      chunk_elements_(config.chunk_bytes / kElementBytes),
+      optimizer_(config.optimizer),
+      simd_(resolve_simd(config.simd)) {
+  if (!policy_) throw std::invalid_argument("chunk table: no sync policy");
+  if (config.workers == 0 || config.workers > kMaxWorkers) {
+    throw std::invalid_argument("chunk table: workers must be 1.." + std::to_string(kMaxWorkers) +
+                                ", got " + std::to_string(config.workers));
+  }
+  if (config.shard >= placement.shards()) {
+    throw std::invalid_argument("chunk table: shard " + std::to_string(config.shard) +
+                                " is not in a placement of " + std::to_string(placement.shards()) +
+                                " shards");
+  }
+  if (!simd_available(config.simd)) {
+    throw std::invalid_argument("chunk table: SIMD kernel '" + std::string(simd_name(config.simd)) +
+                                "' is not compiled in");
+  }
+  const uint64_t need = memory_needed(placement, config, *policy_);
+  if (need > config.memory_limit_bytes) {
+    throw std::length_error("chunk table: shard " + std::to_string(config.shard) + " needs " +
+                            std::to_string(need) + " bytes, over memory_limit_bytes " +
+                            std::to_string(config.memory_limit_bytes));
+  }
+  quorum_ = policy_->quorum(workers_);
+  if (quorum_ == 0 || quorum_ > workers_) {
+    throw std::invalid_argument("chunk table: policy quorum out of 1..workers");
+  }
+  track_ranks_ = policy_->tracks_rank_iterations();
+  state_arrays_ = state_floats_per_element(optimizer_.kind);
+
+  const Layout l = layout_of(placement, config);
+  key_to_local_.assign(placement.partitions().size(), -1);
+  local_.reserve(l.partitions);
+  chunks_.reserve(l.chunks);
+  uint64_t element = 0;
+  for (const Partition& p : placement.partitions()) {
+    if (p.shard != config.shard) continue;
+    key_to_local_[p.key] = static_cast<int32_t>(local_.size());
+    local_.push_back(LocalPartition{.key = p.key,
+                                    .first_chunk = static_cast<uint32_t>(chunks_.size()),
+                                    .first_element = element,
+                                    .elements = p.elements,
+                                    .priority = p.priority});
+    for (uint64_t e = 0; e < p.elements; e += chunk_elements_) {
+      Chunk c;
+      c.first_element = element + e;
+      c.partition = static_cast<uint32_t>(local_.size() - 1);
+      c.elements = static_cast<uint16_t>(std::min<uint64_t>(chunk_elements_, p.elements - e));
+      chunks_.push_back(c);
+    }
+    element += p.elements;
+  }
+  elements_ = element;
+  slots_.assign(chunks_.size() * workers_, Held{nullptr, nullptr});
+  if (track_ranks_) next_iteration_.assign(chunks_.size() * workers_, 0);
+
+  auto zeroed = [](uint64_t elements) {
+    const uint64_t bytes = float_array_bytes(elements);
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    return std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(p));
+  };
+  params_ = zeroed(elements_);
+  if (state_arrays_ >= 1) state0_ = zeroed(elements_);
+  if (state_arrays_ >= 2) state1_ = zeroed(elements_);
+
+  const uint64_t most = chunks_.size() * (quorum_ - 1);
+  max_held_ = config.max_held == 0 ? most : std::min(config.max_held, most);
+}
+
+ChunkTable::~ChunkTable() {
+  for (uint64_t i = 0; i < chunks_.size(); ++i) {
+    for (uint64_t have = chunks_[i].have; have != 0; have &= have - 1) {
+      sink_.release(slots_[i * workers_ + std::countr_zero(have)].token);
+    }
+  }
+}
+
+uint64_t ChunkTable::memory_bytes() const {
+  return (1 + state_arrays_) * float_array_bytes(elements_) + chunks_.size() * sizeof(Chunk) +
+         slots_.size() * sizeof(Held) + next_iteration_.size() * sizeof(uint32_t) +
+         key_to_local_.size() * sizeof(int32_t) + local_.size() * sizeof(LocalPartition);
+}
+
+Outcome ChunkTable::locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64_t& chunk) const {
+  if (key >= key_to_local_.size()) return Outcome::kUnknownKey;
+  const int32_t local = key_to_local_[key];
+  if (local < 0) return Outcome::kNotOwned;
+  const LocalPartition& p = local_[static_cast<uint32_t>(local)];
+  if (offset % chunk_bytes_ != 0 || uint64_t{offset} >= p.elements * kElementBytes) {
+    return Outcome::kBadOffset;
+  }
+  chunk = p.first_chunk + offset / chunk_bytes_;
+  if (bytes != uint32_t{chunks_[chunk].elements} * kElementBytes) return Outcome::kBadLength;
+  return Outcome::kHeld;
+}
+
+Outcome ChunkTable::contribute(const Contribution& c) {
+  Outcome o = Outcome::kHeld;
+  uint64_t index = 0;
+  if (c.rank >= workers_) {
+    o = Outcome::kBadRank;
+  } else {
+    o = locate(c.key, c.offset, c.bytes, index);
+  }
+  if (o == Outcome::kHeld) {
+    Chunk& ch = chunks_[index];
+    const uint64_t bit = uint64_t{1} << c.rank;
+    uint32_t* next = track_ranks_ ? &next_iteration_[index * workers_ + c.rank] : nullptr;
+    // A replay of an iteration this rank already gave is a duplicate; then the
+    // policy judges the iteration; a second copy for the current set is a
+    // duplicate too (in BSP the bit can only be set for the current version).
+    if (next != nullptr && serial_diff(c.iteration, *next) < 0) {
+      o = Outcome::kDuplicate;
+    } else if (const Admission a = policy_->admit(ch.version, c.iteration);
+               a != Admission::kAccept) {
+      o = a == Admission::kStale ? Outcome::kStale : Outcome::kFuture;
+    } else if ((ch.have & bit) != 0) {
+      o = Outcome::kDuplicate;
+    } else {
+      const bool completes = static_cast<uint32_t>(std::popcount(ch.have)) + 1 >= quorum_;
+      if (!completes && held_ >= max_held_) {
+        o = Outcome::kHoldLimit;
+      } else {
+        if (next != nullptr) *next = c.iteration + 1;
+        if (ch.have == 0 || serial_diff(c.iteration, ch.oldest) < 0) ch.oldest = c.iteration;
+        ch.have |= bit;
+        slots_[index * workers_ + c.rank] = Held{c.data, c.token};
+        ++held_;
+        if (completes) {
+          complete(index);
+          o = Outcome::kApplied;
+        }
+      }
+    }
+  }
+  ++counters_.outcomes[static_cast<size_t>(o)];
+  return o;
+}
+
+void ChunkTable::complete(uint64_t index) {
+  Chunk& ch = chunks_[index];
+  const Held* slots = &slots_[index * workers_];
+  std::array<const std::byte*, kMaxWorkers> src;
+  uint32_t n = 0;
+  const uint64_t contributors = ch.have;
+  // Ascending bit order is rank order: the reduction does not depend on arrival.
+  for (uint64_t have = ch.have; have != 0; have &= have - 1) {
+    src[n++] = slots[std::countr_zero(have)].data;
+  }
+  const uint32_t staleness = static_cast<uint32_t>(serial_diff(ch.version, ch.oldest));
+  const StepParams step =
+      step_params(optimizer_, n, uint64_t{ch.version} + 1, policy_->lr_scale(staleness));
+  const uint64_t e = ch.first_element;
+  reduce_apply(optimizer_.kind, simd_, src.data(), n, ch.elements, params_.get() + e,
+               state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr, step);
+  for (uint64_t have = ch.have; have != 0; have &= have - 1) {
+    sink_.release(slots[std::countr_zero(have)].token);
+  }
+  held_ -= n;
+  ch.have = 0;
+  ++ch.version;
+  ++counters_.updates;
+  counters_.gradient_bytes += uint64_t{n} * ch.elements * kElementBytes;
+  emit(index, contributors, staleness);
+}
+
+void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness) {
+  const Chunk& ch = chunks_[index];
+  const LocalPartition& p = local_[ch.partition];
+  sink_.on_update(Update{
+      .key = p.key,
+      .offset = static_cast<uint32_t>((index - p.first_chunk) * chunk_bytes_),
+      .version = ch.version,
+      .priority = p.priority,
+      .staleness = staleness,
+      .contributors = contributors,
+      .data = reinterpret_cast<const std::byte*>(params_.get() + ch.first_element),
+      .bytes = uint32_t{ch.elements} * kElementBytes,
+  });
+}
+
+Outcome ChunkTable::initialize(uint32_t key, uint32_t offset, const std::byte* data,
+                               uint32_t bytes) {
+  uint64_t index = 0;
+  Outcome o = locate(key, offset, bytes, index);
+  if (o == Outcome::kHeld) {
+    Chunk& ch = chunks_[index];
+    if (ch.version != 0) {
+      o = Outcome::kStale;
+    } else if (ch.initialized) {
+      o = Outcome::kDuplicate;
+    } else {
+      std::memcpy(params_.get() + ch.first_element, data, bytes);
+      ch.initialized = 1;
+      o = Outcome::kInitialized;
+      emit(index, 0, 0);
+    }
+  }
+  ++counters_.outcomes[static_cast<size_t>(o)];
+  return o;
+}
+
+void ChunkTable::initialize_partition(uint32_t key, std::span<const float> values) {
+  if (key >= key_to_local_.size() || key_to_local_[key] < 0) {
+    throw std::invalid_argument("chunk table: partition " + std::to_string(key) +
+                                " is not owned by this shard");
+  }
+  const LocalPartition& p = local_[static_cast<uint32_t>(key_to_local_[key])];
+  if (values.size() != p.elements) {
+    throw std::invalid_argument("chunk table: partition " + std::to_string(key) + " has " +
+                                std::to_string(p.elements) + " elements, given " +
+                                std::to_string(values.size()));
+  }
+  const auto* bytes = reinterpret_cast<const std::byte*>(values.data());
+  for (uint64_t e = 0; e < p.elements; e += chunk_elements_) {
+    const uint64_t n = std::min<uint64_t>(chunk_elements_, p.elements - e);
+    initialize(key, static_cast<uint32_t>(e * kElementBytes), bytes + e * kElementBytes,
+               static_cast<uint32_t>(n * kElementBytes));
+  }
+}
+
+std::span<const float> ChunkTable::parameters(uint32_t key) const {
+  if (key >= key_to_local_.size() || key_to_local_[key] < 0) return {};
+  const LocalPartition& p = local_[static_cast<uint32_t>(key_to_local_[key])];
+  return {params_.get() + p.first_element, p.elements};
+}
+
+uint32_t ChunkTable::version(uint32_t key, uint32_t offset) const {
+  if (key >= key_to_local_.size() || key_to_local_[key] < 0) return UINT32_MAX;
+  const LocalPartition& p = local_[static_cast<uint32_t>(key_to_local_[key])];
+  if (offset % chunk_bytes_ != 0 || uint64_t{offset} >= p.elements * kElementBytes) {
+    return UINT32_MAX;
+  }
+  return chunks_[p.first_chunk + offset / chunk_bytes_].version;
+}
+
+}  // namespace mercury::agg

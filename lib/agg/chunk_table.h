@@ -1,0 +1,247 @@
+// The chunk table: one shard's owned parameters, cut into chunks, and the
+// exactly-once, rank-ordered aggregation of the workers' contributions.
+//
+// What it is for. lib/server gives each shard core one ChunkTable. For every
+// gradient packet the core calls contribute(); the table records the
+// contribution at most once (a 64-bit bitmap per chunk, worker ranks < 64),
+// holds the caller's buffer (an opaque token, e.g. the mbuf) until the set
+// the sync policy asks for is complete, then reduces the held contributions
+// in rank order with SIMD, applies the optimizer to the chunk's parameters,
+// increments the chunk's version, gives the held buffers back through
+// ChunkSink::release() and hands the updated chunk to ChunkSink::on_update()
+// (one payload; the server fans it out to every worker). The server never
+// waits for a whole tensor: each chunk completes on its own.
+//
+// Chunks and addressing. A chunk is one packet's worth of one partition
+// (placement.h): chunk j of partition `key` covers bytes
+// [j x chunk_bytes, min((j+1) x chunk_bytes, partition bytes)). Use
+// chunk_bytes = net::payload_per_packet(mtu) (1416 at MTU 1500), the same
+// value on every node, so that a packet is exactly one chunk and the wire's
+// (tensor_key, offset) name it: offset must be a multiple of chunk_bytes and
+// the payload exactly the chunk's length.
+//
+// Ownership of buffers. contribute() returning kHeld or kApplied means the
+// table took the contribution: its token is released exactly once through
+// ChunkSink::release() (for kApplied, before contribute() returns). Every
+// other outcome leaves the buffer with the caller. The data must stay
+// readable and unchanged until released. ~ChunkTable releases whatever is
+// still held.
+//
+// Start. Rank 0's initial parameters are adopted with initialize() (per
+// chunk, as its packets arrive, or initialize_partition() for a whole
+// partition on the control path); each adopted chunk is handed to on_update()
+// at version 0 so the server can send it to every worker. After the first
+// update of a chunk, initialize() is refused as stale.
+//
+// Threads. A ChunkTable belongs to the one lcore that owns its shard; no
+// method may be called concurrently (the sink is called on that thread, from
+// inside contribute()/initialize()). Nothing is shared, so nothing is locked.
+//
+// Costs. Construction (control path) allocates everything once and throws
+// std::invalid_argument for a bad configuration or std::length_error if the
+// memory it needs exceeds memory_limit_bytes. After that no call allocates,
+// throws, locks or logs. contribute() is O(1) (array lookups, one division,
+// one bit test) plus, when it completes a set, one pass over the set's bytes
+// (reduce_apply, optimizer.h). Memory: memory_needed() bytes = parameters and
+// optimizer state (4 x (1 + state floats) per element) + 32 B per chunk +
+// 16 B x N per chunk (held slots) + 4 B x N per chunk when the policy tracks
+// rank iterations; plus, outside the table, at most max_held contributions
+// held in the caller's buffers.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "agg/optimizer.h"
+#include "agg/placement.h"
+#include "agg/sync_policy.h"
+
+namespace mercury::agg {
+
+/// Largest worker count: one bit per rank in a 64-bit contribution bitmap.
+inline constexpr uint32_t kMaxWorkers = 64;
+
+/// What contribute() / initialize() did. Everything from kBadRank on is a
+/// rejection: the caller keeps (and frees) the buffer, and it is counted.
+enum class Outcome : uint8_t {
+  kHeld,         ///< taken and held; the set is not complete yet
+  kApplied,      ///< taken and it completed the set: the update has been applied and emitted
+  kInitialized,  ///< initialize(): initial values adopted and emitted at version 0
+  kBadRank,      ///< rank >= workers
+  kUnknownKey,   ///< no such partition in the placement
+  kNotOwned,     ///< the partition belongs to another shard
+  kBadOffset,    ///< offset not a chunk boundary inside the partition
+  kBadLength,    ///< payload length is not the chunk's length
+  kDuplicate,    ///< this rank's contribution for this iteration was already taken
+  kStale,      ///< an iteration the chunk has moved past (policy), or initialize() after an update
+  kFuture,     ///< computed from parameters the chunk has not reached (policy)
+  kHoldLimit,  ///< max_held buffers are held already; retry later
+};
+inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kHoldLimit) + 1;
+std::string_view outcome_name(Outcome outcome);
+/// True for kHeld, kApplied, kInitialized.
+constexpr bool taken(Outcome o) { return o <= Outcome::kInitialized; }
+
+struct ShardConfig {
+  uint32_t shard = 0;         ///< the global shard id this table serves
+  uint32_t workers = 1;       ///< N, 1..kMaxWorkers; ranks are 0..N-1
+  uint32_t chunk_bytes = 0;   ///< net::payload_per_packet(mtu); a multiple of 4 in [4, 65532]
+  OptimizerConfig optimizer;  ///< applied per chunk update
+  Simd simd = Simd::kAuto;    ///< must be available (optimizer.h)
+  /// Construction fails if the table would need more (memory_needed()).
+  uint64_t memory_limit_bytes = uint64_t{4} << 30;
+  /// Cap on contributions held at once (caller buffers); 0 = chunks x (quorum - 1), the most
+  /// that can ever be held, i.e. no cap.
+  uint64_t max_held = 0;
+};
+
+/// One gradient packet, as the server parsed it.
+struct Contribution {
+  uint32_t key = 0;                 ///< wire tensor_key: the partition
+  uint32_t offset = 0;              ///< wire offset: byte offset in the partition, a chunk boundary
+  uint32_t iteration = 0;           ///< wire iteration: parameter version the gradient came from
+  uint16_t rank = 0;                ///< worker rank (sender), < workers
+  const std::byte* data = nullptr;  ///< payload: float32 elements, any alignment
+  uint32_t bytes = 0;               ///< payload length
+  void* token = nullptr;            ///< handed back to ChunkSink::release() when taken
+};
+
+/// An updated chunk, valid only during ChunkSink::on_update(): `data` points
+/// into the table's parameters, which the next update of the chunk changes.
+struct Update {
+  uint32_t key = 0;
+  uint32_t offset = 0;              ///< byte offset in the partition
+  uint32_t version = 0;             ///< the chunk's new version (0 for initial values)
+  uint8_t priority = 0;             ///< the tensor's priority
+  uint32_t staleness = 0;           ///< of the oldest contribution in the update
+  uint64_t contributors = 0;        ///< ranks whose contributions made the update (0 for init)
+  const std::byte* data = nullptr;  ///< the chunk's parameters (sum-only: averaged gradient)
+  uint32_t bytes = 0;
+};
+
+/// Implemented by the caller (lib/server): where updates and buffers go.
+class ChunkSink {
+ public:
+  virtual ~ChunkSink() = default;
+  /// One updated chunk. Copy `u.data` before returning (e.g. into the one
+  /// payload mbuf the fan-out shares). Must not call back into the table.
+  virtual void on_update(const Update& u) = 0;
+  /// A contribution's buffer is no longer needed.
+  virtual void release(void* token) = 0;
+};
+
+struct ChunkTableCounters {
+  std::array<uint64_t, kOutcomeCount> outcomes{};  ///< per Outcome, indexed by its value
+  uint64_t updates = 0;         ///< chunk updates applied (excluding initial values)
+  uint64_t gradient_bytes = 0;  ///< contribution bytes reduced
+  [[nodiscard]] uint64_t count(Outcome o) const { return outcomes[static_cast<size_t>(o)]; }
+  [[nodiscard]] uint64_t rejected() const;
+};
+
+class ChunkTable {
+ public:
+  /// Builds the table for the partitions `placement` gives config.shard.
+  /// `sink` must outlive the table. Throws (see Costs).
+  ChunkTable(const Placement& placement, const ShardConfig& config,
+             std::unique_ptr<SyncPolicy> policy, ChunkSink& sink);
+  ~ChunkTable();
+  ChunkTable(const ChunkTable&) = delete;
+  ChunkTable& operator=(const ChunkTable&) = delete;
+
+  /// Bytes the table would allocate for this placement, configuration and policy.
+  static uint64_t memory_needed(const Placement& placement, const ShardConfig& config,
+                                const SyncPolicy& policy);
+
+  /// Records one contribution (see the file comment). Never throws.
+  Outcome contribute(const Contribution& c);
+
+  /// Adopts initial values for one chunk (rank 0's packet) and emits them at
+  /// version 0. kDuplicate if the chunk was already initialised, kStale once
+  /// it has been updated; the data is copied, the caller keeps its buffer.
+  Outcome initialize(uint32_t key, uint32_t offset, const std::byte* data, uint32_t bytes);
+  /// Control path: initialize() every chunk of partition `key` from
+  /// `values` (the whole partition). Throws std::invalid_argument if the
+  /// partition is not owned here or the size is wrong.
+  void initialize_partition(uint32_t key, std::span<const float> values);
+
+  /// The current parameters of an owned partition (sum-only: the last
+  /// averaged gradient). Empty if not owned.
+  [[nodiscard]] std::span<const float> parameters(uint32_t key) const;
+  /// Version of the chunk at (key, offset); UINT32_MAX if it does not exist here.
+  [[nodiscard]] uint32_t version(uint32_t key, uint32_t offset) const;
+
+  [[nodiscard]] const ChunkTableCounters& counters() const { return counters_; }
+  [[nodiscard]] const SyncPolicy& policy() const { return *policy_; }
+  [[nodiscard]] uint32_t workers() const { return workers_; }
+  [[nodiscard]] uint64_t chunks() const { return chunks_.size(); }
+  /// Contributions currently held (buffers not yet released).
+  [[nodiscard]] uint64_t held() const { return held_; }
+  [[nodiscard]] uint64_t max_held() const { return max_held_; }
+  /// Bytes allocated by the table; equals memory_needed().
+  [[nodiscard]] uint64_t memory_bytes() const;
+
+ private:
+  // Hot per-chunk state, 32 bytes so two share a cache line.
+  struct Chunk {
+    uint64_t have = 0;           // bit r: rank r's contribution is held
+    uint64_t first_element = 0;  // into params_ (and each state array)
+    uint32_t version = 0;        // updates applied
+    uint32_t oldest = 0;         // oldest iteration among the held contributions
+    uint32_t partition = 0;      // index into local_
+    uint16_t elements = 0;
+    uint8_t initialized = 0;
+    uint8_t pad = 0;
+  };
+  static_assert(sizeof(Chunk) == 32);
+  // A held contribution.
+  struct Held {
+    const std::byte* data;
+    void* token;
+  };
+  struct LocalPartition {
+    uint32_t key;
+    uint32_t first_chunk;
+    uint64_t first_element;
+    uint64_t elements;
+    uint8_t priority;
+  };
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+
+  // Finds the chunk for (key, offset, bytes) or says why not.
+  Outcome locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64_t& chunk) const;
+  void complete(uint64_t index);
+  void emit(uint64_t index, uint64_t contributors, uint32_t staleness);
+
+  ChunkSink& sink_;
+  std::unique_ptr<SyncPolicy> policy_;
+  uint32_t workers_;
+  uint32_t quorum_;
+  uint32_t chunk_bytes_;
+  uint32_t chunk_elements_;
+  OptimizerConfig optimizer_;
+  Simd simd_;
+  bool track_ranks_;
+  uint64_t max_held_ = 0;
+  uint64_t held_ = 0;
+
+  std::vector<int32_t> key_to_local_;  // per global key: index into local_, -1 other shard
+  std::vector<LocalPartition> local_;
+  std::vector<Chunk> chunks_;
+  std::vector<Held> slots_;               // chunks x workers
+  std::vector<uint32_t> next_iteration_;  // chunks x workers, when track_ranks_
+  uint64_t elements_ = 0;
+  uint32_t state_arrays_ = 0;
+  std::unique_ptr<float[], FreeDeleter> params_;  // 64-byte aligned
+  std::unique_ptr<float[], FreeDeleter> state0_;
+  std::unique_ptr<float[], FreeDeleter> state1_;
+  ChunkTableCounters counters_;
+};
+
+}  // namespace mercury::agg

@@ -1,0 +1,278 @@
+#include "agg/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace mercury::agg {
+
+namespace {
+
+// One "vector" of each width with the handful of operations the kernels use.
+// Every operation is the correctly rounded IEEE one, so all widths agree bit
+// for bit with the scalar formulas.
+struct Scalar {
+  using T = float;
+  static constexpr uint32_t kLanes = 1;
+  static T load(const std::byte* p) {
+    float f;
+    std::memcpy(&f, p, sizeof f);  // packet payloads need not be 4-aligned
+    return f;
+  }
+  static T load(const float* p) { return *p; }
+  static void store(float* p, T v) { *p = v; }
+  static T set1(float f) { return f; }
+  static T add(T a, T b) { return a + b; }
+  static T sub(T a, T b) { return a - b; }
+  static T mul(T a, T b) { return a * b; }
+  static T div(T a, T b) { return a / b; }
+  static T sqrt(T a) { return std::sqrt(a); }
+};
+
+#if defined(__AVX2__)
+struct Avx2 {
+  using T = __m256;
+  static constexpr uint32_t kLanes = 8;
+  static T load(const std::byte* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static T set1(float f) { return _mm256_set1_ps(f); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T div(T a, T b) { return _mm256_div_ps(a, b); }
+  static T sqrt(T a) { return _mm256_sqrt_ps(a); }
+};
+#endif
+
+#if defined(__AVX512F__)
+struct Avx512 {
+  using T = __m512;
+  static constexpr uint32_t kLanes = 16;
+  static T load(const std::byte* p) { return _mm512_loadu_ps(p); }
+  static T load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static T set1(float f) { return _mm512_set1_ps(f); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T div(T a, T b) { return _mm512_div_ps(a, b); }
+  // The masked form: GCC 12 warns on the undefined operand of _mm512_sqrt_ps.
+  static T sqrt(T a) { return _mm512_maskz_sqrt_ps(0xffff, a); }
+};
+#endif
+
+// Sum of the contributions at byte offset `off`, in rank order. kN > 0 is a
+// compile-time count (the common worker counts, fully unrolled); 0 = runtime n.
+template <class V, uint32_t kN>
+inline typename V::T rank_sum(const std::byte* const* src, uint32_t n, size_t off) {
+  typename V::T s = V::load(src[0] + off);
+  const uint32_t count = kN ? kN : n;
+  for (uint32_t r = 1; r < count; ++r) s = V::add(s, V::load(src[r] + off));
+  return s;
+}
+
+// Elements [first, last) of one update with vector type V.
+template <class V, OptimizerKind kKind, uint32_t kN>
+inline void apply_range(const std::byte* const* src, uint32_t n, uint64_t first, uint64_t last,
+                        float* param, float* s0, float* s1, const StepParams& k) {
+  const auto inv_n = V::set1(k.inv_n);
+  const auto lr = V::set1(k.lr);
+  for (uint64_t i = first; i + V::kLanes <= last; i += V::kLanes) {
+    const auto g = V::mul(rank_sum<V, kN>(src, n, i * sizeof(float)), inv_n);
+    if constexpr (kKind == OptimizerKind::kSumOnly) {
+      V::store(param + i, g);
+    } else if constexpr (kKind == OptimizerKind::kSgd) {
+      V::store(param + i, V::sub(V::load(param + i), V::mul(lr, g)));
+    } else if constexpr (kKind == OptimizerKind::kMomentum) {
+      const auto u = V::add(V::mul(V::set1(k.mu), V::load(s0 + i)), g);
+      V::store(s0 + i, u);
+      V::store(param + i, V::sub(V::load(param + i), V::mul(lr, u)));
+    } else {
+      const auto m =
+          V::add(V::mul(V::set1(k.b1), V::load(s0 + i)), V::mul(V::set1(k.one_minus_b1), g));
+      const auto v = V::add(V::mul(V::set1(k.b2), V::load(s1 + i)),
+                            V::mul(V::set1(k.one_minus_b2), V::mul(g, g)));
+      V::store(s0 + i, m);
+      V::store(s1 + i, v);
+      const auto den = V::add(V::sqrt(V::mul(v, V::set1(k.adam_c2))), V::set1(k.eps));
+      V::store(param + i, V::sub(V::load(param + i), V::div(V::mul(V::set1(k.adam_a), m), den)));
+    }
+  }
+}
+
+template <class V, OptimizerKind kKind, uint32_t kN>
+void apply_all(const std::byte* const* src, uint32_t n, uint64_t elements, float* param, float* s0,
+               float* s1, const StepParams& k) {
+  const uint64_t body = elements / V::kLanes * V::kLanes;
+  apply_range<V, kKind, kN>(src, n, 0, body, param, s0, s1, k);
+  // The tail goes through the scalar formulas, which are the same operations.
+  apply_range<Scalar, kKind, kN>(src, n, body, elements, param, s0, s1, k);
+}
+
+template <class V, OptimizerKind kKind>
+void apply_n(const std::byte* const* src, uint32_t n, uint64_t elements, float* param, float* s0,
+             float* s1, const StepParams& k) {
+  switch (n) {
+    case 1:
+      return apply_all<V, kKind, 1>(src, n, elements, param, s0, s1, k);
+    case 2:
+      return apply_all<V, kKind, 2>(src, n, elements, param, s0, s1, k);
+    case 4:
+      return apply_all<V, kKind, 4>(src, n, elements, param, s0, s1, k);
+    case 8:
+      return apply_all<V, kKind, 8>(src, n, elements, param, s0, s1, k);
+    default:
+      return apply_all<V, kKind, 0>(src, n, elements, param, s0, s1, k);
+  }
+}
+
+template <class V>
+void apply_kind(OptimizerKind kind, const std::byte* const* src, uint32_t n, uint64_t elements,
+                float* param, float* s0, float* s1, const StepParams& k) {
+  switch (kind) {
+    case OptimizerKind::kSumOnly:
+      return apply_n<V, OptimizerKind::kSumOnly>(src, n, elements, param, s0, s1, k);
+    case OptimizerKind::kSgd:
+      return apply_n<V, OptimizerKind::kSgd>(src, n, elements, param, s0, s1, k);
+    case OptimizerKind::kMomentum:
+      return apply_n<V, OptimizerKind::kMomentum>(src, n, elements, param, s0, s1, k);
+    case OptimizerKind::kAdam:
+      return apply_n<V, OptimizerKind::kAdam>(src, n, elements, param, s0, s1, k);
+  }
+}
+
+template <class V>
+void sum_all(const std::byte* const* src, uint32_t n, uint64_t elements, float* out) {
+  const uint64_t body = elements / V::kLanes * V::kLanes;
+  for (uint64_t i = 0; i < body; i += V::kLanes) {
+    V::store(out + i, rank_sum<V, 0>(src, n, i * sizeof(float)));
+  }
+  for (uint64_t i = body; i < elements; ++i) {
+    Scalar::store(out + i, rank_sum<Scalar, 0>(src, n, i * sizeof(float)));
+  }
+}
+
+}  // namespace
+
+std::string_view optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSumOnly:
+      return "sum-only";
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kMomentum:
+      return "momentum";
+    case OptimizerKind::kAdam:
+      return "adam";
+  }
+  return "?";
+}
+
+uint32_t state_floats_per_element(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kMomentum:
+      return 1;
+    case OptimizerKind::kAdam:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+std::string_view simd_name(Simd simd) {
+  switch (simd) {
+    case Simd::kAuto:
+      return "auto";
+    case Simd::kScalar:
+      return "scalar";
+    case Simd::kAvx2:
+      return "avx2";
+    case Simd::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+bool simd_available(Simd simd) {
+  switch (simd) {
+#if defined(__AVX2__)
+    case Simd::kAvx2:
+      return true;
+#endif
+#if defined(__AVX512F__)
+    case Simd::kAvx512:
+      return true;
+#endif
+    case Simd::kAuto:
+    case Simd::kScalar:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Simd resolve_simd(Simd simd) {
+  if (simd != Simd::kAuto) return simd;
+#if defined(__AVX512F__)
+  return Simd::kAvx512;
+#elif defined(__AVX2__)
+  return Simd::kAvx2;
+#else
+  return Simd::kScalar;
+#endif
+}
+
+StepParams step_params(const OptimizerConfig& c, uint32_t contributions, uint64_t step,
+                       float lr_scale) {
+  StepParams k;
+  k.inv_n = 1.0f / static_cast<float>(contributions);
+  k.lr = c.learning_rate * lr_scale;
+  k.mu = c.momentum;
+  k.b1 = c.beta1;
+  k.one_minus_b1 = 1.0f - c.beta1;
+  k.b2 = c.beta2;
+  k.one_minus_b2 = 1.0f - c.beta2;
+  k.eps = c.epsilon;
+  const double t = static_cast<double>(step);
+  k.adam_a = static_cast<float>(k.lr / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
+  k.adam_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(c.beta2), t)));
+  return k;
+}
+
+void reduce_apply(OptimizerKind kind, Simd simd, const std::byte* const* src, uint32_t n,
+                  uint64_t elements, float* param, float* state0, float* state1,
+                  const StepParams& step) {
+  switch (resolve_simd(simd)) {
+#if defined(__AVX512F__)
+    case Simd::kAvx512:
+      return apply_kind<Avx512>(kind, src, n, elements, param, state0, state1, step);
+#endif
+#if defined(__AVX2__)
+    case Simd::kAvx2:
+      return apply_kind<Avx2>(kind, src, n, elements, param, state0, state1, step);
+#endif
+    default:
+      return apply_kind<Scalar>(kind, src, n, elements, param, state0, state1, step);
+  }
+}
+
+void reduce_sum(Simd simd, const std::byte* const* src, uint32_t n, uint64_t elements, float* out) {
+  switch (resolve_simd(simd)) {
+#if defined(__AVX512F__)
+    case Simd::kAvx512:
+      return sum_all<Avx512>(src, n, elements, out);
+#endif
+#if defined(__AVX2__)
+    case Simd::kAvx2:
+      return sum_all<Avx2>(src, n, elements, out);
+#endif
+    default:
+      return sum_all<Scalar>(src, n, elements, out);
+  }
+}
+
+}  // namespace mercury::agg

@@ -1,0 +1,101 @@
+// Optimizers and the rank-order reduction kernel: the arithmetic of one chunk
+// update, kept apart from the chunk table's bookkeeping.
+//
+// What it is for. When a chunk's set of contributions is complete, the chunk
+// table calls reduce_apply() once: it sums the contributions in rank order
+// (c0 + c1 + ... + c(n-1), left to right, per element), scales by 1/n to get
+// the averaged gradient g, and applies the optimizer to the owned parameters
+// in the same pass, so each byte of gradient is read once.
+//
+// Determinism. Every element goes through the same sequence of IEEE-754
+// float32 operations in the scalar, AVX2 and AVX-512 paths (lanes are
+// independent elements; nothing is reassociated, and lib/agg is compiled
+// with -ffp-contract=off so no multiply-add is fused behind our back). The
+// result is therefore bit-identical whatever the arrival order, whatever the
+// SIMD width, and equal to the scalar reference formulas below:
+//
+//   g = (((c0 + c1) + c2) + ...) * (1/n)
+//   sum-only   p = g                          (workers apply their own optimizer)
+//   SGD        p = p - lr * g
+//   momentum   u = mu * u + g;   p = p - lr * u
+//   Adam       m = b1 * m + (1 - b1) * g;  v = b2 * v + (1 - b2) * (g * g)
+//              p = p - (a * m) / (sqrt(v * c2) + eps)
+//              with a = lr / (1 - b1^t), c2 = 1 / (1 - b2^t), t = update number (1-based)
+//
+// lr is the configured learning rate times the sync policy's lr_scale (PS+
+// scales the step taken from a stale gradient; BSP uses 1).
+//
+// Threads and costs. Pure functions over caller memory: no allocation, no
+// locks, no I/O, any thread. reduce_apply() reads n x elements x 4 bytes of
+// contributions plus the parameters and state once and writes parameters and
+// state once; contributions may be unaligned (they sit in packet buffers).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace mercury::agg {
+
+enum class OptimizerKind : uint8_t {
+  kSumOnly,   ///< the chunk's "parameters" are the averaged gradient itself
+  kSgd,       ///< plain SGD
+  kMomentum,  ///< SGD with (heavy-ball, PyTorch-style) momentum
+  kAdam,      ///< Adam with bias correction
+};
+
+std::string_view optimizer_name(OptimizerKind kind);
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float learning_rate = 0.01f;
+  float momentum = 0.9f;  ///< kMomentum
+  float beta1 = 0.9f;     ///< kAdam
+  float beta2 = 0.999f;   ///< kAdam
+  float epsilon = 1e-8f;  ///< kAdam
+};
+
+/// Optimizer state floats kept per owned element: 0 (sum-only, SGD),
+/// 1 (momentum: u), 2 (Adam: m and v).
+uint32_t state_floats_per_element(OptimizerKind kind);
+
+/// Which kernel runs. kAuto takes the widest one compiled in (the build uses
+/// -march=native); the others force one, for tests and benchmarks.
+enum class Simd : uint8_t { kAuto, kScalar, kAvx2, kAvx512 };
+
+std::string_view simd_name(Simd simd);
+/// Whether `simd` was compiled in (kAuto and kScalar always are).
+bool simd_available(Simd simd);
+/// kAuto -> the widest available; anything else unchanged.
+Simd resolve_simd(Simd simd);
+
+/// The scalars of one chunk update, computed once per update (not per
+/// element) by step_params().
+struct StepParams {
+  float inv_n = 1;  ///< 1 / number of contributions
+  float lr = 0;     ///< learning rate x policy scale
+  float mu = 0;
+  float b1 = 0, one_minus_b1 = 0, b2 = 0, one_minus_b2 = 0, eps = 0;
+  float adam_a = 0;   ///< lr / (1 - b1^t)
+  float adam_c2 = 0;  ///< 1 / (1 - b2^t)
+};
+
+/// `contributions` >= 1; `step` is the 1-based number of this update of the
+/// chunk (Adam's t); `lr_scale` multiplies the learning rate.
+StepParams step_params(const OptimizerConfig& config, uint32_t contributions, uint64_t step,
+                       float lr_scale);
+
+/// One chunk update. src[0..n) point at the contributions in rank order, each
+/// `elements` float32 (any alignment). `state0`/`state1` are the optimizer
+/// state arrays for these elements (null when the optimizer has none).
+/// `simd` must be available. Never fails.
+void reduce_apply(OptimizerKind kind, Simd simd, const std::byte* const* src, uint32_t n,
+                  uint64_t elements, float* param, float* state0, float* state1,
+                  const StepParams& step);
+
+/// out = src[0] + src[1] + ... + src[n-1], per element, in that order: the
+/// plain SIMD sum the aggregation benchmark measures as its memory-bandwidth
+/// limit. Same availability rule.
+void reduce_sum(Simd simd, const std::byte* const* src, uint32_t n, uint64_t elements, float* out);
+
+}  // namespace mercury::agg

@@ -1,0 +1,39 @@
+#include "agg/sync_policy.h"
+
+namespace mercury::agg {
+
+namespace {
+int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
+}  // namespace
+
+Admission BspPolicy::admit(uint32_t version, uint32_t iteration) const {
+  const int32_t d = serial_diff(iteration, version);
+  return d == 0 ? Admission::kAccept : d < 0 ? Admission::kStale : Admission::kFuture;
+}
+
+std::string_view AsyncPolicy::name() const {
+  if (options_.staleness_scaled) return "staleness-scaled";
+  return options_.max_staleness == UINT32_MAX ? "asp" : "ssp";
+}
+
+Admission AsyncPolicy::admit(uint32_t version, uint32_t iteration) const {
+  const int32_t d = serial_diff(version, iteration);
+  if (d < 0) return Admission::kFuture;
+  return static_cast<uint32_t>(d) > options_.max_staleness ? Admission::kStale : Admission::kAccept;
+}
+
+float AsyncPolicy::lr_scale(uint32_t staleness) const {
+  return options_.staleness_scaled ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
+}
+
+std::unique_ptr<SyncPolicy> make_bsp() { return std::make_unique<BspPolicy>(); }
+std::unique_ptr<SyncPolicy> make_asp() { return std::make_unique<AsyncPolicy>(); }
+std::unique_ptr<SyncPolicy> make_ssp(uint32_t max_staleness) {
+  return std::make_unique<AsyncPolicy>(AsyncPolicy::Options{.max_staleness = max_staleness});
+}
+std::unique_ptr<SyncPolicy> make_staleness_scaled(uint32_t max_staleness) {
+  return std::make_unique<AsyncPolicy>(
+      AsyncPolicy::Options{.max_staleness = max_staleness, .staleness_scaled = true});
+}
+
+}  // namespace mercury::agg
