@@ -4,8 +4,8 @@
 //   ring/raw/<size>    a raw rx/tx loop over a net_ring link, as testpmd does,
 //                      filling each frame's payload from a buffer (the copy
 //                      the stack must do too): the limit.
-//   ring/stack/<size>  Interface::stage_data_st (headers + payload copy with
-//                      the UDP checksum fused) and flush_st on one side,
+//   ring/stack/<size>  Interface::stage_data_st (headers, payload copy, UDP
+//                      checksum in software) and flush_st on one side,
 //                      poll_rx_st (parse + verify every header and checksum)
 //                      on the other, on the same link.
 //   ring/stack_nocsum/<size>  the same with UDP checksums off (network.udp_checksum:

@@ -33,6 +33,14 @@ std::vector<HeaderFields> fields() {
   return v;
 }
 
+void per_header(benchmark::State& state) {
+  state.counters["ns_per_header"] =
+      benchmark::Counter(static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["headers_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 void copy(benchmark::State& state) {
   std::vector<std::array<std::byte, kHeaderSize>> src(kHeaders), dst(kHeaders);
   size_t i = 0;
@@ -41,11 +49,7 @@ void copy(benchmark::State& state) {
     benchmark::DoNotOptimize(dst[i]);
     i = (i + 1) % kHeaders;
   }
-  state.counters["ns_per_header"] =
-      benchmark::Counter(static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.counters["headers_per_s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  per_header(state);
 }
 
 void encode_bench(benchmark::State& state) {
@@ -57,11 +61,7 @@ void encode_bench(benchmark::State& state) {
     benchmark::DoNotOptimize(out[i]);
     i = (i + 1) % kHeaders;
   }
-  state.counters["ns_per_header"] =
-      benchmark::Counter(static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.counters["headers_per_s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  per_header(state);
 }
 
 void decode_bench(benchmark::State& state) {
@@ -76,11 +76,7 @@ void decode_bench(benchmark::State& state) {
     benchmark::DoNotOptimize(out);
     i = (i + 1) % kHeaders;
   }
-  state.counters["ns_per_header"] =
-      benchmark::Counter(static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.counters["headers_per_s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  per_header(state);
 }
 
 BENCHMARK(copy)->Name("header/copy56");

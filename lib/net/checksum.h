@@ -4,8 +4,7 @@
 // the ones'-complement sum is byte-order independent, so summing native words
 // and storing the folded result natively yields the network-order checksum.
 // The loops are written so the compiler vectorises them (-O3, AVX2 where the
-// host has it). copy_and_sum() fuses the payload copy that the send path must
-// do anyway with the checksum, so a software checksum costs one pass, not two.
+// host has it).
 // Pure functions; safe from any thread.
 #pragma once
 
@@ -84,39 +83,6 @@ inline uint64_t partial_sum(const void* data, size_t len, uint64_t acc = 0) {
     a0 += w;
   }
   return a0;
-}
-
-/// copy `len` bytes from `src` to `dst` and return their partial sum.
-inline uint64_t copy_and_sum(void* dst, const void* src, size_t len, uint64_t acc = 0) {
-  auto* d = static_cast<unsigned char*>(dst);
-  const auto* s = static_cast<const unsigned char*>(src);
-  size_t i = 0;
-#if defined(__AVX2__)
-  if (len >= 64) {
-    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-    for (; i + 64 <= len; i += 64) {
-      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
-      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), v0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i + 32), v1);
-      detail::add_words(v0, lo, hi);
-      detail::add_words(v1, lo, hi);
-    }
-    acc += detail::horizontal(lo, hi);
-  }
-#endif
-  uint64_t a0 = acc, a1 = 0;
-  for (; i + 8 <= len; i += 8) {
-    uint32_t w0, w1;
-    std::memcpy(&w0, s + i, 4);
-    std::memcpy(&w1, s + i + 4, 4);
-    std::memcpy(d + i, &w0, 4);
-    std::memcpy(d + i + 4, &w1, 4);
-    a0 += w0;
-    a1 += w1;
-  }
-  if (i < len) std::memcpy(d + i, s + i, len - i);
-  return partial_sum(s + i, len - i, a0 + a1);
 }
 
 /// Folds a partial sum to 16 bits (not complemented).

@@ -23,7 +23,7 @@ uint16_t reference_checksum(const std::vector<uint8_t>& bytes) {
   return static_cast<uint16_t>(~sum);
 }
 
-TEST(Checksum, MatchesReferenceForAllLengthsAndCopies) {
+TEST(Checksum, MatchesReferenceForAllLengths) {
   std::mt19937 rng(1);
   for (size_t len = 0; len < 300; ++len) {
     std::vector<uint8_t> b(len);
@@ -34,9 +34,11 @@ TEST(Checksum, MatchesReferenceForAllLengthsAndCopies) {
     uint8_t stored[2];
     std::memcpy(stored, &got, 2);
     EXPECT_EQ((stored[0] << 8) | stored[1], want) << len;
-    std::vector<uint8_t> dst(len);
-    EXPECT_EQ(checksum_of(copy_and_sum(dst.data(), b.data(), len)), got) << len;
-    EXPECT_EQ(dst, b);
+    // Split at any even point, the partial sums add up to the same checksum.
+    const size_t half = len / 2 & ~size_t{1};
+    EXPECT_EQ(checksum_of(partial_sum(b.data() + half, len - half, partial_sum(b.data(), half))),
+              got)
+        << len;
   }
 }
 

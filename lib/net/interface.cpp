@@ -111,16 +111,19 @@ void Interface::handle_arp_st(const ParsedFrame& f, uint64_t) {
   if (f.arp_oper == 1 && stage_arp_st(2, f.src_mac, f.src_ip)) ++counters_.arp_replies_sent;
 }
 
-bool Interface::stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip) {
+rte_mbuf* Interface::mbuf_for_stage_st() {
   if (staged_ == kStage) {
     ++counters_.tx_stage_full;
-    return false;
+    return nullptr;
   }
   rte_mbuf* m = take_mbuf_st();
-  if (m == nullptr) {
-    ++counters_.tx_no_mbuf;
-    return false;
-  }
+  if (m == nullptr) ++counters_.tx_no_mbuf;
+  return m;
+}
+
+bool Interface::stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip) {
+  rte_mbuf* m = mbuf_for_stage_st();
+  if (m == nullptr) return false;
   auto* p = rte_pktmbuf_mtod(m, std::byte*);
   const size_t len = build_arp_frame({p, kMinFrame}, oper, local_, mac, ip);
   m->data_len = m->pkt_len = static_cast<uint32_t>(len);
@@ -142,15 +145,8 @@ bool Interface::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t 
 
 bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
                               std::span<const std::byte> payload) {
-  if (staged_ == kStage) {
-    ++counters_.tx_stage_full;
-    return false;
-  }
-  rte_mbuf* m = take_mbuf_st();
-  if (m == nullptr) {
-    ++counters_.tx_no_mbuf;
-    return false;
-  }
+  rte_mbuf* m = mbuf_for_stage_st();
+  if (m == nullptr) return false;
   // Start the frame so that its payload lands on a cache-line boundary: the
   // payload copy is the bulk of the send path, and a misaligned destination
   // makes every store straddle two lines.

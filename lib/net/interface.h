@@ -121,6 +121,9 @@ class Interface {
   ArpTable arp_;
   LinkEmulator* emulator_ = nullptr;
   rte_mbuf* take_mbuf_st();
+  /// An mbuf for the next staged frame, or nullptr (counted) when the stage
+  /// is full or the pool is dry.
+  rte_mbuf* mbuf_for_stage_st();
 
   uint16_t staged_ = 0;
   std::array<rte_mbuf*, kStage> stage_{};
