@@ -12,8 +12,11 @@ namespace mercury::net {
 
 uint32_t frame_bytes_for_mtu(uint32_t mtu) {
   // Ethernet header + a VLAN tag of slack + the FCS some PMDs keep + up to 63
-  // bytes the send path skips to align the payload (Interface::kPayloadAlignPad).
-  return mtu + RTE_ETHER_HDR_LEN + 4 + RTE_ETHER_CRC_LEN + 64;
+  // bytes the send path skips to align the payload (Interface::kPayloadAlignPad),
+  // and never less than DPDK's default data room, which some PMDs require of
+  // every RX mbuf whatever the MTU (net_af_packet wants 2016 bytes).
+  const uint32_t need = mtu + RTE_ETHER_HDR_LEN + 4 + RTE_ETHER_CRC_LEN + 64;
+  return need > RTE_MBUF_DEFAULT_DATAROOM ? need : RTE_MBUF_DEFAULT_DATAROOM;
 }
 
 Mempool::Mempool(const std::string& name, uint32_t mbufs, uint32_t cache, uint32_t frame_bytes,
