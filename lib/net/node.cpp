@@ -3,6 +3,7 @@
 #include <rte_cycles.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <stdexcept>
 
@@ -49,7 +50,9 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
       auto np = std::make_unique<NodePort>();
       np->node = name;
       np->spec = spec.text;
-      np->pool = std::make_unique<Mempool>("mp" + std::to_string(ports_.size()), job.mempool.mbufs,
+      // DPDK names are process-wide: number pools across every NodeNetworks.
+      static std::atomic<uint32_t> pools{0};
+      np->pool = std::make_unique<Mempool>("mp" + std::to_string(pools++), job.mempool.mbufs,
                                            job.mempool.cache, frame);
       PortOptions o;
       o.mtu = job.network.mtu;
