@@ -1,0 +1,702 @@
+#include "transport/endpoint.h"
+
+#include <rte_mbuf.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+
+#include "net/frame.h"
+
+namespace mercury::transport {
+
+namespace {
+
+// A slice's token is its Message's address (64-byte aligned, so the low bits
+// are free) with bit 0 set for a partition start-up control: the ack of a
+// control calls partition_ready_st, the ack of data on_acked_st.
+constexpr uint64_t kControlTag = 1;
+uint64_t token_of(const sched::Message* msg, bool control) {
+  return reinterpret_cast<uintptr_t>(msg) | (control ? kControlTag : 0);
+}
+sched::Message* message_of(uint64_t token) {
+  return reinterpret_cast<sched::Message*>(static_cast<uintptr_t>(token & ~kControlTag));
+}
+bool is_control(uint64_t token) { return (token & kControlTag) != 0; }
+
+SendStatus status_of(FailReason why) {
+  switch (why) {
+    case FailReason::kPeerTimeout:
+      return SendStatus::kPeerTimeout;
+    case FailReason::kPeerRestarted:
+      return SendStatus::kPeerRestarted;
+    case FailReason::kReset:
+      return SendStatus::kReset;
+  }
+  return SendStatus::kReset;
+}
+
+uint32_t pow2_at_least(uint64_t n) {
+  return static_cast<uint32_t>(std::bit_ceil(std::max<uint64_t>(n, 2)));
+}
+
+uint64_t addr_key(uint32_t ip, uint16_t port) { return uint64_t{ip} << 32 | uint64_t{port} << 16; }
+
+}  // namespace
+
+std::string_view send_status_name(SendStatus s) {
+  switch (s) {
+    case SendStatus::kDelivered:
+      return "delivered";
+    case SendStatus::kPeerTimeout:
+      return "peer_timeout";
+    case SendStatus::kPeerRestarted:
+      return "peer_restarted";
+    case SendStatus::kReset:
+      return "reset";
+    case SendStatus::kPeerUnreachable:
+      return "peer_unreachable";
+  }
+  return "?";
+}
+
+std::string_view endpoint_drop_name(EndpointDrop d) {
+  switch (d) {
+    case EndpointDrop::kUnknownPeer:
+      return "unknown_peer";
+    case EndpointDrop::kRefused:
+      return "refused";
+    case EndpointDrop::kRxTableFull:
+      return "rx_table_full";
+    case EndpointDrop::kStageFailed:
+      return "stage_failed";
+    case EndpointDrop::kRetransmitStale:
+      return "retransmit_stale";
+    case EndpointDrop::kCount:
+      break;
+  }
+  return "?";
+}
+
+// ---------------------------------------------------------------------------
+// The retransmission map: (slice token, offset) -> the seq of the lost packet
+// carrying it, or "deferred" for a slice carved while its peer's window was
+// full (never given to the transport). The scheduler's Slice has no room for
+// a seq, so the endpoint keeps it here while the slice waits in the
+// scheduler's retransmission queue. Entries live exactly while the transport
+// holds the packet as lost (or the slice is deferred), so the map is bounded
+// by the windows. Open addressing, linear probing, backward-shift deletion.
+class Endpoint::LostMap {
+ public:
+  struct Slot {
+    uint64_t token = 0;  // 0: empty (a token is never 0)
+    uint32_t offset = 0;
+    uint32_t seq = 0;
+    bool deferred = false;
+  };
+
+  explicit LostMap(uint32_t capacity)
+      : slots_(pow2_at_least(2 * uint64_t{capacity})), mask_(slots_.size() - 1) {}
+
+  Slot* find(uint64_t token, uint32_t offset) {
+    for (size_t i = home(token, offset);; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.token == 0) return nullptr;
+      if (s.token == token && s.offset == offset) return &s;
+    }
+  }
+  // False when full (sized so that it never is).
+  bool put(uint64_t token, uint32_t offset, uint32_t seq, bool deferred) {
+    if (size_ + 1 > (mask_ + 1) / 2 + (mask_ + 1) / 4) return false;
+    for (size_t i = home(token, offset);; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.token == 0) ++size_;
+      if (s.token == 0 || (s.token == token && s.offset == offset)) {
+        s = Slot{token, offset, seq, deferred};
+        return true;
+      }
+    }
+  }
+  void erase(Slot* slot) {
+    size_t i = static_cast<size_t>(slot - slots_.data());
+    slots_[i].token = 0;
+    --size_;
+    for (size_t j = (i + 1) & mask_; slots_[j].token != 0; j = (j + 1) & mask_) {
+      const size_t k = home(slots_[j].token, slots_[j].offset);
+      // Move j back into the hole at i unless its home lies cyclically in (i, j].
+      const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+      if (stays) continue;
+      slots_[i] = slots_[j];
+      slots_[j].token = 0;
+      i = j;
+    }
+  }
+  void erase(uint64_t token, uint32_t offset) {
+    if (Slot* s = find(token, offset)) erase(s);
+  }
+  size_t size() const { return size_; }
+
+ private:
+  size_t home(uint64_t token, uint32_t offset) const {
+    const uint64_t h =
+        (token >> 6) * 0x9E3779B97F4A7C15ull ^ uint64_t { offset } * 0xC2B2AE3D27D4EB4Full;
+    return static_cast<size_t>(h >> 32) & mask_;
+  }
+  std::vector<Slot> slots_;
+  size_t mask_;
+  size_t size_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Per-peer state: the Peer, its route, its messages in progress (msg_id ->
+// destination buffer), its error texts (formatted once, at set-up, so a
+// failure on the datapath only hands out a string_view), and its counters.
+// It is also the SenderSink of its Peer, so every report knows whose it is.
+struct Endpoint::PeerState final : SenderSink {
+  struct RxSlot {
+    uint32_t msg_id = 0;
+    bool used = false;
+    std::byte* buffer = nullptr;  // null: refused by the receiver
+  };
+
+  PeerState(Endpoint& ep, uint16_t index, const PeerSpec& s, const Config& cfg, Tick now,
+            uint32_t rx_messages)
+      : endpoint(ep),
+        index(index),
+        spec(s),
+        peer(cfg, ep.config_.local_epoch, now, s.peer_epoch),
+        rx(pow2_at_least(2 * uint64_t{rx_messages})),
+        rx_mask(static_cast<uint32_t>(rx.size() - 1)) {
+    const std::string who = "peer " + s.name + " (" + net::ipv4_to_string(s.ip) + ":" +
+                            std::to_string(s.udp_port) + ")";
+    errors[static_cast<size_t>(SendStatus::kPeerTimeout)] =
+        who + " did not acknowledge for " + std::to_string(cfg.peer_timeout_us / 1000) + " ms";
+    errors[static_cast<size_t>(SendStatus::kPeerRestarted)] =
+        who + " restarted (new epoch): the message was lost with its old state";
+    errors[static_cast<size_t>(SendStatus::kReset)] =
+        "the stream to " + who + " was reset (new local epoch)";
+    errors[static_cast<size_t>(SendStatus::kPeerUnreachable)] =
+        who + " did not answer within " + std::to_string(cfg.connect_timeout_us / 1000) + " ms";
+  }
+
+  void on_acked(const SliceRef& slice) override { endpoint.acked(*this, slice); }
+  void on_lost(uint32_t seq, const SliceRef& slice, LossKind) override {
+    endpoint.lost(*this, seq, slice);
+  }
+  void on_failed(const SliceRef& slice, FailReason why) override {
+    endpoint.failed(*this, slice, why);
+  }
+
+  SendStatus death() const {
+    return peer.sender().dead() ? SendStatus::kPeerTimeout : SendStatus::kPeerUnreachable;
+  }
+
+  RxSlot* rx_find(uint32_t msg_id) {
+    for (uint32_t i = rx_home(msg_id);; i = (i + 1) & rx_mask) {
+      if (!rx[i].used) return nullptr;
+      if (rx[i].msg_id == msg_id) return &rx[i];
+    }
+  }
+  RxSlot* rx_add(uint32_t msg_id) {
+    if (rx_count + 1 > rx_mask) return nullptr;  // keep one hole: probes end
+    for (uint32_t i = rx_home(msg_id);; i = (i + 1) & rx_mask) {
+      if (!rx[i].used) {
+        rx[i] = RxSlot{msg_id, true, nullptr};
+        ++rx_count;
+        return &rx[i];
+      }
+    }
+  }
+  void rx_erase(RxSlot* slot) {
+    uint32_t i = static_cast<uint32_t>(slot - rx.data());
+    rx[i].used = false;
+    --rx_count;
+    for (uint32_t j = (i + 1) & rx_mask; rx[j].used; j = (j + 1) & rx_mask) {
+      const uint32_t k = rx_home(rx[j].msg_id);
+      const bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+      if (stays) continue;
+      rx[i] = rx[j];
+      rx[j].used = false;
+      i = j;
+    }
+  }
+  uint32_t rx_home(uint32_t msg_id) const { return (msg_id * 0x9E3779B1u >> 7) & rx_mask; }
+
+  Endpoint& endpoint;
+  uint16_t index;
+  PeerSpec spec;
+  Peer peer;
+  net::Route route;
+  bool resolved = false;
+  std::vector<RxSlot> rx;
+  uint32_t rx_mask;
+  uint32_t rx_count = 0;
+  std::array<std::string, 5> errors;
+  EndpointPeerStats stats;
+};
+
+// ---------------------------------------------------------------------------
+// Set-up.
+
+Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, MessageReceiver& receiver,
+                   Tick now)
+    : iface_(iface),
+      config_(config),
+      receiver_(receiver),
+      max_payload_(net::payload_per_packet(iface.port().mtu())) {
+  if (config.peers.empty() || config.peers.size() > sched::kMaxPeers) {
+    throw std::invalid_argument("endpoint: peers must number 1.." +
+                                std::to_string(sched::kMaxPeers));
+  }
+  if (config.local_epoch == 0)
+    throw std::invalid_argument("endpoint: local_epoch must be non-zero");
+  if (config.timer_every == 0) throw std::invalid_argument("endpoint: timer_every must be >= 1");
+  if (config.tx_burst == 0 || config.tx_burst > net::Interface::kBurst) {
+    throw std::invalid_argument("endpoint: tx_burst must be 1.." +
+                                std::to_string(net::Interface::kBurst));
+  }
+  const Params params = resolve(config.transport);  // throws naming the field
+  const auto num_peers = static_cast<uint16_t>(config.peers.size());
+
+  pool_ = std::make_unique<sched::MessagePool>(config.max_messages);
+  // Completion records are indexed like the pool's descriptors. The pool
+  // keeps them in one array; find its base by taking every descriptor once
+  // (control path) and check that they are contiguous.
+  {
+    std::vector<sched::Message*> all;
+    all.reserve(config.max_messages);
+    for (uint32_t i = 0; i < config.max_messages; ++i) all.push_back(pool_->alloc());
+    if (std::find(all.begin(), all.end(), nullptr) != all.end()) {
+      throw std::logic_error("endpoint: the message pool did not yield its capacity");
+    }
+    base_ = *std::min_element(all.begin(), all.end());
+    for (sched::Message* m : all) {
+      if (static_cast<uint64_t>(m - base_) >= config.max_messages) {
+        throw std::logic_error("endpoint: the message pool's descriptors are not one array");
+      }
+    }
+    for (sched::Message* m : all) pool_->free(m);
+  }
+  records_.resize(config.max_messages);
+
+  // Retransmissions waiting at once: at most a window of lost packets per
+  // peer, plus one deferred slice per (peer, level).
+  const uint64_t waiting = uint64_t{num_peers} * (params.window + sched::kPriorityLevels);
+  sched::SchedulerConfig sc;
+  sc.mode = config.mode;
+  sc.num_peers = num_peers;
+  sc.ingress_capacity = config.ingress_capacity;
+  sc.max_retransmits = static_cast<uint32_t>(waiting);
+  sc.partition_bytes = config.partition_bytes;
+  sc.credit_bytes = config.credit_bytes;
+  sched_ = std::make_unique<sched::PortScheduler>(sc, *pool_, &Endpoint::on_complete, this);
+  lost_ = std::make_unique<LostMap>(static_cast<uint32_t>(waiting));
+  stash_.reserve(waiting);
+
+  peers_.reserve(num_peers);
+  for (uint16_t p = 0; p < num_peers; ++p) {
+    const PeerSpec& s = config.peers[p];
+    for (uint16_t q = 0; q < p; ++q) {
+      if (config.peers[q].ip == s.ip && config.peers[q].udp_port == s.udp_port) {
+        throw std::invalid_argument("endpoint: peers " + config.peers[q].name + " and " + s.name +
+                                    " have the same address");
+      }
+    }
+    peers_.push_back(
+        std::make_unique<PeerState>(*this, p, s, config.transport, now, params.rx_messages));
+    by_addr_.push_back(addr_key(s.ip, s.udp_port) | p);
+  }
+  std::sort(by_addr_.begin(), by_addr_.end());
+}
+
+Endpoint::~Endpoint() = default;
+
+const PeerSpec& Endpoint::peer_spec(uint16_t peer) const { return peers_.at(peer)->spec; }
+
+// ---------------------------------------------------------------------------
+// Any thread.
+
+SubmitStatus Endpoint::send(uint16_t peer, const std::byte* data, uint32_t len, uint8_t priority,
+                            const MessageMeta& meta, const Completion& done) {
+  // A zero-length kControl message is how partition start-ups travel, so the
+  // application may not send one.
+  if (peer >= peers_.size() || priority >= sched::kPriorityLevels ||
+      meta.type == wire::PacketType::kAck || (data == nullptr && len > 0) ||
+      (meta.type == wire::PacketType::kControl && len == 0)) {
+    submit_invalid_.fetch_add(1, std::memory_order_relaxed);
+    return SubmitStatus::kInvalid;
+  }
+  sched::Message* m = pool_->alloc();
+  if (m == nullptr) {
+    submit_no_descriptor_.fetch_add(1, std::memory_order_relaxed);
+    return SubmitStatus::kNoDescriptor;
+  }
+  m->data = data;
+  m->len = len;
+  m->peer = peer;
+  m->priority = priority;
+  m->type = static_cast<uint8_t>(meta.type);
+  m->dtype = static_cast<uint8_t>(meta.dtype);
+  m->tensor_key = meta.tensor_key;
+  m->iteration = meta.iteration;
+  m->param_version = meta.param_version;
+  // Unique per endpoint, so unique per peer stream: the receiver keys its
+  // messages in progress by it. Relaxed: only uniqueness matters.
+  m->msg_id = next_msg_id_.fetch_add(1, std::memory_order_relaxed);
+  m->cookie = done.cookie;
+  // The record is published with the message by submit()'s release CAS,
+  // which the net core's drain_ingress_st() acquires.
+  records_[m - base_] = Record{done.fn, done.context, SendStatus::kDelivered};
+  if (!sched_->submit(m)) {
+    pool_->free(m);
+    submit_ingress_full_.fetch_add(1, std::memory_order_relaxed);
+    return SubmitStatus::kIngressFull;
+  }
+  return SubmitStatus::kQueued;
+}
+
+// ---------------------------------------------------------------------------
+// Net core.
+
+uint32_t Endpoint::poll_st(Tick now) {
+  const uint64_t rx_before = counters_.rx_packets;
+  const uint64_t tx_before = counters_.tx_data + counters_.tx_retransmits + counters_.tx_pure_acks;
+  receive_st(now);
+  if (passes_ % config_.timer_every == 0) run_timers_st(now);
+  ++passes_;
+  transmit_st(now);
+  return static_cast<uint32_t>(counters_.rx_packets - rx_before + counters_.tx_data +
+                               counters_.tx_retransmits + counters_.tx_pure_acks - tx_before);
+}
+
+void Endpoint::receive_st(Tick now) {
+  net::RxPacket rx[net::Interface::kBurst];
+  rte_mbuf* mbufs[net::Interface::kBurst];
+  const uint16_t n = iface_.poll_rx_st(rx, net::Interface::kBurst, now);
+  counters_.rx_packets += n;
+  for (uint16_t i = 0; i < n; ++i) {
+    mbufs[i] = rx[i].mbuf;
+    const net::ParsedFrame& f = rx[i].parsed;
+    const uint64_t key = addr_key(f.src_ip, f.src_port);
+    const auto it = std::lower_bound(by_addr_.begin(), by_addr_.end(), key);
+    if (it == by_addr_.end() || (*it & ~uint64_t{0xffff}) != key) {
+      drop(EndpointDrop::kUnknownPeer);
+      continue;
+    }
+    const auto p = static_cast<uint16_t>(*it & 0xffff);
+    PeerState& ps = *peers_[p];
+    const RxResult r = ps.peer.on_packet(f.header, now, ps);
+    ++counters_.verdicts[static_cast<size_t>(r.verdict)];
+    place_st(ps, p, rx[i], r);
+  }
+  if (n > 0) rte_pktmbuf_free_bulk(mbufs, n);
+}
+
+void Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, const RxResult& r) {
+  if (r.peer_restarted) {
+    // The transport abandoned every message in progress from the peer.
+    for (PeerState::RxSlot& s : ps.rx) {
+      if (!s.used) continue;
+      if (s.buffer != nullptr) {
+        receiver_.on_message_abandoned(p, s.msg_id, s.buffer);
+        ++counters_.messages_abandoned;
+      }
+      s.used = false;
+    }
+    ps.rx_count = 0;
+  }
+  if (r.verdict != RxVerdict::kNew) return;
+  const wire::HeaderFields& h = pkt.parsed.header;
+  if (h.type == wire::PacketType::kControl && h.msg_len == 0) {
+    ++counters_.control_received;  // a partition start-up: its ack is the answer
+    return;
+  }
+  const std::byte* payload = pkt.parsed.payload.data();
+  if (r.message_complete && h.offset == 0 && h.payload_len == h.msg_len) {
+    // The whole message in one packet: no table entry.
+    std::byte* buffer = receiver_.on_message_begin(p, h);
+    if (buffer == nullptr) {
+      ++ps.stats.messages_refused;
+      drop(EndpointDrop::kRefused);
+      return;
+    }
+    if (h.payload_len != 0) std::memcpy(buffer, payload, h.payload_len);
+    ps.stats.bytes_received += h.payload_len;
+    ++ps.stats.messages_received;
+    ++counters_.messages_received;
+    receiver_.on_message_complete(p, h, buffer);
+    return;
+  }
+  PeerState::RxSlot* slot = ps.rx_find(h.msg_id);
+  if (slot == nullptr) {
+    slot = ps.rx_add(h.msg_id);
+    if (slot == nullptr) {
+      drop(EndpointDrop::kRxTableFull);
+      return;
+    }
+    slot->buffer = receiver_.on_message_begin(p, h);
+    if (slot->buffer == nullptr) ++ps.stats.messages_refused;
+  }
+  if (slot->buffer != nullptr) {
+    // wire::decode checked offset + payload_len <= msg_len (kBadRange), and
+    // the transport checks msg_len against the message in progress.
+    std::memcpy(slot->buffer + h.offset, payload, h.payload_len);
+    ps.stats.bytes_received += h.payload_len;
+  } else {
+    drop(EndpointDrop::kRefused);
+  }
+  if (r.message_complete) {
+    if (slot->buffer != nullptr) {
+      ++ps.stats.messages_received;
+      ++counters_.messages_received;
+      receiver_.on_message_complete(p, h, slot->buffer);
+    }
+    ps.rx_erase(slot);
+  }
+}
+
+void Endpoint::run_timers_st(Tick now) {
+  for (auto& ptr : peers_) {
+    PeerState& ps = *ptr;
+    if (!ps.resolved) {
+      ps.resolved = iface_.resolve_st(ps.spec.ip, ps.spec.udp_port, ps.route, now);
+    }
+    ps.peer.on_timer(now, ps);
+  }
+}
+
+bool Endpoint::eligible(const PeerState& ps) const {
+  // A dead peer stays eligible so that whatever is queued for it is carved
+  // and failed (it is never sent), whether or not it was ever resolved.
+  if (ps.peer.dead()) return true;
+  if (!ps.resolved) return false;
+  return ps.peer.can_send() || (ps.peer.sender().waiting_resend() > 0 && ps.peer.can_resend());
+}
+
+void Endpoint::fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
+                           wire::HeaderFields& h) const {
+  h.type = control ? wire::PacketType::kControl : static_cast<wire::PacketType>(msg.type);
+  h.job_id = config_.job_id;
+  h.sender_id = config_.sender_id;
+  h.priority = msg.priority;
+  h.dtype = static_cast<wire::Dtype>(msg.dtype);
+  h.tensor_key = msg.tensor_key;
+  h.msg_id = msg.msg_id;
+  h.msg_len = control ? 0 : msg.len;
+  h.offset = control ? 0 : offset;
+  h.iteration = msg.iteration;
+  h.param_version = msg.param_version;
+  h.payload_len = static_cast<uint16_t>(control ? 0 : len);
+}
+
+bool Endpoint::stage(PeerState& ps, const wire::HeaderFields& h, const std::byte* payload) {
+  if (iface_.stage_data_st(ps.route, h, std::span<const std::byte>(payload, h.payload_len))) {
+    return true;
+  }
+  drop(EndpointDrop::kStageFailed);
+  return false;
+}
+
+void Endpoint::account_failed(PeerState& ps, sched::Message* msg, bool control, uint32_t len,
+                              SendStatus why) {
+  (void)ps;
+  Record& rec = record(msg);
+  if (rec.status == SendStatus::kDelivered) rec.status = why;
+  // The bytes count as settled, so the scheduler completes the message once
+  // everything of it is settled; the completion then reports the failure.
+  if (control) {
+    sched_->partition_ready_st(msg);
+  } else {
+    sched_->on_acked_st(msg, len);
+  }
+}
+
+void Endpoint::retry_stash_st() {
+  size_t kept = 0;
+  for (const sched::Slice& s : stash_) {
+    if (!sched_->requeue_st(s)) stash_[kept++] = s;
+  }
+  stash_.resize(kept);
+}
+
+void Endpoint::transmit_st(Tick now) {
+  if (!stash_.empty()) retry_stash_st();
+  sched_->drain_ingress_st();
+  sched::PeerMask ready;
+  for (uint16_t p = 0; p < peers_.size(); ++p) {
+    if (eligible(*peers_[p])) ready.set(p);
+  }
+  // Keep a few stage slots for pure ACKs after the data.
+  const uint32_t room = iface_.tx_room();
+  const uint32_t budget = std::min<uint32_t>(config_.tx_burst, room > 4 ? room - 4 : 0);
+  uint32_t sent = 0;
+  sched::Slice s;
+  while (sent < budget && ready.any() && sched_->next_slice_st(ready, max_payload_, s)) {
+    sched::Message* msg = s.msg;
+    const uint16_t p = msg->peer;
+    PeerState& ps = *peers_[p];
+    const bool control = s.kind == sched::SliceKind::kPartitionStart;
+    const uint64_t token = token_of(msg, control);
+    bool fresh = !s.retransmit;
+    if (s.retransmit) {
+      LostMap::Slot* e = lost_->find(token, s.offset);
+      if (e == nullptr) {
+        // Acked or failed while it waited: its bytes are settled already.
+        drop(EndpointDrop::kRetransmitStale);
+      } else if (e->deferred) {
+        lost_->erase(e);
+        fresh = true;
+      } else {
+        SliceRef ref;
+        wire::HeaderFields h;
+        switch (ps.peer.resend(e->seq, now, ref, h)) {
+          case Resend::kSend:
+            lost_->erase(e);
+            fill_header(*message_of(ref.msg_token), is_control(ref.msg_token), ref.offset, ref.len,
+                        h);
+            stage(ps, h, message_of(ref.msg_token)->data + ref.offset);
+            ++counters_.tx_retransmits;
+            ++sent;
+            break;
+          case Resend::kNotNeeded:
+            lost_->erase(e);
+            ++counters_.resends_not_needed;
+            break;
+          case Resend::kNoRoom:
+            // Keep the request (and its seq in the map) for after an ACK.
+            if (!sched_->requeue_st(s)) {
+              stash_.push_back(s);
+              ++counters_.requeue_stashed;
+            }
+            ++counters_.resends_no_room;
+            ready.reset(p);
+            continue;
+        }
+      }
+    }
+    if (fresh) {
+      Record& rec = record(msg);
+      if (ps.peer.dead() || rec.status != SendStatus::kDelivered) {
+        // Never sent: the peer is dead, or the message already failed (its
+        // peer restarted) and its remaining bytes would be an orphan there.
+        account_failed(ps, msg, control, s.len, ps.peer.dead() ? ps.death() : rec.status);
+        continue;
+      }
+      if (!ps.peer.can_send()) {
+        // Picked for a resend's sake while the window is full: hand the slice
+        // back, marked as never sent, and skip the peer for this pass.
+        lost_->put(token, s.offset, 0, true);
+        if (!sched_->requeue_st(s)) {
+          stash_.push_back(s);
+          ++counters_.requeue_stashed;
+        }
+        ++counters_.deferred;
+        ready.reset(p);
+        continue;
+      }
+      wire::HeaderFields h;
+      fill_header(*msg, control, s.offset, s.len, h);
+      ps.peer.send(SliceRef{token, s.offset, s.len, msg->priority}, now, h);
+      stage(ps, h, control ? nullptr : msg->data + s.offset);
+      ++counters_.tx_data;
+      ++sent;
+    }
+    if (!eligible(ps)) ready.reset(p);
+  }
+  // Pure ACKs (and probes) for peers that no data piggybacked them to.
+  for (auto& ptr : peers_) {
+    PeerState& ps = *ptr;
+    if (!ps.resolved || iface_.tx_room() == 0) continue;
+    if (!ps.peer.ack_due(now)) continue;
+    wire::HeaderFields h;
+    ps.peer.fill_pure_ack(now, h);
+    h.job_id = config_.job_id;
+    h.sender_id = config_.sender_id;
+    if (stage(ps, h, nullptr)) ++counters_.tx_pure_acks;
+  }
+  iface_.flush_st(now);
+}
+
+// ---------------------------------------------------------------------------
+// SenderSink reports (net core, inside Peer calls).
+
+void Endpoint::acked(PeerState& ps, const SliceRef& slice) {
+  (void)ps;
+  lost_->erase(slice.msg_token, slice.offset);
+  sched::Message* msg = message_of(slice.msg_token);
+  if (is_control(slice.msg_token)) {
+    sched_->partition_ready_st(msg);
+  } else {
+    sched_->on_acked_st(msg, slice.len);
+  }
+}
+
+void Endpoint::lost(PeerState& ps, uint32_t seq, const SliceRef& slice) {
+  (void)ps;
+  lost_->put(slice.msg_token, slice.offset, seq, false);
+  const sched::Slice s{
+      message_of(slice.msg_token), slice.offset, slice.len, true,
+      is_control(slice.msg_token) ? sched::SliceKind::kPartitionStart : sched::SliceKind::kData};
+  if (!sched_->requeue_st(s)) {
+    stash_.push_back(s);
+    ++counters_.requeue_stashed;
+  }
+}
+
+void Endpoint::failed(PeerState& ps, const SliceRef& slice, FailReason why) {
+  lost_->erase(slice.msg_token, slice.offset);
+  account_failed(ps, message_of(slice.msg_token), is_control(slice.msg_token), slice.len,
+                 status_of(why));
+}
+
+void Endpoint::on_complete(void* self, const sched::Message& msg) {
+  auto& ep = *static_cast<Endpoint*>(self);
+  const Record rec = ep.records_[&msg - ep.base_];
+  PeerState& ps = *ep.peers_[msg.peer];
+  SendResult r;
+  r.cookie = msg.cookie;
+  r.peer = msg.peer;
+  r.len = msg.len;
+  r.status = rec.status;
+  if (rec.status == SendStatus::kDelivered) {
+    ++ps.stats.messages_sent;
+    ++ep.counters_.messages_completed;
+  } else {
+    r.error = ps.errors[static_cast<size_t>(rec.status)];
+    ++ps.stats.messages_failed;
+    ++ep.counters_.messages_failed;
+  }
+  if (rec.fn != nullptr) rec.fn(rec.context, r);
+}
+
+// ---------------------------------------------------------------------------
+// Telemetry.
+
+bool Endpoint::idle_st() const {
+  if (sched_->has_work_st() || !stash_.empty() || lost_->size() != 0) return false;
+  for (const auto& ptr : peers_) {
+    if (ptr->peer.sender().outstanding() != 0 && !ptr->peer.dead()) return false;
+  }
+  return true;
+}
+
+EndpointCounters Endpoint::counters_st() const {
+  EndpointCounters c = counters_;
+  c.passes = passes_;
+  c.submit_no_descriptor = submit_no_descriptor_.load(std::memory_order_relaxed);
+  c.submit_ingress_full = submit_ingress_full_.load(std::memory_order_relaxed);
+  c.submit_invalid = submit_invalid_.load(std::memory_order_relaxed);
+  return c;
+}
+
+EndpointPeerStats Endpoint::peer_stats_st(uint16_t peer) const {
+  const PeerState& ps = *peers_.at(peer);
+  EndpointPeerStats s = ps.stats;
+  s.transport = ps.peer.counters();
+  s.resolved = ps.resolved;
+  s.dead = ps.peer.dead();
+  return s;
+}
+
+}  // namespace mercury::transport

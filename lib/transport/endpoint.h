@@ -1,0 +1,280 @@
+// The transport endpoint: the net core glue that joins lib/net (one
+// Interface on a real DPDK port), lib/sched (a PortScheduler fed by any
+// thread) and lib/transport (one Peer state machine per remote).
+//
+// What it is for. One Endpoint per (net core, Interface). Producers on any
+// thread call send(): the message is queued whole in the scheduler, never
+// copied. The net core calls poll_st(now) in its loop, which has the shape of
+// ARCHITECTURE.md section 3: receive a burst, hand each packet to its Peer,
+// place accepted payloads straight into the destination buffer the
+// application gave for the message (the only copy, from the mbuf), report
+// completed messages, free the mbufs; every `timer_every` passes run the
+// timers (RTO, liveness, ARP resolution of peers without a route); then TX:
+// drain the scheduler's ingress, carve packets (lost packets come back
+// through the scheduler's retransmission queue at their message's priority,
+// ahead of new data of that level), stamp them through the Peer, stage and
+// flush them, and send the pure ACKs that nothing piggybacked.
+//
+// Threads.
+//  * send() may be called from any thread, preemptible ones included: it is
+//    lock-free (a pool pop, a counter fetch_add and the scheduler's submit),
+//    never blocks, never allocates, and returns a SubmitStatus.
+//  * Everything ending in _st belongs to the one net core that owns the
+//    Interface (the scheduler's single consumer). Completions and the
+//    MessageReceiver callbacks run on that core, inside poll_st().
+//  * The constructor is control path: it allocates every table once and
+//    throws std::invalid_argument (bad configuration) naming the field.
+//
+// Costs. Per received packet: one peer lookup (binary search over the
+// peers), the Peer's O(1) work, for a data packet one probe of the
+// per-peer table of messages in progress and one memcpy of the payload.
+// Per sent packet: O(1) in the scheduler and the Peer, one hash probe for a
+// retransmission, the Interface's frame build. Memory: a 128-byte descriptor
+// and a 24-byte record per message slot (max_messages), the Peers (see
+// transport.h), per peer a table of pow2(2 x rx_messages) 16-byte slots, and
+// a retransmission map of pow2(2 x (sum of windows + peers x 64)) 24-byte
+// slots. Nothing grows with traffic. docs/transport.md, section "The
+// endpoint (net core glue)", gives the decisions.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "net/interface.h"
+#include "sched/message.h"
+#include "sched/port_scheduler.h"
+#include "transport/transport.h"
+#include "wire/header.h"
+
+namespace mercury::transport {
+
+/// One remote endpoint this endpoint talks to.
+struct PeerSpec {
+  std::string name;  ///< used in error messages ("w2")
+  uint32_t ip = 0;   ///< IPv4, host order
+  uint16_t udp_port = wire::kDefaultUdpPort;
+  uint16_t peer_epoch = 0;  ///< the peer's epoch if known; 0: learn it by the probe exchange
+};
+
+struct EndpointConfig {
+  Config transport;  ///< per-peer protocol settings (tsc_hz required)
+  sched::Mode mode = sched::Mode::kStrict;
+  uint32_t partition_bytes = 4 << 20;  ///< partition mode only
+  uint32_t credit_bytes = 8 << 20;     ///< partition mode only
+  uint32_t max_messages = 4096;        ///< message descriptors (queued + in flight)
+  uint32_t ingress_capacity = 4096;    ///< submitted and not yet drained
+  uint16_t local_epoch = 1;            ///< our incarnation (non-zero)
+  uint32_t job_id = 0;                 ///< written in every header
+  uint16_t sender_id = 0;              ///< our id in the job, written in every header
+  uint32_t timer_every = 16;           ///< poll passes between timer runs (>= 1)
+  uint32_t tx_burst = 32;              ///< data packets carved per pass (<= Interface::kBurst)
+  std::vector<PeerSpec> peers;         ///< 1..sched::kMaxPeers
+};
+
+/// How a message ended, as its completion reports it.
+enum class SendStatus : uint8_t {
+  kDelivered,        ///< every byte was acknowledged by the peer
+  kPeerTimeout,      ///< the peer acknowledged nothing for peer_timeout_us
+  kPeerRestarted,    ///< the peer came back with a new epoch; its state was lost
+  kReset,            ///< our stream to the peer was reset (reincarnation)
+  kPeerUnreachable,  ///< the peer never answered within connect_timeout_us
+};
+std::string_view send_status_name(SendStatus s);
+
+/// What a completion receives. `error` names the peer and is empty on
+/// success; it stays valid for the endpoint's lifetime.
+struct SendResult {
+  uint64_t cookie = 0;
+  uint16_t peer = 0;
+  uint32_t len = 0;
+  SendStatus status = SendStatus::kDelivered;
+  std::string_view error;
+  bool ok() const { return status == SendStatus::kDelivered; }
+};
+
+/// Runs on the net core when a message has ended, exactly once per message
+/// that send() accepted. Must not block; may call send().
+using SendCallback = void (*)(void* context, const SendResult& result);
+struct Completion {
+  SendCallback fn = nullptr;  ///< may be null: nobody is told
+  void* context = nullptr;
+  uint64_t cookie = 0;
+};
+
+/// Header fields the application chooses (the transport fills the rest).
+struct MessageMeta {
+  wire::PacketType type = wire::PacketType::kData;
+  wire::Dtype dtype = wire::Dtype::kBytes;
+  uint32_t tensor_key = 0;
+  uint32_t iteration = 0;
+  uint32_t param_version = 0;
+};
+
+enum class SubmitStatus : uint8_t {
+  kQueued,        ///< the completion will run exactly once
+  kNoDescriptor,  ///< max_messages messages are queued or in flight: retry later
+  kIngressFull,   ///< ingress_capacity reached: retry later
+  kInvalid,       ///< peer out of range, priority >= 64, a kAck type, or null data with len > 0
+};
+
+/// Where received messages go; implemented by the application, called on the
+/// net core inside poll_st(). Kept to a message-level interface on purpose:
+/// a packet-level hook (the parameter server's raw per-packet delivery) can
+/// be added beside it without changing these calls.
+class MessageReceiver {
+ public:
+  /// The first accepted packet of a new message from `peer` (h carries the
+  /// message fields: type, dtype, tensor_key, iteration, param_version,
+  /// msg_id, msg_len). Return a buffer of at least h.msg_len bytes that stays
+  /// valid until on_message_complete or on_message_abandoned, or null to
+  /// refuse the message (counted; its bytes are acknowledged and discarded,
+  /// and neither call below is made for it).
+  virtual std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) = 0;
+  /// Every byte of the message is in `buffer`: called exactly once. `h` is
+  /// the header of the packet that completed it.
+  virtual void on_message_complete(uint16_t peer, const wire::HeaderFields& h,
+                                   std::byte* buffer) = 0;
+  /// The peer restarted with the message incomplete: the buffer is released.
+  virtual void on_message_abandoned(uint16_t peer, uint32_t msg_id, std::byte* buffer) {
+    (void)peer, (void)msg_id, (void)buffer;
+  }
+
+ protected:
+  ~MessageReceiver() = default;
+};
+
+/// Why the endpoint itself dropped or refused something (the Peer's verdicts
+/// and the Interface's drops are counted where they happen).
+enum class EndpointDrop : uint8_t {
+  kUnknownPeer,      ///< a valid Mercury packet from an address that is no peer of ours
+  kRefused,          ///< payload of a message the receiver refused (on_message_begin null)
+  kRxTableFull,      ///< no slot for another message in progress (cannot happen when sized)
+  kStageFailed,      ///< stage_data_st refused (mempool empty): the packet is lost, RTO resends
+  kRetransmitStale,  ///< a queued retransmission no longer needed (acked or failed meanwhile)
+  kCount,
+};
+inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::kCount);
+std::string_view endpoint_drop_name(EndpointDrop d);
+
+struct EndpointCounters {
+  uint64_t passes = 0;
+  uint64_t rx_packets = 0;            ///< Mercury packets taken from the Interface
+  uint64_t tx_data = 0;               ///< first transmissions (data and control)
+  uint64_t tx_retransmits = 0;        ///< resends
+  uint64_t tx_pure_acks = 0;          ///< pure ACKs and probes
+  uint64_t resends_not_needed = 0;    ///< Peer::resend answered kNotNeeded
+  uint64_t resends_no_room = 0;       ///< ... kNoRoom (requeued, tried after an ACK)
+  uint64_t deferred = 0;              ///< carved while the peer's window was full: requeued
+  uint64_t requeue_stashed = 0;       ///< the scheduler's retransmission queue was full
+  uint64_t messages_completed = 0;    ///< sends delivered
+  uint64_t messages_failed = 0;       ///< sends failed
+  uint64_t messages_received = 0;     ///< on_message_complete calls
+  uint64_t messages_abandoned = 0;    ///< on_message_abandoned calls
+  uint64_t control_received = 0;      ///< partition start-ups and other control packets
+  uint64_t submit_no_descriptor = 0;  ///< send() refusals, by reason
+  uint64_t submit_ingress_full = 0;
+  uint64_t submit_invalid = 0;
+  std::array<uint64_t, kRxVerdictCount> verdicts{};  ///< Peer::on_packet, every packet
+  std::array<uint64_t, kEndpointDropCount> drops{};
+};
+
+struct EndpointPeerStats {
+  PeerCounters transport;      ///< the Peer's own counters
+  uint64_t messages_sent = 0;  ///< delivered
+  uint64_t messages_failed = 0;
+  uint64_t messages_received = 0;
+  uint64_t messages_refused = 0;
+  uint64_t bytes_received = 0;  ///< payload bytes placed
+  bool resolved = false;        ///< a route (ARP) is known
+  bool dead = false;
+};
+
+class Endpoint {
+ public:
+  /// Control path. `iface` and `receiver` must outlive the endpoint, and the
+  /// calling thread then owns the Interface through poll_st(). `now` is the
+  /// current TSC. Throws std::invalid_argument on a bad configuration.
+  Endpoint(net::Interface& iface, const EndpointConfig& config, MessageReceiver& receiver,
+           Tick now);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  /// Any thread, lock-free. Queues `len` bytes at `data` (kept alive and
+  /// unchanged by the caller until the completion) for peer `peer` at
+  /// `priority` (0 = most urgent, < sched::kPriorityLevels). On kQueued the
+  /// completion runs exactly once, on the net core; otherwise never.
+  SubmitStatus send(uint16_t peer, const std::byte* data, uint32_t len, uint8_t priority,
+                    const MessageMeta& meta, const Completion& done);
+
+  /// Net core: one pass of the poll loop at TSC `now`. Returns the packets
+  /// received plus sent, so an idle loop can back off when it returns 0.
+  uint32_t poll_st(Tick now);
+
+  /// Net core: nothing is queued, in flight or waiting to be acknowledged.
+  bool idle_st() const;
+  EndpointCounters counters_st() const;
+  EndpointPeerStats peer_stats_st(uint16_t peer) const;
+  uint16_t num_peers() const { return static_cast<uint16_t>(peers_.size()); }
+  const PeerSpec& peer_spec(uint16_t peer) const;
+  /// Payload bytes per data packet (from the port's MTU).
+  uint32_t max_payload() const { return max_payload_; }
+  const sched::PortScheduler& scheduler() const { return *sched_; }
+
+ private:
+  struct PeerState;
+  class LostMap;
+  struct Record {
+    SendCallback fn = nullptr;
+    void* context = nullptr;
+    SendStatus status = SendStatus::kDelivered;  // first failure wins
+  };
+
+  static void on_complete(void* self, const sched::Message& msg);
+  Record& record(const sched::Message* msg) { return records_[msg - base_]; }
+  void receive_st(Tick now);
+  void place_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, const RxResult& r);
+  void run_timers_st(Tick now);
+  void transmit_st(Tick now);
+  bool eligible(const PeerState& ps) const;
+  void fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
+                   wire::HeaderFields& h) const;
+  bool stage(PeerState& ps, const wire::HeaderFields& h, const std::byte* payload);
+  void account_failed(PeerState& ps, sched::Message* msg, bool control, uint32_t len,
+                      SendStatus why);
+  void drop(EndpointDrop d) { ++counters_.drops[static_cast<size_t>(d)]; }
+  void retry_stash_st();
+
+  // The sink the Peers report slices to; one per peer, so it knows whose.
+  friend struct PeerState;
+  void acked(PeerState& ps, const SliceRef& slice);
+  void lost(PeerState& ps, uint32_t seq, const SliceRef& slice);
+  void failed(PeerState& ps, const SliceRef& slice, FailReason why);
+
+  net::Interface& iface_;
+  EndpointConfig config_;
+  MessageReceiver& receiver_;
+  uint32_t max_payload_;
+  std::unique_ptr<sched::MessagePool> pool_;
+  std::unique_ptr<sched::PortScheduler> sched_;
+  const sched::Message* base_ = nullptr;  // the pool's first descriptor
+  std::vector<Record> records_;           // [descriptor index]
+  std::vector<std::unique_ptr<PeerState>> peers_;
+  std::vector<uint64_t> by_addr_;  // sorted (ip << 32 | port << 16 | peer index)
+  std::unique_ptr<LostMap> lost_;
+  std::vector<sched::Slice> stash_;  // requeues the scheduler refused (never when sized)
+  uint64_t passes_ = 0;
+  alignas(64) std::atomic<uint32_t> next_msg_id_{1};
+  std::atomic<uint64_t> submit_no_descriptor_{0};
+  std::atomic<uint64_t> submit_ingress_full_{0};
+  std::atomic<uint64_t> submit_invalid_{0};
+  alignas(64) EndpointCounters counters_;
+};
+
+}  // namespace mercury::transport

@@ -1,0 +1,289 @@
+// Shared pieces of the endpoint PMD tests and benchmarks: a net_ring link
+// between two Interfaces (each optionally behind a LinkEmulator), a source
+// pattern that messages are cut from, a MessageReceiver that checks every
+// byte of every completed message against it, and a plan of mixed-size
+// messages. Test-only code: it allocates freely.
+#pragma once
+
+#include <rte_cycles.h>
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "net/interface.h"
+#include "net/link_emulator.h"
+#include "net/mempool.h"
+#include "net/port.h"
+#include "transport/endpoint.h"
+
+namespace mercury::transport::testing {
+
+/// Pseudo-random bytes (xorshift), so a misplaced slice never matches by luck.
+inline std::vector<std::byte> random_pattern(size_t n, uint64_t seed) {
+  std::vector<std::byte> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < n; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(v.data() + i, &x, std::min<size_t>(8, n - i));
+  }
+  return v;
+}
+
+/// One end of a link: its mbuf pool, its copy pool for duplicates, its
+/// Interface and (when impaired) its emulator.
+struct Side {
+  net::Mempool pool;
+  net::Mempool copies;
+  std::optional<net::Interface> iface;
+  std::unique_ptr<net::LinkEmulator> emulator;
+};
+
+/// Two ports joined by a pair of rings: a (10.0.<net>.1:47100) and b
+/// (10.0.<net>.2:47101). Each direction has its own emulator seed.
+class RingLink {
+ public:
+  RingLink(const std::string& name, uint8_t net, uint32_t mtu, const net::LinkParams& impair,
+           uint32_t mbufs = 2047)
+      : a_{net::Mempool("pa_" + name, mbufs, 64, net::frame_bytes_for_mtu(mtu)),
+           net::Mempool("ca_" + name, 511, 32, net::frame_bytes_for_mtu(mtu)),
+           {},
+           {}},
+        b_{net::Mempool("pb_" + name, mbufs, 64, net::frame_bytes_for_mtu(mtu)),
+           net::Mempool("cb_" + name, 511, 32, net::frame_bytes_for_mtu(mtu)),
+           {},
+           {}},
+        ports_(net::Port::ring_link(name, a_.pool, b_.pool, net::PortOptions{.mtu = mtu})) {
+    a_.iface.emplace(ports_.first, a_.pool, net::LocalAddr{ports_.first.mac(), ip_a(net), 47100},
+                     net::InterfaceOptions{});
+    b_.iface.emplace(ports_.second, b_.pool, net::LocalAddr{ports_.second.mac(), ip_b(net), 47101},
+                     net::InterfaceOptions{});
+    impair_ = impair;
+    if (impair.impairs()) {
+      net::LinkParams pa = impair, pb = impair;
+      pb.seed = impair.seed * 31 + 7;
+      a_.emulator = std::make_unique<net::LinkEmulator>(ports_.first.id(), 0, pa, a_.copies.get(),
+                                                        rte_get_tsc_hz());
+      b_.emulator = std::make_unique<net::LinkEmulator>(ports_.second.id(), 0, pb, b_.copies.get(),
+                                                        rte_get_tsc_hz());
+      a_.iface->attach_emulator(a_.emulator.get());
+      b_.iface->attach_emulator(b_.emulator.get());
+    }
+  }
+  ~RingLink() {
+    a_.iface->attach_emulator(nullptr);
+    b_.iface->attach_emulator(nullptr);
+  }
+
+  static uint32_t ip_a(uint8_t net) { return 0x0a000001u | uint32_t{net} << 8; }
+  static uint32_t ip_b(uint8_t net) { return 0x0a000002u | uint32_t{net} << 8; }
+  net::Interface& a() { return *a_.iface; }
+  net::Interface& b() { return *b_.iface; }
+  net::Port& port_a() { return ports_.first; }
+  net::Port& port_b() { return ports_.second; }
+  Side& side_a() { return a_; }
+  Side& side_b() { return b_; }
+  const net::LinkCounters* emu_a() const {
+    return a_.emulator ? &a_.emulator->counters() : nullptr;
+  }
+  const net::LinkCounters* emu_b() const {
+    return b_.emulator ? &b_.emulator->counters() : nullptr;
+  }
+
+ private:
+  Side a_, b_;
+  std::pair<net::Port, net::Port> ports_;
+  net::LinkParams impair_;
+};
+
+/// A message of the plan: its bytes are pattern[start, start + len).
+struct PlannedMessage {
+  uint32_t len;
+  size_t start;
+  uint8_t priority;
+};
+
+/// Messages of mixed sizes (1 KiB .. `largest`, plus odd lengths) whose
+/// lengths sum to exactly `total` bytes, cut from a pattern of
+/// `pattern_bytes` at varying offsets (unaligned ones included).
+inline std::vector<PlannedMessage> plan_messages(uint64_t total, uint32_t largest,
+                                                 size_t pattern_bytes, uint64_t seed) {
+  static constexpr uint32_t kSizes[] = {
+      1024, 64u << 20,       3 * 1024 + 7, 16u << 20,  9000, 4u << 20,      100 * 1024,
+      1024, (1u << 20) + 13, 64 * 1024,    256 * 1024, 2048, (8u << 20) + 5};
+  std::vector<PlannedMessage> plan;
+  uint64_t left = total;
+  uint64_t x = seed | 1;
+  for (size_t i = 0; left > 0; ++i) {
+    uint32_t len = std::min<uint32_t>(kSizes[i % std::size(kSizes)], largest);
+    if (len > left) len = static_cast<uint32_t>(left);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    const size_t start = static_cast<size_t>(x % (pattern_bytes - len + 1));
+    plan.push_back({len, start, static_cast<uint8_t>((x >> 40) % 8)});
+    left -= len;
+  }
+  return plan;
+}
+
+/// Checks every completed message against the pattern. The destination
+/// buffer is filled with the complement of the expected bytes first, so a
+/// byte the transport never wrote cannot pass. Message identity travels in
+/// tensor_key (the plan index) and iteration (the sender's index).
+class CheckingReceiver final : public MessageReceiver {
+ public:
+  /// `plans[s]` is what sender s sends.
+  CheckingReceiver(const std::vector<std::byte>& pattern,
+                   const std::vector<std::vector<PlannedMessage>>& plans)
+      : pattern_(pattern), plans_(plans), done_(plans.size()) {
+    for (size_t s = 0; s < plans.size(); ++s) done_[s].assign(plans[s].size(), 0);
+  }
+
+  std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
+    const PlannedMessage* m = find(h);
+    if (m == nullptr || m->len != h.msg_len) {
+      ++unexpected_;
+      return nullptr;
+    }
+    // Reuse a free buffer that is large enough: a fresh 64 MiB one costs
+    // thousands of page faults, a stall the transport would see as loss.
+    std::vector<std::byte>* pick = nullptr;
+    for (auto& b : buffers_) {
+      if (!b.busy && b.bytes.size() >= h.msg_len &&
+          (pick == nullptr || b.bytes.size() < pick->size())) {
+        pick = &b.bytes;
+      }
+    }
+    if (pick == nullptr) {
+      buffers_.push_back({std::vector<std::byte>(h.msg_len), false});
+      pick = &buffers_.back().bytes;
+    }
+    for (auto& b : buffers_) {
+      if (&b.bytes == pick) b.busy = true;
+    }
+    auto& buf = *pick;
+    const std::byte* want = pattern_.data() + m->start;
+    for (uint32_t i = 0; i < h.msg_len; ++i) buf[i] = ~want[i];
+    ++begun_;
+    return buf.data();
+  }
+
+  void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
+    const PlannedMessage* m = find(h);
+    if (m == nullptr) {
+      ++unexpected_;
+      return;
+    }
+    if (std::memcmp(buffer, pattern_.data() + m->start, m->len) != 0) {
+      ++corrupt_;
+    } else {
+      bytes_ok_ += m->len;
+    }
+    ++done_[h.iteration][h.tensor_key];
+    for (auto& b : buffers_) {
+      if (b.bytes.data() == buffer) b.busy = false;
+    }
+  }
+
+  void on_message_abandoned(uint16_t, uint32_t, std::byte*) override { ++abandoned_; }
+
+  /// Every message of every plan completed exactly once, every byte right.
+  bool all_exactly_once() const {
+    for (size_t s = 0; s < done_.size(); ++s) {
+      if (!all_exactly_once(s)) return false;
+    }
+    return true;
+  }
+  /// The same for sender `s` only.
+  bool all_exactly_once(size_t s) const {
+    for (uint32_t c : done_[s]) {
+      if (c != 1) return false;
+    }
+    return true;
+  }
+  bool none_twice() const {
+    for (const auto& d : done_) {
+      for (uint32_t c : d) {
+        if (c > 1) return false;
+      }
+    }
+    return true;
+  }
+  uint64_t bytes_ok() const { return bytes_ok_; }
+  uint64_t corrupt() const { return corrupt_; }
+  uint64_t unexpected() const { return unexpected_; }
+  uint64_t abandoned() const { return abandoned_; }
+  size_t open_buffers() const {
+    size_t n = 0;
+    for (const auto& b : buffers_) n += b.busy ? 1 : 0;
+    return n;
+  }
+
+ private:
+  const PlannedMessage* find(const wire::HeaderFields& h) const {
+    if (h.iteration >= plans_.size() || h.tensor_key >= plans_[h.iteration].size()) return nullptr;
+    return &plans_[h.iteration][h.tensor_key];
+  }
+  const std::vector<std::byte>& pattern_;
+  const std::vector<std::vector<PlannedMessage>>& plans_;
+  std::vector<std::vector<uint32_t>> done_;
+  struct Buffer {
+    std::vector<std::byte> bytes;
+    bool busy;
+  };
+  std::deque<Buffer> buffers_;  // a deque: growing it never moves a buffer
+  uint64_t begun_ = 0, bytes_ok_ = 0, corrupt_ = 0, unexpected_ = 0, abandoned_ = 0;
+};
+
+/// Counts completions per plan index, success or failure, and keeps the
+/// first error text.
+struct CompletionLog {
+  std::vector<uint32_t> ok;
+  std::vector<uint32_t> failed;
+  std::string first_error;
+  explicit CompletionLog(size_t n) : ok(n, 0), failed(n, 0) {}
+  static void callback(void* self, const SendResult& r) {
+    auto& log = *static_cast<CompletionLog*>(self);
+    if (r.ok()) {
+      ++log.ok[r.cookie];
+    } else {
+      ++log.failed[r.cookie];
+      if (log.first_error.empty()) log.first_error = std::string(r.error);
+    }
+  }
+  uint64_t total_ok() const {
+    uint64_t n = 0;
+    for (uint32_t c : ok) n += c;
+    return n;
+  }
+  bool each_once() const {
+    for (size_t i = 0; i < ok.size(); ++i) {
+      if (ok[i] + failed[i] != 1) return false;
+    }
+    return true;
+  }
+};
+
+/// Submits plan[i] as message i from sender `sender_index` to `peer`.
+inline void submit_plan(Endpoint& ep, uint16_t peer, uint32_t sender_index,
+                        const std::vector<PlannedMessage>& plan,
+                        const std::vector<std::byte>& pattern, CompletionLog& log) {
+  for (uint32_t i = 0; i < plan.size(); ++i) {
+    MessageMeta meta;
+    meta.tensor_key = i;
+    meta.iteration = sender_index;
+    const SubmitStatus st =
+        ep.send(peer, pattern.data() + plan[i].start, plan[i].len, plan[i].priority, meta,
+                Completion{&CompletionLog::callback, &log, i});
+    if (st != SubmitStatus::kQueued) throw std::runtime_error("submit refused");
+  }
+}
+
+}  // namespace mercury::transport::testing
