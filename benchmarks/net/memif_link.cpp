@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 #include <vector>
 
@@ -25,6 +26,12 @@ std::string memif_vdev(bool server, const std::string& socket) {
   return std::string("net_memif0,role=") + (server ? "server" : "client") +
          ",id=0,socket=" + socket + ",bsize=" + std::to_string(kSlotBytes) +
          ",mac=" + (server ? kReceiverMac : kSenderMac).to_string();
+}
+
+uint64_t clock_ns(int clock) {
+  timespec t{};
+  ::clock_gettime(clock, &t);
+  return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(t.tv_nsec);
 }
 
 void remove_runtime_dir(const std::string& dir) {

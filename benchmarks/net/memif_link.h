@@ -18,8 +18,8 @@
 //
 // Threading: both classes belong to the thread that made them (the main
 // thread of each process). Costs: every call is a system call or two; the
-// datapath never touches them (the receiver checks for a command every
-// kCommandPollBursts bursts with one non-blocking recv).
+// datapath never touches them (the receiver looks for a command with one
+// non-blocking recv every 256 bursts: kCommandPollBursts in memif_receiver.cpp).
 #pragma once
 
 #include <sys/types.h>
@@ -81,7 +81,14 @@ struct Report {
   uint64_t drops = 0;         ///< stack: frames the Interface dropped (every reason)
   uint64_t wrong_length = 0;  ///< frames (raw) or payloads (stack) not of the run's size
   uint64_t leftovers = 0;     ///< kStart: frames of an earlier run drained first
+  // CPU time the receiver's thread got over the wall time from kStart to
+  // kStop: well below 1, another process shared its CPU during the run.
+  uint64_t cpu_ns = 0;
+  uint64_t wall_ns = 0;
 };
+
+/// CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID now, in ns (control path only).
+uint64_t clock_ns(int clock);
 
 /// One end of the control socket. Every call has a bound on its wait.
 class ControlChannel {
@@ -111,7 +118,8 @@ class ControlChannel {
 /// The receiver process: this same binary run again with --peer. Made before
 /// EAL starts. The child dies with its parent (PR_SET_PDEATHSIG), and the
 /// destructor asks it to quit, waits up to 5 s, then kills and reaps it, so
-/// no process outlives the benchmark.
+/// no process outlives the benchmark. The receiver also leaves by itself
+/// after 60 s without a command (a hung sender).
 class PeerProcess {
  public:
   /// Spawns "/proc/self/exe --peer <fd> <socket>". Throws when it cannot.

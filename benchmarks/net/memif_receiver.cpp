@@ -5,9 +5,11 @@
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
+#include <sys/prctl.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <exception>
 #include <string>
 
@@ -56,6 +58,8 @@ class Receiver {
     first_tsc_ = last_tsc_ = 0;
     first_packets_ = first_bytes_ = 0;
     drops_at_begin_ = interface().counters().total_drops();
+    wall_at_begin_ = clock_ns(CLOCK_MONOTONIC);
+    cpu_at_begin_ = clock_ns(CLOCK_THREAD_CPUTIME_ID);
   }
 
   /// One burst of the run's variant, counted.
@@ -101,6 +105,8 @@ class Receiver {
     r.window_ns = static_cast<uint64_t>(static_cast<double>(last_tsc_ - first_tsc_) * 1e9 /
                                         static_cast<double>(rte_get_tsc_hz()));
     r.drops = interface().counters().total_drops() - drops_at_begin_;
+    r.wall_ns = clock_ns(CLOCK_MONOTONIC) - wall_at_begin_;
+    r.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_at_begin_;
     return r;
   }
 
@@ -121,6 +127,8 @@ class Receiver {
   uint64_t first_packets_ = 0;
   uint64_t first_bytes_ = 0;
   uint64_t drops_at_begin_ = 0;
+  uint64_t wall_at_begin_ = 0;
+  uint64_t cpu_at_begin_ = 0;
 };
 
 enum class Next { kIdle, kExit, kFail };
@@ -183,6 +191,7 @@ int run_receiver(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s --peer <control fd> <memif socket>\n", argv[0]);
     return 2;
   }
+  ::prctl(PR_SET_NAME, "memif_rate_peer");  // exec'd as /proc/self/exe, ps would say "exe"
   ControlChannel control(std::atoi(argv[2]));
   std::string runtime_dir;
   int rc = 1;
