@@ -8,14 +8,17 @@
 //   instructions per packet = (Ir(200000) - Ir(100000)) / 100000
 //
 // Modes: strict | fifo | partition (S = 4 MiB, C = 8 MiB): 256 MiB messages,
-// carve cost; small: strict, one-packet messages, so every packet also pays
-// alloc + submit + drain + release.
+// carve cost; spread: strict, four peers with a 256 MiB message each at one
+// priority, so round-robin alternates peers packet by packet; small: strict,
+// one-packet messages, so every packet also pays alloc + submit + drain +
+// release (with BURST, BURST of them are submitted per burst).
 //
 // A third argument BURST carves with next_slices_st() in bursts of BURST
 // (drain once per burst) and acknowledges each burst as a transport does:
 // bytes summed per message, one on_acked_st() per message. Without it, one
 // next_slice_st() and one on_acked_st() per packet (the per-packet path):
 //   valgrind --tool=callgrind --callgrind-out-file=/dev/null sched_instr strict 100000 32
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -26,22 +29,30 @@ using namespace mercury::sched;
 
 namespace {
 
-Message* fresh(MessagePool& pool, bool small, long sent) {
-  Message* m = pool.alloc();
-  m->len = small ? 1416 : 256u << 20;
-  m->priority = static_cast<uint8_t>(sent % 64);
-  m->peer = static_cast<uint16_t>(sent % 4);
-  return m;
+enum class Load { kLarge, kSpread, kSmall };
+
+// Queues the next message(s) when the scheduler has run dry.
+void refill(PortScheduler& sched, MessagePool& pool, Load load, long sent, size_t burst) {
+  const size_t count = load == Load::kSpread  ? 4
+                       : load == Load::kSmall ? std::max<size_t>(burst, 1)
+                                              : 1;
+  for (size_t i = 0; i < count; ++i) {
+    Message* m = pool.alloc();
+    m->len = load == Load::kSmall ? 1416 : 256u << 20;
+    m->priority = static_cast<uint8_t>(load == Load::kSpread ? 5 : (sent + i) % 64);
+    m->peer = static_cast<uint16_t>((sent + i) % 4);
+    sched.submit(m);
+  }
+  sched.drain_ingress_st();
 }
 
-long per_packet(PortScheduler& sched, MessagePool& pool, bool small, long packets) {
+long per_packet(PortScheduler& sched, MessagePool& pool, Load load, long packets) {
   const PeerMask all = PeerMask::first(kMaxPeers);
   long sent = 0;
   Slice s;
   while (sent < packets) {
     if (!sched.next_slice_st(all, 1416, s)) {
-      sched.submit(fresh(pool, small, sent));
-      sched.drain_ingress_st();
+      refill(sched, pool, load, sent, 0);
       continue;
     }
     if (s.kind == SliceKind::kPartitionStart) {
@@ -54,7 +65,9 @@ long per_packet(PortScheduler& sched, MessagePool& pool, bool small, long packet
   return sent;
 }
 
-long bursts(PortScheduler& sched, MessagePool& pool, bool small, long packets, size_t burst) {
+constexpr unsigned kPeers = 4;
+
+long bursts(PortScheduler& sched, MessagePool& pool, Load load, long packets, size_t burst) {
   const PeerMask all = PeerMask::first(kMaxPeers);
   Slice out[256];
   long sent = 0;
@@ -62,27 +75,35 @@ long bursts(PortScheduler& sched, MessagePool& pool, bool small, long packets, s
     sched.drain_ingress_st();
     const size_t n = sched.next_slices_st(all, 1416, out, burst);
     if (n == 0) {
-      sched.submit(fresh(pool, small, sent));
+      refill(sched, pool, load, sent, burst);
       continue;
     }
-    // The burst's ACK: runs of one message are summed into one call.
-    Message* msg = nullptr;
-    uint32_t bytes = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const Slice& s = out[i];
-      if (s.kind == SliceKind::kPartitionStart) {
-        sched.partition_ready_st(s.msg);
+    // The burst's ACKs, one per peer as a transport gets them: a peer's
+    // packets in a burst are runs of its messages, each run's bytes summed
+    // into one on_acked_st().
+    Message* run[kPeers] = {};
+    uint32_t bytes[kPeers] = {};
+    for (size_t i = 0; i < n;) {
+      if (out[i].kind == SliceKind::kPartitionStart) {
+        sched.partition_ready_st(out[i++].msg);
         continue;
       }
-      ++sent;
-      if (s.msg != msg) {
-        if (msg != nullptr) sched.on_acked_st(msg, bytes);
-        msg = s.msg;
-        bytes = 0;
+      Message* m = out[i].msg;
+      uint32_t sum = 0;
+      const size_t first = i;
+      for (; i < n && out[i].msg == m && out[i].kind == SliceKind::kData; ++i) sum += out[i].len;
+      sent += static_cast<long>(i - first);
+      const unsigned p = m->peer;
+      if (run[p] != m) {
+        if (run[p] != nullptr) sched.on_acked_st(run[p], bytes[p]);
+        run[p] = m;
+        bytes[p] = 0;
       }
-      bytes += s.len;
+      bytes[p] += sum;
     }
-    if (msg != nullptr) sched.on_acked_st(msg, bytes);
+    for (unsigned p = 0; p < kPeers; ++p) {
+      if (run[p] != nullptr) sched.on_acked_st(run[p], bytes[p]);
+    }
   }
   return sent;
 }
@@ -91,12 +112,15 @@ long bursts(PortScheduler& sched, MessagePool& pool, bool small, long packets, s
 
 int main(int argc, char** argv) {
   if (argc != 3 && argc != 4) {
-    std::fprintf(stderr, "usage: %s strict|fifo|partition|small PACKETS [BURST<=256]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s strict|fifo|partition|spread|small PACKETS [BURST<=256]\n",
+                 argv[0]);
     return 2;
   }
   const std::string_view name = argv[1];
-  const bool small = name == "small";
-  const std::optional<Mode> mode = small ? Mode::kStrict : parse_mode(name);
+  const Load load = name == "small"    ? Load::kSmall
+                    : name == "spread" ? Load::kSpread
+                                       : Load::kLarge;
+  const std::optional<Mode> mode = load != Load::kLarge ? Mode::kStrict : parse_mode(name);
   if (!mode) {
     std::fprintf(stderr, "unknown mode %s\n", argv[1]);
     return 2;
@@ -107,13 +131,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "BURST must be in 1..256\n");
     return 2;
   }
-  MessagePool pool(64);
+  MessagePool pool(512);
   SchedulerConfig c;
   c.mode = *mode;
-  c.num_peers = 4;
+  c.num_peers = kPeers;
   PortScheduler sched(c, pool);
-  const long sent = burst == 0 ? per_packet(sched, pool, small, packets)
-                               : bursts(sched, pool, small, packets, static_cast<size_t>(burst));
+  const long sent = burst == 0 ? per_packet(sched, pool, load, packets)
+                               : bursts(sched, pool, load, packets, static_cast<size_t>(burst));
   std::printf("%ld packets\n", sent);
   return 0;
 }

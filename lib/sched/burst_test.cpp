@@ -233,6 +233,7 @@ TEST(BurstDifferential, StrictSameSliceSequenceAsSingleCalls) {
     run({Mode::kStrict, 1, 4, seed});
     run({Mode::kStrict, 3, 8, seed});
     run({Mode::kStrict, 70, 64, seed});  // peers across two mask words
+    run({Mode::kStrict, 70, 2, seed});   // many peers per level: rounds of more than kMaxLanes
   }
 }
 

@@ -76,7 +76,6 @@ std::optional<PortScheduler::Pick> PortScheduler::LevelTable::pick(const PeerMas
 
 bool PortScheduler::LevelTable::sole_data_peer(unsigned level, unsigned peer,
                                                const PeerMask& eligible) const {
-  // Clear peer's own bit and look for any other eligible peer with messages.
   const PeerMask& work = data_peers_[level];
   uint64_t others = 0;
   for (unsigned w = 0; w < num_words_; ++w) {
@@ -85,6 +84,35 @@ bool PortScheduler::LevelTable::sole_data_peer(unsigned level, unsigned peer,
     others |= bits;
   }
   return others == 0;
+}
+
+unsigned PortScheduler::LevelTable::rotation(unsigned level, unsigned first,
+                                             const PeerMask& eligible, uint16_t* peers,
+                                             unsigned max, bool& all) const {
+  // As round_robin(): first's word from first on, the following words
+  // wrapping around, then first's word below first.
+  const PeerMask& work = data_peers_[level];
+  const unsigned w0 = first / 64;
+  unsigned k = 0;
+  for (unsigned i = 0; i <= num_words_; ++i) {
+    unsigned w = w0 + i;
+    if (w >= num_words_) w -= num_words_;
+    uint64_t bits = work.word(w) & eligible.word(w);
+    if (i == 0) {
+      bits &= ~uint64_t{0} << (first % 64);
+    } else if (i == num_words_) {
+      bits &= (uint64_t{1} << (first % 64)) - 1;
+    }
+    for (; bits != 0; bits &= bits - 1) {
+      if (k == max) {
+        all = false;
+        return k;
+      }
+      peers[k++] = static_cast<uint16_t>(w * 64 + std::countr_zero(bits));
+    }
+  }
+  all = true;
+  return k;
 }
 
 void PortScheduler::LevelTable::refresh(unsigned level) {
@@ -381,53 +409,109 @@ bool PortScheduler::next_slice_st(const PeerMask& eligible, uint32_t max_payload
   }
 }
 
-// Carves up to n data slices of the message at the head of (level, peer), as
-// many consecutive next_slice_st() calls would, in one go. Consecutive calls
-// stay on this message while (a) nothing more urgent is eligible: true for the
-// whole burst, since the levels above were empty or ineligible at the pick and
-// nothing adds work during a burst; (b) round-robin returns the same peer: only
-// if it is the level's sole eligible peer with messages (retransmissions of the
-// level were ruled out by the pick and stay so); (c) in partition mode, no
-// start-up can be issued first: start_partition() has just failed and neither
-// credit nor the pending table changes while data is carved; (d) the message
-// (partition) has bytes left; (e) the peer has room.
+// Carves, in one go, the data slices that consecutive next_slice_st() calls
+// would return from `pick.level` before anything but its own messages'
+// progress changes their outcome. Those calls serve the level's eligible peers
+// with messages ("lanes") in round-robin order, one slice each per round, from
+// the head message of each, and this stays so while (a) nothing more urgent is
+// eligible: true for the whole burst, since the levels above were empty or
+// ineligible at the pick and nothing adds work during a burst; (b) no
+// retransmission of the level is eligible: ruled out by the pick, and none is
+// added; (c) in partition mode, no start-up can go first: start_partition()
+// has just failed and neither credit nor the pending table changes while data
+// is carved; (d) every lane's head message (partition) has bytes left and its
+// peer has room. So R full rounds are exact, R being the fewest slices left in
+// a lane's message or room: the round in which a message ends (or a room runs
+// out) still serves the lanes after it, which have not changed. When more
+// peers are queued than gathered, one partial round is carved and the caller
+// picks again.
 template <bool kRoom>
-size_t PortScheduler::carve_run(const Pick& pick, const PeerMask& eligible, uint32_t max_payload,
-                                Slice* out, size_t n, const uint32_t* room) {
-  Message* msg = tx_.head(pick.level, pick.peer);
+size_t PortScheduler::carve_run(const Pick& pick, PeerMask& eligible, uint32_t max_payload,
+                                Slice* out, size_t n, uint32_t* room) {
   const bool partition = config_.mode == Mode::kPartition;
-  const uint32_t begin = msg->carved_;
-  const uint64_t end = partition ? partition_end(*msg, msg->parts_sent_) : uint64_t{msg->len};
-  // Slices left in this message (partition); a 0-byte one is one empty slice.
-  const uint64_t left = end - begin;
-  size_t m = left == 0 ? 1 : static_cast<size_t>((left + max_payload - 1) / max_payload);
-  if (m > n) m = n;
-  if constexpr (kRoom) {
-    if (m > room[pick.peer]) m = room[pick.peer];
-  }
-  if (m > 1 && !tx_.sole_data_peer(pick.level, pick.peer, eligible)) m = 1;
-  // The per-packet work of a burst: every slice but the message's last is a
-  // full max_payload, so this is a handful of stores per packet.
-  uint32_t offset = begin;
-  for (size_t i = 0; i < m; ++i) {
-    const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(max_payload, end - offset));
-    out[i] = Slice{msg, offset, len, false, SliceKind::kData};
-    offset += len;
-  }
-  msg->carved_ = offset;
-  if (offset == end) {
-    if (!partition) {
-      tx_.pop_message(pick.level, pick.peer);
-      msg->state_ = kCarved;
-    } else {
-      ++msg->parts_sent_;
-      if (msg->parts_sent_ == msg->parts_ready_) tx_.pop_message(pick.level, pick.peer);
-      if (msg->parts_sent_ == partitions(*msg)) msg->state_ = kCarved;
+  auto end_of = [&](const Message& msg) {
+    return partition ? partition_end(msg, msg.parts_sent_) : uint64_t{msg.len};
+  };
+  // Slices left in msg (partition), capped at n; a 0-byte one is one empty
+  // slice. The division is only for the in-between case: one-packet messages
+  // and long ones (the common cases) cost a compare.
+  const uint64_t cap = std::min<uint64_t>(n, uint64_t{1} << 32);
+  auto slices_left = [&](const Message& msg) {
+    const uint64_t left = end_of(msg) - msg.carved_;
+    if (left <= max_payload) return uint64_t{1};
+    if (left >= cap * max_payload) return cap;
+    return (left + max_payload - 1) / max_payload;
+  };
+  // Marks msg carved up to `offset`: it leaves its FIFO when its message (in
+  // partition mode: every ready partition) is carved to the end.
+  auto finish = [&](Message* msg, unsigned peer, uint32_t offset, size_t count) {
+    const bool ended = offset == end_of(*msg);
+    msg->carved_ = offset;
+    if (ended) {
+      if (!partition) {
+        tx_.pop_message(pick.level, peer);
+        msg->state_ = kCarved;
+      } else {
+        ++msg->parts_sent_;
+        if (msg->parts_sent_ == msg->parts_ready_) tx_.pop_message(pick.level, peer);
+        if (msg->parts_sent_ == partitions(*msg)) msg->state_ = kCarved;
+      }
     }
+    if constexpr (kRoom) {
+      assert(room[peer] >= count && "next_slices_st: an eligible peer had no room");
+      room[peer] -= static_cast<uint32_t>(count);
+      if (room[peer] == 0) eligible.reset(peer);
+    }
+  };
+
+  uint16_t peers[kMaxLanes];
+  bool all = true;
+  unsigned lanes = 1;
+  peers[0] = static_cast<uint16_t>(pick.peer);
+  // One peer at the level (or one slice wanted) is the common case: no gathering.
+  if (n > 1 && !tx_.sole_data_peer(pick.level, pick.peer, eligible)) {
+    lanes = tx_.rotation(pick.level, pick.peer, eligible, peers,
+                         static_cast<unsigned>(std::min<size_t>(n, kMaxLanes)), all);
   }
-  tx_.commit(pick);
-  stats_.data_slices += m;
-  return m;
+  Message* heads[kMaxLanes];
+  uint64_t rounds = all ? UINT64_MAX : 1;  // a partial rotation: one slice per gathered peer
+  for (unsigned i = 0; i < lanes; ++i) {
+    heads[i] = tx_.head(pick.level, peers[i]);
+    rounds = std::min(rounds, slices_left(*heads[i]));
+    if constexpr (kRoom) rounds = std::min<uint64_t>(rounds, room[peers[i]]);
+  }
+  const size_t total = static_cast<size_t>(std::min<uint64_t>(rounds * lanes, n));
+  // Lane i's slices are out[i], out[i + lanes], ...: each lane is written in
+  // one strided pass with its cursor in a register. Every slice but a
+  // message's last is a full max_payload, so a packet is a few stores.
+  auto write_lane = [&](unsigned i, size_t count, size_t stride) {
+    if (count == 0) return;  // cannot happen (total >= lanes), but a 0-byte head must not pop
+    Message* msg = heads[i];
+    const uint64_t end = end_of(*msg);
+    uint32_t offset = msg->carved_;
+    // count <= slices left, so all but possibly the last are full.
+    const size_t full = end - offset >= uint64_t{count} * max_payload ? count : count - 1;
+    Slice* o = out + i;
+    for (size_t c = 0; c < full; ++c, o += stride) {
+      *o = Slice{msg, offset, max_payload, false, SliceKind::kData};
+      offset += max_payload;
+    }
+    if (full < count) {  // the message's (partition's) last, short or empty, slice
+      *o = Slice{msg, offset, static_cast<uint32_t>(end - offset), false, SliceKind::kData};
+      offset = static_cast<uint32_t>(end);
+    }
+    finish(msg, peers[i], offset, count);
+  };
+  if (lanes == 1) {
+    write_lane(0, total, 1);
+    tx_.commit(pick);
+  } else {
+    const size_t rounds_done = total / lanes, extra = total % lanes;
+    for (unsigned i = 0; i < lanes; ++i) write_lane(i, rounds_done + (i < extra ? 1 : 0), lanes);
+    tx_.commit(Pick{pick.level, peers[extra == 0 ? lanes - 1 : extra - 1], false});
+  }
+  stats_.data_slices += total;
+  return total;
 }
 
 template <bool kRoom>
@@ -454,9 +538,7 @@ size_t PortScheduler::carve_burst(PeerMask& eligible, uint32_t max_payload, Slic
       continue;
     }
     if (!pick) break;
-    const size_t m = carve_run<kRoom>(*pick, eligible, max_payload, out + k, n - k, room);
-    charge(pick->peer, m);
-    k += m;
+    k += carve_run<kRoom>(*pick, eligible, max_payload, out + k, n - k, room);
   }
   return k;
 }

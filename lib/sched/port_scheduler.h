@@ -197,6 +197,8 @@ class PortScheduler {
  private:
   enum MsgState : uint8_t { kIdle = 0, kQueued = 1, kCarved = 2 };
   static constexpr uint32_t kNil = UINT32_MAX;
+  // Peers one next_slices_st() run carves in rotation; more take more runs.
+  static constexpr unsigned kMaxLanes = 32;
 
   struct PeerQueue {
     Message* head = nullptr;
@@ -228,9 +230,13 @@ class PortScheduler {
                          std::vector<RetransmitSlot>& slots);
     uint32_t pop_retransmit(unsigned level, unsigned peer, std::vector<RetransmitSlot>& slots);
     bool empty() const { return active_ == 0; }
-    /// True if `peer` is the only eligible peer with messages at `level`, i.e.
-    /// round-robin would pick it again for the next slice of that level.
+    /// True if `peer` is the only eligible peer with messages at `level`.
     bool sole_data_peer(unsigned level, unsigned peer, const PeerMask& eligible) const;
+    /// The eligible peers with messages at `level` in the order round-robin
+    /// serves them, starting at `first`: at most `max` into peers[]. Returns
+    /// how many; `all` tells whether that is every such peer.
+    unsigned rotation(unsigned level, unsigned first, const PeerMask& eligible, uint16_t* peers,
+                      unsigned max, bool& all) const;
 
    private:
     PeerQueue& at(unsigned level, unsigned peer) { return queues_[level * num_peers_ + peer]; }
@@ -261,8 +267,8 @@ class PortScheduler {
   size_t carve_burst(PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
                      uint32_t* room);
   template <bool kRoom>
-  size_t carve_run(const Pick& pick, const PeerMask& eligible, uint32_t max_payload, Slice* out,
-                   size_t n, const uint32_t* room);
+  size_t carve_run(const Pick& pick, PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
+                   uint32_t* room);
   bool take_retransmit(const Pick& pick, Slice& out);
   bool start_partition(const PeerMask& eligible, Slice& out);
   bool try_release(Message* msg);
