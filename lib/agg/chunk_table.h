@@ -131,8 +131,9 @@ class ChunkSink {
   /// One updated chunk. Copy `u.data` before returning (e.g. into the one
   /// payload mbuf the fan-out shares). Must not call back into the table.
   virtual void on_update(const Update& u) = 0;
-  /// A contribution's buffer is no longer needed.
-  virtual void release(void* token) = 0;
+  /// These contributions' buffers are no longer needed (`count` >= 1
+  /// tokens; one call per update, or per held buffer at destruction).
+  virtual void release(void* const* tokens, uint32_t count) = 0;
 };
 
 struct ChunkTableCounters {
@@ -215,8 +216,10 @@ class ChunkTable {
   };
 
   // Finds the chunk for (key, offset, bytes) or says why not.
-  Outcome locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64_t& chunk) const;
+  [[gnu::always_inline]] inline Outcome locate(uint32_t key, uint32_t offset, uint32_t bytes,
+                                               uint64_t& chunk) const;
   void complete(uint64_t index);
+  const StepParams& step_for(uint32_t n, uint64_t step, uint32_t staleness);
   void emit(uint64_t index, uint64_t contributors, uint32_t staleness);
 
   ChunkSink& sink_;
@@ -225,6 +228,7 @@ class ChunkTable {
   uint32_t quorum_;
   uint32_t chunk_bytes_;
   uint32_t chunk_elements_;
+  uint64_t div_magic_;  // ceil(2^64 / chunk_bytes_): see locate()
   OptimizerConfig optimizer_;
   Simd simd_;
   bool track_ranks_;
@@ -242,6 +246,12 @@ class ChunkTable {
   std::unique_ptr<float[], FreeDeleter> state0_;
   std::unique_ptr<float[], FreeDeleter> state1_;
   ChunkTableCounters counters_;
+  // The last update's scalars: in BSP every chunk update of an iteration
+  // has the same (n, step, scale), so they are computed once per iteration.
+  StepParams step_{};
+  uint32_t step_n_ = 0;
+  uint64_t step_t_ = 0;
+  float step_scale_ = 0;
 };
 
 }  // namespace mercury::agg

@@ -31,7 +31,9 @@ class RecordingSink final : public ChunkSink {
     s.u.data = nullptr;
     updates.push_back(std::move(s));
   }
-  void release(void* token) override { released.insert(token); }
+  void release(void* const* tokens, uint32_t count) override {
+    for (uint32_t i = 0; i < count; ++i) released.insert(tokens[i]);
+  }
   std::vector<Seen> updates;
   std::multiset<void*> released;
 };
@@ -507,6 +509,47 @@ TEST(AggChunkTable, RejectsBadConfiguration) {
   sc.shard = 1;
   ChunkTable empty(p, sc, make_bsp(), sink);
   EXPECT_EQ(empty.chunks(), 0u);
+}
+
+// locate() divides by chunk_bytes with a multiply (see chunk_table.cpp):
+// every offset, for a 1500 and a 9000 MTU chunk and the extremes, is mapped
+// as a real division would.
+TEST(AggChunkTable, OffsetToChunkMatchesDivisionForEveryOffset) {
+  for (uint32_t chunk_bytes : {1416u, 8952u, 4u, 65532u}) {
+    const uint64_t elements = chunk_bytes == 4 ? 4000 : 300000;
+    const std::vector<TensorDecl> decls{{"w", elements, 0}};
+    const Placement p = Placement::compute(decls, 1);
+    RecordingSink sink;
+    ShardConfig sc = config(2);
+    sc.chunk_bytes = chunk_bytes;
+    ChunkTable table(p, sc, make_bsp(), sink);
+    const uint32_t total = static_cast<uint32_t>(elements * 4);
+    for (uint32_t off = 0; off < total + 2 * chunk_bytes; ++off) {
+      const uint32_t want = off % chunk_bytes == 0 && off < total ? 0u : UINT32_MAX;
+      ASSERT_EQ(table.version(0, off), want) << "chunk_bytes=" << chunk_bytes << " off=" << off;
+    }
+    // And the chunk found is the right one: complete chunk 3 only.
+    std::vector<float> g(chunk_bytes / 4, 1.0f);
+    for (uint16_t r = 0; r < 2; ++r) {
+      table.contribute(Contribution{.key = 0,
+                                    .offset = 3 * chunk_bytes,
+                                    .rank = r,
+                                    .data = reinterpret_cast<const std::byte*>(g.data()),
+                                    .bytes = chunk_bytes});
+    }
+    EXPECT_EQ(table.version(0, 2 * chunk_bytes), 0u);
+    EXPECT_EQ(table.version(0, 3 * chunk_bytes), 1u);
+    EXPECT_EQ(table.version(0, 4 * chunk_bytes), 0u);
+    ASSERT_EQ(sink.updates.size(), 1u);
+    EXPECT_EQ(sink.updates[0].u.offset, 3 * chunk_bytes);
+  }
+  // Offsets near 2^32 (partitions up to the 4 GiB message cap).
+  const uint64_t magic = UINT64_MAX / 1416 + 1;
+  for (uint64_t off = UINT32_MAX - 100000; off <= UINT32_MAX; ++off) {
+    const uint64_t q = static_cast<uint64_t>((static_cast<unsigned __int128>(magic) * off) >> 64);
+    ASSERT_EQ(q, off / 1416);
+    ASSERT_EQ(off * magic <= magic - 1, off % 1416 == 0);
+  }
 }
 
 }  // namespace

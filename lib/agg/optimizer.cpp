@@ -1,5 +1,6 @@
 #include "agg/optimizer.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -105,8 +106,16 @@ inline void apply_range(const std::byte* const* src, uint32_t n, uint64_t first,
 }
 
 template <class V, OptimizerKind kKind, uint32_t kN>
-void apply_all(const std::byte* const* src, uint32_t n, uint64_t elements, float* param, float* s0,
-               float* s1, const StepParams& k) {
+void apply_all(const std::byte* const* src_in, uint32_t n, uint64_t elements, float* param,
+               float* s0, float* s1, const StepParams& k) {
+  // A local copy of the source pointers: otherwise the compiler reloads them
+  // from the caller's array after every store (it cannot prove no aliasing).
+  std::array<const std::byte*, kN ? kN : 1> local;
+  const std::byte* const* src = src_in;
+  if constexpr (kN > 0) {
+    for (uint32_t r = 0; r < kN; ++r) local[r] = src_in[r];
+    src = local.data();
+  }
   const uint64_t body = elements / V::kLanes * V::kLanes;
   apply_range<V, kKind, kN>(src, n, 0, body, param, s0, s1, k);
   // The tail goes through the scalar formulas, which are the same operations.
@@ -237,9 +246,11 @@ StepParams step_params(const OptimizerConfig& c, uint32_t contributions, uint64_
   k.b2 = c.beta2;
   k.one_minus_b2 = 1.0f - c.beta2;
   k.eps = c.epsilon;
-  const double t = static_cast<double>(step);
-  k.adam_a = static_cast<float>(k.lr / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
-  k.adam_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(c.beta2), t)));
+  if (c.kind == OptimizerKind::kAdam) {  // two pow() calls: only where they are used
+    const double t = static_cast<double>(step);
+    k.adam_a = static_cast<float>(k.lr / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
+    k.adam_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(c.beta2), t)));
+  }
   return k;
 }
 

@@ -1,0 +1,208 @@
+// Aggregation throughput of one shard core against the memory-bandwidth limit.
+//
+// Workload: the ResNet-50 tensors (config/models/resnet50.txt, 25.6 M float32,
+// 102 MB) all on one shard, cut into 1416-byte chunks (MTU 1500), N = 4
+// workers. One benchmark iteration = one BSP iteration: every chunk receives
+// its 4 contributions (chunk by chunk, the completing rank rotating) through
+// ChunkTable::contribute(), which reduces them in rank order and applies the
+// optimizer. Contributions are read from four 102 MB buffers (one per
+// rank), far larger than the caches, as packet payloads would be.
+//
+// Limit: reduce_sum() of the same four buffers into a fifth, as one
+// contiguous stream each (the best case for the memory system): the rate at
+// which this core can read gradient. Both report GB/s of gradient consumed
+// (4 x 102 MB per iteration).
+//
+// Run (interleaved, repeated; figures in docs/agg.md):
+//   agg_bench --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
+//             --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "agg/chunk_table.h"
+#include "ratio_reporter.h"
+
+namespace mercury::agg {
+namespace {
+
+constexpr uint32_t kWorkers = 4;
+constexpr uint32_t kChunkBytes = 1416;  // net::payload_per_packet(1500)
+
+class NullSink final : public ChunkSink {
+ public:
+  void on_update(const Update& u) override { bytes += u.bytes; }
+  void release(void* const*, uint32_t) override {}
+  uint64_t bytes = 0;
+};
+
+struct ChunkRef {
+  uint32_t key, offset, bytes;
+  uint64_t first_byte;  // in the shard's element order
+};
+
+struct Workload {
+  Placement placement;
+  std::vector<ChunkRef> chunks;
+  uint64_t bytes = 0;
+  std::vector<std::unique_ptr<float[]>> grads;  // one buffer per rank
+  std::unique_ptr<float[]> sum_out;
+
+  static Workload& get() {
+    static Workload w = make();
+    return w;
+  }
+
+  static Workload make() {
+    std::ifstream in(std::string(MERCURY_MODELS_DIR) + "/resnet50.txt");
+    if (!in) throw std::runtime_error("cannot read resnet50.txt");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    const auto decls = parse_model_shapes(ss.str());
+    Workload w{Placement::compute(decls, 1), {}, 0, {}, {}};
+    for (const Partition& p : w.placement.partitions()) {
+      for (uint64_t b = 0; b < p.bytes(); b += kChunkBytes) {
+        const auto len = static_cast<uint32_t>(std::min<uint64_t>(kChunkBytes, p.bytes() - b));
+        w.chunks.push_back({p.key, static_cast<uint32_t>(b), len, w.bytes + b});
+      }
+      w.bytes += p.bytes();
+    }
+    const uint64_t elems = w.bytes / 4;
+    for (uint32_t r = 0; r < kWorkers; ++r) {
+      w.grads.push_back(std::make_unique<float[]>(elems));
+      for (uint64_t i = 0; i < elems; ++i) w.grads[r][i] = 1e-3f * static_cast<float>(i % 97 + r);
+    }
+    w.sum_out = std::make_unique<float[]>(elems);
+    std::memset(w.sum_out.get(), 0, w.bytes);
+    return w;
+  }
+};
+
+void set_rate(benchmark::State& state, uint64_t bytes_per_iteration) {
+  state.counters["GBps"] = benchmark::Counter(
+      static_cast<double>(bytes_per_iteration) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+// The working set: every chunk (arg "all", 4 x 102 MB, from DRAM) or the
+// first kCachedChunks (arg "l2", 4 x 255 KB, from L2: the compute limit).
+constexpr size_t kCachedChunks = 180;
+size_t chunk_count(const Workload& w, bool cached) {
+  return cached ? kCachedChunks : w.chunks.size();
+}
+uint64_t set_bytes(const Workload& w, bool cached) {
+  return cached ? w.chunks[kCachedChunks].first_byte : w.bytes;
+}
+
+void BM_LimitSum(benchmark::State& state, bool cached) {
+  Workload& w = Workload::get();
+  const std::byte* src[kWorkers];
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    src[r] = reinterpret_cast<const std::byte*>(w.grads[r].get());
+  }
+  const uint64_t bytes = set_bytes(w, cached);
+  for (auto _ : state) {
+    reduce_sum(Simd::kAuto, src, kWorkers, bytes / 4, w.sum_out.get());
+    benchmark::ClobberMemory();
+  }
+  set_rate(state, bytes * kWorkers);
+}
+
+void BM_ChunkTable(benchmark::State& state, OptimizerKind kind, Simd simd, bool cached) {
+  Workload& w = Workload::get();
+  NullSink sink;
+  const ShardConfig config{.shard = 0,
+                           .workers = kWorkers,
+                           .chunk_bytes = kChunkBytes,
+                           .optimizer = {.kind = kind, .learning_rate = 1e-6f},
+                           .simd = simd};
+  // One table per benchmark run, built outside the timed loop.
+  ChunkTable table(w.placement, config, make_bsp(), sink);
+  const size_t chunks = chunk_count(w, cached);
+  uint32_t iteration = 0;
+  for (auto _ : state) {
+    for (size_t c = 0; c < chunks; ++c) {
+      const ChunkRef& ch = w.chunks[c];
+      for (uint32_t k = 0; k < kWorkers; ++k) {
+        const uint32_t r = static_cast<uint32_t>((c + k) % kWorkers);
+        table.contribute(Contribution{
+            .key = ch.key,
+            .offset = ch.offset,
+            .iteration = iteration,
+            .rank = static_cast<uint16_t>(r),
+            .data = reinterpret_cast<const std::byte*>(w.grads[r].get()) + ch.first_byte,
+            .bytes = ch.bytes});
+      }
+    }
+    ++iteration;
+  }
+  if (table.counters().updates != uint64_t{iteration} * chunks) {
+    state.SkipWithError("not every chunk was updated");
+  }
+  set_rate(state, set_bytes(w, cached) * kWorkers);
+}
+
+// The kernel alone, chunk by chunk, without the table's bookkeeping: the
+// difference to agg/sgd is the cost of contribute() itself.
+void BM_KernelSgd(benchmark::State& state, bool cached) {
+  Workload& w = Workload::get();
+  const size_t chunks = chunk_count(w, cached);
+  auto param = std::make_unique<float[]>(w.bytes / 4);
+  const StepParams k = step_params({.kind = OptimizerKind::kSgd, .learning_rate = 1e-6f}, 4, 1, 1);
+  for (auto _ : state) {
+    for (size_t c = 0; c < chunks; ++c) {
+      const ChunkRef& ch = w.chunks[c];
+      const std::byte* src[kWorkers];
+      for (uint32_t r = 0; r < kWorkers; ++r) {
+        src[r] = reinterpret_cast<const std::byte*>(w.grads[r].get()) + ch.first_byte;
+      }
+      reduce_apply(OptimizerKind::kSgd, Simd::kAuto, src, kWorkers, ch.bytes / 4,
+                   param.get() + ch.first_byte / 4, nullptr, nullptr, k);
+    }
+    benchmark::ClobberMemory();
+  }
+  set_rate(state, set_bytes(w, cached) * kWorkers);
+}
+
+// CPU time, not wall time: on a shared 2-core machine the wall clock also
+// counts the time this thread is descheduled, which is not aggregation.
+void register_all() {
+  for (const bool cached : {false, true}) {
+    const std::string arg = cached ? "/l2" : "/all";
+    const auto unit = cached ? benchmark::kMicrosecond : benchmark::kMillisecond;
+    benchmark::RegisterBenchmark(("agg/limit_sum" + arg).c_str(), BM_LimitSum, cached)->Unit(unit);
+    benchmark::RegisterBenchmark(("agg/kernel_sgd" + arg).c_str(), BM_KernelSgd, cached)
+        ->Unit(unit);
+    struct Variant {
+      const char* name;
+      OptimizerKind kind;
+      Simd simd;
+    };
+    for (const Variant& v : {Variant{"sgd", OptimizerKind::kSgd, Simd::kAuto},
+                             Variant{"sum_only", OptimizerKind::kSumOnly, Simd::kAuto},
+                             Variant{"momentum", OptimizerKind::kMomentum, Simd::kAuto},
+                             Variant{"adam", OptimizerKind::kAdam, Simd::kAuto},
+                             Variant{"sgd_scalar", OptimizerKind::kSgd, Simd::kScalar}}) {
+      benchmark::RegisterBenchmark((std::string("agg/") + v.name + arg).c_str(), BM_ChunkTable,
+                                   v.kind, v.simd, cached)
+          ->Unit(unit);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mercury::agg
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  mercury::agg::register_all();
+  mercury::bench::RatioReporter reporter("GBps", "limit_sum");
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
