@@ -371,7 +371,7 @@ uint32_t Endpoint::poll_st(Tick now) {
 }
 
 void Endpoint::receive_st(Tick now) {
-  net::RxPacket rx[net::Interface::kBurst];
+  net::RxPacket* rx = rx_.data();
   rte_mbuf* mbufs[net::Interface::kBurst];
   const uint16_t n = iface_.poll_rx_st(rx, net::Interface::kBurst, now);
   counters_.rx_packets += n;
