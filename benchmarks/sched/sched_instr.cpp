@@ -83,16 +83,7 @@ long bursts(PortScheduler& sched, MessagePool& pool, Load load, long packets, si
     // into one on_acked_st().
     Message* run[kPeers] = {};
     uint32_t bytes[kPeers] = {};
-    for (size_t i = 0; i < n;) {
-      if (out[i].kind == SliceKind::kPartitionStart) {
-        sched.partition_ready_st(out[i++].msg);
-        continue;
-      }
-      Message* m = out[i].msg;
-      uint32_t sum = 0;
-      const size_t first = i;
-      for (; i < n && out[i].msg == m && out[i].kind == SliceKind::kData; ++i) sum += out[i].len;
-      sent += static_cast<long>(i - first);
+    auto fold = [&](Message* m, uint32_t sum) {  // a run of m's packets into m's peer's ACK
       const unsigned p = m->peer;
       if (run[p] != m) {
         if (run[p] != nullptr) sched.on_acked_st(run[p], bytes[p]);
@@ -100,7 +91,25 @@ long bursts(PortScheduler& sched, MessagePool& pool, Load load, long packets, si
         bytes[p] = 0;
       }
       bytes[p] += sum;
+    };
+    Message* last = nullptr;  // message of the current run of data packets
+    uint32_t sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Slice& s = out[i];
+      if (s.kind == SliceKind::kPartitionStart) {
+        sched.partition_ready_st(s.msg);
+        --sent;  // a start-up control, not a data packet
+        continue;
+      }
+      if (s.msg != last) {
+        if (last != nullptr) fold(last, sum);
+        last = s.msg;
+        sum = 0;
+      }
+      sum += s.len;
     }
+    if (last != nullptr) fold(last, sum);
+    sent += static_cast<long>(n);
     for (unsigned p = 0; p < kPeers; ++p) {
       if (run[p] != nullptr) sched.on_acked_st(run[p], bytes[p]);
     }

@@ -8,6 +8,10 @@
 //                         burst's ACK (bytes summed per message, one on_acked_st
 //                         per message), and on completion release + a new
 //                         message allocated and submitted. Packets per second.
+//   ring/sched_only_4peers/1500  the same with 4 peers, 2 messages each, all at
+//                         one priority: round-robin alternates peers per packet
+//   ring/sched_only_single/1500  sched_only (one peer) with the per-packet API,
+//                         next_slice_st + on_acked_st per packet: the "before"
 //   ring/stack/1500       Interface send + receive without a scheduler
 //   ring/sched/1500       the same packets carved by PortScheduler (strict) with
 //                         next_slices_st from queued 4 MiB messages, each received
@@ -258,31 +262,61 @@ void sched_rate(benchmark::State& state) {
 // The scheduler alone, as the TX core drives it per burst; see the file
 // comment. No NIC and no payload access: what is left is the scheduler's own
 // per-packet cost, to set against the raw loop's per-packet budget.
-void sched_only(benchmark::State& state) {
+// `peers` = 1: messages of varied priorities to one peer, so a burst is one
+// run of one message. `peers` = 4: two messages per peer, all at one
+// priority, so round-robin alternates peers packet by packet (a tensor
+// sharded over 4 servers) and next_slices_st carves them in rotation.
+void sched_only(benchmark::State& state, uint16_t peers) {
   Feeder f;
   sched::SchedulerConfig cfg;
+  cfg.num_peers = peers;
   sched::PortScheduler s(cfg, f.pool);
-  const sched::PeerMask all = sched::PeerMask::first(1);
-  for (int i = 0; i < 8; ++i) s.submit(f.make(static_cast<uint8_t>(i), kMsgBytes));
-  uint64_t packets = 0;
+  const sched::PeerMask all = sched::PeerMask::first(peers);
   uint8_t next_priority = 0;
+  uint16_t next_peer = 0;
+  auto queue_one = [&] {
+    sched::Message* m = f.make(peers == 1 ? next_priority : 5, kMsgBytes);
+    m->peer = next_peer;
+    next_peer = static_cast<uint16_t>((next_peer + 1) % peers);
+    next_priority = static_cast<uint8_t>((next_priority + 1) % 64);
+    s.submit(m);
+  };
+  for (int i = 0; i < 8; ++i) queue_one();
+  uint64_t packets = 0;
   sched::Slice out[kBurst];
   for (auto _ : state) {
     s.drain_ingress_st();
     const size_t n = s.next_slices_st(all, kPayload, out, kBurst);
     packets += n;
-    // The burst's ACK: each run of one message acknowledged with one call; a
-    // completed message is replaced by a new one, so 8 stay queued.
-    size_t i = 0;
-    while (i < n) {
-      sched::Message* m = out[i].msg;
-      uint32_t bytes = 0;
-      for (; i < n && out[i].msg == m; ++i) bytes += out[i].len;
-      if (s.on_acked_st(m, bytes)) {
-        s.submit(f.make(next_priority, kMsgBytes));
-        next_priority = static_cast<uint8_t>((next_priority + 1) % 64);
+    // The burst's ACKs, one per peer as a transport gets them: a peer's
+    // packets are runs of its messages, each run's bytes summed into one
+    // on_acked_st(). A completed message is replaced, so 8 stay queued.
+    sched::Message* run[4] = {};
+    uint32_t bytes[4] = {};
+    auto ack = [&](unsigned p) {
+      if (run[p] != nullptr && s.on_acked_st(run[p], bytes[p])) queue_one();
+    };
+    auto fold = [&](sched::Message* m, uint32_t sum) {  // a run of m's packets
+      const unsigned p = m->peer;
+      if (run[p] != m) {
+        ack(p);
+        run[p] = m;
+        bytes[p] = 0;
       }
+      bytes[p] += sum;
+    };
+    sched::Message* last = nullptr;  // message of the current run
+    uint32_t sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i].msg != last) {
+        if (last != nullptr) fold(last, sum);
+        last = out[i].msg;
+        sum = 0;
+      }
+      sum += out[i].len;
     }
+    if (last != nullptr) fold(last, sum);
+    for (unsigned p = 0; p < peers; ++p) ack(p);
   }
   benchmark::DoNotOptimize(out);
   // Finish what is queued so every descriptor returns before the pool goes.
@@ -291,6 +325,33 @@ void sched_only(benchmark::State& state) {
     n = s.next_slices_st(all, kPayload, out, kBurst);
     for (size_t i = 0; i < n; ++i) s.on_acked_st(out[i].msg, out[i].len);
   }
+  rate(state, packets);
+}
+
+// Before the burst API, for comparison in the same run: the same load as
+// sched_only with one peer, carved with next_slice_st() and acknowledged with
+// on_acked_st() packet by packet. One iteration is still a burst of 32.
+void sched_only_single(benchmark::State& state) {
+  Feeder f;
+  sched::SchedulerConfig cfg;
+  sched::PortScheduler s(cfg, f.pool);
+  const sched::PeerMask all = sched::PeerMask::first(1);
+  uint8_t next_priority = 0;
+  for (int i = 0; i < 8; ++i) s.submit(f.make(next_priority++, kMsgBytes));
+  uint64_t packets = 0;
+  sched::Slice sl;
+  for (auto _ : state) {
+    s.drain_ingress_st();
+    for (uint16_t i = 0; i < kBurst && s.next_slice_st(all, kPayload, sl); ++i) {
+      ++packets;
+      if (s.on_acked_st(sl.msg, sl.len)) {
+        s.submit(f.make(next_priority, kMsgBytes));
+        next_priority = static_cast<uint8_t>((next_priority + 1) % 64);
+      }
+    }
+  }
+  s.drain_ingress_st();
+  while (s.next_slice_st(all, kPayload, sl)) s.on_acked_st(sl.msg, sl.len);
   rate(state, packets);
 }
 
@@ -350,7 +411,9 @@ void preempt(benchmark::State& state, sched::Mode mode, uint32_t partition) {
 }
 
 BENCHMARK(raw)->Name("ring/raw")->Arg(1500);
-BENCHMARK(sched_only)->Name("ring/sched_only")->Arg(1500);
+BENCHMARK_CAPTURE(sched_only, one_peer, 1)->Name("ring/sched_only")->Arg(1500);
+BENCHMARK_CAPTURE(sched_only, four_peers, 4)->Name("ring/sched_only_4peers")->Arg(1500);
+BENCHMARK(sched_only_single)->Name("ring/sched_only_single")->Arg(1500);
 BENCHMARK(stack)->Name("ring/stack")->Arg(1500);
 BENCHMARK(sched_rate)->Name("ring/sched")->Arg(1500);
 BENCHMARK_CAPTURE(preempt, strict, sched::Mode::kStrict, 4u << 20)
@@ -393,14 +456,24 @@ class BudgetReporter : public bench::RatioReporter {
     RatioReporter::Finalize();
     const auto& raw = pps_["ring/raw/1500"];
     const auto& alone = pps_["ring/sched_only/1500"];
+    const auto& alone4 = pps_["ring/sched_only_4peers/1500"];
+    const auto& single = pps_["ring/sched_only_single/1500"];
     const auto& stack = pps_["ring/stack/1500"];
     const auto& sched = pps_["ring/sched/1500"];
-    std::vector<double> cost, inside, ns_alone, ns_raw;
+    std::vector<double> cost, cost4, cost1, inside, ns_alone, ns_alone4, ns_single, ns_raw;
     for (size_t i = 0; i < raw.size(); ++i) {
       ns_raw.push_back(1e9 / raw[i]);
       if (i < alone.size()) {
         cost.push_back(raw[i] / alone[i]);
         ns_alone.push_back(1e9 / alone[i]);
+      }
+      if (i < alone4.size()) {
+        cost4.push_back(raw[i] / alone4[i]);
+        ns_alone4.push_back(1e9 / alone4[i]);
+      }
+      if (i < single.size()) {
+        cost1.push_back(raw[i] / single[i]);
+        ns_single.push_back(1e9 / single[i]);
       }
       if (i < stack.size() && i < sched.size()) {
         inside.push_back((1 / sched[i] - 1 / stack[i]) * raw[i]);
@@ -410,6 +483,10 @@ class BudgetReporter : public bench::RatioReporter {
     print("raw per-packet budget, ns", ns_raw, "");
     print("scheduler alone, ns per packet", ns_alone, "");
     print("scheduler alone / raw budget", cost, "   <- raw_pps / sched_only_pps; target < 0.05");
+    print("4 peers in rotation, ns per packet", ns_alone4, "");
+    print("4 peers in rotation / raw budget", cost4, "");
+    print("before: slice by slice, ns per packet", ns_single, "");
+    print("before: slice by slice / raw budget", cost1, "");
     print("(1/sched - 1/stack) / raw budget", inside, "");
   }
 
