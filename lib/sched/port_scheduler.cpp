@@ -492,7 +492,7 @@ size_t PortScheduler::carve_run(const Pick& pick, PeerMask& eligible, uint32_t m
     // count <= slices left, so all but possibly the last are full.
     const size_t full = end - offset >= uint64_t{count} * max_payload ? count : count - 1;
     Slice* o = out + i;
-    for (size_t c = 0; c < full; ++c, o += stride) {
+    for (Slice* const stop = o + full * stride; o != stop; o += stride) {
       *o = Slice{msg, offset, max_payload, false, SliceKind::kData};
       offset += max_payload;
     }
