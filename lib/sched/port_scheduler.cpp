@@ -419,12 +419,14 @@ bool PortScheduler::next_slice_st(const PeerMask& eligible, uint32_t max_payload
 // retransmission of the level is eligible: ruled out by the pick, and none is
 // added; (c) in partition mode, no start-up can go first: start_partition()
 // has just failed and neither credit nor the pending table changes while data
-// is carved; (d) every lane's head message (partition) has bytes left and its
-// peer has room. So R full rounds are exact, R being the fewest slices left in
-// a lane's message or room: the round in which a message ends (or a room runs
-// out) still serves the lanes after it, which have not changed. When more
-// peers are queued than gathered, one partial round is carved and the caller
-// picks again.
+// is carved — nor `eligible` while no room runs out; (d) every lane's head
+// message (partition) has bytes left and its peer has room. So R full rounds
+// are exact, R being the fewest slices left in a lane's message or room: the
+// round in which a message ends (or a room runs out) still serves the lanes
+// after it, which have not changed — except in partition mode, where a peer
+// leaving `eligible` can change what start_partition() picks, so the run
+// stops at the first room that runs out. When more peers are queued than
+// gathered, one partial round is carved and the caller picks again.
 template <bool kRoom>
 size_t PortScheduler::carve_run(const Pick& pick, PeerMask& eligible, uint32_t max_payload,
                                 Slice* out, size_t n, uint32_t* room) {
@@ -480,7 +482,18 @@ size_t PortScheduler::carve_run(const Pick& pick, PeerMask& eligible, uint32_t m
     rounds = std::min(rounds, slices_left(*heads[i]));
     if constexpr (kRoom) rounds = std::min<uint64_t>(rounds, room[peers[i]]);
   }
-  const size_t total = static_cast<size_t>(std::min<uint64_t>(rounds * lanes, n));
+  size_t total = static_cast<size_t>(std::min<uint64_t>(rounds * lanes, n));
+  if constexpr (kRoom) {
+    // Partition mode: a peer whose room runs out leaves `eligible`, and that
+    // can let start_partition() pick a partition it could not before (one of
+    // another peer that fits the credit). Stop right after that slice.
+    if (partition && lanes > 1) {
+      for (unsigned i = 0; i < lanes; ++i) {
+        const uint64_t r = room[peers[i]];
+        if (r <= rounds) total = std::min<size_t>(total, (r - 1) * lanes + i + 1);
+      }
+    }
+  }
   // Lane i's slices are out[i], out[i + lanes], ...: each lane is written in
   // one strided pass with its cursor in a register. Every slice but a
   // message's last is a full max_payload, so a packet is a few stores.
