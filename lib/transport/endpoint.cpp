@@ -161,13 +161,15 @@ struct Endpoint::PeerState final : SenderSink {
   };
 
   PeerState(Endpoint& ep, uint16_t index, const PeerSpec& s, const Config& cfg, Tick now,
-            uint32_t rx_messages)
+            uint32_t rx_messages, uint32_t window)
       : endpoint(ep),
         index(index),
         spec(s),
         peer(cfg, ep.config_.local_epoch, now, s.peer_epoch),
         rx(pow2_at_least(2 * uint64_t{rx_messages})),
-        rx_mask(static_cast<uint32_t>(rx.size() - 1)) {
+        rx_mask(static_cast<uint32_t>(rx.size() - 1)),
+        hints(pow2_at_least(2 * uint64_t{window})),
+        hint_mask(static_cast<uint32_t>(hints.size() - 1)) {
     const std::string who = "peer " + s.name + " (" + net::ipv4_to_string(s.ip) + ":" +
                             std::to_string(s.udp_port) + ")";
     errors[static_cast<size_t>(SendStatus::kPeerTimeout)] =
@@ -186,6 +188,30 @@ struct Endpoint::PeerState final : SenderSink {
   }
   void on_failed(const SliceRef& slice, FailReason why) override {
     endpoint.failed(*this, slice, why);
+  }
+
+  // Lost packets in the order they were reported, as hints for the
+  // window-blocked path (Endpoint::resend_blocked_st); the LostMap stays the
+  // truth, so a stale or overwritten hint costs nothing but a probe.
+  struct LostHint {
+    uint64_t token;
+    uint32_t offset;
+    uint32_t seq;
+  };
+  void push_hint(const LostHint& h) {
+    if (hint_count == hints.size()) {  // overwrite the oldest
+      hint_head = (hint_head + 1) & hint_mask;
+      --hint_count;
+    }
+    hints[(hint_head + hint_count) & hint_mask] = h;
+    ++hint_count;
+  }
+  bool pop_hint(LostHint& out) {
+    if (hint_count == 0) return false;
+    out = hints[hint_head];
+    hint_head = (hint_head + 1) & hint_mask;
+    --hint_count;
+    return true;
   }
 
   SendStatus death() const {
@@ -232,6 +258,10 @@ struct Endpoint::PeerState final : SenderSink {
   std::vector<RxSlot> rx;
   uint32_t rx_mask;
   uint32_t rx_count = 0;
+  std::vector<LostHint> hints;
+  uint32_t hint_mask;
+  uint32_t hint_head = 0;
+  uint32_t hint_count = 0;
   std::array<std::string, 5> errors;
   EndpointPeerStats stats;
 };
@@ -280,9 +310,11 @@ Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, MessageR
   }
   records_.resize(config.max_messages);
 
-  // Retransmissions waiting at once: at most a window of lost packets per
-  // peer, plus one deferred slice per (peer, level).
-  const uint64_t waiting = uint64_t{num_peers} * (params.window + sched::kPriorityLevels);
+  // Retransmission slots: a window of lost packets per peer, plus one
+  // deferred slice per (peer, level), plus room for stale slices (resent by
+  // the window-blocked path or acked while queued) that leave the queue only
+  // when their peer is served again.
+  const uint64_t waiting = uint64_t{num_peers} * (4 * params.window + sched::kPriorityLevels);
   sched::SchedulerConfig sc;
   sc.mode = config.mode;
   sc.num_peers = num_peers;
@@ -303,8 +335,8 @@ Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, MessageR
                                     " have the same address");
       }
     }
-    peers_.push_back(
-        std::make_unique<PeerState>(*this, p, s, config.transport, now, params.rx_messages));
+    peers_.push_back(std::make_unique<PeerState>(*this, p, s, config.transport, now,
+                                                 params.rx_messages, params.window));
     by_addr_.push_back(addr_key(s.ip, s.udp_port) | p);
   }
   std::sort(by_addr_.begin(), by_addr_.end());
@@ -467,10 +499,8 @@ void Endpoint::run_timers_st(Tick now) {
 }
 
 bool Endpoint::eligible(const PeerState& ps) const {
-  // A dead peer stays eligible so that whatever is queued for it is carved
-  // and failed (it is never sent), whether or not it was ever resolved.
-  if (ps.peer.dead()) return true;
-  if (!ps.resolved) return false;
+  // A dead peer's queue is drained by drain_dead_st, never sent.
+  if (ps.peer.dead() || !ps.resolved) return false;
   return ps.peer.can_send() || (ps.peer.sender().waiting_resend() > 0 && ps.peer.can_resend());
 }
 
@@ -514,23 +544,111 @@ void Endpoint::account_failed(PeerState& ps, sched::Message* msg, bool control, 
 
 void Endpoint::retry_stash_st() {
   size_t kept = 0;
-  for (const sched::Slice& s : stash_) {
+  for (size_t i = 0; i < stash_.size(); ++i) {
+    const sched::Slice s = stash_[i];
+    const bool control = s.kind == sched::SliceKind::kPartitionStart;
+    LostMap::Slot* e = lost_->find(token_of(s.msg, control), s.offset);
+    if (e == nullptr) {
+      // Settled while it waited here (acked, or failed with its peer): its
+      // message may even be complete and its descriptor reused, so it must
+      // not reach the scheduler.
+      drop(EndpointDrop::kRetransmitStale);
+      continue;
+    }
+    PeerState& ps = *peers_[s.msg->peer];
+    if (e->deferred && ps.peer.dead()) {
+      lost_->erase(e);
+      account_failed(ps, s.msg, control, s.len, ps.death());
+      continue;
+    }
     if (!sched_->requeue_st(s)) stash_[kept++] = s;
   }
   stash_.resize(kept);
 }
 
+uint32_t Endpoint::resend_blocked_st(PeerState& ps, Tick now, uint32_t budget) {
+  uint32_t sent = 0;
+  PeerState::LostHint hint;
+  while (sent < budget && !ps.peer.can_send() && ps.peer.can_resend() &&
+         ps.peer.sender().waiting_resend() > 0 && ps.pop_hint(hint)) {
+    LostMap::Slot* e = lost_->find(hint.token, hint.offset);
+    if (e == nullptr || e->deferred || e->seq != hint.seq) continue;  // stale hint
+    SliceRef ref;
+    wire::HeaderFields h;
+    switch (ps.peer.resend(hint.seq, now, ref, h)) {
+      case Resend::kSend:
+        // Its slice still waits in the scheduler; with the map entry gone it
+        // is dropped as stale when it comes up.
+        lost_->erase(e);
+        fill_header(*message_of(ref.msg_token), is_control(ref.msg_token), ref.offset, ref.len, h);
+        stage(ps, h, message_of(ref.msg_token)->data + ref.offset);
+        ++counters_.tx_retransmits;
+        ++counters_.resends_window_blocked;
+        ++sent;
+        break;
+      case Resend::kNotNeeded:
+        lost_->erase(e);
+        ++counters_.resends_not_needed;
+        break;
+      case Resend::kNoRoom:
+        ps.push_hint(hint);
+        return sent;
+    }
+  }
+  return sent;
+}
+
+void Endpoint::drain_dead_st(const sched::PeerMask& dead) {
+  // Whole messages at once (max_payload unbounded): nothing is sent, the
+  // bytes only have to be settled, and this needs no TX room, so a peer that
+  // died with the port's queue full still fails everything at once.
+  sched::Slice s;
+  while (sched_->next_slice_st(dead, UINT32_MAX, s)) {
+    sched::Message* msg = s.msg;
+    PeerState& ps = *peers_[msg->peer];
+    const bool control = s.kind == sched::SliceKind::kPartitionStart;
+    if (s.retransmit) {
+      LostMap::Slot* e = lost_->find(token_of(msg, control), s.offset);
+      if (e == nullptr || !e->deferred) {
+        // Settled already: the Peer failed every packet it held when it died
+        // (and with it every map entry but the deferred ones).
+        if (e != nullptr) lost_->erase(e);
+        drop(EndpointDrop::kRetransmitStale);
+        continue;
+      }
+      lost_->erase(e);
+    }
+    account_failed(ps, msg, control, s.len, ps.death());
+  }
+}
+
 void Endpoint::transmit_st(Tick now) {
   if (!stash_.empty()) retry_stash_st();
   sched_->drain_ingress_st();
-  sched::PeerMask ready;
-  for (uint16_t p = 0; p < peers_.size(); ++p) {
-    if (eligible(*peers_[p])) ready.set(p);
+  {
+    sched::PeerMask dead;
+    for (uint16_t p = 0; p < peers_.size(); ++p) {
+      if (peers_[p]->peer.dead()) dead.set(p);
+    }
+    if (dead.any()) drain_dead_st(dead);
   }
   // Keep a few stage slots for pure ACKs after the data.
   const uint32_t room = iface_.tx_room();
   const uint32_t budget = std::min<uint32_t>(config_.tx_burst, room > 4 ? room - 4 : 0);
   uint32_t sent = 0;
+  sched::PeerMask ready;
+  for (uint16_t p = 0; p < peers_.size(); ++p) {
+    PeerState& ps = *peers_[p];
+    // A peer whose window is full can only move by resending what it lost,
+    // whatever the priority of those packets: the oldest hole holds the
+    // window shut, and strict priority would otherwise keep a low-priority
+    // resend behind urgent new data that cannot be sent either.
+    if (ps.resolved && !ps.peer.dead() && !ps.peer.can_send() &&
+        ps.peer.sender().waiting_resend() > 0) {
+      sent += resend_blocked_st(ps, now, budget - std::min(budget, sent));
+    }
+    if (eligible(ps)) ready.set(p);
+  }
   sched::Slice s;
   while (sent < budget && ready.any() && sched_->next_slice_st(ready, max_payload_, s)) {
     sched::Message* msg = s.msg;
@@ -577,10 +695,10 @@ void Endpoint::transmit_st(Tick now) {
     }
     if (fresh) {
       Record& rec = record(msg);
-      if (ps.peer.dead() || rec.status != SendStatus::kDelivered) {
-        // Never sent: the peer is dead, or the message already failed (its
-        // peer restarted) and its remaining bytes would be an orphan there.
-        account_failed(ps, msg, control, s.len, ps.peer.dead() ? ps.death() : rec.status);
+      if (rec.status != SendStatus::kDelivered) {
+        // Never sent: the message already failed (its peer restarted) and its
+        // remaining bytes would be an orphan there.
+        account_failed(ps, msg, control, s.len, rec.status);
         continue;
       }
       if (!ps.peer.can_send()) {
@@ -633,8 +751,8 @@ void Endpoint::acked(PeerState& ps, const SliceRef& slice) {
 }
 
 void Endpoint::lost(PeerState& ps, uint32_t seq, const SliceRef& slice) {
-  (void)ps;
   lost_->put(slice.msg_token, slice.offset, seq, false);
+  ps.push_hint({slice.msg_token, slice.offset, seq});
   const sched::Slice s{
       message_of(slice.msg_token), slice.offset, slice.len, true,
       is_control(slice.msg_token) ? sched::SliceKind::kPartitionStart : sched::SliceKind::kData};
@@ -694,6 +812,8 @@ EndpointPeerStats Endpoint::peer_stats_st(uint16_t peer) const {
   const PeerState& ps = *peers_.at(peer);
   EndpointPeerStats s = ps.stats;
   s.transport = ps.peer.counters();
+  s.outstanding = ps.peer.sender().outstanding();
+  s.waiting_resend = ps.peer.sender().waiting_resend();
   s.resolved = ps.resolved;
   s.dead = ps.peer.dead();
   return s;

@@ -164,20 +164,21 @@ std::string_view endpoint_drop_name(EndpointDrop d);
 
 struct EndpointCounters {
   uint64_t passes = 0;
-  uint64_t rx_packets = 0;            ///< Mercury packets taken from the Interface
-  uint64_t tx_data = 0;               ///< first transmissions (data and control)
-  uint64_t tx_retransmits = 0;        ///< resends
-  uint64_t tx_pure_acks = 0;          ///< pure ACKs and probes
-  uint64_t resends_not_needed = 0;    ///< Peer::resend answered kNotNeeded
-  uint64_t resends_no_room = 0;       ///< ... kNoRoom (requeued, tried after an ACK)
-  uint64_t deferred = 0;              ///< carved while the peer's window was full: requeued
-  uint64_t requeue_stashed = 0;       ///< the scheduler's retransmission queue was full
-  uint64_t messages_completed = 0;    ///< sends delivered
-  uint64_t messages_failed = 0;       ///< sends failed
-  uint64_t messages_received = 0;     ///< on_message_complete calls
-  uint64_t messages_abandoned = 0;    ///< on_message_abandoned calls
-  uint64_t control_received = 0;      ///< partition start-ups and other control packets
-  uint64_t submit_no_descriptor = 0;  ///< send() refusals, by reason
+  uint64_t rx_packets = 0;              ///< Mercury packets taken from the Interface
+  uint64_t tx_data = 0;                 ///< first transmissions (data and control)
+  uint64_t tx_retransmits = 0;          ///< resends
+  uint64_t tx_pure_acks = 0;            ///< pure ACKs and probes
+  uint64_t resends_not_needed = 0;      ///< Peer::resend answered kNotNeeded
+  uint64_t resends_no_room = 0;         ///< ... kNoRoom (requeued, tried after an ACK)
+  uint64_t resends_window_blocked = 0;  ///< resends sent directly while the window was full
+  uint64_t deferred = 0;                ///< carved while the peer's window was full: requeued
+  uint64_t requeue_stashed = 0;         ///< the scheduler's retransmission queue was full
+  uint64_t messages_completed = 0;      ///< sends delivered
+  uint64_t messages_failed = 0;         ///< sends failed
+  uint64_t messages_received = 0;       ///< on_message_complete calls
+  uint64_t messages_abandoned = 0;      ///< on_message_abandoned calls
+  uint64_t control_received = 0;        ///< partition start-ups and other control packets
+  uint64_t submit_no_descriptor = 0;    ///< send() refusals, by reason
   uint64_t submit_ingress_full = 0;
   uint64_t submit_invalid = 0;
   std::array<uint64_t, kRxVerdictCount> verdicts{};  ///< Peer::on_packet, every packet
@@ -191,6 +192,8 @@ struct EndpointPeerStats {
   uint64_t messages_received = 0;
   uint64_t messages_refused = 0;
   uint64_t bytes_received = 0;  ///< payload bytes placed
+  uint32_t outstanding = 0;     ///< sequence numbers sent and not cumulatively acked
+  uint32_t waiting_resend = 0;  ///< packets declared lost and not yet resent
   bool resolved = false;        ///< a route (ARP) is known
   bool dead = false;
 };
@@ -242,6 +245,8 @@ class Endpoint {
   void place_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, const RxResult& r);
   void run_timers_st(Tick now);
   void transmit_st(Tick now);
+  void drain_dead_st(const sched::PeerMask& dead);
+  uint32_t resend_blocked_st(PeerState& ps, Tick now, uint32_t budget);
   bool eligible(const PeerState& ps) const;
   void fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
                    wire::HeaderFields& h) const;

@@ -92,7 +92,7 @@ void print_stats(const char* what, const Endpoint& tx, double seconds, uint64_t 
 // A sends `forward` bytes to B, B sends `back` bytes to A, over one link.
 void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net::LinkParams& lp,
                    uint64_t forward, uint64_t back, double limit_s, bool known_epochs,
-                   void (*tune)(Config&) = nullptr) {
+                   void (*tune)(EndpointConfig&) = nullptr) {
   RingLink link(name, net, mtu, lp);
   std::vector<std::vector<PlannedMessage>> plans = {
       testing::plan_messages(forward, 64 << 20, kPatternBytes, lp.seed + 1),
@@ -103,8 +103,8 @@ void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net
   EndpointConfig cb =
       endpoint_config(5, 1, {{"a", RingLink::ip_a(net), 47100, uint16_t(known_epochs ? 3 : 0)}});
   if (tune != nullptr) {
-    tune(ca.transport);
-    tune(cb.transport);
+    tune(ca);
+    tune(cb);
   }
   const uint64_t now = rte_rdtsc();
   Endpoint a(link.a(), ca, rx_a, now);
@@ -146,6 +146,21 @@ void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net
     EXPECT_GT(a.counters_st().tx_retransmits, 0u);
     EXPECT_GT(b.peer_stats_st(0).transport.rx.duplicates, 0u);
   }
+  if (lp.corrupt > 0) {
+    // Corrupted frames were caught by the checksums below the transport.
+    const auto& d = link.b().counters().drops;
+    EXPECT_GT(d[static_cast<size_t>(net::DropReason::kUdpBadChecksum)] +
+                  d[static_cast<size_t>(net::DropReason::kIpBadChecksum)],
+              0u);
+  }
+  if (ca.mode == sched::Mode::kPartition) {
+    // Every partition's start-up travelled as a control packet and its ACK
+    // released the partition.
+    EXPECT_GT(b.counters_st().control_received, 0u);
+    EXPECT_EQ(a.scheduler().stats_st().partition_starts, b.counters_st().control_received);
+  }
+  // The retransmission queue was sized so that it never refused a slice.
+  EXPECT_EQ(a.counters_st().requeue_stashed + b.counters_st().requeue_stashed, 0u);
   EXPECT_TRUE(a.idle_st());
   EXPECT_TRUE(b.idle_st());
 }
@@ -174,12 +189,144 @@ TEST(Endpoint, TwoEndpointsLoss10Percent256MiB) {
 // transmissions for fast retransmit, so recovery would be by timer alone:
 // a floor of 8 and a 20 ms RTO ceiling keep the smaller volume quick.
 TEST(Endpoint, TwoEndpointsLoss30PercentSmaller) {
-  two_endpoints("loss30", 6, kMtu, faults(0.30, 14), 32 * kMiB, 2 * kMiB, 40, true, [](Config& c) {
-    c.cwnd_floor = 8;
-    c.initial_rto_us = 2'000;
-    c.min_rto_us = 500;
-    c.max_rto_us = 20'000;
-  });
+  two_endpoints("loss30", 6, kMtu, faults(0.30, 14), 32 * kMiB, 2 * kMiB, 40, true,
+                [](EndpointConfig& c) {
+                  c.transport.cwnd_floor = 8;
+                  c.transport.initial_rto_us = 2'000;
+                  c.transport.min_rto_us = 500;
+                  c.transport.max_rto_us = 20'000;
+                });
+}
+
+// The baselines are modes of the same endpoint: FIFO (priority ignored) and
+// partitioning (P3/ByteScheduler: 1 MiB partitions, 2 MiB credit, a start-up
+// control per partition carried reliably), both under 5 % loss.
+TEST(Endpoint, FifoModeLoss5Percent) {
+  two_endpoints("fifo", 7, kMtu, faults(0.05, 15), 64 * kMiB, 4 * kMiB, 30, true,
+                [](EndpointConfig& c) { c.mode = sched::Mode::kFifo; });
+}
+
+TEST(Endpoint, PartitionModeLoss5Percent) {
+  two_endpoints("part", 8, kMtu, faults(0.05, 16), 64 * kMiB, 4 * kMiB, 30, true,
+                [](EndpointConfig& c) {
+                  c.mode = sched::Mode::kPartition;
+                  c.partition_bytes = 1 << 20;
+                  c.credit_bytes = 2 << 20;
+                });
+}
+
+// Corrupted frames (a bit flipped past the Ethernet header) never reach the
+// transport: the IPv4/UDP checksums drop them and the transport resends.
+TEST(Endpoint, CorruptionLossAndDuplicationAt1500Mtu) {
+  net::LinkParams lp = faults(0.01, 17);
+  lp.corrupt = 0.02;
+  two_endpoints("corrupt", 9, 1500, lp, 32 * kMiB, 2 * kMiB, 30, false);
+}
+
+// A receiver may refuse a message: it is counted, its bytes are acknowledged
+// and discarded, and no other message suffers.
+class RefuseEveryThird final : public MessageReceiver {
+ public:
+  explicit RefuseEveryThird(CheckingReceiver& inner) : inner_(inner) {}
+  std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override {
+    if (h.tensor_key % 3 == 0) {
+      ++refused;
+      return nullptr;
+    }
+    return inner_.on_message_begin(peer, h);
+  }
+  void on_message_complete(uint16_t peer, const wire::HeaderFields& h, std::byte* b) override {
+    inner_.on_message_complete(peer, h, b);
+  }
+  uint32_t refused = 0;
+
+ private:
+  CheckingReceiver& inner_;
+};
+
+TEST(Endpoint, RefusedMessagesAreCountedAndOthersDelivered) {
+  RingLink link("refuse", 42, kMtu, faults(0.02, 18));
+  std::vector<std::vector<PlannedMessage>> plans = {
+      testing::plan_messages(48 * kMiB, 16 << 20, kPatternBytes, 99)};
+  CheckingReceiver rx_a(pattern(), plans), inner(pattern(), plans);
+  RefuseEveryThird rx_b(inner);
+  const uint64_t now = rte_rdtsc();
+  Endpoint a(link.a(), endpoint_config(3, 0, {{"b", RingLink::ip_b(42), 47101, 5}}), rx_a, now);
+  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(42), 47100, 3}}), rx_b, now);
+  CompletionLog log(plans[0].size());
+  testing::submit_plan(a, 0, 0, plans[0], pattern(), log);
+  ASSERT_TRUE(run(
+      {&a, &b}, [&] { return log.total_ok() == plans[0].size(); }, 20));
+  uint32_t expect_refused = 0;
+  uint64_t expect_bytes = 0;
+  for (uint32_t i = 0; i < plans[0].size(); ++i) {
+    if (i % 3 == 0) {
+      ++expect_refused;
+    } else {
+      expect_bytes += plans[0][i].len;
+    }
+  }
+  EXPECT_EQ(rx_b.refused, expect_refused);
+  EXPECT_EQ(b.peer_stats_st(0).messages_refused, expect_refused);
+  EXPECT_EQ(b.peer_stats_st(0).messages_received, plans[0].size() - expect_refused);
+  EXPECT_EQ(inner.bytes_ok(), expect_bytes);
+  EXPECT_EQ(inner.corrupt(), 0u);
+  EXPECT_TRUE(inner.none_twice());
+  EXPECT_GT(b.counters_st().drops[static_cast<size_t>(EndpointDrop::kRefused)], 0u);
+}
+
+// Strict priority with loss: a lost packet of a low-priority message must be
+// resent even while urgent messages keep arriving, or its hole holds the
+// window shut (the window counts sequence numbers from the oldest unacked).
+// A 64 MiB message at priority 7 competes with a stream of 256 KiB messages
+// at priority 0 kept 64 deep, under 5 % loss.
+TEST(Endpoint, UrgentStreamDoesNotStarveLowPriorityResends) {
+  RingLink link("urgent", 43, kMtu, faults(0.05, 19));
+  constexpr uint32_t kSmall = 256 << 10;
+  constexpr uint32_t kUrgent = 400;
+  std::vector<std::vector<PlannedMessage>> plans(1);
+  plans[0].push_back({64u << 20, 12345, 7});
+  for (uint32_t i = 0; i < kUrgent; ++i) plans[0].push_back({kSmall, i * 4097ull * 16, 0});
+  CheckingReceiver rx_a(pattern(), plans), rx_b(pattern(), plans);
+  const uint64_t now = rte_rdtsc();
+  EndpointConfig ca = endpoint_config(3, 0, {{"b", RingLink::ip_b(43), 47101, 5}});
+  ca.transport.cwnd_floor = 128;  // keep the pipe full, so the window is what binds
+  Endpoint a(link.a(), ca, rx_a, now);
+  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(43), 47100, 3}}), rx_b, now);
+  CompletionLog log(plans[0].size());
+  uint32_t next = 0;
+  auto submit = [&](uint32_t i) {
+    MessageMeta meta;
+    meta.tensor_key = i;
+    ASSERT_EQ(a.send(0, pattern().data() + plans[0][i].start, plans[0][i].len, plans[0][i].priority,
+                     meta, Completion{&CompletionLog::callback, &log, i}),
+              SubmitStatus::kQueued);
+  };
+  submit(next++);  // the big one first
+  uint32_t max_outstanding = 0;
+  const bool finished = run(
+      {&a, &b},
+      [&] {
+        // Once the big one is under way, keep 64 urgent messages queued or
+        // in flight while any are left, so level 0 is never empty.
+        uint64_t done = 0;
+        for (uint32_t i = 1; i < next; ++i) done += log.ok[i] + log.failed[i];
+        const bool started = b.peer_stats_st(0).bytes_received >= (8u << 20);
+        max_outstanding = std::max(max_outstanding, a.peer_stats_st(0).outstanding);
+        while (started && next < plans[0].size() && next - 1 - done < 64) submit(next++);
+        return log.ok[0] + log.failed[0] == 1 && next == plans[0].size() &&
+               done == plans[0].size() - 1;
+      },
+      30);
+  EXPECT_TRUE(finished);
+  EXPECT_TRUE(log.each_once());
+  EXPECT_EQ(log.first_error, "");
+  EXPECT_EQ(rx_b.corrupt(), 0u);
+  EXPECT_TRUE(rx_b.all_exactly_once(0));
+  std::printf("[ urgent ] max outstanding %u, resends %llu, deferred %llu, blocked resends %llu\n",
+              max_outstanding, (unsigned long long)a.counters_st().tx_retransmits,
+              (unsigned long long)a.counters_st().deferred,
+              (unsigned long long)a.counters_st().resends_window_blocked);
 }
 
 // Four senders, each on its own ring link, into one receiving core that
@@ -281,6 +428,7 @@ TEST(Endpoint, DeadPeerFailsEverythingWithItsName) {
       << log.first_error;
   EXPECT_TRUE(a.peer_stats_st(0).dead);
   EXPECT_GT(a.peer_stats_st(0).messages_failed, 0u);
+  for (int i = 0; i < 4; ++i) a.poll_st(rte_rdtsc());  // settles stale resend requests
   EXPECT_TRUE(a.idle_st());
   EXPECT_TRUE(rx_b.none_twice());
   EXPECT_EQ(rx_b.corrupt(), 0u);
