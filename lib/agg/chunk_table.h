@@ -218,6 +218,9 @@ class ChunkTable {
   // Finds the chunk for (key, offset, bytes) or says why not.
   [[gnu::always_inline]] inline Outcome locate(uint32_t key, uint32_t offset, uint32_t bytes,
                                                uint64_t& chunk) const;
+  [[gnu::always_inline]] inline Outcome locate_contribution(const Contribution& c,
+                                                            uint64_t& index) const;
+  [[gnu::always_inline]] inline Outcome record(const Contribution& c, uint64_t index);
   void complete(uint64_t index);
   const StepParams& step_for(uint32_t n, uint64_t step, uint32_t staleness);
   void emit(uint64_t index, uint64_t contributors, uint32_t staleness);
@@ -232,10 +235,19 @@ class ChunkTable {
   OptimizerConfig optimizer_;
   Simd simd_;
   bool track_ranks_;
+  bool bsp_;  // the policy is BspPolicy: its admit() is inlined (the default mode's hot path)
   uint64_t max_held_ = 0;
   uint64_t held_ = 0;
 
-  std::vector<int32_t> key_to_local_;  // per global key: index into local_, -1 other shard
+  // Per global key, what contribute() needs in one load: the partition's
+  // first chunk and length (0 = owned by another shard), and its local index.
+  struct KeyEntry {
+    uint32_t first_chunk = 0;
+    uint32_t bytes = 0;
+    int32_t local = -1;
+    uint32_t pad = 0;
+  };
+  std::vector<KeyEntry> keys_;
   std::vector<LocalPartition> local_;
   std::vector<Chunk> chunks_;
   std::vector<Held> slots_;               // chunks x workers

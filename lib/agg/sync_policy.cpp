@@ -6,11 +6,6 @@ namespace {
 int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
 }  // namespace
 
-Admission BspPolicy::admit(uint32_t version, uint32_t iteration) const {
-  const int32_t d = serial_diff(iteration, version);
-  return d == 0 ? Admission::kAccept : d < 0 ? Admission::kStale : Admission::kFuture;
-}
-
 std::string_view AsyncPolicy::name() const {
   if (options_.staleness_scaled) return "staleness-scaled";
   return options_.max_staleness == UINT32_MAX ? "asp" : "ssp";
