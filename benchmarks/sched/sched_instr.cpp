@@ -83,8 +83,7 @@ long bursts(PortScheduler& sched, MessagePool& pool, Load load, long packets, si
     // into one on_acked_st().
     Message* run[kPeers] = {};
     uint32_t bytes[kPeers] = {};
-    auto fold = [&](Message* m, uint32_t sum) {  // a run of m's packets into m's peer's ACK
-      const unsigned p = m->peer;
+    auto fold = [&](Message* m, unsigned p, uint32_t sum) {  // a run of m's packets into p's ACK
       if (run[p] != m) {
         if (run[p] != nullptr) sched.on_acked_st(run[p], bytes[p]);
         run[p] = m;
@@ -92,7 +91,8 @@ long bursts(PortScheduler& sched, MessagePool& pool, Load load, long packets, si
       }
       bytes[p] += sum;
     };
-    Message* last = nullptr;  // message of the current run of data packets
+    Message* last = nullptr;  // message of the current run of data packets, and its peer
+    unsigned last_peer = 0;
     uint32_t sum = 0;
     for (size_t i = 0; i < n; ++i) {
       const Slice& s = out[i];
@@ -102,13 +102,14 @@ long bursts(PortScheduler& sched, MessagePool& pool, Load load, long packets, si
         continue;
       }
       if (s.msg != last) {
-        if (last != nullptr) fold(last, sum);
+        if (last != nullptr) fold(last, last_peer, sum);
         last = s.msg;
+        last_peer = s.peer;
         sum = 0;
       }
       sum += s.len;
     }
-    if (last != nullptr) fold(last, sum);
+    if (last != nullptr) fold(last, last_peer, sum);
     sent += static_cast<long>(n);
     for (unsigned p = 0; p < kPeers; ++p) {
       if (run[p] != nullptr) sched.on_acked_st(run[p], bytes[p]);

@@ -296,8 +296,7 @@ void sched_only(benchmark::State& state, uint16_t peers) {
     auto ack = [&](unsigned p) {
       if (run[p] != nullptr && s.on_acked_st(run[p], bytes[p])) queue_one();
     };
-    auto fold = [&](sched::Message* m, uint32_t sum) {  // a run of m's packets
-      const unsigned p = m->peer;
+    auto fold = [&](sched::Message* m, unsigned p, uint32_t sum) {  // a run of m's packets
       if (run[p] != m) {
         ack(p);
         run[p] = m;
@@ -305,17 +304,19 @@ void sched_only(benchmark::State& state, uint16_t peers) {
       }
       bytes[p] += sum;
     };
-    sched::Message* last = nullptr;  // message of the current run
+    sched::Message* last = nullptr;  // message of the current run, and its peer
+    unsigned last_peer = 0;
     uint32_t sum = 0;
     for (size_t i = 0; i < n; ++i) {
       if (out[i].msg != last) {
-        if (last != nullptr) fold(last, sum);
+        if (last != nullptr) fold(last, last_peer, sum);
         last = out[i].msg;
+        last_peer = out[i].peer;
         sum = 0;
       }
       sum += out[i].len;
     }
-    if (last != nullptr) fold(last, sum);
+    if (last != nullptr) fold(last, last_peer, sum);
     for (unsigned p = 0; p < peers; ++p) ack(p);
   }
   benchmark::DoNotOptimize(out);

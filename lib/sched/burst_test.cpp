@@ -40,9 +40,13 @@ struct Seen {
   uint32_t offset, len;
   bool retransmit;
   SliceKind kind;
+  uint16_t peer;
   bool operator==(const Seen&) const = default;
 };
-Seen seen(const Slice& s) { return {s.msg->cookie, s.offset, s.len, s.retransmit, s.kind}; }
+Seen seen(const Slice& s) {
+  EXPECT_EQ(s.peer, s.msg->peer);
+  return {s.msg->cookie, s.offset, s.len, s.retransmit, s.kind, s.peer};
+}
 
 std::ostream& operator<<(std::ostream& os, const Seen& s) {
   return os << "{msg " << s.cookie << " @" << s.offset << "+" << s.len

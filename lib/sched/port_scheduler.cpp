@@ -329,7 +329,7 @@ void PortScheduler::carve(const Pick& pick, uint32_t max_payload, Slice& out) {
       tx_.pop_message(pick.level, pick.peer);
       msg->state_ = kCarved;
     }
-    out = Slice{msg, offset, len, false, SliceKind::kData};
+    out = Slice{msg, offset, len, false, SliceKind::kData, msg->peer};
   } else {
     // A started partition is sent whole: the message stays at the head of its
     // peer's ready FIFO until every ready partition of it is carved.
@@ -341,7 +341,7 @@ void PortScheduler::carve(const Pick& pick, uint32_t max_payload, Slice& out) {
       if (msg->parts_sent_ == msg->parts_ready_) tx_.pop_message(pick.level, pick.peer);
       if (msg->parts_sent_ == partitions(*msg)) msg->state_ = kCarved;
     }
-    out = Slice{msg, offset, len, false, SliceKind::kData};
+    out = Slice{msg, offset, len, false, SliceKind::kData, msg->peer};
   }
   tx_.commit(pick);
   ++stats_.data_slices;
@@ -361,8 +361,12 @@ bool PortScheduler::start_partition(const PeerMask& eligible, Slice& out) {
   msg->parts_started_ = k + 1;
   if (msg->parts_started_ == partitions(*msg)) pending_.pop_message(pick->level, pick->peer);
   pending_.commit(*pick);
-  out = Slice{msg, static_cast<uint32_t>(uint64_t{k} * config_.partition_bytes), 0, false,
-              SliceKind::kPartitionStart};
+  out = Slice{msg,
+              static_cast<uint32_t>(uint64_t{k} * config_.partition_bytes),
+              0,
+              false,
+              SliceKind::kPartitionStart,
+              msg->peer};
   ++stats_.partition_starts;
   return true;
 }
@@ -384,6 +388,7 @@ bool PortScheduler::take_retransmit(const Pick& pick, Slice& out) {
   }
   out = slice;
   out.retransmit = true;
+  out.peer = msg->peer;
   ++stats_.retransmit_slices;
   return true;
 }
@@ -500,20 +505,21 @@ size_t PortScheduler::carve_run(const Pick& pick, PeerMask& eligible, uint32_t m
   auto write_lane = [&](unsigned i, size_t count, size_t stride) {
     if (count == 0) return;  // cannot happen (total >= lanes), but a 0-byte head must not pop
     Message* msg = heads[i];
+    const uint16_t peer = peers[i];
     const uint64_t end = end_of(*msg);
     uint32_t offset = msg->carved_;
     // count <= slices left, so all but possibly the last are full.
     const size_t full = end - offset >= uint64_t{count} * max_payload ? count : count - 1;
     Slice* o = out + i;
     for (Slice* const stop = o + full * stride; o != stop; o += stride) {
-      *o = Slice{msg, offset, max_payload, false, SliceKind::kData};
+      *o = Slice{msg, offset, max_payload, false, SliceKind::kData, peer};
       offset += max_payload;
     }
     if (full < count) {  // the message's (partition's) last, short or empty, slice
-      *o = Slice{msg, offset, static_cast<uint32_t>(end - offset), false, SliceKind::kData};
+      *o = Slice{msg, offset, static_cast<uint32_t>(end - offset), false, SliceKind::kData, peer};
       offset = static_cast<uint32_t>(end);
     }
-    finish(msg, peers[i], offset, count);
+    finish(msg, peer, offset, count);
   };
   if (lanes == 1) {
     write_lane(0, total, 1);

@@ -67,7 +67,12 @@ struct Slice {
   uint32_t len = 0;
   bool retransmit = false;  ///< came from requeue_st()
   SliceKind kind = SliceKind::kData;
+  /// msg->peer, set by the scheduler on every slice it returns (requeue_st()
+  /// ignores it), so a transport walking a burst need not load the message's
+  /// line for it. Fits the padding: a Slice stays 24 bytes.
+  uint16_t peer = 0;
 };
+static_assert(sizeof(Slice) == 24);
 
 struct SchedulerConfig {
   Mode mode = Mode::kStrict;
