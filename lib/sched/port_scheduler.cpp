@@ -503,7 +503,9 @@ size_t PortScheduler::carve_run(const Pick& pick, PeerMask& eligible, uint32_t m
   // one strided pass with its cursor in a register. Every slice but a
   // message's last is a full max_payload, so a packet is a few stores.
   auto write_lane = [&](unsigned i, size_t count, size_t stride) {
-    if (count == 0) return;  // cannot happen (total >= lanes), but a 0-byte head must not pop
+    // A lane after the end of a run cut short (partition mode, a room ran
+    // out) gets nothing; above all, a 0-byte head must not be taken as carved.
+    if (count == 0) return;
     Message* msg = heads[i];
     const uint16_t peer = peers[i];
     const uint64_t end = end_of(*msg);
@@ -549,11 +551,11 @@ size_t PortScheduler::carve_burst(PeerMask& eligible, uint32_t max_payload, Slic
     // The same decision, in the same order, as next_slice_st().
     const std::optional<Pick> pick = tx_.pick(eligible);
     if (pick && pick->retransmit) {
-      if (take_retransmit(*pick, out[k])) charge(out[k++].msg->peer, 1);
+      if (take_retransmit(*pick, out[k])) charge(out[k++].peer, 1);
       continue;
     }
     if (config_.mode == Mode::kPartition && start_partition(eligible, out[k])) {
-      charge(out[k++].msg->peer, 1);
+      charge(out[k++].peer, 1);
       continue;
     }
     if (!pick) break;
