@@ -15,9 +15,11 @@
 //
 // A third argument BURST carves with next_slices_st() in bursts of BURST
 // (drain once per burst) and acknowledges each burst as a transport does:
-// bytes summed per message, one on_acked_st() per message. Without it, one
-// next_slice_st() and one on_acked_st() per packet (the per-packet path):
+// one ACK per peer, the bytes of each of its messages summed, one
+// on_acked_st() per message. Without it, one next_slice_st() and one
+// on_acked_st() per packet (the per-packet path). Same method:
 //   valgrind --tool=callgrind --callgrind-out-file=/dev/null sched_instr strict 100000 32
+//   valgrind --tool=callgrind --callgrind-out-file=/dev/null sched_instr strict 200000 32
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
