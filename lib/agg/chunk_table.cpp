@@ -1,5 +1,7 @@
 #include "agg/chunk_table.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
@@ -31,9 +33,12 @@ Layout layout_of(const Placement& placement, const ShardConfig& config) {
   return l;
 }
 
-// Parameter and state arrays are cache-line aligned and padded to whole lines.
+// Parameter and state arrays are cache-line aligned and padded to whole
+// lines; from kHugePage up they are whole 2 MB pages (see zeroed() below).
+constexpr uint64_t kHugePage = 2u << 20;
 uint64_t float_array_bytes(uint64_t elements) {
-  return std::max<uint64_t>(64, (elements * 4 + 63) / 64 * 64);
+  const uint64_t bytes = std::max<uint64_t>(64, (elements * 4 + 63) / 64 * 64);
+  return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
 }
 
 }  // namespace
@@ -158,8 +163,13 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
 
   auto zeroed = [](uint64_t elements) {
     const uint64_t bytes = float_array_bytes(elements);
-    void* p = std::aligned_alloc(64, bytes);
+    // Arrays of 2 MB and more are asked for transparent huge pages: the
+    // reduction walks them at memory speed, and with 4 KB pages every 3rd
+    // chunk would start with a TLB miss. A hint only; refused is fine.
+    const bool huge = bytes >= kHugePage;
+    void* p = std::aligned_alloc(huge ? kHugePage : 64, bytes);
     if (p == nullptr) throw std::bad_alloc();
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
     std::memset(p, 0, bytes);
     return std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(p));
   };

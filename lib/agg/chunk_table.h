@@ -40,13 +40,16 @@
 // Costs. Construction (control path) allocates everything once and throws
 // std::invalid_argument for a bad configuration or std::length_error if the
 // memory it needs exceeds memory_limit_bytes. After that no call allocates,
-// throws, locks or logs. contribute() is O(1) (array lookups, one division,
-// one bit test) plus, when it completes a set, one pass over the set's bytes
-// (reduce_apply, optimizer.h). Memory: memory_needed() bytes = parameters and
-// optimizer state (4 x (1 + state floats) per element) + 32 B per chunk +
+// throws, locks or logs. contribute() is O(1) (three array lookups, a
+// multiply in place of a division, one bit test) plus, when it completes a
+// set, one pass over the set's bytes (reduce_apply, optimizer.h); the
+// sink's release() and on_update() are called once per update. Memory:
+// memory_needed() bytes = parameters and optimizer state (4 B x (1 + state
+// floats) per element, each array rounded up to 64 B) + 32 B per chunk +
 // 16 B x N per chunk (held slots) + 4 B x N per chunk when the policy tracks
-// rank iterations; plus, outside the table, at most max_held contributions
-// held in the caller's buffers.
+// rank iterations + 16 B per partition of the job + 32 B per owned
+// partition; plus, outside the table, at most max_held contributions held in
+// the caller's buffers.
 #pragma once
 
 #include <array>
@@ -211,6 +214,7 @@ class ChunkTable {
     uint64_t elements;
     uint8_t priority;
   };
+  static_assert(sizeof(LocalPartition) == 32);
   struct FreeDeleter {
     void operator()(float* p) const;
   };
@@ -247,6 +251,7 @@ class ChunkTable {
     int32_t local = -1;
     uint32_t pad = 0;
   };
+  static_assert(sizeof(KeyEntry) == 16);
   std::vector<KeyEntry> keys_;
   std::vector<LocalPartition> local_;
   std::vector<Chunk> chunks_;

@@ -218,8 +218,8 @@ std::string_view simd_name(Simd simd) {
   switch (simd) {
     case Simd::kAuto:
       return "auto";
-    case Simd::kScalar:
-      return "scalar";
+    case Simd::kPortable:
+      return "portable";
     case Simd::kAvx2:
       return "avx2";
     case Simd::kAvx512:
@@ -239,7 +239,7 @@ bool simd_available(Simd simd) {
       return true;
 #endif
     case Simd::kAuto:
-    case Simd::kScalar:
+    case Simd::kPortable:
       return true;
     default:
       return false;
@@ -253,7 +253,7 @@ Simd resolve_simd(Simd simd) {
 #elif defined(__AVX2__)
   return Simd::kAvx2;
 #else
-  return Simd::kScalar;
+  return Simd::kPortable;
 #endif
 }
 

@@ -8,7 +8,7 @@
 // in the same pass, so each byte of gradient is read once.
 //
 // Determinism. Every element goes through the same sequence of IEEE-754
-// float32 operations in the scalar, AVX2 and AVX-512 paths (lanes are
+// float32 operations in the portable, AVX2 and AVX-512 paths (lanes are
 // independent elements; nothing is reassociated, and lib/agg is compiled
 // with -ffp-contract=off so no multiply-add is fused behind our back). The
 // result is therefore bit-identical whatever the arrival order, whatever the
@@ -60,11 +60,15 @@ struct OptimizerConfig {
 uint32_t state_floats_per_element(OptimizerKind kind);
 
 /// Which kernel runs. kAuto takes the widest one compiled in (the build uses
-/// -march=native); the others force one, for tests and benchmarks.
-enum class Simd : uint8_t { kAuto, kScalar, kAvx2, kAvx512 };
+/// -march=native). kPortable is plain C++ with no intrinsics, one element at a
+/// time in the source: the fallback for other CPUs (at -O3 the compiler may
+/// still vectorise it, with the same results since lanes are independent).
+/// kAvx2 / kAvx512 are the intrinsic kernels. The others than kAuto are for
+/// tests and benchmarks.
+enum class Simd : uint8_t { kAuto, kPortable, kAvx2, kAvx512 };
 
 std::string_view simd_name(Simd simd);
-/// Whether `simd` was compiled in (kAuto and kScalar always are).
+/// Whether `simd` was compiled in (kAuto and kPortable always are).
 bool simd_available(Simd simd);
 /// kAuto -> the widest available; anything else unchanged.
 Simd resolve_simd(Simd simd);

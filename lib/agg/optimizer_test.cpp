@@ -58,7 +58,7 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale) {
 
 constexpr OptimizerKind kKinds[] = {OptimizerKind::kSumOnly, OptimizerKind::kSgd,
                                     OptimizerKind::kMomentum, OptimizerKind::kAdam};
-constexpr Simd kSimds[] = {Simd::kScalar, Simd::kAvx2, Simd::kAvx512};
+constexpr Simd kSimds[] = {Simd::kPortable, Simd::kAvx2, Simd::kAvx512};
 
 // Every kernel width, every optimizer, several steps, odd sizes (vector body
 // plus scalar tail) and unaligned contributions: bytes equal the reference.
@@ -124,7 +124,7 @@ TEST(AggOptimizer, StateSizes) {
   EXPECT_EQ(state_floats_per_element(OptimizerKind::kSgd), 0u);
   EXPECT_EQ(state_floats_per_element(OptimizerKind::kMomentum), 1u);
   EXPECT_EQ(state_floats_per_element(OptimizerKind::kAdam), 2u);
-  EXPECT_TRUE(simd_available(Simd::kScalar));
+  EXPECT_TRUE(simd_available(Simd::kPortable));
   EXPECT_NE(resolve_simd(Simd::kAuto), Simd::kAuto);
 }
 
