@@ -5,17 +5,23 @@
 // workers. One benchmark iteration = one BSP iteration: every chunk receives
 // its 4 contributions (chunk by chunk, the completing rank rotating) through
 // ChunkTable::contribute(), which reduces them in rank order and applies the
-// optimizer. Contributions are read from four 102 MB buffers (one per
-// rank), far larger than the caches, as packet payloads would be.
+// optimizer. Contributions are read from four 102 MB buffers (one per rank,
+// on 2 MB pages like DPDK mbufs), far larger than the caches.
 //
-// Limit: reduce_sum() of the same four buffers into a fifth, as one
-// contiguous stream each (the best case for the memory system): the rate at
-// which this core can read gradient. Both report GB/s of gradient consumed
-// (4 x 102 MB per iteration).
+// Limit ("limit_sum"): reduce_sum() of the same four buffers into a fifth,
+// as one contiguous stream each (the best case for the memory system): the
+// rate at which this core can read gradient. Every variant reports GB/s of
+// gradient consumed (4 x 102 MB per iteration), in CPU time (on a shared
+// 2-core machine the wall clock also counts time descheduled).
+//
+// Variants: sgd, sum_only, momentum, adam (the table, AVX-512 kernel);
+// sgd_portable (the table with the intrinsic-free kernel); kernel_sgd
+// (reduce_apply() chunk by chunk without the table: the table's own cost is
+// the gap to sgd). Arg "all" = every chunk (from DRAM); "l2" = the first 180
+// chunks (4 x 255 KB, L2-resident: the compute-bound case).
 //
 // Run (interleaved, repeated; figures in docs/agg.md):
 //   agg_bench --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
-//             --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <sys/mman.h>
@@ -57,7 +63,7 @@ Floats huge_floats(uint64_t elements) {
   const uint64_t bytes = (elements * sizeof(float) + kHuge - 1) / kHuge * kHuge;
   void* p = std::aligned_alloc(kHuge, bytes);
   if (p == nullptr) throw std::bad_alloc();
-  if (getenv("NOHUGE") == nullptr) madvise(p, bytes, MADV_HUGEPAGE);  // a hint; fine if refused
+  madvise(p, bytes, MADV_HUGEPAGE);  // a hint; fine if refused
   std::memset(p, 0, bytes);
   return Floats(static_cast<float*>(p));
 }

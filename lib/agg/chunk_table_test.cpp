@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -549,6 +550,64 @@ TEST(AggChunkTable, OffsetToChunkMatchesDivisionForEveryOffset) {
     const uint64_t q = static_cast<uint64_t>((static_cast<unsigned __int128>(magic) * off) >> 64);
     ASSERT_EQ(q, off / 1416);
     ASSERT_EQ(off * magic <= magic - 1, off % 1416 == 0);
+  }
+}
+
+// Several shards, as lib/server runs them: each table takes only its own
+// partitions, and together they update every element of the model once per
+// iteration, each with its own ranks' average.
+TEST(AggChunkTable, ShardsTogetherCoverTheModel) {
+  const std::vector<TensorDecl> decls{{"a", 20000, 0}, {"b", 300, 1}, {"c", 9000, 2}, {"d", 64, 3}};
+  constexpr uint32_t kShards = 3;
+  const Placement p = Placement::compute(decls, kShards);
+  std::vector<RecordingSink> sinks(kShards);
+  std::vector<std::unique_ptr<ChunkTable>> tables;
+  for (uint32_t s = 0; s < kShards; ++s) {
+    ShardConfig sc = config(2, OptimizerKind::kSumOnly);
+    sc.shard = s;
+    tables.push_back(std::make_unique<ChunkTable>(p, sc, make_bsp(), sinks[s]));
+  }
+  // Rank r pushes the value (r + 1) x (global element index) everywhere.
+  uint64_t pushed = 0;
+  for (const Partition& q : p.partitions()) {
+    std::vector<std::vector<float>> g(2, std::vector<float>(q.elements));
+    for (uint32_t r = 0; r < 2; ++r) {
+      for (uint64_t e = 0; e < q.elements; ++e) {
+        g[r][e] = static_cast<float>((r + 1) * (q.first_element + e));
+      }
+    }
+    for (uint64_t e = 0; e < q.elements; e += kChunkElems) {
+      const auto n = static_cast<uint32_t>(std::min<uint64_t>(kChunkElems, q.elements - e));
+      for (uint16_t r = 0; r < 2; ++r) {
+        for (uint32_t s = 0; s < kShards; ++s) {
+          const Outcome o = tables[s]->contribute(
+              Contribution{.key = q.key,
+                           .offset = static_cast<uint32_t>(e * 4),
+                           .rank = r,
+                           .data = reinterpret_cast<const std::byte*>(g[r].data() + e),
+                           .bytes = n * 4});
+          EXPECT_EQ(taken(o), s == q.shard) << outcome_name(o);
+          if (s != q.shard) {
+            EXPECT_EQ(o, Outcome::kNotOwned);
+          }
+        }
+      }
+      ++pushed;
+    }
+  }
+  uint64_t updates = 0;
+  for (uint32_t s = 0; s < kShards; ++s) {
+    updates += tables[s]->counters().updates;
+    EXPECT_EQ(tables[s]->held(), 0u);
+  }
+  EXPECT_EQ(updates, pushed);
+  for (const Partition& q : p.partitions()) {
+    const auto values = tables[q.shard]->parameters(q.key);
+    ASSERT_EQ(values.size(), q.elements);
+    for (uint64_t e = 0; e < q.elements; ++e) {
+      const float x = static_cast<float>(q.first_element + e);
+      ASSERT_EQ(values[e], (x + 2 * x) * 0.5f);
+    }
   }
 }
 
