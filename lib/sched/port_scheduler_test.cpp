@@ -355,23 +355,6 @@ TEST_F(SchedTest, ReleaseRefusedWhileQueuedAllowedOnceCarved) {
   EXPECT_EQ(done_.cookies, std::vector<uint64_t>{4});
 }
 
-TEST(SchedDeathTest, SecondConsumerThreadIsCaughtInDebugBuilds) {
-#ifdef NDEBUG
-  GTEST_SKIP() << "the single-consumer assertion is compiled out with NDEBUG";
-#else
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_DEATH(
-      {
-        MessagePool pool(1);
-        PortScheduler sched(strict(), pool);
-        sched.drain_ingress_st();  // binds this thread as the consumer
-        std::thread other([&] { sched.drain_ingress_st(); });
-        other.join();
-      },
-      "second thread");
-#endif
-}
-
 // ------------------------------------------------------------ partition mode
 
 SchedulerConfig partition(uint32_t s_bytes, uint32_t c_bytes) {
