@@ -379,7 +379,7 @@ SubmitStatus Endpoint::send(uint16_t peer, const std::byte* data, uint32_t len, 
   m->cookie = done.cookie;
   // The record is published with the message by submit()'s release CAS,
   // which the net core's drain_ingress_st() acquires.
-  records_[m - base_] = Record{done.fn, done.context, SendStatus::kDelivered};
+  records_[m - base_] = Record{done.fn, done.context, 0, false, SendStatus::kDelivered};
   if (!sched_->submit(m)) {
     pool_->free(m);
     submit_ingress_full_.fetch_add(1, std::memory_order_relaxed);
@@ -695,9 +695,17 @@ void Endpoint::transmit_st(Tick now) {
     }
     if (fresh) {
       Record& rec = record(msg);
+      // The stream towards a peer restarts when the peer comes back with a
+      // new epoch; a message begun on an earlier stream cannot be finished
+      // on this one (its first part went to the old incarnation), even if
+      // none of its packets were pending when the restart happened.
+      const uint32_t stream = static_cast<uint32_t>(ps.peer.sender().counters().restarts);
+      if (rec.status == SendStatus::kDelivered && rec.started && rec.stream != stream) {
+        rec.status = SendStatus::kPeerRestarted;
+      }
       if (rec.status != SendStatus::kDelivered) {
-        // Never sent: the message already failed (its peer restarted) and its
-        // remaining bytes would be an orphan there.
+        // Never sent: the message already failed, and its remaining bytes
+        // would be an orphan at the peer.
         account_failed(ps, msg, control, s.len, rec.status);
         continue;
       }
@@ -713,6 +721,8 @@ void Endpoint::transmit_st(Tick now) {
         ready.reset(p);
         continue;
       }
+      rec.started = true;
+      rec.stream = stream;
       wire::HeaderFields h;
       fill_header(*msg, control, s.offset, s.len, h);
       ps.peer.send(SliceRef{token, s.offset, s.len, msg->priority}, now, h);

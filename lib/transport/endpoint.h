@@ -236,6 +236,8 @@ class Endpoint {
   struct Record {
     SendCallback fn = nullptr;
     void* context = nullptr;
+    uint32_t stream = 0;                         // the sender stream its first slice went on
+    bool started = false;                        // a slice has been sent
     SendStatus status = SendStatus::kDelivered;  // first failure wins
   };
 

@@ -216,6 +216,14 @@ class CheckingReceiver final : public MessageReceiver {
     }
     return true;
   }
+  /// Times message `i` of sender `s` completed.
+  uint32_t count(size_t s, size_t i) const { return done_[s][i]; }
+  /// Messages of sender `s` completed (counting repeats).
+  uint64_t completed(size_t s) const {
+    uint64_t n = 0;
+    for (uint32_t c : done_[s]) n += c;
+    return n;
+  }
   uint64_t bytes_ok() const { return bytes_ok_; }
   uint64_t corrupt() const { return corrupt_; }
   uint64_t unexpected() const { return unexpected_; }
