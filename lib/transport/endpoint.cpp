@@ -324,7 +324,9 @@ Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, MessageR
   sc.credit_bytes = config.credit_bytes;
   sched_ = std::make_unique<sched::PortScheduler>(sc, *pool_, &Endpoint::on_complete, this);
   lost_ = std::make_unique<LostMap>(static_cast<uint32_t>(waiting));
-  stash_.reserve(waiting);
+  // Validated on every retry, the stash holds at most the live entries of
+  // the lost map (at most 3/4 of its 2 x waiting slots): never reallocated.
+  stash_.reserve(2 * waiting);
 
   peers_.reserve(num_peers);
   for (uint16_t p = 0; p < num_peers; ++p) {
@@ -807,6 +809,15 @@ bool Endpoint::idle_st() const {
     if (ptr->peer.sender().outstanding() != 0 && !ptr->peer.dead()) return false;
   }
   return true;
+}
+
+Tick Endpoint::next_deadline_st() const {
+  Tick next = 0;
+  for (const auto& ptr : peers_) {
+    const Tick t = ptr->peer.next_deadline();
+    if (t != 0 && (next == 0 || t < next)) next = t;
+  }
+  return next;
 }
 
 EndpointCounters Endpoint::counters_st() const {

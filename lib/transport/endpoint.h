@@ -10,10 +10,12 @@
 // application gave for the message (the only copy, from the mbuf), report
 // completed messages, free the mbufs; every `timer_every` passes run the
 // timers (RTO, liveness, ARP resolution of peers without a route); then TX:
-// drain the scheduler's ingress, carve packets (lost packets come back
-// through the scheduler's retransmission queue at their message's priority,
-// ahead of new data of that level), stamp them through the Peer, stage and
-// flush them, and send the pure ACKs that nothing piggybacked.
+// drain the scheduler's ingress, fail whatever is queued for dead peers,
+// resend the lost packets of peers whose window is full, carve packets (lost
+// packets come back through the scheduler's retransmission queue at their
+// message's priority, ahead of new data of that level), stamp them through
+// the Peer, stage and flush them, and send the pure ACKs that nothing
+// piggybacked.
 //
 // Threads.
 //  * send() may be called from any thread, preemptible ones included: it is
@@ -29,12 +31,13 @@
 // peers), the Peer's O(1) work, for a data packet one probe of the
 // per-peer table of messages in progress and one memcpy of the payload.
 // Per sent packet: O(1) in the scheduler and the Peer, one hash probe for a
-// retransmission, the Interface's frame build. Memory: a 128-byte descriptor
-// and a 24-byte record per message slot (max_messages), the Peers (see
-// transport.h), per peer a table of pow2(2 x rx_messages) 16-byte slots, and
-// a retransmission map of pow2(2 x (sum of windows + peers x 64)) 24-byte
-// slots. Nothing grows with traffic. docs/transport.md, section "The
-// endpoint (net core glue)", gives the decisions.
+// retransmission, the Interface's frame build. Per pass: O(peers) checks.
+// Memory: a 128-byte descriptor and a 24-byte record per message slot
+// (max_messages), the Peers (see transport.h), per peer a table of
+// pow2(2 x rx_messages) 16-byte slots and a ring of pow2(2 x window) 16-byte
+// lost-packet hints, and a retransmission map of pow2(2 x peers x (4 x window
+// + 64)) 24-byte slots. Nothing grows with traffic. docs/transport.md,
+// section "The endpoint (net core glue)", gives the decisions.
 #pragma once
 
 #include <array>
@@ -222,6 +225,10 @@ class Endpoint {
 
   /// Net core: nothing is queued, in flight or waiting to be acknowledged.
   bool idle_st() const;
+  /// Net core: the earliest TSC at which a Peer's timer or delayed ACK has
+  /// work (for an idle back-off: sleep until then unless packets arrive);
+  /// 0 if nothing is armed.
+  Tick next_deadline_st() const;
   EndpointCounters counters_st() const;
   EndpointPeerStats peer_stats_st(uint16_t peer) const;
   uint16_t num_peers() const { return static_cast<uint16_t>(peers_.size()); }
@@ -258,8 +265,7 @@ class Endpoint {
   void drop(EndpointDrop d) { ++counters_.drops[static_cast<size_t>(d)]; }
   void retry_stash_st();
 
-  // The sink the Peers report slices to; one per peer, so it knows whose.
-  friend struct PeerState;
+  // SenderSink reports, through each peer's PeerState.
   void acked(PeerState& ps, const SliceRef& slice);
   void lost(PeerState& ps, uint32_t seq, const SliceRef& slice);
   void failed(PeerState& ps, const SliceRef& slice, FailReason why);

@@ -163,6 +163,8 @@ void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net
   EXPECT_EQ(a.counters_st().requeue_stashed + b.counters_st().requeue_stashed, 0u);
   EXPECT_TRUE(a.idle_st());
   EXPECT_TRUE(b.idle_st());
+  // Every sequence number sent was acknowledged.
+  EXPECT_EQ(a.peer_stats_st(0).outstanding, 0u);
 }
 
 TEST(Endpoint, TwoEndpointsNoFaults256MiB) {
