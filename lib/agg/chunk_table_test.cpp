@@ -611,5 +611,98 @@ TEST(AggChunkTable, ShardsTogetherCoverTheModel) {
   }
 }
 
+// A lossy, duplicating, reordering network between 4 workers and a shard,
+// over several BSP iterations, against a plain oracle: every chunk ends
+// bit-identical to the rank-order reference, each (chunk, rank, iteration)
+// is taken exactly once and every extra copy is rejected and counted.
+TEST(AggChunkTable, RandomNetworkMatchesTheOracle) {
+  const std::vector<TensorDecl> decls{{"a", 3000, 0}, {"b", 700, 1}, {"c", 354, 2}};
+  const Placement p = Placement::compute(decls, 1);
+  const auto chunks = chunks_of(p, 0);
+  constexpr uint32_t kIterations = 4;
+  constexpr uint16_t kRanks = 4;
+  // The gradient of (chunk, rank, iteration): fixed, magnitudes spread out.
+  std::vector<std::vector<float>> store;
+  auto grad_index = [&](size_t i, uint16_t r, uint32_t it) {
+    return (i * kRanks + r) * kIterations + it;
+  };
+  std::mt19937 gen(99);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    for (uint16_t r = 0; r < kRanks; ++r) {
+      for (uint32_t it = 0; it < kIterations; ++it) {
+        store.push_back(gradient(gen, chunks[i].elements, r + it));
+      }
+    }
+  }
+  for (uint32_t seed = 0; seed < 5; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    RecordingSink sink;
+    ChunkTable table(p, config(kRanks), make_bsp(), sink);
+    struct Packet {
+      size_t chunk;
+      uint16_t rank;
+      uint32_t iteration;
+    };
+    std::vector<Packet> network;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      for (uint16_t r = 0; r < kRanks; ++r) network.push_back({i, r, 0});
+    }
+    uint64_t sent = network.size();
+    uint64_t taken_count = 0;
+    std::bernoulli_distribution duplicate(0.3);
+    while (!network.empty()) {
+      // Any packet in flight may arrive next; some arrive twice or more.
+      std::uniform_int_distribution<size_t> pick(0, network.size() - 1);
+      const size_t k = pick(rng);
+      const Packet pk = network[k];
+      if (duplicate(rng)) {
+        ++sent;  // a retransmitted or duplicated copy stays in flight
+      } else {
+        network[k] = network.back();
+        network.pop_back();
+      }
+      const auto& g = store[grad_index(pk.chunk, pk.rank, pk.iteration)];
+      const Outcome o =
+          table.contribute(Contribution{.key = chunks[pk.chunk].key,
+                                        .offset = chunks[pk.chunk].offset,
+                                        .iteration = pk.iteration,
+                                        .rank = pk.rank,
+                                        .data = reinterpret_cast<const std::byte*>(g.data()),
+                                        .bytes = chunks[pk.chunk].elements * 4,
+                                        .token = const_cast<float*>(g.data())});
+      if (taken(o)) {
+        ++taken_count;
+      } else {
+        ASSERT_TRUE(o == Outcome::kDuplicate || o == Outcome::kStale) << outcome_name(o);
+      }
+      // An update reaches every worker, which then pushes the next iteration.
+      if (o == Outcome::kApplied && pk.iteration + 1 < kIterations) {
+        for (uint16_t r = 0; r < kRanks; ++r) network.push_back({pk.chunk, r, pk.iteration + 1});
+        sent += kRanks;
+      }
+    }
+    EXPECT_EQ(taken_count, chunks.size() * kRanks * kIterations);
+    EXPECT_EQ(table.counters().updates, chunks.size() * kIterations);
+    EXPECT_EQ(table.counters().rejected(), sent - taken_count);
+    EXPECT_EQ(table.held(), 0u);
+    EXPECT_EQ(sink.released.size(), taken_count);
+    // The oracle: SGD in rank order, iteration after iteration.
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      std::vector<float> ref(chunks[i].elements, 0.0f);
+      for (uint32_t it = 0; it < kIterations; ++it) {
+        for (uint32_t e = 0; e < chunks[i].elements; ++e) {
+          float sum = store[grad_index(i, 0, it)][e];
+          for (uint16_t r = 1; r < kRanks; ++r) sum = sum + store[grad_index(i, r, it)][e];
+          ref[e] = ref[e] - 0.1f * (sum * 0.25f);
+        }
+      }
+      const float* got = table.parameters(chunks[i].key).data() + chunks[i].offset / 4;
+      ASSERT_EQ(0, std::memcmp(got, ref.data(), ref.size() * 4)) << "chunk " << i;
+      EXPECT_EQ(table.version(chunks[i].key, chunks[i].offset), kIterations);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mercury::agg
