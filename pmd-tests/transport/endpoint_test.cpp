@@ -638,6 +638,28 @@ TEST(Endpoint, PeerRestartFailsPendingThenNewMessagesFlow) {
   EXPECT_EQ(rx_b2.corrupt(), 0u);
 }
 
+// A peer that never answers (nothing runs behind its address) is declared
+// unreachable after connect_timeout_us: queued messages fail with that reason.
+TEST(Endpoint, UnreachablePeerFailsAfterConnectTimeout) {
+  RingLink link("unreach", 45, kMtu, faults(0, 21));
+  std::vector<std::vector<PlannedMessage>> plans = {
+      testing::plan_messages(4 * kMiB, 1 << 20, kPatternBytes, 301)};
+  CheckingReceiver rx(pattern(), plans);
+  EndpointConfig c = endpoint_config(3, 0, {{"ps0", RingLink::ip_b(45), 47101, 0}});
+  c.transport.connect_timeout_us = 100'000;
+  Endpoint a(link.a(), c, rx, rte_rdtsc());
+  CompletionLog log(plans[0].size());
+  testing::submit_plan(a, 0, 0, plans[0], pattern(), log);
+  ASSERT_TRUE(run(
+      {&a}, [&] { return log.each_once(); }, 10));
+  EXPECT_EQ(log.total_ok(), 0u);
+  EXPECT_NE(log.first_error.find("peer ps0 (10.0.45.2:47101) did not answer within 100 ms"),
+            std::string::npos)
+      << log.first_error;
+  EXPECT_TRUE(a.peer_stats_st(0).dead);
+  EXPECT_TRUE(a.idle_st());
+}
+
 // Submission refusals are reported, never queued.
 TEST(Endpoint, SendRefusesInvalidArguments) {
   RingLink link("inval", 41, kMtu, faults(0, 6));
