@@ -255,6 +255,7 @@ void reorder(benchmark::State& state) {
   settle(l);
   const EndpointPeerStats tx0 = l.a.peer_stats_st(0);
   const EndpointPeerStats rx0 = l.b.peer_stats_st(0);
+  const uint64_t reordered0 = l.link.emu_a()->reordered;
   for (auto _ : state) {
     if (!transfer(l, kMessages)) {
       state.SkipWithError("transfer did not finish in 60 s");
@@ -274,7 +275,8 @@ void reorder(benchmark::State& state) {
       packets * 1e6;
   state.counters["false_loss_per_M"] =
       double(tx1.transport.tx.false_losses - tx0.transport.tx.false_losses) / packets * 1e6;
-  state.counters["reordered"] = double(l.link.emu_a()->reordered);
+  state.counters["reordered_per_M"] =
+      double(l.link.emu_a()->reordered - reordered0) / packets * 1e6;
   set_rate(state, uint64_t{kMsgBytes} * kMessages * state.iterations());
 }
 
