@@ -38,14 +38,16 @@
 // inside contribute()/initialize()). Nothing is shared, so nothing is locked.
 //
 // Costs. Construction (control path) allocates everything once and throws
-// std::invalid_argument for a bad configuration or std::length_error if the
-// memory it needs exceeds memory_limit_bytes. After that no call allocates,
+// std::invalid_argument for a bad configuration, std::length_error if the
+// memory it needs exceeds memory_limit_bytes, std::bad_alloc if the system
+// has not got it. After that no call allocates,
 // throws, locks or logs. contribute() is O(1) (three array lookups, a
 // multiply in place of a division, one bit test) plus, when it completes a
 // set, one pass over the set's bytes (reduce_apply, optimizer.h); the
 // sink's release() and on_update() are called once per update. Memory:
 // memory_needed() bytes = parameters and optimizer state (4 B x (1 + state
-// floats) per element, each array rounded up to 64 B) + 32 B per chunk +
+// floats) per element, each array rounded up to 64 B, or to whole 2 MB pages
+// from 2 MB up, which are asked for transparent huge pages) + 32 B per chunk +
 // 16 B x N per chunk (held slots) + 4 B x N per chunk when the policy tracks
 // rank iterations + 16 B per partition of the job + 32 B per owned
 // partition; plus, outside the table, at most max_held contributions held in
@@ -99,7 +101,8 @@ struct ShardConfig {
   /// Construction fails if the table would need more (memory_needed()).
   uint64_t memory_limit_bytes = uint64_t{4} << 30;
   /// Cap on contributions held at once (caller buffers); 0 = chunks x (quorum - 1), the most
-  /// that can ever be held, i.e. no cap.
+  /// that can ever be held, i.e. no cap. A contribution refused for it (kHoldLimit) is gone
+  /// unless the caller has not acknowledged it yet: see docs/agg.md before setting one.
   uint64_t max_held = 0;
 };
 
