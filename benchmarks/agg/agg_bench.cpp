@@ -15,7 +15,8 @@
 // 2-core machine the wall clock also counts time descheduled).
 //
 // Variants: sgd, sum_only, momentum, adam (the table, AVX-512 kernel);
-// sgd_portable (the table with the intrinsic-free kernel); kernel_sgd
+// sgd_portable (the table with the intrinsic-free kernel); sgd_jumbo (the
+// table with 8952-byte chunks, MTU 9000, over the same bytes); kernel_sgd
 // (reduce_apply() chunk by chunk without the table: the table's own cost is
 // the gap to sgd). Arg "all" = every chunk (from DRAM); "l2" = the first 180
 // chunks (4 x 255 KB, L2-resident: the compute-bound case).
@@ -41,7 +42,8 @@ namespace mercury::agg {
 namespace {
 
 constexpr uint32_t kWorkers = 4;
-constexpr uint32_t kChunkBytes = 1416;  // net::payload_per_packet(1500)
+constexpr uint32_t kChunkBytes = 1416;       // net::payload_per_packet(1500)
+constexpr uint32_t kJumboChunkBytes = 8952;  // net::payload_per_packet(9000)
 
 class NullSink final : public ChunkSink {
  public:
@@ -75,7 +77,8 @@ struct ChunkRef {
 
 struct Workload {
   Placement placement;
-  std::vector<ChunkRef> chunks;
+  std::vector<ChunkRef> chunks;        // MTU 1500
+  std::vector<ChunkRef> jumbo_chunks;  // MTU 9000, same bytes
   uint64_t bytes = 0;
   std::vector<Floats> grads;  // one buffer per rank
   Floats sum_out;
@@ -91,11 +94,15 @@ struct Workload {
     std::stringstream ss;
     ss << in.rdbuf();
     const auto decls = parse_model_shapes(ss.str());
-    Workload w{Placement::compute(decls, 1), {}, 0, {}, {}};
+    Workload w{Placement::compute(decls, 1), {}, {}, 0, {}, {}};
     for (const Partition& p : w.placement.partitions()) {
       for (uint64_t b = 0; b < p.bytes(); b += kChunkBytes) {
         const auto len = static_cast<uint32_t>(std::min<uint64_t>(kChunkBytes, p.bytes() - b));
         w.chunks.push_back({p.key, static_cast<uint32_t>(b), len, w.bytes + b});
+      }
+      for (uint64_t b = 0; b < p.bytes(); b += kJumboChunkBytes) {
+        const auto len = static_cast<uint32_t>(std::min<uint64_t>(kJumboChunkBytes, p.bytes() - b));
+        w.jumbo_chunks.push_back({p.key, static_cast<uint32_t>(b), len, w.bytes + b});
       }
       w.bytes += p.bytes();
     }
@@ -139,21 +146,28 @@ void BM_LimitSum(benchmark::State& state, bool cached) {
   set_rate(state, bytes * kWorkers);
 }
 
-void BM_ChunkTable(benchmark::State& state, OptimizerKind kind, Simd simd, bool cached) {
+void BM_ChunkTable(benchmark::State& state, OptimizerKind kind, Simd simd, bool cached,
+                   bool jumbo) {
   Workload& w = Workload::get();
   NullSink sink;
   const ShardConfig config{.shard = 0,
                            .workers = kWorkers,
-                           .chunk_bytes = kChunkBytes,
+                           .chunk_bytes = jumbo ? kJumboChunkBytes : kChunkBytes,
                            .optimizer = {.kind = kind, .learning_rate = 1e-6f},
                            .simd = simd};
   // One table per benchmark run, built outside the timed loop.
   ChunkTable table(w.placement, config, make_bsp(), sink);
-  const size_t chunks = chunk_count(w, cached);
+  const std::vector<ChunkRef>& refs = jumbo ? w.jumbo_chunks : w.chunks;
+  // The same bytes as the 1500-MTU set: whole jumbo chunks up to its end.
+  size_t chunks = refs.size();
+  if (cached) {
+    chunks = 0;
+    while (refs[chunks].first_byte < set_bytes(w, cached)) ++chunks;
+  }
   uint32_t iteration = 0;
   for (auto _ : state) {
     for (size_t c = 0; c < chunks; ++c) {
-      const ChunkRef& ch = w.chunks[c];
+      const ChunkRef& ch = refs[c];
       for (uint32_t k = 0; k < kWorkers; ++k) {
         const uint32_t r = static_cast<uint32_t>((c + k) % kWorkers);
         table.contribute(Contribution{
@@ -170,7 +184,8 @@ void BM_ChunkTable(benchmark::State& state, OptimizerKind kind, Simd simd, bool 
   if (table.counters().updates != uint64_t{iteration} * chunks) {
     state.SkipWithError("not every chunk was updated");
   }
-  set_rate(state, set_bytes(w, cached) * kWorkers);
+  const uint64_t bytes = chunks == refs.size() ? w.bytes : refs[chunks].first_byte;
+  set_rate(state, bytes * kWorkers);
 }
 
 // The kernel alone, chunk by chunk, without the table's bookkeeping: the
@@ -208,14 +223,16 @@ void register_all() {
       const char* name;
       OptimizerKind kind;
       Simd simd;
+      bool jumbo = false;
     };
     for (const Variant& v : {Variant{"sgd", OptimizerKind::kSgd, Simd::kAuto},
                              Variant{"sum_only", OptimizerKind::kSumOnly, Simd::kAuto},
                              Variant{"momentum", OptimizerKind::kMomentum, Simd::kAuto},
                              Variant{"adam", OptimizerKind::kAdam, Simd::kAuto},
-                             Variant{"sgd_portable", OptimizerKind::kSgd, Simd::kPortable}}) {
+                             Variant{"sgd_portable", OptimizerKind::kSgd, Simd::kPortable},
+                             Variant{"sgd_jumbo", OptimizerKind::kSgd, Simd::kAuto, true}}) {
       benchmark::RegisterBenchmark((std::string("agg/") + v.name + arg).c_str(), BM_ChunkTable,
-                                   v.kind, v.simd, cached)
+                                   v.kind, v.simd, cached, v.jumbo)
           ->Unit(unit);
     }
   }
