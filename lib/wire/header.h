@@ -46,7 +46,11 @@ namespace flags {
 inline constexpr uint16_t kAckValid = 1u << 0;    ///< ack/sack fields carry an acknowledgement
 inline constexpr uint16_t kRetransmit = 1u << 1;  ///< a resend: no RTT sample (Karn)
 inline constexpr uint16_t kAckRequest = 1u << 2;  ///< receiver should ack at once (tail of a burst)
-inline constexpr uint16_t kKnown = kAckValid | kRetransmit | kAckRequest;
+/// One packet of a slice of a larger logical message (msg_len is the logical
+/// length, offset the byte offset in it): the receiver's transport does no
+/// per-msg_id byte counting for it and hands it up packet by packet.
+inline constexpr uint16_t kSlice = 1u << 3;
+inline constexpr uint16_t kKnown = kAckValid | kRetransmit | kAckRequest | kSlice;
 }  // namespace flags
 
 #pragma pack(push, 1)

@@ -90,6 +90,17 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     EXPECT_EQ(decode(p, out), Reject::kBadFlags);
   }
   {
+    // Bit 4, the first reserved bit above kSlice, is refused...
+    auto p = packet_of(sample());
+    p[3] = std::byte{0x10};
+    EXPECT_EQ(decode(p, out), Reject::kBadFlags);
+    // ... and kSlice (bit 3) is known: the slice's offset and msg_len are
+    // range-checked like any message's.
+    p[3] = std::byte{0x08};
+    ASSERT_EQ(decode(p, out), Reject::kNone);
+    EXPECT_EQ(out.flags, flags::kSlice);
+  }
+  {
     auto p = packet_of(sample());
     p[11] = std::byte{9};
     EXPECT_EQ(decode(p, out), Reject::kBadDtype);

@@ -43,7 +43,8 @@ local DTYPE_FLOAT32 = 1
 local FLAG_ACK_VALID = 0x0001
 local FLAG_RETRANSMIT = 0x0002
 local FLAG_ACK_REQUEST = 0x0004
-local FLAGS_KNOWN = 0x0007
+local FLAG_SLICE = 0x0008
+local FLAGS_KNOWN = 0x000f
 
 local f = mercury.fields
 f.version = ProtoField.uint8("mercury.version", "Version", base.DEC)
@@ -55,8 +56,10 @@ f.flag_retransmit = ProtoField.bool("mercury.flags.retransmit", "Retransmit", 16
   FLAG_RETRANSMIT, "a resend: no RTT sample is taken from it (Karn)")
 f.flag_ack_request = ProtoField.bool("mercury.flags.ack_request", "ACK request", 16, nil,
   FLAG_ACK_REQUEST, "the receiver should acknowledge at once")
+f.flag_slice = ProtoField.bool("mercury.flags.slice", "Slice", 16, nil,
+  FLAG_SLICE, "one packet of a slice of a larger message: offset and msg_len are logical, no per-message byte counting")
 f.flag_unknown = ProtoField.uint16("mercury.flags.unknown", "Unknown flags", base.HEX, nil,
-  0xfff8)
+  0xfff0)
 f.job_id = ProtoField.uint32("mercury.job_id", "Job ID", base.DEC)
 f.sender_id = ProtoField.uint16("mercury.sender_id", "Sender ID", base.DEC)
 f.priority = ProtoField.uint8("mercury.priority", "Priority", base.DEC, nil, nil,
@@ -123,6 +126,7 @@ local function add_header(tree, tvb)
   flags_item:add(f.flag_ack_valid, tvb(2, 2))
   flags_item:add(f.flag_retransmit, tvb(2, 2))
   flags_item:add(f.flag_ack_request, tvb(2, 2))
+  flags_item:add(f.flag_slice, tvb(2, 2))
   if bit.band(tvb(2, 2):uint(), bit.bnot(FLAGS_KNOWN)) ~= 0 then
     flags_item:add(f.flag_unknown, tvb(2, 2))
   end
@@ -172,6 +176,7 @@ local function summary(tvb)
       tvb(44, 2):uint())
   end
   if bit.band(flags, FLAG_RETRANSMIT) ~= 0 then s = s .. " [retransmit]" end
+  if bit.band(flags, FLAG_SLICE) ~= 0 then s = s .. " [slice]" end
   return s
 end
 

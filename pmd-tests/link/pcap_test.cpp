@@ -90,7 +90,7 @@ std::vector<Sent> varied_frames(uint32_t count) {
     Sent s;
     wire::HeaderFields& h = s.h;
     h.type = static_cast<wire::PacketType>(1 + i % 4);
-    h.flags = static_cast<uint16_t>(i % 8);
+    h.flags = static_cast<uint16_t>(i % 16);
     h.job_id = 0x10000000u + i * 977u;
     h.sender_id = static_cast<uint16_t>(100 + i);
     h.priority = static_cast<uint8_t>(i * 7 % 256);
@@ -366,7 +366,7 @@ TEST_F(Pcap, DissectorNamesTypesDtypesAndFlagBits) {
   Sent data;
   data.h.type = wire::PacketType::kAggData;
   data.h.dtype = wire::Dtype::kFloat32;
-  data.h.flags = wire::flags::kAckValid | wire::flags::kAckRequest;
+  data.h.flags = wire::flags::kAckValid | wire::flags::kAckRequest | wire::flags::kSlice;
   data.h.sack = 0x00000000deadbeefull;
   data.payload = floats(100, 2.0f);
   data.h.msg_len = 400;
@@ -380,13 +380,15 @@ TEST_F(Pcap, DissectorNamesTypesDtypesAndFlagBits) {
   for (const char* expect :
        {"Mercury parameter-server protocol", "Type: agg_data (2)", "Data type: float32 (1)",
         "Type: ack (3)", "Data type: bytes (0)", "= ACK valid: True", "= ACK request: True",
-        "= Retransmit: False", "= Retransmit: True", "SACK: 0x00000000deadbeef",
-        "Float32 elements: 100", "Element: 2.25", "[68 more elements not shown]"}) {
+        "= Retransmit: False", "= Retransmit: True", "= Slice: True", "= Slice: False",
+        "SACK: 0x00000000deadbeef", "Float32 elements: 100", "Element: 2.25",
+        "[68 more elements not shown]"}) {
     EXPECT_NE(v.find(expect), std::string::npos) << "missing \"" << expect << "\" in:\n" << v;
   }
   const std::string summary = tshark(recording(), "");
   EXPECT_NE(summary.find("Mercury"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("agg_data seq=0 ack=0 key=0 off=0 len=400"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("agg_data seq=0 ack=0 key=0 off=0 len=400 [slice]"), std::string::npos)
+      << summary;
   EXPECT_NE(summary.find("[retransmit]"), std::string::npos) << summary;
 }
 
