@@ -30,85 +30,32 @@ Interface::~Interface() {
   if (spare_ > 0) rte_pktmbuf_free_bulk(spares_.data(), spare_);
 }
 
+namespace {
+
+// The headers are written with ordinary stores, which must first read their
+// cache lines: warm a frame's first two lines before it is built (the payload
+// goes in with whole-line stores that need no read).
+void warm_frame(const rte_mbuf* m) {
+  const auto* d =
+      static_cast<const char*>(m->buf_addr) + RTE_PKTMBUF_HEADROOM + Interface::kPayloadAlignPad;
+  __builtin_prefetch(d, 1, 3);
+  __builtin_prefetch(d + 64, 1, 3);
+}
+
+}  // namespace
+
 rte_mbuf* Interface::take_mbuf_st() {
   if (spare_ == 0) {
-    if (rte_pktmbuf_alloc_bulk(pool_.get(), spares_.data(), kBurst) == 0) {
-      spare_ = kBurst;
-      for (uint16_t i = 1; i <= kPrefetchAhead; ++i) {
-        const auto* d = static_cast<const char*>(spares_[kBurst - i]->buf_addr) +
-                        RTE_PKTMBUF_HEADROOM + kPayloadAlignPad;
-        __builtin_prefetch(d, 1, 3);
-        __builtin_prefetch(d + 64, 1, 3);
-      }
-    } else {
+    if (rte_pktmbuf_alloc_bulk(pool_.get(), spares_.data(), kBurst) != 0) {
       // Nearly dry: one at a time, so the last mbufs are still usable.
       return rte_pktmbuf_alloc(pool_.get());
     }
+    spare_ = kBurst;
+    for (uint16_t i = 1; i <= kPrefetchAhead; ++i) warm_frame(spares_[kBurst - i]);
   }
   rte_mbuf* m = spares_[--spare_];
-  // The headers are written with ordinary stores, which must first read their
-  // cache lines: warm the lines of the frame a few packets ahead (the payload
-  // itself goes in with whole-line stores that need no read).
-  if (spare_ >= kPrefetchAhead) {
-    const auto* next = static_cast<const char*>(spares_[spare_ - kPrefetchAhead]->buf_addr) +
-                       RTE_PKTMBUF_HEADROOM + kPayloadAlignPad;
-    __builtin_prefetch(next, 1, 3);
-    __builtin_prefetch(next + 64, 1, 3);
-  }
+  if (spare_ >= kPrefetchAhead) warm_frame(spares_[spare_ - kPrefetchAhead]);
   return m;
-}
-
-void Interface::count_drop(const ParsedFrame& f) {
-  ++counters_.drops[static_cast<size_t>(f.drop)];
-  if (f.drop == DropReason::kMercury) ++counters_.rejects[static_cast<size_t>(f.reject)];
-}
-
-uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
-  rte_mbuf* burst[kBurst];
-  const uint16_t got = port_.rx_burst(opts_.rx_queue, burst, n < kBurst ? n : kBurst);
-  counters_.rx_frames += got;
-  uint16_t kept = 0;
-  for (uint16_t i = 0; i < got; ++i) {
-    rte_mbuf* m = burst[i];
-    if (i + 1 < got) rte_prefetch0(rte_pktmbuf_mtod(burst[i + 1], void*));
-    ParsedFrame& f = out[kept].parsed;
-    if (m->nb_segs != 1) {
-      f.kind = FrameKind::kDrop;
-      f.drop = DropReason::kSegmented;
-      count_drop(f);
-      rte_pktmbuf_free(m);
-      continue;
-    }
-    RxChecks checks;
-    const uint64_t ip_flags = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
-    const uint64_t l4_flags = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
-    // The NIC's "good" verdict spares the software pass; "bad" falls through
-    // to the software check, which then counts the drop by its real reason.
-    checks.verify_ip_checksum = ip_flags != RTE_MBUF_F_RX_IP_CKSUM_GOOD;
-    checks.verify_udp_checksum = verify_udp_ && l4_flags != RTE_MBUF_F_RX_L4_CKSUM_GOOD;
-    parse_frame({rte_pktmbuf_mtod(m, const std::byte*), m->data_len}, local_, checks, f);
-    switch (f.kind) {
-      case FrameKind::kMercury:
-        counters_.rx_bytes += m->data_len;
-        out[kept++].mbuf = m;
-        break;
-      case FrameKind::kArp:
-        handle_arp_st(f, now);
-        rte_pktmbuf_free(m);
-        break;
-      case FrameKind::kDrop:
-        count_drop(f);
-        rte_pktmbuf_free(m);
-        break;
-    }
-  }
-  counters_.rx_mercury += kept;
-  return kept;
-}
-
-void Interface::handle_arp_st(const ParsedFrame& f, uint64_t) {
-  if (arp_.learn(f.src_ip, f.src_mac)) ++counters_.arp_learned;
-  if (f.arp_oper == 1 && stage_arp_st(2, f.src_mac, f.src_ip)) ++counters_.arp_replies_sent;
 }
 
 rte_mbuf* Interface::mbuf_for_stage_st() {
