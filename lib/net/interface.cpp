@@ -58,6 +58,59 @@ rte_mbuf* Interface::take_mbuf_st() {
   return m;
 }
 
+void Interface::count_drop(const ParsedFrame& f) {
+  ++counters_.drops[static_cast<size_t>(f.drop)];
+  if (f.drop == DropReason::kMercury) ++counters_.rejects[static_cast<size_t>(f.reject)];
+}
+
+uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
+  rte_mbuf* burst[kBurst];
+  const uint16_t got = port_.rx_burst(opts_.rx_queue, burst, n < kBurst ? n : kBurst);
+  counters_.rx_frames += got;
+  uint16_t kept = 0;
+  for (uint16_t i = 0; i < got; ++i) {
+    rte_mbuf* m = burst[i];
+    if (i + 1 < got) rte_prefetch0(rte_pktmbuf_mtod(burst[i + 1], void*));
+    ParsedFrame& f = out[kept].parsed;
+    if (m->nb_segs != 1) {
+      f.kind = FrameKind::kDrop;
+      f.drop = DropReason::kSegmented;
+      count_drop(f);
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    RxChecks checks;
+    const uint64_t ip_flags = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+    const uint64_t l4_flags = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+    // The NIC's "good" verdict spares the software pass; "bad" falls through
+    // to the software check, which then counts the drop by its real reason.
+    checks.verify_ip_checksum = ip_flags != RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+    checks.verify_udp_checksum = verify_udp_ && l4_flags != RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+    parse_frame({rte_pktmbuf_mtod(m, const std::byte*), m->data_len}, local_, checks, f);
+    switch (f.kind) {
+      case FrameKind::kMercury:
+        counters_.rx_bytes += m->data_len;
+        out[kept++].mbuf = m;
+        break;
+      case FrameKind::kArp:
+        handle_arp_st(f, now);
+        rte_pktmbuf_free(m);
+        break;
+      case FrameKind::kDrop:
+        count_drop(f);
+        rte_pktmbuf_free(m);
+        break;
+    }
+  }
+  counters_.rx_mercury += kept;
+  return kept;
+}
+
+void Interface::handle_arp_st(const ParsedFrame& f, uint64_t) {
+  if (arp_.learn(f.src_ip, f.src_mac)) ++counters_.arp_learned;
+  if (f.arp_oper == 1 && stage_arp_st(2, f.src_mac, f.src_ip)) ++counters_.arp_replies_sent;
+}
+
 rte_mbuf* Interface::mbuf_for_stage_st() {
   if (staged_ == kStage) {
     ++counters_.tx_stage_full;
