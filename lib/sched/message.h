@@ -55,7 +55,14 @@ struct alignas(64) Message {
   uint32_t iteration = 0;
   uint32_t param_version = 0;
   uint32_t msg_id = 0;
+  /// A slice of a larger logical message (the transport's send_slice): the
+  /// byte offset of `data` in it. Lives in what was padding before `cookie`.
+  uint32_t base_offset = 0;
   uint64_t cookie = 0;  ///< handed back in the completion
+  /// A slice: the logical message's length (0: not a slice). Like the other
+  /// opaque fields, MessagePool::alloc() does not reset these two; whoever
+  /// fills a descriptor sets them.
+  uint32_t logical_len = 0;
 
  private:
   friend class PortScheduler;

@@ -73,6 +73,8 @@ std::string_view endpoint_drop_name(EndpointDrop d) {
       return "stage_failed";
     case EndpointDrop::kRetransmitStale:
       return "retransmit_stale";
+    case EndpointDrop::kNoReceiver:
+      return "no_receiver";
     case EndpointDrop::kCount:
       break;
   }
@@ -271,10 +273,22 @@ struct Endpoint::PeerState final : SenderSink {
 
 Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, MessageReceiver& receiver,
                    Tick now)
+    : Endpoint(iface, config, Receivers{&receiver, nullptr}, now) {}
+
+Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, PacketReceiver& receiver,
+                   Tick now)
+    : Endpoint(iface, config, Receivers{nullptr, &receiver}, now) {}
+
+Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, const Receivers& receivers,
+                   Tick now)
     : iface_(iface),
       config_(config),
-      receiver_(receiver),
+      messages_(receivers.messages),
+      packets_(receivers.packets),
       max_payload_(net::payload_per_packet(iface.port().mtu())) {
+  if (messages_ == nullptr && packets_ == nullptr) {
+    throw std::invalid_argument("endpoint: needs a MessageReceiver or a PacketReceiver");
+  }
   if (config.peers.empty() || config.peers.size() > sched::kMaxPeers) {
     throw std::invalid_argument("endpoint: peers must number 1.." +
                                 std::to_string(sched::kMaxPeers));
@@ -353,6 +367,31 @@ const PeerSpec& Endpoint::peer_spec(uint16_t peer) const { return peers_.at(peer
 
 SubmitStatus Endpoint::send(uint16_t peer, const std::byte* data, uint32_t len, uint8_t priority,
                             const MessageMeta& meta, const Completion& done) {
+  return submit(peer, data, len, 0, 0, priority, meta, done);
+}
+
+SubmitStatus Endpoint::send_slice(uint16_t peer, const std::byte* data, uint32_t len,
+                                  uint32_t base_offset, uint32_t logical_len, uint8_t priority,
+                                  const MessageMeta& meta, const Completion& done) {
+  // A slice is data (its receiver aggregates or places it per packet); a
+  // control message is assembled whole, so it cannot be one. logical_len 0
+  // would read as "not a slice", hence len > 0.
+  const bool data_type =
+      meta.type == wire::PacketType::kData || meta.type == wire::PacketType::kAggData;
+  const bool aligned = meta.dtype != wire::Dtype::kFloat32 ||
+                       ((base_offset | len | logical_len) & 3u) == 0;  // wire::decode's rule
+  if (!data_type || len == 0 || uint64_t{base_offset} + len > logical_len || !aligned) {
+    submit_invalid_.fetch_add(1, std::memory_order_relaxed);
+    return SubmitStatus::kInvalid;
+  }
+  const SubmitStatus st = submit(peer, data, len, base_offset, logical_len, priority, meta, done);
+  if (st == SubmitStatus::kQueued) slices_submitted_.fetch_add(1, std::memory_order_relaxed);
+  return st;
+}
+
+SubmitStatus Endpoint::submit(uint16_t peer, const std::byte* data, uint32_t len,
+                              uint32_t base_offset, uint32_t logical_len, uint8_t priority,
+                              const MessageMeta& meta, const Completion& done) {
   // A zero-length kControl message is how partition start-ups travel, so the
   // application may not send one.
   if (peer >= peers_.size() || priority >= sched::kPriorityLevels ||
@@ -375,6 +414,8 @@ SubmitStatus Endpoint::send(uint16_t peer, const std::byte* data, uint32_t len, 
   m->tensor_key = meta.tensor_key;
   m->iteration = meta.iteration;
   m->param_version = meta.param_version;
+  m->base_offset = base_offset;  // the pool does not reset these two
+  m->logical_len = logical_len;
   // Unique per endpoint, so unique per peer stream: the receiver keys its
   // messages in progress by it. Relaxed: only uniqueness matters.
   m->msg_id = next_msg_id_.fetch_add(1, std::memory_order_relaxed);
@@ -409,6 +450,7 @@ void Endpoint::receive_st(Tick now) {
   rte_mbuf* mbufs[net::Interface::kBurst];
   const uint16_t n = iface_.poll_rx_st(rx, net::Interface::kBurst, now);
   counters_.rx_packets += n;
+  uint16_t kept = 0;
   for (uint16_t i = 0; i < n; ++i) {
     mbufs[i] = rx[i].mbuf;
     const net::ParsedFrame& f = rx[i].parsed;
@@ -422,54 +464,91 @@ void Endpoint::receive_st(Tick now) {
     PeerState& ps = *peers_[p];
     const RxResult r = ps.peer.on_packet(f.header, now, ps);
     ++counters_.verdicts[static_cast<size_t>(r.verdict)];
-    place_st(ps, p, rx[i], r);
+    if (place_st(ps, p, rx[i], r)) {
+      mbufs[i] = nullptr;  // the PacketReceiver took it
+      ++kept;
+    }
   }
-  if (n > 0) rte_pktmbuf_free_bulk(mbufs, n);
+  if (kept != 0) {
+    // Compact the ones left to free (rare path: a receiver kept some).
+    uint16_t m = 0;
+    for (uint16_t i = 0; i < n; ++i) {
+      if (mbufs[i] != nullptr) mbufs[m++] = mbufs[i];
+    }
+    if (m > 0) rte_pktmbuf_free_bulk(mbufs, m);
+  } else if (n > 0) {
+    rte_pktmbuf_free_bulk(mbufs, n);
+  }
 }
 
-void Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, const RxResult& r) {
+bool Endpoint::deliver_packet_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt) {
+  const wire::HeaderFields& h = pkt.parsed.header;
+  ++ps.stats.packets_delivered;
+  ps.stats.bytes_received += h.payload_len;
+  ++counters_.packets_delivered;
+  const bool took = packets_->on_packet(p, h, pkt.parsed.payload, pkt.mbuf);
+  if (took) ++counters_.packets_kept;
+  return took;
+}
+
+bool Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, const RxResult& r) {
+  if (r.peer_restarted && packets_ != nullptr) packets_->on_peer_restarted(p);
   if (r.peer_restarted) {
     // The transport abandoned every message in progress from the peer.
     for (PeerState::RxSlot& s : ps.rx) {
       if (!s.used) continue;
       if (s.buffer != nullptr) {
-        receiver_.on_message_abandoned(p, s.msg_id, s.buffer);
+        messages_->on_message_abandoned(p, s.msg_id, s.buffer);
         ++counters_.messages_abandoned;
       }
       s.used = false;
     }
     ps.rx_count = 0;
   }
-  if (r.verdict != RxVerdict::kNew) return;
+  if (r.verdict != RxVerdict::kNew) return false;
   const wire::HeaderFields& h = pkt.parsed.header;
   if (h.type == wire::PacketType::kControl && h.msg_len == 0) {
     ++counters_.control_received;  // a partition start-up: its ack is the answer
-    return;
+    return false;
   }
+  // Routing (see Receivers in endpoint.h).
+  if ((h.flags & wire::flags::kSlice) != 0) {
+    if (packets_ != nullptr) return deliver_packet_st(ps, p, pkt);
+    drop(EndpointDrop::kNoReceiver);
+    return false;
+  }
+  if (packets_ != nullptr && (h.type != wire::PacketType::kControl || messages_ == nullptr)) {
+    return deliver_packet_st(ps, p, pkt);
+  }
+  if (messages_ == nullptr) {
+    drop(EndpointDrop::kNoReceiver);
+    return false;
+  }
+  MessageReceiver& receiver = *messages_;
   const std::byte* payload = pkt.parsed.payload.data();
   if (r.message_complete && h.offset == 0 && h.payload_len == h.msg_len) {
     // The whole message in one packet: no table entry.
-    std::byte* buffer = receiver_.on_message_begin(p, h);
+    std::byte* buffer = receiver.on_message_begin(p, h);
     if (buffer == nullptr) {
       ++ps.stats.messages_refused;
       drop(EndpointDrop::kRefused);
-      return;
+      return false;
     }
     if (h.payload_len != 0) std::memcpy(buffer, payload, h.payload_len);
     ps.stats.bytes_received += h.payload_len;
     ++ps.stats.messages_received;
     ++counters_.messages_received;
-    receiver_.on_message_complete(p, h, buffer);
-    return;
+    receiver.on_message_complete(p, h, buffer);
+    return false;
   }
   PeerState::RxSlot* slot = ps.rx_find(h.msg_id);
   if (slot == nullptr) {
     slot = ps.rx_add(h.msg_id);
     if (slot == nullptr) {
       drop(EndpointDrop::kRxTableFull);
-      return;
+      return false;
     }
-    slot->buffer = receiver_.on_message_begin(p, h);
+    slot->buffer = receiver.on_message_begin(p, h);
     if (slot->buffer == nullptr) ++ps.stats.messages_refused;
   }
   if (slot->buffer != nullptr) {
@@ -484,10 +563,11 @@ void Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, con
     if (slot->buffer != nullptr) {
       ++ps.stats.messages_received;
       ++counters_.messages_received;
-      receiver_.on_message_complete(p, h, slot->buffer);
+      receiver.on_message_complete(p, h, slot->buffer);
     }
     ps.rx_erase(slot);
   }
+  return false;
 }
 
 void Endpoint::run_timers_st(Tick now) {
@@ -515,8 +595,13 @@ void Endpoint::fill_header(const sched::Message& msg, bool control, uint32_t off
   h.dtype = static_cast<wire::Dtype>(msg.dtype);
   h.tensor_key = msg.tensor_key;
   h.msg_id = msg.msg_id;
-  h.msg_len = control ? 0 : msg.len;
-  h.offset = control ? 0 : offset;
+  // A slice's packets are placed in its logical message (send_slice);
+  // otherwise base_offset is 0 and logical_len 0.
+  const bool slice = !control && msg.logical_len != 0;
+  h.msg_len = control ? 0 : (slice ? msg.logical_len : msg.len);
+  h.offset = control ? 0 : msg.base_offset + offset;
+  // ORed: on a resend the Peer has stamped the transport flags already.
+  if (slice) h.flags |= wire::flags::kSlice;
   h.iteration = msg.iteration;
   h.param_version = msg.param_version;
   h.payload_len = static_cast<uint16_t>(control ? 0 : len);
@@ -826,6 +911,7 @@ EndpointCounters Endpoint::counters_st() const {
   c.submit_no_descriptor = submit_no_descriptor_.load(std::memory_order_relaxed);
   c.submit_ingress_full = submit_ingress_full_.load(std::memory_order_relaxed);
   c.submit_invalid = submit_invalid_.load(std::memory_order_relaxed);
+  c.slices_submitted = slices_submitted_.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -8,28 +8,37 @@
 // ARCHITECTURE.md section 3: receive a burst, hand each packet to its Peer,
 // place accepted payloads straight into the destination buffer the
 // application gave for the message (the only copy, from the mbuf), report
-// completed messages, free the mbufs; every `timer_every` passes run the
-// timers (RTO, liveness, ARP resolution of peers without a route); then TX:
-// drain the scheduler's ingress, fail whatever is queued for dead peers,
-// resend the lost packets of peers whose window is full, carve packets (lost
-// packets come back through the scheduler's retransmission queue at their
-// message's priority, ahead of new data of that level), stamp them through
-// the Peer, stage and flush them, and send the pure ACKs that nothing
-// piggybacked.
+// completed messages, or hand each accepted packet with its mbuf to a
+// PacketReceiver (no copy; it may keep the mbuf), free the other mbufs; every `timer_every` passes
+// run the timers (RTO, liveness, ARP resolution of peers without a route); then TX: drain the
+// scheduler's ingress, fail whatever is queued for dead peers, resend the lost packets of peers
+// whose window is full, carve packets (lost packets come back through the scheduler's
+// retransmission queue at their message's priority, ahead of new data of that level), stamp them
+// through the Peer, stage and flush them, and send the pure ACKs that nothing piggybacked.
+//
+// Slices. send_slice() queues part of a larger logical message (a server's
+// aggregated chunk out of a shard's parameter memory): its packets carry
+// offset = base + offset in the part and msg_len = the logical length, with
+// wire::flags::kSlice, so the receiving transport does no message accounting
+// for them (parts complete in any order) and the receiving endpoint hands
+// them to its PacketReceiver one by one. Its completion means "every byte of
+// the part was acknowledged".
 //
 // Threads.
-//  * send() may be called from any thread, preemptible ones included: it is
+//  * send() and send_slice() may be called from any thread, preemptible ones included: it is
 //    lock-free (a pool pop, a counter fetch_add and the scheduler's submit),
 //    never blocks, never allocates, and returns a SubmitStatus.
 //  * Everything ending in _st belongs to the one net core that owns the
 //    Interface (the scheduler's single consumer). Completions and the
-//    MessageReceiver callbacks run on that core, inside poll_st().
+//    MessageReceiver and PacketReceiver callbacks run on that core, inside
+//    poll_st().
 //  * The constructor is control path: it allocates every table once and
 //    throws std::invalid_argument (bad configuration) naming the field.
 //
 // Costs. Per received packet: one peer lookup (binary search over the
 // peers), the Peer's O(1) work, for a data packet one probe of the
-// per-peer table of messages in progress and one memcpy of the payload.
+// per-peer table of messages in progress and one memcpy of the payload, or
+// (packet delivery) one virtual call and no copy.
 // Per sent packet: O(1) in the scheduler and the Peer, one hash probe for a
 // retransmission, the Interface's frame build. Per pass: O(peers) checks.
 // Memory: a 128-byte descriptor and a 24-byte record per message slot
@@ -45,6 +54,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +64,8 @@
 #include "sched/port_scheduler.h"
 #include "transport/transport.h"
 #include "wire/header.h"
+
+struct rte_mbuf;
 
 namespace mercury::transport {
 
@@ -123,13 +135,13 @@ enum class SubmitStatus : uint8_t {
   kQueued,        ///< the completion will run exactly once
   kNoDescriptor,  ///< max_messages messages are queued or in flight: retry later
   kIngressFull,   ///< ingress_capacity reached: retry later
-  kInvalid,       ///< peer out of range, priority >= 64, a kAck type, or null data with len > 0
+  kInvalid,       ///< peer out of range, priority >= 64, a kAck type, or null data with len > 0;
+                  ///< for send_slice also: see there
 };
 
 /// Where received messages go; implemented by the application, called on the
-/// net core inside poll_st(). Kept to a message-level interface on purpose:
-/// a packet-level hook (the parameter server's raw per-packet delivery) can
-/// be added beside it without changing these calls.
+/// net core inside poll_st(). PacketReceiver below is the packet-level
+/// alternative; an endpoint may have either or both (see Receivers).
 class MessageReceiver {
  public:
   /// The first accepted packet of a new message from `peer` (h carries the
@@ -152,6 +164,46 @@ class MessageReceiver {
   ~MessageReceiver() = default;
 };
 
+/// Where received packets go one by one, with their mbufs: the parameter
+/// server's shard cores aggregate each chunk as it arrives and hold its
+/// payload (the mbuf) until every worker's copy is there. Called on the net
+/// core inside poll_st().
+class PacketReceiver {
+ public:
+  /// Called exactly once per data packet that the transport accepted (new,
+  /// in its window, not a duplicate) and that is routed here (Receivers), after
+  /// the transport has taken it into its acknowledgement state: the packet
+  /// will not be offered again, whatever happens to it here. `payload`
+  /// (h.payload_len bytes, at byte h.offset of a message of h.msg_len bytes)
+  /// lies inside `mbuf`. Return true to take the mbuf: the receiver then
+  /// frees it (rte_pktmbuf_free, on any thread) and the payload stays valid
+  /// until it does. Return false and the endpoint frees it after the call.
+  /// Must not block; may call send().
+  virtual bool on_packet(uint16_t peer, const wire::HeaderFields& h,
+                         std::span<const std::byte> payload, rte_mbuf* mbuf) = 0;
+  /// The peer came back with a new epoch: whatever partial state the
+  /// receiver keeps for its old incarnation will not be completed by it.
+  virtual void on_peer_restarted(uint16_t peer) { (void)peer; }
+
+ protected:
+  ~PacketReceiver() = default;
+};
+
+/// The receivers of an endpoint; at least one. A packet the transport
+/// accepted goes:
+///  * if it carries wire::flags::kSlice, to `packets` (there is no message
+///    to assemble);
+///  * otherwise, to `packets` if set, except control packets while `messages`
+///    is also set (a server aggregates data per packet but takes its
+///    declare/barrier control messages whole);
+///  * otherwise to `messages`.
+/// A packet with no receiver for it is dropped (EndpointDrop::kNoReceiver),
+/// acknowledged all the same.
+struct Receivers {
+  MessageReceiver* messages = nullptr;
+  PacketReceiver* packets = nullptr;
+};
+
 /// Why the endpoint itself dropped or refused something (the Peer's verdicts
 /// and the Interface's drops are counted where they happen).
 enum class EndpointDrop : uint8_t {
@@ -160,6 +212,7 @@ enum class EndpointDrop : uint8_t {
   kRxTableFull,      ///< no slot for another message in progress (cannot happen when sized)
   kStageFailed,      ///< stage_data_st refused (mempool empty): the packet is lost, RTO resends
   kRetransmitStale,  ///< a queued retransmission no longer needed (acked or failed meanwhile)
+  kNoReceiver,       ///< accepted, but no receiver for it (a slice without a PacketReceiver)
   kCount,
 };
 inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::kCount);
@@ -181,6 +234,9 @@ struct EndpointCounters {
   uint64_t messages_received = 0;       ///< on_message_complete calls
   uint64_t messages_abandoned = 0;      ///< on_message_abandoned calls
   uint64_t control_received = 0;        ///< partition start-ups and other control packets
+  uint64_t packets_delivered = 0;       ///< PacketReceiver::on_packet calls
+  uint64_t packets_kept = 0;            ///< ... that took the mbuf
+  uint64_t slices_submitted = 0;        ///< send_slice() calls that queued
   uint64_t submit_no_descriptor = 0;    ///< send() refusals, by reason
   uint64_t submit_ingress_full = 0;
   uint64_t submit_invalid = 0;
@@ -194,10 +250,11 @@ struct EndpointPeerStats {
   uint64_t messages_failed = 0;
   uint64_t messages_received = 0;
   uint64_t messages_refused = 0;
-  uint64_t bytes_received = 0;  ///< payload bytes placed
-  uint32_t outstanding = 0;     ///< sequence numbers sent and not cumulatively acked
-  uint32_t waiting_resend = 0;  ///< packets declared lost and not yet resent
-  bool resolved = false;        ///< a route (ARP) is known
+  uint64_t packets_delivered = 0;  ///< PacketReceiver::on_packet calls
+  uint64_t bytes_received = 0;     ///< payload bytes placed or delivered
+  uint32_t outstanding = 0;        ///< sequence numbers sent and not cumulatively acked
+  uint32_t waiting_resend = 0;     ///< packets declared lost and not yet resent
+  bool resolved = false;           ///< a route (ARP) is known
   bool dead = false;
 };
 
@@ -207,6 +264,11 @@ class Endpoint {
   /// calling thread then owns the Interface through poll_st(). `now` is the
   /// current TSC. Throws std::invalid_argument on a bad configuration.
   Endpoint(net::Interface& iface, const EndpointConfig& config, MessageReceiver& receiver,
+           Tick now);
+  /// The same with packet-level delivery, or both (see Receivers). Throws
+  /// std::invalid_argument if neither is given.
+  Endpoint(net::Interface& iface, const EndpointConfig& config, PacketReceiver& receiver, Tick now);
+  Endpoint(net::Interface& iface, const EndpointConfig& config, const Receivers& receivers,
            Tick now);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
@@ -218,6 +280,19 @@ class Endpoint {
   /// completion runs exactly once, on the net core; otherwise never.
   SubmitStatus send(uint16_t peer, const std::byte* data, uint32_t len, uint8_t priority,
                     const MessageMeta& meta, const Completion& done);
+
+  /// Any thread, lock-free: like send(), for `len` bytes at `data` that are
+  /// bytes [base_offset, base_offset + len) of a logical message of
+  /// `logical_len` bytes (a partition). Each packet's header carries offset =
+  /// base_offset + its offset in the part, msg_len = logical_len and
+  /// wire::flags::kSlice; the receiving endpoint delivers it to its
+  /// PacketReceiver. The completion means every byte of the part was
+  /// acknowledged. kInvalid also when len is 0, base_offset + len exceeds
+  /// logical_len, meta.type is not kData or kAggData, or (float32) base_offset,
+  /// len or logical_len is not a multiple of 4.
+  SubmitStatus send_slice(uint16_t peer, const std::byte* data, uint32_t len, uint32_t base_offset,
+                          uint32_t logical_len, uint8_t priority, const MessageMeta& meta,
+                          const Completion& done);
 
   /// Net core: one pass of the poll loop at TSC `now`. Returns the packets
   /// received plus sent, so an idle loop can back off when it returns 0.
@@ -251,7 +326,12 @@ class Endpoint {
   static void on_complete(void* self, const sched::Message& msg);
   Record& record(const sched::Message* msg) { return records_[msg - base_]; }
   void receive_st(Tick now);
-  void place_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, const RxResult& r);
+  SubmitStatus submit(uint16_t peer, const std::byte* data, uint32_t len, uint32_t base_offset,
+                      uint32_t logical_len, uint8_t priority, const MessageMeta& meta,
+                      const Completion& done);
+  // True when the receiver took the mbuf.
+  bool place_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, const RxResult& r);
+  bool deliver_packet_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt);
   void run_timers_st(Tick now);
   void transmit_st(Tick now);
   void drain_dead_st(const sched::PeerMask& dead);
@@ -272,7 +352,8 @@ class Endpoint {
 
   net::Interface& iface_;
   EndpointConfig config_;
-  MessageReceiver& receiver_;
+  MessageReceiver* messages_;
+  PacketReceiver* packets_;
   uint32_t max_payload_;
   std::unique_ptr<sched::MessagePool> pool_;
   std::unique_ptr<sched::PortScheduler> sched_;
@@ -290,6 +371,7 @@ class Endpoint {
   std::atomic<uint64_t> submit_no_descriptor_{0};
   std::atomic<uint64_t> submit_ingress_full_{0};
   std::atomic<uint64_t> submit_invalid_{0};
+  std::atomic<uint64_t> slices_submitted_{0};
   alignas(64) EndpointCounters counters_;
 };
 

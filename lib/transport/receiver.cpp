@@ -188,8 +188,13 @@ RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
   }
   // Count the bytes before marking the packet received: a refusal leaves it
   // unacknowledged, so the sender will offer it again.
-  bool complete = h.payload_len == h.msg_len;  // the whole message in one packet
-  if (!complete) {
+  // A slice (wire::flags::kSlice) is one packet of a logical message that
+  // the sender submitted in parts which complete in any order: no byte
+  // counting (its msg_id would wait for ever and fill the table), so it never
+  // completes a message here; the glue delivers it packet by packet.
+  const bool slice = (h.flags & wf::kSlice) != 0;
+  bool complete = !slice && h.payload_len == h.msg_len;  // the whole message in one packet
+  if (!slice && !complete) {
     bool full = false;
     MsgSlot* m = find_or_add(h.msg_id, h.msg_len, full);
     if (m == nullptr) {
@@ -229,6 +234,7 @@ RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
   if (unacked_++ == 0) ack_deadline_ = now + p_.ack_delay;
   ++counters_.packets_accepted;
   counters_.bytes_accepted += h.payload_len;
+  if (slice) ++counters_.slice_packets;
   if (complete) ++counters_.messages_completed;
   r.verdict = RxVerdict::kNew;
   r.message_complete = complete;

@@ -208,6 +208,40 @@ TEST(ReceiverMessages, AFullTableRefusesWithoutAckingUntilRoomFrees) {
   EXPECT_EQ(r.messages_in_progress(), 0u);
 }
 
+// Slices (kSlice) of one logical message, each under its own msg_id as the
+// endpoint's send_slice gives them, some covering all of msg_len: no message
+// accounting at all, so they never complete a message, never take a table
+// slot (even with a table of one), and contradicting msg_len values are not
+// "bad": only seq, duplicates and the window apply.
+TEST(ReceiverMessages, SlicesGetNoMessageAccountingOnlyReliability) {
+  Config c = test::test_config(16);
+  c.rx_messages = 1;
+  const Params p = resolve(c);
+  const uint32_t b = initial_seq(kPeerEpoch, kLocal, 0);
+  PeerReceiver r(p, kLocal, kPeerEpoch);
+  for (uint32_t i = 0; i < 8; ++i) {
+    // Out of order within the window: 1, 0, 3, 2, ...
+    const uint32_t seq = b + (i ^ 1);
+    wire::HeaderFields h = part_of(seq, 100 + i, i % 4, 4, wf::kSlice);
+    if (i == 5) h.msg_len = h.payload_len;  // a slice that is the whole logical message
+    const RxResult res = r.on_data(h, 0);
+    EXPECT_EQ(res.verdict, RxVerdict::kNew) << i;
+    EXPECT_FALSE(res.message_complete) << i;
+    EXPECT_EQ(r.messages_in_progress(), 0u);
+    // A duplicate of it is suppressed like any packet.
+    EXPECT_EQ(r.on_data(h, 0).verdict, RxVerdict::kDuplicate) << i;
+  }
+  EXPECT_EQ(r.cumulative_ack(), b + 8);
+  EXPECT_EQ(r.counters().slice_packets, 8u);
+  EXPECT_EQ(r.counters().duplicates, 8u);
+  EXPECT_EQ(r.counters().messages_completed, 0u);
+  EXPECT_EQ(r.counters().message_table_full + r.counters().bad_message, 0u);
+  // A plain message still gets its accounting beside them.
+  EXPECT_EQ(r.on_data(part_of(b + 8, 7, 0, 2), 0).verdict, RxVerdict::kNew);
+  EXPECT_EQ(r.messages_in_progress(), 1u);
+  EXPECT_TRUE(r.on_data(part_of(b + 9, 7, 1, 2), 0).message_complete);
+}
+
 TEST_F(ReceiverTest, AContradictoryMessageIsRejected) {
   PeerReceiver r(params_, kLocal, kPeerEpoch);
   EXPECT_EQ(r.on_data(part_of(base_, 9, 0, 4), 0).verdict, RxVerdict::kNew);

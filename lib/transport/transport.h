@@ -389,7 +389,8 @@ std::string_view verdict_name(RxVerdict v);
 struct RxResult {
   RxVerdict verdict = RxVerdict::kNew;
   /// With kNew: this packet completed its message (every byte of msg_len has
-  /// now been placed). Reported exactly once per message.
+  /// now been placed). Reported exactly once per message. Never for a packet
+  /// carrying wire::flags::kSlice: slices get no message accounting.
   bool message_complete = false;
   /// The peer came back with a newer epoch: every message in progress from
   /// it was abandoned (the glue frees their buffers). Peer also restarts the
@@ -408,6 +409,8 @@ enum class EpochCheck : uint8_t {
 struct ReceiverCounters {
   uint64_t packets_accepted = 0;  ///< kNew verdicts
   uint64_t bytes_accepted = 0;
+  uint64_t slice_packets =
+      0;  ///< kNew verdicts for wire::flags::kSlice packets (not counted per message)
   uint64_t duplicates = 0;
   /// Duplicates where one copy carried kRetransmit and the other did not:
   /// the original did arrive, so the retransmission was not needed.
