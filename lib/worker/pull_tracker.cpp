@@ -1,0 +1,269 @@
+#include "worker/pull_tracker.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
+
+namespace mercury::worker {
+
+std::string_view chunk_verdict_name(ChunkVerdict v) {
+  switch (v) {
+    case ChunkVerdict::kPlaced:
+      return "placed";
+    case ChunkVerdict::kOutrun:
+      return "outrun";
+    case ChunkVerdict::kDuplicate:
+      return "duplicate";
+    case ChunkVerdict::kStale:
+      return "stale";
+    case ChunkVerdict::kTooNew:
+      return "too_new";
+    case ChunkVerdict::kUnknownKey:
+      return "unknown_key";
+    case ChunkVerdict::kBadOffset:
+      return "bad_offset";
+    case ChunkVerdict::kBadLength:
+      return "bad_length";
+  }
+  return "?";
+}
+
+PullTracker::PullTracker(const TensorTable& table, const PullTrackerConfig& config)
+    : window_(config.window) {
+  if (!table.frozen()) throw UsageError("PullTracker: the tensor table is not frozen");
+  if (window_ < 1 || window_ > 64) {
+    throw UsageError("PullTracker: window " + std::to_string(window_) + " must be in [1, 64]");
+  }
+  chunk_bytes_ = table.chunk_bytes();
+  const uint32_t n = table.tensors();
+  keys_.resize(table.placement().partitions().size());
+  tensors_.resize(n);
+  uint64_t words = 0;
+  for (TensorId id = 0; id < n; ++id) {
+    const TensorInfo& info = table.tensor(id);
+    auto* base = reinterpret_cast<std::byte*>(info.params.data());
+    for (const PartitionGeometry& p : table.partitions(id)) {
+      keys_[p.key] = {.base = base + p.first_element * agg::kElementBytes,
+                      .tensor = id,
+                      .first_chunk = p.first_chunk,
+                      .bytes = static_cast<uint32_t>(p.bytes()),
+                      .shard = p.shard};
+    }
+    TensorState& t = tensors_[id];
+    t.awaited = config.first_version;
+    t.chunks = info.chunks;
+    t.words = (info.chunks + 63) / 64;
+    t.first_word = words;
+    t.first_slot = id * window_;
+    words += uint64_t{t.words} * window_;
+  }
+  bits_.assign(words, 0);
+  arrived_.assign(uint64_t{n} * window_, 0);
+  waiting_.resize(uint64_t{n} * window_);
+}
+
+uint64_t PullTracker::memory_bytes() const {
+  return bits_.size() * sizeof(uint64_t) + arrived_.size() * sizeof(uint32_t) +
+         waiting_.size() * sizeof(std::optional<Handle>) + keys_.size() * sizeof(KeyEntry) +
+         tensors_.size() * sizeof(TensorState);
+}
+
+ChunkVerdict PullTracker::locate(uint32_t key, uint32_t offset, size_t bytes,
+                                 const KeyEntry*& entry) const {
+  if (key >= keys_.size()) return ChunkVerdict::kUnknownKey;
+  const KeyEntry& e = keys_[key];
+  if (offset >= e.bytes || offset % chunk_bytes_ != 0) return ChunkVerdict::kBadOffset;
+  if (bytes != std::min(chunk_bytes_, e.bytes - offset)) return ChunkVerdict::kBadLength;
+  entry = &e;
+  return ChunkVerdict::kPlaced;
+}
+
+std::span<std::byte> PullTracker::destination_st(uint32_t key, uint32_t offset, uint32_t bytes) {
+  const KeyEntry* e = nullptr;
+  const ChunkVerdict v = locate(key, offset, bytes, e);
+  if (v != ChunkVerdict::kPlaced) {
+    ++counters_.destination_refused[static_cast<size_t>(v)];
+    return {};
+  }
+  return {e->base + offset, bytes};
+}
+
+bool PullTracker::test(const TensorState& t, uint32_t slot, uint32_t chunk) const {
+  return (bits_[t.first_word + uint64_t{slot} * t.words + chunk / 64] >> (chunk % 64)) & 1;
+}
+
+ChunkVerdict PullTracker::deliver_st(uint32_t key, uint32_t offset, uint32_t version,
+                                     std::span<const std::byte> payload) {
+  const KeyEntry* e = nullptr;
+  ChunkVerdict v = locate(key, offset, payload.size(), e);
+  if (v == ChunkVerdict::kPlaced) {
+    TensorState& t = tensors_[e->tensor];
+    // Serial arithmetic: versions may wrap around 2^32.
+    const auto distance = static_cast<int32_t>(version - t.awaited);
+    const uint32_t chunk = e->first_chunk + offset / chunk_bytes_;
+    if (distance < 0) {
+      v = ChunkVerdict::kStale;
+    } else if (static_cast<uint32_t>(distance) >= window_) {
+      v = ChunkVerdict::kTooNew;
+    } else {
+      const uint32_t slot = slot_of(t, static_cast<uint32_t>(distance));
+      uint64_t& word = bits_[t.first_word + uint64_t{slot} * t.words + chunk / 64];
+      const uint64_t bit = uint64_t{1} << (chunk % 64);
+      if (word & bit) {
+        v = ChunkVerdict::kDuplicate;
+      } else {
+        word |= bit;
+        ++arrived_[t.first_slot + slot];
+        // Never let an older version overwrite a newer one already in place
+        // (impossible from a correct BSP server, cheap to rule out).
+        bool newer = false;
+        for (uint32_t d = static_cast<uint32_t>(distance) + 1; d < window_ && !newer; ++d) {
+          newer = test(t, slot_of(t, d), chunk);
+        }
+        if (newer) {
+          v = ChunkVerdict::kOutrun;
+        } else {
+          std::memcpy(e->base + offset, payload.data(), payload.size());
+          counters_.bytes_placed += payload.size();
+        }
+        if (distance == 0) advance(t);
+      }
+    }
+  }
+  ++counters_.verdicts[static_cast<size_t>(v)];
+  return v;
+}
+
+void PullTracker::advance(TensorState& t) {
+  while (arrived_[t.first_slot + t.head] == t.chunks) {
+    std::optional<Handle>& waiting = waiting_[t.first_slot + t.head];
+    // Clear the slot before completing: a callback may look at the tracker's
+    // state only through the trainer side, but the slot must be reusable for
+    // version awaited + window as soon as the window moves.
+    std::fill_n(bits_.begin() + static_cast<ptrdiff_t>(t.first_word + uint64_t{t.head} * t.words),
+                t.words, 0);
+    arrived_[t.first_slot + t.head] = 0;
+    t.head = (t.head + 1) % window_;
+    ++t.awaited;
+    ++counters_.versions_completed;
+    if (waiting) {
+      const Handle h = *waiting;
+      waiting.reset();
+      h.complete();
+      ++counters_.pulls_completed;
+    }
+  }
+}
+
+ExpectResult PullTracker::expect_st(TensorId tensor, uint32_t version, const Handle& pull) {
+  TensorState& t = tensors_[tensor];
+  const auto distance = static_cast<int32_t>(version - t.awaited);
+  if (distance < 0) {
+    pull.complete();
+    ++counters_.pulls_completed;
+    return ExpectResult::kCompleted;
+  }
+  if (static_cast<uint32_t>(distance) >= window_) return ExpectResult::kTooFar;
+  std::optional<Handle>& waiting =
+      waiting_[t.first_slot + slot_of(t, static_cast<uint32_t>(distance))];
+  if (waiting) return ExpectResult::kBusy;
+  waiting = pull;
+  return ExpectResult::kWaiting;
+}
+
+uint32_t PullTracker::arrived_st(TensorId tensor, uint32_t version) const {
+  const TensorState& t = tensors_[tensor];
+  const auto distance = static_cast<int32_t>(version - t.awaited);
+  if (distance < 0 || static_cast<uint32_t>(distance) >= window_) return 0;
+  return arrived_[t.first_slot + slot_of(t, static_cast<uint32_t>(distance))];
+}
+
+uint32_t PullTracker::fail_tensor(TensorId id, std::string_view message) {
+  uint32_t failed = 0;
+  const TensorState& t = tensors_[id];
+  for (uint32_t s = 0; s < window_; ++s) {
+    std::optional<Handle>& waiting = waiting_[t.first_slot + s];
+    if (!waiting) continue;
+    const Handle h = *waiting;
+    waiting.reset();
+    h.fail(message);
+    ++failed;
+  }
+  counters_.pulls_failed += failed;
+  return failed;
+}
+
+uint32_t PullTracker::fail_shard_st(uint32_t shard, std::string_view message) {
+  uint32_t failed = 0;
+  // A tensor's keys are consecutive: fail it once, at its first key on `shard`.
+  uint32_t last = UINT32_MAX;
+  for (const KeyEntry& e : keys_) {
+    if (e.shard != shard || e.tensor == last) continue;
+    last = e.tensor;
+    failed += fail_tensor(e.tensor, message);
+  }
+  return failed;
+}
+
+uint32_t PullTracker::fail_all_st(std::string_view message) {
+  uint32_t failed = 0;
+  for (TensorId id = 0; id < tensors_.size(); ++id) failed += fail_tensor(id, message);
+  return failed;
+}
+
+PushTracker::PushTracker(const TensorTable& table) {
+  if (!table.frozen()) throw UsageError("PushTracker: the tensor table is not frozen");
+  const uint32_t n = table.tensors();
+  key_tensor_.resize(table.placement().partitions().size());
+  partitions_.resize(n);
+  for (TensorId id = 0; id < n; ++id) {
+    partitions_[id] = table.tensor(id).partitions;
+    for (const PartitionGeometry& p : table.partitions(id)) key_tensor_[p.key] = id;
+  }
+  flights_.resize(n);
+  errors_.resize(n);
+}
+
+StartResult PushTracker::start_st(TensorId tensor, const Handle& push) {
+  Flight& f = flights_[tensor];
+  if (f.handle) return StartResult::kBusy;
+  f.handle = push;
+  f.remaining = partitions_[tensor];
+  f.error_len = 0;
+  ++in_flight_;
+  ++counters_.pushes_started;
+  return StartResult::kStarted;
+}
+
+void PushTracker::settled_st(uint32_t key, bool delivered, std::string_view error) {
+  if (key >= key_tensor_.size() || !flights_[key_tensor_[key]].handle) {
+    ++counters_.unexpected;
+    return;
+  }
+  const TensorId tensor = key_tensor_[key];
+  Flight& f = flights_[tensor];
+  if (delivered) {
+    ++counters_.partitions_acked;
+  } else {
+    ++counters_.partitions_failed;
+    if (f.error_len == 0) {
+      if (error.empty()) error = "push failed (no reason given)";
+      f.error_len = static_cast<uint32_t>(std::min(error.size(), kMaxErrorBytes));
+      std::memcpy(errors_[tensor].data(), error.data(), f.error_len);
+    }
+  }
+  if (--f.remaining > 0) return;
+  const Handle h = *f.handle;
+  f.handle.reset();
+  --in_flight_;
+  if (f.error_len == 0) {
+    ++counters_.pushes_completed;
+    h.complete();
+  } else {
+    ++counters_.pushes_failed;
+    h.fail({errors_[tensor].data(), f.error_len});
+  }
+}
+
+}  // namespace mercury::worker

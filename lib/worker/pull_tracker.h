@@ -1,0 +1,225 @@
+// PullTracker and PushTracker: the net core's bookkeeping of pulls and pushes
+// in flight, per tensor, and the Handles they complete.
+//
+// What it is for. The server sends each aggregated chunk on its own, as soon
+// as it is updated (docs/agg.md): one packet = one chunk, named on the wire by
+// (tensor_key, offset) and stamped with the chunk's new version. The worker's
+// net core hands every such packet to PullTracker::deliver_st(), which
+//  * checks it against the geometry (unknown key, offset not on a chunk
+//    boundary inside the partition, wrong length: each counted, dropped);
+//  * checks its version against the tensor's window of outstanding versions
+//    [awaited, awaited + window): older is stale, newer than the window is
+//    too new (both counted, dropped, the buffer untouched);
+//  * records it in the bitmap of its (tensor, version) exactly once (a
+//    duplicate is counted and dropped);
+//  * copies the payload straight into the trainer's buffer (the span given
+//    to TensorTable::declare) unless a newer version of the same chunk is
+//    already there;
+//  * and when every chunk of every partition of the tensor at the awaited
+//    version is in, completes the Handle waiting for that version (if any)
+//    and moves the window on.
+// Chunks may arrive before anyone pulls (the server fans every update out to
+// every worker): they are recorded all the same, and a later pull of a
+// version that is already complete completes at once. Versions start at
+// PullTrackerConfig::first_version (0: rank 0's initial parameters).
+//
+// PushTracker counts the partitions of a push that the transport has
+// settled (each partition is one message) and completes the push Handle when
+// the last one is, successfully or with the first failure's text.
+//
+// Threads. Both trackers belong to the net core: every *_st method must be
+// called from that one thread; they copy what they need from the table at
+// construction and never call into it afterwards (trainer threads reach it through the net
+// core's request queue, carrying the Handle they already returned to the
+// trainer). The table must be frozen, must outlive the trackers, and the
+// trainer's buffers must stay valid while a pull can land in them.
+//
+// Costs. Construction (control path) allocates everything and may throw.
+// After that no method allocates, locks, logs or throws: deliver_st() is a
+// few array lookups, one bit test and set, a memcpy of the payload, the
+// window - 1 bit tests of the newer versions, and, when it completes a
+// version, clearing that version's bitmap (chunks / 64 words) and completing
+// the Handle (its callbacks run here). Memory, bounded by the table and the
+// configuration, never by traffic: window x ceil(chunks / 64) x 8 B of
+// bitmaps per tensor, window x (4 B count + 16 B handle) per tensor, 24 B per
+// partition. ResNet-50 at MTU 1500 with window 2: about 20 KB of bitmaps.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "worker/handle.h"
+#include "worker/tensor_table.h"
+
+namespace mercury::worker {
+
+/// What deliver_st() did with a chunk. From kDuplicate on, nothing was
+/// recorded and the trainer's buffer was not touched.
+enum class ChunkVerdict : uint8_t {
+  kPlaced,      ///< recorded and copied into the trainer's buffer
+  kOutrun,      ///< recorded; not copied, a newer version of the chunk is already there
+  kDuplicate,   ///< this chunk of this version was already recorded
+  kStale,       ///< its version is older than the one awaited (already complete)
+  kTooNew,      ///< its version is past the window of outstanding versions
+  kUnknownKey,  ///< no such partition
+  kBadOffset,   ///< offset not a chunk boundary inside the partition
+  kBadLength,   ///< payload length is not the chunk's length
+};
+inline constexpr size_t kChunkVerdictCount = static_cast<size_t>(ChunkVerdict::kBadLength) + 1;
+std::string_view chunk_verdict_name(ChunkVerdict v);
+
+/// What expect_st() did with a pull's Handle.
+enum class ExpectResult : uint8_t {
+  kWaiting,    ///< stored; completes when the version is in
+  kCompleted,  ///< the version was already complete: completed now
+  kBusy,       ///< another handle already waits for this (tensor, version); not touched
+  kTooFar,     ///< version is past the window; not touched
+};
+
+struct PullTrackerConfig {
+  /// Versions of one tensor that can be outstanding at once (being received
+  /// or awaited), 1..64. BSP needs 1 (a worker cannot receive version v + 1
+  /// before it has pushed the gradient computed from version v); 2 leaves
+  /// room for a pull registered one version ahead.
+  uint32_t window = 2;
+  /// The first version awaited: 0, rank 0's initial parameters.
+  uint32_t first_version = 0;
+};
+
+struct PullCounters {
+  std::array<uint64_t, kChunkVerdictCount> verdicts{};  ///< per ChunkVerdict, by deliver_st()
+  /// Bad chunks reported by destination_st(), by verdict (only the three geometry ones).
+  std::array<uint64_t, kChunkVerdictCount> destination_refused{};
+  uint64_t versions_completed = 0;  ///< (tensor, version) pairs fully received
+  uint64_t pulls_completed = 0;     ///< handles completed (ok)
+  uint64_t pulls_failed = 0;        ///< handles failed (fail_*_st)
+  uint64_t bytes_placed = 0;
+  [[nodiscard]] uint64_t count(ChunkVerdict v) const { return verdicts[static_cast<size_t>(v)]; }
+};
+
+class PullTracker {
+ public:
+  /// `table` must be frozen. Throws UsageError (not frozen, bad window).
+  explicit PullTracker(const TensorTable& table, const PullTrackerConfig& config = {});
+  PullTracker(const PullTracker&) = delete;
+  PullTracker& operator=(const PullTracker&) = delete;
+
+  /// The bytes of the trainer's buffer where the chunk (key, offset) of
+  /// `bytes` bytes goes, or an empty span for a bad chunk (unknown key,
+  /// offset not on a chunk boundary, wrong length; counted in
+  /// counters().destination_refused). Geometry only: it knows nothing of
+  /// versions, so a caller that copies there itself could overwrite newer
+  /// parameters with a stale chunk; the net core should use deliver_st().
+  std::span<std::byte> destination_st(uint32_t key, uint32_t offset, uint32_t bytes);
+
+  /// The receive path for one aggregated chunk: see the file comment.
+  ChunkVerdict deliver_st(uint32_t key, uint32_t offset, uint32_t version,
+                          std::span<const std::byte> payload);
+
+  /// Registers `pull`, to be completed when `version` of `tensor` is fully
+  /// in. `tensor` must be a valid id (the trainer side checked it).
+  ExpectResult expect_st(TensorId tensor, uint32_t version, const Handle& pull);
+
+  /// Fails every waiting pull of a tensor with a partition on `shard` (the
+  /// server that owns it stopped answering); `message` should name it.
+  /// Returns the number of handles failed.
+  uint32_t fail_shard_st(uint32_t shard, std::string_view message);
+  /// Fails every waiting pull (shutdown, transport reset).
+  uint32_t fail_all_st(std::string_view message);
+
+  /// The oldest version of `tensor` not yet complete.
+  [[nodiscard]] uint32_t awaited_st(TensorId tensor) const { return tensors_[tensor].awaited; }
+  /// Chunks of `version` of `tensor` recorded so far (0 outside the window).
+  [[nodiscard]] uint32_t arrived_st(TensorId tensor, uint32_t version) const;
+  [[nodiscard]] const PullCounters& counters_st() const { return counters_; }
+  /// Bytes of bitmaps, counts and handle slots allocated at construction.
+  [[nodiscard]] uint64_t memory_bytes() const;
+
+ private:
+  struct KeyEntry {
+    std::byte* base = nullptr;  // the partition's first byte in the trainer's buffer
+    uint32_t tensor = 0;
+    uint32_t first_chunk = 0;  // the partition's first chunk among the tensor's
+    uint32_t bytes = 0;        // partition bytes
+    uint32_t shard = 0;        // owner, for fail_shard_st()
+  };
+  struct TensorState {
+    uint32_t awaited = 0;     // oldest incomplete version
+    uint32_t head = 0;        // slot of `awaited`
+    uint32_t chunks = 0;      // to receive per version
+    uint32_t words = 0;       // bitmap words per slot
+    uint64_t first_word = 0;  // into bits_: slot s at first_word + s x words
+    uint32_t first_slot = 0;  // into arrived_ / waiting_: window entries
+    uint32_t pad = 0;
+  };
+  ChunkVerdict locate(uint32_t key, uint32_t offset, size_t bytes, const KeyEntry*& entry) const;
+  uint32_t slot_of(const TensorState& t, uint32_t distance) const {
+    return (t.head + distance) % window_;
+  }
+  bool test(const TensorState& t, uint32_t slot, uint32_t chunk) const;
+  void advance(TensorState& t);
+  uint32_t fail_tensor(TensorId id, std::string_view message);
+
+  uint32_t window_;
+  uint32_t chunk_bytes_;
+  std::vector<KeyEntry> keys_;
+  std::vector<TensorState> tensors_;
+  std::vector<uint64_t> bits_;
+  std::vector<uint32_t> arrived_;               // tensors x window
+  std::vector<std::optional<Handle>> waiting_;  // tensors x window
+  PullCounters counters_;
+};
+
+/// What PushTracker::start_st() did with a push's Handle.
+enum class StartResult : uint8_t {
+  kStarted,  ///< stored; completes when every partition is settled
+  kBusy,     ///< a push of this tensor is still in flight; not touched
+};
+
+struct PushCounters {
+  uint64_t pushes_started = 0;
+  uint64_t pushes_completed = 0;
+  uint64_t pushes_failed = 0;
+  uint64_t partitions_acked = 0;
+  uint64_t partitions_failed = 0;
+  uint64_t unexpected = 0;  ///< settled() for a key with no push in flight (or unknown)
+};
+
+class PushTracker {
+ public:
+  /// `table` must be frozen. Throws UsageError.
+  explicit PushTracker(const TensorTable& table);
+
+  /// A push of `tensor` begins: its partitions are about to be sent.
+  StartResult start_st(TensorId tensor, const Handle& push);
+  /// The transport settled partition `key` of the push in flight:
+  /// `delivered`, or failed with `error` (e.g. the endpoint's text naming the
+  /// peer). The handle completes when the tensor's last partition is
+  /// settled: ok if all were delivered, else failed with the first error.
+  void settled_st(uint32_t key, bool delivered, std::string_view error = {});
+  /// Pushes in flight.
+  [[nodiscard]] uint32_t in_flight_st() const { return in_flight_; }
+  [[nodiscard]] const PushCounters& counters_st() const { return counters_; }
+
+ private:
+  struct Flight {
+    std::optional<Handle> handle;
+    uint32_t remaining = 0;
+    uint32_t error_len = 0;  // > 0: a partition failed; its text is in errors_
+  };
+  // Copied from the table at construction, so that the net core never calls
+  // into it (its readers throw once the trainer has shut the worker down).
+  std::vector<uint32_t> key_tensor_;                      // per key
+  std::vector<uint32_t> partitions_;                      // per tensor
+  std::vector<Flight> flights_;                           // per tensor
+  std::vector<std::array<char, kMaxErrorBytes>> errors_;  // per tensor, the first failure
+  uint32_t in_flight_ = 0;
+  PushCounters counters_;
+};
+
+}  // namespace mercury::worker

@@ -1,0 +1,402 @@
+#include "worker/pull_tracker.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace mercury::worker {
+namespace {
+
+constexpr uint32_t kChunkBytes1500 = 1416;  // net::payload_per_packet(1500)
+
+std::string read_model(const std::string& name) {
+  std::ifstream in(std::string(MERCURY_MODELS_DIR) + "/" + name + ".txt");
+  EXPECT_TRUE(in) << name;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The value element `i` of partition `key` carries at `version`: distinct
+// per (key, element, version), so a misplaced or stale chunk shows.
+float value_of(uint32_t key, uint64_t i, uint32_t version) {
+  return static_cast<float>(key) * 1e5f + static_cast<float>(i % 100000) +
+         static_cast<float>(version) * 0.25f;
+}
+
+// One aggregated chunk as the server would send it.
+struct Chunk {
+  uint32_t key;
+  uint32_t offset;
+  uint32_t version;
+  TensorId tensor;
+  std::vector<std::byte> payload;
+};
+
+Chunk make_chunk(const PartitionGeometry& p, TensorId tensor, uint32_t index, uint32_t version,
+                 uint32_t chunk_bytes) {
+  const uint32_t offset = index * chunk_bytes;
+  const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(chunk_bytes, p.bytes() - offset));
+  std::vector<float> values(bytes / 4);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = value_of(p.key, offset / 4 + i, version);
+  Chunk c{p.key, offset, version, tensor, std::vector<std::byte>(bytes)};
+  std::memcpy(c.payload.data(), values.data(), bytes);
+  return c;
+}
+
+struct Model {
+  std::vector<std::vector<float>> buffers;
+  TensorTable table;
+
+  Model(const std::vector<agg::TensorDecl>& decls, uint32_t shards, uint32_t chunk_bytes) {
+    buffers.reserve(decls.size());
+    for (const agg::TensorDecl& d : decls) {
+      buffers.emplace_back(d.elements, -1.0f);
+      table.declare(d.name, buffers.back());
+    }
+    table.freeze(shards, chunk_bytes);
+  }
+
+  // Every chunk of every tensor at `version`.
+  std::vector<Chunk> all_chunks(uint32_t version) const {
+    std::vector<Chunk> out;
+    for (TensorId id = 0; id < table.tensors(); ++id) {
+      for (const PartitionGeometry& p : table.partitions(id)) {
+        for (uint32_t j = 0; j < p.chunks; ++j) {
+          out.push_back(make_chunk(p, id, j, version, table.chunk_bytes()));
+        }
+      }
+    }
+    return out;
+  }
+
+  // Does tensor `id`'s buffer hold exactly the values of `version`?
+  bool holds(TensorId id, uint32_t version) const {
+    for (const PartitionGeometry& p : table.partitions(id)) {
+      for (uint64_t i = 0; i < p.elements; ++i) {
+        if (buffers[id][p.first_element + i] != value_of(p.key, i, version)) return false;
+      }
+    }
+    return true;
+  }
+};
+
+std::vector<agg::TensorDecl> resnet50() { return agg::parse_model_shapes(read_model("resnet50")); }
+
+// The whole receive path over the real ResNet-50 shapes: two shards, MTU
+// 1500; every chunk of a version in a random order, with duplicates and
+// stale chunks mixed in. Each tensor's pull completes exactly when its last
+// chunk lands, and the buffers then hold the bytes fed, never a stale one.
+TEST(PullTrackerResnet50, EveryPullCompletesExactlyWhenItsLastChunkLands) {
+  Model m(resnet50(), 2, kChunkBytes1500);
+  ASSERT_EQ(m.table.tensors(), 161u);
+  PullTracker tracker(m.table, {.window = 2, .first_version = 7});
+  const uint64_t memory = tracker.memory_bytes();
+  std::mt19937 rng(2024);
+  uint64_t total_duplicates = 0;
+  uint64_t total_stales = 0;
+
+  for (uint32_t version = 7; version < 9; ++version) {
+    std::vector<Handle> pulls(m.table.tensors());
+    // Version 7: every pull is registered before any chunk arrives. Version
+    // 8: only the even tensors' pulls are; the odd ones pull afterwards.
+    for (TensorId id = 0; id < m.table.tensors(); ++id) {
+      if (version == 7 || id % 2 == 0) {
+        EXPECT_EQ(tracker.expect_st(id, version, pulls[id]), ExpectResult::kWaiting);
+      }
+    }
+    std::vector<Chunk> feed = m.all_chunks(version);
+    const size_t distinct = feed.size();
+    // 5% duplicates, and stale chunks of the previous version (carrying
+    // that version's values, which must never land).
+    std::uniform_int_distribution<size_t> pick(0, distinct - 1);
+    for (size_t i = 0; i < distinct / 20; ++i) feed.push_back(feed[pick(rng)]);
+    const size_t stale = 50;
+    for (size_t i = 0; i < stale; ++i) {
+      const Chunk& c = feed[pick(rng)];
+      const PartitionGeometry& p =
+          m.table.partitions(c.tensor)[c.key - m.table.tensor(c.tensor).first_key];
+      feed.push_back(
+          make_chunk(p, c.tensor, c.offset / kChunkBytes1500, version - 1, kChunkBytes1500));
+    }
+    std::shuffle(feed.begin(), feed.end(), rng);
+
+    std::vector<uint32_t> seen_chunks(m.table.tensors(), 0);
+    std::vector<std::vector<bool>> seen(m.table.tensors());
+    for (TensorId id = 0; id < m.table.tensors(); ++id)
+      seen[id].assign(m.table.tensor(id).chunks, false);
+    uint64_t duplicates = 0;
+    uint64_t stales = 0;
+    for (const Chunk& c : feed) {
+      const TensorInfo& t = m.table.tensor(c.tensor);
+      const PartitionGeometry& p = m.table.partitions(c.tensor)[c.key - t.first_key];
+      const uint32_t chunk = p.first_chunk + c.offset / kChunkBytes1500;
+      const bool complete_before = seen_chunks[c.tensor] == t.chunks;
+      const ChunkVerdict v = tracker.deliver_st(c.key, c.offset, c.version, c.payload);
+      if (c.version != version || complete_before) {
+        // An older version, or a late duplicate of a version already complete.
+        ASSERT_EQ(v, ChunkVerdict::kStale);
+        ++stales;
+      } else if (seen[c.tensor][chunk]) {
+        ASSERT_EQ(v, ChunkVerdict::kDuplicate);
+        ++duplicates;
+      } else {
+        ASSERT_EQ(v, ChunkVerdict::kPlaced);
+        seen[c.tensor][chunk] = true;
+        ++seen_chunks[c.tensor];
+      }
+      const bool complete = seen_chunks[c.tensor] == t.chunks;
+      // The version moves on exactly at the last distinct chunk.
+      ASSERT_EQ(tracker.awaited_st(c.tensor), complete ? version + 1 : version);
+      if (version == 7 || c.tensor % 2 == 0) {
+        ASSERT_EQ(pulls[c.tensor].ready(), complete) << t.name;
+        if (complete && !complete_before) {
+          ASSERT_TRUE(pulls[c.tensor].ok());
+          ASSERT_TRUE(m.holds(c.tensor, version)) << t.name;
+        }
+      }
+    }
+    // The late pulls of version 8 complete at once: the version is in.
+    for (TensorId id = 0; id < m.table.tensors(); ++id) {
+      if (version == 8 && id % 2 == 1) {
+        EXPECT_EQ(tracker.expect_st(id, version, pulls[id]), ExpectResult::kCompleted);
+      }
+      EXPECT_TRUE(pulls[id].ok());
+      EXPECT_EQ(pulls[id].extra_completions(), 0u);
+      EXPECT_TRUE(m.holds(id, version)) << m.table.tensor(id).name;
+    }
+    EXPECT_GT(duplicates, 0u);
+    EXPECT_GE(stales, stale);
+    EXPECT_EQ(duplicates + stales, distinct / 20 + stale);
+    total_duplicates += duplicates;
+    total_stales += stales;
+  }
+  const PullCounters& c = tracker.counters_st();
+  const uint64_t per_version = m.all_chunks(0).size();
+  EXPECT_EQ(c.count(ChunkVerdict::kPlaced), 2 * per_version);
+  EXPECT_EQ(c.count(ChunkVerdict::kStale), total_stales);
+  EXPECT_EQ(c.count(ChunkVerdict::kDuplicate), total_duplicates);
+  EXPECT_EQ(c.bytes_placed,
+            2 * m.table.placement().shard_bytes(0) + 2 * m.table.placement().shard_bytes(1));
+  EXPECT_EQ(c.versions_completed, 2u * 161);
+  EXPECT_EQ(c.pulls_completed, 2u * 161);
+  // Memory is fixed at construction, whatever the traffic.
+  EXPECT_EQ(tracker.memory_bytes(), memory);
+}
+
+struct Small : ::testing::Test {
+  // Two tensors on two shards with a tiny chunk, so that partitions have
+  // several chunks and the last one is short: a = 1000 floats (4000 B),
+  // b = 10 floats (40 B).
+  std::vector<float> a = std::vector<float>(1000, 0.0f);
+  std::vector<float> b = std::vector<float>(10, 0.0f);
+  TensorTable table;
+  static constexpr uint32_t kChunk = 256;
+
+  void SetUp() override {
+    table.declare("a", a);
+    table.declare("b", b);
+    table.freeze(2, kChunk, {.max_partition_bytes = 2048});
+  }
+  const PartitionGeometry& part(TensorId id, uint32_t i) { return table.partitions(id)[i]; }
+  Chunk chunk(TensorId id, uint32_t partition, uint32_t index, uint32_t version) {
+    return make_chunk(part(id, partition), id, index, version, kChunk);
+  }
+};
+
+TEST_F(Small, BadChunksAreCountedByReasonAndTouchNothing) {
+  PullTracker tracker(table);
+  const std::vector<float> before = a;
+  std::vector<std::byte> payload(kChunk);
+  const uint32_t keys = static_cast<uint32_t>(table.placement().partitions().size());
+  EXPECT_EQ(tracker.deliver_st(keys, 0, 0, payload), ChunkVerdict::kUnknownKey);
+  EXPECT_EQ(tracker.deliver_st(0, 4, 0, payload), ChunkVerdict::kBadOffset);
+  EXPECT_EQ(tracker.deliver_st(0, 1 << 20, 0, payload), ChunkVerdict::kBadOffset);
+  EXPECT_EQ(tracker.deliver_st(0, 0, 0, std::span(payload).first(100)), ChunkVerdict::kBadLength);
+  EXPECT_EQ(a, before);
+  const PullCounters& c = tracker.counters_st();
+  EXPECT_EQ(c.count(ChunkVerdict::kUnknownKey), 1u);
+  EXPECT_EQ(c.count(ChunkVerdict::kBadOffset), 2u);
+  EXPECT_EQ(c.count(ChunkVerdict::kBadLength), 1u);
+  EXPECT_EQ(tracker.arrived_st(0, 0), 0u);
+}
+
+TEST_F(Small, DestinationIsTheTrainerBufferOrEmptyForABadChunk) {
+  PullTracker tracker(table);
+  const PartitionGeometry& p = part(0, 1);
+  std::span<std::byte> d = tracker.destination_st(p.key, kChunk, kChunk);
+  EXPECT_EQ(d.data(), reinterpret_cast<std::byte*>(a.data() + p.first_element) + kChunk);
+  EXPECT_EQ(d.size(), kChunk);
+  // The last chunk of the partition is short.
+  const uint32_t last = (p.chunks - 1) * kChunk;
+  EXPECT_EQ(tracker.destination_st(p.key, last, static_cast<uint32_t>(p.bytes()) - last).size(),
+            p.bytes() - last);
+  EXPECT_TRUE(tracker.destination_st(p.key, last, kChunk).empty());
+  EXPECT_TRUE(tracker.destination_st(p.key, 3, kChunk).empty());
+  EXPECT_TRUE(tracker.destination_st(9999, 0, kChunk).empty());
+  const PullCounters& c = tracker.counters_st();
+  EXPECT_EQ(c.destination_refused[static_cast<size_t>(ChunkVerdict::kBadLength)], 1u);
+  EXPECT_EQ(c.destination_refused[static_cast<size_t>(ChunkVerdict::kBadOffset)], 1u);
+  EXPECT_EQ(c.destination_refused[static_cast<size_t>(ChunkVerdict::kUnknownKey)], 1u);
+}
+
+TEST_F(Small, VersionsPastTheWindowAreTooNew) {
+  PullTracker tracker(table, {.window = 2});
+  const Chunk c = chunk(1, 0, 0, 2);
+  EXPECT_EQ(tracker.deliver_st(c.key, c.offset, c.version, c.payload), ChunkVerdict::kTooNew);
+  EXPECT_EQ(b, std::vector<float>(10, 0.0f));
+  const Chunk ok = chunk(1, 0, 0, 1);
+  EXPECT_EQ(tracker.deliver_st(ok.key, ok.offset, ok.version, ok.payload), ChunkVerdict::kPlaced);
+  EXPECT_EQ(tracker.arrived_st(1, 1), 1u);
+  EXPECT_EQ(tracker.awaited_st(1), 0u);  // version 0 is still awaited
+}
+
+TEST_F(Small, AnOlderVersionNeverOverwritesANewerOne) {
+  PullTracker tracker(table, {.window = 2});
+  Handle v0;
+  ASSERT_EQ(tracker.expect_st(1, 0, v0), ExpectResult::kWaiting);
+  const Chunk newer = chunk(1, 0, 0, 1);
+  const Chunk older = chunk(1, 0, 0, 0);
+  EXPECT_EQ(tracker.deliver_st(newer.key, newer.offset, 1, newer.payload), ChunkVerdict::kPlaced);
+  EXPECT_EQ(tracker.deliver_st(older.key, older.offset, 0, older.payload), ChunkVerdict::kOutrun);
+  // b is one chunk: version 0 is complete (recorded), its bytes are version 1's.
+  EXPECT_TRUE(v0.ok());
+  EXPECT_EQ(b[3], value_of(newer.key, 3, 1));
+  // ... and version 1 completed with it, since its only chunk was in.
+  EXPECT_EQ(tracker.awaited_st(1), 2u);
+}
+
+TEST_F(Small, ExpectResults) {
+  PullTracker tracker(table, {.window = 2, .first_version = 5});
+  Handle h;
+  EXPECT_EQ(tracker.expect_st(0, 7, h), ExpectResult::kTooFar);
+  EXPECT_FALSE(h.ready());
+  EXPECT_EQ(tracker.expect_st(0, 6, h), ExpectResult::kWaiting);
+  Handle other;
+  EXPECT_EQ(tracker.expect_st(0, 6, other), ExpectResult::kBusy);
+  EXPECT_FALSE(other.ready());
+  Handle old;
+  EXPECT_EQ(tracker.expect_st(0, 4, old), ExpectResult::kCompleted);
+  EXPECT_TRUE(old.ok());
+}
+
+TEST_F(Small, WindowOfOneCompletesVersionsInTurn) {
+  PullTracker tracker(table, {.window = 1});
+  for (uint32_t version = 0; version < 3; ++version) {
+    Handle h;
+    ASSERT_EQ(tracker.expect_st(1, version, h), ExpectResult::kWaiting);
+    const Chunk c = chunk(1, 0, 0, version);
+    EXPECT_EQ(tracker.deliver_st(c.key, c.offset, version, c.payload), ChunkVerdict::kPlaced);
+    EXPECT_TRUE(h.ok());
+    EXPECT_EQ(b[9], value_of(c.key, 9, version));
+  }
+}
+
+TEST_F(Small, CallbackRunsOnCompletionWithTheBytesInPlace) {
+  PullTracker tracker(table);
+  Handle h;
+  float seen = 0;
+  h.on_complete([&](const Handle& done) {
+    EXPECT_TRUE(done.ok());
+    seen = b[9];
+  });
+  tracker.expect_st(1, 0, h);
+  const Chunk c = chunk(1, 0, 0, 0);
+  tracker.deliver_st(c.key, c.offset, 0, c.payload);
+  EXPECT_EQ(seen, value_of(c.key, 9, 0));
+}
+
+TEST_F(Small, FailShardFailsOnlyTheTensorsItOwns) {
+  PullTracker tracker(table);
+  Handle ha, hb;
+  tracker.expect_st(0, 0, ha);
+  tracker.expect_st(1, 0, hb);
+  // a is split over both shards; b lives on one.
+  const uint32_t b_shard = part(1, 0).shard;
+  bool a_on_other = false;
+  for (const PartitionGeometry& p : table.partitions(0)) a_on_other |= p.shard != b_shard;
+  ASSERT_TRUE(a_on_other);
+  const uint32_t other = 1 - b_shard;
+  EXPECT_EQ(tracker.fail_shard_st(other, "server s1 did not answer for 5000 ms"), 1u);
+  EXPECT_FALSE(ha.ok());
+  EXPECT_EQ(ha.error(), "server s1 did not answer for 5000 ms");
+  EXPECT_FALSE(hb.ready());
+  EXPECT_EQ(tracker.fail_all_st("worker shut down"), 1u);
+  EXPECT_EQ(hb.error(), "worker shut down");
+  EXPECT_EQ(tracker.counters_st().pulls_failed, 2u);
+  // The slot is free again: a new pull of the version can wait.
+  Handle again;
+  EXPECT_EQ(tracker.expect_st(0, 0, again), ExpectResult::kWaiting);
+}
+
+TEST_F(Small, TrackerNeedsAFrozenTableAndASaneWindow) {
+  TensorTable unfrozen;
+  std::vector<float> x(4);
+  unfrozen.declare("x", x);
+  EXPECT_THROW(PullTracker{unfrozen}, UsageError);
+  EXPECT_THROW(PushTracker{unfrozen}, UsageError);
+  EXPECT_THROW(PullTracker(table, {.window = 0}), UsageError);
+  EXPECT_THROW(PullTracker(table, {.window = 65}), UsageError);
+}
+
+TEST_F(Small, TrackersKeepWorkingAfterTheTrainerShutsDown) {
+  // The net core drains after shutdown; it must never throw.
+  PullTracker pulls(table);
+  PushTracker pushes(table);
+  Handle p, q;
+  pulls.expect_st(1, 0, p);
+  pushes.start_st(1, q);
+  const uint32_t key = part(1, 0).key;
+  const Chunk c = chunk(1, 0, 0, 0);
+  table.shutdown();
+  EXPECT_EQ(pulls.deliver_st(c.key, c.offset, 0, c.payload), ChunkVerdict::kPlaced);
+  EXPECT_TRUE(p.ok());
+  pushes.settled_st(key, true);
+  EXPECT_TRUE(q.ok());
+  EXPECT_EQ(pulls.fail_all_st("x"), 0u);
+}
+
+TEST_F(Small, PushCompletesWhenEveryPartitionIsSettled) {
+  PushTracker tracker(table);
+  const auto parts = table.partitions(0);
+  ASSERT_GT(parts.size(), 1u);
+  Handle h;
+  EXPECT_EQ(tracker.start_st(0, h), StartResult::kStarted);
+  Handle second;
+  EXPECT_EQ(tracker.start_st(0, second), StartResult::kBusy);
+  EXPECT_FALSE(second.ready());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_FALSE(h.ready());
+    tracker.settled_st(parts[i].key, true);
+  }
+  EXPECT_TRUE(h.ok());
+  EXPECT_EQ(tracker.in_flight_st(), 0u);
+  tracker.settled_st(parts[0].key, true);  // nothing in flight
+  EXPECT_EQ(tracker.counters_st().unexpected, 1u);
+  EXPECT_EQ(tracker.counters_st().pushes_completed, 1u);
+}
+
+TEST_F(Small, PushFailsWithTheFirstErrorOnceAllAreSettled) {
+  PushTracker tracker(table);
+  const auto parts = table.partitions(0);
+  Handle h;
+  tracker.start_st(0, h);
+  tracker.settled_st(parts[0].key, false, "peer s0 (10.0.0.2:47100) restarted");
+  EXPECT_FALSE(h.ready());  // the other partitions still use the gradient buffer
+  for (size_t i = 1; i < parts.size(); ++i) tracker.settled_st(parts[i].key, false, "later");
+  EXPECT_FALSE(h.ok());
+  EXPECT_EQ(h.error(), "peer s0 (10.0.0.2:47100) restarted");
+  EXPECT_EQ(tracker.counters_st().pushes_failed, 1u);
+  // A new push can start.
+  Handle next;
+  EXPECT_EQ(tracker.start_st(0, next), StartResult::kStarted);
+}
+
+}  // namespace
+}  // namespace mercury::worker

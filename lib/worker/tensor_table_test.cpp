@@ -1,0 +1,229 @@
+#include "worker/tensor_table.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sched/message.h"
+
+namespace mercury::worker {
+namespace {
+
+// net::payload_per_packet(1500): lib/net needs DPDK, this suite does not.
+constexpr uint32_t kChunkBytes1500 = 1416;
+
+std::string read_model(const std::string& name) {
+  std::ifstream in(std::string(MERCURY_MODELS_DIR) + "/" + name + ".txt");
+  EXPECT_TRUE(in) << name;
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs `fn` and returns the UsageError's message ("" if none was thrown).
+template <typename Fn>
+std::string usage_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Fixture : ::testing::Test {
+  std::vector<float> a = std::vector<float>(1000);
+  std::vector<float> b = std::vector<float>(10);
+  TensorTable table;
+};
+
+TEST_F(Fixture, DeclareReturnsDeclarationOrderAndDefaultsPriorityToIt) {
+  EXPECT_EQ(table.declare("a", a), 0u);
+  EXPECT_EQ(table.declare("b", b, 7), 1u);
+  EXPECT_EQ(table.size(), 2u);
+  table.freeze(1, kChunkBytes1500);
+  EXPECT_EQ(table.tensor(0).priority, 0);
+  EXPECT_EQ(table.tensor(1).priority, 7);
+  EXPECT_EQ(table.find("b"), 1u);
+  EXPECT_EQ(table.tensor(0).params.data(), a.data());
+}
+
+TEST(UsageErrorType, IsALogicError) {
+  static_assert(std::is_base_of_v<std::logic_error, UsageError>);
+}
+
+TEST_F(Fixture, DuplicateNameIsRefused) {
+  table.declare("conv1.weight", a);
+  EXPECT_EQ(usage_error([&] { table.declare("conv1.weight", b); }),
+            "declare: tensor 'conv1.weight' is already declared (id 0)");
+}
+
+TEST_F(Fixture, EmptyTensorIsRefused) {
+  EXPECT_EQ(usage_error([&] { table.declare("bias", std::span<float>()); }),
+            "declare: tensor 'bias' has no elements");
+}
+
+TEST_F(Fixture, EmptyNameIsRefused) {
+  EXPECT_EQ(usage_error([&] { table.declare("", a); }), "declare: a tensor needs a non-empty name");
+}
+
+TEST_F(Fixture, NegativePriorityIsRefused) {
+  EXPECT_NE(usage_error([&] { table.declare("a", a, -2); }).find("tensor 'a' has priority -2"),
+            std::string::npos);
+}
+
+TEST_F(Fixture, DeclareAfterFreezeIsRefused) {
+  table.declare("a", a);
+  table.freeze(2, kChunkBytes1500);
+  EXPECT_NE(usage_error([&] {
+              table.declare("b", b);
+            }).find("declare: tensor 'b' declared after freeze()"),
+            std::string::npos);
+}
+
+TEST_F(Fixture, FreezeMisuseIsRefused) {
+  EXPECT_EQ(usage_error([&] { table.freeze(2, kChunkBytes1500); }),
+            "freeze: no tensor has been declared");
+  table.declare("a", a);
+  EXPECT_EQ(usage_error([&] { table.freeze(0, kChunkBytes1500); }),
+            "freeze: the job needs at least one shard");
+  EXPECT_NE(usage_error([&] {
+              table.freeze(2, 1415);
+            }).find("freeze: chunk_bytes 1415 must be a multiple of 4"),
+            std::string::npos);
+  table.freeze(2, kChunkBytes1500);
+  EXPECT_EQ(usage_error([&] { table.freeze(2, kChunkBytes1500); }),
+            "freeze: the tensors are already frozen");
+}
+
+TEST_F(Fixture, GeometryBeforeFreezeIsRefused) {
+  table.declare("a", a);
+  EXPECT_EQ(usage_error([&] { (void)table.tensor(0); }),
+            "tensor: tensors are not frozen yet (call freeze() first)");
+  EXPECT_EQ(usage_error([&] { table.check_push(0, a); }),
+            "push: tensors are not frozen yet (call freeze() first)");
+}
+
+TEST_F(Fixture, UnknownIdIsRefused) {
+  table.declare("a", a);
+  table.freeze(1, kChunkBytes1500);
+  EXPECT_EQ(usage_error([&] { (void)table.tensor(5); }),
+            "tensor: unknown tensor id 5 (1 tensors declared)");
+  EXPECT_EQ(usage_error([&] { table.check_pull(1, a); }),
+            "pull: unknown tensor id 1 (1 tensors declared)");
+  EXPECT_EQ(usage_error([&] { (void)table.find("nope"); }),
+            "find: no tensor is declared as 'nope'");
+}
+
+TEST_F(Fixture, WrongSizeSpanIsRefused) {
+  table.declare("a", a);
+  table.freeze(1, kChunkBytes1500);
+  EXPECT_EQ(usage_error([&] { table.check_push(0, b); }),
+            "push: tensor 'a' has 1000 elements but the buffer has 10");
+  EXPECT_EQ(usage_error([&] { table.check_pull(0, std::span<const float>(a).first(999)); }),
+            "pull: tensor 'a' has 1000 elements but the buffer has 999");
+  table.check_push(0, a);  // the right size passes
+  table.check_pull(0, a);
+}
+
+TEST_F(Fixture, EveryCallAfterShutdownIsRefused) {
+  table.declare("a", a);
+  table.freeze(1, kChunkBytes1500);
+  table.shutdown();
+  const std::string shut = ": the worker has been shut down";
+  EXPECT_EQ(usage_error([&] { table.check_push(0, a); }), "push" + shut);
+  EXPECT_EQ(usage_error([&] { table.check_pull(0, a); }), "pull" + shut);
+  EXPECT_EQ(usage_error([&] { (void)table.tensor(0); }), "tensor" + shut);
+  EXPECT_EQ(usage_error([&] { table.declare("b", b); }), "declare" + shut);
+  EXPECT_EQ(usage_error([&] { table.freeze(1, 4); }), "freeze" + shut);
+  EXPECT_EQ(usage_error([&] { (void)table.placement(); }), "placement" + shut);
+}
+
+TEST(TensorLevels, FewPrioritiesKeepTheirRank) {
+  const std::vector<int> p = {10, 3, 3, 50, 0};
+  EXPECT_EQ(TensorTable::levels_for(p), (std::vector<uint8_t>{2, 1, 1, 3, 0}));
+}
+
+TEST(TensorLevels, ManyPrioritiesAreMonotoneAndSpanEveryLevel) {
+  std::mt19937 rng(7);
+  for (int distinct : {64, 65, 100, 161, 1000}) {
+    std::vector<int> p(static_cast<size_t>(distinct));
+    for (int i = 0; i < distinct; ++i) p[static_cast<size_t>(i)] = i * 3 + 1;
+    std::shuffle(p.begin(), p.end(), rng);
+    const std::vector<uint8_t> levels = TensorTable::levels_for(p);
+    std::vector<std::pair<int, uint8_t>> by_priority;
+    for (size_t i = 0; i < p.size(); ++i) by_priority.emplace_back(p[i], levels[i]);
+    std::sort(by_priority.begin(), by_priority.end());
+    std::set<uint8_t> used;
+    for (size_t i = 0; i < by_priority.size(); ++i) {
+      ASSERT_LT(by_priority[i].second, sched::kPriorityLevels);
+      if (i > 0) {
+        ASSERT_LE(by_priority[i - 1].second, by_priority[i].second) << distinct;
+      }
+      used.insert(by_priority[i].second);
+    }
+    EXPECT_EQ(by_priority.front().second, 0) << distinct;
+    EXPECT_EQ(by_priority.back().second, sched::kPriorityLevels - 1) << distinct;
+    // Even groups: every level is used.
+    EXPECT_EQ(used.size(), sched::kPriorityLevels) << distinct;
+  }
+}
+
+TEST(TensorTableResnet50, GeometryCoversEveryByteOnce) {
+  const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(read_model("resnet50"));
+  ASSERT_EQ(decls.size(), 161u);
+  std::vector<std::vector<float>> buffers;
+  TensorTable table;
+  for (const agg::TensorDecl& d : decls) {
+    buffers.emplace_back(d.elements);
+    table.declare(d.name, buffers.back());
+  }
+  table.freeze(2, kChunkBytes1500);
+  EXPECT_EQ(table.tensors(), 161u);
+  EXPECT_EQ(table.shards(), 2u);
+  EXPECT_EQ(table.chunk_bytes(), kChunkBytes1500);
+
+  // The same placement as any other node computes from the same declarations.
+  const agg::Placement other = agg::Placement::compute(table.declarations(), 2);
+  EXPECT_EQ(table.fingerprint(), other.fingerprint());
+
+  uint32_t next_key = 0;
+  std::set<uint32_t> shards;
+  uint8_t last_level = 0;
+  for (TensorId id = 0; id < table.tensors(); ++id) {
+    const TensorInfo& t = table.tensor(id);
+    EXPECT_EQ(t.first_key, next_key);
+    EXPECT_GE(t.level, last_level);  // declaration order = forward order
+    last_level = t.level;
+    uint64_t element = 0;
+    uint32_t chunk = 0;
+    for (const PartitionGeometry& p : table.partitions(id)) {
+      EXPECT_EQ(p.key, next_key++);
+      EXPECT_EQ(table.tensor_of_key(p.key), id);
+      EXPECT_EQ(p.first_element, element);
+      EXPECT_EQ(p.first_chunk, chunk);
+      EXPECT_EQ(p.chunks, (p.bytes() + kChunkBytes1500 - 1) / kChunkBytes1500);
+      EXPECT_EQ(table.placement().at(p.key).shard, p.shard);
+      EXPECT_EQ(table.placement().at(p.key).priority, t.level);
+      shards.insert(p.shard);
+      element += p.elements;
+      chunk += p.chunks;
+    }
+    EXPECT_EQ(element, t.params.size());
+    EXPECT_EQ(chunk, t.chunks);
+  }
+  EXPECT_EQ(next_key, table.placement().partitions().size());
+  EXPECT_FALSE(table.tensor_of_key(next_key).has_value());
+  EXPECT_EQ(shards.size(), 2u);
+  EXPECT_EQ(table.tensor(0).level, 0);
+  EXPECT_EQ(table.tensor(160).level, sched::kPriorityLevels - 1);
+}
+
+}  // namespace
+}  // namespace mercury::worker
