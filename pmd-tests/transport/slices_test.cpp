@@ -565,6 +565,60 @@ TEST(Slices, BothReceiversRouteByTypeAndSlicesNeedAPacketReceiver) {
   expect_no_mbuf_leak(link, "route");
 }
 
+struct RestartCounter final : PacketReceiver {
+  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte>,
+                 rte_mbuf*) override {
+    epochs.push_back(h.epoch);
+    return false;
+  }
+  void on_peer_restarted(uint16_t peer) override {
+    epochs.push_back(0);  // marks where the restart came in the sequence
+    ++restarts;
+    last_peer = peer;
+  }
+  std::vector<uint16_t> epochs;
+  uint32_t restarts = 0;
+  uint16_t last_peer = 0xffff;
+};
+
+// The sending side restarts (a new incarnation on the same port): the
+// PacketReceiver hears it once, before the new incarnation's first packet,
+// and packets from both incarnations are each delivered once.
+TEST(Slices, PacketReceiverHearsAPeerRestart) {
+  RingLink link("pktrst", 103, kMtu, faults(0, 11));
+  Messages msgs;
+  RestartCounter rx;
+  const auto& bytes = testing::random_pattern(4096, 12);
+  MessageMeta meta;
+  meta.type = wire::PacketType::kAggData;
+  const uint64_t now = rte_rdtsc();
+  Endpoint b(link.b(), endpoint_config(5, 1, {"a", RingLink::ip_a(103), 47100}), rx, now);
+  uint64_t done = 0;
+  auto count = [](void* n, const SendResult& r) {
+    if (r.ok()) ++*static_cast<uint64_t*>(n);
+  };
+  {
+    Endpoint a1(link.a(), endpoint_config(3, 0, {"b", RingLink::ip_b(103), 47101}), msgs, now);
+    ASSERT_EQ(a1.send_slice(0, bytes.data(), 1000, 0, 4000, 0, meta, {count, &done, 0}),
+              SubmitStatus::kQueued);
+    ASSERT_TRUE(run(
+        {&a1, &b}, [&] { return done == 1; }, 10));
+    settle({&a1, &b}, {&link});
+  }
+  EXPECT_EQ(rx.restarts, 0u);
+  Endpoint a2(link.a(), endpoint_config(4, 0, {"b", RingLink::ip_b(103), 47101}), msgs,
+              rte_rdtsc());
+  ASSERT_EQ(a2.send_slice(0, bytes.data() + 1000, 1000, 1000, 4000, 0, meta, {count, &done, 1}),
+            SubmitStatus::kQueued);
+  ASSERT_TRUE(run(
+      {&a2, &b}, [&] { return done == 2; }, 10));
+  settle({&a2, &b}, {&link});
+  EXPECT_EQ(rx.restarts, 1u);
+  EXPECT_EQ(rx.last_peer, 0u);
+  EXPECT_EQ(rx.epochs, (std::vector<uint16_t>{3, 0, 4}));
+  expect_no_mbuf_leak(link, "pktrst");
+}
+
 TEST(Slices, SendSliceRefusesInvalidArguments) {
   RingLink link("slinval", 101, kMtu, faults(0, 8));
   Messages msgs;
