@@ -53,7 +53,9 @@ Message* MessagePool::alloc() {
       msg->iteration = 0;
       msg->param_version = 0;
       msg->msg_id = 0;
+      msg->base_offset = 0;
       msg->cookie = 0;
+      msg->logical_len = 0;
       return msg;
     }
   }
