@@ -18,6 +18,9 @@
 // CPU 1), which it drives over a control socket (memif_link.h). The figure
 // is what the receiver got per second of its own clock, from its first burst
 // to its last; every frame memif accepted must arrive (checked each run).
+// tx_cpu and rx_cpu are the share of its core each side got; a run where
+// either is below --min_cpu_share (default 0.9) measured the scheduler more
+// than memif, and is reported under "memif_shared_cpu" instead of "memif".
 // Run (see benchmarks/README.md):
 //   build/benchmarks/net/memif_rate_bench --benchmark_repetitions=5
 //       --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true

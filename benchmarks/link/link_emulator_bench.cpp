@@ -17,7 +17,7 @@
 // <frame> is the frame length in bytes. Frames are not filled: the figure is
 // the per-frame cost of the stage, which a payload copy would only hide.
 // Both ends run on one core. Run with
-//   pmd_link_emulator_bench --benchmark_repetitions=7
+//   build/benchmarks/link/link_emulator_bench --benchmark_repetitions=7
 //       --benchmark_enable_random_interleaving=true
 // to interleave the variants; the table at the end gives medians, [min, max]
 // and the ratio of each variant to link/raw taken repetition by repetition.

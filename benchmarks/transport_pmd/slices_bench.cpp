@@ -14,7 +14,7 @@
 //
 // Variants are interleaved, 7 repetitions each; the figure is payload Gbit/s
 // (median, min, max). Not a test: no assertion on speed. Run:
-//   build/pmd-tests/transport/pmd_transport_slices_bench
+//   build/benchmarks/transport_pmd/slices_bench
 // The binary uses the PMD tests' EAL set-up (run_all_tests) and gtest's runner
 // only to start EAL once and report failures of the set-up itself.
 #include <gtest/gtest.h>
