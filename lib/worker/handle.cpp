@@ -97,13 +97,15 @@ void Handle::on_complete(std::function<void(const Handle&)> fn) const {
   }
 }
 
-bool Handle::complete() const { return finish(Status::kOk, {}); }
+bool Handle::complete() const noexcept { return finish(Status::kOk, {}); }
 
-bool Handle::fail(std::string_view message) const { return finish(Status::kFailed, message); }
+bool Handle::fail(std::string_view message) const noexcept {
+  return finish(Status::kFailed, message);
+}
 
 uint64_t Handle::extra_completions() const { return state_->extra.load(std::memory_order_relaxed); }
 
-bool Handle::finish(Status status, std::string_view message) const {
+bool Handle::finish(Status status, std::string_view message) const noexcept {
   State& s = *state_;
   if (s.claimed.exchange(1, std::memory_order_acq_rel) != 0) {
     s.extra.fetch_add(1, std::memory_order_relaxed);

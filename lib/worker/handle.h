@@ -15,8 +15,9 @@
 // thread if the handle is already complete, otherwise on the completing
 // thread (the net core), which is shared by every tensor of the process, so
 // a callback must be short and must not block, wait on another handle, or
-// throw (an exception escaping it terminates the process, as it would
-// escape the net core's loop).
+// throw: complete() and fail() are noexcept, so an exception escaping a
+// callback run there terminates the process (one run at once by
+// on_complete() propagates to its caller).
 //
 // Costs. Creating a handle allocates its state (trainer side). complete() /
 // fail() on the net core do not allocate, lock or throw: one release store,
@@ -73,10 +74,10 @@ class Handle {
   /// Completes successfully; runs the callbacks. Returns false (and counts
   /// it in extra_completions()) if the handle was already complete: a bug in
   /// the producer, asserted in debug builds.
-  bool complete() const;
+  bool complete() const noexcept;
   /// Completes with an error; `message` is copied (truncated to
   /// kMaxErrorBytes). Same exactly-once rule as complete().
-  bool fail(std::string_view message) const;
+  bool fail(std::string_view message) const noexcept;
 
   /// Completions attempted after the first (should be 0).
   [[nodiscard]] uint64_t extra_completions() const;
@@ -87,7 +88,7 @@ class Handle {
   struct State;
   struct CallbackNode;
   explicit Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
-  bool finish(Status status, std::string_view message) const;
+  bool finish(Status status, std::string_view message) const noexcept;
 
   std::shared_ptr<State> state_;
 };
