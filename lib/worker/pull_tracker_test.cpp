@@ -190,7 +190,7 @@ TEST(PullTrackerResnet50, EveryPullCompletesExactlyWhenItsLastChunkLands) {
   EXPECT_EQ(tracker.memory_bytes(), memory);
 }
 
-struct Small : ::testing::Test {
+struct PullTrackerSmall : ::testing::Test {
   // Two tensors on two shards with a tiny chunk, so that partitions have
   // several chunks and the last one is short: a = 1000 floats (4000 B),
   // b = 10 floats (40 B).
@@ -210,7 +210,7 @@ struct Small : ::testing::Test {
   }
 };
 
-TEST_F(Small, BadChunksAreCountedByReasonAndTouchNothing) {
+TEST_F(PullTrackerSmall, BadChunksAreCountedByReasonAndTouchNothing) {
   PullTracker tracker(table);
   const std::vector<float> before = a;
   std::vector<std::byte> payload(kChunk);
@@ -227,7 +227,7 @@ TEST_F(Small, BadChunksAreCountedByReasonAndTouchNothing) {
   EXPECT_EQ(tracker.arrived_st(0, 0), 0u);
 }
 
-TEST_F(Small, DestinationIsTheTrainerBufferOrEmptyForABadChunk) {
+TEST_F(PullTrackerSmall, DestinationIsTheTrainerBufferOrEmptyForABadChunk) {
   PullTracker tracker(table);
   const PartitionGeometry& p = part(0, 1);
   std::span<std::byte> d = tracker.destination_st(p.key, kChunk, kChunk);
@@ -246,7 +246,7 @@ TEST_F(Small, DestinationIsTheTrainerBufferOrEmptyForABadChunk) {
   EXPECT_EQ(c.destination_refused[static_cast<size_t>(ChunkVerdict::kUnknownKey)], 1u);
 }
 
-TEST_F(Small, VersionsPastTheWindowAreTooNew) {
+TEST_F(PullTrackerSmall, VersionsPastTheWindowAreTooNew) {
   PullTracker tracker(table, {.window = 2});
   const Chunk c = chunk(1, 0, 0, 2);
   EXPECT_EQ(tracker.deliver_st(c.key, c.offset, c.version, c.payload), ChunkVerdict::kTooNew);
@@ -257,7 +257,7 @@ TEST_F(Small, VersionsPastTheWindowAreTooNew) {
   EXPECT_EQ(tracker.awaited_st(1), 0u);  // version 0 is still awaited
 }
 
-TEST_F(Small, AnOlderVersionNeverOverwritesANewerOne) {
+TEST_F(PullTrackerSmall, AnOlderVersionNeverOverwritesANewerOne) {
   PullTracker tracker(table, {.window = 2});
   Handle v0;
   ASSERT_EQ(tracker.expect_st(1, 0, v0), ExpectResult::kWaiting);
@@ -272,7 +272,7 @@ TEST_F(Small, AnOlderVersionNeverOverwritesANewerOne) {
   EXPECT_EQ(tracker.awaited_st(1), 2u);
 }
 
-TEST_F(Small, ExpectResults) {
+TEST_F(PullTrackerSmall, ExpectResults) {
   PullTracker tracker(table, {.window = 2, .first_version = 5});
   Handle h;
   EXPECT_EQ(tracker.expect_st(0, 7, h), ExpectResult::kTooFar);
@@ -286,7 +286,7 @@ TEST_F(Small, ExpectResults) {
   EXPECT_TRUE(old.ok());
 }
 
-TEST_F(Small, WindowOfOneCompletesVersionsInTurn) {
+TEST_F(PullTrackerSmall, WindowOfOneCompletesVersionsInTurn) {
   PullTracker tracker(table, {.window = 1});
   for (uint32_t version = 0; version < 3; ++version) {
     Handle h;
@@ -298,7 +298,7 @@ TEST_F(Small, WindowOfOneCompletesVersionsInTurn) {
   }
 }
 
-TEST_F(Small, CallbackRunsOnCompletionWithTheBytesInPlace) {
+TEST_F(PullTrackerSmall, CallbackRunsOnCompletionWithTheBytesInPlace) {
   PullTracker tracker(table);
   Handle h;
   float seen = 0;
@@ -312,7 +312,7 @@ TEST_F(Small, CallbackRunsOnCompletionWithTheBytesInPlace) {
   EXPECT_EQ(seen, value_of(c.key, 9, 0));
 }
 
-TEST_F(Small, FailShardFailsOnlyTheTensorsItOwns) {
+TEST_F(PullTrackerSmall, FailShardFailsOnlyTheTensorsItOwns) {
   PullTracker tracker(table);
   Handle ha, hb;
   tracker.expect_st(0, 0, ha);
@@ -335,7 +335,7 @@ TEST_F(Small, FailShardFailsOnlyTheTensorsItOwns) {
   EXPECT_EQ(tracker.expect_st(0, 0, again), ExpectResult::kWaiting);
 }
 
-TEST_F(Small, TrackerNeedsAFrozenTableAndASaneWindow) {
+TEST_F(PullTrackerSmall, TrackerNeedsAFrozenTableAndASaneWindow) {
   TensorTable unfrozen;
   std::vector<float> x(4);
   unfrozen.declare("x", x);
@@ -345,7 +345,7 @@ TEST_F(Small, TrackerNeedsAFrozenTableAndASaneWindow) {
   EXPECT_THROW(PullTracker(table, {.window = 65}), UsageError);
 }
 
-TEST_F(Small, TrackersKeepWorkingAfterTheTrainerShutsDown) {
+TEST_F(PullTrackerSmall, TrackersKeepWorkingAfterTheTrainerShutsDown) {
   // The net core drains after shutdown; it must never throw.
   PullTracker pulls(table);
   PushTracker pushes(table);
@@ -362,7 +362,7 @@ TEST_F(Small, TrackersKeepWorkingAfterTheTrainerShutsDown) {
   EXPECT_EQ(pulls.fail_all_st("x"), 0u);
 }
 
-TEST_F(Small, PushCompletesWhenEveryPartitionIsSettled) {
+TEST_F(PullTrackerSmall, PushCompletesWhenEveryPartitionIsSettled) {
   PushTracker tracker(table);
   const auto parts = table.partitions(0);
   ASSERT_GT(parts.size(), 1u);
@@ -382,7 +382,7 @@ TEST_F(Small, PushCompletesWhenEveryPartitionIsSettled) {
   EXPECT_EQ(tracker.counters_st().pushes_completed, 1u);
 }
 
-TEST_F(Small, PushFailsWithTheFirstErrorOnceAllAreSettled) {
+TEST_F(PullTrackerSmall, PushFailsWithTheFirstErrorOnceAllAreSettled) {
   PushTracker tracker(table);
   const auto parts = table.partitions(0);
   Handle h;

@@ -37,13 +37,13 @@ std::string usage_error(Fn&& fn) {
   return "";
 }
 
-struct Fixture : ::testing::Test {
+struct TensorTableMisuse : ::testing::Test {
   std::vector<float> a = std::vector<float>(1000);
   std::vector<float> b = std::vector<float>(10);
   TensorTable table;
 };
 
-TEST_F(Fixture, DeclareReturnsDeclarationOrderAndDefaultsPriorityToIt) {
+TEST_F(TensorTableMisuse, DeclareReturnsDeclarationOrderAndDefaultsPriorityToIt) {
   EXPECT_EQ(table.declare("a", a), 0u);
   EXPECT_EQ(table.declare("b", b, 7), 1u);
   EXPECT_EQ(table.size(), 2u);
@@ -58,27 +58,27 @@ TEST(UsageErrorType, IsALogicError) {
   static_assert(std::is_base_of_v<std::logic_error, UsageError>);
 }
 
-TEST_F(Fixture, DuplicateNameIsRefused) {
+TEST_F(TensorTableMisuse, DuplicateNameIsRefused) {
   table.declare("conv1.weight", a);
   EXPECT_EQ(usage_error([&] { table.declare("conv1.weight", b); }),
             "declare: tensor 'conv1.weight' is already declared (id 0)");
 }
 
-TEST_F(Fixture, EmptyTensorIsRefused) {
+TEST_F(TensorTableMisuse, EmptyTensorIsRefused) {
   EXPECT_EQ(usage_error([&] { table.declare("bias", std::span<float>()); }),
             "declare: tensor 'bias' has no elements");
 }
 
-TEST_F(Fixture, EmptyNameIsRefused) {
+TEST_F(TensorTableMisuse, EmptyNameIsRefused) {
   EXPECT_EQ(usage_error([&] { table.declare("", a); }), "declare: a tensor needs a non-empty name");
 }
 
-TEST_F(Fixture, NegativePriorityIsRefused) {
+TEST_F(TensorTableMisuse, NegativePriorityIsRefused) {
   EXPECT_NE(usage_error([&] { table.declare("a", a, -2); }).find("tensor 'a' has priority -2"),
             std::string::npos);
 }
 
-TEST_F(Fixture, DeclareAfterFreezeIsRefused) {
+TEST_F(TensorTableMisuse, DeclareAfterFreezeIsRefused) {
   table.declare("a", a);
   table.freeze(2, kChunkBytes1500);
   EXPECT_NE(usage_error([&] {
@@ -87,7 +87,7 @@ TEST_F(Fixture, DeclareAfterFreezeIsRefused) {
             std::string::npos);
 }
 
-TEST_F(Fixture, FreezeMisuseIsRefused) {
+TEST_F(TensorTableMisuse, FreezeMisuseIsRefused) {
   EXPECT_EQ(usage_error([&] { table.freeze(2, kChunkBytes1500); }),
             "freeze: no tensor has been declared");
   table.declare("a", a);
@@ -102,7 +102,7 @@ TEST_F(Fixture, FreezeMisuseIsRefused) {
             "freeze: the tensors are already frozen");
 }
 
-TEST_F(Fixture, GeometryBeforeFreezeIsRefused) {
+TEST_F(TensorTableMisuse, GeometryBeforeFreezeIsRefused) {
   table.declare("a", a);
   EXPECT_EQ(usage_error([&] { (void)table.tensor(0); }),
             "tensor: tensors are not frozen yet (call freeze() first)");
@@ -110,7 +110,7 @@ TEST_F(Fixture, GeometryBeforeFreezeIsRefused) {
             "push: tensors are not frozen yet (call freeze() first)");
 }
 
-TEST_F(Fixture, UnknownIdIsRefused) {
+TEST_F(TensorTableMisuse, UnknownIdIsRefused) {
   table.declare("a", a);
   table.freeze(1, kChunkBytes1500);
   EXPECT_EQ(usage_error([&] { (void)table.tensor(5); }),
@@ -121,7 +121,7 @@ TEST_F(Fixture, UnknownIdIsRefused) {
             "find: no tensor is declared as 'nope'");
 }
 
-TEST_F(Fixture, WrongSizeSpanIsRefused) {
+TEST_F(TensorTableMisuse, WrongSizeSpanIsRefused) {
   table.declare("a", a);
   table.freeze(1, kChunkBytes1500);
   EXPECT_EQ(usage_error([&] { table.check_push(0, b); }),
@@ -132,7 +132,7 @@ TEST_F(Fixture, WrongSizeSpanIsRefused) {
   table.check_pull(0, a);
 }
 
-TEST_F(Fixture, EveryCallAfterShutdownIsRefused) {
+TEST_F(TensorTableMisuse, EveryCallAfterShutdownIsRefused) {
   table.declare("a", a);
   table.freeze(1, kChunkBytes1500);
   table.shutdown();
