@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <oneapi/tbb/parallel_for.h>
+
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <random>
 #include <set>
@@ -223,6 +226,46 @@ TEST(TensorTableResnet50, GeometryCoversEveryByteOnce) {
   EXPECT_EQ(shards.size(), 2u);
   EXPECT_EQ(table.tensor(0).level, 0);
   EXPECT_EQ(table.tensor(160).level, sched::kPriorityLevels - 1);
+}
+
+// Many trainer threads declare at once, then read and misuse the frozen
+// table at once: every tensor gets one id, the default priority is the id,
+// and the readers answer (or throw) consistently without locks.
+std::string name_of(int i) {
+  std::string name = std::to_string(i);
+  name.insert(0, 1, 't');  // not "t" + ...: GCC 12 warns falsely (-Wrestrict) on that
+  return name;
+}
+
+TEST(TensorTableConcurrency, ManyThreadsDeclareThenReadAtOnce) {
+  constexpr int kTensors = 512;
+  std::vector<std::vector<float>> buffers(kTensors);
+  for (int i = 0; i < kTensors; ++i) buffers[static_cast<size_t>(i)].resize(1 + i % 300);
+  TensorTable table;
+  std::vector<TensorId> ids(kTensors);
+  tbb::parallel_for(0, kTensors, [&](int i) {
+    ids[static_cast<size_t>(i)] = table.declare(name_of(i), buffers[static_cast<size_t>(i)]);
+  });
+  std::vector<TensorId> sorted = ids;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < kTensors; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], TensorId(i));
+  table.freeze(3, kChunkBytes1500);
+  std::atomic<int> refused{0};
+  tbb::parallel_for(0, kTensors * 8, [&](int j) {
+    const int i = j % kTensors;
+    const TensorId id = ids[static_cast<size_t>(i)];
+    const TensorInfo& t = table.tensor(id);
+    EXPECT_EQ(t.priority, static_cast<int>(id));
+    EXPECT_EQ(t.params.data(), buffers[static_cast<size_t>(i)].data());
+    EXPECT_EQ(table.find(name_of(i)), id);
+    table.check_push(id, buffers[static_cast<size_t>(i)]);
+    try {
+      table.check_pull(id, std::span<const float>(buffers[static_cast<size_t>(i)]).first(0));
+    } catch (const UsageError&) {
+      refused.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
+  EXPECT_EQ(refused.load(), kTensors * 8);
 }
 
 }  // namespace
