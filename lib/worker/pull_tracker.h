@@ -41,7 +41,7 @@
 // version, clearing that version's bitmap (chunks / 64 words) and completing
 // the Handle (its callbacks run here). Memory, bounded by the table and the
 // configuration, never by traffic: window x ceil(chunks / 64) x 8 B of
-// bitmaps per tensor, window x (4 B count + 16 B handle) per tensor, 24 B per
+// bitmaps per tensor, window x (4 B count + 24 B optional Handle) + 32 B per tensor, 24 B per
 // partition. ResNet-50 at MTU 1500 with window 2: about 20 KB of bitmaps.
 #pragma once
 
