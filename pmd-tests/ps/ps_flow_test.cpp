@@ -1,0 +1,306 @@
+// The parameter server's data flow of ARCHITECTURE.md section 1, end to end
+// over real ports, from the parts that exist: 4 workers push every partition
+// of a real model's gradients through their transport endpoints; the server's
+// endpoints hand each packet (one chunk) to the owning shard's ChunkTable,
+// which holds the mbufs until all 4 contributions of that chunk are in, reduces
+// them in rank order and emits the update at once; the update goes back to
+// every worker as a slice of its partition, from one buffer, at the tensor's
+// level; each worker's PullTracker places it and completes the tensor's pull
+// when its last chunk lands. Checked bit for bit against a rank-order
+// reference, with and without loss, reordering and duplication, for several
+// BSP rounds. One thread polls everything (the lcore layout is lib/server's,
+// not built yet).
+#include <gtest/gtest.h>
+#include <rte_cycles.h>
+#include <rte_mbuf.h>
+
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "agg/chunk_table.h"
+#include "agg/placement.h"
+#include "agg/sync_policy.h"
+#include "fixture.h"
+#include "net/frame.h"
+#include "pmd_env.h"
+#include "transport/endpoint.h"
+#include "worker/handle.h"
+#include "worker/pull_tracker.h"
+#include "worker/tensor_table.h"
+
+namespace mercury {
+namespace {
+
+using transport::Endpoint;
+using transport::EndpointConfig;
+using transport::PeerSpec;
+using transport::testing::RingLink;
+
+constexpr uint32_t kWorkers = 4;
+constexpr uint32_t kShards = 2;
+constexpr uint32_t kMtu = 1500;
+const uint32_t kChunk = net::payload_per_packet(kMtu);
+
+std::string read_model(const char* name) {
+  std::ifstream in(std::string(MERCURY_MODELS_DIR) + "/" + name);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id, const PeerSpec& peer) {
+  EndpointConfig c;
+  c.transport.tsc_hz = rte_get_tsc_hz();
+  c.transport.window_packets = 128;
+  c.transport.peer_timeout_us = 10'000'000;
+  c.local_epoch = epoch;
+  c.sender_id = sender_id;
+  // Every chunk update is one slice to each worker: many descriptors in flight.
+  c.max_messages = 1 << 16;
+  c.ingress_capacity = 1 << 16;
+  c.peers = {peer};
+  return c;
+}
+
+// A worker: its parameters, this round's gradient, its tensor table and pull
+// tracker, and its endpoint towards the server.
+struct Worker final : transport::PacketReceiver {
+  std::vector<std::vector<float>> params;
+  std::vector<std::vector<float>> grads;
+  worker::TensorTable table;
+  std::unique_ptr<worker::PullTracker> tracker;
+  std::vector<worker::Handle> pulls;
+  std::unique_ptr<Endpoint> endpoint;
+  uint64_t delivered = 0;
+
+  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
+                 rte_mbuf*) override {
+    const worker::ChunkVerdict v =
+        tracker->deliver_st(h.tensor_key, h.offset, h.param_version, payload);
+    if (v == worker::ChunkVerdict::kPlaced) ++delivered;
+    return false;  // the endpoint frees the mbuf: the payload was copied
+  }
+};
+
+// The server: one endpoint per worker link (rank = link index), the shards'
+// chunk tables, and the fan-out of every update to every worker.
+struct Server final : agg::ChunkSink {
+  struct RankReceiver final : transport::PacketReceiver {
+    Server* server = nullptr;
+    uint16_t rank = 0;
+    bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
+                   rte_mbuf* mbuf) override {
+      return server->contribute(rank, h, payload, mbuf);
+    }
+  };
+  explicit Server(agg::Placement p) : placement(std::move(p)) {}
+
+  agg::Placement placement;
+  std::vector<std::unique_ptr<agg::ChunkTable>> shards;
+  std::array<RankReceiver, kWorkers> receivers;
+  std::vector<std::unique_ptr<Endpoint>> endpoints;  // index = rank
+  std::vector<uint8_t> level;                        // per key
+  uint64_t refused = 0, submit_failed = 0, updates = 0;
+
+  bool contribute(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
+                  rte_mbuf* mbuf) {
+    const uint32_t shard = placement.at(h.tensor_key).shard;
+    const agg::Outcome o = shards[shard]->contribute(
+        agg::Contribution{h.tensor_key, h.offset, h.iteration, rank, payload.data(),
+                          static_cast<uint32_t>(payload.size()), mbuf});
+    if (!agg::taken(o)) ++refused;
+    return agg::taken(o);  // taken: the table holds the mbuf until release()
+  }
+  void release(void* const* tokens, uint32_t count) override {
+    for (uint32_t i = 0; i < count; ++i) rte_pktmbuf_free(static_cast<rte_mbuf*>(tokens[i]));
+  }
+  void on_update(const agg::Update& u) override {
+    ++updates;
+    transport::MessageMeta meta;
+    meta.type = wire::PacketType::kAggData;
+    meta.dtype = wire::Dtype::kFloat32;
+    meta.tensor_key = u.key;
+    meta.param_version = u.version;
+    const auto logical = static_cast<uint32_t>(placement.at(u.key).bytes());
+    // One payload (the shard's parameter memory), one slice per worker. In
+    // BSP the chunk cannot change before every worker has it (its next
+    // update needs every worker's next gradient), so the bytes stay valid
+    // for retransmissions.
+    for (auto& ep : endpoints) {
+      if (ep->send_slice(0, u.data, u.bytes, u.offset, logical, level[u.key], meta, {}) !=
+          transport::SubmitStatus::kQueued) {
+        ++submit_failed;
+      }
+    }
+  }
+};
+
+// Polls every endpoint until `done` or `limit_s` seconds; false on time out.
+template <typename Done>
+bool poll_until(const std::vector<Endpoint*>& eps, Done done, double limit_s) {
+  const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
+  for (;;) {
+    const uint64_t now = rte_rdtsc();
+    for (Endpoint* e : eps) e->poll_st(now);
+    if (done()) return true;
+    if (now > deadline) return false;
+  }
+}
+
+void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* model) {
+  const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(read_model(model));
+  std::vector<std::unique_ptr<RingLink>> links;
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    net::LinkParams p = impair;
+    p.seed = impair.seed + w;
+    // Ring and port names are process-wide and outlive a closed port: one set per run.
+    static int run = 0;
+    links.push_back(std::make_unique<RingLink>("ps" + std::to_string(run++),
+                                               static_cast<uint8_t>(60 + w), kMtu, p, 8191));
+  }
+
+  // Workers declare the model (each its own parameter buffers) and freeze.
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::mt19937 rng(7);
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    auto wk = std::make_unique<Worker>();
+    wk->params.resize(decls.size());
+    wk->grads.resize(decls.size());
+    for (size_t t = 0; t < decls.size(); ++t) {
+      wk->params[t].assign(decls[t].elements, 0.0f);
+      wk->grads[t].resize(decls[t].elements);
+      wk->table.declare(decls[t].name, wk->params[t], decls[t].priority);
+    }
+    wk->table.freeze(kShards, kChunk);
+    worker::PullTrackerConfig tc;
+    tc.first_version = 1;  // no initial parameters here: the first update is version 1
+    wk->tracker = std::make_unique<worker::PullTracker>(wk->table, tc);
+    workers.push_back(std::move(wk));
+  }
+
+  // The server places the same declarations: the same partitions and keys.
+  Server server(agg::Placement::compute(workers[0]->table.declarations(), kShards));
+  ASSERT_EQ(server.placement.fingerprint(), workers[0]->table.fingerprint());
+  server.level.resize(server.placement.partitions().size());
+  for (const agg::Partition& p : server.placement.partitions()) server.level[p.key] = p.priority;
+  for (uint32_t s = 0; s < kShards; ++s) {
+    agg::ShardConfig sc;
+    sc.shard = s;
+    sc.workers = kWorkers;
+    sc.chunk_bytes = kChunk;
+    sc.optimizer.kind = agg::OptimizerKind::kSumOnly;
+    server.shards.push_back(
+        std::make_unique<agg::ChunkTable>(server.placement, sc, agg::make_bsp(), server));
+  }
+  const uint64_t now0 = rte_rdtsc();
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    const auto net = static_cast<uint8_t>(60 + w);
+    server.receivers[w].server = &server;
+    server.receivers[w].rank = static_cast<uint16_t>(w);
+    server.endpoints.push_back(std::make_unique<Endpoint>(
+        links[w]->a(), endpoint_config(3, 0, {"w" + std::to_string(w), RingLink::ip_b(net), 47101}),
+        server.receivers[w], now0));
+    workers[w]->endpoint = std::make_unique<Endpoint>(
+        links[w]->b(),
+        endpoint_config(5, static_cast<uint16_t>(w + 1), {"ps", RingLink::ip_a(net), 47100}),
+        *workers[w], now0);
+  }
+  std::vector<Endpoint*> all;
+  for (auto& e : server.endpoints) all.push_back(e.get());
+  for (auto& w : workers) all.push_back(w->endpoint.get());
+
+  for (uint32_t round = 0; round < rounds; ++round) {
+    // Each worker's gradient for this round, and the rank-order reference.
+    std::vector<std::vector<float>> expect(decls.size());
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (size_t t = 0; t < decls.size(); ++t) {
+      for (auto& w : workers) {
+        for (float& g : w->grads[t]) g = dist(rng);
+      }
+      expect[t].resize(decls[t].elements);
+      for (uint64_t i = 0; i < decls[t].elements; ++i) {
+        float s = workers[0]->grads[t][i];
+        for (uint32_t r = 1; r < kWorkers; ++r) s = s + workers[r]->grads[t][i];
+        expect[t][i] = s * (1.0f / kWorkers);  // agg's g = (((c0 + c1) + c2) + c3) * (1/n)
+      }
+    }
+    // Register the pulls of version round + 1, then push every partition.
+    for (auto& w : workers) {
+      // One Handle per tensor: a copied Handle shares its state.
+      w->pulls.clear();
+      for (size_t t = 0; t < decls.size(); ++t) w->pulls.emplace_back();
+      for (size_t t = 0; t < decls.size(); ++t) {
+        ASSERT_EQ(w->tracker->expect_st(static_cast<worker::TensorId>(t), round + 1, w->pulls[t]),
+                  worker::ExpectResult::kWaiting);
+      }
+      for (const agg::Partition& p : server.placement.partitions()) {
+        transport::MessageMeta meta;
+        meta.type = wire::PacketType::kData;
+        meta.dtype = wire::Dtype::kFloat32;
+        meta.tensor_key = p.key;
+        meta.iteration = round;
+        const auto* data =
+            reinterpret_cast<const std::byte*>(w->grads[p.tensor].data() + p.first_element);
+        ASSERT_EQ(
+            w->endpoint->send(0, data, static_cast<uint32_t>(p.bytes()), p.priority, meta, {}),
+            transport::SubmitStatus::kQueued);
+      }
+    }
+    const bool done = poll_until(
+        all,
+        [&] {
+          for (auto& w : workers) {
+            for (const worker::Handle& h : w->pulls) {
+              if (!h.ready()) return false;
+            }
+          }
+          return true;
+        },
+        60.0);
+    ASSERT_TRUE(done) << "round " << round << ": not every pull completed; server refused "
+                      << server.refused << ", updates " << server.updates;
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      for (size_t t = 0; t < decls.size(); ++t) {
+        ASSERT_TRUE(workers[w]->pulls[t].ok()) << workers[w]->pulls[t].error();
+        size_t bad = 0;
+        while (bad < expect[t].size() &&
+               std::memcmp(&workers[w]->params[t][bad], &expect[t][bad], sizeof(float)) == 0) {
+          ++bad;
+        }
+        ASSERT_EQ(bad, expect[t].size())
+            << "worker " << w << " tensor " << t << " " << decls[t].name << " (" << expect[t].size()
+            << " elements) round " << round << ": element " << bad << " is "
+            << workers[w]->params[t][bad] << ", expected " << expect[t][bad];
+      }
+    }
+  }
+  EXPECT_EQ(server.submit_failed, 0u);
+  uint64_t chunks = 0;
+  for (const agg::Partition& p : server.placement.partitions()) {
+    chunks += (p.bytes() + kChunk - 1) / kChunk;
+  }
+  EXPECT_EQ(server.updates, chunks * rounds);  // every chunk updated once per round
+  for (auto& s : server.shards) EXPECT_EQ(s->held(), 0u);
+  for (auto& w : workers) EXPECT_EQ(w->delivered, chunks * rounds);
+}
+
+TEST(PsFlow, MobileNetV2ThreeRoundsExactWithoutFaults) { run_rounds({}, 3, "mobilenet_v2.txt"); }
+
+TEST(PsFlow, ResNet50OneRoundExact) { run_rounds({}, 1, "resnet50.txt"); }
+
+TEST(PsFlow, MobileNetV2TwoRoundsExactUnderLossReorderDuplication) {
+  net::LinkParams p;
+  p.loss = 0.02;
+  p.reorder = 0.05;
+  p.duplicate = 0.02;
+  p.seed = 11;
+  run_rounds(p, 2, "mobilenet_v2.txt");
+}
+
+}  // namespace
+}  // namespace mercury
+
+int main(int argc, char** argv) { return mercury::pmdtest::run_all_tests(argc, argv, {}); }
