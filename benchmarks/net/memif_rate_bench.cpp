@@ -189,9 +189,9 @@ uint64_t send_stack(benchmark::State& state, Sender& s, net::Interface& a, size_
 
 // A failed run ends the whole benchmark with an exception (main reports it,
 // stops the receiver and EAL) rather than SkipWithError: Google Benchmark
-// 1.7.1 aborts when a skipped repetition and a completed one of the same
-// benchmark ran different iteration counts (its issue #1406), and a run that
-// loses frames or the receiver is a fault to look at, not a figure.
+// 1.7.1 aborts in its statistics when a skipped repetition ran a different
+// iteration count than the others (fixed upstream by its PR #2199), and a
+// run that loses frames or the receiver is a fault to look at, not a figure.
 void run(benchmark::State& state, Variant v) {
   Sender& s = *g_sender;
   const size_t frame = frame_len(state.range(0), v != Variant::kRaw);
