@@ -25,8 +25,9 @@ namespace mercury::bench::memif {
 namespace {
 
 constexpr uint16_t kBurst = 32;
-// Bursts between two looks at the control socket: one non-blocking recv per
-// 256 bursts costs the datapath well under 1%.
+// Bursts between two looks at the control socket: one non-blocking recv
+// (about 1 us) per 256 bursts of 32 frames is well under 1% of a loaded
+// receiver's time.
 constexpr int kCommandPollBursts = 256;
 // No command for this long, idle or counting: the sender is gone or hung, so
 // the receiver leaves (its parent's death kills it sooner, via PDEATHSIG).
