@@ -20,16 +20,15 @@
 #include <sstream>
 #include <vector>
 
-#include "agg/chunk_table.h"
 #include "agg/placement.h"
-#include "agg/sync_policy.h"
 #include "fixture.h"
 #include "net/frame.h"
 #include "pmd_env.h"
+#include "server/server_node.h"
 #include "transport/endpoint.h"
 #include "worker/handle.h"
-#include "worker/pull_tracker.h"
 #include "worker/tensor_table.h"
+#include "worker/worker_node.h"
 
 namespace mercury {
 namespace {
@@ -65,86 +64,25 @@ EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id, const PeerSpe
   return c;
 }
 
-// A worker: its parameters, this round's gradient, its tensor table and pull
-// tracker, and its endpoint towards the server.
-struct Worker final : transport::PacketReceiver {
+// A worker: its parameters, this round's gradient, its tensor table and its
+// network side (endpoint + pull tracker).
+struct Worker {
   std::vector<std::vector<float>> params;
   std::vector<std::vector<float>> grads;
   worker::TensorTable table;
-  std::unique_ptr<worker::PullTracker> tracker;
+  std::unique_ptr<worker::WorkerNode> node;
   std::vector<worker::Handle> pulls;
-  std::unique_ptr<Endpoint> endpoint;
-  uint64_t delivered = 0;
-
-  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf*) override {
-    const worker::ChunkVerdict v =
-        tracker->deliver_st(h.tensor_key, h.offset, h.param_version, payload);
-    if (v == worker::ChunkVerdict::kPlaced) ++delivered;
-    return false;  // the endpoint frees the mbuf: the payload was copied
-  }
 };
 
-// The server: one endpoint per worker link (rank = link index), the shards'
-// chunk tables, and the fan-out of every update to every worker.
-struct Server final : agg::ChunkSink {
-  struct RankReceiver final : transport::PacketReceiver {
-    Server* server = nullptr;
-    uint16_t rank = 0;
-    bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                   rte_mbuf* mbuf) override {
-      return server->contribute(rank, h, payload, mbuf);
-    }
-  };
-  explicit Server(agg::Placement p) : placement(std::move(p)) {}
-
-  agg::Placement placement;
-  std::vector<std::unique_ptr<agg::ChunkTable>> shards;
-  std::array<RankReceiver, kWorkers> receivers;
-  std::vector<std::unique_ptr<Endpoint>> endpoints;  // index = rank
-  std::vector<uint8_t> level;                        // per key
-  uint64_t refused = 0, submit_failed = 0, updates = 0;
-
-  bool contribute(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                  rte_mbuf* mbuf) {
-    const uint32_t shard = placement.at(h.tensor_key).shard;
-    const agg::Outcome o = shards[shard]->contribute(
-        agg::Contribution{h.tensor_key, h.offset, h.iteration, rank, payload.data(),
-                          static_cast<uint32_t>(payload.size()), mbuf});
-    if (!agg::taken(o)) ++refused;
-    return agg::taken(o);  // taken: the table holds the mbuf until release()
-  }
-  void release(void* const* tokens, uint32_t count) override {
-    for (uint32_t i = 0; i < count; ++i) rte_pktmbuf_free(static_cast<rte_mbuf*>(tokens[i]));
-  }
-  void on_update(const agg::Update& u) override {
-    ++updates;
-    transport::MessageMeta meta;
-    meta.type = wire::PacketType::kAggData;
-    meta.dtype = wire::Dtype::kFloat32;
-    meta.tensor_key = u.key;
-    meta.param_version = u.version;
-    const auto logical = static_cast<uint32_t>(placement.at(u.key).bytes());
-    // One payload (the shard's parameter memory), one slice per worker. In
-    // BSP the chunk cannot change before every worker has it (its next
-    // update needs every worker's next gradient), so the bytes stay valid
-    // for retransmissions.
-    for (auto& ep : endpoints) {
-      if (ep->send_slice(0, u.data, u.bytes, u.offset, logical, level[u.key], meta, {}) !=
-          transport::SubmitStatus::kQueued) {
-        ++submit_failed;
-      }
-    }
-  }
-};
-
-// Polls every endpoint until `done` or `limit_s` seconds; false on time out.
+// Polls every node until `done` or `limit_s` seconds; false on time out.
 template <typename Done>
-bool poll_until(const std::vector<Endpoint*>& eps, Done done, double limit_s) {
+bool poll_until(server::ServerNode& server, std::vector<std::unique_ptr<Worker>>& workers,
+                Done done, double limit_s) {
   const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
   for (;;) {
     const uint64_t now = rte_rdtsc();
-    for (Endpoint* e : eps) e->poll_st(now);
+    server.poll_st(now);
+    for (auto& w : workers) w->node->poll_st(now);
     if (done()) return true;
     if (now > deadline) return false;
   }
@@ -175,42 +113,34 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
       wk->table.declare(decls[t].name, wk->params[t], decls[t].priority);
     }
     wk->table.freeze(kShards, kChunk);
-    worker::PullTrackerConfig tc;
-    tc.first_version = 1;  // no initial parameters here: the first update is version 1
-    wk->tracker = std::make_unique<worker::PullTracker>(wk->table, tc);
     workers.push_back(std::move(wk));
   }
 
   // The server places the same declarations: the same partitions and keys.
-  Server server(agg::Placement::compute(workers[0]->table.declarations(), kShards));
-  ASSERT_EQ(server.placement.fingerprint(), workers[0]->table.fingerprint());
-  server.level.resize(server.placement.partitions().size());
-  for (const agg::Partition& p : server.placement.partitions()) server.level[p.key] = p.priority;
-  for (uint32_t s = 0; s < kShards; ++s) {
-    agg::ShardConfig sc;
-    sc.shard = s;
-    sc.workers = kWorkers;
-    sc.chunk_bytes = kChunk;
-    sc.optimizer.kind = agg::OptimizerKind::kSumOnly;
-    server.shards.push_back(
-        std::make_unique<agg::ChunkTable>(server.placement, sc, agg::make_bsp(), server));
-  }
+  const agg::Placement placement =
+      agg::Placement::compute(workers[0]->table.declarations(), kShards);
+  ASSERT_EQ(placement.fingerprint(), workers[0]->table.fingerprint());
   const uint64_t now0 = rte_rdtsc();
+  std::vector<server::WorkerLink> wlinks;
   for (uint32_t w = 0; w < kWorkers; ++w) {
     const auto net = static_cast<uint8_t>(60 + w);
-    server.receivers[w].server = &server;
-    server.receivers[w].rank = static_cast<uint16_t>(w);
-    server.endpoints.push_back(std::make_unique<Endpoint>(
-        links[w]->a(), endpoint_config(3, 0, {"w" + std::to_string(w), RingLink::ip_b(net), 47101}),
-        server.receivers[w], now0));
-    workers[w]->endpoint = std::make_unique<Endpoint>(
-        links[w]->b(),
-        endpoint_config(5, static_cast<uint16_t>(w + 1), {"ps", RingLink::ip_a(net), 47100}),
-        *workers[w], now0);
+    wlinks.push_back({&links[w]->a(), {"w" + std::to_string(w), RingLink::ip_b(net), 47101}});
   }
-  std::vector<Endpoint*> all;
-  for (auto& e : server.endpoints) all.push_back(e.get());
-  for (auto& w : workers) all.push_back(w->endpoint.get());
+  server::ServerNodeConfig sc;
+  sc.chunk_bytes = kChunk;
+  sc.optimizer.kind = agg::OptimizerKind::kSumOnly;
+  sc.shard_ids = {0, 1};
+  sc.endpoint = endpoint_config(3, 0, {});
+  server::ServerNode server(placement, wlinks, sc, now0);
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    const auto net = static_cast<uint8_t>(60 + w);
+    worker::WorkerNodeConfig wc;
+    wc.endpoint =
+        endpoint_config(5, static_cast<uint16_t>(w + 1), {"ps", RingLink::ip_a(net), 47100});
+    wc.pulls.first_version = 1;  // no initial parameters here: the first update is version 1
+    workers[w]->node =
+        std::make_unique<worker::WorkerNode>(workers[w]->table, links[w]->b(), wc, now0);
+  }
 
   for (uint32_t round = 0; round < rounds; ++round) {
     // Each worker's gradient for this round, and the rank-order reference.
@@ -233,24 +163,16 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
       w->pulls.clear();
       for (size_t t = 0; t < decls.size(); ++t) w->pulls.emplace_back();
       for (size_t t = 0; t < decls.size(); ++t) {
-        ASSERT_EQ(w->tracker->expect_st(static_cast<worker::TensorId>(t), round + 1, w->pulls[t]),
-                  worker::ExpectResult::kWaiting);
-      }
-      for (const agg::Partition& p : server.placement.partitions()) {
-        transport::MessageMeta meta;
-        meta.type = wire::PacketType::kData;
-        meta.dtype = wire::Dtype::kFloat32;
-        meta.tensor_key = p.key;
-        meta.iteration = round;
-        const auto* data =
-            reinterpret_cast<const std::byte*>(w->grads[p.tensor].data() + p.first_element);
         ASSERT_EQ(
-            w->endpoint->send(0, data, static_cast<uint32_t>(p.bytes()), p.priority, meta, {}),
-            transport::SubmitStatus::kQueued);
+            w->node->tracker().expect_st(static_cast<worker::TensorId>(t), round + 1, w->pulls[t]),
+            worker::ExpectResult::kWaiting);
+      }
+      for (size_t t = 0; t < decls.size(); ++t) {
+        ASSERT_EQ(w->node->push(static_cast<worker::TensorId>(t), w->grads[t], round), 0u);
       }
     }
     const bool done = poll_until(
-        all,
+        server, workers,
         [&] {
           for (auto& w : workers) {
             for (const worker::Handle& h : w->pulls) {
@@ -261,7 +183,8 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
         },
         60.0);
     ASSERT_TRUE(done) << "round " << round << ": not every pull completed; server refused "
-                      << server.refused << ", updates " << server.updates;
+                      << server.counters_st().shards.refused << ", updates "
+                      << server.counters_st().shards.updates;
     for (uint32_t w = 0; w < kWorkers; ++w) {
       for (size_t t = 0; t < decls.size(); ++t) {
         ASSERT_TRUE(workers[w]->pulls[t].ok()) << workers[w]->pulls[t].error();
@@ -277,14 +200,19 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
       }
     }
   }
-  EXPECT_EQ(server.submit_failed, 0u);
+  const server::ServerCounters c = server.counters_st();
+  EXPECT_EQ(c.shards.fanout_refused, 0u);
+  EXPECT_EQ(c.shards.refused, 0u);
+  EXPECT_EQ(c.not_ours, 0u);
   uint64_t chunks = 0;
-  for (const agg::Partition& p : server.placement.partitions()) {
+  for (const agg::Partition& p : placement.partitions())
     chunks += (p.bytes() + kChunk - 1) / kChunk;
+  EXPECT_EQ(c.shards.updates, chunks * rounds);  // every chunk updated once per round
+  for (uint32_t s = 0; s < kShards; ++s) EXPECT_EQ(server.shard(s)->table().held(), 0u);
+  for (auto& w : workers) {
+    EXPECT_EQ(w->node->tracker().counters_st().count(worker::ChunkVerdict::kPlaced),
+              chunks * rounds);
   }
-  EXPECT_EQ(server.updates, chunks * rounds);  // every chunk updated once per round
-  for (auto& s : server.shards) EXPECT_EQ(s->held(), 0u);
-  for (auto& w : workers) EXPECT_EQ(w->delivered, chunks * rounds);
 }
 
 TEST(PsFlow, MobileNetV2ThreeRoundsExactWithoutFaults) { run_rounds({}, 3, "mobilenet_v2.txt"); }

@@ -1,0 +1,76 @@
+// One shard of a parameter server: the chunk table of the partitions it owns
+// (lib/agg) and the fan-out of every updated chunk to every worker.
+//
+// contribute_st() takes one worker's packet (one chunk of one partition, as
+// the transport accepted it) and gives it to the ChunkTable, which holds the
+// mbuf until the chunk has every worker's contribution, then reduces them in
+// rank order, applies the optimizer and calls back on_update(): the shard
+// then submits the updated chunk to every worker as a slice of its partition
+// (Endpoint::send_slice: one payload, the shard's parameter memory, N
+// headers), at the partition's priority level. The mbufs go back to their
+// pool as soon as the update is applied.
+//
+// Threads: a Shard belongs to one lcore (the server's net core when shards
+// run inline, or its own shard core fed by a ring); contribute_st() runs
+// there. The endpoints it sends through may belong to other lcores:
+// send_slice() is lock-free from any thread. Construction is control path
+// (allocates, may throw). Costs: see agg::ChunkTable; the fan-out is one
+// descriptor submission per worker per chunk update.
+//
+// BSP keeps the update's bytes valid for its retransmissions: a chunk's next
+// update needs every worker's next gradient, which no worker sends before it
+// has received this update (docs/server.md). Asynchronous policies will need
+// a copy per in-flight version.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "agg/chunk_table.h"
+#include "agg/placement.h"
+#include "transport/endpoint.h"
+
+namespace mercury::server {
+
+/// Where a worker's updates go: its endpoint and the peer index there.
+struct FanOut {
+  transport::Endpoint* endpoint = nullptr;
+  uint16_t peer = 0;
+};
+
+struct ShardCounters {
+  uint64_t contributions = 0;   ///< packets the table took
+  uint64_t refused = 0;         ///< packets the table refused (by reason in table().counters())
+  uint64_t updates = 0;         ///< chunk updates fanned out
+  uint64_t fanout_refused = 0;  ///< slices the endpoint did not queue (must stay 0 when sized)
+};
+
+class Shard final : public agg::ChunkSink {
+ public:
+  /// `placement` must outlive the shard. `fanout[r]` is worker rank r.
+  Shard(const agg::Placement& placement, const agg::ShardConfig& config,
+        std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout);
+
+  /// One chunk of worker `rank`'s gradient. True when the table took the
+  /// mbuf (it frees it later); false leaves the mbuf with the caller.
+  bool contribute_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
+                     rte_mbuf* mbuf);
+
+  [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
+  [[nodiscard]] const ShardCounters& counters() const { return counters_; }
+
+  // agg::ChunkSink, called from inside contribute_st().
+  void on_update(const agg::Update& u) override;
+  void release(void* const* tokens, uint32_t count) override;
+
+ private:
+  const agg::Placement& placement_;
+  std::vector<FanOut> fanout_;
+  ShardCounters counters_;
+  std::unique_ptr<agg::ChunkTable> table_;  // last: its destructor releases through this sink
+};
+
+}  // namespace mercury::server

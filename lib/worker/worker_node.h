@@ -1,0 +1,68 @@
+// The worker's network side: its transport endpoint towards the server(s),
+// the push of a tensor's gradient partition by partition, and the delivery of
+// aggregated chunks into the PullTracker (which writes them into the
+// trainer's buffers and completes pulls).
+//
+// Threads: push() may be called from any thread (Endpoint::send is
+// lock-free); poll_st() and tracker() belong to the net core. This version
+// is driven by its caller's loop: the net core on its own EAL thread, the
+// public Worker API and the C ABI come next (docs/worker.md).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "net/interface.h"
+#include "transport/endpoint.h"
+#include "worker/pull_tracker.h"
+#include "worker/tensor_table.h"
+
+namespace mercury::worker {
+
+struct WorkerNodeConfig {
+  transport::EndpointConfig endpoint;  ///< its peers are the servers
+  std::vector<uint16_t> shard_peer;    ///< global shard id -> server peer index; empty: all 0
+  PullTrackerConfig pulls;
+};
+
+struct WorkerNodeCounters {
+  uint64_t chunks_received = 0;    ///< aggregated chunks handed to the tracker
+  uint64_t partitions_pushed = 0;  ///< partition messages queued
+  uint64_t push_refused = 0;       ///< partitions the endpoint did not queue
+  transport::EndpointCounters net;
+};
+
+class WorkerNode final : public transport::PacketReceiver {
+ public:
+  /// `table` must be frozen and outlive the node. Throws UsageError or
+  /// std::invalid_argument naming what is wrong.
+  WorkerNode(const TensorTable& table, net::Interface& iface, const WorkerNodeConfig& config,
+             transport::Tick now);
+  ~WorkerNode();
+
+  /// Any thread: queues every partition of `grad` (the whole tensor) for
+  /// the server that owns it, tagged with `iteration`. Returns how many
+  /// partitions were refused (0 = all queued; the caller retries the rest).
+  uint32_t push(TensorId tensor, std::span<const float> grad, uint32_t iteration);
+
+  /// Net core: one pass of the endpoint.
+  uint32_t poll_st(transport::Tick now) { return endpoint_->poll_st(now); }
+  PullTracker& tracker() { return tracker_; }
+  [[nodiscard]] WorkerNodeCounters counters_st() const;
+
+  bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
+                 rte_mbuf* mbuf) override;
+
+ private:
+  const TensorTable& table_;
+  std::vector<uint16_t> shard_peer_;
+  PullTracker tracker_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  uint64_t chunks_received_ = 0;
+  std::atomic<uint64_t> partitions_pushed_{0};
+  std::atomic<uint64_t> push_refused_{0};
+};
+
+}  // namespace mercury::worker
