@@ -5,7 +5,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 2000000
 FUZZ_SECONDS ?= 90
 
-.PHONY: all deps build demo test bench fuzz format clean
+.PHONY: all deps build demo stack-demo test bench fuzz format clean
 
 all: build
 
@@ -16,9 +16,14 @@ build: deps
 	@[ -f $(BUILD)/build.ninja ] || meson setup $(BUILD) >/dev/null
 	@ninja -C $(BUILD)
 
-# The main job: the demo cluster on virtual ports.
+# The main job: the demo cluster on virtual ports (a server with 2 shards and 4
+# workers, rounds of push + pull over ResNet-50's tensors, every aggregate checked).
 demo: build
-	@$(BUILD)/apps/stack-demo/stack-demo --seconds 5
+	@$(BUILD)/apps/ps-demo --rounds 10
+
+# The network stack alone: two endpoints over a ring link, the rate each second.
+stack-demo: build
+	@$(BUILD)/apps/stack-demo --seconds 5
 
 # Every unit, PMD, style and fuzz test; ends with "N passed, N failed".
 test: build fuzz

@@ -1,0 +1,315 @@
+// ps-demo: a parameter server with its workers on this machine, over virtual
+// ports, running rounds of push + pull over a real model's tensors and
+// checking every aggregate against a reference computed here.
+//
+//   ps-demo [--config FILE] [--model FILE] [--rounds N] [--check]
+//
+// Every node of the job file runs in this process (its ports are in-process
+// ring links) and, in this version, one lcore polls them all: the workers'
+// endpoints push each tensor's partitions, the server's shards aggregate each
+// chunk as soon as all workers' copies are in and send it back to every
+// worker, and the workers' pull trackers complete. Per-shard lcores and the
+// trainer-facing Worker API come with the rest of lib/server and lib/worker.
+#include <rte_cycles.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "agg/placement.h"
+#include "config/config.h"
+#include "net/eal.h"
+#include "net/node.h"
+#include "server/server_node.h"
+#include "worker/tensor_table.h"
+#include "worker/worker_node.h"
+
+namespace {
+
+using namespace mercury;
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+struct Options {
+  std::string config = "config/ring-demo.yaml";
+  std::string model = "config/models/resnet50.txt";
+  uint32_t rounds = 10;
+  bool check = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--config") {
+      o.config = value();
+    } else if (a == "--model") {
+      o.model = value();
+    } else if (a == "--rounds") {
+      o.rounds = static_cast<uint32_t>(std::stoul(value()));
+      if (o.rounds == 0) throw std::runtime_error("--rounds must be at least 1");
+    } else if (a == "--check") {
+      o.check = true;
+    } else if (a == "--help" || a == "-h") {
+      std::puts(
+          "usage: ps-demo [--config FILE] [--model FILE] [--rounds N] [--check]\n"
+          "  --config FILE  job file (default config/ring-demo.yaml): one server, its workers,\n"
+          "                 every port a ring: link (all nodes run in this process)\n"
+          "  --model FILE   tensor shapes (default config/models/resnet50.txt)\n"
+          "  --rounds N     push + pull rounds (default 10)\n"
+          "  --check        validate the job file and exit");
+      std::exit(0);
+    } else {
+      throw std::runtime_error("unknown argument " + a + " (see --help)");
+    }
+  }
+  return o;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Cheap deterministic gradients: xorshift into [-1, 1).
+struct Noise {
+  uint64_t state;
+  float next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+  }
+};
+
+agg::OptimizerConfig optimizer_of(const config::TrainingConfig& t) {
+  agg::OptimizerConfig o;
+  switch (t.optimizer) {
+    case config::Optimizer::kSum:
+      o.kind = agg::OptimizerKind::kSumOnly;
+      break;
+    case config::Optimizer::kSgd:
+      o.kind = agg::OptimizerKind::kSgd;
+      break;
+    default:
+      throw std::runtime_error("ps-demo checks sum and sgd; the job asks for " +
+                               std::string(config::to_string(t.optimizer)));
+  }
+  o.learning_rate = static_cast<float>(t.learning_rate);
+  return o;
+}
+
+transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t epoch,
+                                          uint16_t sender, transport::PeerSpec peer) {
+  transport::EndpointConfig c;
+  c.transport.tsc_hz = rte_get_tsc_hz();
+  c.transport.window_packets = 128;
+  c.transport.peer_timeout_us = uint64_t{job.network.peer_timeout_ms} * 1000;
+  c.job_id = job.id;
+  c.local_epoch = epoch;
+  c.sender_id = sender;
+  c.max_messages = 1 << 17;  // a slice per chunk update per worker can be in flight
+  c.ingress_capacity = 1 << 17;
+  c.peers = {std::move(peer)};
+  return c;
+}
+
+int run(const Options& o) {
+  const config::JobConfig job = config::load_file(o.config);
+  if (o.check) {
+    std::printf("%s: ok (job %s, %zu nodes)\n", o.config.c_str(), job.name.c_str(),
+                job.nodes.size());
+    return 0;
+  }
+  const auto servers = job.servers();
+  const auto workers = job.workers();
+  if (servers.size() != 1) throw std::runtime_error(job.source + ": ps-demo runs one server");
+  const config::NodeConfig& srv = *servers.front();
+  if (job.training.sync != config::Sync::kBsp) {
+    throw std::runtime_error(job.source + ": ps-demo runs BSP (training.sync: bsp)");
+  }
+  const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(read_file(o.model));
+
+  std::string notice;
+  config::EalRunOptions eo;
+  eo.hugepages = config::resolve_hugepages(job.eal, &notice);
+  if (!notice.empty()) std::printf("%s\n", notice.c_str());
+  eo.extra = {"--log-level=lib.eal:warning"};
+  std::vector<std::string> names;
+  for (const auto& n : job.nodes) names.push_back(n.name);
+  net::Eal eal(config::eal_args(job, names, eo));
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  net::NodeNetworks nets(job, names);
+
+  // Workers declare the model into their own buffers and freeze the placement.
+  const uint32_t chunk = job.payload_bytes_per_packet();
+  const uint32_t n = static_cast<uint32_t>(workers.size());
+  struct Trainer {
+    std::vector<std::vector<float>> params, grads;
+    worker::TensorTable table;
+    std::unique_ptr<worker::WorkerNode> node;
+    std::vector<worker::Handle> pulls;
+  };
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  uint64_t elements = 0;
+  for (const auto& d : decls) elements += d.elements;
+  for (uint32_t r = 0; r < n; ++r) {
+    auto t = std::make_unique<Trainer>();
+    t->params.resize(decls.size());
+    t->grads.resize(decls.size());
+    for (size_t k = 0; k < decls.size(); ++k) {
+      t->params[k].assign(decls[k].elements, 0.0f);
+      t->grads[k].resize(decls[k].elements);
+      t->table.declare(decls[k].name, t->params[k], decls[k].priority);
+    }
+    t->table.freeze(srv.shards, chunk);
+    trainers.push_back(std::move(t));
+  }
+  const agg::Placement placement =
+      agg::Placement::compute(trainers[0]->table.declarations(), srv.shards);
+  if (placement.fingerprint() != trainers[0]->table.fingerprint()) {
+    throw std::logic_error("server and workers disagree on the placement");
+  }
+
+  // The server: one endpoint per worker link, its shards inline.
+  const uint64_t now0 = rte_rdtsc();
+  std::vector<server::WorkerLink> links;
+  for (uint32_t r = 0; r < n; ++r) {
+    const config::NodeConfig& w = *workers[r];
+    net::NodePort* server_end = nullptr;
+    for (net::NodePort* p : nets.ports_of(srv.name)) {
+      if (p->spec == w.ports.front().text) server_end = p;
+    }
+    if (server_end == nullptr) {
+      throw std::runtime_error(job.source + ": worker " + w.name + "'s first port " +
+                               w.ports.front().text + " does not lead to " + srv.name);
+    }
+    links.push_back({server_end->interface.get(), {w.name, w.ipv4.value, w.udp_port}});
+  }
+  server::ServerNodeConfig sc;
+  sc.chunk_bytes = chunk;
+  sc.optimizer = optimizer_of(job.training);
+  for (uint32_t s = 0; s < srv.shards; ++s) sc.shard_ids.push_back(s);
+  sc.endpoint = endpoint_config(job, 3, 0, {});
+  server::ServerNode server(placement, links, sc, now0);
+  for (uint32_t r = 0; r < n; ++r) {
+    worker::WorkerNodeConfig wc;
+    wc.endpoint = endpoint_config(job, 5, static_cast<uint16_t>(r + 1),
+                                  {srv.name, srv.ipv4.value, srv.udp_port});
+    wc.pulls.first_version = 1;  // parameters start at zero on every node: no initial push
+    trainers[r]->node = std::make_unique<worker::WorkerNode>(
+        trainers[r]->table, *nets.ports_of(workers[r]->name).front()->interface, wc, now0);
+  }
+  std::printf(
+      "%s: 1 server (%u shards), %u workers, %zu tensors / %zu partitions / %.1f MB "
+      "of float32, %u-byte chunks, %s; one lcore polls every node\n",
+      job.name.c_str(), srv.shards, n, decls.size(), placement.partitions().size(),
+      static_cast<double>(elements) * 4 / 1e6, chunk,
+      std::string(config::to_string(job.training.optimizer)).c_str());
+
+  // Reference parameters (what every worker must hold after each round).
+  std::vector<std::vector<float>> reference(decls.size());
+  for (size_t k = 0; k < decls.size(); ++k) reference[k].assign(decls[k].elements, 0.0f);
+  const float lr = sc.optimizer.learning_rate;
+  const bool sum_only = sc.optimizer.kind == agg::OptimizerKind::kSumOnly;
+  const uint64_t hz = rte_get_tsc_hz();
+  double total_s = 0;
+  for (uint32_t round = 0; round < o.rounds && !g_stop; ++round) {
+    for (uint32_t r = 0; r < n; ++r) {
+      Noise noise{0x9e3779b97f4a7c15ull * (round * 131 + r + 1)};
+      for (auto& g : trainers[r]->grads) {
+        for (float& x : g) x = noise.next();
+      }
+    }
+    for (size_t k = 0; k < decls.size(); ++k) {
+      for (uint64_t i = 0; i < decls[k].elements; ++i) {
+        float s = trainers[0]->grads[k][i];
+        for (uint32_t r = 1; r < n; ++r) s = s + trainers[r]->grads[k][i];
+        const float g = s * (1.0f / static_cast<float>(n));  // lib/agg's rank-order average
+        reference[k][i] = sum_only ? g : reference[k][i] - lr * g;
+      }
+    }
+    const uint64_t start = rte_rdtsc();
+    for (auto& t : trainers) {
+      t->pulls.clear();
+      for (size_t k = 0; k < decls.size(); ++k) {
+        t->pulls.emplace_back();
+        t->node->tracker().expect_st(static_cast<worker::TensorId>(k), round + 1, t->pulls[k]);
+      }
+      for (size_t k = 0; k < decls.size(); ++k) {
+        if (t->node->push(static_cast<worker::TensorId>(k), t->grads[k], round) != 0) {
+          throw std::runtime_error("a push was refused: the endpoint's queues are too small");
+        }
+      }
+    }
+    const uint64_t deadline = start + 120 * hz;
+    bool done = false;
+    while (!done && !g_stop) {
+      const uint64_t now = rte_rdtsc();
+      server.poll_st(now);
+      for (auto& t : trainers) t->node->poll_st(now);
+      done = true;
+      for (auto& t : trainers) {
+        for (const worker::Handle& h : t->pulls) done = done && h.ready();
+      }
+      if (now > deadline) throw std::runtime_error("round " + std::to_string(round) + " timed out");
+    }
+    if (!done) break;
+    const double secs = static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz);
+    total_s += secs;
+    // Every worker must hold exactly the reference.
+    uint64_t wrong = 0;
+    for (auto& t : trainers) {
+      for (size_t k = 0; k < decls.size(); ++k) {
+        if (!t->pulls[k].ok())
+          throw std::runtime_error("pull failed: " + std::string(t->pulls[k].error()));
+        if (std::memcmp(t->params[k].data(), reference[k].data(), reference[k].size() * 4) != 0) {
+          ++wrong;
+        }
+      }
+    }
+    const server::ServerCounters c = server.counters_st();
+    const double bytes = static_cast<double>(elements) * 4 * n * 2;  // pushed + pulled
+    std::printf(
+        "round %3u: %6.3f s  %6.2f Gbit/s push+pull  %s  chunk updates %lu  "
+        "retransmissions %lu\n",
+        round + 1, secs, bytes * 8 / secs / 1e9, wrong == 0 ? "every aggregate exact" : "MISMATCH",
+        static_cast<unsigned long>(c.shards.updates),
+        static_cast<unsigned long>(c.net.tx_retransmits));
+    std::fflush(stdout);
+    if (wrong != 0) {
+      std::fprintf(stderr, "ps-demo: %lu tensors differ from the reference\n",
+                   static_cast<unsigned long>(wrong));
+      return 1;
+    }
+  }
+  std::printf("done: %.2f s over the rounds, every aggregate exact\n", total_s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps-demo: %s\n", e.what());
+    return 1;
+  }
+}
