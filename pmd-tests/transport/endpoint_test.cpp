@@ -25,8 +25,10 @@ namespace {
 
 using testing::CheckingReceiver;
 using testing::CompletionLog;
+using testing::faults;
 using testing::PlannedMessage;
 using testing::RingLink;
+using testing::run;
 
 constexpr uint32_t kMtu = 9000;
 constexpr uint64_t kMiB = 1ull << 20;
@@ -47,30 +49,6 @@ EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id, std::vector<P
   c.sender_id = sender_id;
   c.peers = std::move(peers);
   return c;
-}
-
-net::LinkParams faults(double loss, uint64_t seed) {
-  net::LinkParams p;
-  p.loss = loss;
-  if (loss > 0) {
-    p.reorder = 0.05;
-    p.duplicate = 0.02;
-  }
-  p.seed = seed;
-  return p;
-}
-
-// Polls every endpoint until `done` or the time limit; returns false on time out.
-template <typename Done>
-bool run(const std::vector<Endpoint*>& eps, Done done, double limit_s) {
-  const uint64_t hz = rte_get_tsc_hz();
-  const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * hz);
-  for (;;) {
-    const uint64_t now = rte_rdtsc();
-    for (Endpoint* e : eps) e->poll_st(now);
-    if (done()) return true;
-    if (now > deadline) return false;
-  }
 }
 
 void print_stats(const char* what, const Endpoint& tx, double seconds, uint64_t bytes) {

@@ -294,4 +294,29 @@ inline void submit_plan(Endpoint& ep, uint16_t peer, uint32_t sender_index,
   }
 }
 
+/// Loss with 5% reordering and 2% duplication on top (none of either when
+/// the loss is 0), from `seed`.
+inline net::LinkParams faults(double loss, uint64_t seed) {
+  net::LinkParams p;
+  p.loss = loss;
+  if (loss > 0) {
+    p.reorder = 0.05;
+    p.duplicate = 0.02;
+  }
+  p.seed = seed;
+  return p;
+}
+
+/// Polls every endpoint until `done()` or `limit_s` seconds; false on time out.
+template <typename Done>
+bool run(const std::vector<Endpoint*>& eps, Done done, double limit_s) {
+  const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
+  for (;;) {
+    const uint64_t now = rte_rdtsc();
+    for (Endpoint* e : eps) e->poll_st(now);
+    if (done()) return true;
+    if (now > deadline) return false;
+  }
+}
+
 }  // namespace mercury::transport::testing

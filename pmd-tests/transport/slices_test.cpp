@@ -30,7 +30,9 @@ namespace mercury::transport {
 namespace {
 
 using testing::CompletionLog;
+using testing::faults;
 using testing::RingLink;
+using testing::run;
 
 constexpr uint32_t kMtu = 9000;
 constexpr int kWorkers = 4;
@@ -51,29 +53,6 @@ EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id, const PeerSpe
   c.sender_id = sender_id;
   c.peers = {peer};
   return c;
-}
-
-net::LinkParams faults(double loss, uint64_t seed) {
-  net::LinkParams p;
-  p.loss = loss;
-  if (loss > 0) {
-    p.reorder = 0.05;
-    p.duplicate = 0.02;
-  }
-  p.seed = seed;
-  return p;
-}
-
-// Polls every endpoint until `done` or the time limit; false on time out.
-template <typename Done>
-bool run(const std::vector<Endpoint*>& eps, Done done, double limit_s) {
-  const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
-  for (;;) {
-    const uint64_t now = rte_rdtsc();
-    for (Endpoint* e : eps) e->poll_st(now);
-    if (done()) return true;
-    if (now > deadline) return false;
-  }
 }
 
 // Polls until nothing has moved for 20 ms (delayed and pure ACKs included)
