@@ -26,6 +26,15 @@ ServerNode::ServerNode(const agg::Placement& placement, std::vector<WorkerLink> 
                                 " worker links, got " + std::to_string(links.size()));
   }
   if (config.shard_ids.empty()) throw std::invalid_argument("server: no shards to run");
+  for (const agg::Partition& p : placement.partitions()) {
+    if (p.priority >= sched::kPriorityLevels) {
+      // Updates go out at the partition's priority, which must be a scheduler
+      // level: build the placement from worker::TensorTable::declarations().
+      throw std::invalid_argument("server: partition " + std::to_string(p.key) + " has priority " +
+                                  std::to_string(p.priority) + ", not a scheduler level (< " +
+                                  std::to_string(sched::kPriorityLevels) + ")");
+    }
+  }
   for (size_t r = 0; r < links.size(); ++r) {
     if (links[r].iface == nullptr) {
       throw std::invalid_argument("server: worker link " + std::to_string(r) + " has no interface");

@@ -48,6 +48,9 @@ struct ServerCounters {
 
 class ServerNode {
  public:
+  /// `placement` must outlive the node, and its partitions' priorities must
+  /// be scheduler levels (< 64): compute it from the workers'
+  /// worker::TensorTable::declarations(), which map priorities onto levels.
   ServerNode(const agg::Placement& placement, std::vector<WorkerLink> links,
              const ServerNodeConfig& config, transport::Tick now);
   ~ServerNode();

@@ -215,6 +215,22 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
   }
 }
 
+TEST(PsFlow, ServerRefusesAPlacementWhosePrioritiesAreNotLevels) {
+  // ResNet-50 declared as is has priorities 0..160; only the workers' tensor
+  // table maps them onto the scheduler's 64 levels.
+  const agg::Placement raw =
+      agg::Placement::compute(agg::parse_model_shapes(read_model("resnet50.txt")), 1);
+  server::ServerNodeConfig sc;
+  sc.chunk_bytes = kChunk;
+  sc.shard_ids = {0};
+  try {
+    server::ServerNode node(raw, {server::WorkerLink{}}, sc, rte_rdtsc());
+    FAIL() << "accepted priorities beyond the scheduler's levels";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("not a scheduler level"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PsFlow, MobileNetV2ThreeRoundsExactWithoutFaults) { run_rounds({}, 3, "mobilenet_v2.txt"); }
 
 TEST(PsFlow, ResNet50OneRoundExact) { run_rounds({}, 1, "resnet50.txt"); }
