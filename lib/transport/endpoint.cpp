@@ -653,6 +653,12 @@ void Endpoint::retry_stash_st() {
   stash_.resize(kept);
 }
 
+void Endpoint::stage_resend_st(PeerState& ps, const SliceRef& ref, wire::HeaderFields& h) {
+  fill_header(*message_of(ref.msg_token), is_control(ref.msg_token), ref.offset, ref.len, h);
+  stage(ps, h, message_of(ref.msg_token)->data + ref.offset);
+  ++counters_.tx_retransmits;
+}
+
 uint32_t Endpoint::resend_blocked_st(PeerState& ps, Tick now, uint32_t budget) {
   uint32_t sent = 0;
   PeerState::LostHint hint;
@@ -667,9 +673,7 @@ uint32_t Endpoint::resend_blocked_st(PeerState& ps, Tick now, uint32_t budget) {
         // Its slice still waits in the scheduler; with the map entry gone it
         // is dropped as stale when it comes up.
         lost_->erase(e);
-        fill_header(*message_of(ref.msg_token), is_control(ref.msg_token), ref.offset, ref.len, h);
-        stage(ps, h, message_of(ref.msg_token)->data + ref.offset);
-        ++counters_.tx_retransmits;
+        stage_resend_st(ps, ref, h);
         ++counters_.resends_window_blocked;
         ++sent;
         break;
@@ -758,10 +762,7 @@ void Endpoint::transmit_st(Tick now) {
         switch (ps.peer.resend(e->seq, now, ref, h)) {
           case Resend::kSend:
             lost_->erase(e);
-            fill_header(*message_of(ref.msg_token), is_control(ref.msg_token), ref.offset, ref.len,
-                        h);
-            stage(ps, h, message_of(ref.msg_token)->data + ref.offset);
-            ++counters_.tx_retransmits;
+            stage_resend_st(ps, ref, h);
             ++sent;
             break;
           case Resend::kNotNeeded:

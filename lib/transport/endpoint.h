@@ -336,6 +336,8 @@ class Endpoint {
   void transmit_st(Tick now);
   void drain_dead_st(const sched::PeerMask& dead);
   uint32_t resend_blocked_st(PeerState& ps, Tick now, uint32_t budget);
+  // Builds and stages a resend the Peer stamped (`h`), and counts it.
+  void stage_resend_st(PeerState& ps, const SliceRef& ref, wire::HeaderFields& h);
   bool eligible(const PeerState& ps) const;
   void fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
                    wire::HeaderFields& h) const;
