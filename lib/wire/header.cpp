@@ -71,7 +71,7 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   const auto& h = *reinterpret_cast<const Header*>(packet.data());
   if (h.version != kVersion) return Reject::kBadVersion;
   if (h.type < static_cast<uint8_t>(PacketType::kData) ||
-      h.type > static_cast<uint8_t>(PacketType::kControl)) {
+      h.type > static_cast<uint8_t>(PacketType::kInit)) {
     return Reject::kBadType;
   }
   f.type = static_cast<PacketType>(h.type);

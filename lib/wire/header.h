@@ -34,6 +34,7 @@ enum class PacketType : uint8_t {
   kAggData = 2,  ///< a slice of an aggregated chunk, server to worker
   kAck = 3,      ///< a pure acknowledgement: no payload
   kControl = 4,  ///< control-plane message (declare, barrier, hello), carried reliably
+  kInit = 5,     ///< a slice of rank 0's initial parameters, worker to server (start of a job)
 };
 
 enum class Dtype : uint8_t {

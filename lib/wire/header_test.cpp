@@ -79,7 +79,7 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     p[0] = std::byte{2};
     EXPECT_EQ(decode(p, out), Reject::kBadVersion);
   }
-  for (uint8_t t : {0, 5, 255}) {
+  for (uint8_t t : {0, 6, 255}) {
     auto p = packet_of(sample());
     p[1] = std::byte{t};
     EXPECT_EQ(decode(p, out), Reject::kBadType) << int{t};

@@ -31,6 +31,7 @@ local type_names = {
   [2] = "agg_data",
   [3] = "ack",
   [4] = "control",
+  [5] = "init",
 }
 local TYPE_ACK = 3
 
