@@ -1,0 +1,180 @@
+#include "agg/control.h"
+
+#include <stdexcept>
+
+namespace mercury::agg {
+
+namespace {
+
+constexpr uint8_t kMagic[4] = {'M', 'P', 'S', 'C'};
+constexpr uint8_t kControlVersion = 1;
+
+class Writer {
+ public:
+  void u8(uint8_t v) { out_.push_back(static_cast<std::byte>(v)); }
+  void be(uint64_t v, int bytes) {
+    for (int i = bytes - 1; i >= 0; --i) u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void text(const std::string& s, int len_bytes) {
+    be(s.size(), len_bytes);
+    for (char c : s) u8(static_cast<uint8_t>(c));
+  }
+  std::vector<std::byte> take() { return std::move(out_); }
+
+ private:
+  std::vector<std::byte> out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(std::span<const std::byte> in) : in_(in) {}
+  uint64_t be(int bytes, const char* what) {
+    need(static_cast<size_t>(bytes), what);
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(in_[pos_++]);
+    return v;
+  }
+  std::string text(int len_bytes, const char* what) {
+    const size_t n = be(len_bytes, what);
+    need(n, what);
+    std::string s(reinterpret_cast<const char*>(in_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  void done() const {
+    if (pos_ != in_.size()) {
+      throw std::invalid_argument("control message: " + std::to_string(in_.size() - pos_) +
+                                  " trailing bytes");
+    }
+  }
+  [[nodiscard]] size_t left() const { return in_.size() - pos_; }
+
+ private:
+  void need(size_t n, const char* what) const {
+    if (in_.size() - pos_ < n) {
+      throw std::invalid_argument(std::string("control message: truncated at ") + what);
+    }
+  }
+  std::span<const std::byte> in_;
+  size_t pos_ = 0;
+};
+
+std::string describe(const TensorDecl& t) {
+  return "'" + t.name + "' (" + std::to_string(t.elements) + " elements, priority " +
+         std::to_string(t.priority) + ")";
+}
+
+}  // namespace
+
+std::vector<std::byte> encode_control(const ControlMessage& m) {
+  Writer w;
+  for (uint8_t b : kMagic) w.u8(b);
+  w.u8(kControlVersion);
+  w.u8(static_cast<uint8_t>(m.kind));
+  switch (m.kind) {
+    case ControlKind::kDeclare:
+      if (m.tensors.size() > UINT32_MAX) throw std::invalid_argument("declare: too many tensors");
+      w.be(m.rank, 4);
+      w.be(m.tensors.size(), 4);
+      for (const TensorDecl& t : m.tensors) {
+        if (t.name.size() > UINT16_MAX) {
+          throw std::invalid_argument("declare: tensor name longer than 65535 bytes");
+        }
+        w.be(t.elements, 8);
+        w.u8(t.priority);
+        w.text(t.name, 2);
+      }
+      break;
+    case ControlKind::kReady:
+      w.be(m.fingerprint, 8);
+      w.be(m.shards, 4);
+      break;
+    case ControlKind::kRefused:
+      if (m.text.size() > UINT32_MAX) throw std::invalid_argument("refused: text too long");
+      w.text(m.text, 4);
+      break;
+    case ControlKind::kBarrier:
+      w.be(m.rank, 4);
+      w.be(m.generation, 8);
+      break;
+    case ControlKind::kBarrierDone:
+      w.be(m.generation, 8);
+      break;
+    default:
+      throw std::invalid_argument("control message: unknown kind " +
+                                  std::to_string(static_cast<int>(m.kind)));
+  }
+  return w.take();
+}
+
+ControlMessage decode_control(std::span<const std::byte> bytes) {
+  Reader r(bytes);
+  for (uint8_t b : kMagic) {
+    if (r.be(1, "magic") != b) throw std::invalid_argument("control message: bad magic");
+  }
+  const uint64_t version = r.be(1, "version");
+  if (version != kControlVersion) {
+    throw std::invalid_argument("control message: version " + std::to_string(version) +
+                                ", this build speaks " + std::to_string(kControlVersion));
+  }
+  ControlMessage m;
+  const uint64_t kind = r.be(1, "kind");
+  m.kind = static_cast<ControlKind>(kind);
+  switch (m.kind) {
+    case ControlKind::kDeclare: {
+      m.rank = static_cast<uint32_t>(r.be(4, "rank"));
+      const uint64_t n = r.be(4, "tensor count");
+      // Each tensor takes at least 11 bytes: refuse a count the buffer cannot
+      // hold before reserving for it.
+      if (n > r.left() / 11) throw std::invalid_argument("control message: truncated tensor list");
+      m.tensors.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        TensorDecl t;
+        t.elements = r.be(8, "tensor elements");
+        t.priority = static_cast<uint8_t>(r.be(1, "tensor priority"));
+        t.name = r.text(2, "tensor name");
+        if (t.elements == 0) {
+          throw std::invalid_argument("control message: tensor '" + t.name + "' has no elements");
+        }
+        m.tensors.push_back(std::move(t));
+      }
+      break;
+    }
+    case ControlKind::kReady:
+      m.fingerprint = r.be(8, "fingerprint");
+      m.shards = static_cast<uint32_t>(r.be(4, "shards"));
+      break;
+    case ControlKind::kRefused:
+      m.text = r.text(4, "text");
+      break;
+    case ControlKind::kBarrier:
+      m.rank = static_cast<uint32_t>(r.be(4, "rank"));
+      m.generation = r.be(8, "generation");
+      break;
+    case ControlKind::kBarrierDone:
+      m.generation = r.be(8, "generation");
+      break;
+    default:
+      throw std::invalid_argument("control message: unknown kind " + std::to_string(kind));
+  }
+  r.done();
+  return m;
+}
+
+std::string first_difference(std::span<const TensorDecl> a, std::span<const TensorDecl> b) {
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i].name != b[i].name || a[i].elements != b[i].elements ||
+        a[i].priority != b[i].priority) {
+      return "tensor " + std::to_string(i) + " is " + describe(a[i]) + " on one side and " +
+             describe(b[i]) + " on the other";
+    }
+  }
+  if (a.size() != b.size()) {
+    return "one side declares " + std::to_string(a.size()) + " tensors, the other " +
+           std::to_string(b.size());
+  }
+  return "";
+}
+
+}  // namespace mercury::agg

@@ -1,0 +1,70 @@
+// The parameter server's control messages: what workers and servers say to
+// each other outside the gradient stream, carried as kControl transport
+// messages (reliable, delivered whole).
+//
+// The job's life, as these messages tell it:
+//   1. Each worker sends kDeclare to every server: its rank and the full,
+//      ordered list of tensors it declared (name, element count, priority).
+//   2. A server waits for kDeclare from every rank the job file names. When
+//      all lists are equal it computes agg::Placement (the same function of
+//      the same list on every node) and answers each worker with kReady,
+//      carrying the placement's fingerprint so the worker can prove it
+//      computed the same one. A list that differs is answered with kRefused,
+//      whose text names the rank and the first tensor that differs.
+//   3. Rank 0 then pushes its initial parameters (wire type kInit); every
+//      worker, rank 0 included, pulls them as version 0 of each chunk.
+//   4. kBarrier / kBarrierDone implement Worker::barrier(): a worker sends
+//      kBarrier(generation) to server 0, which answers every worker with
+//      kBarrierDone(generation) once all ranks have arrived.
+//
+// Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
+// kind's fields, all big-endian. decode() validates every length against the
+// buffer, so a malformed message is refused with a reason, never read out of
+// bounds.
+//
+// Threads and costs: pure functions on caller-owned memory; control path
+// only (they allocate and throw std::invalid_argument).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agg/placement.h"
+
+namespace mercury::agg {
+
+enum class ControlKind : uint8_t {
+  kDeclare = 1,      ///< worker -> server: rank + tensor list
+  kReady = 2,        ///< server -> worker: placement fingerprint, global shard count
+  kRefused = 3,      ///< server -> worker: the job cannot start; text says why
+  kBarrier = 4,      ///< worker -> server 0: rank arrived at barrier `generation`
+  kBarrierDone = 5,  ///< server 0 -> worker: every rank arrived at `generation`
+};
+
+struct ControlMessage {
+  ControlKind kind = ControlKind::kDeclare;
+  uint32_t rank = 0;                ///< kDeclare, kBarrier: the sender's rank
+  std::vector<TensorDecl> tensors;  ///< kDeclare
+  uint64_t fingerprint = 0;         ///< kReady: Placement::fingerprint()
+  uint32_t shards = 0;              ///< kReady: global shard count of the job
+  uint64_t generation = 0;          ///< kBarrier, kBarrierDone
+  std::string text;                 ///< kRefused
+};
+
+/// Bytes of `m`. Throws std::invalid_argument for a tensor name longer than
+/// 65535 bytes or more than 2^32 - 1 tensors.
+std::vector<std::byte> encode_control(const ControlMessage& m);
+
+/// Parses `bytes`. Throws std::invalid_argument naming what is wrong
+/// (bad magic, unknown version or kind, truncated field, trailing bytes,
+/// a zero-element tensor).
+ControlMessage decode_control(std::span<const std::byte> bytes);
+
+/// "" when `a` and `b` are the same list; otherwise a sentence naming the
+/// first difference (index and both tensors), for kRefused and error messages.
+std::string first_difference(std::span<const TensorDecl> a, std::span<const TensorDecl> b);
+
+}  // namespace mercury::agg

@@ -1,0 +1,109 @@
+#include "agg/control.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace mercury::agg {
+namespace {
+
+std::vector<TensorDecl> sample() {
+  return {{"conv1.weight", 9408, 0}, {"fc.bias", 1000, 161}, {"", 1, 255}};
+}
+
+TEST(Control, EveryKindRoundTrips) {
+  ControlMessage d;
+  d.kind = ControlKind::kDeclare;
+  d.rank = 3;
+  d.tensors = sample();
+  const ControlMessage d2 = decode_control(encode_control(d));
+  EXPECT_EQ(d2.kind, ControlKind::kDeclare);
+  EXPECT_EQ(d2.rank, 3u);
+  EXPECT_EQ(first_difference(d2.tensors, d.tensors), "");
+
+  ControlMessage r;
+  r.kind = ControlKind::kReady;
+  r.fingerprint = 0x0123456789abcdefull;
+  r.shards = 7;
+  const ControlMessage r2 = decode_control(encode_control(r));
+  EXPECT_EQ(r2.kind, ControlKind::kReady);
+  EXPECT_EQ(r2.fingerprint, r.fingerprint);
+  EXPECT_EQ(r2.shards, 7u);
+
+  ControlMessage x;
+  x.kind = ControlKind::kRefused;
+  x.text = "rank 2 declares something else";
+  EXPECT_EQ(decode_control(encode_control(x)).text, x.text);
+
+  ControlMessage b;
+  b.kind = ControlKind::kBarrier;
+  b.rank = 1;
+  b.generation = uint64_t{1} << 40;
+  const ControlMessage b2 = decode_control(encode_control(b));
+  EXPECT_EQ(b2.kind, ControlKind::kBarrier);
+  EXPECT_EQ(b2.rank, 1u);
+  EXPECT_EQ(b2.generation, b.generation);
+
+  ControlMessage bd;
+  bd.kind = ControlKind::kBarrierDone;
+  bd.generation = 9;
+  EXPECT_EQ(decode_control(encode_control(bd)).generation, 9u);
+}
+
+TEST(Control, EveryTruncationIsRefused) {
+  ControlMessage d;
+  d.kind = ControlKind::kDeclare;
+  d.tensors = sample();
+  const std::vector<std::byte> bytes = encode_control(d);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_THROW(decode_control(std::span(bytes).first(n)), std::invalid_argument) << n;
+  }
+  std::vector<std::byte> longer = bytes;
+  longer.push_back(std::byte{0});
+  EXPECT_THROW(decode_control(longer), std::invalid_argument);
+}
+
+TEST(Control, BadHeaderFieldsAreRefused) {
+  ControlMessage b;
+  b.kind = ControlKind::kBarrierDone;
+  const std::vector<std::byte> good = encode_control(b);
+  for (size_t i : {0, 3, 4, 5}) {  // magic, version, kind
+    std::vector<std::byte> bad = good;
+    bad[i] = std::byte{0x7f};
+    EXPECT_THROW(decode_control(bad), std::invalid_argument) << i;
+  }
+}
+
+TEST(Control, AHugeTensorCountDoesNotAllocate) {
+  ControlMessage d;
+  d.kind = ControlKind::kDeclare;
+  std::vector<std::byte> bytes = encode_control(d);
+  for (size_t i = 10; i < 14; ++i) bytes[i] = std::byte{0xff};  // count = 2^32 - 1
+  EXPECT_THROW(decode_control(bytes), std::invalid_argument);
+}
+
+TEST(Control, ZeroElementTensorIsRefused) {
+  ControlMessage d;
+  d.kind = ControlKind::kDeclare;
+  d.tensors = {{"empty", 1, 0}};
+  std::vector<std::byte> bytes = encode_control(d);
+  bytes[21] = std::byte{0};  // the low byte of elements (header 6 + rank 4 + count 4 + 7)
+  EXPECT_THROW(decode_control(bytes), std::invalid_argument);
+}
+
+TEST(Control, FirstDifferenceNamesTheTensor) {
+  std::vector<TensorDecl> a = sample();
+  std::vector<TensorDecl> b = sample();
+  EXPECT_EQ(first_difference(a, b), "");
+  b[1].elements = 999;
+  const std::string why = first_difference(a, b);
+  EXPECT_NE(why.find("tensor 1"), std::string::npos) << why;
+  EXPECT_NE(why.find("fc.bias"), std::string::npos) << why;
+  EXPECT_NE(why.find("999"), std::string::npos) << why;
+  b = sample();
+  b.pop_back();
+  EXPECT_NE(first_difference(a, b).find("3 tensors"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mercury::agg
