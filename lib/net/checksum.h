@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX2__)
+#if defined(__AVX2__) || defined(__AVX512BW__)
 #include <immintrin.h>
 #endif
 
@@ -27,6 +27,29 @@ inline void add_words(__m256i v, __m256i& lo, __m256i& hi) {
   lo = _mm256_add_epi64(lo, _mm256_unpacklo_epi32(v, zero));
   hi = _mm256_add_epi64(hi, _mm256_unpackhi_epi32(v, zero));
 }
+#if defined(__AVX512BW__)
+// The 16-bit halves of every 32-bit word of `p[0, blocks x 64)`, summed in
+// 32-bit lanes: each step adds at most 0xffff per lane, so up to 32768
+// blocks (2 MiB) cannot overflow. Summing the halves instead of the words is
+// the same ones'-complement sum (2^16 = 1 mod 0xffff) at one operation less
+// per vector, and 64-byte vectors halve the loop again.
+inline uint64_t sum_halves_512(const unsigned char* p, size_t blocks) {
+  const __m512i low = _mm512_set1_epi32(0xffff);
+  __m512i a = _mm512_setzero_si512(), b = _mm512_setzero_si512();
+  for (size_t k = 0; k < blocks; ++k) {
+    const __m512i v = _mm512_loadu_si512(p + 64 * k);
+    a = _mm512_add_epi32(a, _mm512_and_si512(v, low));
+    b = _mm512_add_epi32(
+        b, _mm512_maskz_srli_epi32(0xffff, v, 16));  // maskz: GCC 12 warns on the unmasked form
+  }
+  alignas(64) uint32_t la[16], lb[16];
+  _mm512_store_si512(la, a);
+  _mm512_store_si512(lb, b);
+  uint64_t sum = 0;
+  for (int k = 0; k < 16; ++k) sum += uint64_t{la[k]} + lb[k];
+  return sum;
+}
+#endif
 inline uint64_t horizontal(__m256i lo, __m256i hi) {
   const __m256i s = _mm256_add_epi64(lo, hi);
   alignas(32) uint64_t lanes[4];
@@ -44,8 +67,19 @@ inline uint64_t horizontal(__m256i lo, __m256i hi) {
 inline uint64_t partial_sum(const void* data, size_t len, uint64_t acc = 0) {
   const auto* p = static_cast<const unsigned char*>(data);
   size_t i = 0;
+#if defined(__AVX512BW__)
+  if (len >= 128) {
+    constexpr size_t kMaxBlocks = 32768;
+    for (size_t blocks = len / 64; blocks > 0;) {
+      const size_t n = blocks < kMaxBlocks ? blocks : kMaxBlocks;
+      acc += detail::sum_halves_512(p + i, n);
+      i += 64 * n;
+      blocks -= n;
+    }
+  }
+#endif
 #if defined(__AVX2__)
-  if (len >= 64) {
+  if (len - i >= 64) {
     __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
     for (; i + 64 <= len; i += 64) {
       detail::add_words(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), lo, hi);
