@@ -659,6 +659,25 @@ void Endpoint::stage_resend_st(PeerState& ps, const SliceRef& ref, wire::HeaderF
   ++counters_.tx_retransmits;
 }
 
+uint32_t Endpoint::resend_left_edge_st(PeerState& ps, Tick now) {
+  // The oldest unacknowledged packet, once lost, goes out now, whatever its
+  // priority and cwnd (PeerSender::left_edge_lost): packets beyond the SACK
+  // horizon can keep cwnd full until it arrives, and higher-priority resends
+  // would otherwise always come first. Its slice still waits in the
+  // scheduler; with the map entry gone it is dropped as stale.
+  uint32_t seq;
+  if (!ps.peer.sender().left_edge_lost(seq)) return 0;
+  SliceRef ref;
+  wire::HeaderFields h;
+  if (ps.peer.resend(seq, now, ref, h) != Resend::kSend) return 0;
+  if (LostMap::Slot* e = lost_->find(ref.msg_token, ref.offset); e != nullptr && e->seq == seq) {
+    lost_->erase(e);
+  }
+  stage_resend_st(ps, ref, h);
+  ++counters_.resends_left_edge;
+  return 1;
+}
+
 uint32_t Endpoint::resend_blocked_st(PeerState& ps, Tick now, uint32_t budget) {
   uint32_t sent = 0;
   PeerState::LostHint hint;
@@ -734,6 +753,7 @@ void Endpoint::transmit_st(Tick now) {
     // whatever the priority of those packets: the oldest hole holds the
     // window shut, and strict priority would otherwise keep a low-priority
     // resend behind urgent new data that cannot be sent either.
+    if (ps.resolved && sent < budget) sent += resend_left_edge_st(ps, now);
     if (ps.resolved && !ps.peer.dead() && !ps.peer.can_send() &&
         ps.peer.sender().waiting_resend() > 0) {
       sent += resend_blocked_st(ps, now, budget - std::min(budget, sent));

@@ -227,17 +227,18 @@ struct EndpointCounters {
   uint64_t resends_not_needed = 0;      ///< Peer::resend answered kNotNeeded
   uint64_t resends_no_room = 0;         ///< ... kNoRoom (requeued, tried after an ACK)
   uint64_t resends_window_blocked = 0;  ///< resends sent directly while the window was full
-  uint64_t deferred = 0;                ///< carved while the peer's window was full: requeued
-  uint64_t requeue_stashed = 0;         ///< the scheduler's retransmission queue was full
-  uint64_t messages_completed = 0;      ///< sends delivered
-  uint64_t messages_failed = 0;         ///< sends failed
-  uint64_t messages_received = 0;       ///< on_message_complete calls
-  uint64_t messages_abandoned = 0;      ///< on_message_abandoned calls
-  uint64_t control_received = 0;        ///< partition start-ups and other control packets
-  uint64_t packets_delivered = 0;       ///< PacketReceiver::on_packet calls
-  uint64_t packets_kept = 0;            ///< ... that took the mbuf
-  uint64_t slices_submitted = 0;        ///< send_slice() calls that queued
-  uint64_t submit_no_descriptor = 0;    ///< send() refusals, by reason
+  uint64_t resends_left_edge = 0;  ///< lost left edges resent directly (PeerSender::left_edge_lost)
+  uint64_t deferred = 0;           ///< carved while the peer's window was full: requeued
+  uint64_t requeue_stashed = 0;    ///< the scheduler's retransmission queue was full
+  uint64_t messages_completed = 0;    ///< sends delivered
+  uint64_t messages_failed = 0;       ///< sends failed
+  uint64_t messages_received = 0;     ///< on_message_complete calls
+  uint64_t messages_abandoned = 0;    ///< on_message_abandoned calls
+  uint64_t control_received = 0;      ///< partition start-ups and other control packets
+  uint64_t packets_delivered = 0;     ///< PacketReceiver::on_packet calls
+  uint64_t packets_kept = 0;          ///< ... that took the mbuf
+  uint64_t slices_submitted = 0;      ///< send_slice() calls that queued
+  uint64_t submit_no_descriptor = 0;  ///< send() refusals, by reason
   uint64_t submit_ingress_full = 0;
   uint64_t submit_invalid = 0;
   std::array<uint64_t, kRxVerdictCount> verdicts{};  ///< Peer::on_packet, every packet
@@ -336,6 +337,8 @@ class Endpoint {
   void transmit_st(Tick now);
   void drain_dead_st(const sched::PeerMask& dead);
   uint32_t resend_blocked_st(PeerState& ps, Tick now, uint32_t budget);
+  // Resends the peer's lost left edge, if any (PeerSender::left_edge_lost).
+  uint32_t resend_left_edge_st(PeerState& ps, Tick now);
   // Builds and stages a resend the Peer stamped (`h`), and counts it.
   void stage_resend_st(PeerState& ps, const SliceRef& ref, wire::HeaderFields& h);
   bool eligible(const PeerState& ps) const;

@@ -79,7 +79,9 @@ Resend PeerSender::on_resend(uint32_t seq, Tick now, SliceRef& slice, TxStamp& s
     ++counters_.resends_skipped;
     return Resend::kNotNeeded;
   }
-  if (!can_resend()) return Resend::kNoRoom;
+  // The left edge is exempt from cwnd (see left_edge_lost): packets beyond
+  // the SACK horizon can hold cwnd full for ever while it waits.
+  if (!can_resend() && (dead_ || seq != una_)) return Resend::kNoRoom;
   Entry& e = at(seq);
   e.state = State::kInFlight;
   e.sent_at = now;
@@ -96,6 +98,12 @@ Resend PeerSender::on_resend(uint32_t seq, Tick now, SliceRef& slice, TxStamp& s
   slice = e.slice;
   stamp = {seq, static_cast<uint16_t>(wf::kRetransmit | (can_resend() ? 0 : wf::kAckRequest))};
   return Resend::kSend;
+}
+
+bool PeerSender::left_edge_lost(uint32_t& seq) const {
+  if (dead_ || lost_ == 0 || una_ == nxt_ || at(una_).state != State::kLost) return false;
+  seq = una_;
+  return true;
 }
 
 bool PeerSender::find_lost(uint64_t msg_token, uint32_t offset, uint32_t& seq) const {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <set>
 
@@ -385,6 +386,126 @@ TEST(PeerSender, EachNewEpisodeHalvesAgainDownToTheFloor) {
   EXPECT_EQ(cwnds.front(), 8u);
   EXPECT_EQ(cwnds.back(), 2u);  // cwnd_floor
   EXPECT_EQ(s.counters().loss_episodes, 5u);
+}
+
+// The stall once seen under 2 % loss (docs/transport.md, "The left edge"):
+// a window above 65, a lost low-priority packet at the left edge, and urgent
+// data sent past the receiver's 64-packet SACK horizon. Those packets arrive
+// but stay "in flight" until the hole fills; once they fill cwnd, a glue that
+// resends most urgent first (as the strict scheduler does) resends them on
+// every RTO and the hole waits for ever. Fake clock, and a receiver that
+// reports what the header can carry. The glue first serves by priority only,
+// as the endpoint did, until the trap has held over three RTOs; then it
+// follows the contract (left_edge_lost first, room or not), and everything is
+// delivered.
+TEST(PeerSender, ALostLeftEdgeIsResentWhenPacketsPastTheSackHorizonFillCwnd) {
+  RecordingSink sink;
+  PeerSender s(test_params(128), kIsn, 0);
+  constexpr uint32_t kSlices = 600;
+  // Slice i is one packet; every 150th is at priority 7 and its first
+  // transmission is lost, the rest are urgent (priority 0) and arrive.
+  auto low = [](uint32_t i) { return i % 150 == 0; };
+  auto slice = [&](uint32_t i) {
+    return SliceRef{.msg_token = 100 + i,
+                    .offset = 0,
+                    .len = 1000,
+                    .priority = static_cast<uint8_t>(low(i) ? 7 : 0)};
+  };
+  std::set<uint32_t> received;       // offsets from kIsn
+  std::map<uint32_t, uint8_t> lost;  // seq -> priority, waiting for a resend
+  uint32_t next = 0;
+  Tick now = 0;
+  auto transmit = [&](uint32_t seq, bool first, const SliceRef& ref) {
+    if (!(first && low(static_cast<uint32_t>(ref.msg_token - 100)))) received.insert(seq - kIsn);
+  };
+  auto resend = [&](uint32_t seq) {
+    SliceRef ref;
+    TxStamp st;
+    const Resend r = s.on_resend(seq, now, ref, st);
+    if (r == Resend::kSend) transmit(seq, false, ref);
+    if (r != Resend::kNoRoom) lost.erase(seq);
+    return r;
+  };
+  bool left_edge_first = false;
+  uint64_t rtos_when_trapped = UINT64_MAX;
+  for (int round = 0; round < 100'000 && sink.acked.size() < kSlices; ++round) {
+    now += 10 * kUs;
+    uint32_t edge;
+    if (!left_edge_first && s.left_edge_lost(edge) && !s.can_resend()) {
+      // Trapped: cwnd is full of packets past the SACK horizon (seqs 65 and
+      // more beyond the hole), which cannot be acknowledged while it lasts.
+      EXPECT_GE(s.outstanding(), 65 + s.in_flight());
+      rtos_when_trapped = std::min(rtos_when_trapped, s.counters().rto_expirations);
+      if (s.counters().rto_expirations >= rtos_when_trapped + 3) {
+        // It held over three RTOs: the priority order alone never resends
+        // the hole. It may go without room (before the fix: kNoRoom).
+        left_edge_first = true;
+        ASSERT_EQ(resend(edge), Resend::kSend);
+      }
+    }
+    if (left_edge_first && s.left_edge_lost(edge)) {
+      EXPECT_EQ(resend(edge), Resend::kSend);
+    }
+    // By priority, as the strict scheduler serves them: urgent resends,
+    // urgent new data, low-priority resends; a resend only while there is
+    // room (the endpoint asks the scheduler only for a peer with room).
+    for (uint8_t level : {0, 7}) {
+      for (auto it = lost.begin(); it != lost.end() && s.can_resend();) {
+        const auto [seq, prio] = *it++;
+        if (prio == level) resend(seq);
+      }
+      while (level == 0 && next < kSlices && s.can_send()) {
+        const TxStamp st = s.on_send(slice(next), now);
+        transmit(st.seq, true, slice(next++));
+      }
+    }
+    // The receiver's ACK: cumulative, plus the 64 packets after it.
+    uint32_t cum = 0;
+    while (received.count(cum) != 0) ++cum;
+    uint64_t sack = 0;
+    for (uint32_t k = 0; k < 64; ++k) {
+      if (received.count(cum + 1 + k) != 0) sack |= uint64_t{1} << k;
+    }
+    const size_t before = sink.lost.size();
+    s.on_ack(kIsn + cum, sack, now + 5 * kUs, sink);
+    s.on_timer(now + 5 * kUs, sink);
+    for (size_t k = before; k < sink.lost.size(); ++k) {
+      lost[sink.lost[k].seq] = sink.lost[k].slice.priority;
+    }
+  }
+  EXPECT_TRUE(left_edge_first) << "the scenario must reach a full cwnd behind a lost left edge";
+  ASSERT_EQ(sink.acked.size(), kSlices);
+  std::set<uint64_t> tokens;
+  for (const auto& a : sink.acked) tokens.insert(a.msg_token);
+  EXPECT_EQ(tokens.size(), kSlices);  // each slice acked once
+  EXPECT_TRUE(sink.failed.empty());
+  EXPECT_FALSE(s.dead());
+  EXPECT_EQ(s.outstanding(), 0u);
+}
+
+TEST(PeerSender, OnlyTheLeftEdgeMayBeResentWithoutRoom) {
+  RecordingSink sink;
+  PeerSender s(test_params(16), kIsn, 0);
+  send_n(s, 4, 0);
+  uint32_t edge = 0;
+  EXPECT_FALSE(s.left_edge_lost(edge));  // nothing lost yet
+  s.on_timer(5 * kMs, sink);             // all four lost
+  ASSERT_TRUE(s.left_edge_lost(edge));
+  EXPECT_EQ(edge, kIsn);
+  SliceRef again;
+  TxStamp st;
+  // The RTO halved cwnd to 8: fill it with the other resends and new data.
+  for (uint32_t seq = kIsn + 1; seq < kIsn + 4; ++seq) {
+    ASSERT_EQ(s.on_resend(seq, 5 * kMs, again, st), Resend::kSend);
+  }
+  while (s.can_send()) s.on_send(slice_of(10 + s.next_seq()), 5 * kMs);
+  ASSERT_FALSE(s.can_resend());
+  // Another lost packet would wait for room; the left edge goes anyway, and
+  // asks for an immediate ACK.
+  ASSERT_EQ(s.on_resend(kIsn, 5 * kMs, again, st), Resend::kSend);
+  EXPECT_EQ(again, slice_of(0));
+  EXPECT_NE(st.flags & wf::kAckRequest, 0);
+  EXPECT_FALSE(s.left_edge_lost(edge));
 }
 
 TEST(PeerSender, DeadPeerFailsEveryPendingSliceOnce) {

@@ -255,7 +255,17 @@ class PeerSender {
   bool can_send() const;
   /// Room to resend a lost packet: fewer than `cwnd` in flight, peer not dead.
   /// (A resend reuses its sequence number, so the window does not limit it.)
+  /// The left edge (see left_edge_lost) may be resent even without room.
   bool can_resend() const;
+
+  /// The oldest unacknowledged packet (the left edge of the window, `seq`)
+  /// was declared lost and waits for its resend. It holds the cumulative ACK,
+  /// and with it the window, and the receiver can report at most 64 packets
+  /// beyond it, so packets further on stay "in flight" until it arrives: if
+  /// they fill cwnd, only this resend can make progress. on_resend() therefore
+  /// sends it whatever cwnd says (one packet over cwnd at most), and the glue
+  /// must resend it at once, ahead of any priority.
+  bool left_edge_lost(uint32_t& seq) const;
 
   /// Records the first transmission of `slice`. Precondition: can_send()
   /// (asserted in debug builds; the glue checks it before carving a slice).
@@ -267,8 +277,8 @@ class PeerSender {
   /// kSend, `slice` is what to send (the transport's record is the truth) and
   /// `stamp` carries the same seq plus kRetransmit. kNotNeeded (counted in
   /// resends_skipped): the packet no longer waits to be resent. kNoRoom: the
-  /// congestion window is full; nothing changed. A packet reported lost stays
-  /// waiting until resent, acked or failed: the glue must not drop the request.
+  /// congestion window is full and `seq` is not the left edge; nothing changed. A packet reported
+  /// lost stays waiting until resent, acked or failed: the glue must not drop the request.
   Resend on_resend(uint32_t seq, Tick now, SliceRef& slice, TxStamp& stamp);
 
   /// For glue that cannot carry the seq through its retransmission queue:
