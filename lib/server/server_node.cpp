@@ -1,31 +1,199 @@
 #include "server/server_node.h"
 
+#include <bit>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
 namespace mercury::server {
 
-class ServerNode::RankReceiver final : public transport::PacketReceiver {
+std::string_view node_state_name(NodeState s) {
+  switch (s) {
+    case NodeState::kWaiting:
+      return "waiting";
+    case NodeState::kRunning:
+      return "running";
+    case NodeState::kRefused:
+      return "refused";
+    case NodeState::kStopped:
+      return "stopped";
+  }
+  return "?";
+}
+
+std::string_view server_drop_name(ServerDrop d) {
+  switch (d) {
+    case ServerDrop::kNotRunning:
+      return "not_running";
+    case ServerDrop::kNotOurs:
+      return "not_ours";
+    case ServerDrop::kInitNotRank0:
+      return "init_not_rank0";
+    case ServerDrop::kBadType:
+      return "bad_type";
+    case ServerDrop::kShardRingFull:
+      return "shard_ring_full";
+    case ServerDrop::kControlTooBig:
+      return "control_too_big";
+    case ServerDrop::kBadControl:
+      return "bad_control";
+    case ServerDrop::kWrongRank:
+      return "wrong_rank";
+    case ServerDrop::kBarrierNotHere:
+      return "barrier_not_here";
+    case ServerDrop::kReplyNotQueued:
+      return "reply_not_queued";
+    case ServerDrop::kCount:
+      break;
+  }
+  return "?";
+}
+
+// One port's receiver: the workers behind it, by transport peer index.
+// Gradient and init packets arrive one by one (PacketReceiver); control
+// messages whole (MessageReceiver): see transport::Receivers.
+class ServerNode::PortReceiver final : public transport::PacketReceiver,
+                                       public transport::MessageReceiver {
  public:
-  RankReceiver(ServerNode& node, uint16_t rank) : node_(node), rank_(rank) {}
-  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
+  PortReceiver(ServerNode& node, std::vector<uint16_t> ranks)
+      : node_(node), ranks_(std::move(ranks)) {}
+
+  bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
                  rte_mbuf* mbuf) override {
-    return node_.contribute_st(rank_, h, payload, mbuf);
+    return node_.on_packet_st(ranks_[peer], h, payload, mbuf);
+  }
+  std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override {
+    return node_.control_begin(ranks_[peer], h);
+  }
+  void on_message_complete(uint16_t peer, const wire::HeaderFields& h, std::byte* buffer) override {
+    node_.control_complete(ranks_[peer], buffer, h.msg_len);
+  }
+  void on_message_abandoned(uint16_t, uint32_t, std::byte* buffer) override {
+    node_.control_abandoned(buffer);
   }
 
  private:
   ServerNode& node_;
-  uint16_t rank_;
+  std::vector<uint16_t> ranks_;  // peer index -> rank
 };
+
+ServerNode::ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker> workers,
+                       const ServerNodeConfig& config, transport::Tick now)
+    : config_(config) {
+  if (config.job_shards.empty() || config.server_index >= config.job_shards.size()) {
+    throw std::invalid_argument("server: server_index " + std::to_string(config.server_index) +
+                                " is not among the job's " +
+                                std::to_string(config.job_shards.size()) + " server nodes");
+  }
+  for (size_t i = 0; i < config.job_shards.size(); ++i) {
+    if (config.job_shards[i] == 0) {
+      throw std::invalid_argument("server: server node " + std::to_string(i) + " has no shards");
+    }
+  }
+  const uint32_t first = std::accumulate(config.job_shards.begin(),
+                                         config.job_shards.begin() + config.server_index, 0u);
+  total_shards_ = std::accumulate(config.job_shards.begin(), config.job_shards.end(), 0u);
+  for (uint32_t i = 0; i < config.job_shards[config.server_index]; ++i) {
+    own_shards_.push_back(first + i);
+  }
+  shard_slot_.assign(total_shards_, -1);
+  open_ports(std::move(ports), workers, config, now);
+  launch_cores();
+}
 
 ServerNode::ServerNode(const agg::Placement& placement, std::vector<WorkerLink> links,
                        const ServerNodeConfig& config, transport::Tick now)
-    : placement_(placement), shard_slot_(placement.shards(), -1) {
+    : config_(config), own_shards_(config.shard_ids), total_shards_(placement.shards()) {
   if (links.empty() || links.size() > agg::kMaxWorkers) {
     throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
                                 " worker links, got " + std::to_string(links.size()));
   }
-  if (config.shard_ids.empty()) throw std::invalid_argument("server: no shards to run");
+  if (own_shards_.empty()) throw std::invalid_argument("server: no shards to run");
+  check_levels(placement);
+  shard_slot_.assign(total_shards_, -1);
+  for (uint32_t id : own_shards_) {
+    if (id >= total_shards_ || shard_slot_[id] >= 0) {
+      throw std::invalid_argument("server: shard " + std::to_string(id) +
+                                  " is out of range or listed twice (the placement has " +
+                                  std::to_string(total_shards_) + ")");
+    }
+    shard_slot_[id] = 0;
+  }
+  shard_slot_.assign(total_shards_, -1);
+  std::vector<net::Interface*> ports;
+  std::vector<JobWorker> workers;
+  for (size_t r = 0; r < links.size(); ++r) {
+    ports.push_back(links[r].iface);
+    workers.push_back(JobWorker{links[r].worker, static_cast<uint32_t>(r)});
+  }
+  open_ports(std::move(ports), workers, config, now);
+  launch_cores();
+  build_shards(placement);
+  placement_ = &placement;
+  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->attach(shards_[i].get());
+  state_ = NodeState::kRunning;
+}
+
+void ServerNode::open_ports(std::vector<net::Interface*> ports,
+                            const std::vector<JobWorker>& workers, const ServerNodeConfig& config,
+                            transport::Tick now) {
+  if (workers.empty() || workers.size() > agg::kMaxWorkers) {
+    throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
+                                " workers, got " + std::to_string(workers.size()));
+  }
+  if (config.chunk_bytes == 0 || config.chunk_bytes % 4 != 0) {
+    throw std::invalid_argument("server: chunk_bytes " + std::to_string(config.chunk_bytes) +
+                                " is not a positive multiple of 4");
+  }
+  if (!config.shard_lcores.empty() && config.shard_lcores.size() != own_shards_.size()) {
+    throw std::invalid_argument("server: " + std::to_string(config.shard_lcores.size()) +
+                                " shard lcores for " + std::to_string(own_shards_.size()) +
+                                " shards (give one per shard, or none to run them inline)");
+  }
+  rank_at_.resize(workers.size());
+  rank_name_.resize(workers.size());
+  declared_.resize(workers.size());
+  for (size_t p = 0; p < ports.size(); ++p) {
+    if (ports[p] == nullptr) {
+      throw std::invalid_argument("server: port " + std::to_string(p) + " has no interface");
+    }
+    transport::EndpointConfig ec = config.endpoint;
+    ec.peers.clear();
+    std::vector<uint16_t> ranks;
+    for (size_t r = 0; r < workers.size(); ++r) {
+      if (workers[r].port != p) continue;
+      rank_at_[r] = Address{static_cast<uint16_t>(p), static_cast<uint16_t>(ec.peers.size())};
+      rank_name_[r] =
+          workers[r].peer.name.empty() ? "rank " + std::to_string(r) : workers[r].peer.name;
+      ranks.push_back(static_cast<uint16_t>(r));
+      ec.peers.push_back(workers[r].peer);
+    }
+    if (ranks.empty()) {
+      throw std::invalid_argument("server: no worker is reached through port " + std::to_string(p));
+    }
+    receivers_.push_back(std::make_unique<PortReceiver>(*this, std::move(ranks)));
+    endpoints_.push_back(std::make_unique<transport::Endpoint>(
+        *ports[p], ec, transport::Receivers{receivers_.back().get(), receivers_.back().get()},
+        now));
+  }
+  for (size_t r = 0; r < workers.size(); ++r) {
+    if (workers[r].port >= ports.size()) {
+      throw std::invalid_argument(
+          "server: worker " + std::to_string(r) + " (" + workers[r].peer.name + ") is on port " +
+          std::to_string(workers[r].port) + ", the node has " + std::to_string(ports.size()));
+    }
+  }
+}
+
+void ServerNode::launch_cores() {
+  for (size_t i = 0; i < config_.shard_lcores.size(); ++i) {
+    cores_.push_back(
+        std::make_unique<ShardCore>(config_.shard_lcores[i], own_shards_[i], config_.shard_core));
+  }
+  stages_.resize(cores_.size());
+}
+
+void ServerNode::check_levels(const agg::Placement& placement) {
   for (const agg::Partition& p : placement.partitions()) {
     if (p.priority >= sched::kPriorityLevels) {
       // Updates go out at the partition's priority, which must be a scheduler
@@ -35,86 +203,389 @@ ServerNode::ServerNode(const agg::Placement& placement, std::vector<WorkerLink> 
                                   std::to_string(sched::kPriorityLevels) + ")");
     }
   }
-  for (size_t r = 0; r < links.size(); ++r) {
-    if (links[r].iface == nullptr) {
-      throw std::invalid_argument("server: worker link " + std::to_string(r) + " has no interface");
-    }
-    receivers_.push_back(std::make_unique<RankReceiver>(*this, static_cast<uint16_t>(r)));
-    transport::EndpointConfig ec = config.endpoint;
-    ec.peers = {links[r].worker};
-    endpoints_.push_back(
-        std::make_unique<transport::Endpoint>(*links[r].iface, ec, *receivers_.back(), now));
+}
+
+void ServerNode::build_shards(const agg::Placement& placement) {
+  if (placement.shards() != total_shards_) {
+    throw std::invalid_argument("server: the placement has " + std::to_string(placement.shards()) +
+                                " shards, the job " + std::to_string(total_shards_));
   }
   std::vector<FanOut> fanout;
-  for (auto& e : endpoints_) fanout.push_back(FanOut{e.get(), 0});
-  for (uint32_t id : config.shard_ids) {
-    if (id >= placement.shards() || shard_slot_[id] >= 0) {
-      throw std::invalid_argument("server: shard " + std::to_string(id) +
-                                  " is out of range or listed twice (the placement has " +
-                                  std::to_string(placement.shards()) + ")");
-    }
+  for (const Address& a : rank_at_) fanout.push_back(FanOut{endpoints_[a.port].get(), a.peer});
+  for (uint32_t id : own_shards_) {
     agg::ShardConfig sc;
     sc.shard = id;
-    sc.workers = static_cast<uint32_t>(links.size());
-    sc.chunk_bytes = config.chunk_bytes;
-    sc.optimizer = config.optimizer;
-    sc.memory_limit_bytes = config.shard_memory_limit;
+    sc.workers = workers();
+    sc.chunk_bytes = config_.chunk_bytes;
+    sc.optimizer = config_.optimizer;
+    sc.memory_limit_bytes = config_.shard_memory_limit;
+    // max_held stays 0 (no cap beyond the structural one): the transport has
+    // acknowledged a packet before the table sees it, so a kHoldLimit refusal
+    // would lose the contribution for good (docs/agg.md).
     shard_slot_[id] = static_cast<int32_t>(shards_.size());
     shards_.push_back(std::make_unique<Shard>(placement, sc, agg::make_bsp(), fanout));
   }
 }
 
 ServerNode::~ServerNode() {
+  stop();
   // Shards hold mbufs of the endpoints' interfaces: they go first, then the
-  // endpoints (which still reference the receivers).
+  // endpoints (which still reference the receivers and complete into outbox_).
   shards_.clear();
   endpoints_.clear();
 }
 
-bool ServerNode::contribute_st(uint16_t rank, const wire::HeaderFields& h,
-                               std::span<const std::byte> payload, rte_mbuf* mbuf) {
-  if (h.tensor_key >= placement_.partitions().size()) {
-    ++not_ours_;
+void ServerNode::stop() {
+  for (auto& c : cores_) c->stop();
+  for (Stage& s : stages_) {
+    for (uint32_t i = 0; i < s.count; ++i) rte_pktmbuf_free(s.items[i].mbuf);
+    s.count = 0;
+  }
+  if (state_ == NodeState::kRunning && !cores_.empty()) {
+    // The shard cores are gone: nothing may be queued to them any more.
+    state_ = NodeState::kStopped;
+  }
+}
+
+bool ServerNode::on_packet_st(uint16_t rank, const wire::HeaderFields& h,
+                              std::span<const std::byte> payload, rte_mbuf* mbuf) {
+  if (state_ != NodeState::kRunning) {
+    count(ServerDrop::kNotRunning);
     return false;
   }
-  const int32_t slot = shard_slot_[placement_.at(h.tensor_key).shard];
+  const bool init = h.type == wire::PacketType::kInit;
+  if (!init && h.type != wire::PacketType::kData) {
+    count(ServerDrop::kBadType);
+    return false;
+  }
+  if (init && rank != 0) {
+    count(ServerDrop::kInitNotRank0);
+    return false;
+  }
+  if (h.tensor_key >= placement_->partitions().size()) {
+    count(ServerDrop::kNotOurs);
+    return false;
+  }
+  const int32_t slot = shard_slot_[placement_->at(h.tensor_key).shard];
   if (slot < 0) {
-    ++not_ours_;
+    count(ServerDrop::kNotOurs);
     return false;
   }
-  return shards_[slot]->contribute_st(rank, h, payload, mbuf);
+  if (cores_.empty()) {
+    Shard& shard = *shards_[slot];
+    if (init) {
+      shard.initialize_st(h.tensor_key, h.offset, payload);
+      return false;  // copied
+    }
+    return shard.contribute_st(rank, h, payload, mbuf);
+  }
+  Stage& stage = stages_[slot];
+  ShardItem& it = stage.items[stage.count++];
+  it.mbuf = mbuf;
+  it.key = h.tensor_key;
+  it.offset = h.offset;
+  it.iteration = h.iteration;
+  it.payload_at =
+      static_cast<uint16_t>(payload.data() - static_cast<const std::byte*>(mbuf->buf_addr));
+  it.payload_len = static_cast<uint16_t>(payload.size());
+  it.rank = rank;
+  it.init = init ? 1 : 0;
+  if (stage.count == stage.items.size()) flush_st(static_cast<uint32_t>(slot));
+  return true;
+}
+
+void ServerNode::flush_st(uint32_t slot) {
+  Stage& stage = stages_[slot];
+  if (stage.count == 0) return;
+  const uint32_t n = cores_[slot]->enqueue_st(stage.items.data(), stage.count);
+  for (uint32_t i = n; i < stage.count; ++i) {
+    // Already acknowledged: this contribution is lost, and its chunk's set
+    // will not complete. Only an undersized ring gets here.
+    rte_pktmbuf_free(stage.items[i].mbuf);
+    count(ServerDrop::kShardRingFull);
+  }
+  stage.count = 0;
 }
 
 uint32_t ServerNode::poll_st(transport::Tick now) {
   uint32_t work = 0;
-  for (auto& e : endpoints_) work += e->poll_st(now);
+  for (auto& e : endpoints_) {
+    work += e->poll_st(now);
+    for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
+  }
   return work;
 }
 
+namespace {
+void add(transport::EndpointCounters& a, const transport::EndpointCounters& b) {
+  a.passes += b.passes;
+  a.rx_packets += b.rx_packets;
+  a.tx_data += b.tx_data;
+  a.tx_retransmits += b.tx_retransmits;
+  a.tx_pure_acks += b.tx_pure_acks;
+  a.resends_not_needed += b.resends_not_needed;
+  a.resends_no_room += b.resends_no_room;
+  a.resends_window_blocked += b.resends_window_blocked;
+  a.deferred += b.deferred;
+  a.requeue_stashed += b.requeue_stashed;
+  a.messages_completed += b.messages_completed;
+  a.messages_failed += b.messages_failed;
+  a.messages_received += b.messages_received;
+  a.messages_abandoned += b.messages_abandoned;
+  a.control_received += b.control_received;
+  a.packets_delivered += b.packets_delivered;
+  a.packets_kept += b.packets_kept;
+  a.slices_submitted += b.slices_submitted;
+  a.submit_no_descriptor += b.submit_no_descriptor;
+  a.submit_ingress_full += b.submit_ingress_full;
+  a.submit_invalid += b.submit_invalid;
+  for (size_t i = 0; i < a.verdicts.size(); ++i) a.verdicts[i] += b.verdicts[i];
+  for (size_t i = 0; i < a.drops.size(); ++i) a.drops[i] += b.drops[i];
+}
+
+void add(ServerCounters& c, const ShardCounters& s, const agg::ChunkTableCounters& t,
+         uint64_t held) {
+  c.shards.contributions += s.contributions;
+  c.shards.refused += s.refused;
+  c.shards.initialized += s.initialized;
+  c.shards.init_refused += s.init_refused;
+  c.shards.updates += s.updates;
+  c.shards.fanout_refused += s.fanout_refused;
+  for (size_t i = 0; i < c.outcomes.size(); ++i) c.outcomes[i] += t.outcomes[i];
+  c.held += held;
+}
+}  // namespace
+
 ServerCounters ServerNode::counters_st() const {
   ServerCounters c;
-  for (const auto& s : shards_) {
-    c.shards.contributions += s->counters().contributions;
-    c.shards.refused += s->counters().refused;
-    c.shards.updates += s->counters().updates;
-    c.shards.fanout_refused += s->counters().fanout_refused;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (cores_.empty()) {
+      add(c, shards_[i]->counters(), shards_[i]->table().counters(), shards_[i]->table().held());
+    } else {
+      const ShardStats s = cores_[i]->stats();
+      add(c, s.shard, s.table, s.held);
+    }
   }
-  c.not_ours = not_ours_;
-  for (const auto& e : endpoints_) {
-    const transport::EndpointCounters n = e->counters_st();
-    c.net.rx_packets += n.rx_packets;
-    c.net.tx_data += n.tx_data;
-    c.net.tx_retransmits += n.tx_retransmits;
-    c.net.tx_pure_acks += n.tx_pure_acks;
-    c.net.packets_delivered += n.packets_delivered;
-    c.net.slices_submitted += n.slices_submitted;
-  }
+  c.drops = drops_;
+  c.control = control_;
+  for (const auto& e : endpoints_) add(c.net, e->counters_st());
   return c;
 }
 
 const Shard* ServerNode::shard(uint32_t global_id) const {
   if (global_id >= shard_slot_.size() || shard_slot_[global_id] < 0) return nullptr;
   return shards_[shard_slot_[global_id]].get();
+}
+
+int ServerNode::shard_lcore(uint32_t global_id) const {
+  if (cores_.empty() || global_id >= shard_slot_.size() || shard_slot_[global_id] < 0) return -1;
+  return static_cast<int>(cores_[shard_slot_[global_id]]->lcore());
+}
+
+// ---- control plane --------------------------------------------------------
+
+std::byte* ServerNode::control_begin(uint16_t, const wire::HeaderFields& h) {
+  if (h.msg_len > config_.max_control_bytes) {
+    count(ServerDrop::kControlTooBig);
+    return nullptr;
+  }
+  auto buffer = std::make_unique<std::byte[]>(h.msg_len == 0 ? 1 : h.msg_len);
+  std::byte* p = buffer.get();
+  inbox_.emplace(p, std::move(buffer));
+  return p;
+}
+
+void ServerNode::control_abandoned(std::byte* buffer) { inbox_.erase(buffer); }
+
+void ServerNode::control_complete(uint16_t rank, std::byte* buffer, uint32_t len) {
+  auto it = inbox_.find(buffer);
+  if (it == inbox_.end()) return;
+  const std::unique_ptr<std::byte[]> owned = std::move(it->second);
+  inbox_.erase(it);
+  agg::ControlMessage m;
+  try {
+    m = agg::decode_control({owned.get(), len});
+  } catch (const std::invalid_argument&) {
+    count(ServerDrop::kBadControl);
+    return;
+  }
+  switch (m.kind) {
+    case agg::ControlKind::kDeclare:
+      on_declare(rank, m);
+      break;
+    case agg::ControlKind::kBarrier:
+      on_barrier(rank, m);
+      break;
+    default:
+      count(ServerDrop::kBadControl);  // kReady, kRefused, kBarrierDone go to workers
+      break;
+  }
+}
+
+bool ServerNode::sender_is(uint16_t rank, uint32_t claimed, const char* what) {
+  if (claimed == rank) return true;
+  count(ServerDrop::kWrongRank);
+  const uint32_t n = workers();
+  std::string text = "server: " + rank_name_[rank] + " is rank " + std::to_string(rank) +
+                     " in the job file, but its " + what + " says rank " + std::to_string(claimed);
+  if (claimed >= n) {
+    text += ", which is not in this job (" + std::to_string(n) + " workers: ranks 0.." +
+            std::to_string(n - 1) + ")";
+  }
+  agg::ControlMessage r;
+  r.kind = agg::ControlKind::kRefused;
+  r.text = std::move(text);
+  reply(rank, r);
+  return false;
+}
+
+void ServerNode::on_declare(uint16_t rank, agg::ControlMessage& m) {
+  ++control_.declares;
+  if (!sender_is(rank, m.rank, "declare")) {
+    ++control_.declares_refused;
+    return;
+  }
+  if (declared_[rank].has_value()) ++control_.declares_repeated;
+  switch (state_) {
+    case NodeState::kStopped:
+      return;
+    case NodeState::kRefused: {
+      ++control_.declares_refused;
+      agg::ControlMessage r;
+      r.kind = agg::ControlKind::kRefused;
+      r.text = refusal_;
+      reply(rank, r);
+      return;
+    }
+    case NodeState::kRunning: {
+      // A repeat (the worker restarted its control exchange): the same list
+      // is answered again; another list cannot join a running job.
+      const std::string diff =
+          job_tensors_ ? agg::first_difference(*job_tensors_, m.tensors) : std::string();
+      if (!diff.empty()) {
+        ++control_.declares_refused;
+        agg::ControlMessage r;
+        r.kind = agg::ControlKind::kRefused;
+        r.text = "server: rank " + std::to_string(rank) +
+                 " declared a different tensor list after the job started (the job's vs its "
+                 "new one): " +
+                 diff;
+        reply(rank, r);
+        return;
+      }
+      reply_ready(rank);
+      return;
+    }
+    case NodeState::kWaiting:
+      // The latest list from a rank counts (a worker restarted before the
+      // job started may have changed it); the answer comes when all are in.
+      declared_[rank] = std::move(m.tensors);
+      for (const auto& d : declared_) {
+        if (!d.has_value()) return;
+      }
+      start_job();
+      return;
+  }
+}
+
+void ServerNode::start_job() {
+  for (uint32_t r = 1; r < workers(); ++r) {
+    const std::string diff = agg::first_difference(*declared_[0], *declared_[r]);
+    if (!diff.empty()) {
+      refuse_job("server: rank " + std::to_string(r) +
+                 "'s tensor list differs from rank 0's (rank 0's vs rank " + std::to_string(r) +
+                 "'s): " + diff);
+      return;
+    }
+  }
+  try {
+    owned_placement_.emplace(agg::Placement::compute(*declared_[0], total_shards_));
+    check_levels(*owned_placement_);
+    build_shards(*owned_placement_);
+  } catch (const std::exception& e) {
+    shards_.clear();
+    shard_slot_.assign(total_shards_, -1);
+    owned_placement_.reset();
+    refuse_job(std::string("server: cannot start the job: ") + e.what());
+    return;
+  }
+  placement_ = &*owned_placement_;
+  job_tensors_ = *declared_[0];
+  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->attach(shards_[i].get());
+  state_ = NodeState::kRunning;
+  for (uint32_t r = 0; r < workers(); ++r) reply_ready(static_cast<uint16_t>(r));
+}
+
+void ServerNode::refuse_job(std::string why) {
+  state_ = NodeState::kRefused;
+  refusal_ = std::move(why);
+  agg::ControlMessage r;
+  r.kind = agg::ControlKind::kRefused;
+  r.text = refusal_;
+  for (uint32_t rank = 0; rank < workers(); ++rank) {
+    ++control_.declares_refused;
+    reply(static_cast<uint16_t>(rank), r);
+  }
+}
+
+void ServerNode::on_barrier(uint16_t rank, const agg::ControlMessage& m) {
+  ++control_.barriers;
+  if (config_.server_index != 0) {
+    count(ServerDrop::kBarrierNotHere);
+    return;
+  }
+  if (!sender_is(rank, m.rank, "barrier")) return;
+  agg::ControlMessage done;
+  done.kind = agg::ControlKind::kBarrierDone;
+  done.generation = m.generation;
+  if (barrier_done_ && static_cast<int64_t>(m.generation - *barrier_done_) <= 0) {
+    // Already complete: the rank asks again; it gets the answer again.
+    ++control_.barriers_repeated;
+    reply(rank, done);
+    return;
+  }
+  uint64_t& arrived = barrier_arrived_[m.generation];
+  const uint64_t bit = uint64_t{1} << rank;
+  if ((arrived & bit) != 0) {
+    ++control_.barriers_repeated;
+    return;
+  }
+  arrived |= bit;
+  if (static_cast<uint32_t>(std::popcount(arrived)) < workers()) return;
+  barrier_arrived_.erase(m.generation);
+  barrier_done_ = m.generation;
+  ++control_.barriers_completed;
+  for (uint32_t r = 0; r < workers(); ++r) reply(static_cast<uint16_t>(r), done);
+}
+
+void ServerNode::reply_ready(uint16_t rank) {
+  agg::ControlMessage r;
+  r.kind = agg::ControlKind::kReady;
+  r.fingerprint = placement_->fingerprint();
+  r.shards = total_shards_;
+  reply(rank, r);
+}
+
+void ServerNode::reply(uint16_t rank, const agg::ControlMessage& m) {
+  const uint64_t cookie = next_cookie_++;
+  std::vector<std::byte>& bytes = outbox_[cookie] = agg::encode_control(m);
+  transport::MessageMeta meta;
+  meta.type = wire::PacketType::kControl;
+  meta.dtype = wire::Dtype::kBytes;
+  const Address a = rank_at_[rank];
+  const transport::SubmitStatus st =
+      endpoints_[a.port]->send(a.peer, bytes.data(), static_cast<uint32_t>(bytes.size()), 0, meta,
+                               transport::Completion{&ServerNode::on_reply_done, this, cookie});
+  if (st != transport::SubmitStatus::kQueued) {
+    outbox_.erase(cookie);
+    count(ServerDrop::kReplyNotQueued);
+    return;
+  }
+  ++control_.replies;
+}
+
+void ServerNode::on_reply_done(void* self, const transport::SendResult& r) {
+  static_cast<ServerNode*>(self)->outbox_.erase(r.cookie);
 }
 
 }  // namespace mercury::server

@@ -8,16 +8,26 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
   table_ = std::make_unique<agg::ChunkTable>(placement, config, std::move(policy), *this);
 }
 
-bool Shard::contribute_st(uint16_t rank, const wire::HeaderFields& h,
+bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
                           std::span<const std::byte> payload, rte_mbuf* mbuf) {
-  const agg::Outcome o = table_->contribute(
-      agg::Contribution{h.tensor_key, h.offset, h.iteration, rank, payload.data(),
-                        static_cast<uint32_t>(payload.size()), mbuf});
+  const agg::Outcome o = table_->contribute(agg::Contribution{
+      key, offset, iteration, rank, payload.data(), static_cast<uint32_t>(payload.size()), mbuf});
   if (agg::taken(o)) {
     ++counters_.contributions;
     return true;
   }
   ++counters_.refused;
+  return false;
+}
+
+bool Shard::initialize_st(uint32_t key, uint32_t offset, std::span<const std::byte> payload) {
+  const agg::Outcome o =
+      table_->initialize(key, offset, payload.data(), static_cast<uint32_t>(payload.size()));
+  if (agg::taken(o)) {
+    ++counters_.initialized;
+    return true;
+  }
+  ++counters_.init_refused;
   return false;
 }
 

@@ -10,6 +10,12 @@
 // headers), at the partition's priority level. The mbufs go back to their
 // pool as soon as the update is applied.
 //
+// Initial parameters: initialize_st() hands one chunk of rank 0's kInit
+// packets to ChunkTable::initialize, which copies it and emits it at
+// version 0; the fan-out is the same as for an update. A gradient of
+// iteration 0 then produces version 1 (agg::BspPolicy: a chunk's version is
+// the number of updates applied, initial values are version 0).
+//
 // Threads: a Shard belongs to one lcore (the server's net core when shards
 // run inline, or its own shard core fed by a ring); contribute_st() runs
 // there. The endpoints it sends through may belong to other lcores:
@@ -42,9 +48,11 @@ struct FanOut {
 };
 
 struct ShardCounters {
-  uint64_t contributions = 0;   ///< packets the table took
-  uint64_t refused = 0;         ///< packets the table refused (by reason in table().counters())
-  uint64_t updates = 0;         ///< chunk updates fanned out
+  uint64_t contributions = 0;  ///< gradient packets the table took
+  uint64_t refused = 0;  ///< gradient packets the table refused (by reason in table().counters())
+  uint64_t initialized = 0;     ///< init packets (rank 0's initial parameters) adopted
+  uint64_t init_refused = 0;    ///< init packets refused (duplicate, stale, bad geometry)
+  uint64_t updates = 0;         ///< chunk updates fanned out (version 0 of an init included)
   uint64_t fanout_refused = 0;  ///< slices the endpoint did not queue (must stay 0 when sized)
 };
 
@@ -56,8 +64,17 @@ class Shard final : public agg::ChunkSink {
 
   /// One chunk of worker `rank`'s gradient. True when the table took the
   /// mbuf (it frees it later); false leaves the mbuf with the caller.
+  bool contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
+                     std::span<const std::byte> payload, rte_mbuf* mbuf);
   bool contribute_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                     rte_mbuf* mbuf);
+                     rte_mbuf* mbuf) {
+    return contribute_st(rank, h.tensor_key, h.offset, h.iteration, payload, mbuf);
+  }
+
+  /// One chunk of rank 0's initial parameters (a kInit packet): adopted by
+  /// the table (copied; the caller keeps the mbuf) and sent to every worker
+  /// as version 0 of the chunk. False when refused (counted).
+  bool initialize_st(uint32_t key, uint32_t offset, std::span<const std::byte> payload);
 
   [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
   [[nodiscard]] const ShardCounters& counters() const { return counters_; }

@@ -203,7 +203,7 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
   const server::ServerCounters c = server.counters_st();
   EXPECT_EQ(c.shards.fanout_refused, 0u);
   EXPECT_EQ(c.shards.refused, 0u);
-  EXPECT_EQ(c.not_ours, 0u);
+  EXPECT_EQ(c.drop(server::ServerDrop::kNotOurs), 0u);
   uint64_t chunks = 0;
   for (const agg::Partition& p : placement.partitions())
     chunks += (p.bytes() + kChunk - 1) / kChunk;

@@ -1,0 +1,118 @@
+// A shard core: one EAL lcore running one Shard, fed by the server's net core
+// through a single-producer / single-consumer ring (ARCHITECTURE.md section
+// 3, "dispatch ring"; rte_flow steering is not available on the vdevs this
+// project runs on, so the dispatch-core path is the one that runs).
+//
+// What crosses the ring. One ShardItem (32 bytes) per accepted packet: the
+// mbuf, where its payload starts, and the parsed fields the chunk table needs
+// (key, offset, iteration, rank, gradient or initial values). The net core
+// has already handed the packet to the transport's acknowledgement state, so
+// an item must never be refused: the ring has room for every mbuf of the
+// node's RX pools (ServerNodeConfig::shard_ring_entries), hence it cannot
+// fill up. The shard core then calls Shard::contribute_st (or initialize_st)
+// exactly as the net core does when shards run inline, and frees the mbufs
+// the table did not take. The fan-out goes straight from the shard core
+// through Endpoint::send_slice (lock-free from any thread).
+//
+// Threads. The constructor and stop() are control path and run on the EAL
+// main lcore (rte_eal_remote_launch's rule); attach() is called once, by the
+// net core, to hand over the shard when the placement exists (a release store
+// the shard core's acquire load pairs with). enqueue_st() belongs to the net
+// core (the ring's single producer). Everything else runs on the shard core,
+// which publishes its counters after every burst with relaxed stores (each
+// field has one writer and is read as a monotonic value), so stats() may be
+// read from any thread.
+//
+// Idle back-off: after `idle_spins` empty polls the core sleeps
+// `idle_sleep_us` per further empty poll (0: pure polling, for a dedicated
+// core); the project's machines have 2 cores shared by everything.
+#pragma once
+
+#include <rte_mbuf.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "agg/chunk_table.h"
+#include "server/shard.h"
+
+struct rte_ring;
+
+namespace mercury::server {
+
+/// One packet for a shard core.
+struct ShardItem {
+  rte_mbuf* mbuf;
+  uint32_t key;
+  uint32_t offset;
+  uint32_t iteration;
+  uint16_t payload_at;  ///< payload start, in bytes from mbuf->buf_addr
+  uint16_t payload_len;
+  uint16_t rank;
+  uint8_t init;  ///< 1: rank 0's initial values (kInit), 0: a gradient (kData)
+  uint8_t pad;
+  uint32_t pad2;
+};
+static_assert(sizeof(ShardItem) == 32);
+
+struct ShardCoreOptions {
+  uint32_t ring_entries = 1 << 14;  ///< at least the mbufs of every RX pool feeding the node
+  uint32_t idle_spins = 256;        ///< empty polls before the core starts to sleep
+  uint32_t idle_sleep_us = 50;      ///< per empty poll after that; 0 = never sleep
+};
+
+/// What a shard core has done, as last published.
+struct ShardStats {
+  ShardCounters shard;
+  agg::ChunkTableCounters table;
+  uint64_t held = 0;   ///< contributions the table holds
+  uint64_t items = 0;  ///< ring items processed
+  uint64_t sleeps = 0;
+};
+
+class ShardCore {
+ public:
+  /// Creates the ring and launches `lcore` (an enabled, idle worker lcore;
+  /// the caller runs on the main lcore). Throws std::invalid_argument or
+  /// std::runtime_error naming the lcore.
+  ShardCore(unsigned lcore, uint32_t shard_id, const ShardCoreOptions& options);
+  ~ShardCore();
+  ShardCore(const ShardCore&) = delete;
+  ShardCore& operator=(const ShardCore&) = delete;
+
+  /// Net core, once: the shard this core runs from now on (outlives stop()).
+  void attach(Shard* shard) { shard_.store(shard, std::memory_order_release); }
+
+  /// Net core: queues `n` items; returns how many went in (all, when the
+  /// ring is sized as above).
+  uint32_t enqueue_st(const ShardItem* items, uint32_t n);
+
+  /// Control path, main lcore: stops the loop, waits for the lcore and
+  /// frees the mbufs of items still in the ring. Idempotent.
+  void stop();
+
+  [[nodiscard]] unsigned lcore() const { return lcore_; }
+  /// Any thread: the counters as last published (exact after stop()).
+  [[nodiscard]] ShardStats stats() const;
+
+ private:
+  static int main(void* self);
+  void run();
+  void publish(const Shard& shard, uint64_t items, uint64_t sleeps);
+
+  // Fields the net core and the shard core both touch, then the published
+  // counters on lines of their own.
+  rte_ring* ring_ = nullptr;
+  unsigned lcore_;
+  uint32_t shard_id_;
+  ShardCoreOptions options_;
+  bool launched_ = false;
+  alignas(64) std::atomic<Shard*> shard_{nullptr};
+  std::atomic<bool> stop_{false};
+  static constexpr size_t kPublished = 6 + agg::kOutcomeCount + 2 + 3;
+  alignas(64) std::array<std::atomic<uint64_t>, kPublished> published_{};
+};
+
+}  // namespace mercury::server
