@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""ps-server as an operator runs it: --check, refusals, the stats line,
+telemetry over DPDK's socket, and a clean stop on SIGTERM.
+
+Usage: ps_server_test.py PS_SERVER_BINARY CONFIG_DIR
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+PS_SERVER = None
+CONFIG_DIR = None
+
+
+def memif_job(tmp, name):
+    """config/memif.yaml with its sockets in `tmp` and its own job name, so
+    that runs never share sockets or EAL runtime directories."""
+    with open(os.path.join(CONFIG_DIR, "memif.yaml")) as f:
+        text = f.read()
+    text = text.replace("/tmp/mercury/", tmp + "/").replace("name: memif", "name: " + name)
+    path = os.path.join(tmp, "job.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def run(*args, timeout=60):
+    return subprocess.run([PS_SERVER, *args], capture_output=True, text=True, timeout=timeout)
+
+
+class Check(unittest.TestCase):
+    def test_check_prints_what_would_run(self):
+        r = run("--config", os.path.join(CONFIG_DIR, "memif.yaml"), "--check")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ok: server server0 (rank 0 of 1), shards 0..1 of 2, 4 workers", r.stdout)
+        self.assertIn("--vdev=net_memif0,role=server", r.stdout)
+
+    def test_a_worker_node_is_refused(self):
+        r = run("--config", os.path.join(CONFIG_DIR, "memif.yaml"), "--node", "w0")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("node w0 is a worker, not a server", r.stderr)
+
+    def test_an_unknown_node_is_refused(self):
+        r = run("--config", os.path.join(CONFIG_DIR, "memif.yaml"), "--node", "nobody")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("nobody", r.stderr)
+
+    def test_a_bad_job_file_names_file_line_and_key(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = memif_job(tmp, "bad")
+            with open(path) as f:
+                text = f.read()
+            with open(path, "w") as f:
+                f.write(text.replace("  mtu: 1500", "  mtu: 1500\n  mtuu: 9000", 1))
+            r = run("--config", path, "--check")
+            self.assertEqual(r.returncode, 1)
+            self.assertRegex(r.stderr, r"job\.yaml:\d+: network\.mtuu")
+
+    def test_bad_arguments_are_refused(self):
+        self.assertIn("--config FILE is required", run().stderr)
+        r = run("--config", os.path.join(CONFIG_DIR, "memif.yaml"), "--seconds", "abc")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("--seconds wants a positive number, not 'abc'", r.stderr)
+        self.assertIn("unknown argument --frobnicate", run("--frobnicate").stderr)
+
+
+class Run(unittest.TestCase):
+    def test_stats_telemetry_and_sigterm(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            name = "pss%d" % os.getpid()
+            job = memif_job(tmp, name)
+            p = subprocess.Popen([PS_SERVER, "--config", job], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+            try:
+                lines = []
+                deadline = time.time() + 60
+                while time.time() < deadline:
+                    line = p.stdout.readline()
+                    if not line:
+                        break
+                    lines.append(line)
+                    if "] waiting" in line:
+                        break
+                out = "".join(lines)
+                self.assertIn("lcore 0 (cpu", out)
+                self.assertIn("shard 0", out)
+                self.assertIn("net_memif3", out)
+                self.assertRegex(out, r"\] waiting  pkts in \d+/s out \d+/s  aggregations 0/s")
+                tool = shutil.which("dpdk-telemetry.py")
+                if tool:
+                    q = subprocess.run([tool, "-f", name + "-server0"], input="/mercury/stats\n",
+                                       capture_output=True, text=True, timeout=30)
+                    start = q.stdout.find("{")
+                    self.assertGreaterEqual(start, 0, q.stdout + q.stderr)
+                    stats = json.loads(q.stdout[start:].splitlines()[0])["/mercury/stats"]
+                    self.assertIn("aggregations", stats["server"])
+                    self.assertIn("drop_not_running", stats["server"])
+                    self.assertIn("rx_frames", stats["port0"])
+                p.send_signal(signal.SIGTERM)
+                rest, _ = p.communicate(timeout=30)
+                self.assertEqual(p.returncode, 0, rest)
+                self.assertIn("ps-server server0: stopped", rest)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                shutil.rmtree("/var/run/dpdk/" + name + "-server0", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    PS_SERVER, CONFIG_DIR = sys.argv[1], sys.argv[2]
+    unittest.main(argv=[sys.argv[0], "-v"])
