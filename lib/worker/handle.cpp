@@ -1,4 +1,4 @@
-#include "worker/handle.h"
+#include "mercury/handle.h"
 
 #include <algorithm>
 #include <cassert>

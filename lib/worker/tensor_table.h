@@ -53,14 +53,9 @@
 #include <vector>
 
 #include "agg/placement.h"
+#include "mercury/worker_errors.h"
 
 namespace mercury::worker {
-
-/// A trainer's misuse of the worker API (see the file comment).
-class UsageError : public std::logic_error {
- public:
-  using std::logic_error::logic_error;
-};
 
 /// The index of a tensor in declaration order.
 using TensorId = uint32_t;

@@ -20,7 +20,8 @@ WorkerNode::WorkerNode(const TensorTable& table, net::Interface& iface,
                                   ", which does not exist");
     }
   }
-  endpoint_ = std::make_unique<transport::Endpoint>(iface, config.endpoint, *this, now);
+  endpoint_ = std::make_unique<transport::Endpoint>(
+      iface, config.endpoint, transport::Receivers{config.control, this}, now);
 }
 
 WorkerNode::~WorkerNode() = default;
@@ -45,6 +46,41 @@ uint32_t WorkerNode::push(TensorId tensor, std::span<const float> grad, uint32_t
     }
   }
   return refused;
+}
+
+uint32_t WorkerNode::push_partitions_st(TensorId tensor, const float* grad, uint32_t iteration,
+                                        wire::PacketType type, uint32_t first,
+                                        const transport::Completion& done) {
+  const TensorInfo& info = table_.tensor(tensor);
+  const std::span<const PartitionGeometry> parts = table_.partitions(tensor);
+  uint32_t i = first;
+  for (; i < parts.size(); ++i) {
+    const PartitionGeometry& p = parts[i];
+    transport::MessageMeta meta;
+    meta.type = type;
+    meta.dtype = wire::Dtype::kFloat32;
+    meta.tensor_key = p.key;
+    meta.iteration = iteration;
+    transport::Completion c = done;
+    c.cookie = p.key;
+    const auto* data = reinterpret_cast<const std::byte*>(grad + p.first_element);
+    if (endpoint_->send(shard_peer_[p.shard], data, static_cast<uint32_t>(p.bytes()), info.level,
+                        meta, c) != transport::SubmitStatus::kQueued) {
+      push_refused_.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    partitions_pushed_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return i;
+}
+
+transport::SubmitStatus WorkerNode::send_control_st(uint16_t server,
+                                                    std::span<const std::byte> bytes,
+                                                    const transport::Completion& done) {
+  transport::MessageMeta meta;
+  meta.type = wire::PacketType::kControl;
+  meta.dtype = wire::Dtype::kBytes;
+  return endpoint_->send(server, bytes.data(), static_cast<uint32_t>(bytes.size()), 0, meta, done);
 }
 
 bool WorkerNode::on_packet(uint16_t, const wire::HeaderFields& h,

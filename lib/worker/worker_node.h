@@ -3,10 +3,14 @@
 // aggregated chunks into the PullTracker (which writes them into the
 // trainer's buffers and completes pulls).
 //
+// Control messages (agg/control.h: declare, ready, barrier) travel as whole
+// kControl messages; a WorkerNodeConfig::control receiver takes the ones the
+// servers send. The public Worker (mercury/worker.h) drives a WorkerNode
+// from its net core (net_core.h); ps-demo and pmd-tests/ps drive it by hand.
+//
 // Threads: push() may be called from any thread (Endpoint::send is
-// lock-free); poll_st() and tracker() belong to the net core. This version
-// is driven by its caller's loop: the net core on its own EAL thread, the
-// public Worker API and the C ABI come next (docs/worker.md).
+// lock-free); poll_st(), push_partitions_st(), send_control_st(), tracker()
+// and endpoint() belong to the net core.
 #pragma once
 
 #include <atomic>
@@ -25,6 +29,9 @@ struct WorkerNodeConfig {
   transport::EndpointConfig endpoint;  ///< its peers are the servers
   std::vector<uint16_t> shard_peer;    ///< global shard id -> server peer index; empty: all 0
   PullTrackerConfig pulls;
+  /// Where the servers' control messages go (ready, refused, barrier done);
+  /// null: they are dropped (counted by the endpoint as kNoReceiver).
+  transport::MessageReceiver* control = nullptr;
 };
 
 struct WorkerNodeCounters {
@@ -47,9 +54,25 @@ class WorkerNode final : public transport::PacketReceiver {
   /// partitions were refused (0 = all queued; the caller retries the rest).
   uint32_t push(TensorId tensor, std::span<const float> grad, uint32_t iteration);
 
+  /// Net core: queues partitions first, first + 1, ... of `tensor`'s
+  /// `grad` (the whole tensor) as messages of `type` (kData for a gradient,
+  /// kInit for rank 0's initial parameters) tagged with `iteration`, each
+  /// with `done` and its cookie set to the partition's key, until the
+  /// endpoint refuses one. Returns the index of the first partition not
+  /// queued (== the tensor's partition count when all are). No check of the
+  /// span: the caller did it on the trainer side.
+  uint32_t push_partitions_st(TensorId tensor, const float* grad, uint32_t iteration,
+                              wire::PacketType type, uint32_t first,
+                              const transport::Completion& done);
+  /// Net core: queues a control message (agg::encode_control bytes, kept
+  /// alive by the caller until `done` runs) to server peer `server` at level 0.
+  transport::SubmitStatus send_control_st(uint16_t server, std::span<const std::byte> bytes,
+                                          const transport::Completion& done);
+
   /// Net core: one pass of the endpoint.
   uint32_t poll_st(transport::Tick now) { return endpoint_->poll_st(now); }
   PullTracker& tracker() { return tracker_; }
+  transport::Endpoint& endpoint() { return *endpoint_; }
   [[nodiscard]] WorkerNodeCounters counters_st() const;
 
   bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,

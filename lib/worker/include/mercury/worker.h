@@ -1,0 +1,174 @@
+// The Mercury worker: what a trainer process links to push gradients to the
+// parameter servers and pull the aggregated parameters back (C++20; the C
+// ABI over it is mercury/worker_c.h). No DPDK type appears here.
+//
+// Life of a worker.
+//   Worker w({.job_file = "job.yaml", .node = "w0"});   // connect
+//   Key k = w.declare("conv1.weight", params, 0);       // every tensor, once
+//   w.start();                                          // optional: see below
+//   Handle h = w.push_pull(k, grad, params);            // any thread, any time
+//   h.wait();                                           // or ready(), or on_complete(fn)
+//   w.barrier();
+//   w.shutdown();                                       // or the destructor
+//
+// Connect. The constructor loads the job file, finds this node (a worker),
+// and starts the worker's net core: one thread that runs EAL (rte_eal_init
+// is called from that thread, so it is the one EAL pins; the trainer's
+// threads are never pinned or blocked) and then polls the node's first
+// port. If the process has already initialised EAL (EalMode::kAttach, or
+// kAuto when EAL is up), the net core runs on a thread of that EAL instance
+// instead and leaves EAL to its owner.
+//
+// Start: when the declarations freeze. The set of tensors is frozen by
+// start(), or implicitly by the first push(), pull(), push_pull() or
+// barrier(). start() sends the declarations (rank, every tensor in
+// declaration order) to every server of the job, waits until each answers
+// Ready with the same placement fingerprint as this worker computed, and
+// then waits for version 0 of every tensor: rank 0's buffers as they are at
+// start() (rank 0 pushes them), so every rank starts from the same model and
+// every rank's declared buffers hold it when start() returns. It blocks for
+// as long as the slowest rank takes to start, at most
+// WorkerOptions::start_timeout_ms, and throws WorkerError naming the server
+// that refused or never answered. declare() after that throws UsageError.
+//
+// Versions (BSP). Each push of a tensor is its next iteration (0, 1, ...),
+// computed from the parameters of the same version; the servers answer
+// with version iteration + 1. pull() asks for the newest version this
+// worker's pushes of that tensor lead to: version 0 before any push,
+// version i + 1 after the push of iteration i. A push of iteration i is
+// held on the net core until version i of the tensor is in (the servers
+// refuse a gradient from parameters they have not produced yet).
+//
+// Buffers. Aggregated parameters are written by the net core straight into
+// the buffer given to declare(), chunk by chunk; a pull(key, out) with
+// `out` another buffer copies them there when the version is complete. A
+// push reads `grad` until its handle completes: keep it alive and unchanged
+// until then. The declared buffer must outlive the worker.
+//
+// Threads. Every method may be called from any number of trainer threads at
+// once. push/pull/push_pull check their arguments on the calling thread,
+// then hand the request to the net core through a lock-free bounded queue
+// (a full queue makes the caller yield and retry) and return a Handle at
+// once. Handles complete on the net core: a callback registered with
+// Handle::on_complete runs there and must be short and must not block.
+// start(), barrier() and shutdown() block the calling thread (in the
+// kernel, never spinning).
+//
+// Errors. Misuse throws UsageError (an unknown key, a buffer of the wrong
+// size, a declaration after start, any call after shutdown()). A failed
+// transfer fails its Handle with a text that names the server; a server
+// that stops answering fails every pending handle and every later call
+// throws WorkerError with that text. shutdown() fails the handles still
+// pending with "the worker was shut down ...".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mercury/handle.h"
+#include "mercury/worker_errors.h"
+
+namespace mercury::worker {
+
+/// A declared tensor: its index in declaration order.
+using Key = uint32_t;
+
+/// Who starts DPDK's EAL.
+enum class EalMode : uint8_t {
+  kAuto,    ///< kAttach if this process has initialised EAL already, else kStart
+  kStart,   ///< the worker's net core thread starts EAL and cleans it up at shutdown
+  kAttach,  ///< EAL is up (started by the process with this node's vdevs): use it
+};
+
+struct WorkerOptions {
+  std::string job_file;               ///< the job's YAML (docs/config.md)
+  std::string node;                   ///< this worker's node name in it
+  std::vector<std::string> eal_args;  ///< appended to the EAL argv the job generates
+  EalMode eal = EalMode::kAuto;
+  uint32_t start_timeout_ms = 30'000;  ///< start(): every server Ready, version 0 in
+  /// The net core sleeps a few microseconds when it has nothing to do (the
+  /// default: it shares CPUs with the trainer); false = pure polling.
+  bool idle_backoff = true;
+};
+
+/// A snapshot of the worker's counters (published by the net core every
+/// few milliseconds, so a little behind).
+struct WorkerStats {
+  uint64_t pushes = 0;              ///< push requests taken by the net core
+  uint64_t pulls = 0;               ///< pull requests taken by the net core
+  uint64_t partitions_pushed = 0;   ///< partition messages queued
+  uint64_t chunks_received = 0;     ///< aggregated chunks received
+  uint64_t bytes_placed = 0;        ///< parameter bytes written into trainer buffers
+  uint64_t versions_completed = 0;  ///< (tensor, version) fully received
+  uint64_t retransmits = 0;         ///< packets sent again by the transport
+  uint64_t chunks_dropped = 0;      ///< chunks refused by the pull tracker (stale, duplicate, ...)
+};
+
+class Worker {
+ public:
+  /// Connects: loads the job, starts the net core (and EAL, see EalMode),
+  /// opens the node's port. Throws WorkerError (configuration, EAL, port)
+  /// or UsageError (empty node name).
+  explicit Worker(const WorkerOptions& options);
+  /// shutdown() if not done yet.
+  ~Worker();
+  Worker(Worker&&) noexcept;
+  Worker& operator=(Worker&&) noexcept;
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  /// Declares a tensor whose parameters live in `params` (which must
+  /// outlive the worker). `priority` >= 0, 0 the most urgent (the first
+  /// layer of the forward pass), or -1 for the declaration index. Returns
+  /// its key. Throws UsageError: duplicate or empty name, empty tensor, bad
+  /// priority, after start, after shutdown.
+  Key declare(std::string_view name, std::span<float> params, int priority = -1);
+
+  /// Freezes the declarations and joins the job (see the file comment).
+  /// Idempotent. Throws WorkerError (a server refused or did not answer in
+  /// time, placement mismatch, shut down meanwhile) or UsageError (nothing
+  /// declared, after shutdown). After a failed start every call throws.
+  void start();
+
+  /// Pushes the gradient of the next iteration of `key` (`grad`: the whole
+  /// tensor). The handle completes when every partition is acknowledged by
+  /// its server. Starts the worker if needed. Throws UsageError.
+  Handle push(Key key, std::span<const float> grad);
+  /// The newest version this worker's pushes of `key` lead to (see the file
+  /// comment), into `out` (the declared buffer: no copy). Throws UsageError.
+  Handle pull(Key key, std::span<float> out);
+  /// push(key, grad), then pull(key, out) of the version it leads to; the
+  /// handle completes when both have. Throws UsageError.
+  Handle push_pull(Key key, std::span<const float> grad, std::span<float> out);
+
+  /// Blocks until every rank of the job has called barrier() as many times
+  /// as this process has (the n-th call of the process is generation n - 1).
+  /// Throws WorkerError if it cannot complete (a server failed, shutdown).
+  void barrier();
+
+  /// Stops the net core: handles still pending fail ("the worker was shut
+  /// down ..."), EAL is cleaned up if the worker started it. Idempotent;
+  /// every later call but the accessors throws UsageError.
+  void shutdown();
+
+  /// The key of the tensor declared as `name`. Throws UsageError.
+  [[nodiscard]] Key key(std::string_view name) const;
+  [[nodiscard]] uint32_t rank() const;     ///< among the job's workers, file order
+  [[nodiscard]] uint32_t workers() const;  ///< in the job
+  [[nodiscard]] uint32_t tensors() const;  ///< declared so far
+  [[nodiscard]] bool started() const;
+  [[nodiscard]] WorkerStats stats() const;
+
+  /// Internal (worker/attach.h builds one around an already-open port).
+  struct Impl;
+  explicit Worker(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mercury::worker

@@ -1,0 +1,112 @@
+/* The Mercury worker's C ABI: mercury/worker.h for other languages (C,
+ * Python's ctypes/cffi, Rust, Go). Same semantics, same threads, same
+ * errors; read mercury/worker.h first.
+ *
+ * Objects are opaque pointers: a worker (mercury_worker) and the handle of a
+ * transfer (mercury_handle), each released by its own function. Every
+ * function that can fail returns a mercury_status (MERCURY_OK = 0); the text
+ * of the last failure on the calling thread is mercury_last_error(). No C++
+ * exception crosses this boundary.
+ *
+ * Threads: as in C++, every worker function may be called from any number
+ * of threads at once. A mercury_handle may be waited on from several
+ * threads; release it once, after its last use (a pending transfer
+ * completes all the same). Callbacks run on the worker's net core (or at
+ * once on the registering thread if the transfer is already complete): they
+ * must be short and must not block.
+ *
+ *   mercury_worker_options o;
+ *   mercury_worker_options_init(&o);
+ *   o.job_file = "job.yaml"; o.node = "w0";
+ *   mercury_worker* w;
+ *   if (mercury_worker_connect(&o, &w) != MERCURY_OK) puts(mercury_last_error());
+ *   uint32_t k; mercury_worker_declare(w, "fc.weight", params, n, -1, &k);
+ *   mercury_handle* h; mercury_worker_push_pull(w, k, grad, n, params, n, &h);
+ *   mercury_handle_wait(h); mercury_handle_release(h);
+ *   mercury_worker_destroy(w);
+ */
+#ifndef MERCURY_WORKER_C_H
+#define MERCURY_WORKER_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mercury_worker mercury_worker;
+typedef struct mercury_handle mercury_handle;
+
+typedef enum mercury_status {
+  MERCURY_OK = 0,
+  MERCURY_E_USAGE = 1,   /* misuse: unknown key, wrong size, after start/shutdown, null argument */
+  MERCURY_E_WORKER = 2,  /* the worker cannot run: configuration, EAL, a server refused/silent */
+  MERCURY_E_FAILED = 3,  /* a transfer failed (mercury_handle_error says why) */
+  MERCURY_E_PENDING = 4, /* mercury_handle_status: not complete yet */
+  MERCURY_E_INTERNAL = 5 /* anything else (out of memory, ...) */
+} mercury_status;
+
+typedef enum mercury_eal_mode {
+  MERCURY_EAL_AUTO = 0,  /* attach if this process started EAL, else start it */
+  MERCURY_EAL_START = 1, /* the worker's net core thread starts and cleans up EAL */
+  MERCURY_EAL_ATTACH = 2 /* EAL is already up in this process */
+} mercury_eal_mode;
+
+typedef struct mercury_worker_options {
+  const char* job_file;        /* the job's YAML */
+  const char* node;            /* this worker's node name */
+  const char* const* eal_args; /* extra EAL arguments, may be NULL */
+  size_t eal_argc;
+  int eal_mode;              /* a mercury_eal_mode */
+  uint32_t start_timeout_ms; /* default 30000 */
+  int idle_backoff;          /* default 1: the net core sleeps briefly when idle */
+} mercury_worker_options;
+
+/* Runs on completion: `status` is MERCURY_OK or MERCURY_E_FAILED, `error`
+ * the failure text ("" on success, valid during the call only). */
+typedef void (*mercury_callback)(void* context, int status, const char* error);
+
+/* The text of the last failed call on this thread ("" if none). Valid until
+ * the next call on this thread. */
+const char* mercury_last_error(void);
+
+void mercury_worker_options_init(mercury_worker_options* options);
+
+/* Connects (see Worker's constructor). On success *out is the worker. */
+int mercury_worker_connect(const mercury_worker_options* options, mercury_worker** out);
+/* Shuts down (if not done) and frees the worker. NULL is accepted. */
+void mercury_worker_destroy(mercury_worker* worker);
+
+int mercury_worker_declare(mercury_worker* worker, const char* name, float* params, size_t elements,
+                           int priority, uint32_t* key_out);
+int mercury_worker_start(mercury_worker* worker);
+int mercury_worker_push(mercury_worker* worker, uint32_t key, const float* grad, size_t elements,
+                        mercury_handle** out);
+int mercury_worker_pull(mercury_worker* worker, uint32_t key, float* out, size_t elements,
+                        mercury_handle** handle_out);
+int mercury_worker_push_pull(mercury_worker* worker, uint32_t key, const float* grad, float* out,
+                             size_t elements, mercury_handle** handle_out);
+int mercury_worker_barrier(mercury_worker* worker);
+int mercury_worker_shutdown(mercury_worker* worker);
+int mercury_worker_key(mercury_worker* worker, const char* name, uint32_t* key_out);
+uint32_t mercury_worker_rank(const mercury_worker* worker);
+uint32_t mercury_worker_workers(const mercury_worker* worker);
+
+/* Blocks until complete: MERCURY_OK or MERCURY_E_FAILED. */
+int mercury_handle_wait(mercury_handle* handle);
+/* MERCURY_OK, MERCURY_E_FAILED or MERCURY_E_PENDING; never blocks. */
+int mercury_handle_status(const mercury_handle* handle);
+/* 1 once complete (ok or failed), else 0. */
+int mercury_handle_ready(const mercury_handle* handle);
+/* Why it failed ("" unless failed); valid while the handle is. */
+const char* mercury_handle_error(mercury_handle* handle);
+/* Runs fn(context, status, error) once on completion (see the file comment). */
+int mercury_handle_on_complete(mercury_handle* handle, mercury_callback fn, void* context);
+void mercury_handle_release(mercury_handle* handle);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MERCURY_WORKER_C_H */

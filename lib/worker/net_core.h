@@ -1,0 +1,188 @@
+// NetCore: the worker's net core, the one thread of a trainer process that
+// touches the network. It owns the WorkerNode (endpoint, pull tracker) and
+// the push tracker, drains the trainer threads' RequestQueue, runs the
+// start-up protocol (agg/control.h) and the barrier, and completes every
+// Handle.
+//
+// The loop (ARCHITECTURE.md section 3): read the TSC once; take up to
+// kRequestBurst requests; one pass of the endpoint (receive, deliver chunks
+// into the trainer's buffers, transmit); queue the pushes that can go;
+// complete the pulls whose version is in; every kSlowEvery passes the slow
+// work (start deadline, dead servers, publishing counters); idle back-off.
+//
+// Threads: run() is the net core; everything else here is called from it.
+// The trainer side (worker.cpp) only enqueues Requests. The TensorTable is
+// frozen before run() sees a kStart and is not shut down before run()
+// returns.
+//
+// Memory: the request queue, the trackers (pull_tracker.h), and per tensor
+// one push slot; the pending pull and push lists are reserved for 8 entries
+// per tensor at start and fail requests beyond that with a clear message
+// (never grown on the datapath). Control messages (declare, barrier) are
+// encoded and buffered on this thread: control path, allocates.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agg/control.h"
+#include "mercury/handle.h"
+#include "mercury/worker.h"
+#include "net/interface.h"
+#include "transport/endpoint.h"
+#include "worker/pull_tracker.h"
+#include "worker/request_queue.h"
+#include "worker/tensor_table.h"
+#include "worker/worker_node.h"
+
+namespace mercury::worker {
+
+/// One server of the job as this worker sees it.
+struct ServerSpec {
+  transport::PeerSpec peer;  ///< name, address
+  uint32_t shards = 0;       ///< global shards it runs (the ones after the servers before it)
+};
+
+struct NetCoreConfig {
+  uint32_t rank = 0;
+  uint32_t workers = 1;
+  std::vector<ServerSpec> servers;     ///< job-file order
+  uint32_t chunk_bytes = 0;            ///< payload bytes per packet (the job's MTU)
+  transport::EndpointConfig endpoint;  ///< peers: set from `servers`
+  PullTrackerConfig pulls;
+  uint32_t start_timeout_ms = 30'000;
+  bool idle_backoff = true;
+  uint32_t request_capacity = 1 << 16;
+
+  [[nodiscard]] uint32_t total_shards() const {
+    uint32_t n = 0;
+    for (const auto& s : servers) n += s.shards;
+    return n;
+  }
+};
+
+/// What a trainer thread asks of the net core.
+struct Request {
+  enum class Kind : uint8_t { kStart, kPush, kPull, kPushPull, kBarrier, kStop };
+  Kind kind = Kind::kStop;
+  TensorId tensor = 0;
+  uint32_t iteration = 0;   ///< kPush, kPushPull: the gradient's iteration
+  uint32_t version = 0;     ///< kPull, kPushPull: the version wanted
+  uint64_t generation = 0;  ///< kBarrier
+  const float* grad = nullptr;
+  float* out = nullptr;
+  Handle handle;               ///< what the trainer holds
+  std::optional<Handle> push;  ///< kPushPull: its push part
+};
+
+/// Counters the net core publishes for Worker::stats() (relaxed atomics).
+struct PublishedStats {
+  std::atomic<uint64_t> pushes{0}, pulls{0}, partitions_pushed{0}, chunks_received{0},
+      bytes_placed{0}, versions_completed{0}, retransmits{0}, chunks_dropped{0};
+};
+
+class NetCore final : public transport::MessageReceiver {
+ public:
+  static constexpr uint32_t kRequestBurst = 64;
+  static constexpr uint32_t kSlowEvery = 256;
+
+  /// Control path, on the net core thread. `iface` must be polled by no
+  /// other thread; `table`, `queue` and `stats` outlive the core.
+  NetCore(const TensorTable& table, const NetCoreConfig& config, net::Interface& iface,
+          RequestQueue<Request>& queue, PublishedStats& stats);
+  ~NetCore();
+
+  /// Runs the loop until a kStop request; everything still pending is then
+  /// failed, the stop request completed, and run() returns.
+  void run();
+
+  // transport::MessageReceiver: the servers' control messages.
+  std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override;
+  void on_message_complete(uint16_t peer, const wire::HeaderFields& h, std::byte* buffer) override;
+  void on_message_abandoned(uint16_t peer, uint32_t msg_id, std::byte* buffer) override;
+
+ private:
+  enum class Phase : uint8_t { kIdle, kDeclaring, kInitialising, kRunning, kFailed };
+  struct PendingPush {
+    TensorId tensor = 0;
+    uint32_t iteration = 0;
+    const float* grad = nullptr;
+    wire::PacketType type = wire::PacketType::kData;
+    uint32_t next = 0;  // first partition not queued yet
+    bool started = false;
+    Handle handle;
+  };
+  struct PendingPull {
+    TensorId tensor = 0;
+    uint32_t version = 0;
+    float* out = nullptr;
+    Handle handle;
+    std::optional<Handle> push;  // push_pull: completes only once this has
+  };
+  struct PendingBarrier {
+    uint64_t generation = 0;
+    Handle handle;
+  };
+
+  void take_st(Request& r, transport::Tick now);
+  void start_st(const Handle& h, transport::Tick now);
+  void push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,
+               const Handle& h);
+  void pull_st(TensorId t, uint32_t version, float* out, const Handle& h,
+               std::optional<Handle> push);
+  void barrier_st(uint64_t generation, const Handle& h);
+  uint32_t send_pushes_st();
+  uint32_t complete_pulls_st();
+  void slow_st(transport::Tick now);
+  void on_ready_st(uint16_t server, const agg::ControlMessage& m);
+  void fail_start_st(const std::string& why);
+  // A server failed: every pending handle fails with `why`, and so does every later request.
+  void break_st(const std::string& why);
+  void fail_pending_st(const std::string& why);
+  bool send_control_st(uint16_t server, const agg::ControlMessage& m);
+  bool version_in_st(TensorId t, uint32_t version) const;
+  void publish_st();
+  std::string server_name(uint16_t server) const;
+
+  static void on_push_sent(void* self, const transport::SendResult& r);
+  static void on_control_sent(void* self, const transport::SendResult& r);
+
+  const TensorTable& table_;
+  NetCoreConfig config_;
+  net::Interface& iface_;
+  RequestQueue<Request>& queue_;
+  PublishedStats& stats_;
+  std::unique_ptr<WorkerNode> node_;
+  std::unique_ptr<PushTracker> pushes_;
+
+  Phase phase_ = Phase::kIdle;
+  std::optional<Handle> start_;
+  transport::Tick start_deadline_ = 0;
+  std::vector<bool> ready_;  // per server
+  std::string broken_;       // non-empty: a failure every later request gets
+  bool stopping_ = false;
+
+  std::vector<PendingPush> push_queue_;           // not (fully) queued in the endpoint yet
+  std::vector<std::optional<Handle>> in_flight_;  // per tensor: the push the tracker holds
+  std::vector<PendingPull> pull_queue_;
+  std::vector<PendingBarrier> barriers_;
+  std::vector<Handle> init_pushes_;  // rank 0's, internal
+  uint64_t seen_versions_ = 0;       // tracker's versions_completed at the last pull scan
+  uint64_t seen_settled_ = 0;        // pushes settled at the last pull scan
+  bool pulls_dirty_ = false;
+  size_t list_capacity_ = 0;
+
+  uint64_t next_control_ = 0;
+  std::unordered_map<uint64_t, std::vector<std::byte>> control_out_;  // by cookie
+  std::unordered_map<uint64_t, std::vector<std::byte>> control_in_;   // by peer << 32 | msg_id
+  uint64_t control_malformed_ = 0;
+  uint64_t passes_ = 0;
+  uint64_t pushes_taken_ = 0, pulls_taken_ = 0;
+};
+
+}  // namespace mercury::worker

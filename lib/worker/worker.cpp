@@ -1,0 +1,365 @@
+// The trainer side of mercury/worker.h: argument checks on the calling
+// thread, the request queue to the net core, and the net core's thread
+// (which starts EAL when the worker owns it).
+#include "mercury/worker.h"
+
+#include <rte_cycles.h>
+#include <rte_lcore.h>
+#include <unistd.h>
+
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "net/eal.h"
+#include "net/node.h"
+#include "worker/attach.h"
+#include "worker/net_core.h"
+#include "worker/request_queue.h"
+#include "worker/tensor_table.h"
+
+namespace mercury::worker {
+
+struct Worker::Impl {
+  explicit Impl(const NetCoreConfig& c) : core(c), queue(c.request_capacity) {}
+
+  // ---- fixed at construction ----
+  NetCoreConfig core;
+  bool owns_eal = false;
+  std::vector<std::string> eal_argv;     // owns_eal
+  std::optional<config::JobConfig> job;  // ports opened from the job file
+  std::string node;
+  net::Interface* iface = nullptr;  // attach_worker(): the caller's port
+
+  TensorTable table;
+  RequestQueue<Request> queue;
+  PublishedStats stats;
+  std::thread thread;
+
+  // ---- trainer side ----
+  std::unique_ptr<std::atomic<uint32_t>[]> iterations;  // per tensor: pushes so far
+  std::mutex start_mutex;                               // start() against itself
+  std::atomic<bool> started{false};
+  std::atomic<bool> failed{false};
+  std::string failure;  // written before failed's release store
+  std::atomic<bool> shut_down{false};
+  std::atomic<uint32_t> callers{0};  // threads between their shut-down check and enqueue
+  std::atomic<bool> down{false};     // the net core has stopped and been joined
+  std::atomic<uint64_t> barrier_generation{0};
+
+  void check_live(const char* call) const {
+    if (shut_down.load(std::memory_order_acquire)) {
+      throw UsageError(std::string(call) + ": the worker has been shut down");
+    }
+  }
+
+  // Hands `r` to the net core. The seq_cst pair (callers up, then shut_down
+  // read; shutdown() writes shut_down, then reads callers) guarantees that
+  // no request is enqueued after shutdown() saw callers == 0.
+  void submit(Request& r, const char* call) {
+    callers.fetch_add(1, std::memory_order_seq_cst);
+    if (shut_down.load(std::memory_order_seq_cst)) {
+      callers.fetch_sub(1, std::memory_order_release);
+      throw UsageError(std::string(call) + ": the worker has been shut down");
+    }
+    while (!queue.try_push_mp(r)) std::this_thread::yield();  // full: the net core drains it
+    callers.fetch_sub(1, std::memory_order_release);
+  }
+
+  void ensure_started(Worker& w) {
+    if (!started.load(std::memory_order_acquire)) w.start();
+  }
+
+  void thread_main(std::promise<void> up);
+};
+
+void Worker::Impl::thread_main(std::promise<void> up) {
+  // Declared in teardown order: the core goes first, then the ports, then EAL.
+  std::optional<net::Eal> eal;
+  std::unique_ptr<net::NodeNetworks> nets;
+  std::unique_ptr<NetCore> net_core;
+  bool registered = false;
+  try {
+    if (owns_eal) {
+      eal.emplace(eal_argv);  // rte_eal_init on this thread: EAL pins this one only
+    } else {
+      registered = rte_thread_register() == 0;  // an lcore id (mempool caches); optional
+    }
+    core.endpoint.transport.tsc_hz = rte_get_tsc_hz();
+    net::Interface* port = iface;
+    if (port == nullptr) {
+      nets = std::make_unique<net::NodeNetworks>(*job, std::vector<std::string>{node});
+      const std::vector<net::NodePort*> ports = nets->ports_of(node);
+      if (ports.empty()) throw WorkerError("worker " + node + " has no port");
+      port = ports.front()->interface.get();
+    }
+    net_core = std::make_unique<NetCore>(table, core, *port, queue, stats);
+  } catch (...) {
+    up.set_exception(std::current_exception());
+    net_core.reset();
+    nets.reset();
+    if (registered) rte_thread_unregister();
+    return;  // `eal` cleans up on the way out
+  }
+  up.set_value();
+  net_core->run();
+  net_core.reset();
+  nets.reset();
+  if (registered) rte_thread_unregister();
+}
+
+namespace {
+
+void start_thread(Worker::Impl& impl) {
+  std::promise<void> up;
+  std::future<void> ready = up.get_future();
+  impl.thread =
+      std::thread([&impl, p = std::move(up)]() mutable { impl.thread_main(std::move(p)); });
+  try {
+    ready.get();
+  } catch (const std::exception& e) {
+    impl.thread.join();
+    throw WorkerError("worker " + (impl.node.empty() ? std::string("(attached)") : impl.node) +
+                      ": the net core did not start: " + e.what());
+  }
+}
+
+sched::Mode mode_of(config::Scheduler s) {
+  switch (s) {
+    case config::Scheduler::kFifo:
+      return sched::Mode::kFifo;
+    case config::Scheduler::kPartition:
+      return sched::Mode::kPartition;
+    default:
+      return sched::Mode::kStrict;
+  }
+}
+
+}  // namespace
+
+NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view node) {
+  const config::NodeConfig* me = job.find_node(node);
+  if (me == nullptr) {
+    std::string names;
+    for (const auto& n : job.nodes) names += (names.empty() ? "" : ", ") + n.name;
+    throw WorkerError(job.source + ": no node is called '" + std::string(node) +
+                      "' (nodes: " + names + ")");
+  }
+  if (me->role != config::Role::kWorker) {
+    throw WorkerError(job.source + ": node '" + me->name + "' is a server, not a worker");
+  }
+  if (me->ports.empty()) throw WorkerError(job.source + ": worker '" + me->name + "' has no port");
+  NetCoreConfig c;
+  c.rank = me->rank;
+  c.workers = static_cast<uint32_t>(job.workers().size());
+  for (const config::NodeConfig* s : job.servers()) {
+    c.servers.push_back(ServerSpec{{s->name, s->ipv4.value, s->udp_port, 0}, s->shards});
+  }
+  if (c.servers.empty()) throw WorkerError(job.source + ": the job has no server");
+  c.chunk_bytes = job.payload_bytes_per_packet();
+  transport::EndpointConfig& e = c.endpoint;
+  e.transport.window_packets = job.network.window != 0 ? job.network.window : 128;
+  e.transport.peer_timeout_us = uint64_t{job.network.peer_timeout_ms} * 1000;
+  e.mode = mode_of(job.network.scheduler);
+  e.partition_bytes = job.network.partition_bytes;
+  e.credit_bytes = job.network.credit_bytes;
+  e.job_id = job.id;
+  e.sender_id = static_cast<uint16_t>(me->index);
+  // A new incarnation per process, so a restarted worker is told apart.
+  e.local_epoch =
+      static_cast<uint16_t>(((rte_rdtsc() >> 4) ^ static_cast<uint64_t>(getpid())) | 1u);
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// Worker.
+
+Worker::Worker(const WorkerOptions& options) {
+  if (options.node.empty()) throw UsageError("Worker: options.node must name this worker's node");
+  config::JobConfig job;
+  try {
+    job = config::load_file(options.job_file);
+  } catch (const std::exception& e) {
+    throw WorkerError(e.what());
+  }
+  NetCoreConfig c = net_core_config(job, options.node);
+  c.start_timeout_ms = options.start_timeout_ms;
+  c.idle_backoff = options.idle_backoff;
+  impl_ = std::make_unique<Impl>(c);
+  impl_->node = options.node;
+  bool own = options.eal == EalMode::kStart;
+  if (options.eal == EalMode::kAuto) own = rte_lcore_count() == 0;  // 0 until rte_eal_init
+  impl_->owns_eal = own;
+  if (own) {
+    try {
+      std::string notice;
+      config::EalRunOptions eo;
+      eo.hugepages = config::resolve_hugepages(job.eal, &notice);
+      eo.extra = options.eal_args;
+      impl_->eal_argv = config::eal_args(job, std::vector<std::string>{options.node}, eo);
+    } catch (const std::exception& e) {
+      throw WorkerError(e.what());
+    }
+  }
+  impl_->job = std::move(job);
+  start_thread(*impl_);
+}
+
+Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Worker attach_worker(net::Interface& iface, const NetCoreConfig& config) {
+  auto impl = std::make_unique<Worker::Impl>(config);
+  impl->iface = &iface;
+  start_thread(*impl);
+  return Worker(std::move(impl));
+}
+
+Worker::~Worker() {
+  if (!impl_) return;
+  try {
+    shutdown();
+  } catch (...) {
+    // shutdown() only throws what the net core's stop could, which it does not.
+  }
+}
+
+Worker::Worker(Worker&&) noexcept = default;
+Worker& Worker::operator=(Worker&& other) noexcept {
+  if (this != &other) {
+    if (impl_) {
+      try {
+        shutdown();
+      } catch (...) {
+      }
+    }
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
+
+Key Worker::declare(std::string_view name, std::span<float> params, int priority) {
+  Impl& i = *impl_;
+  i.check_live("declare");
+  if (i.started.load(std::memory_order_acquire) || i.table.frozen()) {
+    throw UsageError("declare: tensor '" + std::string(name) +
+                     "' declared after start: the declarations freeze at start() or at the "
+                     "first push, pull, push_pull or barrier");
+  }
+  return i.table.declare(name, params, priority);
+}
+
+void Worker::start() {
+  Impl& i = *impl_;
+  i.check_live("start");
+  if (i.started.load(std::memory_order_acquire)) return;
+  std::lock_guard lock(i.start_mutex);
+  if (i.started.load(std::memory_order_acquire)) return;
+  if (i.failed.load(std::memory_order_acquire)) throw WorkerError(i.failure);
+  if (i.table.size() == 0) {
+    throw UsageError("start: no tensor has been declared; declare every tensor first");
+  }
+  i.table.freeze(i.core.total_shards(), i.core.chunk_bytes);
+  i.iterations = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
+  Handle h;
+  Request r{Request::Kind::kStart, 0, 0, 0, 0, nullptr, nullptr, h, std::nullopt};
+  i.submit(r, "start");
+  if (!h.wait()) {
+    i.failure = std::string(h.error());
+    i.failed.store(true, std::memory_order_release);
+    throw WorkerError(i.failure);
+  }
+  i.started.store(true, std::memory_order_release);
+}
+
+Handle Worker::push(Key key, std::span<const float> grad) {
+  Impl& i = *impl_;
+  i.check_live("push");
+  i.ensure_started(*this);
+  i.table.check_push(key, grad);
+  Handle h;
+  const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
+  Request r{Request::Kind::kPush, key, it, 0, 0, grad.data(), nullptr, h, std::nullopt};
+  i.submit(r, "push");
+  return h;
+}
+
+Handle Worker::pull(Key key, std::span<float> out) {
+  Impl& i = *impl_;
+  i.check_live("pull");
+  i.ensure_started(*this);
+  i.table.check_pull(key, out);
+  Handle h;
+  const uint32_t version = i.iterations[key].load(std::memory_order_acquire);
+  Request r{Request::Kind::kPull, key, 0, version, 0, nullptr, out.data(), h, std::nullopt};
+  i.submit(r, "pull");
+  return h;
+}
+
+Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> out) {
+  Impl& i = *impl_;
+  i.check_live("push_pull");
+  i.ensure_started(*this);
+  i.table.check_push(key, grad);
+  i.table.check_pull(key, out);
+  Handle h;
+  Handle pushed;
+  const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
+  Request r{Request::Kind::kPushPull, key, it, it + 1, 0, grad.data(), out.data(), h, pushed};
+  i.submit(r, "push_pull");
+  return h;
+}
+
+void Worker::barrier() {
+  Impl& i = *impl_;
+  i.check_live("barrier");
+  i.ensure_started(*this);
+  Handle h;
+  const uint64_t generation = i.barrier_generation.fetch_add(1, std::memory_order_relaxed);
+  Request r{Request::Kind::kBarrier, 0, 0, 0, generation, nullptr, nullptr, h, std::nullopt};
+  i.submit(r, "barrier");
+  if (!h.wait()) throw WorkerError("barrier: " + std::string(h.error()));
+}
+
+void Worker::shutdown() {
+  if (!impl_) return;
+  Impl& i = *impl_;
+  if (i.shut_down.exchange(true, std::memory_order_seq_cst)) {
+    i.down.wait(false, std::memory_order_acquire);  // another thread is shutting down
+    return;
+  }
+  while (i.callers.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  Handle stopped;
+  Request r{Request::Kind::kStop, 0, 0, 0, 0, nullptr, nullptr, stopped, std::nullopt};
+  while (!i.queue.try_push_mp(r)) std::this_thread::yield();
+  stopped.wait();
+  i.thread.join();
+  i.table.shutdown();
+  i.down.store(true, std::memory_order_release);
+  i.down.notify_all();
+}
+
+Key Worker::key(std::string_view name) const {
+  impl_->check_live("key");
+  return impl_->table.find(name);
+}
+
+uint32_t Worker::rank() const { return impl_->core.rank; }
+uint32_t Worker::workers() const { return impl_->core.workers; }
+uint32_t Worker::tensors() const { return impl_->table.size(); }
+bool Worker::started() const { return impl_->started.load(std::memory_order_acquire); }
+
+WorkerStats Worker::stats() const {
+  const PublishedStats& s = impl_->stats;
+  WorkerStats w;
+  w.pushes = s.pushes.load(std::memory_order_relaxed);
+  w.pulls = s.pulls.load(std::memory_order_relaxed);
+  w.partitions_pushed = s.partitions_pushed.load(std::memory_order_relaxed);
+  w.chunks_received = s.chunks_received.load(std::memory_order_relaxed);
+  w.bytes_placed = s.bytes_placed.load(std::memory_order_relaxed);
+  w.versions_completed = s.versions_completed.load(std::memory_order_relaxed);
+  w.retransmits = s.retransmits.load(std::memory_order_relaxed);
+  w.chunks_dropped = s.chunks_dropped.load(std::memory_order_relaxed);
+  return w;
+}
+
+}  // namespace mercury::worker

@@ -1,0 +1,235 @@
+// mercury/worker_c.h over mercury/worker.h: every call catches what the C++
+// API throws and turns it into a status and a thread-local text.
+#include "mercury/worker_c.h"
+
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "mercury/worker.h"
+#include "worker/attach.h"
+
+struct mercury_worker {
+  explicit mercury_worker(mercury::worker::Worker w) : worker(std::move(w)) {}
+  mercury::worker::Worker worker;
+};
+
+struct mercury_handle {
+  explicit mercury_handle(mercury::worker::Handle h) : handle(std::move(h)) {}
+  mercury::worker::Handle handle;
+  std::once_flag error_once;
+  std::string error;  // NUL-terminated copy of handle.error(), made once
+};
+
+namespace {
+
+using mercury::worker::Handle;
+using mercury::worker::UsageError;
+using mercury::worker::WorkerError;
+
+thread_local std::string g_last_error;
+
+int fail(int status, const char* what) {
+  g_last_error = what;
+  return status;
+}
+
+// Runs `fn`, mapping exceptions to statuses.
+template <typename Fn>
+int guarded(Fn&& fn) {
+  try {
+    g_last_error.clear();
+    fn();
+    return MERCURY_OK;
+  } catch (const UsageError& e) {
+    return fail(MERCURY_E_USAGE, e.what());
+  } catch (const WorkerError& e) {
+    return fail(MERCURY_E_WORKER, e.what());
+  } catch (const std::exception& e) {
+    return fail(MERCURY_E_INTERNAL, e.what());
+  } catch (...) {
+    return fail(MERCURY_E_INTERNAL, "unknown exception");
+  }
+}
+
+int null_argument(const char* call, const char* name) {
+  return fail(MERCURY_E_USAGE, (std::string(call) + ": " + name + " is NULL").c_str());
+}
+
+int status_of(const Handle& h) {
+  switch (h.status()) {
+    case Handle::Status::kOk:
+      return MERCURY_OK;
+    case Handle::Status::kFailed:
+      return MERCURY_E_FAILED;
+    default:
+      return MERCURY_E_PENDING;
+  }
+}
+
+int wrap(Handle h, mercury_handle** out) {
+  *out = std::make_unique<mercury_handle>(std::move(h))
+             .release();  // the caller owns it: mercury_handle_release()
+  return MERCURY_OK;
+}
+
+}  // namespace
+
+namespace mercury::worker {
+mercury_worker* wrap_worker_for_c(Worker worker) {
+  return std::make_unique<mercury_worker>(std::move(worker)).release();
+}
+}  // namespace mercury::worker
+
+extern "C" {
+
+const char* mercury_last_error(void) { return g_last_error.c_str(); }
+
+void mercury_worker_options_init(mercury_worker_options* o) {
+  if (o == nullptr) return;
+  *o = mercury_worker_options{};
+  o->eal_mode = MERCURY_EAL_AUTO;
+  o->start_timeout_ms = 30'000;
+  o->idle_backoff = 1;
+}
+
+int mercury_worker_connect(const mercury_worker_options* o, mercury_worker** out) {
+  if (o == nullptr) return null_argument("mercury_worker_connect", "options");
+  if (out == nullptr) return null_argument("mercury_worker_connect", "out");
+  if (o->job_file == nullptr) return null_argument("mercury_worker_connect", "options->job_file");
+  if (o->node == nullptr) return null_argument("mercury_worker_connect", "options->node");
+  *out = nullptr;
+  return guarded([&] {
+    mercury::worker::WorkerOptions wo;
+    wo.job_file = o->job_file;
+    wo.node = o->node;
+    for (size_t i = 0; i < o->eal_argc; ++i) wo.eal_args.emplace_back(o->eal_args[i]);
+    switch (o->eal_mode) {
+      case MERCURY_EAL_START:
+        wo.eal = mercury::worker::EalMode::kStart;
+        break;
+      case MERCURY_EAL_ATTACH:
+        wo.eal = mercury::worker::EalMode::kAttach;
+        break;
+      case MERCURY_EAL_AUTO:
+        break;
+      default:
+        throw UsageError("mercury_worker_connect: options->eal_mode " +
+                         std::to_string(o->eal_mode) + " is not a mercury_eal_mode");
+    }
+    wo.start_timeout_ms = o->start_timeout_ms;
+    wo.idle_backoff = o->idle_backoff != 0;
+    *out = std::make_unique<mercury_worker>(mercury::worker::Worker(wo)).release();
+  });
+}
+
+void mercury_worker_destroy(mercury_worker* w) { std::unique_ptr<mercury_worker> owned(w); }
+
+int mercury_worker_declare(mercury_worker* w, const char* name, float* params, size_t elements,
+                           int priority, uint32_t* key_out) {
+  if (w == nullptr) return null_argument("mercury_worker_declare", "worker");
+  if (name == nullptr) return null_argument("mercury_worker_declare", "name");
+  if (params == nullptr && elements != 0) return null_argument("mercury_worker_declare", "params");
+  return guarded([&] {
+    const uint32_t k = w->worker.declare(name, {params, elements}, priority);
+    if (key_out != nullptr) *key_out = k;
+  });
+}
+
+int mercury_worker_start(mercury_worker* w) {
+  if (w == nullptr) return null_argument("mercury_worker_start", "worker");
+  return guarded([&] { w->worker.start(); });
+}
+
+int mercury_worker_push(mercury_worker* w, uint32_t key, const float* grad, size_t elements,
+                        mercury_handle** out) {
+  if (w == nullptr) return null_argument("mercury_worker_push", "worker");
+  if (out == nullptr) return null_argument("mercury_worker_push", "out");
+  if (grad == nullptr && elements != 0) return null_argument("mercury_worker_push", "grad");
+  return guarded([&] { wrap(w->worker.push(key, {grad, elements}), out); });
+}
+
+int mercury_worker_pull(mercury_worker* w, uint32_t key, float* out, size_t elements,
+                        mercury_handle** handle_out) {
+  if (w == nullptr) return null_argument("mercury_worker_pull", "worker");
+  if (handle_out == nullptr) return null_argument("mercury_worker_pull", "handle_out");
+  if (out == nullptr && elements != 0) return null_argument("mercury_worker_pull", "out");
+  return guarded([&] { wrap(w->worker.pull(key, {out, elements}), handle_out); });
+}
+
+int mercury_worker_push_pull(mercury_worker* w, uint32_t key, const float* grad, float* out,
+                             size_t elements, mercury_handle** handle_out) {
+  if (w == nullptr) return null_argument("mercury_worker_push_pull", "worker");
+  if (handle_out == nullptr) return null_argument("mercury_worker_push_pull", "handle_out");
+  if ((grad == nullptr || out == nullptr) && elements != 0) {
+    return null_argument("mercury_worker_push_pull", grad == nullptr ? "grad" : "out");
+  }
+  return guarded([&] {
+    wrap(w->worker.push_pull(key, {grad, elements}, {out, elements}), handle_out);
+  });
+}
+
+int mercury_worker_barrier(mercury_worker* w) {
+  if (w == nullptr) return null_argument("mercury_worker_barrier", "worker");
+  return guarded([&] { w->worker.barrier(); });
+}
+
+int mercury_worker_shutdown(mercury_worker* w) {
+  if (w == nullptr) return null_argument("mercury_worker_shutdown", "worker");
+  return guarded([&] { w->worker.shutdown(); });
+}
+
+int mercury_worker_key(mercury_worker* w, const char* name, uint32_t* key_out) {
+  if (w == nullptr) return null_argument("mercury_worker_key", "worker");
+  if (name == nullptr || key_out == nullptr) {
+    return null_argument("mercury_worker_key", name == nullptr ? "name" : "key_out");
+  }
+  return guarded([&] { *key_out = w->worker.key(name); });
+}
+
+uint32_t mercury_worker_rank(const mercury_worker* w) { return w ? w->worker.rank() : 0; }
+uint32_t mercury_worker_workers(const mercury_worker* w) { return w ? w->worker.workers() : 0; }
+
+int mercury_handle_wait(mercury_handle* h) {
+  if (h == nullptr) return null_argument("mercury_handle_wait", "handle");
+  return h->handle.wait() ? MERCURY_OK : MERCURY_E_FAILED;
+}
+
+int mercury_handle_status(const mercury_handle* h) {
+  if (h == nullptr) return null_argument("mercury_handle_status", "handle");
+  return status_of(h->handle);
+}
+
+int mercury_handle_ready(const mercury_handle* h) { return h != nullptr && h->handle.ready(); }
+
+const char* mercury_handle_error(mercury_handle* h) {
+  if (h == nullptr || h->handle.status() != Handle::Status::kFailed) return "";
+  std::call_once(h->error_once, [h] { h->error = std::string(h->handle.error()); });
+  return h->error.c_str();
+}
+
+int mercury_handle_on_complete(mercury_handle* h, mercury_callback fn, void* context) {
+  if (h == nullptr) return null_argument("mercury_handle_on_complete", "handle");
+  if (fn == nullptr) return null_argument("mercury_handle_on_complete", "fn");
+  return guarded([&] {
+    h->handle.on_complete([fn, context](const Handle& done) {
+      // The text is held inline in the handle, not terminated: copy it to
+      // the stack (no allocation on the net core).
+      if (done.ok()) {
+        fn(context, MERCURY_OK, "");
+      } else {
+        char why[mercury::worker::kMaxErrorBytes + 1];
+        const std::string_view e = done.error();
+        std::memcpy(why, e.data(), e.size());
+        why[e.size()] = '\0';
+        fn(context, MERCURY_E_FAILED, why);
+      }
+    });
+  });
+}
+
+void mercury_handle_release(mercury_handle* h) { std::unique_ptr<mercury_handle> owned(h); }
+
+}  // extern "C"

@@ -1,0 +1,433 @@
+// The public worker API (mercury/worker.h, mercury/worker_c.h) end to end
+// over real ports: Worker instances, each with its net core on its own
+// thread of this process's EAL, talk to a parameter server (TestServer:
+// real transport endpoints and agg chunk tables speaking agg/control.h)
+// over net_ring links. Several trainer threads per worker call the API at
+// once; every aggregate is checked bit for bit against a rank-order
+// reference, rank 0's initial parameters reach every rank, barriers
+// complete, shutdown fails what is pending, misuse throws, a silent or
+// refusing server fails start() with its name.
+#include <gtest/gtest.h>
+#include <rte_cycles.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../transport/fixture.h"
+#include "mercury/worker.h"
+#include "mercury/worker_c.h"
+#include "net/frame.h"
+#include "pmd_env.h"
+#include "test_server.h"
+#include "worker/attach.h"
+
+namespace mercury::worker {
+namespace {
+
+using testing::TestServer;
+using transport::testing::RingLink;
+
+constexpr uint32_t kMtu = 1500;
+constexpr uint32_t kShards = 2;
+constexpr float kLr = 0.01f;
+const uint32_t kChunk = net::payload_per_packet(kMtu);
+
+// Tensor sizes around the chunk (354 floats) and partition boundaries, one
+// large enough to be split across both shards.
+const std::vector<uint32_t> kSizes = {1,    3,     353,   354,    355,    708,     1000,
+                                      4096, 10000, 65536, 100003, 250000, 1u << 20};
+
+transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender, uint32_t messages) {
+  transport::EndpointConfig c;
+  c.transport.tsc_hz = rte_get_tsc_hz();
+  c.transport.window_packets = 128;
+  c.transport.peer_timeout_us = 20'000'000;
+  c.local_epoch = epoch;
+  c.sender_id = sender;
+  c.max_messages = messages;
+  c.ingress_capacity = messages;
+  return c;
+}
+
+// Cheap deterministic values: xorshift into [-1, 1).
+struct Noise {
+  uint64_t state;
+  float next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+  }
+};
+
+void fill_gradient(std::vector<float>& g, uint32_t rank, uint32_t round, uint32_t tensor) {
+  Noise n{0x9e3779b97f4a7c15ull * ((uint64_t{round} * 131 + rank + 1) * 1009 + tensor)};
+  for (float& x : g) x = n.next();
+}
+
+void fill_initial(std::vector<float>& p, uint32_t tensor) {
+  Noise n{0xabcdef12345ull + tensor};
+  for (float& x : p) x = n.next();
+}
+
+// A job: one TestServer (polled by its own thread) and `ranks` workers,
+// each joined to it by its own ring link, each a Worker attached to this
+// process's EAL.
+class Job {
+ public:
+  Job(uint32_t ranks, TestServer::Behaviour behaviour = TestServer::Behaviour::kServe,
+      uint32_t start_timeout_ms = 30'000) {
+    static int run = 0;
+    const int id = run++;
+    std::vector<TestServer::Link> server_links;
+    for (uint32_t r = 0; r < ranks; ++r) {
+      links_.push_back(
+          std::make_unique<RingLink>("wk" + std::to_string(id) + "_" + std::to_string(r),
+                                     static_cast<uint8_t>(80 + r), kMtu, net::LinkParams{}, 8191));
+      server_links.push_back(
+          {&links_[r]->a(), {"w" + std::to_string(r), RingLink::ip_b(80 + r), 47101, 0}});
+    }
+    TestServer::Options so;
+    so.shards = kShards;
+    so.chunk_bytes = kChunk;
+    so.optimizer.kind = agg::OptimizerKind::kSgd;
+    so.optimizer.learning_rate = kLr;
+    so.behaviour = behaviour;
+    so.endpoint = endpoint_config(3, 0, 1 << 16);
+    server_ = std::make_unique<TestServer>(server_links, so, rte_rdtsc());
+    server_thread_ = std::thread([this] { server_->run_until(stop_); });
+    for (uint32_t r = 0; r < ranks; ++r) {
+      NetCoreConfig c;
+      c.rank = r;
+      c.workers = ranks;
+      c.servers = {ServerSpec{{"server0", RingLink::ip_a(80 + r), 47100, 0}, kShards}};
+      c.chunk_bytes = kChunk;
+      c.endpoint =
+          endpoint_config(static_cast<uint16_t>(5 + r), static_cast<uint16_t>(r + 1), 4096);
+      c.start_timeout_ms = start_timeout_ms;
+      workers_.push_back(attach_worker(links_[r]->b(), c));
+    }
+  }
+  ~Job() {
+    workers_.clear();  // shuts every worker down
+    stop_ = true;
+    server_thread_.join();
+    server_.reset();
+  }
+  Worker& worker(uint32_t r) { return workers_[r]; }
+  std::vector<Worker>& workers() { return workers_; }
+  TestServer& server() { return *server_; }
+  net::Interface& worker_port(uint32_t r) { return links_[r]->b(); }
+  // Moves worker r out (e.g. into the C ABI).
+  Worker take(uint32_t r) { return std::move(workers_[r]); }
+
+ private:
+  std::vector<std::unique_ptr<RingLink>> links_;
+  std::unique_ptr<TestServer> server_;
+  std::atomic<bool> stop_{false};
+  std::thread server_thread_;
+  std::vector<Worker> workers_;
+};
+
+// 4 workers x 2 trainer threads, 4 rounds of push_pull over 13 tensors
+// (1.4 M floats, the largest split over both shards): rank 0's initial
+// parameters on every rank after start (one thread starts explicitly, the
+// other implicitly through a pull, another pull copies into a second
+// buffer), then every aggregate bit-exact against the rank-order SGD
+// reference, callbacks run once each, and two barriers per worker per round.
+TEST(WorkerApi, FourWorkersTwoTrainerThreadsEachBitExact) {
+  constexpr uint32_t kRanks = 4;
+  constexpr uint32_t kThreads = 2;
+  constexpr uint32_t kRounds = 4;
+  const auto tensors = static_cast<uint32_t>(kSizes.size());
+
+  // The reference: rank 0's initial values, then per round
+  // p -= lr x ((g0 + g1 + g2 + g3) x (1/4)), summed in rank order (lib/agg's rule).
+  std::vector<std::vector<std::vector<float>>> ref(kRounds + 1);
+  ref[0].resize(tensors);
+  for (uint32_t k = 0; k < tensors; ++k) {
+    ref[0][k].resize(kSizes[k]);
+    fill_initial(ref[0][k], k);
+  }
+  std::vector<std::vector<float>> g(kRanks);
+  for (uint32_t round = 0; round < kRounds; ++round) {
+    ref[round + 1] = ref[round];
+    for (uint32_t k = 0; k < tensors; ++k) {
+      for (uint32_t r = 0; r < kRanks; ++r) {
+        g[r].resize(kSizes[k]);
+        fill_gradient(g[r], r, round, k);
+      }
+      for (uint32_t i = 0; i < kSizes[k]; ++i) {
+        float s = g[0][i];
+        for (uint32_t r = 1; r < kRanks; ++r) s = s + g[r][i];
+        ref[round + 1][k][i] = ref[round][k][i] - kLr * (s * (1.0f / kRanks));
+      }
+    }
+  }
+
+  Job job(kRanks);
+  // Each rank's parameters; only rank 0's start as the initial values.
+  std::vector<std::vector<std::vector<float>>> params(kRanks);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    params[r].resize(tensors);
+    for (uint32_t k = 0; k < tensors; ++k) {
+      if (r == 0) {
+        params[r][k] = ref[0][k];
+      } else {
+        params[r][k].assign(kSizes[k], -777.0f);
+      }
+      ASSERT_EQ(job.worker(r).declare("t" + std::to_string(k), params[r][k]), k);
+    }
+  }
+
+  std::atomic<uint64_t> mismatches{0}, failures{0}, callbacks{0};
+  std::vector<std::thread> trainers;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    for (uint32_t t = 0; t < kThreads; ++t) {
+      trainers.emplace_back([&, r, t] {
+        Worker& w = job.worker(r);
+        try {
+          if (t == 0) {
+            w.start();
+          } else {
+            // Implicit start; version 0 into the declared buffer, and a copy.
+            std::vector<float> copy(kSizes[1]);
+            Handle a = w.pull(1, params[r][1]);
+            Handle b = w.pull(1, copy);
+            if (!a.wait() || !b.wait()) ++failures;
+            if (std::memcmp(copy.data(), ref[0][1].data(), copy.size() * 4) != 0) ++mismatches;
+          }
+          for (uint32_t k = t; k < tensors; k += kThreads) {
+            if (std::memcmp(params[r][k].data(), ref[0][k].data(), kSizes[k] * 4) != 0) {
+              ++mismatches;
+            }
+          }
+          std::vector<std::vector<float>> grads(tensors);
+          for (uint32_t round = 0; round < kRounds; ++round) {
+            std::vector<std::pair<uint32_t, Handle>> pending;
+            for (uint32_t k = t; k < tensors; k += kThreads) {
+              grads[k].resize(kSizes[k]);
+              fill_gradient(grads[k], r, round, k);
+              Handle h = w.push_pull(k, grads[k], params[r][k]);
+              h.on_complete([&](const Handle&) { ++callbacks; });
+              pending.emplace_back(k, h);
+            }
+            for (auto& [k, h] : pending) {
+              if (!h.wait()) {
+                ++failures;
+                continue;
+              }
+              if (std::memcmp(params[r][k].data(), ref[round + 1][k].data(), kSizes[k] * 4) != 0) {
+                ++mismatches;
+              }
+            }
+            w.barrier();
+          }
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << " thread " << t << ": " << e.what();
+          ++failures;
+        }
+      });
+    }
+  }
+  for (auto& th : trainers) th.join();
+  EXPECT_EQ(failures.load(), 0u);
+  EXPECT_EQ(mismatches.load(), 0u);
+  EXPECT_EQ(callbacks.load(), uint64_t{kRanks} * kRounds * tensors);
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    const WorkerStats s = job.worker(r).stats();
+    EXPECT_EQ(s.pushes, uint64_t{kRounds} * tensors) << "rank " << r;
+  }
+  EXPECT_EQ(job.server().refused(), 0u);
+}
+
+// A push_pull that cannot complete (rank 1 never pushes) fails with a clear
+// text when its worker shuts down; every later call throws UsageError.
+TEST(WorkerApi, ShutdownFailsPendingHandles) {
+  Job job(2);
+  std::vector<float> p0(1000, 1.0f), p1(1000, 2.0f), grad(1000, 0.5f);
+  job.worker(0).declare("a", p0);
+  job.worker(1).declare("a", p1);
+  std::thread other([&] { job.worker(1).start(); });
+  job.worker(0).start();
+  other.join();
+  EXPECT_EQ(p1, p0);                              // rank 0's initial parameters
+  EXPECT_TRUE(job.worker(0).pull(0, p0).wait());  // version 0: already in
+  Handle h = job.worker(0).push_pull(0, grad, p0);
+  Handle next = job.worker(0).pull(0, p0);  // version 1, as h: pending as well
+  job.worker(0).shutdown();
+  EXPECT_FALSE(h.wait());
+  EXPECT_NE(h.error().find("shut down"), std::string_view::npos) << h.error();
+  EXPECT_FALSE(next.wait());
+  try {
+    job.worker(0).push(0, grad);
+    FAIL() << "push after shutdown did not throw";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "push: the worker has been shut down");
+  }
+  EXPECT_THROW(job.worker(0).barrier(), UsageError);
+  job.worker(0).shutdown();  // idempotent
+}
+
+TEST(WorkerApi, MisuseThrowsUsageError) {
+  Job job(1);
+  Worker& w = job.worker(0);
+  EXPECT_THROW(w.start(), UsageError);  // nothing declared
+  std::vector<float> a(1000), b(10);
+  w.declare("a", a);
+  w.declare("b", b, 0);
+  try {
+    w.declare("a", b);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "declare: tensor 'a' is already declared (id 0)");
+  }
+  w.start();
+  EXPECT_EQ(w.key("b"), 1u);
+  try {
+    w.declare("late", b);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("declare: tensor 'late' declared after start"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    w.push(0, b);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "push: tensor 'a' has 1000 elements but the buffer has 10");
+  }
+  try {
+    w.pull(7, b);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "pull: unknown tensor id 7 (2 tensors declared)");
+  }
+  EXPECT_THROW(w.push_pull(1, b, a), UsageError);
+  EXPECT_THROW((void)w.key("nope"), UsageError);
+  // A single rank: the aggregate is its own gradient (SGD on its initial values).
+  std::vector<float> grad(10, 1.0f);
+  std::vector<float> expect = b;
+  for (float& x : expect) x = x - kLr * (1.0f * (1.0f / 1));
+  EXPECT_TRUE(w.push_pull(1, grad, b).wait());
+  EXPECT_EQ(b, expect);
+}
+
+TEST(WorkerApi, SilentServerFailsStartNamingIt) {
+  Job job(1, TestServer::Behaviour::kSilent, 300);
+  std::vector<float> a(100);
+  job.worker(0).declare("a", a);
+  try {
+    job.worker(0).start();
+    FAIL() << "start did not fail";
+  } catch (const WorkerError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "no answer to the declarations from server server0 (10.0.80.1:47100) within "
+                  "300 ms"),
+              std::string::npos)
+        << e.what();
+  }
+  // The failure stays: every later call says why.
+  EXPECT_THROW(job.worker(0).push(0, a), WorkerError);
+}
+
+TEST(WorkerApi, RefusingServerFailsStartWithItsText) {
+  Job job(1, TestServer::Behaviour::kRefuse);
+  std::vector<float> a(100);
+  job.worker(0).declare("a", a);
+  try {
+    job.worker(0).start();
+    FAIL() << "start did not fail";
+  } catch (const WorkerError& e) {
+    EXPECT_NE(std::string(e.what()).find("server server0 (10.0.80.1:47100) refused the "
+                                         "declarations: this test server refuses every job"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The C ABI over the same machinery.
+
+struct CallbackRecord {
+  std::atomic<int> calls{0};
+  std::atomic<int> status{-1};
+};
+
+void record(void* context, int status, const char* error) {
+  auto* r = static_cast<CallbackRecord*>(context);
+  r->status = status;
+  EXPECT_STREQ(error, "");
+  ++r->calls;
+}
+
+TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
+  Job job(1);
+  mercury_worker* w = wrap_worker_for_c(job.take(0));
+  std::vector<float> p(5000), grad(5000);
+  for (size_t i = 0; i < p.size(); ++i) {
+    p[i] = static_cast<float>(i) * 0.25f;
+    grad[i] = static_cast<float>(i % 7) - 3.0f;
+  }
+  uint32_t key = 99;
+  ASSERT_EQ(mercury_worker_declare(w, "p", p.data(), p.size(), -1, &key), MERCURY_OK);
+  EXPECT_EQ(key, 0u);
+  EXPECT_EQ(mercury_worker_declare(w, "p", p.data(), p.size(), -1, &key), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "declare: tensor 'p' is already declared (id 0)");
+  ASSERT_EQ(mercury_worker_start(w), MERCURY_OK) << mercury_last_error();
+  EXPECT_EQ(mercury_worker_rank(w), 0u);
+  EXPECT_EQ(mercury_worker_workers(w), 1u);
+
+  std::vector<float> expect = p;
+  for (size_t i = 0; i < p.size(); ++i) expect[i] = p[i] - kLr * (grad[i] * 1.0f);
+  mercury_handle* h = nullptr;
+  ASSERT_EQ(mercury_worker_push_pull(w, 0, grad.data(), p.data(), p.size(), &h), MERCURY_OK);
+  CallbackRecord rec;
+  ASSERT_EQ(mercury_handle_on_complete(h, &record, &rec), MERCURY_OK);
+  EXPECT_EQ(mercury_handle_wait(h), MERCURY_OK);
+  EXPECT_EQ(mercury_handle_ready(h), 1);
+  EXPECT_EQ(mercury_handle_status(h), MERCURY_OK);
+  EXPECT_STREQ(mercury_handle_error(h), "");
+  mercury_handle_release(h);
+  EXPECT_EQ(p, expect);
+  // The callback ran exactly once (on the net core, before or after wait returned).
+  while (rec.calls.load() == 0) std::this_thread::yield();
+  EXPECT_EQ(rec.calls.load(), 1);
+  EXPECT_EQ(rec.status.load(), MERCURY_OK);
+  EXPECT_EQ(mercury_worker_barrier(w), MERCURY_OK) << mercury_last_error();
+
+  // Misuse: wrong size, unknown key, NULL arguments.
+  EXPECT_EQ(mercury_worker_push(w, 0, grad.data(), 10, &h), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "push: tensor 'p' has 5000 elements but the buffer has 10");
+  EXPECT_EQ(mercury_worker_pull(w, 3, p.data(), p.size(), &h), MERCURY_E_USAGE);
+  EXPECT_EQ(mercury_worker_push(w, 0, grad.data(), grad.size(), nullptr), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_push: out is NULL");
+  uint32_t k = 7;
+  EXPECT_EQ(mercury_worker_key(w, "p", &k), MERCURY_OK);
+  EXPECT_EQ(k, 0u);
+
+  ASSERT_EQ(mercury_worker_shutdown(w), MERCURY_OK);
+  EXPECT_EQ(mercury_worker_push(w, 0, grad.data(), grad.size(), &h), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "push: the worker has been shut down");
+  mercury_worker_destroy(w);
+
+  mercury_worker_options o;
+  mercury_worker_options_init(&o);
+  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_connect: options->job_file is NULL");
+  o.job_file = "/nonexistent/job.yaml";
+  o.node = "w0";
+  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_WORKER);
+  EXPECT_NE(std::string(mercury_last_error()).find("/nonexistent/job.yaml"), std::string::npos)
+      << mercury_last_error();
+}
+
+}  // namespace
+}  // namespace mercury::worker
+
+int main(int argc, char** argv) { return mercury::pmdtest::run_all_tests(argc, argv, {}); }
