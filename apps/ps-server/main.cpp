@@ -1,6 +1,7 @@
 // ps-server: one parameter-server node of a job, on NIC-bound cores.
 //
-//   ps-server --config FILE [--node NAME] [--seconds N] [--check] [-- EAL args...]
+//   ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--check]
+//             [-- EAL args...]
 //
 // Reads the job file, starts EAL for this node (its lcores, its ports as
 // vdevs or PCI devices), opens its ports and runs a ServerNode: the net core
@@ -49,15 +50,19 @@ struct Options {
   std::string node;
   double seconds = 0;  // 0: until a signal
   bool check = false;
+  uint32_t idle_sleep_us = 0;  // 0: pure polling
   std::vector<std::string> eal_extra;
 };
 
 [[noreturn]] void usage_and_exit() {
   std::puts(
-      "usage: ps-server --config FILE [--node NAME] [--seconds N] [--check] [-- EAL args...]\n"
+      "usage: ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--check]\n"
+      "                 [-- EAL args...]\n"
       "  --config FILE  the job file (docs/config.md)\n"
       "  --node NAME    which server node of the job this process runs (default: the only one)\n"
       "  --seconds N    stop after N seconds (default: run until SIGINT or SIGTERM)\n"
+      "  --idle-sleep-us N  after 1024 empty polls, sleep N us per empty poll (default 0: poll\n"
+      "                 without pause, for a dedicated core; use ~50 on shared CPUs)\n"
       "  --check        validate the job file and the node, print what would run, and exit\n"
       "  -- ARGS        passed to EAL after the arguments the job file produces");
   std::exit(0);
@@ -88,6 +93,14 @@ Options parse(int argc, char** argv) {
       }
     } else if (a == "--check") {
       o.check = true;
+    } else if (a == "--idle-sleep-us") {
+      const std::string v = value();
+      char* end = nullptr;
+      const unsigned long us = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || us > 100000) {
+        throw std::runtime_error("--idle-sleep-us wants 0..100000, not '" + v + "'");
+      }
+      o.idle_sleep_us = static_cast<uint32_t>(us);
     } else if (a == "--help" || a == "-h") {
       usage_and_exit();
     } else if (a == "--") {
@@ -343,7 +356,13 @@ int run(const Options& o) {
   while (!g_stop.load(std::memory_order_relaxed)) {
     const uint64_t now = rte_rdtsc();
     if (node.poll_st(now) == 0) {
-      if (++idle > 1024) rte_pause();
+      if (++idle > 1024) {
+        if (o.idle_sleep_us > 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(o.idle_sleep_us));
+        } else {
+          rte_pause();
+        }
+      }
     } else {
       idle = 0;
     }
