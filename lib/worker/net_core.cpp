@@ -218,6 +218,7 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
 }
 
 void NetCore::fail_start_st(const std::string& why) {
+  stats_.set_failure(why);  // the full text: the handle keeps kMaxErrorBytes of it
   if (start_) start_->fail(why);
   start_.reset();
   break_st(why);
@@ -225,6 +226,7 @@ void NetCore::fail_start_st(const std::string& why) {
 
 void NetCore::break_st(const std::string& why) {
   if (broken_.empty()) broken_ = why;
+  stats_.set_failure(broken_);
   if (start_) {
     start_->fail(why);
     start_.reset();

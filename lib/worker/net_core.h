@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -80,10 +81,26 @@ struct Request {
   std::optional<Handle> push;  ///< kPushPull: its push part
 };
 
-/// Counters the net core publishes for Worker::stats() (relaxed atomics).
+/// What the net core publishes for the trainer side: counters for
+/// Worker::stats() (relaxed atomics), and the full text of the failure that
+/// broke the worker (a Handle holds at most kMaxErrorBytes of it).
 struct PublishedStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, partitions_pushed{0}, chunks_received{0},
       bytes_placed{0}, versions_completed{0}, retransmits{0}, chunks_dropped{0};
+  /// Written once by the net core (control path), before it fails the
+  /// handles; read by the trainer after a handle failed.
+  void set_failure(const std::string& why) {
+    std::lock_guard lock(mutex);
+    if (failure.empty()) failure = why;
+  }
+  std::string get_failure() const {
+    std::lock_guard lock(mutex);
+    return failure;
+  }
+
+ private:
+  mutable std::mutex mutex;
+  std::string failure;
 };
 
 class NetCore final : public transport::MessageReceiver {

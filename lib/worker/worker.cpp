@@ -5,12 +5,12 @@
 
 #include <rte_cycles.h>
 #include <rte_lcore.h>
-#include <unistd.h>
 
 #include <future>
 #include <mutex>
 #include <thread>
 
+#include "job/job.h"
 #include "net/eal.h"
 #include "net/node.h"
 #include "worker/attach.h"
@@ -124,17 +124,6 @@ void start_thread(Worker::Impl& impl) {
   }
 }
 
-sched::Mode mode_of(config::Scheduler s) {
-  switch (s) {
-    case config::Scheduler::kFifo:
-      return sched::Mode::kFifo;
-    case config::Scheduler::kPartition:
-      return sched::Mode::kPartition;
-    default:
-      return sched::Mode::kStrict;
-  }
-}
-
 }  // namespace
 
 NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view node) {
@@ -157,17 +146,9 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   }
   if (c.servers.empty()) throw WorkerError(job.source + ": the job has no server");
   c.chunk_bytes = job.payload_bytes_per_packet();
-  transport::EndpointConfig& e = c.endpoint;
-  e.transport.window_packets = job.network.window != 0 ? job.network.window : 128;
-  e.transport.peer_timeout_us = uint64_t{job.network.peer_timeout_ms} * 1000;
-  e.mode = mode_of(job.network.scheduler);
-  e.partition_bytes = job.network.partition_bytes;
-  e.credit_bytes = job.network.credit_bytes;
-  e.job_id = job.id;
-  e.sender_id = static_cast<uint16_t>(me->index);
-  // A new incarnation per process, so a restarted worker is told apart.
-  e.local_epoch =
-      static_cast<uint16_t>(((rte_rdtsc() >> 4) ^ static_cast<uint64_t>(getpid())) | 1u);
+  // The same derivation as every other node (lib/job); the TSC rate is set
+  // by the net core once EAL is up.
+  c.endpoint = job::endpoint_config(job, static_cast<uint16_t>(me->index), job::fresh_epoch(), 0);
   return c;
 }
 
@@ -264,7 +245,8 @@ void Worker::start() {
   Request r{Request::Kind::kStart, 0, 0, 0, 0, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "start");
   if (!h.wait()) {
-    i.failure = std::string(h.error());
+    i.failure = i.stats.get_failure();
+    if (i.failure.empty()) i.failure = std::string(h.error());
     i.failed.store(true, std::memory_order_release);
     throw WorkerError(i.failure);
   }
@@ -317,7 +299,10 @@ void Worker::barrier() {
   const uint64_t generation = i.barrier_generation.fetch_add(1, std::memory_order_relaxed);
   Request r{Request::Kind::kBarrier, 0, 0, 0, generation, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "barrier");
-  if (!h.wait()) throw WorkerError("barrier: " + std::string(h.error()));
+  if (!h.wait()) {
+    const std::string full = i.stats.get_failure();
+    throw WorkerError("barrier: " + (full.empty() ? std::string(h.error()) : full));
+  }
 }
 
 void Worker::shutdown() {

@@ -1,9 +1,8 @@
 // The public worker API (mercury/worker.h, mercury/worker_c.h) end to end
 // over real ports: Worker instances, each with its net core on its own
-// thread of this process's EAL, talk to a parameter server (TestServer:
-// real transport endpoints and agg chunk tables speaking agg/control.h)
-// over net_ring links. Several trainer threads per worker call the API at
-// once; every aggregate is checked bit for bit against a rank-order
+// thread of this process's EAL, talk to lib/server's ServerNode (control
+// plane, shards inline, polled by its own thread) over net_ring links. Several trainer threads per
+// worker call the API at once; every aggregate is checked bit for bit against a rank-order
 // reference, rank 0's initial parameters reach every rank, barriers
 // complete, shutdown fails what is pending, misuse throws, a silent or
 // refusing server fails start() with its name.
@@ -22,13 +21,12 @@
 #include "mercury/worker_c.h"
 #include "net/frame.h"
 #include "pmd_env.h"
-#include "test_server.h"
+#include "server/server_node.h"
 #include "worker/attach.h"
 
 namespace mercury::worker {
 namespace {
 
-using testing::TestServer;
 using transport::testing::RingLink;
 
 constexpr uint32_t kMtu = 1500;
@@ -74,32 +72,41 @@ void fill_initial(std::vector<float>& p, uint32_t tensor) {
   for (float& x : p) x = n.next();
 }
 
-// A job: one TestServer (polled by its own thread) and `ranks` workers,
+// Whether the Job's server runs, or its ports exist and nobody polls them.
+enum class Server { kRunning, kSilent };
+
+// A job: one ServerNode (polled by its own thread) and `ranks` workers,
 // each joined to it by its own ring link, each a Worker attached to this
 // process's EAL.
 class Job {
  public:
-  Job(uint32_t ranks, TestServer::Behaviour behaviour = TestServer::Behaviour::kServe,
-      uint32_t start_timeout_ms = 30'000) {
+  explicit Job(uint32_t ranks, Server kind = Server::kRunning, uint32_t start_timeout_ms = 30'000) {
     static int run = 0;
     const int id = run++;
-    std::vector<TestServer::Link> server_links;
+    std::vector<net::Interface*> ports;
+    std::vector<server::JobWorker> workers;
     for (uint32_t r = 0; r < ranks; ++r) {
       links_.push_back(
           std::make_unique<RingLink>("wk" + std::to_string(id) + "_" + std::to_string(r),
                                      static_cast<uint8_t>(80 + r), kMtu, net::LinkParams{}, 8191));
-      server_links.push_back(
-          {&links_[r]->a(), {"w" + std::to_string(r), RingLink::ip_b(80 + r), 47101, 0}});
+      ports.push_back(&links_[r]->a());
+      workers.push_back({{"w" + std::to_string(r), RingLink::ip_b(80 + r), 47101, 0}, r});
     }
-    TestServer::Options so;
-    so.shards = kShards;
-    so.chunk_bytes = kChunk;
-    so.optimizer.kind = agg::OptimizerKind::kSgd;
-    so.optimizer.learning_rate = kLr;
-    so.behaviour = behaviour;
-    so.endpoint = endpoint_config(3, 0, 1 << 16);
-    server_ = std::make_unique<TestServer>(server_links, so, rte_rdtsc());
-    server_thread_ = std::thread([this] { server_->run_until(stop_); });
+    server::ServerNodeConfig sc;
+    sc.chunk_bytes = kChunk;
+    sc.optimizer.kind = agg::OptimizerKind::kSgd;
+    sc.optimizer.learning_rate = kLr;
+    sc.job_shards = {kShards};
+    sc.server_index = 0;
+    sc.endpoint = endpoint_config(3, 0, 1 << 16);
+    server_ = std::make_unique<server::ServerNode>(ports, workers, sc, rte_rdtsc());
+    if (kind == Server::kRunning) {
+      server_thread_ = std::thread([this] {
+        while (!stop_.load(std::memory_order_acquire)) {
+          if (server_->poll_st(rte_rdtsc()) == 0) rte_pause();
+        }
+      });
+    }
     for (uint32_t r = 0; r < ranks; ++r) {
       NetCoreConfig c;
       c.rank = r;
@@ -115,19 +122,28 @@ class Job {
   ~Job() {
     workers_.clear();  // shuts every worker down
     stop_ = true;
-    server_thread_.join();
+    if (server_thread_.joinable()) server_thread_.join();
     server_.reset();
   }
   Worker& worker(uint32_t r) { return workers_[r]; }
   std::vector<Worker>& workers() { return workers_; }
-  TestServer& server() { return *server_; }
+  /// Packets and control messages the server refused or dropped.
+  uint64_t server_refusals() const {
+    const server::ServerCounters c = server_->counters_st();
+    uint64_t n = 0;
+    for (uint64_t d : c.drops) n += d;
+    for (size_t o = 0; o < agg::kOutcomeCount; ++o) {
+      if (!agg::taken(static_cast<agg::Outcome>(o))) n += c.outcomes[o];
+    }
+    return n;
+  }
   net::Interface& worker_port(uint32_t r) { return links_[r]->b(); }
   // Moves worker r out (e.g. into the C ABI).
   Worker take(uint32_t r) { return std::move(workers_[r]); }
 
  private:
   std::vector<std::unique_ptr<RingLink>> links_;
-  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<server::ServerNode> server_;
   std::atomic<bool> stop_{false};
   std::thread server_thread_;
   std::vector<Worker> workers_;
@@ -242,7 +258,7 @@ TEST(WorkerApi, FourWorkersTwoTrainerThreadsEachBitExact) {
     const WorkerStats s = job.worker(r).stats();
     EXPECT_EQ(s.pushes, uint64_t{kRounds} * tensors) << "rank " << r;
   }
-  EXPECT_EQ(job.server().refused(), 0u);
+  EXPECT_EQ(job.server_refusals(), 0u);
 }
 
 // A push_pull that cannot complete (rank 1 never pushes) fails with a clear
@@ -319,7 +335,7 @@ TEST(WorkerApi, MisuseThrowsUsageError) {
 }
 
 TEST(WorkerApi, SilentServerFailsStartNamingIt) {
-  Job job(1, TestServer::Behaviour::kSilent, 300);
+  Job job(1, Server::kSilent, 300);
   std::vector<float> a(100);
   job.worker(0).declare("a", a);
   try {
@@ -336,18 +352,37 @@ TEST(WorkerApi, SilentServerFailsStartNamingIt) {
   EXPECT_THROW(job.worker(0).push(0, a), WorkerError);
 }
 
+// Ranks that declare different tensors: the server refuses the job, and
+// both ranks' start() fails with its text (which names the difference).
 TEST(WorkerApi, RefusingServerFailsStartWithItsText) {
-  Job job(1, TestServer::Behaviour::kRefuse);
-  std::vector<float> a(100);
+  Job job(2);
+  std::vector<float> a(100), b(101);
   job.worker(0).declare("a", a);
+  job.worker(1).declare("a", b);
+  std::string errors[2];
+  std::thread other([&] {
+    try {
+      job.worker(1).start();
+    } catch (const WorkerError& e) {
+      errors[1] = e.what();
+    }
+  });
   try {
     job.worker(0).start();
-    FAIL() << "start did not fail";
   } catch (const WorkerError& e) {
-    EXPECT_NE(std::string(e.what()).find("server server0 (10.0.80.1:47100) refused the "
-                                         "declarations: this test server refuses every job"),
-              std::string::npos)
-        << e.what();
+    errors[0] = e.what();
+  }
+  other.join();
+  for (uint32_t r = 0; r < 2; ++r) {
+    const std::string& e = errors[r];
+    EXPECT_EQ(e.rfind("start: server server0 (10.0.8" + std::to_string(r) +
+                          ".1:47100) refused the declarations: ",
+                      0),
+              0u)
+        << e;
+    // The server's whole text, which names both tensors.
+    EXPECT_NE(e.find("'a' (100 elements"), std::string::npos) << e;
+    EXPECT_NE(e.find("'a' (101 elements"), std::string::npos) << e;
   }
 }
 
