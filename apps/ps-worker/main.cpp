@@ -1,0 +1,266 @@
+// ps-worker: a synthetic trainer, one worker process of a job, driving the
+// public worker API (mercury/worker.h) the way a real trainer would.
+//
+//   ps-worker --config FILE --node NAME [--model FILE] [--rounds N] [--check]
+//             [-- EAL args...]
+//
+// It declares a model's tensors (config/models/*.txt: the real layer sizes),
+// joins the job (rank 0's deterministic initial values become everyone's
+// version 0: checked bit for bit), then runs rounds of push_pull of every
+// tensor, last layer first as a backward pass emits them, with gradients
+// that depend only on (rank, round, tensor). Because any process can
+// generate every rank's gradients, it computes the aggregate the servers
+// must return (rank-order sum, times 1/N, then the job's optimizer) and
+// checks every tensor of every round bit for bit. It prints progress and
+// throughput and exits non-zero on the first mismatch or failure.
+//
+// The worker library starts EAL on its own thread for this node (its lcore,
+// its ports); `--check` validates the job file, the node and the model and
+// exits without starting anything.
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "agg/placement.h"
+#include "config/config.h"
+#include "mercury/worker.h"
+
+namespace {
+
+using namespace mercury;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string config;
+  std::string node;
+  std::string model = "config/models/resnet50.txt";
+  uint32_t rounds = 10;
+  bool check = false;
+  std::vector<std::string> eal;
+};
+
+[[noreturn]] void usage(int code) {
+  std::puts(
+      "usage: ps-worker --config FILE --node NAME [--model FILE] [--rounds N] [--check]\n"
+      "                 [-- EAL args...]\n"
+      "  --config FILE  the job file (every node of the job reads the same one)\n"
+      "  --node NAME    this worker's node in it (its rank is its place among the workers)\n"
+      "  --model FILE   tensor shapes, one per line (default config/models/resnet50.txt)\n"
+      "  --rounds N     push_pull rounds (default 10)\n"
+      "  --check        validate the job file, the node and the model, then exit\n"
+      "  -- ...         extra EAL arguments, appended to those the job file generates");
+  std::exit(code);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--config") {
+      o.config = value();
+    } else if (a == "--node") {
+      o.node = value();
+    } else if (a == "--model") {
+      o.model = value();
+    } else if (a == "--rounds") {
+      o.rounds = static_cast<uint32_t>(std::stoul(value()));
+      if (o.rounds == 0) throw std::runtime_error("--rounds must be at least 1");
+    } else if (a == "--check") {
+      o.check = true;
+    } else if (a == "--help" || a == "-h") {
+      usage(0);
+    } else if (a == "--") {
+      for (int j = i + 1; j < argc; ++j) o.eal.emplace_back(argv[j]);
+      break;
+    } else {
+      throw std::runtime_error("unknown argument " + a + " (see --help)");
+    }
+  }
+  if (o.config.empty()) throw std::runtime_error("--config FILE is required (see --help)");
+  if (o.node.empty()) throw std::runtime_error("--node NAME is required (see --help)");
+  return o;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Cheap deterministic values: xorshift into [-1, 1).
+struct Noise {
+  uint64_t state;
+  float next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
+  }
+};
+
+void gradient(std::vector<float>& g, uint32_t rank, uint32_t round, size_t tensor) {
+  Noise n{0x9e3779b97f4a7c15ull * ((uint64_t{round} * 131 + rank + 1) * 1009 + tensor)};
+  for (float& x : g) x = n.next();
+}
+
+void initial(std::vector<float>& p, size_t tensor) {
+  Noise n{0x5eed0000ull + tensor};
+  for (float& x : p) x = n.next();
+}
+
+// The update the servers apply, as lib/agg computes it (-ffp-contract=off).
+struct Update {
+  bool sum_only = false;
+  float lr = 0;
+  static Update of(const config::TrainingConfig& t) {
+    if (t.sync != config::Sync::kBsp) {
+      throw std::runtime_error("ps-worker checks BSP jobs (training.sync: bsp)");
+    }
+    if (t.optimizer != config::Optimizer::kSgd && t.optimizer != config::Optimizer::kSum) {
+      throw std::runtime_error("ps-worker checks the sgd and sum optimizers; the job asks for " +
+                               std::string(config::to_string(t.optimizer)));
+    }
+    return Update{t.optimizer == config::Optimizer::kSum, static_cast<float>(t.learning_rate)};
+  }
+};
+
+int run(const Options& o) {
+  const config::JobConfig job = config::load_file(o.config);
+  const config::NodeConfig& me = job.node(o.node);
+  if (me.role != config::Role::kWorker) {
+    throw std::runtime_error(o.config + ": node " + o.node + " is a server, not a worker");
+  }
+  const Update update = Update::of(job.training);
+  const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(read_file(o.model));
+  uint64_t elements = 0;
+  for (const auto& d : decls) elements += d.elements;
+  if (o.check) {
+    std::printf(
+        "%s: ok (job %s, node %s = worker rank %u of %zu, model %s: %zu tensors, %.1f MB)\n",
+        o.config.c_str(), job.name.c_str(), o.node.c_str(), me.rank, job.workers().size(),
+        o.model.c_str(), decls.size(), static_cast<double>(elements) * 4 / 1e6);
+    return 0;
+  }
+
+  worker::WorkerOptions wo;
+  wo.job_file = o.config;
+  wo.node = o.node;
+  wo.eal_args = o.eal;
+  worker::Worker w(wo);
+  const uint32_t rank = w.rank();
+  const uint32_t n = w.workers();
+
+  // Rank 0's buffers hold the initial model; the others start from garbage
+  // that version 0 must overwrite.
+  std::vector<std::vector<float>> params(decls.size()), grads(decls.size()),
+      reference(decls.size());
+  for (size_t k = 0; k < decls.size(); ++k) {
+    reference[k].resize(decls[k].elements);
+    initial(reference[k], k);
+    if (rank == 0) {
+      params[k] = reference[k];
+    } else {
+      params[k].assign(decls[k].elements, -1.0e30f);
+    }
+    grads[k].resize(decls[k].elements);
+    w.declare(decls[k].name, params[k], static_cast<int>(decls[k].priority));
+  }
+  const auto t0 = Clock::now();
+  w.start();
+  const double start_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  uint64_t wrong = 0;
+  for (size_t k = 0; k < decls.size(); ++k) {
+    wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
+  }
+  std::printf(
+      "%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: initial parameters %s\n",
+      o.node.c_str(), rank, n, decls.size(), static_cast<double>(elements) * 4 / 1e6, start_s,
+      wrong == 0 ? "exact" : "MISMATCH");
+  std::fflush(stdout);
+  if (wrong != 0) return 1;
+
+  std::vector<float> other;
+  std::vector<worker::Handle> pending(decls.size());
+  double total_s = 0;
+  for (uint32_t round = 0; round < o.rounds; ++round) {
+    for (size_t k = 0; k < decls.size(); ++k) gradient(grads[k], rank, round, k);
+    // The backward pass emits the last layer first.
+    const auto start = Clock::now();
+    for (size_t k = decls.size(); k-- > 0;) {
+      pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
+    }
+    for (size_t k = 0; k < decls.size(); ++k) {
+      if (!pending[k].wait()) {
+        std::fprintf(stderr, "ps-worker: round %u, tensor %s: %s\n", round + 1,
+                     decls[k].name.c_str(), std::string(pending[k].error()).c_str());
+        return 1;
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+    total_s += secs;
+    // What the servers must have produced: every rank's gradient, summed in
+    // rank order, times 1/N, then the optimizer.
+    wrong = 0;
+    for (size_t k = 0; k < decls.size(); ++k) {
+      other.resize(decls[k].elements);
+      std::vector<float> sum = rank == 0 ? grads[k] : std::vector<float>(decls[k].elements);
+      if (rank != 0) gradient(sum, 0, round, k);
+      for (uint32_t r = 1; r < n; ++r) {
+        const std::vector<float>* g = &grads[k];
+        if (r != rank) {
+          gradient(other, r, round, k);
+          g = &other;
+        }
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + (*g)[i];
+      }
+      const float scale = 1.0f / static_cast<float>(n);
+      for (size_t i = 0; i < sum.size(); ++i) {
+        const float avg = sum[i] * scale;
+        reference[k][i] = update.sum_only ? avg : reference[k][i] - update.lr * avg;
+      }
+      wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
+    }
+    const worker::WorkerStats s = w.stats();
+    const double bytes = static_cast<double>(elements) * 4 * 2;  // pushed + pulled
+    std::printf("%s round %3u: %7.3f s  %6.2f Gbit/s push+pull  %s  retransmissions %llu\n",
+                o.node.c_str(), round + 1, secs, bytes * 8 / secs / 1e9,
+                wrong == 0 ? "every aggregate exact" : "MISMATCH",
+                static_cast<unsigned long long>(s.retransmits));
+    std::fflush(stdout);
+    if (wrong != 0) {
+      std::fprintf(stderr, "ps-worker: round %u: %llu tensors differ from the reference\n",
+                   round + 1, static_cast<unsigned long long>(wrong));
+      return 1;
+    }
+  }
+  w.barrier();  // nobody leaves before every rank has its last aggregate
+  w.shutdown();
+  std::printf("%s: done, %u rounds in %.2f s of push_pull (%.2f Gbit/s), every aggregate exact\n",
+              o.node.c_str(), o.rounds, total_s,
+              static_cast<double>(elements) * 8 * 8 * o.rounds / total_s / 1e9);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps-worker: %s\n", e.what());
+    return 1;
+  }
+}
