@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""A whole job in separate processes over net_memif: ps-server and four
+ps-worker processes (config/memif.yaml, with sockets and the EAL file prefix
+made unique to this run), 3 rounds of push_pull over MobileNet-v2's tensors.
+Every worker must report rank 0's initial parameters exact and every
+aggregate of every round exact, and exit 0; the server must stop cleanly
+on SIGINT.
+
+  memif_job_test.py PS_SERVER PS_WORKER CONFIG_DIR
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+
+ROUNDS = 3
+
+
+def main():
+    ps_server, ps_worker, config_dir = sys.argv[1:4]
+    with tempfile.TemporaryDirectory(prefix="wk-memif-") as tmp:
+        text = open(os.path.join(config_dir, "memif.yaml")).read()
+        text = text.replace("/tmp/mercury/", tmp + "/")
+        text = re.sub(r"(\n  name:) memif", r"\1 wkmemif%d" % os.getpid(), text)
+        job = os.path.join(tmp, "job.yaml")
+        with open(job, "w") as f:
+            f.write(text)
+        model = os.path.join(config_dir, "models", "mobilenet_v2.txt")
+        server = subprocess.Popen([ps_server, "--config", job, "--seconds", "100",
+                                   "--idle-sleep-us", "50"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The workers' memif clients need the server's sockets: wait for its
+        # first stats line (it prints one once its ports are up).
+        head = []
+        for line in server.stdout:
+            head.append(line)
+            if "waiting" in line or server.poll() is not None:
+                break
+        print("".join(head), end="")
+        workers = [subprocess.Popen([ps_worker, "--config", job, "--node", "w%d" % r,
+                                     "--model", model, "--rounds", str(ROUNDS)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                   for r in range(4)]
+        failed = False
+        for r, w in enumerate(workers):
+            try:
+                out, _ = w.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                w.kill()
+                out, _ = w.communicate()
+                print("w%d timed out" % r)
+                failed = True
+            print(out, end="")
+            exact = len(re.findall(r"round +\d+: .* every aggregate exact", out))
+            if w.returncode != 0 or "initial parameters exact" not in out or exact != ROUNDS:
+                print("w%d: exit %d, %d of %d rounds exact" % (r, w.returncode, exact, ROUNDS))
+                failed = True
+        server.send_signal(signal.SIGINT)
+        try:
+            out, _ = server.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            out, _ = server.communicate()
+            print("ps-server did not stop on SIGINT")
+            failed = True
+        print(out[-2000:], end="")
+        if server.returncode != 0:
+            print("ps-server exit %d" % server.returncode)
+            failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
