@@ -413,17 +413,33 @@ class Job {
             options_.optimizer.kind == agg::OptimizerKind::kSumOnly ? g : reference[t][i] - lr * g;
       }
     }
+    const uint64_t t0 = rte_rdtsc();
     for (auto& w : workers_) w->push_all(wire::PacketType::kData, r);
-    if (!poll_until([&] {
-          for (auto& w : workers_) {
-            if (!w->has_version(r + 1)) return false;
-          }
-          return true;
-        })) {
+    const bool done = poll_until([&] {
+      for (auto& w : workers_) {
+        if (!w->has_version(r + 1)) return false;
+      }
+      return true;
+    });
+    push_pull_ticks_ += rte_rdtsc() - t0;
+    if (!done) {
       const server::ServerCounters c = server_->counters_st();
-      return "round " + std::to_string(r) + " did not complete: updates " +
-             std::to_string(c.shards.updates) + ", refused " + std::to_string(c.shards.refused) +
-             ", held " + std::to_string(c.held);
+      std::string s = "round " + std::to_string(r) + " did not complete: updates " +
+                      std::to_string(c.shards.updates) + ", refused " +
+                      std::to_string(c.shards.refused) + ", held " + std::to_string(c.held);
+      for (uint32_t w = 0; w < workers(); ++w) {
+        s += "; w" + std::to_string(w) + (workers_[w]->has_version(r + 1) ? " done" : " missing");
+      }
+      for (uint32_t p = 0; p < server_->ports(); ++p) {
+        transport::Endpoint& e = server_->endpoint(p);
+        for (uint16_t q = 0; q < e.num_peers(); ++q) {
+          const transport::EndpointPeerStats st = e.peer_stats_st(q);
+          s += "; server->" + e.peer_spec(q).name + " outstanding " +
+               std::to_string(st.outstanding) + " waiting_resend " +
+               std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
+        }
+      }
+      return s;
     }
     return compare(reference, "round " + std::to_string(r));
   }
@@ -444,6 +460,11 @@ class Job {
     return "";
   }
 
+  /// Seconds spent from the first push of a round to its last pull, summed.
+  double push_pull_seconds() const {
+    return static_cast<double>(push_pull_ticks_) / static_cast<double>(rte_get_tsc_hz());
+  }
+
   /// Chunks of the whole model (every shard).
   uint64_t chunks() const {
     uint64_t n = 0;
@@ -461,6 +482,7 @@ class Job {
   std::unique_ptr<Hub> hub_;
   std::unique_ptr<server::ServerNode> server_;
   std::vector<std::unique_ptr<TestWorker>> workers_;
+  uint64_t push_pull_ticks_ = 0;
 };
 
 }  // namespace mercury::pstest

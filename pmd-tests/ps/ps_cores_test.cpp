@@ -1,0 +1,129 @@
+// Shard cores: each shard of the server node on an lcore of its own, fed by
+// the net core through an SP/SC ring, fanning out from there. The job runs
+// from the control plane on (declare, ready, rank 0's initial parameters)
+// through rounds of BSP, with and without loss, reordering and duplication;
+// every worker's parameters are compared bit for bit with a rank-order
+// reference after every round. Then the run: 200 rounds over the
+// ResNet-50 shapes (scaled down, see below) with 4 workers and 2 shards.
+//
+// EAL gets lcores 1 and 2 beyond the main one, on this machine's 2 CPUs
+// (--lcores='0@0,1@1,2@1'); idle shard cores back off, so the net core on
+// lcore 0 is not starved.
+#include <gtest/gtest.h>
+#include <rte_cycles.h>
+
+#include <cstdio>
+
+#include "pmd_env.h"
+#include "ps_job.h"
+
+namespace mercury {
+namespace {
+
+using pstest::Job;
+using pstest::JobOptions;
+
+// Runs `rounds` rounds after the start, each checked; then stops the shard
+// cores and checks what every shard did and that it holds nothing.
+void run_job(JobOptions o, uint32_t rounds, uint64_t seed, bool cores = true) {
+  if (cores) o.shard_lcores = {1, 2};
+  Job job(o);
+  EXPECT_EQ(job.server().shard_lcore(0), -1);  // no shards before the placement
+  std::vector<std::vector<float>> reference = job.start(seed);
+  EXPECT_EQ(job.server().shard_lcore(0), cores ? 1 : -1);
+  EXPECT_EQ(job.server().shard_lcore(1), cores ? 2 : -1);
+  ASSERT_EQ(job.compare(reference, "initial parameters"), "");
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  const uint64_t t0 = rte_rdtsc();
+  for (uint32_t r = 0; r < rounds; ++r) ASSERT_EQ(job.round(r, reference, rng), "");
+  const double s = static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(rte_get_tsc_hz());
+  std::printf("%u rounds of %s / %lu: %.2f s, %.3f s per round, %.3f s of it push to pull\n",
+              rounds, o.model, static_cast<unsigned long>(o.scale_down), s, s / rounds,
+              job.push_pull_seconds() / rounds);
+  job.server().stop();
+  EXPECT_EQ(job.server().state_st(),
+            cores ? server::NodeState::kStopped : server::NodeState::kRunning);
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.shards.updates, job.chunks() * (rounds + 1));  // version 0 .. rounds
+  EXPECT_EQ(c.shards.initialized, job.chunks());
+  EXPECT_EQ(c.shards.fanout_refused, 0u);
+  EXPECT_EQ(c.drop(server::ServerDrop::kShardRingFull), 0u);
+  EXPECT_EQ(c.held, 0u);
+  for (uint32_t s = 0; s < 2; ++s) EXPECT_EQ(job.server().shard(s)->table().held(), 0u);
+  std::printf("refused by the tables (duplicates/stale after resends): %lu, retransmissions %lu\n",
+              static_cast<unsigned long>(c.shards.refused),
+              static_cast<unsigned long>(c.net.tx_retransmits));
+}
+
+TEST(PsCores, MobileNetV2ExactWithoutFaults) { run_job(JobOptions{}, 3, 1); }
+
+TEST(PsCores, MobileNetV2ExactUnderLossReorderDuplication) {
+  JobOptions o;
+  o.impair.loss = 0.02;
+  o.impair.reorder = 0.05;
+  o.impair.duplicate = 0.02;
+  o.impair.seed = 17;
+  run_job(o, 2, 2);
+}
+
+TEST(PsCores, SeveralWorkersOnOnePortWithShardCores) {
+  JobOptions o;
+  o.hub = true;
+  run_job(o, 2, 3);
+}
+
+// The test: 200 rounds over the ResNet-50 shapes (161 tensors, their
+// names and priorities), 4 workers, 2 shards. At full size a round takes
+// about 0.4 s here, 80 s for 200: the tensors are divided by kResNetScale
+// to keep the binary well under a minute.
+constexpr uint64_t kResNetScale = 64;
+
+TEST(PsCores, ResNet50ShapesTwoHundredRoundsExact) {
+  JobOptions o;
+  o.model = "resnet50.txt";
+  o.scale_down = kResNetScale;
+  run_job(o, 200, 4);
+}
+
+// The loss run. Disabled until the transport's open stall bug
+// (docs/transport.md, "Known bug") is fixed: in about 1 run in 3 here one
+// server-to-worker stream stops until the peer timeout (the server has
+// applied every update, holds nothing, and the worker misses chunks; the
+// server's peer for that worker ends dead). Run it with
+// --gtest_also_run_disabled_tests --gtest_filter=*FivePercent*.
+TEST(PsCores, DISABLED_ResNet50ShapesTwoHundredRoundsExactUnderFivePercentLoss) {
+  JobOptions o;
+  o.model = "resnet50.txt";
+  o.scale_down = kResNetScale;
+  o.impair.loss = 0.05;
+  o.impair.reorder = 0.05;
+  o.impair.duplicate = 0.05;
+  o.impair.seed = 23;
+  run_job(o, 200, 5);
+}
+
+// Measurement only: full-size ResNet-50, a few rounds, shard cores.
+TEST(PsCores, DISABLED_ResNet50FullSizeFiveRounds) {
+  JobOptions o;
+  o.model = "resnet50.txt";
+  run_job(o, 5, 6);
+}
+
+// The same loss run with the shards inline, for comparison with the one above.
+TEST(PsCores, DISABLED_ResNet50ShapesInlineUnderFivePercentLoss) {
+  JobOptions o;
+  o.model = "resnet50.txt";
+  o.scale_down = kResNetScale;
+  o.impair.loss = 0.05;
+  o.impair.reorder = 0.05;
+  o.impair.duplicate = 0.05;
+  o.impair.seed = 23;
+  run_job(o, 200, 5, false);
+}
+
+}  // namespace
+}  // namespace mercury
+
+int main(int argc, char** argv) {
+  return mercury::pmdtest::run_all_tests(argc, argv, {"--lcores=0@0,1@1,2@1"});
+}
