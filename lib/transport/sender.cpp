@@ -196,15 +196,29 @@ void PeerSender::rtt_sample(Tick r) {
   counters_.backoff = 0;
 }
 
-void PeerSender::loss_episode() {
-  // Multiplicative decrease, once per episode: further losses among packets
-  // sent before the episode began are the same congestion event.
-  if (in_recovery_) return;
-  cwnd_ = std::max(p_.cwnd_floor, cwnd_ / 2);
-  cwnd_acked_ = 0;
-  in_recovery_ = true;
-  recovery_end_ = nxt_;
-  ++counters_.loss_episodes;
+void PeerSender::on_losses(uint32_t lost, LossKind kind) {
+  // A loss episode lasts until the cumulative ACK passes what had been sent
+  // when it began (about one RTT). Within it, cwnd shrinks by one packet per
+  // packet lost, down to half its value at the start of the episode: a
+  // congested queue drops in proportion to the overload, so the decrease
+  // does too (as DCTCP scales its cut by the fraction marked), while a
+  // random loss costs one packet, which additive increase gives back within
+  // the RTT (at loss rate p, cwnd settles near 1/p instead of AIMD's
+  // 1.22/sqrt(p)). A timeout is the strong signal: half at once.
+  if (!in_recovery_) {
+    in_recovery_ = true;
+    recovery_end_ = nxt_;
+    episode_cwnd_ = cwnd_;
+    cwnd_acked_ = 0;
+    ++counters_.loss_episodes;
+  }
+  const uint32_t half = std::max(p_.cwnd_floor, episode_cwnd_ / 2);
+  if (kind == LossKind::kTimeout) {
+    cwnd_ = std::min(cwnd_, half);
+  } else {
+    cwnd_ = std::max(half, cwnd_ > lost ? cwnd_ - lost : 0u);
+  }
+  cwnd_ = std::max(cwnd_, p_.cwnd_floor);
   counters_.cwnd = cwnd_;
 }
 
@@ -287,8 +301,9 @@ AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSi
   if (in_recovery_ && seq_diff(una_, recovery_end_) >= 0) in_recovery_ = false;
   if (r.newly_acked != 0) {
     progress_at_ = now;
-    if (!in_recovery_ && cwnd_ < window_) {
-      // Additive increase: one packet per window's worth of deliveries.
+    if (cwnd_ < window_) {
+      // Additive increase: one packet per window's worth of deliveries, in
+      // an episode too (its decrease is per packet lost, see on_losses).
       cwnd_acked_ += r.newly_acked;
       while (cwnd_acked_ >= cwnd_ && cwnd_ < window_) {
         cwnd_acked_ -= cwnd_;
@@ -301,7 +316,7 @@ AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSi
     if (in_flight_ != 0) arm_timer(now);
     // Only a delivery can make an older transmission lost.
     r.newly_lost = detect_losses(sink);
-    if (r.newly_lost != 0) loss_episode();
+    if (r.newly_lost != 0) on_losses(r.newly_lost, LossKind::kFast);
   }
   return r;
 }
@@ -354,7 +369,7 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
     ++counters_.rto_expirations;
     if (rto() < p_.max_rto) ++backoff_;
     counters_.backoff = backoff_;
-    loss_episode();
+    on_losses(n, LossKind::kTimeout);
     if (in_flight_ != 0) arm_timer(now);
   } else if (any_left) {
     timer_armed_ = true;

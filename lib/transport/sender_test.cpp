@@ -324,15 +324,15 @@ TEST(PeerSender, LostAcksAreRecoveredByTheTimerWithoutDoubleReports) {
   EXPECT_EQ(s.next_deadline(), 0u);  // nothing armed any more
 }
 
-TEST(PeerSender, CwndHalvesOncePerLossEpisodeAndGrowsBack) {
+TEST(PeerSender, CwndShrinksByThePacketsLostAtMostHalfPerEpisodeAndGrowsBack) {
   RecordingSink sink;
   PeerSender s(test_params(16), kIsn, 0);
   EXPECT_EQ(s.cwnd(), 16u);
   send_n(s, 16, 0);
-  // Two losses in one window: one congestion event.
+  // Two random losses in one window: one episode, cwnd one packet less per loss.
   s.on_ack(kIsn, sack_range(kIsn, kIsn + 2, kIsn + 15), 20 * kUs, sink);
   EXPECT_EQ(sink.lost_seqs(), (std::vector<uint32_t>{kIsn, kIsn + 1}));
-  EXPECT_EQ(s.cwnd(), 8u);
+  EXPECT_EQ(s.cwnd(), 14u);
   EXPECT_EQ(s.counters().loss_episodes, 1u);
   EXPECT_FALSE(s.can_send());  // the window is full behind the hole
   EXPECT_TRUE(s.can_resend());
@@ -343,10 +343,10 @@ TEST(PeerSender, CwndHalvesOncePerLossEpisodeAndGrowsBack) {
   }
   s.on_ack(kIsn + 16, 0, 40 * kUs, sink);
   EXPECT_EQ(s.counters().loss_episodes, 1u);
-  // Additive increase: +1 per cwnd packets acked.
+  // Additive increase: +1 per cwnd packets acked, up to the window.
   Tick now = 100 * kUs;
   uint32_t next = 16;
-  for (uint32_t expect = 9; expect <= 12; ++expect) {
+  for (uint32_t expect : {15u, 16u, 16u}) {
     const uint32_t n = s.cwnd();
     send_n(s, n, now, next);
     next += n;
@@ -354,38 +354,46 @@ TEST(PeerSender, CwndHalvesOncePerLossEpisodeAndGrowsBack) {
     now += 100 * kUs;
     EXPECT_EQ(s.cwnd(), expect);
   }
+  // A congested queue drops a burst: 12 of 16 lost, and the cut stops at half.
+  sink.clear();
+  const uint32_t first = s.next_seq();
+  send_n(s, 16, now, next);
+  s.on_ack(first, sack_range(first, first + 12, first + 15), now + 20 * kUs, sink);
+  EXPECT_EQ(sink.lost.size(), 12u);
+  EXPECT_EQ(s.cwnd(), 8u);
+  EXPECT_EQ(s.counters().loss_episodes, 2u);
   EXPECT_TRUE(sink.failed.empty());
 }
 
-TEST(PeerSender, EachNewEpisodeHalvesAgainDownToTheFloor) {
+TEST(PeerSender, EachTimeoutHalvesDownToTheFloor) {
   RecordingSink sink;
-  // Threshold 1, so that even a window of 2 can detect a loss by SACK.
-  Config c = test::test_config(16);
-  c.reorder_threshold = 1;
-  PeerSender s(resolve(c), kIsn, 0);
+  PeerSender s(test_params(16), kIsn, 0);
   Tick now = 0;
   uint32_t next = 0;
   std::vector<uint32_t> cwnds;
-  for (int round = 0; round < 5; ++round) {
+  for (int round = 0; round < 6; ++round) {
     const uint32_t n = s.cwnd();
     const uint32_t first = s.next_seq();
-    for (uint32_t i = 0; i < n && s.can_send(); ++i) s.on_send(slice_of(next++), now);
-    const uint32_t last = s.next_seq() - 1;
-    // The first packet of each round is lost; the rest arrive.
+    send_n(s, n, now, next);
+    next += n;
+    // Every packet and every ACK lost: the timer finds them.
     sink.lost.clear();
-    s.on_ack(first, sack_range(first, first + 1, last), now + 20 * kUs, sink);
+    now += s.rto();
+    s.on_timer(now, sink);
+    ASSERT_EQ(sink.lost.size(), n);
+    EXPECT_EQ(s.cwnd(), std::max(2u, n / 2)) << "round " << round;  // cwnd_floor 2
+    cwnds.push_back(s.cwnd());
     for (const auto& l : sink.lost) {
       SliceRef again;
       TxStamp st;
-      ASSERT_EQ(s.on_resend(l.seq, now + 21 * kUs, again, st), Resend::kSend);
+      if (s.on_resend(l.seq, now, again, st) != Resend::kSend) break;  // cwnd is full
     }
-    s.on_ack(s.next_seq(), 0, now + 40 * kUs, sink);
-    cwnds.push_back(s.cwnd());
+    s.on_ack(first + n, 0, now + 20 * kUs, sink);  // all arrived: the episode ends
     now += 100 * kUs;
   }
   EXPECT_EQ(cwnds.front(), 8u);
-  EXPECT_EQ(cwnds.back(), 2u);  // cwnd_floor
-  EXPECT_EQ(s.counters().loss_episodes, 5u);
+  EXPECT_EQ(cwnds.back(), 2u);
+  EXPECT_EQ(s.counters().loss_episodes, 6u);
 }
 
 // The stall once seen under 2 % loss (docs/transport.md, "The left edge"):
@@ -403,8 +411,10 @@ TEST(PeerSender, ALostLeftEdgeIsResentWhenPacketsPastTheSackHorizonFillCwnd) {
   PeerSender s(test_params(128), kIsn, 0);
   constexpr uint32_t kSlices = 600;
   // Slice i is one packet; every 150th is at priority 7 and its first
-  // transmission is lost, the rest are urgent (priority 0) and arrive.
+  // transmission is lost, with those of the 40 urgent (priority 0) ones after
+  // it (a burst: cwnd halves); the rest arrive.
   auto low = [](uint32_t i) { return i % 150 == 0; };
+  auto dropped = [](uint32_t i) { return i % 150 <= 40; };
   auto slice = [&](uint32_t i) {
     return SliceRef{.msg_token = 100 + i,
                     .offset = 0,
@@ -416,7 +426,9 @@ TEST(PeerSender, ALostLeftEdgeIsResentWhenPacketsPastTheSackHorizonFillCwnd) {
   uint32_t next = 0;
   Tick now = 0;
   auto transmit = [&](uint32_t seq, bool first, const SliceRef& ref) {
-    if (!(first && low(static_cast<uint32_t>(ref.msg_token - 100)))) received.insert(seq - kIsn);
+    if (!(first && dropped(static_cast<uint32_t>(ref.msg_token - 100)))) {
+      received.insert(seq - kIsn);
+    }
   };
   auto resend = [&](uint32_t seq) {
     SliceRef ref;

@@ -5,7 +5,7 @@
 // cumulative ACK plus a 64-bit SACK bitmap, piggybacked on its own data where it
 // can; lost packets are found by SACK gaps (a reordering threshold counted in
 // transmissions, not go-back-N) or by an RFC 6298 retransmission timer; a
-// bounded window (BDP-sized) plus an AIMD congestion window keeps the NIC queue
+// bounded window (BDP-sized) plus a loss-driven congestion window keeps the NIC queue
 // shallow so the priority scheduler above stays in charge; duplicates are
 // suppressed in a bounded window; each message's bytes are counted so its
 // completion is reported exactly once; a peer that stops acknowledging is
@@ -90,7 +90,7 @@ struct Config {
   uint32_t packet_bytes = 9000;  ///< bytes on the wire of a full packet
   uint32_t window_floor = 8;
   uint32_t window_ceiling = 512;
-  uint32_t cwnd_floor = 2;  ///< AIMD never cuts the congestion window below this
+  uint32_t cwnd_floor = 2;  ///< the congestion response never cuts the congestion window below this
 
   // Loss detection.
   uint32_t reorder_threshold = 3;       ///< lost once this many later transmissions are acked
@@ -227,7 +227,7 @@ struct SenderCounters {
   uint64_t acks_old = 0;      ///< cumulative ack below ours (reordered ACK); SACK still used
   uint64_t acks_invalid = 0;  ///< ack beyond anything sent: ignored
   uint64_t rto_expirations = 0;
-  uint64_t loss_episodes = 0;  ///< multiplicative decreases of cwnd
+  uint64_t loss_episodes = 0;  ///< loss episodes (each reduces cwnd, see docs/transport.md)
   uint64_t slices_acked = 0;
   uint64_t slices_failed = 0;
   uint64_t peer_timeouts = 0;
@@ -342,7 +342,7 @@ class PeerSender {
   void note_delivered_order(uint64_t tx_order);
   uint32_t detect_losses(SenderSink& sink);
   void mark_lost(uint32_t seq, Entry& e, LossKind kind, SenderSink& sink);
-  void loss_episode();
+  void on_losses(uint32_t lost, LossKind kind);
   void rtt_sample(Tick rtt);
   void fail_all(FailReason why, SenderSink& sink);
   void arm_timer(Tick now);
@@ -359,6 +359,7 @@ class PeerSender {
   uint32_t cwnd_acked_ = 0;  // packets acked since the last additive increase
   bool in_recovery_ = false;
   uint32_t recovery_end_ = 0;  // the loss episode ends when una_ reaches it
+  uint32_t episode_cwnd_ = 0;  // cwnd when the episode began: it may cut to half of it
   uint32_t reorder_threshold_;
   uint64_t next_tx_order_ = 1;
   // The kMaxReorderThreshold highest tx_orders ever delivered, descending
