@@ -325,6 +325,11 @@ void Worker::shutdown() {
 
 Key Worker::key(std::string_view name) const {
   impl_->check_live("key");
+  if (!impl_->table.frozen()) {
+    throw UsageError(
+        "key: tensors are looked up by name once the worker has started; before, "
+        "use the key declare() returned");
+  }
   return impl_->table.find(name);
 }
 

@@ -261,6 +261,101 @@ TEST(WorkerApi, FourWorkersTwoTrainerThreadsEachBitExact) {
   EXPECT_EQ(job.server_refusals(), 0u);
 }
 
+// One worker, 8 trainer threads, 64 tensors (8 each), 20 rounds of
+// push_pull with a pull of a neighbour's tensor into a private buffer in
+// between: many threads on one request queue at once; every aggregate of
+// the thread's own tensors is bit-exact (one rank: p -= lr x g).
+TEST(WorkerApi, EightThreadsOneWorker) {
+  constexpr uint32_t kThreads = 8, kPerThread = 8, kRounds = 20;
+  constexpr uint32_t kTensors = kThreads * kPerThread;
+  Job job(1);
+  Worker& w = job.worker(0);
+  std::vector<std::vector<float>> params(kTensors);
+  for (uint32_t k = 0; k < kTensors; ++k) {
+    params[k].resize(300 + 97 * k);
+    fill_initial(params[k], k);
+    w.declare("t" + std::to_string(k), params[k]);
+  }
+  std::atomic<uint64_t> mismatches{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<std::vector<float>> ref(kPerThread), grad(kPerThread);
+      std::vector<float> peek;
+      for (uint32_t i = 0; i < kPerThread; ++i) {
+        ref[i].resize(params[t * kPerThread + i].size());
+        fill_initial(ref[i], t * kPerThread + i);
+        grad[i].resize(ref[i].size());
+      }
+      try {
+        for (uint32_t round = 0; round < kRounds; ++round) {
+          std::vector<Handle> hs;
+          for (uint32_t i = 0; i < kPerThread; ++i) {
+            const uint32_t k = t * kPerThread + i;
+            fill_gradient(grad[i], 0, round, k);
+            for (size_t e = 0; e < ref[i].size(); ++e) {
+              ref[i][e] = ref[i][e] - kLr * (grad[i][e] * 1.0f);
+            }
+            hs.push_back(w.push_pull(k, grad[i], params[k]));
+          }
+          const uint32_t other = ((t + 1) % kThreads) * kPerThread;
+          peek.resize(params[other].size());
+          if (!w.pull(other, peek).wait()) ++failures;
+          for (uint32_t i = 0; i < kPerThread; ++i) {
+            if (!hs[i].wait()) ++failures;
+            if (std::memcmp(params[t * kPerThread + i].data(), ref[i].data(), ref[i].size() * 4) !=
+                0) {
+              ++mismatches;
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "thread " << t << ": " << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0u);
+  EXPECT_EQ(mismatches.load(), 0u);
+  EXPECT_EQ(w.stats().pushes, uint64_t{kTensors} * kRounds);
+}
+
+// shutdown() while 4 threads are pushing and pulling as fast as they can:
+// every call either returns a handle that then completes (ok, or failed
+// because of the shutdown) or throws UsageError; nothing hangs.
+TEST(WorkerApi, ShutdownWhileThreadsPush) {
+  Job job(1);
+  Worker& w = job.worker(0);
+  std::vector<std::vector<float>> params(4, std::vector<float>(5000, 1.0f));
+  for (uint32_t k = 0; k < 4; ++k) w.declare("t" + std::to_string(k), params[k]);
+  w.start();
+  std::atomic<uint64_t> calls{0}, ok{0}, failed{0}, refused{0};
+  std::vector<std::thread> threads;
+  for (uint32_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> grad(5000, 0.001f);
+      for (;;) {
+        try {
+          Handle h = w.push_pull(t, grad, params[t]);
+          ++calls;
+          (h.wait() ? ok : failed)++;
+        } catch (const UsageError& e) {
+          EXPECT_STREQ(e.what(), "push_pull: the worker has been shut down");
+          ++refused;
+          return;
+        }
+      }
+    });
+  }
+  while (calls.load() < 200) std::this_thread::yield();
+  w.shutdown();
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(refused.load(), 4u);
+  EXPECT_EQ(ok.load() + failed.load(), calls.load());
+  EXPECT_GE(ok.load(), 200u - 4);
+}
+
 // A push_pull that cannot complete (rank 1 never pushes) fails with a clear
 // text when its worker shuts down; every later call throws UsageError.
 TEST(WorkerApi, ShutdownFailsPendingHandles) {

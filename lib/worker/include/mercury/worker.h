@@ -155,7 +155,8 @@ class Worker {
   /// every later call but the accessors throws UsageError.
   void shutdown();
 
-  /// The key of the tensor declared as `name`. Throws UsageError.
+  /// The key of the tensor declared as `name`, once started. Throws
+  /// UsageError (no such tensor, not started yet).
   [[nodiscard]] Key key(std::string_view name) const;
   [[nodiscard]] uint32_t rank() const;     ///< among the job's workers, file order
   [[nodiscard]] uint32_t workers() const;  ///< in the job
