@@ -67,6 +67,11 @@ uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
   rte_mbuf* burst[kBurst];
   const uint16_t got = port_.rx_burst(opts_.rx_queue, burst, n < kBurst ? n : kBurst);
   counters_.rx_frames += got;
+  // A tap (a trace recorder) sees the burst as received, before any frame is
+  // parsed, answered or freed.
+  if (rx_tap_ != nullptr && got != 0) [[unlikely]] {
+    rx_tap_(rx_tap_context_, burst, got, now);
+  }
   uint16_t kept = 0;
   for (uint16_t i = 0; i < got; ++i) {
     rte_mbuf* m = burst[i];

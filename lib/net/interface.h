@@ -11,6 +11,11 @@
 // flush_st() hands the stage to the PMD (through the link emulator when one
 // is attached), keeping what the PMD refuses for the next flush.
 //
+// RX tap: set_rx_tap() installs a function that sees every received burst,
+// raw, before it is parsed (a recorder writing a pcap trace, a test counting
+// frames). Null by default; the cost when unset is one predictable branch per
+// non-empty burst.
+//
 // Threading: the whole object belongs to one core (its net core); every
 // method ends in _st. Nothing here allocates, throws, locks or logs after
 // construction.
@@ -54,6 +59,13 @@ struct RxPacket {
   ParsedFrame parsed;
 };
 
+/// Sees a received burst before it is parsed: `frames[0..count)` are the
+/// mbufs as the PMD returned them (count >= 1), still owned by the
+/// interface. The tap may read them; it must not free, keep or modify them.
+/// It runs on the interface's core, inside poll_rx_st(), with the `now` given
+/// there, so what it costs is the datapath's cost.
+using RxTap = void (*)(void* context, rte_mbuf* const* frames, uint16_t count, uint64_t now);
+
 struct InterfaceOptions {
   uint16_t rx_queue = 0;
   uint16_t tx_queue = 0;
@@ -96,6 +108,14 @@ class Interface {
   /// Hands staged frames to the PMD (or the emulator); returns how many went.
   uint16_t flush_st(uint64_t now);
 
+  /// Installs `tap` (nullptr removes it), called with `context` once per
+  /// non-empty received burst. Set it from the interface's core, or before
+  /// that core starts polling; `context` must outlive the installation.
+  void set_rx_tap_st(RxTap tap, void* context) {
+    rx_tap_ = tap;
+    rx_tap_context_ = context;
+  }
+
   /// Attaches a link emulator in front of the TX queue (nullptr detaches).
   /// The emulator must outlive its attachment.
   void attach_emulator(LinkEmulator* e) { emulator_ = e; }
@@ -120,6 +140,8 @@ class Interface {
   bool verify_udp_;
   ArpTable arp_;
   LinkEmulator* emulator_ = nullptr;
+  RxTap rx_tap_ = nullptr;
+  void* rx_tap_context_ = nullptr;
   rte_mbuf* take_mbuf_st();
   /// An mbuf for the next staged frame, or nullptr (counted) when the stage
   /// is full or the pool is dry.

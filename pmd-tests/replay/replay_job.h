@@ -1,0 +1,387 @@
+// Capturing a parameter-server job as a pcap trace of what the server
+// receives, for replay into a server that is not the one that ran the job
+// (ps-server over net_pcap, or a ServerNode in a benchmark).
+//
+// The job is a job file (4 workers, 1 server node with 2 shards) whose nodes
+// all run in this process: NodeNetworks builds every port from the file, so
+// each server port carries the node's MAC and IP, as a single replay port
+// will. The server is a control-plane ServerNode (shards inline); the
+// workers are worker::WorkerNode. They run the real protocol: every worker
+// declares (agg::ControlKind::kDeclare), the server answers kReady, rank 0
+// pushes its initial parameters (kInit, version 0), then BSP rounds of
+// gradients with deterministic values (gradient(), initial_value()).
+// PcapRecorder, an Interface RX tap on every server port, writes each frame
+// the server receives, in arrival order, into one pcap file (libpcap).
+//
+// Why a replay is accepted at all: a transport stream's sequence numbers
+// start at initial_seq(sender epoch, receiver epoch), so the workers'
+// packets in the trace only make sense to a server of the capture's epoch
+// (kServerEpoch). The replaying server must be started with it
+// (`ps-server --epoch`, or ServerNodeConfig::endpoint.local_epoch); any other
+// epoch counts every data packet as unsynced.
+//
+// Test and benchmark code: it allocates and throws freely.
+#pragma once
+
+#include <pcap/pcap.h>
+#include <rte_cycles.h>
+#include <rte_mbuf.h>
+#include <sys/time.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "agg/control.h"
+#include "agg/placement.h"
+#include "config/config.h"
+#include "job/job.h"
+#include "net/node.h"
+#include "server/server_node.h"
+#include "worker/tensor_table.h"
+#include "worker/worker_node.h"
+
+namespace mercury::replay {
+
+inline constexpr uint32_t kWorkers = 4;
+inline constexpr uint32_t kShards = 2;
+/// The capture server's transport epoch; a replaying server must use it.
+inline constexpr uint16_t kServerEpoch = 0x5a17;
+inline constexpr float kLearningRate = 0.25f;
+
+/// A worker's epoch in the capture (any non-zero value; the server adopts it).
+inline uint16_t worker_epoch(uint32_t rank) { return static_cast<uint16_t>(0x2100 + rank); }
+
+/// How the job file's ports are laid out.
+struct JobLayout {
+  std::string name;  ///< job.name: the EAL file prefix of a ps-server run
+  /// The server's ports. Empty: one ring:wN link per worker (the capture).
+  std::vector<std::string> server_ports;
+  uint32_t window = 4096;    ///< network.window (packets in flight per peer)
+  uint32_t mbufs = 4095;     ///< mempool.mbufs per port
+  uint32_t memory_mb = 512;  ///< eal.memory_mb
+};
+
+/// The job file. Workers have static MACs, so nobody needs ARP. With ring
+/// links the workers' ports are the other ends; otherwise they get net_null
+/// vdevs that no process of the replay opens (a worker needs a port in the
+/// file, and ps-server opens only its own node's).
+inline std::string job_yaml(const JobLayout& l) {
+  const bool rings = l.server_ports.empty();
+  std::string y;
+  y += "job:\n  id: 77\n  name: " + l.name + "\n";
+  y += "network:\n  mtu: 1500\n  window: " + std::to_string(l.window) +
+       "\n  peer_timeout_ms: 60000\n  scheduler: strict\n";
+  y += "mempool:\n  mbufs: " + std::to_string(l.mbufs) + "\n  cache: 64\n";
+  y += "eal:\n  memory_mb: " + std::to_string(l.memory_mb) + "\n  hugepages: off\n";
+  y += "training:\n  sync: bsp\n  optimizer: sgd\n  learning_rate: 0.25\n";
+  y += "nodes:\n";
+  y += "  - name: server0\n    role: server\n    ipv4: 10.9.0.1\n    mac: 02:00:00:00:09:01\n";
+  y += "    ports: [";
+  for (uint32_t w = 0; w < kWorkers && rings; ++w) {
+    y += std::string(w ? ", " : " ") + "\"ring:w" + std::to_string(w) + "\"";
+  }
+  for (size_t p = 0; p < l.server_ports.size(); ++p) {
+    y += std::string(p ? ", " : " ") + "\"" + l.server_ports[p] + "\"";
+  }
+  y += " ]\n    lcores: [0, 1, 2]\n    shards: 2\n";
+  for (uint32_t w = 0; w < kWorkers; ++w) {
+    const std::string n = std::to_string(w);
+    y += "  - name: w" + n + "\n    role: worker\n    ipv4: 10.9.0." + std::to_string(11 + w) +
+         "\n    mac: 02:00:00:00:09:1" + n + "\n";
+    y += rings ? "    ports: [ \"ring:w" + n + "\" ]\n" : "    ports: [ \"net_null1" + n + "\" ]\n";
+    y += "    lcores: [" + std::to_string(3 + w) + "]\n";
+  }
+  return y;
+}
+
+/// A small synthetic model: a few tensors of assorted sizes (one spans
+/// several partitions on both shards, some are a single short chunk).
+inline std::vector<agg::TensorDecl> small_model() {
+  return {{"conv1.weight", 1728, 0}, {"conv1.bias", 64, 1},  {"block.weight", 9216, 2},
+          {"block.bias", 37, 3},     {"fc.weight", 5120, 4}, {"fc.bias", 10, 5}};
+}
+
+// Deterministic values: a hash of the coordinates mapped to [-1, 1).
+inline float unit_hash(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return static_cast<float>(static_cast<int32_t>(x >> 32)) * (1.0f / 2147483648.0f);
+}
+inline float initial_value(uint32_t tensor, uint64_t i) {
+  return unit_hash((uint64_t{0x17} << 56) ^ (uint64_t{tensor} << 40) ^ i);
+}
+/// Rank `rank`'s gradient in round `round` (iteration `round`).
+inline float gradient(uint32_t round, uint32_t rank, uint32_t tensor, uint64_t i) {
+  return unit_hash((uint64_t{round} << 52) ^ (uint64_t{rank} << 48) ^ (uint64_t{tensor} << 40) ^ i);
+}
+
+/// Every tensor's parameters at versions 0..rounds, as the server must send
+/// them: version 0 is rank 0's initial values; version v + 1 is version v
+/// minus lr x (the rank-order sum of the gradients of iteration v) x 1/n,
+/// with lib/agg's rounding (build with -ffp-contract=off).
+inline std::vector<std::vector<std::vector<float>>> reference(
+    const std::vector<agg::TensorDecl>& decls, uint32_t rounds) {
+  std::vector<std::vector<std::vector<float>>> v(rounds + 1);
+  v[0].resize(decls.size());
+  for (uint32_t t = 0; t < decls.size(); ++t) {
+    v[0][t].resize(decls[t].elements);
+    for (uint64_t i = 0; i < decls[t].elements; ++i) v[0][t][i] = initial_value(t, i);
+  }
+  const float inv_n = 1.0f / static_cast<float>(kWorkers);
+  for (uint32_t r = 0; r < rounds; ++r) {
+    v[r + 1] = v[r];
+    for (uint32_t t = 0; t < decls.size(); ++t) {
+      for (uint64_t i = 0; i < decls[t].elements; ++i) {
+        float s = gradient(r, 0, t, i);
+        for (uint32_t k = 1; k < kWorkers; ++k) s = s + gradient(r, k, t, i);
+        const float g = s * inv_n;
+        v[r + 1][t][i] = v[r][t][i] - kLearningRate * g;
+      }
+    }
+  }
+  return v;
+}
+
+/// Writes every frame of the bursts it is given into a pcap file
+/// (Ethernet link type), in order: an Interface RX tap.
+class PcapRecorder {
+ public:
+  explicit PcapRecorder(const std::string& path) : dead_(pcap_open_dead(DLT_EN10MB, 65535)) {
+    if (dead_ == nullptr) throw std::runtime_error("pcap_open_dead failed");
+    dumper_ = pcap_dump_open(dead_, path.c_str());
+    if (dumper_ == nullptr) {
+      const std::string why = pcap_geterr(dead_);
+      pcap_close(dead_);
+      throw std::runtime_error("cannot write " + path + ": " + why);
+    }
+  }
+  ~PcapRecorder() {
+    pcap_dump_close(dumper_);
+    pcap_close(dead_);
+  }
+  PcapRecorder(const PcapRecorder&) = delete;
+  PcapRecorder& operator=(const PcapRecorder&) = delete;
+
+  static void tap(void* self, rte_mbuf* const* frames, uint16_t count, uint64_t) {
+    auto* r = static_cast<PcapRecorder*>(self);
+    pcap_pkthdr h{};
+    gettimeofday(&h.ts, nullptr);
+    for (uint16_t i = 0; i < count; ++i) {
+      const rte_mbuf* m = frames[i];
+      h.caplen = h.len = rte_pktmbuf_pkt_len(m);
+      const auto* data =
+          static_cast<const u_char*>(rte_pktmbuf_read(m, 0, h.caplen, r->bounce_.data()));
+      pcap_dump(reinterpret_cast<u_char*>(r->dumper_), &h, data);
+      ++r->frames_;
+    }
+  }
+  [[nodiscard]] uint64_t frames() const { return frames_; }
+
+ private:
+  pcap_t* dead_;
+  pcap_dumper_t* dumper_ = nullptr;
+  uint64_t frames_ = 0;
+  std::array<std::byte, 65536> bounce_{};  // a chained mbuf is read into it
+};
+
+/// The server's control answers a worker received.
+class ControlInbox final : public transport::MessageReceiver {
+ public:
+  std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
+    buffers_.emplace_back(h.msg_len);
+    return buffers_.back().data();
+  }
+  void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
+    messages.push_back(agg::decode_control({buffer, h.msg_len}));
+  }
+  std::vector<agg::ControlMessage> messages;
+
+ private:
+  std::vector<std::vector<std::byte>> buffers_;
+};
+
+/// What a capture produced.
+struct Capture {
+  uint64_t frames = 0;       ///< frames written to the trace
+  uint64_t chunks = 0;       ///< chunks of the model (every partition, every shard)
+  uint64_t retransmits = 0;  ///< worker retransmissions during the capture
+};
+
+/// Runs the job of `job` (every node in this process, ring links; EAL up)
+/// over `decls` for `rounds` BSP rounds and writes what the server received
+/// into `trace`. Every worker's parameters are checked against reference()
+/// after each version (a capture of a broken run would be worthless).
+/// Throws with the reason on any failure or after `limit_s` seconds.
+inline Capture capture(const config::JobConfig& job, const std::vector<agg::TensorDecl>& decls,
+                       uint32_t rounds, const std::string& trace, double limit_s = 120) {
+  const uint64_t hz = rte_get_tsc_hz();
+  std::vector<std::string> names;
+  for (const auto& n : job.nodes) names.push_back(n.name);
+  net::NodeNetworks nets(job, names);
+  const config::NodeConfig& srv = *job.servers().front();
+  const auto workers = job.workers();
+  if (workers.size() != kWorkers) throw std::runtime_error("the capture job has 4 workers");
+  const uint32_t chunk = job.payload_bytes_per_packet();
+
+  // The server: a port per worker, its shards inline.
+  std::vector<net::Interface*> ports;
+  std::vector<server::JobWorker> job_workers;
+  for (net::NodePort* p : nets.ports_of(srv.name)) ports.push_back(p->interface.get());
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    const config::NodeConfig& w = *workers[r];
+    const std::string link = "ring:" + w.name;
+    uint32_t port = UINT32_MAX;
+    for (uint32_t p = 0; p < srv.ports.size(); ++p) {
+      if (srv.ports[p].text == link) port = p;
+    }
+    if (port == UINT32_MAX) throw std::runtime_error("no server port " + link);
+    job_workers.push_back({{w.name, w.ipv4.value, w.udp_port}, port});
+  }
+  server::ServerNodeConfig sc;
+  sc.chunk_bytes = chunk;
+  sc.optimizer = job::optimizer_config(job.training);
+  sc.job_shards = {srv.shards};
+  sc.server_index = 0;
+  sc.endpoint = job::endpoint_config(job, static_cast<uint16_t>(srv.index), kServerEpoch, hz);
+  sc.endpoint.max_messages = 1 << 17;
+  sc.endpoint.ingress_capacity = 1 << 17;
+  server::ServerNode server(ports, job_workers, sc, rte_rdtsc());
+
+  // The workers: their tables over their own buffers, a WorkerNode each.
+  struct Trainer {
+    std::vector<std::vector<float>> params, grads;
+    worker::TensorTable table;
+    ControlInbox inbox;
+    std::unique_ptr<worker::WorkerNode> node;
+    std::vector<std::byte> declare;
+  };
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    auto t = std::make_unique<Trainer>();
+    t->params.resize(decls.size());
+    t->grads.resize(decls.size());
+    for (size_t k = 0; k < decls.size(); ++k) {
+      t->params[k].assign(decls[k].elements, 0.0f);
+      t->grads[k].assign(decls[k].elements, 0.0f);
+      t->table.declare(decls[k].name, t->params[k], decls[k].priority);
+    }
+    t->table.freeze(srv.shards, chunk);
+    worker::WorkerNodeConfig wc;
+    wc.endpoint =
+        job::endpoint_config(job, static_cast<uint16_t>(workers[r]->index), worker_epoch(r), hz);
+    wc.endpoint.peers = {{srv.name, srv.ipv4.value, srv.udp_port}};
+    wc.endpoint.max_messages = 1 << 17;
+    wc.endpoint.ingress_capacity = 1 << 17;
+    wc.pulls.first_version = 0;
+    wc.control = &t->inbox;
+    t->node = std::make_unique<worker::WorkerNode>(
+        t->table, *nets.ports_of(workers[r]->name).front()->interface, wc, rte_rdtsc());
+    trainers.push_back(std::move(t));
+  }
+
+  PcapRecorder recorder(trace);
+  for (net::Interface* i : ports) i->set_rx_tap_st(&PcapRecorder::tap, &recorder);
+
+  const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * static_cast<double>(hz));
+  auto poll_until = [&](const std::function<bool()>& done, const std::string& what) {
+    for (;;) {
+      const uint64_t now = rte_rdtsc();
+      server.poll_st(now);
+      for (auto& t : trainers) t->node->poll_st(now);
+      if (done()) return;
+      if (now > deadline) throw std::runtime_error("capture: timed out waiting for " + what);
+    }
+  };
+  auto all_at = [&](uint32_t version) {
+    for (auto& t : trainers) {
+      for (uint32_t k = 0; k < decls.size(); ++k) {
+        if (t->node->tracker().awaited_st(k) <= version) return false;
+      }
+    }
+    return true;
+  };
+  const auto want = reference(decls, rounds);
+  auto check = [&](uint32_t version) {
+    for (uint32_t r = 0; r < kWorkers; ++r) {
+      for (size_t k = 0; k < decls.size(); ++k) {
+        if (std::memcmp(trainers[r]->params[k].data(), want[version][k].data(),
+                        decls[k].elements * sizeof(float)) != 0) {
+          throw std::runtime_error("capture: worker " + std::to_string(r) + " tensor " +
+                                   decls[k].name + " differs from the reference at version " +
+                                   std::to_string(version));
+        }
+      }
+    }
+  };
+
+  // 1. Declare; 2. ready.
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    agg::ControlMessage m;
+    m.kind = agg::ControlKind::kDeclare;
+    m.rank = r;
+    m.tensors = trainers[r]->table.declarations();
+    trainers[r]->declare = agg::encode_control(m);
+    if (trainers[r]->node->send_control_st(0, trainers[r]->declare, {}) !=
+        transport::SubmitStatus::kQueued) {
+      throw std::runtime_error("capture: declare refused");
+    }
+  }
+  poll_until(
+      [&] {
+        for (auto& t : trainers) {
+          if (t->inbox.messages.empty()) return false;
+        }
+        return true;
+      },
+      "kReady");
+  for (auto& t : trainers) {
+    const agg::ControlMessage& m = t->inbox.messages.front();
+    if (m.kind != agg::ControlKind::kReady) throw std::runtime_error("capture: refused: " + m.text);
+    if (m.fingerprint != t->table.fingerprint()) throw std::runtime_error("capture: fingerprint");
+  }
+  // 3. Rank 0's initial parameters, version 0 everywhere.
+  Trainer& rank0 = *trainers[0];
+  for (uint32_t k = 0; k < decls.size(); ++k) {
+    rank0.params[k] = want[0][k];
+    if (rank0.node->push_partitions_st(k, rank0.params[k].data(), 0, wire::PacketType::kInit, 0,
+                                       {}) != rank0.table.partitions(k).size()) {
+      throw std::runtime_error("capture: init push refused");
+    }
+  }
+  poll_until([&] { return all_at(0); }, "version 0");
+  check(0);
+  // 4. Rounds.
+  for (uint32_t round = 0; round < rounds; ++round) {
+    for (uint32_t r = 0; r < kWorkers; ++r) {
+      Trainer& t = *trainers[r];
+      for (uint32_t k = 0; k < decls.size(); ++k) {
+        for (uint64_t i = 0; i < decls[k].elements; ++i) t.grads[k][i] = gradient(round, r, k, i);
+        if (t.node->push_partitions_st(k, t.grads[k].data(), round, wire::PacketType::kData, 0,
+                                       {}) != t.table.partitions(k).size()) {
+          throw std::runtime_error("capture: push refused");
+        }
+      }
+    }
+    poll_until([&] { return all_at(round + 1); }, "version " + std::to_string(round + 1));
+    check(round + 1);
+  }
+  for (net::Interface* i : ports) i->set_rx_tap_st(nullptr, nullptr);
+
+  Capture c;
+  c.frames = recorder.frames();
+  for (const agg::Partition& p : server.placement_st()->partitions()) {
+    c.chunks += (p.bytes() + chunk - 1) / chunk;
+  }
+  for (auto& t : trainers) c.retransmits += t->node->counters_st().net.tx_retransmits;
+  return c;
+}
+
+}  // namespace mercury::replay
