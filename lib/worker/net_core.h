@@ -58,7 +58,7 @@ struct NetCoreConfig {
   PullTrackerConfig pulls;
   uint32_t start_timeout_ms = 30'000;
   bool idle_backoff = true;
-  uint32_t request_capacity = 1 << 16;
+  uint32_t request_capacity = 4096;  // cells of ~100 B; a full queue makes callers yield
 
   [[nodiscard]] uint32_t total_shards() const {
     uint32_t n = 0;

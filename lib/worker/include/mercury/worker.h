@@ -152,7 +152,8 @@ class Worker {
 
   /// Stops the net core: handles still pending fail ("the worker was shut
   /// down ..."), EAL is cleaned up if the worker started it. Idempotent;
-  /// every later call but the accessors throws UsageError.
+  /// every later call but the accessors throws UsageError. Not from a
+  /// completion callback (it waits for the net core, which runs them).
   void shutdown();
 
   /// The key of the tensor declared as `name`, once started. Throws

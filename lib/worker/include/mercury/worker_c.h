@@ -4,8 +4,8 @@
  *
  * Objects are opaque pointers: a worker (mercury_worker) and the handle of a
  * transfer (mercury_handle), each released by its own function. Every
- * function that can fail returns a mercury_status (MERCURY_OK = 0); the text
- * of the last failure on the calling thread is mercury_last_error(). No C++
+ * function that can fail returns a mercury_status (MERCURY_OK = 0), and
+ * mercury_last_error() then says why, on the calling thread. No C++
  * exception crosses this boundary.
  *
  * Threads: as in C++, every worker function may be called from any number
@@ -67,8 +67,8 @@ typedef struct mercury_worker_options {
  * the failure text ("" on success, valid during the call only). */
 typedef void (*mercury_callback)(void* context, int status, const char* error);
 
-/* The text of the last failed call on this thread ("" if none). Valid until
- * the next call on this thread. */
+/* Why the most recent call on this thread failed ("" if it succeeded).
+ * Valid until the next call on this thread. */
 const char* mercury_last_error(void);
 
 void mercury_worker_options_init(mercury_worker_options* options);
