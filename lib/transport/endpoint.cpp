@@ -323,6 +323,7 @@ Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, const Re
     for (sched::Message* m : all) pool_->free(m);
   }
   records_.resize(config.max_messages);
+  room_.resize(config.peers.size());
 
   // Retransmission slots: a window of lost packets per peer, plus one
   // deferred slice per (peer, level), plus room for stale slices (resent by
@@ -586,6 +587,13 @@ bool Endpoint::eligible(const PeerState& ps) const {
   return ps.peer.can_send() || (ps.peer.sender().waiting_resend() > 0 && ps.peer.can_resend());
 }
 
+uint32_t Endpoint::send_room(const PeerState& ps) const {
+  const PeerSender& snd = ps.peer.sender();
+  const uint32_t cwnd_room = snd.cwnd() > snd.in_flight() ? snd.cwnd() - snd.in_flight() : 0;
+  if (ps.peer.can_send()) return std::min(snd.window() - snd.outstanding(), cwnd_room);
+  return snd.waiting_resend() > 0 ? cwnd_room : 0;
+}
+
 void Endpoint::fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
                            wire::HeaderFields& h) const {
   h.type = control ? wire::PacketType::kControl : static_cast<wire::PacketType>(msg.type);
@@ -760,8 +768,11 @@ void Endpoint::transmit_st(Tick now) {
     }
     if (eligible(ps)) ready.set(p);
   }
-  sched::Slice s;
-  while (sent < budget && ready.any() && sched_->next_slice_st(ready, max_payload_, s)) {
+  // One slice of a carved burst. A peer that cannot take what was carved for
+  // it (a resend without room, new data while its window is full) gets the
+  // slice back in the scheduler and is skipped for the rest of the pass.
+  sched::PeerMask blocked;
+  auto serve = [&](const sched::Slice& s) {
     sched::Message* msg = s.msg;
     const uint16_t p = msg->peer;
     PeerState& ps = *peers_[p];
@@ -796,8 +807,8 @@ void Endpoint::transmit_st(Tick now) {
               ++counters_.requeue_stashed;
             }
             ++counters_.resends_no_room;
-            ready.reset(p);
-            continue;
+            blocked.set(p);
+            return;
         }
       }
     }
@@ -815,7 +826,7 @@ void Endpoint::transmit_st(Tick now) {
         // Never sent: the message already failed, and its remaining bytes
         // would be an orphan at the peer.
         account_failed(ps, msg, control, s.len, rec.status);
-        continue;
+        return;
       }
       if (!ps.peer.can_send()) {
         // Picked for a resend's sake while the window is full: hand the slice
@@ -826,8 +837,8 @@ void Endpoint::transmit_st(Tick now) {
           ++counters_.requeue_stashed;
         }
         ++counters_.deferred;
-        ready.reset(p);
-        continue;
+        blocked.set(p);
+        return;
       }
       rec.started = true;
       rec.stream = stream;
@@ -838,7 +849,24 @@ void Endpoint::transmit_st(Tick now) {
       ++counters_.tx_data;
       ++sent;
     }
-    if (!eligible(ps)) ready.reset(p);
+  };
+  // Carve in bursts (the scheduler picks a level and peer once per run of
+  // slices of one message), each peer's share bounded by what it can take:
+  // its window and cwnd room, or its cwnd room for resends when the window
+  // is full (new data carved then is deferred, as above).
+  sched::Slice burst[net::Interface::kBurst];
+  while (sent < budget && ready.any()) {
+    for (uint16_t p = 0; p < peers_.size(); ++p) {
+      if (ready.test(p)) room_[p] = send_room(*peers_[p]);
+    }
+    const size_t n =
+        sched_->next_slices_st(ready, max_payload_, burst, budget - sent, room_.data());
+    if (n == 0) break;
+    for (size_t i = 0; i < n; ++i) serve(burst[i]);
+    ready = sched::PeerMask{};
+    for (uint16_t p = 0; p < peers_.size(); ++p) {
+      if (!blocked.test(p) && eligible(*peers_[p])) ready.set(p);
+    }
   }
   // Pure ACKs (and probes) for peers that no data piggybacked them to.
   for (auto& ptr : peers_) {

@@ -342,6 +342,9 @@ class Endpoint {
   // Builds and stages a resend the Peer stamped (`h`), and counts it.
   void stage_resend_st(PeerState& ps, const SliceRef& ref, wire::HeaderFields& h);
   bool eligible(const PeerState& ps) const;
+  // Packets the peer may take now (>= 1 when eligible): window and cwnd
+  // room, or cwnd room alone for resends when the window is full.
+  uint32_t send_room(const PeerState& ps) const;
   void fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
                    wire::HeaderFields& h) const;
   bool stage(PeerState& ps, const wire::HeaderFields& h, const std::byte* payload);
@@ -368,6 +371,7 @@ class Endpoint {
   std::vector<uint64_t> by_addr_;  // sorted (ip << 32 | port << 16 | peer index)
   std::unique_ptr<LostMap> lost_;
   std::vector<sched::Slice> stash_;  // requeues the scheduler refused (never when sized)
+  std::vector<uint32_t> room_;       // [peer]: send_room() for next_slices_st
   uint64_t passes_ = 0;
   // The RX burst lives here, not on the stack: value-initialising 32 parsed
   // frames on every pass cost more than the rest of an idle pass.
