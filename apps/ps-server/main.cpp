@@ -1,7 +1,7 @@
 // ps-server: one parameter-server node of a job, on NIC-bound cores.
 //
-//   ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--check]
-//             [-- EAL args...]
+//   ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--epoch N]
+//             [--check] [-- EAL args...]
 //
 // Reads the job file, starts EAL for this node (its lcores, its ports as
 // vdevs or PCI devices), opens its ports and runs a ServerNode: the net core
@@ -51,18 +51,21 @@ struct Options {
   double seconds = 0;  // 0: until a signal
   bool check = false;
   uint32_t idle_sleep_us = 0;  // 0: pure polling
+  uint16_t epoch = 0;          // 0: job::fresh_epoch()
   std::vector<std::string> eal_extra;
 };
 
 [[noreturn]] void usage_and_exit() {
   std::puts(
-      "usage: ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--check]\n"
-      "                 [-- EAL args...]\n"
+      "usage: ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--epoch N]\n"
+      "                 [--check] [-- EAL args...]\n"
       "  --config FILE  the job file (docs/config.md)\n"
       "  --node NAME    which server node of the job this process runs (default: the only one)\n"
       "  --seconds N    stop after N seconds (default: run until SIGINT or SIGTERM)\n"
       "  --idle-sleep-us N  after 1024 empty polls, sleep N us per empty poll (default 0: poll\n"
       "                 without pause, for a dedicated core; use ~50 on shared CPUs)\n"
+      "  --epoch N      pin this node's transport incarnation (1..65535; default: from the\n"
+      "                 clock, so a restart is told apart); to replay a captured trace\n"
       "  --check        validate the job file and the node, print what would run, and exit\n"
       "  -- ARGS        passed to EAL after the arguments the job file produces");
   std::exit(0);
@@ -93,6 +96,14 @@ Options parse(int argc, char** argv) {
       }
     } else if (a == "--check") {
       o.check = true;
+    } else if (a == "--epoch") {
+      const std::string v = value();
+      char* end = nullptr;
+      const unsigned long e = std::strtoul(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || e == 0 || e > 65535) {
+        throw std::runtime_error("--epoch wants 1..65535, not '" + v + "'");
+      }
+      o.epoch = static_cast<uint16_t>(e);
     } else if (a == "--idle-sleep-us") {
       const std::string v = value();
       char* end = nullptr;
@@ -261,8 +272,8 @@ int run(const Options& o) {
   sc.optimizer = job::optimizer_config(job.training);
   for (const config::NodeConfig* s : job.servers()) sc.job_shards.push_back(s->shards);
   sc.server_index = my_rank;
-  sc.endpoint = job::endpoint_config(job, static_cast<uint16_t>(me.index), job::fresh_epoch(),
-                                     rte_get_tsc_hz());
+  sc.endpoint = job::endpoint_config(job, static_cast<uint16_t>(me.index),
+                                     o.epoch != 0 ? o.epoch : job::fresh_epoch(), rte_get_tsc_hz());
   sc.endpoint.max_messages = 1 << 17;  // a slice per chunk update per worker can be in flight
   sc.endpoint.ingress_capacity = 1 << 17;
   sc.shard_lcores.assign(shard_lcores.begin(),
