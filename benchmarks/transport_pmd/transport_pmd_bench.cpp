@@ -4,6 +4,10 @@
 //   ring/raw/<mtu>             a raw rx/tx loop (as testpmd, and as net_rate_bench's
 //                              raw): each frame's bytes copied from a source buffer
 //                              into the mbuf, sent, received and freed. The limit.
+//   ring/raw2copy/<mtu>        the same, and each received payload copied out into a
+//                              destination buffer: the two copies the endpoint makes
+//                              on one core (frame build, placement), so the ceiling
+//                              of a copying stack with both ends on one core.
 //   ring/endpoint/<mtu>        one connection: Endpoint a sends 32 MiB (8 messages of
 //                              4 MiB) to Endpoint b, which places every payload in a
 //                              destination buffer; an iteration ends when a's
@@ -36,8 +40,10 @@
 #include <rte_cycles.h>
 #include <rte_mbuf.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -98,8 +104,9 @@ struct BenchLink {
 
 struct Setup {
   std::vector<std::byte> source = testing::random_pattern(kSourceBytes, 9);
-  std::vector<std::unique_ptr<BenchLink>> links;    // [mtu index * 2 + lossy]
-  std::vector<std::unique_ptr<BenchLink>> no_aimd;  // [mtu index], 1 % loss
+  std::vector<std::byte> dest = std::vector<std::byte>(kMsgBytes);  // raw2copy's placement
+  std::vector<std::unique_ptr<BenchLink>> links;                    // [mtu index * 2 + lossy]
+  std::vector<std::unique_ptr<BenchLink>> no_aimd;                  // [mtu index], 1 % loss
   std::vector<std::unique_ptr<BenchLink>> reorder;
   Setup() {
     const uint32_t mtus[] = {1500, 9000};
@@ -132,6 +139,45 @@ struct Setup {
   BenchLink& link(int64_t mtu, bool lossy) { return *links[(mtu == 9000 ? 2 : 0) + lossy]; }
 };
 Setup* g_setup = nullptr;
+
+// The ratio table against `raw`, then each endpoint variant against
+// `raw2copy` too, per repetition (the same pairing as RatioReporter).
+class TwoLimitReporter final : public bench::RatioReporter {
+ public:
+  TwoLimitReporter() : RatioReporter("Gbps", "raw") {}
+  void ReportRuns(const std::vector<Run>& runs) override {
+    RatioReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
+      const auto it = r.counters.find("Gbps");
+      if (it != r.counters.end()) samples_[r.run_name.str()].push_back(it->second.value);
+    }
+  }
+  void Finalize() override {
+    RatioReporter::Finalize();
+    std::printf("\nagainst raw2copy (two copies, as the endpoint), per repetition:\n");
+    for (const auto& [name, values] : samples_) {
+      const size_t a = name.find('/'), b = name.find('/', a + 1);
+      const std::string variant = name.substr(a + 1, b - a - 1);
+      if (variant.rfind("endpoint", 0) != 0) continue;
+      const auto lim = samples_.find(name.substr(0, a) + "/raw2copy" + name.substr(b));
+      if (lim == samples_.end()) continue;
+      std::vector<double> ratios;
+      for (size_t i = 0; i < values.size() && i < lim->second.size(); ++i) {
+        if (lim->second[i] > 0) ratios.push_back(values[i] / lim->second[i]);
+      }
+      if (ratios.empty()) continue;
+      std::sort(ratios.begin(), ratios.end());
+      const size_t n = ratios.size();
+      const double med = n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+      std::printf("%-44s %8.3f   [%6.3f, %6.3f]  (n=%zu)\n", name.c_str(), med, ratios.front(),
+                  ratios.back(), n);
+    }
+  }
+
+ private:
+  std::map<std::string, std::vector<double>> samples_;
+};
 
 void count_completion(void* n, const SendResult& r) {
   if (r.ok()) ++*static_cast<uint64_t*>(n);
@@ -175,7 +221,10 @@ void set_rate(benchmark::State& state, uint64_t payload_bytes) {
       benchmark::Counter(static_cast<double>(payload_bytes) * 8 / 1e9, benchmark::Counter::kIsRate);
 }
 
-void raw(benchmark::State& state) {
+// `copies` 1: the raw loop (one copy, into the mbuf). 2: also copies each
+// received payload out into a destination buffer, as the endpoint's receiver
+// does: the honest ceiling for a stack that copies on both ends of one core.
+void raw_loop(benchmark::State& state, int copies) {
   const auto mtu = static_cast<uint32_t>(state.range(0));
   BenchLink& l = g_setup->link(mtu, false);
   settle(l);
@@ -188,6 +237,8 @@ void raw(benchmark::State& state) {
   rte_mbuf* rx[kBurst];
   size_t offset = 0;
   uint64_t total = 0;
+  std::byte* dst = g_setup->dest.data();
+  size_t placed = 0;
   for (auto _ : state) {
     uint64_t sent = 0, received = 0;
     while (received < frames) {
@@ -204,6 +255,14 @@ void raw(benchmark::State& state) {
         sent += went;
       }
       const uint16_t got = l.link.port_b().rx_burst(0, rx, kBurst);
+      if (copies == 2) {
+        for (uint16_t i = 0; i < got; ++i) {
+          if (placed + payload > kMsgBytes) placed = 0;
+          std::memcpy(dst + placed,
+                      rte_pktmbuf_mtod_offset(rx[i], const std::byte*, frame - payload), payload);
+          placed += payload;
+        }
+      }
       received += got;
       rte_pktmbuf_free_bulk(rx, got);
     }
@@ -211,6 +270,8 @@ void raw(benchmark::State& state) {
   }
   set_rate(state, total);
 }
+void raw(benchmark::State& state) { raw_loop(state, 1); }
+void raw2copy(benchmark::State& state) { raw_loop(state, 2); }
 
 void endpoint_variant(benchmark::State& state, BenchLink& l) {
   settle(l);
@@ -281,6 +342,7 @@ void reorder(benchmark::State& state) {
 }
 
 BENCHMARK(raw)->Name("ring/raw")->Arg(1500)->Arg(9000)->UseRealTime();
+BENCHMARK(raw2copy)->Name("ring/raw2copy")->Arg(1500)->Arg(9000)->UseRealTime();
 BENCHMARK(endpoint)->Name("ring/endpoint")->Arg(1500)->Arg(9000)->UseRealTime();
 BENCHMARK(endpoint_loss1)->Name("ring/endpoint_loss1")->Arg(1500)->Arg(9000)->UseRealTime();
 BENCHMARK(endpoint_loss1_noaimd)
@@ -304,7 +366,7 @@ int main(int argc, char** argv) {
     // Three passes, each interleaved within itself: goodput against raw,
     // completion time at 1 % loss against loss-free, spurious resends.
     {
-      mercury::bench::RatioReporter reporter("Gbps", "raw");
+      mercury::transport::TwoLimitReporter reporter;
       benchmark::RunSpecifiedBenchmarks(&reporter, "^ring/");
     }
     {
