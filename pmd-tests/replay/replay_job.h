@@ -31,8 +31,10 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -98,6 +100,15 @@ inline std::string job_yaml(const JobLayout& l) {
     y += "    lcores: [" + std::to_string(3 + w) + "]\n";
   }
   return y;
+}
+
+/// The whole of a text file (a model's shapes, say).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 /// A small synthetic model: a few tensors of assorted sizes (one spans
