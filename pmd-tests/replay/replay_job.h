@@ -385,6 +385,13 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
     check(round + 1);
   }
   for (net::Interface* i : ports) i->set_rx_tap_st(nullptr, nullptr);
+  // The tap saw every frame the server's ports took from their queues.
+  uint64_t received = 0;
+  for (net::Interface* i : ports) received += i->counters().rx_frames;
+  if (recorder.frames() != received) {
+    throw std::runtime_error("capture: the tap recorded " + std::to_string(recorder.frames()) +
+                             " frames, the server's ports received " + std::to_string(received));
+  }
 
   Capture c;
   c.frames = recorder.frames();
