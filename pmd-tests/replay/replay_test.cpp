@@ -133,11 +133,6 @@ Process run(const std::vector<std::string>& args, double limit_s) {
   return r;
 }
 
-bool has_epoch_option() {
-  const Process r = run({ps_server(), "--help"}, 30);
-  return r.output.find("--epoch") != std::string::npos;
-}
-
 // One aggregated chunk as sent: (worker, key, offset, version).
 using ChunkId = std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>;
 struct Copies {
@@ -177,12 +172,6 @@ Payload judge(const std::vector<std::vector<std::vector<float>>>& want, uint32_t
 }
 
 TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate) {
-  if (!has_epoch_option()) {
-    GTEST_SKIP() << ps_server()
-                 << " has no --epoch option: a server whose transport epoch is not the "
-                    "capture's cannot accept the trace (replay_job.h). Needs the ps-server "
-                    "change that pins the epoch.";
-  }
   const std::vector<agg::TensorDecl> decls = small_model();
   const std::string trace = scratch_dir + "/trace.pcap";
   const std::string out = scratch_dir + "/out.pcap";
