@@ -195,7 +195,7 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
   std::ofstream(job_file) << job_yaml(replay);
   const Process r = run({ps_server(), "--config", job_file, "--epoch", std::to_string(kServerEpoch),
                          "--seconds", "1", "--idle-sleep-us", "50"},
-                        120);
+                        60);
   std::error_code ignored;
   std::filesystem::remove_all("/var/run/dpdk/" + replay.name + "-server0", ignored);
   ASSERT_EQ(r.status, 0) << r.output;
