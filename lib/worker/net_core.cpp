@@ -336,7 +336,7 @@ uint32_t NetCore::complete_pulls_st() {
     }
     if (!version_in_st(p.tensor, p.version) || (p.push && !p.push->ready())) return false;
     const std::span<float> params = table_.tensor(p.tensor).params;
-    if (p.out != params.data()) std::memcpy(p.out, params.data(), params.size_bytes());
+    if (p.out != params.data()) std::memmove(p.out, params.data(), params.size_bytes());
     p.handle.complete();
     ++done;
     return true;
@@ -483,6 +483,7 @@ void NetCore::publish_st() {
   stats_.versions_completed.store(p.versions_completed, std::memory_order_relaxed);
   stats_.retransmits.store(c.net.tx_retransmits, std::memory_order_relaxed);
   stats_.chunks_dropped.store(dropped, std::memory_order_relaxed);
+  stats_.control_dropped.store(control_malformed_, std::memory_order_relaxed);
 }
 
 }  // namespace mercury::worker

@@ -86,7 +86,7 @@ struct Request {
 /// broke the worker (a Handle holds at most kMaxErrorBytes of it).
 struct PublishedStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, partitions_pushed{0}, chunks_received{0},
-      bytes_placed{0}, versions_completed{0}, retransmits{0}, chunks_dropped{0};
+      bytes_placed{0}, versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0};
   /// Written once by the net core (control path), before it fails the
   /// handles; read by the trainer after a handle failed.
   void set_failure(const std::string& why) {

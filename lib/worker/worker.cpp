@@ -349,6 +349,7 @@ WorkerStats Worker::stats() const {
   w.versions_completed = s.versions_completed.load(std::memory_order_relaxed);
   w.retransmits = s.retransmits.load(std::memory_order_relaxed);
   w.chunks_dropped = s.chunks_dropped.load(std::memory_order_relaxed);
+  w.control_dropped = s.control_dropped.load(std::memory_order_relaxed);
   return w;
 }
 

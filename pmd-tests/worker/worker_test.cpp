@@ -80,15 +80,18 @@ enum class Server { kRunning, kSilent };
 // process's EAL.
 class Job {
  public:
-  explicit Job(uint32_t ranks, Server kind = Server::kRunning, uint32_t start_timeout_ms = 30'000) {
+  explicit Job(uint32_t ranks, Server kind = Server::kRunning, uint32_t start_timeout_ms = 30'000,
+               const net::LinkParams& impair = {}) {
     static int run = 0;
     const int id = run++;
     std::vector<net::Interface*> ports;
     std::vector<server::JobWorker> workers;
     for (uint32_t r = 0; r < ranks; ++r) {
+      net::LinkParams p = impair;
+      p.seed = impair.seed + r;
       links_.push_back(
           std::make_unique<RingLink>("wk" + std::to_string(id) + "_" + std::to_string(r),
-                                     static_cast<uint8_t>(80 + r), kMtu, net::LinkParams{}, 8191));
+                                     static_cast<uint8_t>(80 + r), kMtu, p, 8191));
       ports.push_back(&links_[r]->a());
       workers.push_back({{"w" + std::to_string(r), RingLink::ip_b(80 + r), 47101, 0}, r});
     }
@@ -121,13 +124,18 @@ class Job {
   }
   ~Job() {
     workers_.clear();  // shuts every worker down
+    stop_server();
+    server_.reset();
+  }
+  /// Stops polling the server (its counters may be read afterwards).
+  void stop_server() {
     stop_ = true;
     if (server_thread_.joinable()) server_thread_.join();
-    server_.reset();
   }
   Worker& worker(uint32_t r) { return workers_[r]; }
   std::vector<Worker>& workers() { return workers_; }
-  /// Packets and control messages the server refused or dropped.
+  /// Packets and control messages the server refused or dropped; after
+  /// stop_server() (the counters belong to the server's thread).
   uint64_t server_refusals() const {
     const server::ServerCounters c = server_->counters_st();
     uint64_t n = 0;
@@ -155,7 +163,7 @@ class Job {
 // other implicitly through a pull, another pull copies into a second
 // buffer), then every aggregate bit-exact against the rank-order SGD
 // reference, callbacks run once each, and two barriers per worker per round.
-TEST(WorkerApi, FourWorkersTwoTrainerThreadsEachBitExact) {
+void four_workers_two_threads_each(const net::LinkParams& impair) {
   constexpr uint32_t kRanks = 4;
   constexpr uint32_t kThreads = 2;
   constexpr uint32_t kRounds = 4;
@@ -185,7 +193,7 @@ TEST(WorkerApi, FourWorkersTwoTrainerThreadsEachBitExact) {
     }
   }
 
-  Job job(kRanks);
+  Job job(kRanks, Server::kRunning, 30'000, impair);
   // Each rank's parameters; only rank 0's start as the initial values.
   std::vector<std::vector<std::vector<float>>> params(kRanks);
   for (uint32_t r = 0; r < kRanks; ++r) {
@@ -258,7 +266,23 @@ TEST(WorkerApi, FourWorkersTwoTrainerThreadsEachBitExact) {
     const WorkerStats s = job.worker(r).stats();
     EXPECT_EQ(s.pushes, uint64_t{kRounds} * tensors) << "rank " << r;
   }
-  EXPECT_EQ(job.server_refusals(), 0u);
+  job.stop_server();
+  if (!impair.impairs()) {
+    EXPECT_EQ(job.server_refusals(), 0u);  // faults make duplicates, refused as such
+  }
+}
+
+TEST(WorkerApi, FourWorkersTwoTrainerThreadsEachBitExact) { four_workers_two_threads_each({}); }
+
+// The same under 1% loss, 1% duplication and 1% reordering on every link,
+// both directions: the transport recovers, the aggregates stay exact.
+TEST(WorkerApi, FourWorkersUnderFaultsBitExact) {
+  net::LinkParams faults;
+  faults.loss = 0.01;
+  faults.duplicate = 0.01;
+  faults.reorder = 0.01;
+  faults.seed = 42;
+  four_workers_two_threads_each(faults);
 }
 
 // One worker, 8 trainer threads, 64 tensors (8 each), 20 rounds of

@@ -106,6 +106,7 @@ struct WorkerStats {
   uint64_t versions_completed = 0;  ///< (tensor, version) fully received
   uint64_t retransmits = 0;         ///< packets sent again by the transport
   uint64_t chunks_dropped = 0;      ///< chunks refused by the pull tracker (stale, duplicate, ...)
+  uint64_t control_dropped = 0;     ///< control messages refused (too large, malformed, unexpected)
 };
 
 class Worker {
