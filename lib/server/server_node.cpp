@@ -145,10 +145,10 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
     throw std::invalid_argument("server: chunk_bytes " + std::to_string(config.chunk_bytes) +
                                 " is not a positive multiple of 4");
   }
-  if (!config.shard_lcores.empty() && config.shard_lcores.size() != own_shards_.size()) {
+  if (config.shard_lcores.size() > own_shards_.size()) {
     throw std::invalid_argument("server: " + std::to_string(config.shard_lcores.size()) +
                                 " shard lcores for " + std::to_string(own_shards_.size()) +
-                                " shards (give one per shard, or none to run them inline)");
+                                " shards (one lcore runs one shard)");
   }
   rank_at_.resize(workers.size());
   rank_name_.resize(workers.size());
@@ -271,7 +271,7 @@ bool ServerNode::on_packet_st(uint16_t rank, const wire::HeaderFields& h,
     count(ServerDrop::kNotOurs);
     return false;
   }
-  if (cores_.empty()) {
+  if (static_cast<size_t>(slot) >= cores_.size()) {  // this shard runs inline
     Shard& shard = *shards_[slot];
     if (init) {
       shard.initialize_st(h.tensor_key, h.offset, payload);
@@ -359,7 +359,7 @@ void add(ServerCounters& c, const ShardCounters& s, const agg::ChunkTableCounter
 ServerCounters ServerNode::counters_st() const {
   ServerCounters c;
   for (size_t i = 0; i < shards_.size(); ++i) {
-    if (cores_.empty()) {
+    if (i >= cores_.size()) {
       add(c, shards_[i]->counters(), shards_[i]->table().counters(), shards_[i]->table().held());
     } else {
       const ShardStats s = cores_[i]->stats();
@@ -378,7 +378,10 @@ const Shard* ServerNode::shard(uint32_t global_id) const {
 }
 
 int ServerNode::shard_lcore(uint32_t global_id) const {
-  if (cores_.empty() || global_id >= shard_slot_.size() || shard_slot_[global_id] < 0) return -1;
+  if (global_id >= shard_slot_.size() || shard_slot_[global_id] < 0 ||
+      static_cast<size_t>(shard_slot_[global_id]) >= cores_.size()) {
+    return -1;
+  }
   return static_cast<int>(cores_[shard_slot_[global_id]]->lcore());
 }
 

@@ -91,8 +91,9 @@ struct ServerNodeConfig {
   std::vector<uint32_t> shard_ids;
   transport::EndpointConfig endpoint;  ///< per port; its peers are set from the workers
   uint64_t shard_memory_limit = uint64_t{4} << 30;
-  /// One EAL lcore per shard this node runs, in shard order; empty = the
-  /// shards run inline on the net core. With lcores, each shard's ring has
+  /// EAL lcores for the shards this node runs, in shard order: shard i runs
+  /// on shard_lcores[i], the shards beyond the list (all, when it is empty)
+  /// inline on the net core. Each shard core's ring has
   /// shard_core.ring_entries items, which must be at least the mbufs of
   /// every RX pool of the node's ports (then it can never be full).
   std::vector<unsigned> shard_lcores;

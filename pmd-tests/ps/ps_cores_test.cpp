@@ -25,13 +25,15 @@ using pstest::JobOptions;
 
 // Runs `rounds` rounds after the start, each checked; then stops the shard
 // cores and checks what every shard did and that it holds nothing.
-void run_job(JobOptions o, uint32_t rounds, uint64_t seed, bool cores = true) {
-  if (cores) o.shard_lcores = {1, 2};
+void run_job(JobOptions o, uint32_t rounds, uint64_t seed, std::vector<unsigned> lcores = {1, 2}) {
+  o.shard_lcores = lcores;
+  const bool cores = !lcores.empty();
   Job job(o);
   EXPECT_EQ(job.server().shard_lcore(0), -1);  // no shards before the placement
   std::vector<std::vector<float>> reference = job.start(seed);
-  EXPECT_EQ(job.server().shard_lcore(0), cores ? 1 : -1);
-  EXPECT_EQ(job.server().shard_lcore(1), cores ? 2 : -1);
+  for (uint32_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(job.server().shard_lcore(s), s < lcores.size() ? static_cast<int>(lcores[s]) : -1);
+  }
   ASSERT_EQ(job.compare(reference, "initial parameters"), "");
   std::mt19937 rng(static_cast<uint32_t>(seed));
   const uint64_t t0 = rte_rdtsc();
@@ -66,6 +68,15 @@ TEST(PsCores, MobileNetV2ExactUnderLossReorderDuplication) {
   run_job(o, 2, 2);
 }
 
+// Shard 0 on lcore 2, shard 1 inline on the net core: both fan out through
+// the same endpoints, from two threads.
+TEST(PsCores, OneShardOnACoreTheOtherInlineUnderLoss) {
+  JobOptions o;
+  o.impair.loss = 0.01;
+  o.impair.seed = 29;
+  run_job(o, 2, 7, {2});
+}
+
 TEST(PsCores, SeveralWorkersOnOnePortWithShardCores) {
   JobOptions o;
   o.hub = true;
@@ -73,9 +84,10 @@ TEST(PsCores, SeveralWorkersOnOnePortWithShardCores) {
 }
 
 // The test: 200 rounds over the ResNet-50 shapes (161 tensors, their
-// names and priorities), 4 workers, 2 shards. At full size a round takes
-// about 0.4 s here, 80 s for 200: the tensors are divided by kResNetScale
-// to keep the binary well under a minute.
+// names and priorities), 4 workers, 2 shards. At full size a round costs
+// 0.4-2.6 s here (push to last pull, with the machine's load), 80 s or more
+// for 200: the tensors are divided by kResNetScale to keep the binary well
+// under a minute.
 constexpr uint64_t kResNetScale = 64;
 
 TEST(PsCores, ResNet50ShapesTwoHundredRoundsExact) {
@@ -85,13 +97,10 @@ TEST(PsCores, ResNet50ShapesTwoHundredRoundsExact) {
   run_job(o, 200, 4);
 }
 
-// The loss run. Disabled until the transport's open stall bug
-// (docs/transport.md, "Known bug") is fixed: in about 1 run in 3 here one
-// server-to-worker stream stops until the peer timeout (the server has
-// applied every update, holds nothing, and the worker misses chunks; the
-// server's peer for that worker ends dead). Run it with
-// --gtest_also_run_disabled_tests --gtest_filter=*FivePercent*.
-TEST(PsCores, DISABLED_ResNet50ShapesTwoHundredRoundsExactUnderFivePercentLoss) {
+// The loss run: the same at 5% loss, 5% reordering and 5%
+// duplication. (It stalled in about 1 run of 3 until the transport's
+// left-edge resend fix, 8cb46b9.)
+TEST(PsCores, ResNet50ShapesTwoHundredRoundsExactUnderFivePercentLoss) {
   JobOptions o;
   o.model = "resnet50.txt";
   o.scale_down = kResNetScale;
@@ -102,23 +111,16 @@ TEST(PsCores, DISABLED_ResNet50ShapesTwoHundredRoundsExactUnderFivePercentLoss) 
   run_job(o, 200, 5);
 }
 
-// Measurement only: full-size ResNet-50, a few rounds, shard cores.
+// Measurement only: full-size ResNet-50, a few rounds, shard cores or inline.
 TEST(PsCores, DISABLED_ResNet50FullSizeFiveRounds) {
   JobOptions o;
   o.model = "resnet50.txt";
   run_job(o, 5, 6);
 }
-
-// The same loss run with the shards inline, for comparison with the one above.
-TEST(PsCores, DISABLED_ResNet50ShapesInlineUnderFivePercentLoss) {
+TEST(PsCores, DISABLED_ResNet50FullSizeFiveRoundsInline) {
   JobOptions o;
   o.model = "resnet50.txt";
-  o.scale_down = kResNetScale;
-  o.impair.loss = 0.05;
-  o.impair.reorder = 0.05;
-  o.impair.duplicate = 0.05;
-  o.impair.seed = 23;
-  run_job(o, 200, 5, false);
+  run_job(o, 5, 6, {});
 }
 
 }  // namespace

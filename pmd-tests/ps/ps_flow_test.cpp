@@ -8,8 +8,9 @@
 // level; each worker's PullTracker places it and completes the tensor's pull
 // when its last chunk lands. Checked bit for bit against a rank-order
 // reference, with and without loss, reordering and duplication, for several
-// BSP rounds. One thread polls everything (the lcore layout is lib/server's,
-// not built yet).
+// BSP rounds. One thread polls everything, shards inline, with the
+// placement given to the server; the control plane and shard cores are
+// tested in ps_control_test.cpp and ps_cores_test.cpp.
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 #include <rte_mbuf.h>

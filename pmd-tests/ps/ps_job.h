@@ -278,6 +278,7 @@ struct JobOptions {
   net::LinkParams impair;
   std::vector<unsigned> shard_lcores;
   agg::OptimizerConfig optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};
+  double round_limit_s = 60;  ///< a round that takes longer fails, with the transport's state
 };
 
 inline constexpr uint32_t kMtu = 1500;
@@ -415,12 +416,14 @@ class Job {
     }
     const uint64_t t0 = rte_rdtsc();
     for (auto& w : workers_) w->push_all(wire::PacketType::kData, r);
-    const bool done = poll_until([&] {
-      for (auto& w : workers_) {
-        if (!w->has_version(r + 1)) return false;
-      }
-      return true;
-    });
+    const bool done = poll_until(
+        [&] {
+          for (auto& w : workers_) {
+            if (!w->has_version(r + 1)) return false;
+          }
+          return true;
+        },
+        options_.round_limit_s);
     push_pull_ticks_ += rte_rdtsc() - t0;
     if (!done) {
       const server::ServerCounters c = server_->counters_st();
@@ -438,6 +441,18 @@ class Job {
                std::to_string(st.outstanding) + " waiting_resend " +
                std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
         }
+      }
+      for (uint32_t w = 0; w < workers(); ++w) {
+        const transport::EndpointPeerStats st = workers_[w]->endpoint().peer_stats_st(0);
+        s += "; w" + std::to_string(w) + "->server outstanding " + std::to_string(st.outstanding) +
+             " waiting_resend " + std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
+      }
+      for (uint32_t p = 0; p < server_->ports(); ++p) {
+        const transport::EndpointCounters ec = server_->endpoint(p).counters_st();
+        s += "; server port " + std::to_string(p) + " retransmit_stale " +
+             std::to_string(
+                 ec.drops[static_cast<size_t>(transport::EndpointDrop::kRetransmitStale)]) +
+             " stashed " + std::to_string(ec.requeue_stashed);
       }
       return s;
     }
