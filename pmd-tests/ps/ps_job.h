@@ -1,8 +1,8 @@
 // A whole parameter-server job in one process, for the PMD tests: a
 // ServerNode built from the job (control-plane constructor) and N in-process
-// workers that speak the protocol of agg/control.h from the worker side
-// (declare, wait for ready, rank 0's kInit push, gradient pushes, barrier)
-// through their own transport endpoint, with a PullTracker placing the
+// workers, each a worker::WorkerNode driven by hand, that speak the protocol
+// of agg/control.h from the worker side (declare, wait for ready, rank 0's
+// kInit push, gradient pushes, barrier); the node's PullTracker places the
 // server's chunks into each worker's parameter buffers.
 //
 // Topologies: one net_ring link per worker (the server has a port per
@@ -42,6 +42,7 @@
 #include "transport/endpoint.h"
 #include "worker/pull_tracker.h"
 #include "worker/tensor_table.h"
+#include "worker/worker_node.h"
 
 namespace mercury::pstest {
 
@@ -77,9 +78,10 @@ inline EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id) {
   return c;
 }
 
-/// One worker: its parameters and gradients, its tensor table, and the
-/// worker side of the protocol over its own endpoint.
-class TestWorker final : public transport::MessageReceiver, public transport::PacketReceiver {
+/// One worker: its parameters and gradients, its tensor table, and a
+/// worker::WorkerNode (endpoint + pull tracker) driven by hand: control
+/// messages are encoded and sent here, the server's answers collected.
+class TestWorker final : public transport::MessageReceiver {
  public:
   TestWorker(uint32_t rank, const std::vector<agg::TensorDecl>& decls, uint32_t shards,
              uint32_t chunk_bytes, net::Interface& iface, const PeerSpec& server,
@@ -93,29 +95,27 @@ class TestWorker final : public transport::MessageReceiver, public transport::Pa
       table_.declare(decls[t].name, params_[t], decls[t].priority);
     }
     table_.freeze(shards, chunk_bytes);
-    tracker_ = std::make_unique<worker::PullTracker>(table_, worker::PullTrackerConfig{});
-    EndpointConfig ec = endpoint_config(5, static_cast<uint16_t>(rank + 1));
-    ec.peers = {server};
-    endpoint_ =
-        std::make_unique<transport::Endpoint>(iface, ec, transport::Receivers{this, this}, now);
+    worker::WorkerNodeConfig wc;
+    wc.endpoint = endpoint_config(5, static_cast<uint16_t>(rank + 1));
+    wc.endpoint.peers = {server};
+    wc.pulls.first_version = 0;  // rank 0's initial parameters
+    wc.control = this;
+    node_ = std::make_unique<worker::WorkerNode>(table_, iface, wc, now);
   }
 
   uint32_t rank() const { return rank_; }
   worker::TensorTable& table() { return table_; }
-  worker::PullTracker& tracker() { return *tracker_; }
-  transport::Endpoint& endpoint() { return *endpoint_; }
+  worker::PullTracker& tracker() { return node_->tracker(); }
+  worker::WorkerNode& node() { return *node_; }
   std::vector<std::vector<float>>& params() { return params_; }
   std::vector<std::vector<float>>& grads() { return grads_; }
   /// Control messages received so far, decoded.
   std::vector<agg::ControlMessage>& control() { return control_; }
 
-  /// Sends a control message to the server (kept alive until acknowledged).
+  /// Sends a control message to the server (kept alive: the test is short).
   void send_control(const agg::ControlMessage& m) {
     out_.push_back(agg::encode_control(m));
-    transport::MessageMeta meta;
-    meta.type = wire::PacketType::kControl;
-    if (endpoint_->send(0, out_.back().data(), static_cast<uint32_t>(out_.back().size()), 0, meta,
-                        {}) != transport::SubmitStatus::kQueued) {
+    if (node_->send_control_st(0, out_.back(), {}) != transport::SubmitStatus::kQueued) {
       throw std::runtime_error("control send refused");
     }
   }
@@ -140,25 +140,17 @@ class TestWorker final : public transport::MessageReceiver, public transport::Pa
   void push_all(wire::PacketType type, uint32_t iteration) {
     for (uint32_t t = 0; t < table_.tensors(); ++t) {
       const auto& src = type == wire::PacketType::kInit ? params_[t] : grads_[t];
-      for (const worker::PartitionGeometry& p : table_.partitions(t)) {
-        transport::MessageMeta meta;
-        meta.type = type;
-        meta.dtype = wire::Dtype::kFloat32;
-        meta.tensor_key = p.key;
-        meta.iteration = iteration;
-        const auto* data = reinterpret_cast<const std::byte*>(src.data() + p.first_element);
-        if (endpoint_->send(0, data, static_cast<uint32_t>(p.bytes()), table_.tensor(t).level, meta,
-                            {}) != transport::SubmitStatus::kQueued) {
-          throw std::runtime_error("push refused");
-        }
+      if (node_->push_partitions_st(t, src.data(), iteration, type, 0, {}) !=
+          table_.partitions(t).size()) {
+        throw std::runtime_error("push refused");
       }
     }
   }
 
   /// Every tensor's version `v` is complete.
-  bool has_version(uint32_t v) const {
+  bool has_version(uint32_t v) {
     for (uint32_t t = 0; t < table_.tensors(); ++t) {
-      if (tracker_->awaited_st(t) <= v) return false;
+      if (node_->tracker().awaited_st(t) <= v) return false;
     }
     return true;
   }
@@ -170,18 +162,12 @@ class TestWorker final : public transport::MessageReceiver, public transport::Pa
   void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
     control_.push_back(agg::decode_control({buffer, h.msg_len}));
   }
-  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf*) override {
-    tracker_->deliver_st(h.tensor_key, h.offset, h.param_version, payload);
-    return false;
-  }
 
  private:
   uint32_t rank_;
   std::vector<std::vector<float>> params_, grads_;
   worker::TensorTable table_;
-  std::unique_ptr<worker::PullTracker> tracker_;
-  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<worker::WorkerNode> node_;
   std::deque<std::vector<std::byte>> out_, in_;
   std::vector<agg::ControlMessage> control_;
 };
@@ -277,6 +263,7 @@ struct JobOptions {
   bool hub = false;           ///< one server port for every worker
   net::LinkParams impair;
   std::vector<unsigned> shard_lcores;
+  server::ShardCoreOptions shard_core = {.ring_entries = 1 << 15};  ///< more than every RX pool
   agg::OptimizerConfig optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};
   double round_limit_s = 60;  ///< a round that takes longer fails, with the transport's state
 };
@@ -326,7 +313,7 @@ class Job {
     sc.server_index = o.server_index;
     sc.endpoint = endpoint_config(3, 0);
     sc.shard_lcores = o.shard_lcores;
-    sc.shard_core.ring_entries = 1 << 15;  // more than every RX pool's mbufs together
+    sc.shard_core = o.shard_core;
     const uint64_t now = rte_rdtsc();
     server_ = std::make_unique<server::ServerNode>(ports, jw, sc, now);
     for (uint32_t w = 0; w < o.workers; ++w) {
@@ -348,7 +335,7 @@ class Job {
       const uint64_t now = rte_rdtsc();
       server_->poll_st(now);
       if (hub_) hub_->forward();
-      for (auto& w : workers_) w->endpoint().poll_st(now);
+      for (auto& w : workers_) w->node().poll_st(now);
       if (done()) return true;
       if (now > deadline) return false;
     }
@@ -443,7 +430,7 @@ class Job {
         }
       }
       for (uint32_t w = 0; w < workers(); ++w) {
-        const transport::EndpointPeerStats st = workers_[w]->endpoint().peer_stats_st(0);
+        const transport::EndpointPeerStats st = workers_[w]->node().endpoint().peer_stats_st(0);
         s += "; w" + std::to_string(w) + "->server outstanding " + std::to_string(st.outstanding) +
              " waiting_resend " + std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
       }
