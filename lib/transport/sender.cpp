@@ -37,10 +37,27 @@ Tick PeerSender::rto() const {
   return std::min(rto_ << backoff_, p_.max_rto);
 }
 
+Tick PeerSender::probe_timeout(uint8_t transmissions) const {
+  // 2 SRTT plus the receiver's ACK delay (the hole's resend is acknowledged
+  // at once, but a delayed ACK may carry it), doubling with every probe of
+  // the same packet, never beyond the RTO: a dead peer is probed on the RTO's
+  // schedule, not every few microseconds.
+  const Tick base = 2 * srtt_ + p_.ack_delay;
+  const unsigned shift = std::min<unsigned>(transmissions > 2 ? transmissions - 2 : 0, 20);
+  return std::min(base << shift, rto());
+}
+
+Tick PeerSender::probe_deadline() const {
+  if (dead_ || !has_rtt_ || una_ == nxt_) return 0;
+  const Entry& e = at(una_);
+  if (e.state != State::kInFlight || e.transmissions < 2) return 0;
+  return e.sent_at + probe_timeout(e.transmissions);
+}
+
 Tick PeerSender::next_deadline() const {
   if (dead_) return 0;
-  Tick d = 0;
-  if (timer_armed_) d = rto_deadline_;
+  Tick d = probe_deadline();
+  if (timer_armed_) d = d == 0 ? rto_deadline_ : std::min(d, rto_deadline_);
   if (outstanding() != 0) {
     const Tick live = progress_at_ + p_.peer_timeout;
     d = d == 0 ? live : std::min(d, live);
@@ -92,7 +109,7 @@ Resend PeerSender::on_resend(uint32_t seq, Tick now, SliceRef& slice, TxStamp& s
   if (e.loss_kind == LossKind::kFast) {
     ++counters_.retransmits_fast;
   } else {
-    ++counters_.retransmits_timeout;
+    ++counters_.retransmits_timeout;  // the timer's: RTO or tail probe
   }
   arm_timer(now);
   slice = e.slice;
@@ -229,8 +246,10 @@ void PeerSender::mark_lost(uint32_t seq, Entry& e, LossKind kind, SenderSink& si
   ++lost_;
   if (kind == LossKind::kFast) {
     ++counters_.losses_fast;
-  } else {
+  } else if (kind == LossKind::kTimeout) {
     ++counters_.losses_timeout;
+  } else {
+    ++counters_.tail_probes;
   }
   sink.on_lost(seq, e.slice, kind);
 }
@@ -345,6 +364,15 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
     ++counters_.peer_timeouts;
     fail_all(FailReason::kPeerTimeout, sink);
     return;
+  }
+  // Tail probe. The left edge was resent (left_edge_lost) and nothing shows
+  // whether that resend arrived: the loss rule needs later transmissions to
+  // be delivered, and a window-blocked peer sends none. Declare it lost
+  // again after the probe timeout, so the glue resends it well before the
+  // RTO (1 ms and more against RTTs of tens of microseconds). Not a
+  // congestion signal: one packet per probe timeout, backing off.
+  if (const Tick probe = probe_deadline(); probe != 0 && now >= probe) {
+    mark_lost(una_, at(una_), LossKind::kProbe, sink);
   }
   if (!timer_armed_ || now < rto_deadline_) return;
   // Every packet in flight for a full RTO is presumed lost (not only the

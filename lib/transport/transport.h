@@ -162,6 +162,11 @@ struct SliceRef {
 enum class LossKind : uint8_t {
   kFast,     ///< SACK gap: reorder_threshold later transmissions were delivered
   kTimeout,  ///< the retransmission timer expired
+  /// Tail probe: the resent left edge went unanswered for a probe timeout
+  /// (2 SRTT + ack delay, doubling per probe, at most the RTO). Its resend
+  /// may itself have been lost, and nothing sent after it would show that;
+  /// no congestion signal (cwnd unchanged).
+  kProbe,
 };
 
 enum class FailReason : uint8_t {
@@ -221,6 +226,7 @@ struct SenderCounters {
   uint64_t retransmits_timeout = 0;  ///< resends of packets lost by RTO
   uint64_t losses_fast = 0;          ///< packets declared lost by the SACK rule
   uint64_t losses_timeout = 0;       ///< packets declared lost by RTO
+  uint64_t tail_probes = 0;          ///< left-edge resends declared lost by the probe timeout
   uint64_t false_losses = 0;         ///< declared lost, then acked before being resent
   uint64_t resends_skipped = 0;      ///< on_resend() refused: already acked, failed or unknown
   uint64_t acks_received = 0;
@@ -292,8 +298,10 @@ class PeerSender {
   /// newly lost ones (on_lost), takes an RTT sample, adjusts cwnd.
   AckResult on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink);
 
-  /// Slow work, every few poll passes: RTO expiry (mark lost, back off) and
-  /// liveness (declare the peer dead, fail every pending slice).
+  /// Slow work, every few poll passes: the tail probe (a resent left edge
+  /// unanswered for the probe timeout is declared lost again, kProbe), RTO
+  /// expiry (mark lost, back off) and liveness (declare the peer dead, fail
+  /// every pending slice).
   void on_timer(Tick now, SenderSink& sink);
 
   /// Moves the origin of a stream that has sent nothing yet (a Peer learns
@@ -315,7 +323,8 @@ class PeerSender {
   uint32_t cwnd() const { return cwnd_; }
   /// Current retransmission timeout including back-off.
   Tick rto() const;
-  /// When on_timer() next has work (RTO or liveness); 0 if nothing is armed.
+  /// When on_timer() next has work (tail probe, RTO or liveness); 0 if
+  /// nothing is armed.
   Tick next_deadline() const;
   const SenderCounters& counters() const { return counters_; }
 
@@ -346,6 +355,10 @@ class PeerSender {
   void rtt_sample(Tick rtt);
   void fail_all(FailReason why, SenderSink& sink);
   void arm_timer(Tick now);
+  // The probe timeout of the left edge after `transmissions` sends of it.
+  Tick probe_timeout(uint8_t transmissions) const;
+  // The resent left edge waits for its probe (0: nothing to probe).
+  Tick probe_deadline() const;
 
   Params p_;
   std::vector<Entry> ring_;  // indexed by seq & mask_; live entries are [una_, nxt_)

@@ -7,6 +7,8 @@
 #include <rte_pause.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -73,7 +75,8 @@ int produce(void* arg) {
   return 0;
 }
 
-void run_case(double loss, uint64_t seed, uint32_t descriptors, bool same_thread = false) {
+void run_case(double loss, uint64_t seed, uint32_t descriptors, bool same_thread = false,
+              uint32_t deadline_s = 20) {
   static int n = 0;
   const auto net = static_cast<uint8_t>(200 + n);
   RingLink link("cc" + std::to_string(n++), net, 1500, faults(loss, seed));
@@ -102,7 +105,7 @@ void run_case(double loss, uint64_t seed, uint32_t descriptors, bool same_thread
     ASSERT_EQ(rte_eal_remote_launch(produce, &p, 1), 0);
   }
   size_t next = 0;  // same_thread: the next message to submit
-  const uint64_t deadline = rte_rdtsc() + 20 * rte_get_tsc_hz();
+  const uint64_t deadline = rte_rdtsc() + deadline_s * rte_get_tsc_hz();
   while (rte_rdtsc() < deadline &&
          !(p.done && p.completed + p.failed == plan.size() && rx.all_exactly_once())) {
     if (same_thread && next < plan.size()) {
@@ -160,6 +163,28 @@ TEST(EndpointConcurrency, FewDescriptorsProducerOnAnotherLcoreUnderLoss) {
   run_case(0.02, 11, 256);
 }
 TEST(EndpointConcurrency, FewDescriptorsSameThreadUnderLoss) { run_case(0.02, 11, 256, true); }
+
+// By hand, not in CI: a sweep of seeds (odd seeds on one thread, even ones
+// with the producer on lcore 1), e.g.
+//   SWEEP_LOSS=0.1 SWEEP_DESCRIPTORS=1024 SWEEP_SEEDS=6 pmd_transport_concurrency_test
+//       --gtest_also_run_disabled_tests --gtest_filter=*Sweep*
+// Each seed prints its time; the deadline is 60 s per seed.
+TEST(EndpointConcurrency, DISABLED_Sweep) {
+  auto env = [](const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : fallback);
+  };
+  const double loss = std::stod(env("SWEEP_LOSS", "0.02"));
+  const auto descriptors = static_cast<uint32_t>(std::stoul(env("SWEEP_DESCRIPTORS", "256")));
+  const int seeds = std::stoi(env("SWEEP_SEEDS", "12"));
+  for (int seed = 1; seed <= seeds; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const uint64_t t0 = rte_rdtsc();
+    run_case(loss, static_cast<uint64_t>(seed), descriptors, (seed & 1) != 0, 60);
+    std::printf("loss %.3f, %u descriptors, seed %d: %.1f s\n", loss, descriptors, seed,
+                double(rte_rdtsc() - t0) / double(rte_get_tsc_hz()));
+  }
+}
 
 }  // namespace
 }  // namespace mercury::transport
