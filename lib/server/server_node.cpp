@@ -223,7 +223,8 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     // acknowledged a packet before the table sees it, so a kHoldLimit refusal
     // would lose the contribution for good (docs/agg.md).
     shard_slot_[id] = static_cast<int32_t>(shards_.size());
-    shards_.push_back(std::make_unique<Shard>(placement, sc, agg::make_bsp(), fanout));
+    shards_.push_back(
+        std::make_unique<Shard>(placement, sc, agg::make_bsp(), fanout, config_.fanout_backlog));
   }
 }
 
@@ -309,6 +310,10 @@ void ServerNode::flush_st(uint32_t slot) {
 
 uint32_t ServerNode::poll_st(transport::Tick now) {
   uint32_t work = 0;
+  // Inline shards' slices an endpoint refused, oldest first.
+  for (size_t i = cores_.size(); i < shards_.size(); ++i) {
+    if (shards_[i]->fanout_pending()) work += shards_[i]->retry_fanout_st();
+  }
   for (auto& e : endpoints_) {
     work += e->poll_st(now);
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
@@ -351,6 +356,8 @@ void add(ServerCounters& c, const ShardCounters& s, const agg::ChunkTableCounter
   c.shards.init_refused += s.init_refused;
   c.shards.updates += s.updates;
   c.shards.fanout_refused += s.fanout_refused;
+  c.shards.fanout_retried += s.fanout_retried;
+  c.shards.fanout_lost += s.fanout_lost;
   for (size_t i = 0; i < c.outcomes.size(); ++i) c.outcomes[i] += t.outcomes[i];
   c.held += held;
 }

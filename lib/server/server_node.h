@@ -98,6 +98,9 @@ struct ServerNodeConfig {
   /// every RX pool of the node's ports (then it can never be full).
   std::vector<unsigned> shard_lcores;
   ShardCoreOptions shard_core;
+  /// Per shard: slices kept for a retry when an endpoint refuses them
+  /// (Shard); 0 = the shard's chunks x workers, which BSP never exceeds.
+  uint64_t fanout_backlog = 0;
   /// Largest control message accepted (a declare of a big model is ~50 B per tensor).
   uint32_t max_control_bytes = 16 << 20;
 };

@@ -23,6 +23,11 @@
 // (allocates, may throw). Costs: see agg::ChunkTable; the fan-out is one
 // descriptor submission per worker per chunk update.
 //
+// A slice an endpoint does not queue (descriptors or ingress exhausted) is
+// kept in a bounded backlog and resubmitted by retry_fanout_st(), from the
+// table's memory, so an undersized endpoint slows the fan-out down instead
+// of losing an update (which would stall that chunk's BSP set for good).
+//
 // BSP keeps the update's bytes valid for its retransmissions: a chunk's next
 // update needs every worker's next gradient, which no worker sends before it
 // has received this update (docs/server.md). Asynchronous policies will need
@@ -53,14 +58,20 @@ struct ShardCounters {
   uint64_t initialized = 0;     ///< init packets (rank 0's initial parameters) adopted
   uint64_t init_refused = 0;    ///< init packets refused (duplicate, stale, bad geometry)
   uint64_t updates = 0;         ///< chunk updates fanned out (version 0 of an init included)
-  uint64_t fanout_refused = 0;  ///< slices the endpoint did not queue (must stay 0 when sized)
+  uint64_t fanout_refused = 0;  ///< slices the endpoint did not queue at once: kept for a retry
+  uint64_t fanout_retried = 0;  ///< ... queued later by retry_fanout_st()
+  uint64_t fanout_lost = 0;     ///< ... not kept, the backlog was full: must stay 0
 };
 
 class Shard final : public agg::ChunkSink {
  public:
   /// `placement` must outlive the shard. `fanout[r]` is worker rank r.
+  /// `fanout_backlog`: slices kept for a retry when an endpoint refuses
+  /// them (kNoDescriptor, kIngressFull); 0 = chunks x workers, the most BSP
+  /// can need (one update per chunk per worker waits at a time).
   Shard(const agg::Placement& placement, const agg::ShardConfig& config,
-        std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout);
+        std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
+        uint64_t fanout_backlog = 0);
 
   /// One chunk of worker `rank`'s gradient. True when the table took the
   /// mbuf (it frees it later); false leaves the mbuf with the caller.
@@ -76,6 +87,12 @@ class Shard final : public agg::ChunkSink {
   /// as version 0 of the chunk. False when refused (counted).
   bool initialize_st(uint32_t key, uint32_t offset, std::span<const std::byte> payload);
 
+  /// Resubmits the slices an endpoint refused, oldest first, until one is
+  /// refused again; returns how many went. Called by the shard's owner
+  /// whenever fanout_pending() (the inline loop, or the shard core's).
+  uint32_t retry_fanout_st();
+  [[nodiscard]] bool fanout_pending() const { return backlog_count_ != 0; }
+
   [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
   [[nodiscard]] const ShardCounters& counters() const { return counters_; }
 
@@ -84,9 +101,25 @@ class Shard final : public agg::ChunkSink {
   void release(void* const* tokens, uint32_t count) override;
 
  private:
+  // One slice an endpoint refused. Its bytes stay in the table: under BSP
+  // the chunk cannot move on before this worker has had this version.
+  struct Deferred {
+    uint32_t key;
+    uint32_t offset;
+    uint32_t version;
+    uint16_t rank;
+    uint8_t priority;
+  };
+  bool send_st(uint16_t rank, const std::byte* data, uint32_t bytes, uint32_t key, uint32_t offset,
+               uint32_t version, uint8_t priority);
+
   const agg::Placement& placement_;
   std::vector<FanOut> fanout_;
+  uint32_t chunk_bytes_;
   ShardCounters counters_;
+  std::vector<Deferred> backlog_;  // a ring, allocated once
+  uint64_t backlog_head_ = 0;
+  uint64_t backlog_count_ = 0;
   std::unique_ptr<agg::ChunkTable> table_;  // last: its destructor releases through this sink
 };
 

@@ -86,6 +86,11 @@ void ShardCore::run() {
   while (!stop_.load(std::memory_order_acquire)) {
     // Acquire: pairs with attach()'s release, so the shard's table is built.
     Shard* shard = shard_.load(std::memory_order_acquire);
+    // Slices an endpoint refused go first: they are the oldest updates.
+    if (shard != nullptr && shard->fanout_pending() && shard->retry_fanout_st() > 0) {
+      publish(*shard, processed, sleeps);
+      idle = 0;
+    }
     const unsigned n = shard == nullptr ? 0
                                         : rte_ring_sc_dequeue_burst_elem(
                                               ring_, items, sizeof(ShardItem), kBurst, nullptr);
@@ -126,6 +131,8 @@ void ShardCore::publish(const Shard& shard, uint64_t items, uint64_t sleeps) {
   put(c.init_refused);
   put(c.updates);
   put(c.fanout_refused);
+  put(c.fanout_retried);
+  put(c.fanout_lost);
   const agg::ChunkTableCounters& t = shard.table().counters();
   for (uint64_t o : t.outcomes) put(o);
   put(t.updates);
@@ -144,6 +151,8 @@ ShardStats ShardCore::stats() const {
   s.shard.init_refused = get();
   s.shard.updates = get();
   s.shard.fanout_refused = get();
+  s.shard.fanout_retried = get();
+  s.shard.fanout_lost = get();
   for (uint64_t& o : s.table.outcomes) o = get();
   s.table.updates = get();
   s.table.gradient_bytes = get();

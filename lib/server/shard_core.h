@@ -111,7 +111,7 @@ class ShardCore {
   bool launched_ = false;
   alignas(64) std::atomic<Shard*> shard_{nullptr};
   std::atomic<bool> stop_{false};
-  static constexpr size_t kPublished = 6 + agg::kOutcomeCount + 2 + 3;
+  static constexpr size_t kPublished = 8 + agg::kOutcomeCount + 2 + 3;
   alignas(64) std::array<std::atomic<uint64_t>, kPublished> published_{};
 };
 

@@ -166,6 +166,24 @@ TEST(PsControl, SeveralWorkersOnOnePort) {
   EXPECT_EQ(c.shards.refused, 0u);
 }
 
+TEST(PsControl, UndersizedEndpointsDeferTheFanOutAndLoseNothing) {
+  // 32 descriptors per server endpoint for ~10 000 chunk updates a round:
+  // most slices are refused at first, kept, and resubmitted as acks free
+  // descriptors.
+  JobOptions o;
+  o.server_max_messages = 32;
+  Job job(o);
+  std::vector<std::vector<float>> reference = job.start(11);
+  EXPECT_EQ(job.compare(reference, "initial parameters"), "");
+  std::mt19937 rng(13);
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_EQ(job.round(r, reference, rng), "");
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_GT(c.shards.fanout_refused, 0u);
+  EXPECT_EQ(c.shards.fanout_retried, c.shards.fanout_refused);
+  EXPECT_EQ(c.shards.fanout_lost, 0u);
+  EXPECT_EQ(c.shards.updates, job.chunks() * 3);
+}
+
 TEST(PsControl, SecondServerNodeRunsItsShardsOnly) {
   // The node is server 1 of a job whose servers run 1 and 2 shards: it runs
   // global shards 1 and 2 of 3, drops packets of shard 0 as not ours, and

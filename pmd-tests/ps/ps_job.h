@@ -265,6 +265,7 @@ struct JobOptions {
   std::vector<unsigned> shard_lcores;
   server::ShardCoreOptions shard_core = {.ring_entries = 1 << 15};  ///< more than every RX pool
   agg::OptimizerConfig optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};
+  uint32_t server_max_messages = 1 << 17;  ///< per server endpoint (descriptors and ingress)
   double round_limit_s = 60;  ///< a round that takes longer fails, with the transport's state
 };
 
@@ -312,6 +313,8 @@ class Job {
     sc.job_shards = o.job_shards;
     sc.server_index = o.server_index;
     sc.endpoint = endpoint_config(3, 0);
+    sc.endpoint.max_messages = o.server_max_messages;
+    sc.endpoint.ingress_capacity = o.server_max_messages;
     sc.shard_lcores = o.shard_lcores;
     sc.shard_core = o.shard_core;
     const uint64_t now = rte_rdtsc();
