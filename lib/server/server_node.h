@@ -43,6 +43,10 @@
 // ring item (shard cores). Nothing on the datapath allocates, locks, throws
 // or logs; every drop is counted by reason (ServerDrop, the chunk table's
 // outcomes, the endpoints' drops). Control messages allocate (control path).
+// Memory beyond the endpoints and chunk tables: per shard a fan-out backlog
+// of 16 B x fanout_backlog (default chunks x workers: 2.3 MB for half of
+// ResNet-50 with 4 workers), per shard core a ring of 32 B x ring_entries
+// (rounded up to a power of two).
 #pragma once
 
 #include <array>

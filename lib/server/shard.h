@@ -110,6 +110,7 @@ class Shard final : public agg::ChunkSink {
     uint16_t rank;
     uint8_t priority;
   };
+  static_assert(sizeof(Deferred) == 16);
   bool send_st(uint16_t rank, const std::byte* data, uint32_t bytes, uint32_t key, uint32_t offset,
                uint32_t version, uint8_t priority);
 
