@@ -14,8 +14,10 @@
 // every second (packets in and out, aggregations per second,
 // retransmissions, drops by reason); the same counters over rte_telemetry
 // (`dpdk-telemetry.py -f <file-prefix>`, command /mercury/stats).
+#include <rte_common.h>
 #include <rte_cycles.h>
 #include <rte_lcore.h>
+#include <rte_mempool.h>
 
 #include <atomic>
 #include <chrono>
@@ -278,6 +280,12 @@ int run(const Options& o) {
   sc.endpoint.ingress_capacity = 1 << 17;
   sc.shard_lcores.assign(shard_lcores.begin(),
                          shard_lcores.begin() + std::min<size_t>(shard_lcores.size(), me.shards));
+  // A shard core's ring must hold every mbuf the node's RX pools have: an
+  // item the net core hands over has been acknowledged already, so the ring
+  // may never refuse one.
+  uint64_t pool_mbufs = 0;
+  for (const net::NodePort* p : ports) pool_mbufs += p->pool->get()->size;
+  sc.shard_core.ring_entries = static_cast<uint32_t>(rte_align64pow2(pool_mbufs + 1));
   server::ServerNode node(ifaces, job_workers, sc, rte_rdtsc());
   // The node's state, for the stats thread (the node belongs to the net core).
   std::atomic<int> state{static_cast<int>(node.state_st())};
