@@ -38,11 +38,12 @@ Tick PeerSender::rto() const {
 }
 
 Tick PeerSender::probe_timeout(uint8_t transmissions) const {
-  // 2 SRTT plus the receiver's ACK delay (the hole's resend is acknowledged
-  // at once, but a delayed ACK may carry it), doubling with every probe of
-  // the same packet, never beyond the RTO: a dead peer is probed on the RTO's
-  // schedule, not every few microseconds.
-  const Tick base = 2 * srtt_ + p_.ack_delay;
+  // max(2 SRTT, SRTT + 4 RTTVAR) plus the receiver's ACK delay (the hole's
+  // resend is acknowledged at once, but a delayed ACK may carry it): the RTO
+  // formula without its 1 ms floor, so a jittery RTT does not probe
+  // spuriously. Doubling with every probe of the same packet, never beyond
+  // the RTO: a dead peer is probed on the RTO's schedule.
+  const Tick base = std::max(2 * srtt_, srtt_ + 4 * rttvar_) + p_.ack_delay;
   const unsigned shift = std::min<unsigned>(transmissions > 2 ? transmissions - 2 : 0, 20);
   return std::min(base << shift, rto());
 }

@@ -528,18 +528,20 @@ TEST(PeerSender, AnUnansweredLeftEdgeResendIsProbedBeforeTheRto) {
   s.on_ack(kIsn, sack_range(kIsn, kIsn + 1, kIsn + 15), 20 * kUs, sink);
   ASSERT_EQ(sink.lost_seqs(), std::vector<uint32_t>{kIsn});
   EXPECT_EQ(s.counters().srtt, 20 * kUs);
+  EXPECT_EQ(s.counters().rttvar, 10 * kUs);
   const uint32_t cwnd = s.cwnd();
   SliceRef again;
   TxStamp st;
   Tick t = 30 * kUs;
   ASSERT_EQ(s.on_resend(kIsn, t, again, st), Resend::kSend);
-  // The resend is lost too. Probe timeout: 2 SRTT + ack delay (20 us) = 60
-  // us, far below the RTO (1 ms at least).
+  // The resend is lost too. Probe timeout: max(2 SRTT, SRTT + 4 RTTVAR) +
+  // ack delay = max(40, 20 + 40) + 20 = 80 us, far below the RTO (1 ms at
+  // least).
   sink.clear();
-  s.on_timer(t + 60 * kUs - 1, sink);
+  s.on_timer(t + 80 * kUs - 1, sink);
   EXPECT_TRUE(sink.lost.empty());
-  EXPECT_EQ(s.next_deadline(), t + 60 * kUs);
-  s.on_timer(t + 60 * kUs, sink);
+  EXPECT_EQ(s.next_deadline(), t + 80 * kUs);
+  s.on_timer(t + 80 * kUs, sink);
   ASSERT_EQ(sink.lost.size(), 1u);
   EXPECT_EQ(sink.lost[0].seq, kIsn);
   EXPECT_EQ(sink.lost[0].kind, LossKind::kProbe);
@@ -548,15 +550,15 @@ TEST(PeerSender, AnUnansweredLeftEdgeResendIsProbedBeforeTheRto) {
   uint32_t edge;
   ASSERT_TRUE(s.left_edge_lost(edge));
   // The second probe waits twice as long.
-  t += 60 * kUs;
+  t += 80 * kUs;
   ASSERT_EQ(s.on_resend(kIsn, t, again, st), Resend::kSend);
-  s.on_timer(t + 120 * kUs - 1, sink);
+  s.on_timer(t + 160 * kUs - 1, sink);
   EXPECT_EQ(sink.lost.size(), 1u);
-  s.on_timer(t + 120 * kUs, sink);
+  s.on_timer(t + 160 * kUs, sink);
   EXPECT_EQ(sink.lost.size(), 2u);
-  ASSERT_EQ(s.on_resend(kIsn, t + 120 * kUs, again, st), Resend::kSend);
+  ASSERT_EQ(s.on_resend(kIsn, t + 160 * kUs, again, st), Resend::kSend);
   // This one arrives: every slice acked once, no timeout needed.
-  s.on_ack(kIsn + 16, 0, t + 140 * kUs, sink);
+  s.on_ack(kIsn + 16, 0, t + 180 * kUs, sink);
   ASSERT_EQ(sink.acked.size(), 1u);  // the 15 others were SACKed before
   EXPECT_EQ(sink.acked[0], slice_of(0));
   EXPECT_EQ(s.counters().slices_acked, 16u);

@@ -163,7 +163,8 @@ enum class LossKind : uint8_t {
   kFast,     ///< SACK gap: reorder_threshold later transmissions were delivered
   kTimeout,  ///< the retransmission timer expired
   /// Tail probe: the resent left edge went unanswered for a probe timeout
-  /// (2 SRTT + ack delay, doubling per probe, at most the RTO). Its resend
+  /// (max(2 SRTT, SRTT + 4 RTTVAR) + ack delay, doubling per probe, at most
+  /// the RTO). Its resend
   /// may itself have been lost, and nothing sent after it would show that;
   /// no congestion signal (cwnd unchanged).
   kProbe,
