@@ -4,9 +4,8 @@
 #include <rte_pause.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <thread>
+#include <ctime>
 
 #include "config/config.h"
 
@@ -19,7 +18,7 @@ constexpr const char* kShutDown = "the worker was shut down before this complete
 constexpr uint32_t kMaxControlBytes = 1u << 22;
 // Idle passes before the loop sleeps, and for how long (the back-off).
 constexpr uint32_t kIdleSpins = 256;
-constexpr auto kIdleSleep = std::chrono::microseconds(20);
+constexpr uint32_t kIdleSleepUs = 20;
 
 std::string address(const transport::PeerSpec& p) {
   return p.name + " (" + config::Ipv4{p.ip}.to_string() + ":" + std::to_string(p.udp_port) + ")";
@@ -28,8 +27,13 @@ std::string address(const transport::PeerSpec& p) {
 }  // namespace
 
 NetCore::NetCore(const TensorTable& table, const NetCoreConfig& config, net::Interface& iface,
-                 RequestQueue<Request>& queue, PublishedStats& stats)
-    : table_(table), config_(config), iface_(iface), queue_(queue), stats_(stats) {
+                 RequestQueue<Request>& queue, Doorbell& doorbell, PublishedStats& stats)
+    : table_(table),
+      config_(config),
+      iface_(iface),
+      queue_(queue),
+      doorbell_(doorbell),
+      stats_(stats) {
   config_.endpoint.peers.clear();
   for (const ServerSpec& s : config_.servers) config_.endpoint.peers.push_back(s.peer);
 }
@@ -96,7 +100,12 @@ void NetCore::run() {
     } else if (++idle < kIdleSpins || !config_.idle_backoff) {
       rte_pause();
     } else {
-      std::this_thread::sleep_for(kIdleSleep);
+      const uint32_t ticket = doorbell_.arm();
+      if (queue_.empty_sc()) {
+        doorbell_.sleep(ticket, kIdleSleepUs);  // a trainer's request wakes it at once
+      } else {
+        doorbell_.disarm();
+      }
     }
   }
 }

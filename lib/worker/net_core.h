@@ -111,7 +111,7 @@ class NetCore final : public transport::MessageReceiver {
   /// Control path, on the net core thread. `iface` must be polled by no
   /// other thread; `table`, `queue` and `stats` outlive the core.
   NetCore(const TensorTable& table, const NetCoreConfig& config, net::Interface& iface,
-          RequestQueue<Request>& queue, PublishedStats& stats);
+          RequestQueue<Request>& queue, Doorbell& doorbell, PublishedStats& stats);
   ~NetCore();
 
   /// Runs the loop until a kStop request; everything still pending is then
@@ -173,6 +173,7 @@ class NetCore final : public transport::MessageReceiver {
   NetCoreConfig config_;
   net::Interface& iface_;
   RequestQueue<Request>& queue_;
+  Doorbell& doorbell_;
   PublishedStats& stats_;
   std::unique_ptr<WorkerNode> node_;
   std::unique_ptr<PushTracker> pushes_;

@@ -90,5 +90,55 @@ TEST(RequestQueue, ManyProducersOneConsumer) {
   EXPECT_FALSE(q.try_pop_sc());
 }
 
+// The doorbell's contract without timing: a ring when nobody sleeps costs
+// nothing and changes nothing; a ring after arm() advances the ticket, so a
+// sleep on the old ticket returns at once (if it did not, this test would
+// sit out the 60 s timeout and the suite's time limit would catch it).
+TEST(Doorbell, RingWakesOnlyAnArmedSleeper) {
+  Doorbell bell;
+  const uint32_t t0 = bell.arm();
+  bell.disarm();
+  bell.ring();  // not armed: no change
+  EXPECT_EQ(bell.arm(), t0);
+  bell.ring();  // armed: the ticket moves on
+  bell.sleep(t0, 60'000'000);
+  EXPECT_EQ(bell.arm(), t0 + 1);
+  bell.disarm();
+}
+
+// A consumer that sleeps whenever the queue is empty (long timeouts) and
+// producers that ring after each push: every value arrives, so no wake-up
+// is lost (a lost one would stall the consumer for the 60 s timeout).
+TEST(Doorbell, NoLostWakeUps) {
+  constexpr uint32_t kProducers = 4, kEach = 5000;
+  RequestQueue<uint32_t> q(64);
+  Doorbell bell;
+  std::vector<std::thread> producers;
+  for (uint32_t p = 0; p < kProducers; ++p) {
+    producers.emplace_back([&] {
+      for (uint32_t i = 0; i < kEach; ++i) {
+        uint32_t v = i;
+        while (!q.try_push_mp(v)) std::this_thread::yield();
+        bell.ring();
+      }
+    });
+  }
+  uint32_t received = 0;
+  while (received < kProducers * kEach) {
+    if (q.try_pop_sc()) {
+      ++received;
+      continue;
+    }
+    const uint32_t ticket = bell.arm();
+    if (q.empty_sc()) {
+      bell.sleep(ticket, 60'000'000);
+    } else {
+      bell.disarm();
+    }
+  }
+  for (auto& t : producers) t.join();
+  EXPECT_EQ(received, kProducers * kEach);
+}
+
 }  // namespace
 }  // namespace mercury::worker

@@ -33,6 +33,7 @@ struct Worker::Impl {
 
   TensorTable table;
   RequestQueue<Request> queue;
+  Doorbell doorbell;
   PublishedStats stats;
   std::thread thread;
 
@@ -63,6 +64,7 @@ struct Worker::Impl {
       throw UsageError(std::string(call) + ": the worker has been shut down");
     }
     while (!queue.try_push_mp(r)) std::this_thread::yield();  // full: the net core drains it
+    doorbell.ring();
     callers.fetch_sub(1, std::memory_order_release);
   }
 
@@ -93,7 +95,7 @@ void Worker::Impl::thread_main(std::promise<void> up) {
       if (ports.empty()) throw WorkerError("worker " + node + " has no port");
       port = ports.front()->interface.get();
     }
-    net_core = std::make_unique<NetCore>(table, core, *port, queue, stats);
+    net_core = std::make_unique<NetCore>(table, core, *port, queue, doorbell, stats);
   } catch (...) {
     up.set_exception(std::current_exception());
     net_core.reset();
@@ -316,6 +318,7 @@ void Worker::shutdown() {
   Handle stopped;
   Request r{Request::Kind::kStop, 0, 0, 0, 0, nullptr, nullptr, stopped, std::nullopt};
   while (!i.queue.try_push_mp(r)) std::this_thread::yield();
+  i.doorbell.ring();
   stopped.wait();
   i.thread.join();
   i.table.shutdown();
