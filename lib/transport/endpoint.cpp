@@ -75,6 +75,8 @@ std::string_view endpoint_drop_name(EndpointDrop d) {
       return "retransmit_stale";
     case EndpointDrop::kNoReceiver:
       return "no_receiver";
+    case EndpointDrop::kBackpressure:
+      return "backpressure";
     case EndpointDrop::kCount:
       break;
   }
@@ -301,6 +303,7 @@ Endpoint::Endpoint(net::Interface& iface, const EndpointConfig& config, const Re
                                 std::to_string(net::Interface::kBurst));
   }
   const Params params = resolve(config.transport);  // throws naming the field
+  rx_window_ = params.rx_window;
   const auto num_peers = static_cast<uint16_t>(config.peers.size());
 
   pool_ = std::make_unique<sched::MessagePool>(config.max_messages);
@@ -463,6 +466,19 @@ void Endpoint::receive_st(Tick now) {
     }
     const auto p = static_cast<uint16_t>(*it & 0xffff);
     PeerState& ps = *peers_[p];
+    if (packets_ != nullptr && !admitted_st(ps, p, f.header)) {
+      // Refused before the transport saw it: only its piggybacked ACK counts
+      // (it says nothing about the data and is cumulative, so taking it is
+      // always right), without kAckRequest (an answer would acknowledge
+      // nothing new).
+      wire::HeaderFields ack = f.header;
+      ack.type = wire::PacketType::kAck;
+      ack.flags = static_cast<uint16_t>(ack.flags & ~wire::flags::kAckRequest);
+      ps.peer.on_packet(ack, now, ps);
+      ++ps.stats.packets_refused;
+      drop(EndpointDrop::kBackpressure);
+      continue;
+    }
     const RxResult r = ps.peer.on_packet(f.header, now, ps);
     ++counters_.verdicts[static_cast<size_t>(r.verdict)];
     if (place_st(ps, p, rx[i], r)) {
@@ -480,6 +496,39 @@ void Endpoint::receive_st(Tick now) {
   } else if (n > 0) {
     rte_pktmbuf_free_bulk(mbufs, n);
   }
+}
+
+bool Endpoint::routed_to_packets(const wire::HeaderFields& h) const {
+  if (h.type == wire::PacketType::kAck) return false;
+  if ((h.flags & wire::flags::kSlice) != 0) return true;
+  if (h.type != wire::PacketType::kControl) return true;
+  // Control: a partition start-up (msg_len 0) goes nowhere; messages go to
+  // the MessageReceiver when there is one.
+  return h.msg_len != 0 && messages_ == nullptr;
+}
+
+bool Endpoint::admitted_st(const PeerState& ps, uint16_t p, const wire::HeaderFields& h) {
+  if (!routed_to_packets(h)) return true;
+  // Only what Peer::on_packet would take as new is offered; anything else
+  // (another epoch, a stream not yet synced, old, beyond the window, a known
+  // duplicate) keeps its usual handling and acknowledgement. Beyond the 64
+  // seqs of the SACK bitmap the receiver's history is not visible from
+  // here: such a packet is offered (see PacketReceiver::admit).
+  // A packet of a new incarnation is never refused: its ACK part alone
+  // would reset the peer's state without the glue hearing of the restart.
+  const PeerReceiver& rx = ps.peer.receiver();
+  const bool adopting = rx.peer_epoch() == 0;  // the first word from the peer
+  if (h.epoch == 0 || (h.epoch != rx.peer_epoch() && !adopting)) return true;
+  // Before the stream's first packet, what PeerReceiver::try_sync takes:
+  // the first window from the stream's initial seq.
+  const bool synced = rx.synced() && !adopting;
+  const uint32_t base =
+      synced ? rx.cumulative_ack()
+             : initial_seq(h.epoch, ps.peer.local_epoch(), config_.transport.seq_salt);
+  const int32_t d = seq_diff(h.seq, base);
+  if (d < 0 || static_cast<uint32_t>(d) >= rx_window_) return true;
+  if (synced && d >= 1 && d <= 64 && ((rx.sack_bits() >> (d - 1)) & 1) != 0) return true;
+  return packets_->admit(p, h);
 }
 
 bool Endpoint::deliver_packet_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt) {

@@ -181,6 +181,21 @@ class PacketReceiver {
   /// Must not block; may call send().
   virtual bool on_packet(uint16_t peer, const wire::HeaderFields& h,
                          std::span<const std::byte> payload, rte_mbuf* mbuf) = 0;
+  /// Flow control, asked before the transport records a data packet that it
+  /// would accept as new (current epoch, in the receive window, not known to
+  /// be a duplicate) and that is routed here. Return false to refuse it: the
+  /// packet is dropped without entering the acknowledgement state (counted,
+  /// EndpointDrop::kBackpressure; only its piggybacked ACK is processed), so
+  /// its sender sees it as lost and resends it later, when it is offered
+  /// again. True lets it through to on_packet() as usual. Must not block.
+  /// The endpoint knows a packet beyond the 64 sequence numbers of its SACK
+  /// bitmap to be new only after the transport has recorded it, so such a
+  /// duplicate may be offered here too (refusing it is harmless: its first
+  /// copy is recorded and will be acknowledged).
+  virtual bool admit(uint16_t peer, const wire::HeaderFields& h) {
+    (void)peer, (void)h;
+    return true;
+  }
   /// The peer came back with a new epoch: whatever partial state the
   /// receiver keeps for its old incarnation will not be completed by it.
   virtual void on_peer_restarted(uint16_t peer) { (void)peer; }
@@ -213,6 +228,7 @@ enum class EndpointDrop : uint8_t {
   kStageFailed,      ///< stage_data_st refused (mempool empty): the packet is lost, RTO resends
   kRetransmitStale,  ///< a queued retransmission no longer needed (acked or failed meanwhile)
   kNoReceiver,       ///< accepted, but no receiver for it (a slice without a PacketReceiver)
+  kBackpressure,     ///< PacketReceiver::admit refused a new packet: not acknowledged, resent later
   kCount,
 };
 inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::kCount);
@@ -252,6 +268,7 @@ struct EndpointPeerStats {
   uint64_t messages_received = 0;
   uint64_t messages_refused = 0;
   uint64_t packets_delivered = 0;  ///< PacketReceiver::on_packet calls
+  uint64_t packets_refused = 0;    ///< PacketReceiver::admit refusals (EndpointDrop::kBackpressure)
   uint64_t bytes_received = 0;     ///< payload bytes placed or delivered
   uint32_t outstanding = 0;        ///< sequence numbers sent and not cumulatively acked
   uint32_t waiting_resend = 0;     ///< packets declared lost and not yet resent
@@ -333,6 +350,11 @@ class Endpoint {
   // True when the receiver took the mbuf.
   bool place_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, const RxResult& r);
   bool deliver_packet_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt);
+  // The PacketReceiver's routing (Receivers) applies to `h`.
+  bool routed_to_packets(const wire::HeaderFields& h) const;
+  // False when PacketReceiver::admit refused a packet the transport would
+  // take as new (see there).
+  bool admitted_st(const PeerState& ps, uint16_t peer, const wire::HeaderFields& h);
   void run_timers_st(Tick now);
   void transmit_st(Tick now);
   void drain_dead_st(const sched::PeerMask& dead);
@@ -363,6 +385,7 @@ class Endpoint {
   MessageReceiver* messages_;
   PacketReceiver* packets_;
   uint32_t max_payload_;
+  uint32_t rx_window_;  // the Peers' receive window (Params::rx_window)
   std::unique_ptr<sched::MessagePool> pool_;
   std::unique_ptr<sched::PortScheduler> sched_;
   const sched::Message* base_ = nullptr;  // the pool's first descriptor
