@@ -312,6 +312,32 @@ TEST(AggChunkTable, BspOrdering) {
   EXPECT_EQ(table.counters().count(Outcome::kStale), 1u);
 }
 
+TEST(AggChunkTable, HeldRanksShowTheCurrentSet) {
+  const std::vector<TensorDecl> decls{{"w", 1000, 0}};
+  const Placement p = Placement::compute(decls, 1);
+  const auto chunks = chunks_of(p, 0);
+  std::mt19937 rng(5);
+  Grads grads(rng, chunks, 3);
+  RecordingSink sink;
+  ChunkTable table(p, config(3), make_bsp(), sink);
+  EXPECT_EQ(table.held_ranks(0, 0), 0u);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 2, 0)), Outcome::kHeld);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 0, 0)), Outcome::kHeld);
+  EXPECT_EQ(table.held_ranks(0, 0), 0b101u);
+  EXPECT_EQ(table.held_ranks(0, kChunkBytes), 0u);  // another chunk
+  EXPECT_EQ(table.contribute(grads.make(chunks, 1, 1, 0)), Outcome::kHeld);
+  EXPECT_EQ(table.held_ranks(0, kChunkBytes), 0b010u);
+  // Completing the set clears it; the next iteration starts from nothing.
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 1, 0)), Outcome::kApplied);
+  EXPECT_EQ(table.held_ranks(0, 0), 0u);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 1, 1)), Outcome::kHeld);
+  EXPECT_EQ(table.held_ranks(0, 0), 0b010u);
+  // Not here: an unknown key, an offset past the partition, inside a chunk.
+  EXPECT_EQ(table.held_ranks(7, 0), 0u);
+  EXPECT_EQ(table.held_ranks(0, 4000), 0u);
+  EXPECT_EQ(table.held_ranks(0, 4), 0u);
+}
+
 TEST(AggChunkTable, RejectsMalformedContributionsByReason) {
   const auto decls = small_model();
   const Placement p = Placement::compute(decls, 2, {.max_partition_bytes = 4000});

@@ -1,5 +1,10 @@
 #include "server/server_node.h"
 
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mempool.h>
+
+#include <algorithm>
 #include <bit>
 #include <numeric>
 #include <stdexcept>
@@ -55,12 +60,15 @@ std::string_view server_drop_name(ServerDrop d) {
 class ServerNode::PortReceiver final : public transport::PacketReceiver,
                                        public transport::MessageReceiver {
  public:
-  PortReceiver(ServerNode& node, std::vector<uint16_t> ranks)
-      : node_(node), ranks_(std::move(ranks)) {}
+  PortReceiver(ServerNode& node, uint32_t port, std::vector<uint16_t> ranks)
+      : node_(node), port_(port), ranks_(std::move(ranks)) {}
 
+  bool admit(uint16_t peer, const wire::HeaderFields& h) override {
+    return node_.admit_st(port_, ranks_[peer], h);
+  }
   bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
                  rte_mbuf* mbuf) override {
-    return node_.on_packet_st(ranks_[peer], h, payload, mbuf);
+    return node_.on_packet_st(port_, ranks_[peer], h, payload, mbuf);
   }
   std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override {
     return node_.control_begin(ranks_[peer], h);
@@ -71,9 +79,11 @@ class ServerNode::PortReceiver final : public transport::PacketReceiver,
   void on_message_abandoned(uint16_t, uint32_t, std::byte* buffer) override {
     node_.control_abandoned(buffer);
   }
+  uint32_t ranks() const { return static_cast<uint32_t>(ranks_.size()); }
 
  private:
   ServerNode& node_;
+  uint32_t port_;
   std::vector<uint16_t> ranks_;  // peer index -> rank
 };
 
@@ -171,7 +181,9 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
     if (ranks.empty()) {
       throw std::invalid_argument("server: no worker is reached through port " + std::to_string(p));
     }
-    receivers_.push_back(std::make_unique<PortReceiver>(*this, std::move(ranks)));
+    flow_.push_back(PortFlow{.limit = config.flow_limit, .port_id = ports[p]->port().id()});
+    receivers_.push_back(
+        std::make_unique<PortReceiver>(*this, static_cast<uint32_t>(p), std::move(ranks)));
     endpoints_.push_back(std::make_unique<transport::Endpoint>(
         *ports[p], ec, transport::Receivers{receivers_.back().get(), receivers_.back().get()},
         now));
@@ -239,7 +251,7 @@ ServerNode::~ServerNode() {
 void ServerNode::stop() {
   for (auto& c : cores_) c->stop();
   for (Stage& s : stages_) {
-    for (uint32_t i = 0; i < s.count; ++i) rte_pktmbuf_free(s.items[i].mbuf);
+    for (uint32_t i = 0; i < s.count; ++i) releases_.free_st(s.items[i].mbuf);
     s.count = 0;
   }
   if (state_ == NodeState::kRunning && !cores_.empty()) {
@@ -248,7 +260,67 @@ void ServerNode::stop() {
   }
 }
 
-bool ServerNode::on_packet_st(uint16_t rank, const wire::HeaderFields& h,
+// ---- flow control (docs/server.md) ---------------------------------------
+
+void ServerNode::derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) const {
+  // The pool the port's packets arrive in (the port's own for a NIC,
+  // net_af_packet or net_memif; the sender's for net_ring), less what the
+  // rest of the path may have out of it at once: the RX and TX descriptor
+  // rings when the PMD says (a NIC's RX ring holds its mbufs), the
+  // Interface's TX stage and spares, a few RX bursts and the shard ring's
+  // stage, and every lcore's mempool cache (mbufs freed on a shard core wait
+  // there). Each started set holds at most min(ranks behind a port, N - 1)
+  // mbufs of one port, and each port may start up to the limit: dividing by
+  // that times the ports keeps every port's held mbufs within its share
+  // however the ranks run.
+  const rte_mempool* pool = mbuf->pool;
+  uint64_t headroom = net::Interface::kStage + net::Interface::kBurst + 4 * net::Interface::kBurst;
+  headroom += uint64_t{pool->cache_size} * 3 / 2 * rte_lcore_count();
+  rte_eth_rxq_info rxq{};
+  if (rte_eth_rx_queue_info_get(f.port_id, 0, &rxq) == 0) headroom += rxq.nb_desc;
+  rte_eth_txq_info txq{};
+  if (rte_eth_tx_queue_info_get(f.port_id, 0, &txq) == 0) headroom += txq.nb_desc;
+  uint32_t most_behind_a_port = 0;
+  for (const auto& r : receivers_) {
+    most_behind_a_port = std::max<uint32_t>(most_behind_a_port, r->ranks());
+  }
+  const uint64_t per_set = std::max<uint64_t>(1, std::min(most_behind_a_port, workers() - 1));
+  const uint64_t usable = pool->size > headroom ? pool->size - headroom : 0;
+  f.limit = std::max<uint64_t>(1, usable / (per_set * flow_.size()));
+}
+
+uint64_t ServerNode::aggregation_mbufs_st(uint32_t port) const {
+  const PortFlow& f = flow_[port];
+  uint64_t freed = releases_.freed(f.port_id);
+  for (const auto& sh : shards_) freed += sh->releases().freed(f.port_id);
+  // A stale read of a shard's count shows fewer frees, never more.
+  return f.handed > freed ? f.handed - freed : 0;
+}
+
+bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h) {
+  // Only gradients stay in the aggregation path; everything else is judged
+  // by on_packet_st (init packets are copied and freed at once).
+  if (state_ != NodeState::kRunning || h.type != wire::PacketType::kData) return true;
+  const PortFlow& f = flow_[port];
+  if (f.limit == 0 || aggregation_mbufs_st(port) < f.limit) return true;
+  if (h.tensor_key >= placement_->partitions().size()) return true;
+  const int32_t slot = shard_slot_[placement_->at(h.tensor_key).shard];
+  if (slot < 0) return true;
+  // Over the limit, a packet is admitted only if it joins a set other ranks
+  // have started: with two workers it completes it, and in general refusing
+  // it could leave every rank waiting for the others. Read on this core
+  // while a shard core owns the table, the bitmap may be stale, but only
+  // towards fewer of the other ranks (their bits clear when the set
+  // completes, which needs this rank's contribution; and the clearing of
+  // the previous set happened before its update was sent through this
+  // core's endpoint, whose ingress ordered it before this read). So a stale
+  // read can only refuse a packet, which its worker resends.
+  const uint64_t others =
+      shards_[slot]->table().held_ranks(h.tensor_key, h.offset) & ~(uint64_t{1} << rank);
+  return others != 0;
+}
+
+bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
                               std::span<const std::byte> payload, rte_mbuf* mbuf) {
   if (state_ != NodeState::kRunning) {
     count(ServerDrop::kNotRunning);
@@ -272,14 +344,23 @@ bool ServerNode::on_packet_st(uint16_t rank, const wire::HeaderFields& h,
     count(ServerDrop::kNotOurs);
     return false;
   }
+  PortFlow& flow = flow_[port];
+  if (flow.limit == 0) derive_flow_limit(flow, mbuf);
+  // Counted under the receiving port (net_ring leaves mbuf->port unset).
+  mbuf->port = flow.port_id;
   if (static_cast<size_t>(slot) >= cores_.size()) {  // this shard runs inline
     Shard& shard = *shards_[slot];
     if (init) {
       shard.initialize_st(h.tensor_key, h.offset, payload);
       return false;  // copied
     }
-    return shard.contribute_st(rank, h, payload, mbuf);
+    // Counted before the call: a completed set releases its mbufs inside it.
+    ++flow.handed;
+    if (shard.contribute_st(rank, h, payload, mbuf)) return true;
+    --flow.handed;
+    return false;
   }
+  ++flow.handed;
   Stage& stage = stages_[slot];
   ShardItem& it = stage.items[stage.count++];
   it.mbuf = mbuf;
@@ -302,7 +383,7 @@ void ServerNode::flush_st(uint32_t slot) {
   for (uint32_t i = n; i < stage.count; ++i) {
     // Already acknowledged: this contribution is lost, and its chunk's set
     // will not complete. Only an undersized ring gets here.
-    rte_pktmbuf_free(stage.items[i].mbuf);
+    releases_.free_st(stage.items[i].mbuf);
     count(ServerDrop::kShardRingFull);
   }
   stage.count = 0;
@@ -375,6 +456,7 @@ ServerCounters ServerNode::counters_st() const {
   }
   c.drops = drops_;
   c.control = control_;
+  for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) add(c.net, e->counters_st());
   return c;
 }

@@ -38,9 +38,20 @@
 // what is wrong; building the shards when the last declare arrives never
 // throws (a failure refuses the job, with the reason).
 //
+// Flow control. A worker's gradient packet is admitted by the transport
+// (PacketReceiver::admit, before it is acknowledged) while the mbufs its
+// port's packets keep in the aggregation path are below flow_limit, or when
+// it joins a chunk's set that other ranks have started (completing it, with
+// two workers): those never wait, so every started set can complete and
+// free its mbufs. A refused packet is resent by its worker later. So a
+// worker running ahead cannot exhaust the pool the slower ones' packets
+// need (docs/server.md, "Flow control").
+//
 // Costs per packet on the net core: the endpoint's, a rank lookup, a
 // partition lookup, then either the shard's contribute (inline) or a 32-byte
-// ring item (shard cores). Nothing on the datapath allocates, locks, throws
+// ring item (shard cores); admitting a gradient reads the releases of every
+// shard of the node (one relaxed load each) and, over the limit, the chunk's
+// held-rank bitmap. Nothing on the datapath allocates, locks, throws
 // or logs; every drop is counted by reason (ServerDrop, the chunk table's
 // outcomes, the endpoints' drops). Control messages allocate (control path).
 // Memory beyond the endpoints and chunk tables: per shard a fan-out backlog
@@ -107,6 +118,12 @@ struct ServerNodeConfig {
   uint64_t fanout_backlog = 0;
   /// Largest control message accepted (a declare of a big model is ~50 B per tensor).
   uint32_t max_control_bytes = 16 << 20;
+  /// Flow control (docs/server.md): per port, the mbufs of its packets the
+  /// aggregation path may own (queued to a shard core or held by a table)
+  /// before the node admits only gradients that join a set other ranks have
+  /// started. 0 = derived from the pool the port's first gradient or init
+  /// packet arrived in (flow_limit_st() gives the value).
+  uint64_t flow_limit = 0;
 };
 
 enum class NodeState : uint8_t {
@@ -148,7 +165,8 @@ struct ServerCounters {
   ShardCounters shards;                                 ///< summed over the node's shards
   std::array<uint64_t, agg::kOutcomeCount> outcomes{};  ///< chunk tables' outcomes, summed
   uint64_t held = 0;                                    ///< contributions held now
-  std::array<uint64_t, kServerDropCount> drops{};       ///< the node's own drops
+  uint64_t aggregation_mbufs = 0;  ///< mbufs the aggregation path owns now (queued or held)
+  std::array<uint64_t, kServerDropCount> drops{};  ///< the node's own drops
   ControlCounters control;
   transport::EndpointCounters net;  ///< summed over the endpoints
   [[nodiscard]] uint64_t drop(ServerDrop d) const { return drops[static_cast<size_t>(d)]; }
@@ -200,6 +218,10 @@ class ServerNode {
   [[nodiscard]] const Shard* shard(uint32_t global_id) const;
   /// The lcore running shard `global_id` (-1 inline or not ours).
   [[nodiscard]] int shard_lcore(uint32_t global_id) const;
+  /// Flow control of port `port`: the mbufs of its packets the aggregation
+  /// path owns now, and the limit (0 until derived, see ServerNodeConfig).
+  [[nodiscard]] uint64_t aggregation_mbufs_st(uint32_t port) const;
+  [[nodiscard]] uint64_t flow_limit_st(uint32_t port) const { return flow_[port].limit; }
 
  private:
   class PortReceiver;
@@ -211,6 +233,13 @@ class ServerNode {
     uint16_t port;
     uint16_t peer;
   };
+  // Flow control of one port (net core): mbufs handed to the aggregation
+  // path so far, the DPDK port id they are counted under, and the limit.
+  struct PortFlow {
+    uint64_t handed = 0;
+    uint64_t limit = 0;  // 0: not derived yet
+    uint16_t port_id = 0;
+  };
 
   void open_ports(std::vector<net::Interface*> ports, const std::vector<JobWorker>& workers,
                   const ServerNodeConfig& config, transport::Tick now);
@@ -219,8 +248,10 @@ class ServerNode {
   static void check_levels(const agg::Placement& placement);
 
   // Datapath (net core).
-  bool on_packet_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                    rte_mbuf* mbuf);
+  bool admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h);
+  bool on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
+                    std::span<const std::byte> payload, rte_mbuf* mbuf);
+  void derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) const;
   void flush_st(uint32_t slot);
   void count(ServerDrop d) { ++drops_[static_cast<size_t>(d)]; }
 
@@ -253,6 +284,8 @@ class ServerNode {
   std::vector<std::unique_ptr<Shard>> shards_;     // after the endpoints they send through
   std::vector<int32_t> shard_slot_;                // global shard id -> index in shards_, or -1
   std::vector<Stage> stages_;                      // per shard core: items not yet enqueued
+  std::vector<PortFlow> flow_;                     // per port
+  MbufReleases releases_;                          // the node's own frees of handed mbufs
   std::array<uint64_t, kServerDropCount> drops_{};
 
   // Control plane state.

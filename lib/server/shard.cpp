@@ -85,8 +85,6 @@ uint32_t Shard::retry_fanout_st() {
   return sent;
 }
 
-void Shard::release(void* const* tokens, uint32_t count) {
-  for (uint32_t i = 0; i < count; ++i) rte_pktmbuf_free(static_cast<rte_mbuf*>(tokens[i]));
-}
+void Shard::release(void* const* tokens, uint32_t count) { releases_.free_st(tokens, count); }
 
 }  // namespace mercury::server

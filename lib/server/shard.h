@@ -32,6 +32,9 @@
 // update needs every worker's next gradient, which no worker sends before it
 // has received this update (docs/server.md). Asynchronous policies will need
 // a copy per in-flight version.
+//
+// Every mbuf the shard frees (the table's releases, free_st) is counted by
+// port in releases(), which the server node's flow control reads.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -42,6 +45,7 @@
 
 #include "agg/chunk_table.h"
 #include "agg/placement.h"
+#include "server/mbuf_releases.h"
 #include "transport/endpoint.h"
 
 namespace mercury::server {
@@ -93,6 +97,12 @@ class Shard final : public agg::ChunkSink {
   uint32_t retry_fanout_st();
   [[nodiscard]] bool fanout_pending() const { return backlog_count_ != 0; }
 
+  /// The shard's owner: frees an mbuf of a packet handed to it that the
+  /// table did not take (counted for flow control, as the table's releases).
+  void free_st(rte_mbuf* m) { releases_.free_st(m); }
+  /// Any thread: what the shard has freed, per DPDK port (flow control).
+  [[nodiscard]] const MbufReleases& releases() const { return releases_; }
+
   [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
   [[nodiscard]] const ShardCounters& counters() const { return counters_; }
 
@@ -121,6 +131,7 @@ class Shard final : public agg::ChunkSink {
   std::vector<Deferred> backlog_;  // a ring, allocated once
   uint64_t backlog_head_ = 0;
   uint64_t backlog_count_ = 0;
+  MbufReleases releases_;                   // before table_: its destructor releases into it
   std::unique_ptr<agg::ChunkTable> table_;  // last: its destructor releases through this sink
 };
 

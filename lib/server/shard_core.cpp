@@ -61,13 +61,21 @@ void ShardCore::stop() {
   rte_eal_wait_lcore(lcore_);
   launched_ = false;
   // The core is gone: whatever is still queued was never given to the table.
+  // The shard's releases are this thread's now (the wait above ordered them).
+  Shard* shard = shard_.load(std::memory_order_acquire);
   ShardItem items[kBurst];
   unsigned n;
   while ((n = rte_ring_sc_dequeue_burst_elem(ring_, items, sizeof(ShardItem), kBurst, nullptr)) >
          0) {
-    for (unsigned i = 0; i < n; ++i) rte_pktmbuf_free(items[i].mbuf);
+    for (unsigned i = 0; i < n; ++i) {
+      if (shard != nullptr) {
+        shard->free_st(items[i].mbuf);
+      } else {
+        rte_pktmbuf_free(items[i].mbuf);
+      }
+    }
   }
-  if (const Shard* s = shard_.load(std::memory_order_acquire)) publish(*s, 0, 0);
+  if (shard != nullptr) publish(*shard, 0, 0);
 }
 
 uint32_t ShardCore::enqueue_st(const ShardItem* items, uint32_t n) {
@@ -112,7 +120,7 @@ void ShardCore::run() {
       const bool took = it.init == 0 && shard->contribute_st(it.rank, it.key, it.offset,
                                                              it.iteration, payload, it.mbuf);
       if (it.init != 0) shard->initialize_st(it.key, it.offset, payload);
-      if (!took) rte_pktmbuf_free(it.mbuf);
+      if (!took) shard->free_st(it.mbuf);
     }
     processed += n;
     publish(*shard, processed, sleeps);

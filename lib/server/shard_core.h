@@ -11,8 +11,8 @@
 // node's RX pools (ServerNodeConfig::shard_ring_entries), hence it cannot
 // fill up. The shard core then calls Shard::contribute_st (or initialize_st)
 // exactly as the net core does when shards run inline, and frees the mbufs
-// the table did not take. The fan-out goes straight from the shard core
-// through Endpoint::send_slice (lock-free from any thread).
+// the table did not take (Shard::free_st, counted for flow control). The fan-out goes straight from
+// the shard core through Endpoint::send_slice (lock-free from any thread).
 //
 // Threads. The constructor and stop() are control path and run on the EAL
 // main lcore (rte_eal_remote_launch's rule); attach() is called once, by the
