@@ -23,8 +23,13 @@ constexpr int kReapTimeoutMs = 5000;
 }  // namespace
 
 std::string memif_vdev(bool server, const std::string& socket) {
-  return std::string("net_memif0,role=") + (server ? "server" : "client") +
-         ",id=0,socket=" + socket + ",bsize=" + std::to_string(kSlotBytes) +
+  return memif_vdev(server, socket, 0);
+}
+
+std::string memif_vdev(bool server, const std::string& socket, uint16_t index) {
+  const std::string i = std::to_string(index);
+  return "net_memif" + i + ",role=" + (server ? "server" : "client") + ",id=" + i +
+         ",socket=" + socket + ",bsize=" + std::to_string(kSlotBytes) +
          ",mac=" + (server ? kReceiverMac : kSenderMac).to_string();
 }
 

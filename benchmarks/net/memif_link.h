@@ -20,6 +20,10 @@
 // thread of each process). Costs: every call is a system call or two; the
 // datapath never touches them (the receiver looks for a command with one
 // non-blocking recv every 256 bursts: kCommandPollBursts in memif_receiver.cpp).
+//
+// benchmarks/transport_pmd/memif_goodput_bench uses the same machinery with
+// its own receiver and two memif interfaces on one socket (memif_vdev with an
+// index); for its endpoint variants a Report counts messages, not frames.
 #pragma once
 
 #include <sys/types.h>
@@ -35,6 +39,10 @@ enum class Variant : uint32_t {
   kRaw,              ///< rte_eth_rx_burst, count, free
   kStack,            ///< Interface::poll_rx_st: parse and verify every header and checksum
   kStackNoChecksum,  ///< the same with UDP checksums off (network.udp_checksum: false)
+  // benchmarks/transport_pmd/memif_goodput_bench's receiver only:
+  kRawPlace,      ///< kRaw, and each frame's payload copied out into a destination buffer
+  kEndpoint,      ///< a transport::Endpoint places and checks every message
+  kEndpointLoss1  ///< the same through the link emulator, 1 % loss each way
 };
 
 inline constexpr net::MacAddr kSenderMac{{0x02, 0x00, 0x00, 0x00, 0x6d, 0x01}};
@@ -59,6 +67,9 @@ inline constexpr uint32_t kMbufFrameBytes = kSlotBytes;
 /// "net_memif0,role=...,id=0,socket=<socket>,bsize=...,mac=..." for one side.
 /// The socket is abstract (memif's default): a name, never a file.
 std::string memif_vdev(bool server, const std::string& socket);
+/// The same for interface `index`: "net_memif<index>,...,id=<index>,...", so
+/// one socket carries several memif links between the same two processes.
+std::string memif_vdev(bool server, const std::string& socket, uint16_t index);
 
 struct Command {
   enum class Kind : uint32_t { kStart, kStop, kQuit };
@@ -85,6 +96,11 @@ struct Report {
   // kStop: well below 1, another process shared its CPU during the run.
   uint64_t cpu_ns = 0;
   uint64_t wall_ns = 0;
+  // memif_goodput_bench's endpoint variants (where packets and bytes count
+  // completed messages and their payload): messages compared with the
+  // source byte for byte, and messages whose bytes differed.
+  uint64_t checked = 0;
+  uint64_t corrupt = 0;
 };
 
 /// CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID now, in ns (control path only).

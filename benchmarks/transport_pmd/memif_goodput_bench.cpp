@@ -1,0 +1,737 @@
+// Goodput of one transport connection over net_memif between two processes,
+// against the raw rate of the same vdev carrying the same payload, in the
+// same run (issue 3's memif benchmark; the net_ring one is
+// transport_pmd_bench).
+//
+//   memif/raw/<mtu>             the raw loop of memif_rate_bench: the sender
+//                               copies each frame (<mtu> + 14 bytes) from a
+//                               source buffer into an mbuf and hands it to
+//                               memif; the receiver takes, counts and frees. An
+//                               iteration sends the frames that carry 32 MiB
+//                               of payload at the endpoint's payload per frame
+//                               for this MTU. The limit.
+//   memif/raw_place/<mtu>       the same, and the receiver copies each frame's
+//                               payload into a destination buffer: the
+//                               endpoint's two copies, one per core.
+//   memif/endpoint/<mtu>        transport::Endpoint (window 128, strict
+//                               scheduler) sends 8 messages of 4 MiB; the
+//                               receiver's Endpoint places every payload into a
+//                               destination buffer; an iteration ends when all
+//                               8 completions have run (every byte acknowledged).
+//   memif/endpoint_loss1/<mtu>  the same with the link emulator dropping 1 % of
+//                               frames on each side (data and ACKs).
+// The counter compared is "Gbps": payload bits per second of the sender's real
+// time. raw's "rx_Gbps" is the same payload per second of the receiver's clock
+// (memif_rate_bench's figure), to show the two agree.
+//
+// Checked every run (a failure ends the benchmark rather than reporting a
+// figure): raw, every frame memif accepted arrived whole and of its length;
+// endpoint, every message completed on both sides, the receiver compared the
+// first iteration's 8 messages with the source byte for byte and three 256-byte
+// spans of every later one, and none differed.
+//
+// Processes, ports and the CPU-share guard are memif_rate_bench's
+// (benchmarks/net/memif_link.h): this process (memif client, CPU 0) runs
+// Google Benchmark and sends; before EAL starts it spawns itself with --peer
+// as the receiver (memif server, CPU 1) and drives it over a socket pair. One
+// memif interface per MTU (net_memif0: 1500, net_memif1: 9000; bsize 9024 on
+// both); memif_max_frame.cpp lets the 9000 one be configured at 9000. Each
+// endpoint variant has its own pair of Interfaces (its own UDP port) and
+// Endpoints on that memif link, so variants never share transport state. A
+// repetition in which either side had less than --min_cpu_share (default 0.9)
+// of its core is reported under "memif_shared_cpu" instead of "memif".
+// Run (see benchmarks/README.md):
+//   build/benchmarks/transport_pmd/memif_goodput_bench --benchmark_repetitions=5
+//       --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true
+#include <benchmark/benchmark.h>
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench_eal.h"
+#include "fixture.h"
+#include "memif_link.h"
+#include "net/eal.h"
+#include "net/interface.h"
+#include "net/link_emulator.h"
+#include "net/mempool.h"
+#include "net/port.h"
+#include "ratio_reporter.h"
+#include "transport/endpoint.h"
+
+namespace mercury::bench::memif {
+namespace {
+
+constexpr uint32_t kMsgBytes = 4u << 20;
+constexpr uint32_t kMessages = 8;  // per iteration: 32 MiB
+constexpr size_t kSourceBytes = 64u << 20;
+constexpr uint64_t kPatternSeed = 9;
+constexpr uint32_t kMtus[] = {1500, 9000};
+constexpr uint16_t kBurst = 32;
+constexpr int kReadyTimeoutMs = 30'000;
+constexpr int kLinkUpTimeoutMs = 10'000;
+// Bytes of each later message compared at three places (first iteration: all).
+constexpr size_t kSpan = 256;
+// Receiver: one look at the control socket per this many polls (about 1 us
+// per look, a poll is 0.1-10 us).
+constexpr int kCommandPollPasses = 256;
+// Receiver: no command for this long, the sender is gone or hung.
+constexpr int kPatienceMs = 60'000;
+
+// Mbufs hold a whole memif slot (memif's bulk RX path) and a 9000-MTU frame
+// with the Interface's alignment pad.
+uint32_t mbuf_bytes() { return std::max(kMbufFrameBytes, net::frame_bytes_for_mtu(9000)); }
+
+size_t mtu_index(uint32_t mtu) { return mtu == 9000 ? 1 : 0; }
+
+// Where message `key` of iteration `iteration` starts in the source: it moves
+// with the iteration, so a buffer left over from an earlier one does not match.
+size_t source_offset(uint32_t iteration, uint32_t key) {
+  return (uint64_t{iteration} * kMessages + key) * 7919 * 64 % (kSourceBytes - kMsgBytes);
+}
+
+uint64_t frames_per_iteration(uint32_t mtu) {
+  const uint32_t payload = net::payload_per_packet(mtu);
+  return (uint64_t{kMsgBytes} * kMessages + payload - 1) / payload;
+}
+
+// UDP port of endpoint variant `lossy` at MTU index `m`, the same on both
+// sides; distinct, so a late packet of one variant is dropped by another's
+// Interface (kNotOurPort) instead of reaching its Endpoint.
+uint16_t udp_port(size_t m, bool lossy) {
+  return static_cast<uint16_t>(kUdpPort + 1 + m * 2 + lossy);
+}
+
+transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t peer_epoch, uint32_t peer_ip,
+                                          uint16_t port) {
+  transport::EndpointConfig c;
+  c.transport.tsc_hz = rte_get_tsc_hz();
+  c.transport.window_packets = 128;  // as transport_pmd_bench
+  // A variant waits idle while the others run; nothing is in flight then,
+  // but a loaded machine can stall a run for seconds.
+  c.transport.peer_timeout_us = 30'000'000;
+  c.mode = sched::Mode::kStrict;
+  c.local_epoch = epoch;
+  c.peers = {{"memif-peer", peer_ip, port, peer_epoch}};
+  return c;
+}
+
+net::LinkParams loss1(uint64_t seed) {
+  net::LinkParams p;
+  p.loss = 0.01;
+  p.seed = seed;
+  return p;
+}
+
+// The sender's endpoints receive only ACKs; a message would be a fault.
+class NoMessages final : public transport::MessageReceiver {
+ public:
+  std::byte* on_message_begin(uint16_t, const wire::HeaderFields&) override { return nullptr; }
+  void on_message_complete(uint16_t, const wire::HeaderFields&, std::byte*) override {}
+};
+
+// One endpoint variant on one side: its Interface (own UDP port), its
+// emulator when lossy, its Endpoint.
+struct Connection {
+  Connection(net::Port& port, net::Mempool& pool, bool server, size_t m, bool lossy,
+             transport::MessageReceiver& receiver)
+      : copies(std::string(server ? "mgr_cp" : "mgs_cp") + std::to_string(m * 2 + lossy), 1023, 32,
+               mbuf_bytes()),
+        iface(port, pool,
+              net::LocalAddr{server ? kReceiverMac : kSenderMac, server ? kReceiverIp : kSenderIp,
+                             udp_port(m, lossy)},
+              {}),
+        ep(iface,
+           endpoint_config(server ? 5 : 3, server ? 3 : 5, server ? kSenderIp : kReceiverIp,
+                           udp_port(m, lossy)),
+           receiver, rte_rdtsc()) {
+    // Static ARP, as NodeNetworks configures it: the run measures data only.
+    iface.add_static_arp(server ? kSenderIp : kReceiverIp, server ? kSenderMac : kReceiverMac);
+    if (lossy) {
+      emulator = std::make_unique<net::LinkEmulator>(
+          port.id(), 0, loss1((server ? 71u : 73u) + m * 4), copies.get(), rte_get_tsc_hz());
+      iface.attach_emulator(emulator.get());
+    }
+  }
+  ~Connection() { iface.attach_emulator(nullptr); }
+
+  net::Mempool copies;
+  net::Interface iface;
+  std::unique_ptr<net::LinkEmulator> emulator;
+  transport::Endpoint ep;
+};
+
+// One memif link (one MTU) on one side, with its two endpoint variants.
+struct Link {
+  Link(net::Mempool& pool, bool server, size_t m, transport::MessageReceiver& receiver)
+      : mtu(kMtus[m]),
+        port(net::Port::open("net_memif" + std::to_string(m), pool,
+                             net::PortOptions{.mtu = kMtus[m]})) {
+    if (port.mtu() != mtu) throw std::runtime_error("memif port MTU is not " + std::to_string(mtu));
+    for (int lossy = 0; lossy < 2; ++lossy) {
+      connections[lossy] = std::make_unique<Connection>(port, pool, server, m, lossy, receiver);
+    }
+  }
+  /// Frees whatever an earlier run left in the RX ring; returns how many.
+  uint64_t drain() {
+    uint64_t n = 0;
+    rte_mbuf* b[kBurst];
+    while (const uint16_t got = port.rx_burst(0, b, kBurst)) {
+      rte_pktmbuf_free_bulk(b, got);
+      n += got;
+    }
+    return n;
+  }
+  void wait_up() {
+    rte_eth_link link{};
+    for (int waited = 0; link.link_status != RTE_ETH_LINK_UP; waited += 10) {
+      if (waited >= kLinkUpTimeoutMs) {
+        throw std::runtime_error(port.name() + ": memif link to the receiver is not up after " +
+                                 std::to_string(kLinkUpTimeoutMs / 1000) + " s");
+      }
+      ::usleep(10'000);
+      rte_eth_link_get_nowait(port.id(), &link);
+    }
+  }
+
+  uint32_t mtu;
+  net::Port port;
+  std::array<std::unique_ptr<Connection>, 2> connections;
+};
+
+// ---------------------------------------------------------------------------
+// The receiver process.
+
+// Places every message of the sender's endpoint into one of 8 buffers (by
+// tensor_key) and checks it against the source when it completes.
+class PlacingReceiver final : public transport::MessageReceiver {
+ public:
+  explicit PlacingReceiver(const std::vector<std::byte>& source)
+      : source_(source), buffers_(kMessages, std::vector<std::byte>(kMsgBytes)) {}
+
+  void reset() { completed = checked = corrupt = unexpected = bytes = 0; }
+
+  std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
+    if (h.msg_len != kMsgBytes || h.tensor_key >= kMessages) {
+      ++unexpected;
+      return nullptr;
+    }
+    return buffers_[h.tensor_key].data();
+  }
+  void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
+    ++completed;
+    bytes += kMsgBytes;
+    const std::byte* want = source_.data() + source_offset(h.iteration, h.tensor_key);
+    bool same;
+    if (h.iteration == 0) {
+      same = std::memcmp(buffer, want, kMsgBytes) == 0;
+      ++checked;
+    } else {
+      const size_t middle =
+          (uint64_t{h.iteration} * 4099 + h.tensor_key * 131) * 64 % (kMsgBytes - kSpan);
+      same = std::memcmp(buffer, want, kSpan) == 0 &&
+             std::memcmp(buffer + middle, want + middle, kSpan) == 0 &&
+             std::memcmp(buffer + kMsgBytes - kSpan, want + kMsgBytes - kSpan, kSpan) == 0;
+    }
+    if (!same) ++corrupt;
+  }
+
+  uint64_t completed = 0, checked = 0, corrupt = 0, unexpected = 0, bytes = 0;
+
+ private:
+  const std::vector<std::byte>& source_;
+  std::vector<std::vector<std::byte>> buffers_;
+};
+
+class Receiver {
+ public:
+  Receiver()
+      : pool_("mg_rx", 8191, 256, mbuf_bytes()),
+        placing_(source_),
+        links_{std::make_unique<Link>(pool_, true, 0, placing_),
+               std::make_unique<Link>(pool_, true, 1, placing_)} {}
+
+  uint64_t drain() { return links_[0]->drain() + links_[1]->drain(); }
+
+  void begin(Variant v, uint32_t mtu) {
+    variant_ = v;
+    link_ = links_[mtu_index(mtu)].get();
+    frame_ = mtu + net::kL2Len;
+    payload_ = net::payload_per_packet(mtu);
+    report_ = Report{};
+    first_tsc_ = last_tsc_ = 0;
+    first_packets_ = 0;
+    placed_ = 0;
+    placing_.reset();
+    wall_at_begin_ = clock_ns(CLOCK_MONOTONIC);
+    cpu_at_begin_ = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  }
+
+  /// One burst (raw) or one endpoint pass.
+  void poll_st() {
+    const uint64_t now = rte_rdtsc();
+    if (variant_ == Variant::kEndpoint || variant_ == Variant::kEndpointLoss1) {
+      link_->connections[variant_ == Variant::kEndpointLoss1]->ep.poll_st(now);
+      return;
+    }
+    rte_mbuf* b[kBurst];
+    const uint16_t got = link_->port.rx_burst(0, b, kBurst);
+    if (got == 0) return;
+    for (uint16_t i = 0; i < got; ++i) {
+      if (b[i]->pkt_len != frame_ || b[i]->nb_segs != 1) {
+        ++report_.wrong_length;
+      } else if (variant_ == Variant::kRawPlace) {
+        if (placed_ + payload_ > kMsgBytes) placed_ = 0;
+        std::memcpy(place_.data() + placed_,
+                    rte_pktmbuf_mtod_offset(b[i], const std::byte*, frame_ - payload_), payload_);
+        placed_ += payload_;
+      }
+      report_.bytes += b[i]->pkt_len;
+    }
+    rte_pktmbuf_free_bulk(b, got);
+    if (report_.packets == 0) {
+      first_tsc_ = now;
+      first_packets_ = got;
+    }
+    last_tsc_ = now;
+    report_.packets += got;
+  }
+
+  /// Frames (raw) or messages (endpoint) received so far in the run.
+  [[nodiscard]] uint64_t received() const {
+    return variant_ == Variant::kEndpoint || variant_ == Variant::kEndpointLoss1
+               ? placing_.completed
+               : report_.packets;
+  }
+
+  Report finish() {
+    Report r = report_;
+    if (variant_ == Variant::kEndpoint || variant_ == Variant::kEndpointLoss1) {
+      r.packets = placing_.completed;
+      r.bytes = placing_.bytes;
+      r.wrong_length = placing_.unexpected;
+      r.checked = placing_.checked;
+      r.corrupt = placing_.corrupt;
+    } else {
+      r.timed_packets = r.packets - first_packets_;
+      r.timed_bytes = r.timed_packets * payload_;  // payload, as the endpoint's figure
+      r.window_ns = static_cast<uint64_t>(static_cast<double>(last_tsc_ - first_tsc_) * 1e9 /
+                                          static_cast<double>(rte_get_tsc_hz()));
+    }
+    r.wall_ns = clock_ns(CLOCK_MONOTONIC) - wall_at_begin_;
+    r.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_at_begin_;
+    return r;
+  }
+
+ private:
+  std::vector<std::byte> source_ = transport::testing::random_pattern(kSourceBytes, kPatternSeed);
+  std::vector<std::byte> place_ = std::vector<std::byte>(kMsgBytes);  // raw_place's destination
+  net::Mempool pool_;
+  PlacingReceiver placing_;
+  std::array<std::unique_ptr<Link>, 2> links_;
+  Variant variant_ = Variant::kRaw;
+  Link* link_ = nullptr;
+  uint32_t frame_ = 0;
+  uint32_t payload_ = 0;
+  size_t placed_ = 0;
+  Report report_;
+  uint64_t first_tsc_ = 0;
+  uint64_t last_tsc_ = 0;
+  uint64_t first_packets_ = 0;
+  uint64_t wall_at_begin_ = 0;
+  uint64_t cpu_at_begin_ = 0;
+};
+
+enum class Next { kIdle, kExit, kFail };
+
+// Receives one run until kStop, then answers with the counts.
+Next receive_run(Receiver& rx, ControlChannel& control) {
+  const uint64_t hz = rte_get_tsc_hz();
+  const uint64_t give_up = rte_rdtsc() + hz / 1000 * kPatienceMs;
+  for (;;) {
+    for (int i = 0; i < kCommandPollPasses; ++i) rx.poll_st();
+    Command c;
+    const int got = control.receive(c, 0);
+    if (got < 0) return Next::kExit;
+    if (got == 0) {
+      if (rte_rdtsc() < give_up) continue;
+      std::fprintf(stderr, "memif_goodput_bench receiver: no stop after %d s\n",
+                   kPatienceMs / 1000);
+      return Next::kFail;
+    }
+    if (c.kind == Command::Kind::kQuit) return Next::kExit;
+    if (c.kind != Command::Kind::kStop) continue;
+    // What memif accepted may still be in its ring: take it, within 1 s.
+    const uint64_t until = rte_rdtsc() + hz;
+    while (rx.received() < c.sent && rte_rdtsc() < until) rx.poll_st();
+    return control.send(rx.finish()) ? Next::kIdle : Next::kExit;
+  }
+}
+
+int serve(Receiver& rx, ControlChannel& control) {
+  for (;;) {
+    Command c;
+    const int got = control.receive(c, kPatienceMs);
+    if (got < 0) return 0;  // the sender closed the socket: done
+    if (got == 0) {
+      std::fprintf(stderr, "memif_goodput_bench receiver: no command for %d s\n",
+                   kPatienceMs / 1000);
+      return 1;
+    }
+    switch (c.kind) {
+      case Command::Kind::kQuit:
+        return 0;
+      case Command::Kind::kStop:
+        if (!control.send(Report{})) return 0;
+        break;
+      case Command::Kind::kStart: {
+        Report ack;
+        ack.leftovers = rx.drain();
+        rx.begin(c.variant, c.frame);
+        if (!control.send(ack)) return 0;
+        const Next next = receive_run(rx, control);
+        if (next != Next::kIdle) return next == Next::kFail ? 1 : 0;
+        break;
+      }
+    }
+  }
+}
+
+int run_goodput_receiver(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s --peer <control fd> <memif socket>\n", argv[0]);
+    return 2;
+  }
+  ::prctl(PR_SET_NAME, "memif_goodput_p");
+  ControlChannel control(std::atoi(argv[2]));
+  std::string runtime_dir;
+  int rc = 1;
+  try {
+    net::Eal eal(eal_args(
+        "memif_goodput_peer",
+        {"--lcores=0@1", "--no-telemetry", "--log-level=pmd.net.memif:warning",
+         "--vdev=" + memif_vdev(true, argv[3], 0), "--vdev=" + memif_vdev(true, argv[3], 1)}));
+    runtime_dir = rte_eal_get_runtime_dir();
+    {
+      Receiver rx;
+      // Ready: the server ports listen, so the sender's client ports can connect.
+      if (control.send(Report{})) rc = serve(rx, control);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memif_goodput_bench receiver: %s\n", e.what());
+  }
+  remove_runtime_dir(runtime_dir);
+  return rc;
+}
+
+// ---------------------------------------------------------------------------
+// The sender process (Google Benchmark).
+
+struct Sender {
+  explicit Sender(PeerProcess& p) : peer(p) {
+    for (auto& l : links) l->wait_up();
+  }
+
+  PeerProcess& peer;
+  std::vector<std::byte> source = transport::testing::random_pattern(kSourceBytes, kPatternSeed);
+  net::Mempool pool{"mg_tx", 8191, 256, mbuf_bytes()};
+  NoMessages no_messages;
+  std::array<std::unique_ptr<Link>, 2> links{std::make_unique<Link>(pool, false, 0, no_messages),
+                                             std::make_unique<Link>(pool, false, 1, no_messages)};
+};
+Sender* g_sender = nullptr;
+
+// True once calls that made no progress have gone on for a second.
+class Stall {
+ public:
+  bool stuck(uint16_t progress) {
+    if (progress != 0) {
+      since_ = 0;
+      return false;
+    }
+    const uint64_t now = rte_rdtsc();
+    if (since_ == 0) since_ = now;
+    return now - since_ > rte_get_tsc_hz();
+  }
+
+ private:
+  uint64_t since_ = 0;
+};
+
+// An iteration hands memif the frames that carry 32 MiB of payload. Returns
+// the frames memif accepted; sets `failure` when it stops early.
+uint64_t send_raw(benchmark::State& state, Sender& s, Link& l, std::string& failure) {
+  const size_t frame = l.mtu + net::kL2Len;
+  const uint64_t per_iteration = frames_per_iteration(l.mtu);
+  uint64_t sent = 0;
+  size_t offset = 0;
+  Stall stall;
+  rte_mbuf* burst[kBurst];
+  for (auto _ : state) {
+    for (uint64_t left = per_iteration; left > 0 && failure.empty();) {
+      const auto n = static_cast<uint16_t>(std::min<uint64_t>(kBurst, left));
+      if (rte_pktmbuf_alloc_bulk(s.pool.get(), burst, n) != 0) {
+        failure = "the sender's mempool is empty";
+        break;
+      }
+      for (uint16_t i = 0; i < n; ++i) {
+        if (offset + frame > s.source.size()) offset = 0;
+        std::memcpy(rte_pktmbuf_mtod(burst[i], void*), s.source.data() + offset, frame);
+        offset += frame;
+        burst[i]->data_len = static_cast<uint16_t>(frame);
+        burst[i]->pkt_len = static_cast<uint32_t>(frame);
+      }
+      uint16_t done = 0;
+      while (done < n) {
+        const uint16_t went = l.port.tx_burst(0, burst + done, n - done);
+        done += went;
+        if (stall.stuck(went)) break;
+      }
+      sent += done;
+      left -= done;
+      if (done < n) {
+        rte_pktmbuf_free_bulk(burst + done, n - done);
+        failure = "memif took nothing for 1 s";
+      }
+    }
+    if (!failure.empty()) break;
+  }
+  return sent;
+}
+
+struct Completions {
+  uint64_t ok = 0;
+  uint64_t failed = 0;
+  std::string first_error;
+};
+
+void on_sent(void* context, const transport::SendResult& r) {
+  auto& c = *static_cast<Completions*>(context);
+  if (r.ok()) {
+    ++c.ok;
+  } else if (c.failed++ == 0) {
+    c.first_error =
+        std::string(transport::send_status_name(r.status)) + ": " + std::string(r.error);
+  }
+}
+
+// An iteration sends 8 x 4 MiB and polls until their completions have run.
+// Returns the messages delivered; sets `failure` when it stops early.
+uint64_t send_messages(benchmark::State& state, Sender& s, transport::Endpoint& ep,
+                       std::string& failure) {
+  Completions c;
+  uint32_t iteration = 0;
+  const uint64_t hz = rte_get_tsc_hz();
+  for (auto _ : state) {
+    const uint64_t target = c.ok + kMessages;
+    for (uint32_t key = 0; key < kMessages; ++key) {
+      transport::MessageMeta meta;
+      meta.tensor_key = key;
+      meta.iteration = iteration;
+      const std::byte* data = s.source.data() + source_offset(iteration, key);
+      if (ep.send(0, data, kMsgBytes, 0, meta, transport::Completion{&on_sent, &c, key}) !=
+          transport::SubmitStatus::kQueued) {
+        failure = "the endpoint refused a send";
+        return c.ok;
+      }
+    }
+    const uint64_t deadline = rte_rdtsc() + 60 * hz;
+    while (c.ok + c.failed < target) {
+      const uint64_t now = rte_rdtsc();
+      ep.poll_st(now);
+      if (now > deadline) {
+        failure = "an iteration did not complete in 60 s";
+        return c.ok;
+      }
+    }
+    if (c.failed != 0) {
+      failure = std::to_string(c.failed) + " sends failed, the first with " + c.first_error;
+      return c.ok;
+    }
+    ++iteration;
+  }
+  return c.ok;
+}
+
+// A failed run ends the whole benchmark with an exception (main reports it,
+// stops the receiver and EAL), as in memif_rate_bench: a run that loses data
+// or its receiver is a fault to look at, not a figure.
+void run(benchmark::State& state, Variant v) {
+  Sender& s = *g_sender;
+  const auto mtu = static_cast<uint32_t>(state.range(0));
+  Link& l = *s.links[mtu_index(mtu)];
+  const bool endpoint = v == Variant::kEndpoint || v == Variant::kEndpointLoss1;
+  const std::string name = std::string("memif/") +
+                           (v == Variant::kRaw        ? "raw/"
+                            : v == Variant::kRawPlace ? "raw_place/"
+                            : v == Variant::kEndpoint ? "endpoint/"
+                                                      : "endpoint_loss1/") +
+                           std::to_string(mtu);
+  transport::Endpoint* ep = endpoint ? &l.connections[v == Variant::kEndpointLoss1]->ep : nullptr;
+  if (ep != nullptr && !ep->idle_st()) throw std::runtime_error(name + ": endpoint not idle");
+  const uint64_t resent_before = ep != nullptr ? ep->counters_st().tx_retransmits : 0;
+  std::string failure;
+  Report ack;
+  l.drain();  // stale ACKs of an earlier run
+  if (!s.peer.start(v, mtu, ack, failure)) throw std::runtime_error(name + ": " + failure);
+  const uint64_t wall = clock_ns(CLOCK_MONOTONIC);
+  const uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  const uint64_t sent =
+      endpoint ? send_messages(state, s, *ep, failure) : send_raw(state, s, l, failure);
+  const double tx_cpu = static_cast<double>(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu) /
+                        static_cast<double>(clock_ns(CLOCK_MONOTONIC) - wall);
+  Report r;
+  std::string stop_failure;
+  if (!s.peer.stop(sent, r, stop_failure)) {
+    failure += (failure.empty() ? "" : "; ") + stop_failure;
+  }
+  const uint64_t iterations = static_cast<uint64_t>(state.iterations());
+  if (failure.empty()) {
+    if (r.wrong_length != 0) {
+      failure = std::to_string(r.wrong_length) +
+                (endpoint ? " messages refused by the receiver" : " frames of the wrong length");
+    } else if (r.packets != sent) {
+      failure = "the receiver got " + std::to_string(r.packets) + " of the " +
+                std::to_string(sent) +
+                (endpoint ? " messages delivered" : " frames memif accepted");
+    } else if (endpoint && r.corrupt != 0) {
+      failure = std::to_string(r.corrupt) + " messages differ from the source";
+    } else if (endpoint && (r.checked != kMessages || sent != iterations * kMessages ||
+                            r.bytes != sent * kMsgBytes)) {
+      failure = "counts disagree: " + std::to_string(r.checked) + " messages checked whole, " +
+                std::to_string(sent) + " delivered in " + std::to_string(iterations) +
+                " iterations, " + std::to_string(r.bytes) + " bytes placed";
+    } else if (!endpoint && sent != iterations * frames_per_iteration(mtu)) {
+      failure = "sent " + std::to_string(sent) + " frames in " + std::to_string(iterations) +
+                " iterations";
+    }
+  }
+  if (!failure.empty()) throw std::runtime_error(name + ": " + failure);
+  const uint64_t payload =
+      endpoint ? sent * kMsgBytes : sent * uint64_t{net::payload_per_packet(mtu)};
+  state.counters["Gbps"] =
+      benchmark::Counter(static_cast<double>(payload) * 8 / 1e9, benchmark::Counter::kIsRate);
+  if (!endpoint && r.window_ns > 0) {
+    state.counters["rx_Gbps"] =
+        static_cast<double>(r.timed_bytes) * 8 / static_cast<double>(r.window_ns);
+  }
+  if (endpoint) {
+    // Resends in % of the data packets the run's messages needed.
+    const double packets =
+        static_cast<double>(sent) * std::ceil(double{kMsgBytes} / ep->max_payload());
+    state.counters["resent_pct"] =
+        static_cast<double>(ep->counters_st().tx_retransmits - resent_before) * 100 / packets;
+  }
+  state.counters["tx_cpu"] = tx_cpu;
+  state.counters["rx_cpu"] =
+      r.wall_ns > 0 ? static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns) : 0.0;
+}
+
+// RatioReporter on "Gbps" against raw, with a repetition in which either side
+// had less than `min_share` of its core reported, and counted, under the group
+// "memif_shared_cpu" instead of "memif" (memif_rate_bench's guard).
+class CpuShareReporter final : public RatioReporter {
+ public:
+  explicit CpuShareReporter(double min_share)
+      : RatioReporter("Gbps", "raw"), min_share_(min_share) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> split = runs;
+    for (Run& r : split) {
+      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
+      const auto tx = r.counters.find("tx_cpu");
+      const auto rx = r.counters.find("rx_cpu");
+      if (tx == r.counters.end() || rx == r.counters.end()) continue;
+      if (std::min(tx->second.value, rx->second.value) >= min_share_) continue;
+      std::string& name = r.run_name.function_name;
+      if (name.starts_with("memif/")) name.replace(0, 5, "memif_shared_cpu");
+    }
+    RatioReporter::ReportRuns(split);
+  }
+
+ private:
+  double min_share_;
+};
+
+void raw(benchmark::State& state) { run(state, Variant::kRaw); }
+void raw_place(benchmark::State& state) { run(state, Variant::kRawPlace); }
+void endpoint(benchmark::State& state) { run(state, Variant::kEndpoint); }
+void endpoint_loss1(benchmark::State& state) { run(state, Variant::kEndpointLoss1); }
+
+// Real time: the sender waits on memif and on ACKs, and the figures are per second.
+BENCHMARK(raw)->Name("memif/raw")->Arg(1500)->Arg(9000)->UseRealTime();
+BENCHMARK(raw_place)->Name("memif/raw_place")->Arg(1500)->Arg(9000)->UseRealTime();
+BENCHMARK(endpoint)->Name("memif/endpoint")->Arg(1500)->Arg(9000)->UseRealTime();
+BENCHMARK(endpoint_loss1)->Name("memif/endpoint_loss1")->Arg(1500)->Arg(9000)->UseRealTime();
+
+}  // namespace
+}  // namespace mercury::bench::memif
+
+int main(int argc, char** argv) {
+  namespace memif = mercury::bench::memif;
+  if (argc > 1 && std::strcmp(argv[1], "--peer") == 0)
+    return memif::run_goodput_receiver(argc, argv);
+  // --min_cpu_share=X (default 0.9): this benchmark's own flag, taken out
+  // before Google Benchmark reads the rest.
+  double min_share = 0.9;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    constexpr std::string_view kFlag = "--min_cpu_share=";
+    if (std::string_view(argv[i]).starts_with(kFlag)) {
+      min_share = std::atof(argv[i] + kFlag.size());
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  std::string runtime_dir;
+  int rc = 0;
+  try {
+    // memif's default abstract socket: a name only, nothing on disk to clean.
+    const std::string socket = "/tmp/mercury-goodput-" + std::to_string(getpid()) + ".sock";
+    // Before EAL: a process must not fork once EAL has started.
+    memif::PeerProcess peer(socket);
+    mercury::net::Eal eal(mercury::bench::eal_args(
+        "memif_goodput_bench",
+        {"--lcores=0@0", "--no-telemetry", "--log-level=pmd.net.memif:warning",
+         "--vdev=" + memif::memif_vdev(false, socket, 0),
+         "--vdev=" + memif::memif_vdev(false, socket, 1)}));
+    runtime_dir = rte_eal_get_runtime_dir();
+    peer.wait_ready(memif::kReadyTimeoutMs);
+    {
+      memif::Sender sender(peer);
+      memif::g_sender = &sender;
+      memif::CpuShareReporter reporter(min_share);
+      benchmark::RunSpecifiedBenchmarks(&reporter);
+      memif::g_sender = nullptr;
+    }
+    if (const int peer_rc = peer.quit(); peer_rc != 0) {
+      std::fprintf(stderr, "memif_goodput_bench: the receiver process exited with %d\n", peer_rc);
+      rc = 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memif_goodput_bench: %s\n", e.what());
+    rc = 1;
+  }
+  memif::remove_runtime_dir(runtime_dir);
+  benchmark::Shutdown();
+  return rc;
+}
