@@ -1,0 +1,331 @@
+// The server's flow control (docs/server.md, "Flow control") with one worker
+// a whole round ahead of the other, as separate hosts at different speeds
+// are. The server's port receives into its own small pool (frames are copied
+// into it, as net_af_packet and net_memif do), much smaller than what the
+// fast worker's round would have the chunk tables hold. Before the flow
+// control this deadlocked: the held contributions emptied the pool, the slow
+// worker's packets (which complete the sets) could no longer be received,
+// nor anything sent. Now the fast worker's packets beyond the limit are
+// refused unacknowledged and resent, every round completes bit for bit, and
+// the aggregation path never owns more than the limit while only one worker
+// pushes. Inline shards and shard cores (lcores 1 and 2).
+#include <gtest/gtest.h>
+#include <rte_cycles.h>
+#include <rte_eth_ring.h>
+#include <rte_ether.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pmd_env.h"
+#include "ps_job.h"
+
+namespace mercury {
+namespace {
+
+using pstest::TestWorker;
+
+constexpr uint32_t kMtu = 1500;
+constexpr uint32_t kWorkers = 2;
+constexpr uint32_t kServerPool = 2047;  // mobilenet_v2 has ~9 900 chunks
+constexpr uint32_t kWorkerPool = 8191;
+
+// One server port and a port per worker over rings. Unlike pstest::Hub, the
+// test copies every frame into the receiving side's own pool, so what the
+// server holds comes out of its port's pool, and a full pool drops frames
+// as a NIC does.
+class CopyingHub {
+ public:
+  explicit CopyingHub(const std::string& name)
+      : server_pool_("bps_" + name, kServerPool, 32, net::frame_bytes_for_mtu(kMtu)),
+        up_("bpu_" + name, 8192, 0),
+        server_rx_("bpr_" + name, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ),
+        server_tx_("bpt_" + name, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ) {
+    rte_ring* rx = server_rx_.get();
+    rte_ring* tx = server_tx_.get();
+    const std::string sname = "bps_" + name;
+    if (rte_eth_from_rings(sname.c_str(), &rx, 1, &tx, 1, rte_socket_id()) < 0) {
+      throw std::runtime_error("hub: server port");
+    }
+    ports_.push_back(
+        net::Port::open("net_ring_" + sname, server_pool_, net::PortOptions{.mtu = kMtu}));
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      worker_pools_.emplace_back("bpw" + std::to_string(w) + "_" + name, kWorkerPool, 64,
+                                 net::frame_bytes_for_mtu(kMtu));
+      worker_rx_.emplace_back("bpwr" + std::to_string(w) + "_" + name, 8192,
+                              RING_F_SP_ENQ | RING_F_SC_DEQ);
+      rte_ring* wr = worker_rx_.back().get();
+      rte_ring* up = up_.get();
+      const std::string wname = "bpw" + std::to_string(w) + "p_" + name;
+      if (rte_eth_from_rings(wname.c_str(), &wr, 1, &up, 1, rte_socket_id()) < 0) {
+        throw std::runtime_error("hub: worker port");
+      }
+      ports_.push_back(net::Port::open("net_ring_" + wname, worker_pools_.back(),
+                                       net::PortOptions{.mtu = kMtu}));
+    }
+    ifaces_.push_back(std::make_unique<net::Interface>(
+        ports_[0], server_pool_, net::LocalAddr{ports_[0].mac(), server_ip(), 47100},
+        net::InterfaceOptions{}));
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      ifaces_.push_back(std::make_unique<net::Interface>(
+          ports_[w + 1], worker_pools_[w], net::LocalAddr{ports_[w + 1].mac(), worker_ip(w), 47101},
+          net::InterfaceOptions{}));
+    }
+  }
+  ~CopyingHub() {
+    for (rte_ring* r : {up_.get(), server_rx_.get(), server_tx_.get()}) drain(r);
+    for (net::Ring& r : worker_rx_) drain(r.get());
+  }
+
+  static uint32_t server_ip() { return 0x0a4d0001u; }
+  static uint32_t worker_ip(uint32_t w) { return 0x0a4d0010u + w; }
+  net::Interface& server() { return *ifaces_[0]; }
+  net::Interface& worker(uint32_t w) { return *ifaces_[w + 1]; }
+  uint64_t rx_pool_empty() const { return rx_pool_empty_; }
+
+  /// Moves every queued frame both ways, each copied into the receiver's
+  /// pool (the links are faster than the nodes: no frame waits in a TX
+  /// ring, which would hold the sender's mbufs as a NIC's TX ring never
+  /// holds more than its descriptors).
+  void forward() {
+    rte_mbuf* m[32];
+    unsigned n;
+    while ((n = rte_ring_dequeue_burst(up_.get(), reinterpret_cast<void**>(m), 32, nullptr)) > 0) {
+      for (unsigned i = 0; i < n; ++i) deliver(m[i], server_pool_, server_rx_.get());
+    }
+    while ((n = rte_ring_dequeue_burst(server_tx_.get(), reinterpret_cast<void**>(m), 32,
+                                       nullptr)) > 0) {
+      to_workers(m, n);
+    }
+  }
+
+ private:
+  void to_workers(rte_mbuf** m, unsigned n) {
+    for (unsigned i = 0; i < n; ++i) {
+      const auto* eth = rte_pktmbuf_mtod(m[i], const rte_ether_hdr*);
+      const bool bcast = rte_is_broadcast_ether_addr(&eth->dst_addr);
+      for (uint32_t w = 0; w < kWorkers; ++w) {
+        if (!bcast &&
+            std::memcmp(eth->dst_addr.addr_bytes, ports_[w + 1].mac().bytes.data(), 6) != 0) {
+          continue;
+        }
+        rte_mbuf* c = rte_pktmbuf_copy(m[i], worker_pools_[w].get(), 0, UINT32_MAX);
+        if (c != nullptr && rte_ring_enqueue(worker_rx_[w].get(), c) != 0) rte_pktmbuf_free(c);
+      }
+      rte_pktmbuf_free(m[i]);
+    }
+  }
+  void deliver(rte_mbuf* m, net::Mempool& pool, rte_ring* to) {
+    rte_mbuf* c = rte_pktmbuf_copy(m, pool.get(), 0, UINT32_MAX);
+    rte_pktmbuf_free(m);
+    if (c == nullptr) {
+      ++rx_pool_empty_;  // a NIC with no mbuf to receive into drops the frame
+      return;
+    }
+    if (rte_ring_enqueue(to, c) != 0) rte_pktmbuf_free(c);
+  }
+  static void drain(rte_ring* r) {
+    void* m;
+    while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+  }
+
+  net::Mempool server_pool_;
+  std::deque<net::Mempool> worker_pools_;
+  net::Ring up_, server_rx_, server_tx_;
+  std::deque<net::Ring> worker_rx_;
+  std::deque<net::Port> ports_;
+  std::vector<std::unique_ptr<net::Interface>> ifaces_;
+  uint64_t rx_pool_empty_ = 0;
+};
+
+class AheadJob {
+ public:
+  AheadJob(const std::string& name, std::vector<unsigned> shard_lcores) : hub_(name) {
+    decls_ = agg::parse_model_shapes(pstest::read_model("mobilenet_v2.txt"));
+    chunk_ = net::payload_per_packet(kMtu);
+    std::vector<server::JobWorker> jw;
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      jw.push_back({{"w" + std::to_string(w), CopyingHub::worker_ip(w), 47101}, 0});
+    }
+    server::ServerNodeConfig sc;
+    sc.chunk_bytes = chunk_;
+    sc.optimizer = optimizer_;
+    sc.job_shards = {2};
+    sc.endpoint = pstest::endpoint_config(3, 0);
+    sc.shard_lcores = std::move(shard_lcores);
+    sc.shard_core = {.ring_entries = 1 << 15};
+    const uint64_t now = rte_rdtsc();
+    server_ = std::make_unique<server::ServerNode>(std::vector<net::Interface*>{&hub_.server()}, jw,
+                                                   sc, now);
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      workers_.push_back(
+          std::make_unique<TestWorker>(w, decls_, 2, chunk_, hub_.worker(w),
+                                       PeerSpec{"ps", CopyingHub::server_ip(), 47100}, now));
+    }
+  }
+
+  server::ServerNode& server() { return *server_; }
+  CopyingHub& hub() { return hub_; }
+  uint64_t chunks() const {
+    uint64_t n = 0;
+    for (const agg::Partition& p : server_->placement_st()->partitions()) {
+      n += (p.bytes() + chunk_ - 1) / chunk_;
+    }
+    return n;
+  }
+  uint64_t backpressure() {
+    return server_->endpoint(0)
+        .counters_st()
+        .drops[static_cast<size_t>(transport::EndpointDrop::kBackpressure)];
+  }
+  uint64_t most_owned_alone() const { return most_owned_alone_; }
+
+  // Polls everything until `done()`; with `only_w0`, records the most mbufs
+  // the aggregation path owned after each pass. False after 120 s (a
+  // deadlock).
+  template <typename Done>
+  bool poll_until(Done done, bool only_w0 = false) {
+    const uint64_t deadline = rte_rdtsc() + 120 * rte_get_tsc_hz();
+    for (;;) {
+      const uint64_t now = rte_rdtsc();
+      server_->poll_st(now);
+      hub_.forward();
+      for (auto& w : workers_) w->node().poll_st(now);
+      if (only_w0)
+        most_owned_alone_ = std::max(most_owned_alone_, server_->aggregation_mbufs_st(0));
+      if (done()) return true;
+      if (now > deadline) return false;
+    }
+  }
+
+  void start() {
+    for (auto& w : workers_) w->declare();
+    ASSERT_TRUE(poll_until([&] {
+      return std::all_of(workers_.begin(), workers_.end(),
+                         [](auto& w) { return !w->control().empty(); });
+    }));
+    for (auto& w : workers_) ASSERT_EQ(w->control().back().kind, agg::ControlKind::kReady);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    reference_.resize(decls_.size());
+    for (size_t t = 0; t < decls_.size(); ++t) {
+      for (float& p : workers_[0]->params()[t]) p = dist(rng);
+      reference_[t] = workers_[0]->params()[t];
+    }
+    workers_[0]->push_all(wire::PacketType::kInit, 0);
+    ASSERT_TRUE(poll_until([&] {
+      return std::all_of(workers_.begin(), workers_.end(),
+                         [](auto& w) { return w->has_version(0); });
+    }));
+  }
+
+  // Round r: worker 0 pushes the whole round and runs until the server
+  // refuses its packets; only then does worker 1 push. Returns "" or what
+  // went wrong.
+  std::string round(uint32_t r, std::mt19937& rng) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    const float inv_n = 1.0f / static_cast<float>(kWorkers);
+    for (size_t t = 0; t < decls_.size(); ++t) {
+      for (auto& w : workers_) {
+        for (float& g : w->grads()[t]) g = dist(rng);
+      }
+      for (uint64_t i = 0; i < decls_[t].elements; ++i) {
+        const float s = workers_[0]->grads()[t][i] + workers_[1]->grads()[t][i];
+        reference_[t][i] = reference_[t][i] - optimizer_.learning_rate * (s * inv_n);
+      }
+    }
+    const uint64_t refused_before = backpressure();
+    workers_[0]->push_all(wire::PacketType::kData, r);
+    if (!poll_until([&] { return backpressure() > refused_before; }, true)) {
+      return "round " + std::to_string(r) + ": worker 0 alone was never refused";
+    }
+    workers_[1]->push_all(wire::PacketType::kData, r);
+    if (!poll_until([&] {
+          return std::all_of(workers_.begin(), workers_.end(),
+                             [&](auto& w) { return w->has_version(r + 1); });
+        })) {
+      const server::ServerCounters c = server_->counters_st();
+      return "round " + std::to_string(r) + " did not complete: held " + std::to_string(c.held) +
+             ", aggregation mbufs " + std::to_string(c.aggregation_mbufs) + ", pool empty " +
+             std::to_string(hub_.rx_pool_empty());
+    }
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      for (size_t t = 0; t < decls_.size(); ++t) {
+        const auto& got = workers_[w]->params()[t];
+        if (std::memcmp(got.data(), reference_[t].data(), got.size() * sizeof(float)) != 0) {
+          return "round " + std::to_string(r) + ": worker " + std::to_string(w) + " tensor " +
+                 decls_[t].name + " differs from the reference";
+        }
+      }
+    }
+    return "";
+  }
+
+ private:
+  using PeerSpec = transport::PeerSpec;
+  CopyingHub hub_;
+  std::vector<agg::TensorDecl> decls_;
+  uint32_t chunk_ = 0;
+  agg::OptimizerConfig optimizer_ = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};
+  std::unique_ptr<server::ServerNode> server_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;
+  std::vector<std::vector<float>> reference_;
+  uint64_t most_owned_alone_ = 0;
+};
+
+void run_ahead(const std::string& name, std::vector<unsigned> lcores) {
+  const bool cores = !lcores.empty();
+  AheadJob job(name, std::move(lcores));
+  job.start();
+  if (::testing::Test::HasFatalFailure()) return;
+  const uint64_t limit = job.server().flow_limit_st(0);
+  // The pool is far smaller than one worker's round: without flow control
+  // the fast worker alone would fill it.
+  ASSERT_GT(limit, 0u);
+  ASSERT_LT(limit, kServerPool);
+  ASSERT_GT(job.chunks(), 4 * uint64_t{kServerPool});
+  std::mt19937 rng(5);
+  constexpr uint32_t kRounds = 3;
+  const uint64_t t0 = rte_rdtsc();
+  for (uint32_t r = 0; r < kRounds; ++r) ASSERT_EQ(job.round(r, rng), "");
+  const double s = static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(rte_get_tsc_hz());
+  // While worker 0 pushed alone, the aggregation path never owned more than
+  // the limit (nothing could join its sets).
+  EXPECT_LE(job.most_owned_alone(), limit);
+  EXPECT_GE(job.most_owned_alone(), limit);  // ... and it did reach it
+  const uint64_t refused = job.backpressure();
+  EXPECT_GT(refused, 0u);
+  job.server().stop();
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.shards.updates, job.chunks() * (kRounds + 1));
+  EXPECT_EQ(c.held, 0u);
+  EXPECT_EQ(c.aggregation_mbufs, 0u);  // every handed mbuf counted back
+  EXPECT_EQ(c.drop(server::ServerDrop::kShardRingFull), 0u);
+  EXPECT_EQ(c.shards.fanout_lost, 0u);
+  std::printf(
+      "%s: %u rounds of mobilenet_v2 (%lu chunks), server pool %u, flow limit %lu: %.2f s; "
+      "%lu packets refused (backpressure), %lu frames dropped for an empty pool, %lu "
+      "server retransmissions\n",
+      cores ? "shard cores" : "inline shards", kRounds, static_cast<unsigned long>(job.chunks()),
+      kServerPool, static_cast<unsigned long>(limit), s, static_cast<unsigned long>(refused),
+      static_cast<unsigned long>(job.hub().rx_pool_empty()),
+      static_cast<unsigned long>(c.net.tx_retransmits));
+}
+
+TEST(PsBackpressure, WorkerARoundAheadInlineShards) { run_ahead("in", {}); }
+
+TEST(PsBackpressure, WorkerARoundAheadShardCores) { run_ahead("co", {1, 2}); }
+
+}  // namespace
+}  // namespace mercury
+
+int main(int argc, char** argv) {
+  return mercury::pmdtest::run_all_tests(argc, argv, {"--lcores=0@0,1@1,2@1"});
+}
