@@ -421,6 +421,11 @@ void NetCore::on_message_complete(uint16_t peer, const wire::HeaderFields& h, st
     case agg::ControlKind::kRefused:
       if (phase_ == Phase::kDeclaring) {
         fail_start_st("start: " + server_name(peer) + " refused the declarations: " + m.text);
+      } else if (phase_ == Phase::kInitialising || phase_ == Phase::kRunning) {
+        // A server giving up on the job (e.g. another rank died): every
+        // pending and later request fails with its reason instead of waiting
+        // for aggregates that will never come.
+        break_st(server_name(peer) + " stopped the job: " + m.text);
       }
       break;
     case agg::ControlKind::kBarrierDone:
