@@ -79,7 +79,6 @@ class ServerNode::PortReceiver final : public transport::PacketReceiver,
   void on_message_abandoned(uint16_t, uint32_t, std::byte* buffer) override {
     node_.control_abandoned(buffer);
   }
-  uint32_t ranks() const { return static_cast<uint32_t>(ranks_.size()); }
 
  private:
   ServerNode& node_;
@@ -181,7 +180,7 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
     if (ranks.empty()) {
       throw std::invalid_argument("server: no worker is reached through port " + std::to_string(p));
     }
-    flow_.push_back(PortFlow{.limit = config.flow_limit, .port_id = ports[p]->port().id()});
+    flow_.push_back(PortFlow{.port_id = ports[p]->port().id()});
     receivers_.push_back(
         std::make_unique<PortReceiver>(*this, static_cast<uint32_t>(p), std::move(ranks)));
     endpoints_.push_back(std::make_unique<transport::Endpoint>(
@@ -262,31 +261,37 @@ void ServerNode::stop() {
 
 // ---- flow control (docs/server.md) ---------------------------------------
 
-void ServerNode::derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) const {
+void ServerNode::derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) {
   // The pool the port's packets arrive in (the port's own for a NIC,
   // net_af_packet or net_memif; the sender's for net_ring), less what the
-  // rest of the path may have out of it at once: the RX and TX descriptor
-  // rings when the PMD says (a NIC's RX ring holds its mbufs), the
-  // Interface's TX stage and spares, a few RX bursts and the shard ring's
-  // stage, and every lcore's mempool cache (mbufs freed on a shard core wait
-  // there). Each started set holds at most min(ranks behind a port, N - 1)
-  // mbufs of one port, and each port may start up to the limit: dividing by
-  // that times the ports keeps every port's held mbufs within its share
-  // however the ranks run.
-  const rte_mempool* pool = mbuf->pool;
-  uint64_t headroom = net::Interface::kStage + net::Interface::kBurst + 4 * net::Interface::kBurst;
-  headroom += uint64_t{pool->cache_size} * 3 / 2 * rte_lcore_count();
-  rte_eth_rxq_info rxq{};
-  if (rte_eth_rx_queue_info_get(f.port_id, 0, &rxq) == 0) headroom += rxq.nb_desc;
-  rte_eth_txq_info txq{};
-  if (rte_eth_tx_queue_info_get(f.port_id, 0, &txq) == 0) headroom += txq.nb_desc;
-  uint32_t most_behind_a_port = 0;
-  for (const auto& r : receivers_) {
-    most_behind_a_port = std::max<uint32_t>(most_behind_a_port, r->ranks());
+  // rest of the path may have out of it at once: per port using the pool,
+  // its RX and TX descriptor rings when the PMD says (a NIC's RX ring holds
+  // its mbufs) and its Interface's TX stage and spares; then four RX bursts
+  // and every lcore's mempool cache (mbufs freed on a shard core wait
+  // there). Ports whose packets come from one pool share what is left
+  // equally. A config value (ServerNodeConfig::flow_limit) is kept as is.
+  f.pool = mbuf->pool;
+  if (config_.flow_limit != 0) {
+    f.limit = config_.flow_limit;
+    return;
   }
-  const uint64_t per_set = std::max<uint64_t>(1, std::min(most_behind_a_port, workers() - 1));
-  const uint64_t usable = pool->size > headroom ? pool->size - headroom : 0;
-  f.limit = std::max<uint64_t>(1, usable / (per_set * flow_.size()));
+  uint64_t headroom = 4 * uint64_t{net::Interface::kBurst} +
+                      uint64_t{f.pool->cache_size} * 3 / 2 * rte_lcore_count();
+  uint64_t sharing = 0;
+  for (const PortFlow& q : flow_) {
+    if (q.pool != f.pool) continue;
+    ++sharing;
+    headroom += net::Interface::kStage + net::Interface::kBurst;
+    rte_eth_rxq_info rxq{};
+    if (rte_eth_rx_queue_info_get(q.port_id, 0, &rxq) == 0) headroom += rxq.nb_desc;
+    rte_eth_txq_info txq{};
+    if (rte_eth_tx_queue_info_get(q.port_id, 0, &txq) == 0) headroom += txq.nb_desc;
+  }
+  const uint64_t usable = f.pool->size > headroom ? f.pool->size - headroom : 0;
+  const uint64_t limit = std::max<uint64_t>(1, usable / sharing);
+  for (PortFlow& q : flow_) {
+    if (q.pool == f.pool) q.limit = limit;
+  }
 }
 
 uint64_t ServerNode::aggregation_mbufs_st(uint32_t port) const {
@@ -345,7 +350,7 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     return false;
   }
   PortFlow& flow = flow_[port];
-  if (flow.limit == 0) derive_flow_limit(flow, mbuf);
+  if (flow.pool == nullptr) derive_flow_limit(flow, mbuf);
   // Counted under the receiving port (net_ring leaves mbuf->port unset).
   mbuf->port = flow.port_id;
   if (static_cast<size_t>(slot) >= cores_.size()) {  // this shard runs inline

@@ -237,7 +237,8 @@ class ServerNode {
   // path so far, the DPDK port id they are counted under, and the limit.
   struct PortFlow {
     uint64_t handed = 0;
-    uint64_t limit = 0;  // 0: not derived yet
+    uint64_t limit = 0;                 // 0: not derived yet
+    const rte_mempool* pool = nullptr;  // where its packets arrive, once seen
     uint16_t port_id = 0;
   };
 
@@ -251,7 +252,7 @@ class ServerNode {
   bool admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h);
   bool on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
                     std::span<const std::byte> payload, rte_mbuf* mbuf);
-  void derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) const;
+  void derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf);
   void flush_st(uint32_t slot);
   void count(ServerDrop d) { ++drops_[static_cast<size_t>(d)]; }
 
