@@ -59,6 +59,7 @@
 #include <cstring>
 #include <ctime>
 #include <exception>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -647,6 +648,13 @@ void run(benchmark::State& state, Variant v) {
 // RatioReporter on "Gbps" against raw, with a repetition in which either side
 // had less than `min_share` of its core reported, and counted, under the group
 // "memif_shared_cpu" instead of "memif" (memif_rate_bench's guard).
+//
+// RatioReporter pairs the i-th run of a variant with the i-th run of raw in
+// the same group, so once the guard has moved some runs out of "memif" those
+// pairs may come from different repetitions. Finalize therefore adds a table
+// of ratios taken within one repetition only (Google Benchmark's repetition
+// index: with random interleaving, the variant and raw of one repetition ran
+// in the same round), counting a repetition only when both runs were clean.
 class CpuShareReporter final : public RatioReporter {
  public:
   explicit CpuShareReporter(double min_share)
@@ -658,16 +666,66 @@ class CpuShareReporter final : public RatioReporter {
       if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
       const auto tx = r.counters.find("tx_cpu");
       const auto rx = r.counters.find("rx_cpu");
-      if (tx == r.counters.end() || rx == r.counters.end()) continue;
-      if (std::min(tx->second.value, rx->second.value) >= min_share_) continue;
-      std::string& name = r.run_name.function_name;
-      if (name.starts_with("memif/")) name.replace(0, 5, "memif_shared_cpu");
+      const auto gbps = r.counters.find("Gbps");
+      if (tx == r.counters.end() || rx == r.counters.end() || gbps == r.counters.end()) continue;
+      const bool clean = std::min(tx->second.value, rx->second.value) >= min_share_;
+      std::string& name = r.run_name.function_name;  // "memif/<variant>"
+      const std::string variant = name.substr(name.find('/') + 1);
+      samples_[r.run_name.args][variant][r.repetition_index] = {gbps->second.value, clean};
+      if (!clean && name.starts_with("memif/")) name.replace(0, 5, "memif_shared_cpu");
     }
     RatioReporter::ReportRuns(split);
   }
 
+  void Finalize() override {
+    RatioReporter::Finalize();
+    std::printf(
+        "\nper repetition, both runs clean (each side >= %.2f of its core); ratio to raw of the "
+        "same repetition:\n%-6s %-16s %10s %22s %3s %9s %19s %3s\n",
+        min_share_, "arg", "variant", "Gbps", "[min, max]", "n", "ratio", "[min, max]", "n");
+    for (const auto& [arg, variants] : samples_) {
+      const auto limit = variants.find("raw");
+      for (const auto& [variant, reps] : variants) {
+        std::vector<double> rates, ratios;
+        for (const auto& [rep, sample] : reps) {
+          if (!sample.clean) continue;
+          rates.push_back(sample.gbps);
+          if (limit == variants.end() || variant == "raw") continue;
+          const auto l = limit->second.find(rep);
+          if (l != limit->second.end() && l->second.clean && l->second.gbps > 0) {
+            ratios.push_back(sample.gbps / l->second.gbps);
+          }
+        }
+        std::printf("%-6s %-16s", arg.c_str(), variant.c_str());
+        print_spread(rates, "%10.2f   [%8.2f, %8.2f] %3zu", 36);
+        if (variant != "raw") print_spread(ratios, " %9.3f   [%6.3f, %6.3f] %3zu", 35);
+        std::printf("\n");
+      }
+    }
+  }
+
  private:
+  struct Sample {
+    double gbps = 0;
+    bool clean = false;
+  };
+
+  // Median [min, max] n, with `format` taking those four, or "-" in a field
+  // of `width` when there is none.
+  static void print_spread(std::vector<double> v, const char* format, int width) {
+    if (v.empty()) {
+      std::printf("%*s", width, "- ");
+      return;
+    }
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    std::printf(format, median, v.front(), v.back(), n);
+  }
+
   double min_share_;
+  // [arg][variant][repetition]
+  std::map<std::string, std::map<std::string, std::map<int64_t, Sample>>> samples_;
 };
 
 void raw(benchmark::State& state) { run(state, Variant::kRaw); }
