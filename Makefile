@@ -16,8 +16,9 @@ build: deps
 	@[ -f $(BUILD)/build.ninja ] || meson setup $(BUILD) >/dev/null
 	@ninja -C $(BUILD)
 
-# The main job: the demo cluster on virtual ports (a server with 2 shards and 4
-# workers, rounds of push + pull over ResNet-50's tensors, every aggregate checked).
+# The main job: the demo cluster on virtual ports (a ps-server with 2 shards and 4
+# ps-worker processes over net_memif, rounds of push_pull over ResNet-50's tensors,
+# every aggregate checked).
 demo: build
 	@$(BUILD)/apps/ps-demo --rounds 10
 

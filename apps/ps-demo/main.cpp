@@ -1,15 +1,19 @@
 // ps-demo: a parameter server with its workers on this machine, over virtual
 // ports, running rounds of push + pull over a real model's tensors and
-// checking every aggregate against a reference computed here.
+// checking every aggregate against a reference.
 //
 //   ps-demo [--config FILE] [--model FILE] [--rounds N] [--check]
 //
-// Every node of the job file runs in this process (its ports are in-process
-// ring links) and, in this version, one lcore polls them all: the workers'
-// endpoints push each tensor's partitions, the server's shards aggregate each
-// chunk as soon as all workers' copies are in and send it back to every
-// worker, and the workers' pull trackers complete. Per-shard lcores and the
-// trainer-facing Worker API come with the rest of lib/server and lib/worker.
+// Two ways to run, chosen by the job's ports:
+//  * vdev ports (config/memif.yaml, the default): the job as on a cluster.
+//    One ps-server process per server node (shards on their own lcores) and
+//    one ps-worker process per worker node, which trains through the public
+//    worker API, declares the model, starts from rank 0's parameters and
+//    checks every aggregate itself (processes.cpp).
+//  * ring: ports (config/ring-demo.yaml): every node in this process and one
+//    lcore polling them all, driving the server node and the workers'
+//    network sides directly, with the reference computed here. The fastest
+//    way to see the data flow on a small machine.
 #include <rte_cycles.h>
 
 #include <atomic>
@@ -27,6 +31,7 @@
 #include "config/config.h"
 #include "net/eal.h"
 #include "net/node.h"
+#include "processes.h"
 #include "server/server_node.h"
 #include "worker/tensor_table.h"
 #include "worker/worker_node.h"
@@ -39,7 +44,7 @@ std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
 struct Options {
-  std::string config = "config/ring-demo.yaml";
+  std::string config = "config/memif.yaml";
   std::string model = "config/models/resnet50.txt";
   uint32_t rounds = 10;
   bool check = false;
@@ -65,8 +70,10 @@ Options parse(int argc, char** argv) {
     } else if (a == "--help" || a == "-h") {
       std::puts(
           "usage: ps-demo [--config FILE] [--model FILE] [--rounds N] [--check]\n"
-          "  --config FILE  job file (default config/ring-demo.yaml): one server, its workers,\n"
-          "                 every port a ring: link (all nodes run in this process)\n"
+          "  --config FILE  job file (default config/memif.yaml). Ports over net_memif (or any\n"
+          "                 vdev): one ps-server and one ps-worker process per node. Ports that\n"
+          "                 are ring: links (config/ring-demo.yaml): every node in this\n"
+          "                 process, one lcore polling them all\n"
           "  --model FILE   tensor shapes (default config/models/resnet50.txt)\n"
           "  --rounds N     push + pull rounds (default 10)\n"
           "  --check        validate the job file and exit");
@@ -135,6 +142,15 @@ int run(const Options& o) {
     std::printf("%s: ok (job %s, %zu nodes)\n", o.config.c_str(), job.name.c_str(),
                 job.nodes.size());
     return 0;
+  }
+  bool rings = false;
+  for (const auto& n : job.nodes) {
+    for (const auto& p : n.ports) rings = rings || p.kind == config::PortSpec::kRing;
+  }
+  if (!rings) {
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    return demo::run_processes(o.config, job, o.model, o.rounds, g_stop);
   }
   const auto servers = job.servers();
   const auto workers = job.workers();

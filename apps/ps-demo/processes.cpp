@@ -1,0 +1,239 @@
+// ps-demo's process mode: the job as it runs on a cluster, on this machine.
+// One ps-server process for the server node and one ps-worker process per
+// worker node (the public worker API), joined by the job's virtual ports
+// (net_memif in config/memif.yaml). Their output is shown line by line,
+// prefixed with the node's name; the demo succeeds when every worker has
+// checked every aggregate of every round and exited 0, and the server has
+// stopped cleanly.
+#include "processes.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace mercury::demo {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  int out = -1;         // read end of its stdout + stderr
+  std::string partial;  // output not yet ended by a newline
+  int status = -1;      // exit status once reaped
+  bool saw_waiting = false;
+};
+
+// ps-server and ps-worker beside this executable: build/apps/ps-demo next to
+// build/apps/ps-server and build/apps/ps-worker/ps-worker, or one bin/.
+std::string find_sibling(const std::string& name) {
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  self[n] = '\0';
+  const fs::path dir = fs::path(self).parent_path();
+  for (const fs::path& p : {dir / name, dir / name / name}) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec) && access(p.c_str(), X_OK) == 0) return p.string();
+  }
+  throw std::runtime_error("cannot find the " + name + " executable next to " + self +
+                           " (build it with `ninja -C build`)");
+}
+
+Child spawn(const std::string& name, const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  Child c;
+  c.name = name;
+  c.pid = pid;
+  c.out = fds[0];
+  return c;
+}
+
+// Prints what `c` wrote since last time, a line at a time; false at EOF.
+bool pump(Child& c) {
+  char buf[4096];
+  const ssize_t n = read(c.out, buf, sizeof buf);
+  if (n <= 0) {
+    if (!c.partial.empty()) std::printf("[%s] %s\n", c.name.c_str(), c.partial.c_str());
+    c.partial.clear();
+    close(c.out);
+    c.out = -1;
+    return false;
+  }
+  c.partial.append(buf, static_cast<size_t>(n));
+  for (size_t nl; (nl = c.partial.find('\n')) != std::string::npos;) {
+    const std::string line = c.partial.substr(0, nl);
+    c.partial.erase(0, nl + 1);
+    // EAL's start-up chatter is the same for every process (and memif's note
+    // that --no-shconf has no multi-process channel): keep it out.
+    if (line.rfind("EAL: ", 0) == 0 || line.rfind("TELEMETRY: ", 0) == 0 ||
+        line.find("Failed to register mp action callback") != std::string::npos) {
+      continue;
+    }
+    if (line.find("] waiting") != std::string::npos) c.saw_waiting = true;
+    std::printf("[%s] %s\n", c.name.c_str(), line.c_str());
+  }
+  std::fflush(stdout);
+  return true;
+}
+
+// Pumps every child's output until `done()` or `seconds` pass.
+template <typename Done>
+bool pump_until(std::vector<Child*> children, Done done, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::vector<pollfd> fds;
+    std::vector<Child*> who;
+    for (Child* c : children) {
+      if (c->out >= 0) {
+        fds.push_back({c->out, POLLIN, 0});
+        who.push_back(c);
+      }
+    }
+    if (fds.empty()) return done();
+    if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) return false;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) pump(*who[i]);
+    }
+  }
+  return true;
+}
+
+bool reap(Child& c, bool block) {
+  if (c.status >= 0) return true;
+  int st = 0;
+  const pid_t r = waitpid(c.pid, &st, block ? 0 : WNOHANG);
+  if (r != c.pid) return false;
+  c.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return true;
+}
+
+}  // namespace
+
+int run_processes(const std::string& config_file, const config::JobConfig& job,
+                  const std::string& model, uint32_t rounds, const std::atomic<bool>& stop) {
+  const auto servers = job.servers();
+  const auto workers = job.workers();
+  const std::string server_bin = find_sibling("ps-server");
+  const std::string worker_bin = find_sibling("ps-worker");
+  std::printf(
+      "ps-demo: %s in %zu processes: %zu ps-server (%u shards each on its own lcore) and %zu "
+      "ps-worker, %u rounds of push_pull over %s; each worker checks every aggregate\n",
+      job.source.c_str(), servers.size() + workers.size(), servers.size(), servers[0]->shards,
+      workers.size(), rounds, model.c_str());
+  std::fflush(stdout);
+
+  // Servers first: their memif ports are the socket servers, and they must
+  // be up (printing their first stats line) before the workers connect.
+  std::vector<Child> srv;
+  for (const config::NodeConfig* s : servers) {
+    srv.push_back(spawn(s->name, {server_bin, "--config", config_file, "--node", s->name,
+                                  "--idle-sleep-us", "50"}));
+  }
+  std::vector<Child*> all;
+  for (Child& c : srv) all.push_back(&c);
+  auto servers_up = [&] {
+    for (Child& c : srv) {
+      if (!c.saw_waiting) return false;
+    }
+    return true;
+  };
+  auto stop_servers = [&] {
+    for (Child& c : srv) kill(c.pid, SIGINT);
+    pump_until(
+        all,
+        [&] {
+          for (Child& c : srv) {
+            if (!reap(c, false)) return false;
+          }
+          return true;
+        },
+        30);
+    for (Child& c : srv) {
+      if (!reap(c, false)) {
+        kill(c.pid, SIGKILL);
+        reap(c, true);
+      }
+    }
+  };
+  if (!pump_until(all, servers_up, 60)) {
+    std::fprintf(stderr, "ps-demo: the server did not come up\n");
+    stop_servers();
+    return 1;
+  }
+
+  std::vector<Child> wk;
+  wk.reserve(workers.size());
+  for (const config::NodeConfig* w : workers) {
+    wk.push_back(spawn(w->name, {worker_bin, "--config", config_file, "--node", w->name, "--model",
+                                 model, "--rounds", std::to_string(rounds)}));
+  }
+  for (Child& c : wk) all.push_back(&c);
+  const bool finished = pump_until(
+      all,
+      [&] {
+        if (stop.load()) return true;
+        for (Child& c : wk) {
+          if (!reap(c, false)) return false;
+        }
+        return true;
+      },
+      60.0 + 30.0 * rounds);
+  for (Child& c : wk) {
+    if (!reap(c, false)) {
+      kill(c.pid, SIGINT);
+      kill(c.pid, SIGKILL);
+      reap(c, true);
+    }
+    while (c.out >= 0 && pump(c)) {
+    }
+  }
+  stop_servers();
+
+  int failed = 0;
+  for (const Child& c : wk) failed += c.status != 0;
+  for (const Child& c : srv) failed += c.status != 0;
+  if (!finished || stop.load()) {
+    std::fprintf(stderr, "ps-demo: %s\n", stop.load() ? "interrupted" : "timed out");
+    return 1;
+  }
+  if (failed != 0) {
+    std::fprintf(stderr, "ps-demo: %d of %zu processes failed (their output is above)\n", failed,
+                 wk.size() + srv.size());
+    return 1;
+  }
+  std::printf("ps-demo: done: %zu workers, %u rounds, every aggregate exact\n", wk.size(), rounds);
+  return 0;
+}
+
+}  // namespace mercury::demo

@@ -1,0 +1,20 @@
+// ps-demo's process mode (processes.cpp): runs a job's ps-server and
+// ps-worker processes on this machine and reports their output.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "config/config.h"
+
+namespace mercury::demo {
+
+/// Starts one ps-server per server node and one ps-worker per worker node of
+/// `job` (loaded from `config_file`), each running `rounds` of push_pull over
+/// `model`; returns 0 when every worker checked every aggregate and every
+/// process exited cleanly. `stop` (set by a signal) ends it early.
+int run_processes(const std::string& config_file, const config::JobConfig& job,
+                  const std::string& model, uint32_t rounds, const std::atomic<bool>& stop);
+
+}  // namespace mercury::demo
