@@ -29,6 +29,7 @@
 
 #include "agg/placement.h"
 #include "config/config.h"
+#include "job/job.h"
 #include "net/eal.h"
 #include "net/node.h"
 #include "processes.h"
@@ -104,33 +105,13 @@ struct Noise {
   }
 };
 
-agg::OptimizerConfig optimizer_of(const config::TrainingConfig& t) {
-  agg::OptimizerConfig o;
-  switch (t.optimizer) {
-    case config::Optimizer::kSum:
-      o.kind = agg::OptimizerKind::kSumOnly;
-      break;
-    case config::Optimizer::kSgd:
-      o.kind = agg::OptimizerKind::kSgd;
-      break;
-    default:
-      throw std::runtime_error("ps-demo checks sum and sgd; the job asks for " +
-                               std::string(config::to_string(t.optimizer)));
-  }
-  o.learning_rate = static_cast<float>(t.learning_rate);
-  return o;
-}
-
+// The job's endpoint settings (lib/job), sized for a slice per chunk update
+// per worker in flight.
 transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t epoch,
                                           uint16_t sender, transport::PeerSpec peer) {
-  transport::EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;
-  c.transport.peer_timeout_us = uint64_t{job.network.peer_timeout_ms} * 1000;
-  c.job_id = job.id;
-  c.local_epoch = epoch;
-  c.sender_id = sender;
-  c.max_messages = 1 << 17;  // a slice per chunk update per worker can be in flight
+  transport::EndpointConfig c = job::endpoint_config(job, sender, epoch, rte_get_tsc_hz());
+  if (c.transport.window_packets == 0) c.transport.window_packets = 128;
+  c.max_messages = 1 << 17;
   c.ingress_capacity = 1 << 17;
   c.peers = {std::move(peer)};
   return c;
@@ -220,7 +201,13 @@ int run(const Options& o) {
   }
   server::ServerNodeConfig sc;
   sc.chunk_bytes = chunk;
-  sc.optimizer = optimizer_of(job.training);
+  sc.optimizer = job::optimizer_config(job.training);
+  if (sc.optimizer.kind != agg::OptimizerKind::kSumOnly &&
+      sc.optimizer.kind != agg::OptimizerKind::kSgd) {
+    throw std::runtime_error(job.source +
+                             ": ps-demo's reference covers sum and sgd; the job asks for " +
+                             std::string(config::to_string(job.training.optimizer)));
+  }
   for (uint32_t s = 0; s < srv.shards; ++s) sc.shard_ids.push_back(s);
   sc.endpoint = endpoint_config(job, 3, 0, {});
   server::ServerNode server(placement, links, sc, now0);
