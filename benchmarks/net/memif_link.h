@@ -101,6 +101,7 @@ struct Report {
   // source byte for byte, and messages whose bytes differed.
   uint64_t checked = 0;
   uint64_t corrupt = 0;
+  uint64_t idle_ns = 0;  ///< ... and the time the receiver's passes found nothing to do
 };
 
 /// CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID now, in ns (control path only).

@@ -22,7 +22,10 @@
 //                               frames on each side (data and ACKs).
 // The counter compared is "Gbps": payload bits per second of the sender's real
 // time. raw's "rx_Gbps" is the same payload per second of the receiver's clock
-// (memif_rate_bench's figure), to show the two agree.
+// (memif_rate_bench's figure), to show the two agree. The endpoint variants
+// also report "tx_idle" and "rx_idle", the share of the run each side spent
+// in poll passes that found nothing to do (the side near 0 sets the rate),
+// and "resent_pct", resends in % of the data packets the messages needed.
 //
 // Checked every run (a failure ends the benchmark rather than reporting a
 // figure): raw, every frame memif accepted arrived whole and of its length;
@@ -279,6 +282,7 @@ class Receiver {
     report_ = Report{};
     first_tsc_ = last_tsc_ = 0;
     first_packets_ = 0;
+    idle_ticks_ = 0;
     placed_ = 0;
     placing_.reset();
     wall_at_begin_ = clock_ns(CLOCK_MONOTONIC);
@@ -289,7 +293,10 @@ class Receiver {
   void poll_st() {
     const uint64_t now = rte_rdtsc();
     if (variant_ == Variant::kEndpoint || variant_ == Variant::kEndpointLoss1) {
-      link_->connections[variant_ == Variant::kEndpointLoss1]->ep.poll_st(now);
+      // A pass with nothing to do is idle: the other side is the bottleneck.
+      if (link_->connections[variant_ == Variant::kEndpointLoss1]->ep.poll_st(now) == 0) {
+        idle_ticks_ += rte_rdtsc() - now;
+      }
       return;
     }
     rte_mbuf* b[kBurst];
@@ -330,6 +337,8 @@ class Receiver {
       r.wrong_length = placing_.unexpected;
       r.checked = placing_.checked;
       r.corrupt = placing_.corrupt;
+      r.idle_ns = static_cast<uint64_t>(static_cast<double>(idle_ticks_) * 1e9 /
+                                        static_cast<double>(rte_get_tsc_hz()));
     } else {
       r.timed_packets = r.packets - first_packets_;
       r.timed_bytes = r.timed_packets * payload_;  // payload, as the endpoint's figure
@@ -356,6 +365,7 @@ class Receiver {
   uint64_t first_tsc_ = 0;
   uint64_t last_tsc_ = 0;
   uint64_t first_packets_ = 0;
+  uint64_t idle_ticks_ = 0;  // endpoint: in passes that did nothing
   uint64_t wall_at_begin_ = 0;
   uint64_t cpu_at_begin_ = 0;
 };
@@ -535,8 +545,9 @@ void on_sent(void* context, const transport::SendResult& r) {
 
 // An iteration sends 8 x 4 MiB and polls until their completions have run.
 // Returns the messages delivered; sets `failure` when it stops early.
+// `idle_ticks` gains the TSC ticks of passes that did nothing.
 uint64_t send_messages(benchmark::State& state, Sender& s, transport::Endpoint& ep,
-                       std::string& failure) {
+                       uint64_t& idle_ticks, std::string& failure) {
   Completions c;
   uint32_t iteration = 0;
   const uint64_t hz = rte_get_tsc_hz();
@@ -556,7 +567,7 @@ uint64_t send_messages(benchmark::State& state, Sender& s, transport::Endpoint& 
     const uint64_t deadline = rte_rdtsc() + 60 * hz;
     while (c.ok + c.failed < target) {
       const uint64_t now = rte_rdtsc();
-      ep.poll_st(now);
+      if (ep.poll_st(now) == 0) idle_ticks += rte_rdtsc() - now;
       if (now > deadline) {
         failure = "an iteration did not complete in 60 s";
         return c.ok;
@@ -594,10 +605,12 @@ void run(benchmark::State& state, Variant v) {
   if (!s.peer.start(v, mtu, ack, failure)) throw std::runtime_error(name + ": " + failure);
   const uint64_t wall = clock_ns(CLOCK_MONOTONIC);
   const uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  uint64_t tx_idle = 0;
   const uint64_t sent =
-      endpoint ? send_messages(state, s, *ep, failure) : send_raw(state, s, l, failure);
-  const double tx_cpu = static_cast<double>(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu) /
-                        static_cast<double>(clock_ns(CLOCK_MONOTONIC) - wall);
+      endpoint ? send_messages(state, s, *ep, tx_idle, failure) : send_raw(state, s, l, failure);
+  const uint64_t tx_wall = clock_ns(CLOCK_MONOTONIC) - wall;
+  const double tx_cpu =
+      static_cast<double>(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu) / static_cast<double>(tx_wall);
   Report r;
   std::string stop_failure;
   if (!s.peer.stop(sent, r, stop_failure)) {
@@ -639,6 +652,15 @@ void run(benchmark::State& state, Variant v) {
         static_cast<double>(sent) * std::ceil(double{kMsgBytes} / ep->max_payload());
     state.counters["resent_pct"] =
         static_cast<double>(ep->counters_st().tx_retransmits - resent_before) * 100 / packets;
+  }
+  if (endpoint) {
+    // Share of the run each endpoint spent in passes that found nothing to do:
+    // the side near 0 is the one that sets the rate.
+    state.counters["tx_idle"] = static_cast<double>(tx_idle) * 1e9 /
+                                static_cast<double>(rte_get_tsc_hz()) /
+                                static_cast<double>(tx_wall);
+    state.counters["rx_idle"] =
+        r.wall_ns > 0 ? static_cast<double>(r.idle_ns) / static_cast<double>(r.wall_ns) : 0.0;
   }
   state.counters["tx_cpu"] = tx_cpu;
   state.counters["rx_cpu"] =
