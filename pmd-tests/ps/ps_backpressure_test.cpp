@@ -33,7 +33,6 @@ namespace {
 using pstest::TestWorker;
 
 constexpr uint32_t kMtu = 1500;
-constexpr uint32_t kWorkers = 2;
 constexpr uint32_t kServerPool = 2047;  // mobilenet_v2 has ~9 900 chunks
 constexpr uint32_t kWorkerPool = 8191;
 
@@ -43,8 +42,9 @@ constexpr uint32_t kWorkerPool = 8191;
 // as a NIC does.
 class CopyingHub {
  public:
-  explicit CopyingHub(const std::string& name)
-      : server_pool_("bps_" + name, kServerPool, 32, net::frame_bytes_for_mtu(kMtu)),
+  CopyingHub(const std::string& name, uint32_t workers)
+      : workers_(workers),
+        server_pool_("bps_" + name, kServerPool, 32, net::frame_bytes_for_mtu(kMtu)),
         up_("bpu_" + name, 8192, 0),
         server_rx_("bpr_" + name, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ),
         server_tx_("bpt_" + name, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ) {
@@ -56,7 +56,7 @@ class CopyingHub {
     }
     ports_.push_back(
         net::Port::open("net_ring_" + sname, server_pool_, net::PortOptions{.mtu = kMtu}));
-    for (uint32_t w = 0; w < kWorkers; ++w) {
+    for (uint32_t w = 0; w < workers_; ++w) {
       worker_pools_.emplace_back("bpw" + std::to_string(w) + "_" + name, kWorkerPool, 64,
                                  net::frame_bytes_for_mtu(kMtu));
       worker_rx_.emplace_back("bpwr" + std::to_string(w) + "_" + name, 8192,
@@ -73,7 +73,7 @@ class CopyingHub {
     ifaces_.push_back(std::make_unique<net::Interface>(
         ports_[0], server_pool_, net::LocalAddr{ports_[0].mac(), server_ip(), 47100},
         net::InterfaceOptions{}));
-    for (uint32_t w = 0; w < kWorkers; ++w) {
+    for (uint32_t w = 0; w < workers_; ++w) {
       ifaces_.push_back(std::make_unique<net::Interface>(
           ports_[w + 1], worker_pools_[w], net::LocalAddr{ports_[w + 1].mac(), worker_ip(w), 47101},
           net::InterfaceOptions{}));
@@ -111,7 +111,7 @@ class CopyingHub {
     for (unsigned i = 0; i < n; ++i) {
       const auto* eth = rte_pktmbuf_mtod(m[i], const rte_ether_hdr*);
       const bool bcast = rte_is_broadcast_ether_addr(&eth->dst_addr);
-      for (uint32_t w = 0; w < kWorkers; ++w) {
+      for (uint32_t w = 0; w < workers_; ++w) {
         if (!bcast &&
             std::memcmp(eth->dst_addr.addr_bytes, ports_[w + 1].mac().bytes.data(), 6) != 0) {
           continue;
@@ -136,6 +136,7 @@ class CopyingHub {
     while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
   }
 
+  uint32_t workers_;
   net::Mempool server_pool_;
   std::deque<net::Mempool> worker_pools_;
   net::Ring up_, server_rx_, server_tx_;
@@ -147,11 +148,12 @@ class CopyingHub {
 
 class AheadJob {
  public:
-  AheadJob(const std::string& name, std::vector<unsigned> shard_lcores) : hub_(name) {
+  AheadJob(const std::string& name, uint32_t workers, std::vector<unsigned> shard_lcores)
+      : hub_(name, workers) {
     decls_ = agg::parse_model_shapes(pstest::read_model("mobilenet_v2.txt"));
     chunk_ = net::payload_per_packet(kMtu);
     std::vector<server::JobWorker> jw;
-    for (uint32_t w = 0; w < kWorkers; ++w) {
+    for (uint32_t w = 0; w < workers; ++w) {
       jw.push_back({{"w" + std::to_string(w), CopyingHub::worker_ip(w), 47101}, 0});
     }
     server::ServerNodeConfig sc;
@@ -164,7 +166,7 @@ class AheadJob {
     const uint64_t now = rte_rdtsc();
     server_ = std::make_unique<server::ServerNode>(std::vector<net::Interface*>{&hub_.server()}, jw,
                                                    sc, now);
-    for (uint32_t w = 0; w < kWorkers; ++w) {
+    for (uint32_t w = 0; w < workers; ++w) {
       workers_.push_back(
           std::make_unique<TestWorker>(w, decls_, 2, chunk_, hub_.worker(w),
                                        PeerSpec{"ps", CopyingHub::server_ip(), 47100}, now));
@@ -231,13 +233,14 @@ class AheadJob {
   // went wrong.
   std::string round(uint32_t r, std::mt19937& rng) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    const float inv_n = 1.0f / static_cast<float>(kWorkers);
+    const float inv_n = 1.0f / static_cast<float>(workers_.size());
     for (size_t t = 0; t < decls_.size(); ++t) {
       for (auto& w : workers_) {
         for (float& g : w->grads()[t]) g = dist(rng);
       }
       for (uint64_t i = 0; i < decls_[t].elements; ++i) {
-        const float s = workers_[0]->grads()[t][i] + workers_[1]->grads()[t][i];
+        float s = workers_[0]->grads()[t][i];
+        for (size_t k = 1; k < workers_.size(); ++k) s = s + workers_[k]->grads()[t][i];
         reference_[t][i] = reference_[t][i] - optimizer_.learning_rate * (s * inv_n);
       }
     }
@@ -246,7 +249,7 @@ class AheadJob {
     if (!poll_until([&] { return backpressure() > refused_before; }, true)) {
       return "round " + std::to_string(r) + ": worker 0 alone was never refused";
     }
-    workers_[1]->push_all(wire::PacketType::kData, r);
+    for (size_t k = 1; k < workers_.size(); ++k) workers_[k]->push_all(wire::PacketType::kData, r);
     if (!poll_until([&] {
           return std::all_of(workers_.begin(), workers_.end(),
                              [&](auto& w) { return w->has_version(r + 1); });
@@ -256,7 +259,7 @@ class AheadJob {
              ", aggregation mbufs " + std::to_string(c.aggregation_mbufs) + ", pool empty " +
              std::to_string(hub_.rx_pool_empty());
     }
-    for (uint32_t w = 0; w < kWorkers; ++w) {
+    for (uint32_t w = 0; w < workers_.size(); ++w) {
       for (size_t t = 0; t < decls_.size(); ++t) {
         const auto& got = workers_[w]->params()[t];
         if (std::memcmp(got.data(), reference_[t].data(), got.size() * sizeof(float)) != 0) {
@@ -280,9 +283,9 @@ class AheadJob {
   uint64_t most_owned_alone_ = 0;
 };
 
-void run_ahead(const std::string& name, std::vector<unsigned> lcores) {
+void run_ahead(const std::string& name, uint32_t workers, std::vector<unsigned> lcores) {
   const bool cores = !lcores.empty();
-  AheadJob job(name, std::move(lcores));
+  AheadJob job(name, workers, std::move(lcores));
   job.start();
   if (::testing::Test::HasFatalFailure()) return;
   const uint64_t limit = job.server().flow_limit_st(0);
@@ -310,18 +313,23 @@ void run_ahead(const std::string& name, std::vector<unsigned> lcores) {
   EXPECT_EQ(c.drop(server::ServerDrop::kShardRingFull), 0u);
   EXPECT_EQ(c.shards.fanout_lost, 0u);
   std::printf(
-      "%s: %u rounds of mobilenet_v2 (%lu chunks), server pool %u, flow limit %lu: %.2f s; "
+      "%u workers, %s: %u rounds of mobilenet_v2 (%lu chunks), server pool %u, flow limit %lu: "
+      "%.2f s; "
       "%lu packets refused (backpressure), %lu frames dropped for an empty pool, %lu "
       "server retransmissions\n",
-      cores ? "shard cores" : "inline shards", kRounds, static_cast<unsigned long>(job.chunks()),
-      kServerPool, static_cast<unsigned long>(limit), s, static_cast<unsigned long>(refused),
-      static_cast<unsigned long>(job.hub().rx_pool_empty()),
+      workers, cores ? "shard cores" : "inline shards", kRounds,
+      static_cast<unsigned long>(job.chunks()), kServerPool, static_cast<unsigned long>(limit), s,
+      static_cast<unsigned long>(refused), static_cast<unsigned long>(job.hub().rx_pool_empty()),
       static_cast<unsigned long>(c.net.tx_retransmits));
 }
 
-TEST(PsBackpressure, WorkerARoundAheadInlineShards) { run_ahead("in", {}); }
+TEST(PsBackpressure, WorkerARoundAheadInlineShards) { run_ahead("in", 2, {}); }
 
-TEST(PsBackpressure, WorkerARoundAheadShardCores) { run_ahead("co", {1, 2}); }
+TEST(PsBackpressure, WorkerARoundAheadShardCores) { run_ahead("co", 2, {1, 2}); }
+
+// Three workers: the two that follow join worker 0's sets (admitted over
+// the limit), one of them completes each.
+TEST(PsBackpressure, WorkerARoundAheadOfTwoOthersShardCores) { run_ahead("c3", 3, {1, 2}); }
 
 }  // namespace
 }  // namespace mercury
