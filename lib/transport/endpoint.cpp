@@ -510,8 +510,8 @@ bool Endpoint::routed_to_packets(const wire::HeaderFields& h) const {
 bool Endpoint::admitted_st(const PeerState& ps, uint16_t p, const wire::HeaderFields& h) {
   if (!routed_to_packets(h)) return true;
   // Only what Peer::on_packet would take as new is offered; anything else
-  // (another epoch, a stream not yet synced, old, beyond the window, a known
-  // duplicate) keeps its usual handling and acknowledgement. Beyond the 64
+  // (another epoch, old, beyond the window or outside a new stream's first
+  // window, a known duplicate) keeps its usual handling and acknowledgement. Beyond the 64
   // seqs of the SACK bitmap the receiver's history is not visible from
   // here: such a packet is offered (see PacketReceiver::admit).
   // A packet of a new incarnation is never refused: its ACK part alone
