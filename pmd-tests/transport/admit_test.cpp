@@ -183,9 +183,12 @@ void refuse_then_admit(const char* name, uint8_t net, double loss) {
   // Control messages go whole to the MessageReceiver, never offered.
   EXPECT_EQ(receiver.control_offered(), 0u);
   EXPECT_EQ(receiver.control_done(), 1u);
-  // Without faults, every refused copy was a transmission of its own: the
-  // sender resent each one (under faults a duplicate may be refused too).
-  if (loss == 0) EXPECT_EQ(sender.counters_st().tx_retransmits, receiver.refused());
+  // Without faults, every refused copy was a transmission of its own, so the
+  // sender resent at least that many (under faults a link duplicate may be
+  // refused too).
+  if (loss == 0) {
+    EXPECT_GE(sender.counters_st().tx_retransmits, receiver.refused());
+  }
   std::printf("%s: %lu packets, %lu refused, %lu resends\n", name,
               static_cast<unsigned long>(packets), static_cast<unsigned long>(receiver.refused()),
               static_cast<unsigned long>(sender.counters_st().tx_retransmits));
