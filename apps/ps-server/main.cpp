@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "agg/placement.h"
 #include "config/config.h"
 #include "job/job.h"
 #include "net/eal.h"
@@ -202,6 +203,30 @@ std::string drops_text(const server::ServerCounters& c, const std::vector<net::N
   }
   add("shard_refused", c.shards.refused);
   return s.empty() ? " none" : s;
+}
+
+// Flow control (docs/server.md) refuses a packet that would start a chunk's
+// set while a port's pool is nearly all held, and admits those that join a
+// started set. When workers send a round in different orders, the sets they
+// start before meeting can need up to chunks x (workers - 1) held mbufs; if
+// the pools are smaller than that, the round can stall. Says so, once.
+void warn_if_pools_small(const agg::Placement& placement, uint32_t first_shard, uint32_t shards,
+                         uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs) {
+  uint64_t chunks = 0;
+  for (const agg::Partition& p : placement.partitions()) {
+    if (p.shard >= first_shard && p.shard < first_shard + shards) {
+      chunks += (p.bytes() + chunk_bytes - 1) / chunk_bytes;
+    }
+  }
+  const uint64_t worst = chunks * (workers - 1);
+  if (pool_mbufs < worst + worst / 8) {
+    std::printf(
+        "ps-server: warning: the RX pools hold %lu mbufs; this node's %lu chunks may need up to "
+        "%lu held at once when workers send in different orders (flow control can then stall): "
+        "raise mempool.mbufs so the pools hold at least %lu\n",
+        static_cast<unsigned long>(pool_mbufs), static_cast<unsigned long>(chunks),
+        static_cast<unsigned long>(worst), static_cast<unsigned long>(worst + worst / 8));
+  }
 }
 
 int run(const Options& o) {
@@ -397,6 +422,8 @@ int run(const Options& o) {
         } else if (last_state == server::NodeState::kRunning) {
           std::printf("ps-server %s: every worker declared; %zu partitions placed, serving\n",
                       me.name.c_str(), node.placement_st()->partitions().size());
+          warn_if_pools_small(*node.placement_st(), layout.first[my_rank], me.shards,
+                              sc.chunk_bytes, static_cast<uint32_t>(workers.size()), pool_mbufs);
         }
       }
       if (now >= end) g_stop = true;
