@@ -3,8 +3,9 @@
 // from the control plane on (declare, ready, rank 0's initial parameters)
 // through rounds of BSP, with and without loss, reordering and duplication;
 // every worker's parameters are compared bit for bit with a rank-order
-// reference after every round. Then the run: 200 rounds over the
-// ResNet-50 shapes (scaled down, see below) with 4 workers and 2 shards.
+// reference after every round. Then the runs: 200 rounds over the
+// ResNet-50 shapes with 4 workers and 2 shards, scaled down on shard cores,
+// and at full size with the shards inline (pmd_ps_resnet50_200).
 //
 // EAL gets lcores 1 and 2 beyond the main one, on this machine's 2 CPUs
 // (--lcores='0@0,1@1,2@1'); idle shard cores back off, so the net core on
@@ -124,6 +125,25 @@ TEST(PsCores, ResNet50ShapesTwoHundredRoundsExactUnderFivePercentLoss) {
   o.impair.duplicate = 0.05;
   o.impair.seed = 23;
   run_job(o, 200, 5);
+}
+
+// The same at full size (161 tensors, 25.6 M parameters, 102 MB per worker):
+// 200 rounds, every aggregate exact, with the shards inline on the polling
+// thread (on 2 CPUs shard cores only take time from it: docs/server.md). Run
+// as their own meson test, pmd_ps_resnet50_200 (a few minutes).
+TEST(PsCores, ResNet50FullSizeTwoHundredRoundsExact) {
+  JobOptions o;
+  o.model = "resnet50.txt";
+  run_job(o, 200, 7, {});
+}
+TEST(PsCores, ResNet50FullSizeTwoHundredRoundsExactUnderFivePercentLoss) {
+  JobOptions o;
+  o.model = "resnet50.txt";
+  o.impair.loss = 0.05;
+  o.impair.reorder = 0.05;
+  o.impair.duplicate = 0.05;
+  o.impair.seed = 29;
+  run_job(o, 200, 8, {});
 }
 
 // Measurement only: full-size ResNet-50, a few rounds, shard cores or inline.
