@@ -635,7 +635,7 @@ void ServerNode::on_barrier(uint16_t rank, const agg::ControlMessage& m) {
   agg::ControlMessage done;
   done.kind = agg::ControlKind::kBarrierDone;
   done.generation = m.generation;
-  if (barrier_done_ && static_cast<int64_t>(m.generation - *barrier_done_) <= 0) {
+  if (m.generation < barrier_floor_ || barrier_completed_.contains(m.generation)) {
     // Already complete: the rank asks again; it gets the answer again.
     ++control_.barriers_repeated;
     reply(rank, done);
@@ -650,7 +650,11 @@ void ServerNode::on_barrier(uint16_t rank, const agg::ControlMessage& m) {
   arrived |= bit;
   if (static_cast<uint32_t>(std::popcount(arrived)) < workers()) return;
   barrier_arrived_.erase(m.generation);
-  barrier_done_ = m.generation;
+  // Generations may complete out of order (a process's trainer threads can
+  // be in two barriers at once): remember each, and fold the ones below the
+  // first incomplete generation into the floor, so the set stays small.
+  barrier_completed_.insert(m.generation);
+  while (barrier_completed_.erase(barrier_floor_) != 0) ++barrier_floor_;
   ++control_.barriers_completed;
   for (uint32_t r = 0; r < workers(); ++r) reply(static_cast<uint16_t>(r), done);
 }

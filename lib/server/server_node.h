@@ -65,6 +65,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -296,7 +297,8 @@ class ServerNode {
   std::map<uint64_t, std::vector<std::byte>> outbox_;               // answers in flight
   uint64_t next_cookie_ = 1;
   std::map<uint64_t, uint64_t> barrier_arrived_;  // generation -> rank bitmap
-  std::optional<uint64_t> barrier_done_;          // highest generation completed
+  uint64_t barrier_floor_ = 0;                    // every generation below is complete
+  std::set<uint64_t> barrier_completed_;          // complete generations >= the floor
   ControlCounters control_;
 };
 

@@ -74,17 +74,48 @@ TEST(PsControl, DeclareReadyInitRoundsAndBarrier) {
   ASSERT_TRUE(job.poll_until([&] { return job.worker(2).control().size() == 3; }));
   EXPECT_EQ(job.worker(2).control()[2].kind, agg::ControlKind::kBarrierDone);
 
+  // Generations completing out of order (two trainer threads of a process in
+  // barriers at once): generation 3 completes before 2; a rank arriving at 2
+  // afterwards must not be answered as if 2 were done, and when 2 completes
+  // every rank hears it.
+  for (uint32_t w = 0; w < 4; ++w) job.worker(w).barrier(3);
+  for (uint32_t w = 0; w < 3; ++w) job.worker(w).barrier(2);
+  ASSERT_TRUE(job.poll_until([&] {
+    for (uint32_t w = 0; w < 4; ++w) {
+      if (job.worker(w).control().size() < (w == 2 ? 4u : 3u)) return false;
+    }
+    return true;
+  }));
+  job.poll_until([] { return false; }, 0.2);
+  for (uint32_t w = 0; w < 4; ++w) {
+    const auto& got = job.worker(w).control();
+    ASSERT_EQ(got.size(), w == 2 ? 4u : 3u) << "rank " << w << ": generation 2 answered early";
+    EXPECT_EQ(got.back().generation, 3u);
+  }
+  job.worker(3).barrier(2);
+  ASSERT_TRUE(job.poll_until([&] {
+    for (uint32_t w = 0; w < 4; ++w) {
+      if (job.worker(w).control().size() < (w == 2 ? 5u : 4u)) return false;
+    }
+    return true;
+  }));
+  for (uint32_t w = 0; w < 4; ++w) {
+    EXPECT_EQ(job.worker(w).control().back().kind, agg::ControlKind::kBarrierDone);
+    EXPECT_EQ(job.worker(w).control().back().generation, 2u);
+  }
+  const uint32_t declare_reply = 5;  // worker 1 holds 4 control messages here; the ready is its 5th
+
   // A declare repeated once running is answered ready again.
   job.worker(1).declare();
-  ASSERT_TRUE(job.poll_until([&] { return job.worker(1).control().size() == 3; }));
-  EXPECT_EQ(job.worker(1).control()[2].kind, agg::ControlKind::kReady);
+  ASSERT_TRUE(job.poll_until([&] { return job.worker(1).control().size() == declare_reply; }));
+  EXPECT_EQ(job.worker(1).control().back().kind, agg::ControlKind::kReady);
 
   const server::ServerCounters c = job.server().counters_st();
   EXPECT_EQ(c.control.declares, 5u);
   EXPECT_EQ(c.control.declares_repeated, 1u);
-  EXPECT_EQ(c.control.barriers, 6u);
+  EXPECT_EQ(c.control.barriers, 14u);
   EXPECT_EQ(c.control.barriers_repeated, 2u);
-  EXPECT_EQ(c.control.barriers_completed, 1u);
+  EXPECT_EQ(c.control.barriers_completed, 3u);
   EXPECT_EQ(c.shards.updates, chunks * 3);  // version 0, 1, 2 of every chunk
   EXPECT_EQ(c.shards.refused, 0u);
   EXPECT_EQ(c.held, 0u);
