@@ -414,11 +414,12 @@ int run(const Options& o) {
       published.publish_st(node.counters_st());
       last_publish = now;
       if (node.state_st() != last_state) {
+        const bool was_running = last_state == server::NodeState::kRunning;
         last_state = node.state_st();
         state.store(static_cast<int>(last_state));
         if (last_state == server::NodeState::kRefused) {
-          std::fprintf(stderr, "ps-server %s: the job cannot start: %s\n", me.name.c_str(),
-                       node.refusal_st().c_str());
+          std::fprintf(stderr, "ps-server %s: the job %s: %s\n", me.name.c_str(),
+                       was_running ? "stopped" : "cannot start", node.refusal_st().c_str());
         } else if (last_state == server::NodeState::kRunning) {
           std::printf("ps-server %s: every worker declared; %zu partitions placed, serving\n",
                       me.name.c_str(), node.placement_st()->partitions().size());

@@ -404,7 +404,26 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
     work += e->poll_st(now);
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
   }
+  if (state_ == NodeState::kRunning && (++passes_ & (kLivenessEvery - 1)) == 0) {
+    check_liveness_st();
+  }
   return work;
+}
+
+void ServerNode::check_liveness_st() {
+  for (uint32_t rank = 0; rank < workers(); ++rank) {
+    const Address a = rank_at_[rank];
+    if (!endpoints_[a.port]->peer_stats_st(a.peer).dead) continue;
+    // Under BSP every other rank waits for this one's gradients: end the job
+    // for all of them, with the reason, rather than let them wait for ever
+    // (control path: allocates, once).
+    ++control_.workers_lost;
+    refuse_job("worker " + rank_name_[rank] + " (rank " + std::to_string(rank) +
+                   ") stopped answering and its transport gave up on it (network.peer_timeout_ms): "
+                   "the job cannot continue without its gradients",
+               false);
+    return;
+  }
 }
 
 namespace {
@@ -613,14 +632,14 @@ void ServerNode::start_job() {
   for (uint32_t r = 0; r < workers(); ++r) reply_ready(static_cast<uint16_t>(r));
 }
 
-void ServerNode::refuse_job(std::string why) {
+void ServerNode::refuse_job(std::string why, bool answering_declares) {
   state_ = NodeState::kRefused;
   refusal_ = std::move(why);
   agg::ControlMessage r;
   r.kind = agg::ControlKind::kRefused;
   r.text = refusal_;
   for (uint32_t rank = 0; rank < workers(); ++rank) {
-    ++control_.declares_refused;
+    if (answering_declares) ++control_.declares_refused;
     reply(static_cast<uint16_t>(rank), r);
   }
 }

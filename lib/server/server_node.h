@@ -160,6 +160,7 @@ struct ControlCounters {
   uint64_t barriers_repeated = 0;   ///< ... for a generation the rank had already reached
   uint64_t barriers_completed = 0;  ///< generations every rank reached
   uint64_t replies = 0;             ///< control messages queued to workers
+  uint64_t workers_lost = 0;        ///< ranks the transport declared dead while running
 };
 
 struct ServerCounters {
@@ -265,7 +266,10 @@ class ServerNode {
   void on_barrier(uint16_t rank, const agg::ControlMessage& m);
   bool sender_is(uint16_t rank, uint32_t claimed, const char* what);
   void start_job();
-  void refuse_job(std::string why);
+  void check_liveness_st();
+  static constexpr uint64_t kLivenessEvery = 1024;  // poll passes between liveness checks
+  uint64_t passes_ = 0;
+  void refuse_job(std::string why, bool answering_declares = true);
   void reply(uint16_t rank, const agg::ControlMessage& m);
   void reply_ready(uint16_t rank);
   static void on_reply_done(void* self, const transport::SendResult& r);

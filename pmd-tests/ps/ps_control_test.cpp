@@ -177,6 +177,36 @@ TEST(PsControl, WrongRankIsRefusedAndTheJobWaits) {
   EXPECT_EQ(job.server().counters_st().drop(server::ServerDrop::kWrongRank), 2u);
 }
 
+// A worker that dies once the job runs: the server's answer to it is never
+// acknowledged, its transport gives up after the peer timeout, and the server
+// ends the job for every rank with the reason (under BSP the others would
+// otherwise wait for its gradients for ever).
+TEST(PsControl, ALostWorkerEndsTheJobForEveryRank) {
+  JobOptions o;
+  o.server_peer_timeout_ms = 300;
+  Job job(o);
+  // Worker 3 declares, the server takes it, then worker 3 goes silent.
+  job.worker(3).declare();
+  ASSERT_TRUE(job.poll_until([&] { return job.server().counters_st().control.declares == 1; }));
+  job.silence(3);
+  for (uint32_t w = 0; w < 3; ++w) job.worker(w).declare();
+  auto refused = [&](uint32_t w) {
+    const auto& got = job.worker(w).control();
+    return !got.empty() && got.back().kind == agg::ControlKind::kRefused;
+  };
+  ASSERT_TRUE(job.poll_until([&] { return refused(0) && refused(1) && refused(2); }, 10));
+  for (uint32_t w = 0; w < 3; ++w) {
+    const auto& got = job.worker(w).control();
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(got[0].kind, agg::ControlKind::kReady);
+    EXPECT_NE(got[1].text.find("worker w3 (rank 3) stopped answering"), std::string::npos)
+        << got[1].text;
+  }
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
+  EXPECT_EQ(job.server().counters_st().control.workers_lost, 1u);
+  EXPECT_EQ(job.server().counters_st().control.declares_refused, 0u);
+}
+
 TEST(PsControl, SeveralWorkersOnOnePort) {
   JobOptions o;
   o.hub = true;

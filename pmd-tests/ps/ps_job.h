@@ -267,6 +267,7 @@ struct JobOptions {
   agg::OptimizerConfig optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};
   uint32_t server_max_messages = 1 << 17;  ///< per server endpoint (descriptors and ingress)
   double round_limit_s = 60;  ///< a round that takes longer fails, with the transport's state
+  uint32_t server_peer_timeout_ms = 20'000;  ///< the server gives up on a silent worker after this
 };
 
 inline constexpr uint32_t kMtu = 1500;
@@ -313,6 +314,7 @@ class Job {
     sc.job_shards = o.job_shards;
     sc.server_index = o.server_index;
     sc.endpoint = endpoint_config(3, 0);
+    sc.endpoint.transport.peer_timeout_us = uint64_t{o.server_peer_timeout_ms} * 1000;
     sc.endpoint.max_messages = o.server_max_messages;
     sc.endpoint.ingress_capacity = o.server_max_messages;
     sc.shard_lcores = o.shard_lcores;
@@ -327,6 +329,8 @@ class Job {
 
   server::ServerNode& server() { return *server_; }
   TestWorker& worker(uint32_t w) { return *workers_[w]; }
+  /// Worker `w` is no longer polled: to the others it has died.
+  void silence(uint32_t w) { silent_[w] = true; }
   uint32_t workers() const { return static_cast<uint32_t>(workers_.size()); }
   const std::vector<agg::TensorDecl>& decls() const { return decls_; }
   uint32_t chunk_bytes() const { return chunk_; }
@@ -338,7 +342,9 @@ class Job {
       const uint64_t now = rte_rdtsc();
       server_->poll_st(now);
       if (hub_) hub_->forward();
-      for (auto& w : workers_) w->node().poll_st(now);
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        if (!silent_[w]) workers_[w]->node().poll_st(now);
+      }
       if (done()) return true;
       if (now > deadline) return false;
     }
@@ -485,6 +491,7 @@ class Job {
   uint32_t chunk_ = 0;
   std::vector<std::unique_ptr<RingLink>> links_;
   std::unique_ptr<Hub> hub_;
+  std::vector<bool> silent_ = std::vector<bool>(64, false);
   std::unique_ptr<server::ServerNode> server_;
   std::vector<std::unique_ptr<TestWorker>> workers_;
   uint64_t push_pull_ticks_ = 0;
