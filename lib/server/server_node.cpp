@@ -180,7 +180,8 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
     if (ranks.empty()) {
       throw std::invalid_argument("server: no worker is reached through port " + std::to_string(p));
     }
-    flow_.push_back(PortFlow{.port_id = ports[p]->port().id()});
+    flow_.push_back(
+        PortFlow{.port_id = ports[p]->port().id(), .workers = static_cast<uint32_t>(ranks.size())});
     receivers_.push_back(
         std::make_unique<PortReceiver>(*this, static_cast<uint32_t>(p), std::move(ranks)));
     endpoints_.push_back(std::make_unique<transport::Endpoint>(
@@ -288,9 +289,16 @@ void ServerNode::derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) {
     if (rte_eth_tx_queue_info_get(q.port_id, 0, &txq) == 0) headroom += txq.nb_desc;
   }
   const uint64_t usable = f.pool->size > headroom ? f.pool->size - headroom : 0;
-  const uint64_t limit = std::max<uint64_t>(1, usable / sharing);
+  // Packets that join a started set are admitted over the limit (refusing
+  // them can deadlock, see admit_st): each set started under the limit may
+  // still take one packet from each other worker behind the port, up to
+  // N - 1 in all. Dividing by that depth keeps starts plus joins within the
+  // pool. One worker per port: depth 1, the whole share.
   for (PortFlow& q : flow_) {
-    if (q.pool == f.pool) q.limit = limit;
+    if (q.pool != f.pool) continue;
+    const uint64_t depth =
+        std::max<uint64_t>(1, std::min<uint64_t>(q.workers, workers() > 1 ? workers() - 1 : 1));
+    q.limit = std::max<uint64_t>(1, usable / sharing / depth);
   }
 }
 

@@ -242,6 +242,7 @@ class ServerNode {
     uint64_t limit = 0;                 // 0: not derived yet
     const rte_mempool* pool = nullptr;  // where its packets arrive, once seen
     uint16_t port_id = 0;
+    uint32_t workers = 1;  // workers behind the port
   };
 
   void open_ports(std::vector<net::Interface*> ports, const std::vector<JobWorker>& workers,

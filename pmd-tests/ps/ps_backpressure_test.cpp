@@ -328,7 +328,8 @@ TEST(PsBackpressure, WorkerARoundAheadInlineShards) { run_ahead("in", 2, {}); }
 TEST(PsBackpressure, WorkerARoundAheadShardCores) { run_ahead("co", 2, {1, 2}); }
 
 // Three workers: the two that follow join worker 0's sets (admitted over
-// the limit), one of them completes each.
+// the limit, which is half the pool's share here so that the joins fit), one
+// of them completes each.
 TEST(PsBackpressure, WorkerARoundAheadOfTwoOthersShardCores) { run_ahead("c3", 3, {1, 2}); }
 
 }  // namespace
