@@ -20,13 +20,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../common/synthetic.h"
 #include "agg/placement.h"
 #include "config/config.h"
 #include "job/job.h"
@@ -86,24 +85,8 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Cheap deterministic gradients: xorshift into [-1, 1).
-struct Noise {
-  uint64_t state;
-  float next() {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
-  }
-};
+using apps::Noise;
+using apps::read_file;
 
 // The job's endpoint settings (lib/job), sized for a slice per chunk update
 // per worker in flight.

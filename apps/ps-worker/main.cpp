@@ -17,17 +17,15 @@
 // The worker library starts EAL on its own thread for this node (its lcore,
 // its ports); `--check` validates the job file, the node and the model and
 // exits without starting anything.
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../common/synthetic.h"
 #include "agg/placement.h"
 #include "config/config.h"
 #include "mercury/worker.h"
@@ -92,24 +90,8 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Cheap deterministic values: xorshift into [-1, 1).
-struct Noise {
-  uint64_t state;
-  float next() {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
-  }
-};
+using apps::Noise;
+using apps::read_file;
 
 void gradient(std::vector<float>& g, uint32_t rank, uint32_t round, size_t tensor) {
   Noise n{0x9e3779b97f4a7c15ull * ((uint64_t{round} * 131 + rank + 1) * 1009 + tensor)};
