@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "net/frame.h"
+#include "net/stream_copy.h"
 
 namespace mercury::transport {
 
@@ -603,8 +604,14 @@ bool Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, con
   }
   if (slot->buffer != nullptr) {
     // wire::decode checked offset + payload_len <= msg_len (kBadRange), and
-    // the transport checks msg_len against the message in progress.
-    std::memcpy(slot->buffer + h.offset, payload, h.payload_len);
+    // the transport checks msg_len against the message in progress. A
+    // message larger than the caches is written with non-temporal stores
+    // (net/stream_copy.h), fenced before its completion.
+    if (h.msg_len >= net::kStreamDestinationBytes) {
+      net::stream_copy(slot->buffer + h.offset, payload, h.payload_len);
+    } else {
+      std::memcpy(slot->buffer + h.offset, payload, h.payload_len);
+    }
     ps.stats.bytes_received += h.payload_len;
   } else {
     drop(EndpointDrop::kRefused);
@@ -613,6 +620,7 @@ bool Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, con
     if (slot->buffer != nullptr) {
       ++ps.stats.messages_received;
       ++counters_.messages_received;
+      if (h.msg_len >= net::kStreamDestinationBytes) net::stream_fence();
       receiver.on_message_complete(p, h, slot->buffer);
     }
     ps.rx_erase(slot);

@@ -7,7 +7,8 @@
 // copied. The net core calls poll_st(now) in its loop, which has the shape of
 // ARCHITECTURE.md section 3: receive a burst, hand each packet to its Peer,
 // place accepted payloads straight into the destination buffer the
-// application gave for the message (the only copy, from the mbuf), report
+// application gave for the message (the only copy, from the mbuf; with
+// non-temporal stores for messages of net::kStreamDestinationBytes or more), report
 // completed messages, or hand each accepted packet with its mbuf to a
 // PacketReceiver (no copy; it may keep the mbuf), free the other mbufs; every `timer_every` passes
 // run the timers (RTO, liveness, ARP resolution of peers without a route); then TX: drain the

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string>
 
+#include "net/stream_copy.h"
+
 namespace mercury::worker {
 
 std::string_view chunk_verdict_name(ChunkVerdict v) {
@@ -124,7 +126,13 @@ ChunkVerdict PullTracker::deliver_st(uint32_t key, uint32_t offset, uint32_t ver
         if (newer) {
           v = ChunkVerdict::kOutrun;
         } else {
-          std::memcpy(e->base + offset, payload.data(), payload.size());
+          // A tensor larger than the caches is written around them, as the
+          // endpoint places large messages; advance() fences.
+          if (uint64_t{t.chunks} * chunk_bytes_ >= net::kStreamDestinationBytes) {
+            net::stream_copy(e->base + offset, payload.data(), payload.size());
+          } else {
+            std::memcpy(e->base + offset, payload.data(), payload.size());
+          }
           counters_.bytes_placed += payload.size();
         }
         if (distance == 0) advance(t);
@@ -137,6 +145,10 @@ ChunkVerdict PullTracker::deliver_st(uint32_t key, uint32_t offset, uint32_t ver
 
 void PullTracker::advance(TensorState& t) {
   while (arrived_[t.first_slot + t.head] == t.chunks) {
+    // The version's bytes are all placed: order any non-temporal stores of
+    // deliver_st() before the trainer can learn it (a completion, or a pull
+    // that expect_st() finds done).
+    net::stream_fence();
     std::optional<Handle>& waiting = waiting_[t.first_slot + t.head];
     // Clear the slot before completing: a callback may look at the tracker's
     // state only through the trainer side, but the slot must be reusable for
