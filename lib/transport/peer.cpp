@@ -81,20 +81,20 @@ void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
 }
 
 RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink) {
-  RxResult r;
   const EpochCheck ec = receiver_.observe_epoch(h.epoch);
-  if (ec == EpochCheck::kStale) {
-    r.verdict = RxVerdict::kStaleEpoch;
-    return r;
-  }
+  if (ec == EpochCheck::kStale) return RxResult::of(RxVerdict::kStaleEpoch, false, false);
+  RxVerdict verdict = RxVerdict::kAckOnly;
+  bool complete = false;
   if (h.type == wire::PacketType::kAck) {
-    r.verdict = RxVerdict::kAckOnly;
     // A probe from a peer that does not know us yet asks for an answer.
     if ((h.flags & wf::kAckRequest) != 0) owe_epoch_ = true;
   } else {
-    r = receiver_.on_data(h, now);  // its own epoch check now says kCurrent
+    // Its own epoch check now says kCurrent. Fields read one by one, as
+    // RxResult::of() explains.
+    const RxResult d = receiver_.on_data(h, now);
+    verdict = d.verdict;
+    complete = d.message_complete;
   }
-  r.peer_restarted = ec == EpochCheck::kRestarted;
   if (ec == EpochCheck::kAdopted) {
     // First word from the peer: key our stream to it (nothing was sent yet)
     // and make sure it hears our epoch even if we have no data for it.
@@ -108,7 +108,7 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
     owe_epoch_ = true;
   }
   if ((h.flags & wf::kAckValid) != 0) sender_.on_ack(h.ack, h.sack, now, sink);
-  return r;
+  return RxResult::of(verdict, complete, ec == EpochCheck::kRestarted);
 }
 
 void Peer::on_timer(Tick now, SenderSink& sink) {

@@ -157,34 +157,30 @@ void PeerReceiver::erase(MsgSlot* slot) {
 }
 
 RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
-  RxResult r;
   const EpochCheck ec = observe_epoch(h.epoch);
-  if (ec == EpochCheck::kStale) {
-    r.verdict = RxVerdict::kStaleEpoch;
-    return r;
-  }
-  r.peer_restarted = ec == EpochCheck::kRestarted;
+  bool complete = false;
+  const RxVerdict v = ec == EpochCheck::kStale ? RxVerdict::kStaleEpoch : accept(h, now, complete);
+  return RxResult::of(v, complete, ec == EpochCheck::kRestarted);
+}
+
+RxVerdict PeerReceiver::accept(const wire::HeaderFields& h, Tick now, bool& message_complete) {
   if (!synced_ && !try_sync(h.seq)) {
     ++counters_.unsynced;
-    r.verdict = RxVerdict::kUnsynced;
-    return r;
+    return RxVerdict::kUnsynced;
   }
   const int32_t d = seq_diff(h.seq, rcv_nxt_);
   if (d >= 0 && static_cast<uint32_t>(d) >= p_.rx_window) {
     ++counters_.out_of_window;
     ack_now_ = true;  // tell the sender where we are
-    r.verdict = RxVerdict::kOutOfWindow;
-    return r;
+    return RxVerdict::kOutOfWindow;
   }
   if (d < 0) {
     duplicate(h, rcv_nxt_ - h.seq <= history_);
-    r.verdict = RxVerdict::kDuplicate;
-    return r;
+    return RxVerdict::kDuplicate;
   }
   if (bit(got_, h.seq)) {
     duplicate(h, true);
-    r.verdict = RxVerdict::kDuplicate;
-    return r;
+    return RxVerdict::kDuplicate;
   }
   // Count the bytes before marking the packet received: a refusal leaves it
   // unacknowledged, so the sender will offer it again.
@@ -199,13 +195,11 @@ RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
     MsgSlot* m = find_or_add(h.msg_id, h.msg_len, full);
     if (m == nullptr) {
       ++counters_.message_table_full;
-      r.verdict = RxVerdict::kMessageTableFull;
-      return r;
+      return RxVerdict::kMessageTableFull;
     }
     if (m->msg_len != h.msg_len || m->received + h.payload_len > h.msg_len) {
       ++counters_.bad_message;
-      r.verdict = RxVerdict::kBadMessage;
-      return r;
+      return RxVerdict::kBadMessage;
     }
     m->received += h.payload_len;
     if (m->received == m->msg_len) {
@@ -236,9 +230,8 @@ RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
   counters_.bytes_accepted += h.payload_len;
   if (slice) ++counters_.slice_packets;
   if (complete) ++counters_.messages_completed;
-  r.verdict = RxVerdict::kNew;
-  r.message_complete = complete;
-  return r;
+  message_complete = complete;
+  return RxVerdict::kNew;
 }
 
 bool PeerReceiver::ack_due(Tick now) const {
