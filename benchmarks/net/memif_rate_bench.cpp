@@ -18,7 +18,9 @@
 // CPU 1), which it drives over a control socket (memif_link.h). The figure
 // is what the receiver got per second of its own clock, from its first burst
 // to its last; every frame memif accepted must arrive (checked each run).
-// tx_cpu and rx_cpu are the share of its core each side got; a run where
+// rx_idle is the share of the receiver's window it spent in empty polls
+// (near 0: the receiver limited the rate). tx_cpu and rx_cpu are the share
+// of its core each side got; a run where
 // either is below --min_cpu_share (default 0.9) measured the scheduler more
 // than memif, and is reported under "memif_shared_cpu" instead of "memif".
 // Run (see benchmarks/README.md):
@@ -235,6 +237,10 @@ void run(benchmark::State& state, Variant v) {
   state.counters["frame"] = static_cast<double>(frame);
   // Share of its CPU each side got: well below 1, another process shared it.
   state.counters["tx_cpu"] = tx_cpu;
+  // Share of the receiver's window spent in empty polls: near 0, the
+  // receiver was the bottleneck; well above, the sender was.
+  state.counters["rx_idle"] =
+      r.window_ns > 0 ? static_cast<double>(r.idle_ns) / static_cast<double>(r.window_ns) : 0.0;
   state.counters["rx_cpu"] =
       r.wall_ns > 0 ? static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns) : 0.0;
 }
