@@ -221,13 +221,12 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
       // Pseudo-header length and UDP length field: the same word twice.
       uint64_t acc = t.udp_sum + 2u * udp_len_word;
       // The header's words are summed from the values: reading back what was
-      // just stored would stall on store forwarding. The same goes for the
-      // payload: memcpy first (its fast-string stores skip the destination's
-      // read-for-ownership, which a fused copy-and-sum loop pays), then sum
-      // the source, which the copy has just brought into cache.
+      // just stored would stall on store forwarding. The payload is copied
+      // and summed in one pass over the source (copy_partial_sum): the source
+      // is the part not in cache, and the destination mbuf, recycled through
+      // the pool's per-core cache, usually is.
       acc += __builtin_bswap16(fold_sum(wire::header_word_sum(h) - h.payload_len + payload_len));
-      if (!payload.empty()) std::memcpy(data, payload.data(), payload.size());
-      acc = partial_sum(payload.data(), payload.size(), acc);
+      acc = copy_partial_sum(data, payload.data(), payload.size(), acc);
       uint16_t c = checksum_of(acc);
       if (c == 0) c = 0xffff;  // 0 means "no checksum" in UDP; 0xffff is its twin
       store_checksum(udp.checksum, c);
@@ -235,11 +234,11 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
     }
     case ChecksumMode::kOffload:
       // DPDK's offload wants the pseudo-header sum (addresses, protocol, length).
-      if (!payload.empty()) std::memcpy(data, payload.data(), payload.size());
+      copy_payload(data, payload.data(), payload.size());
       store_checksum(udp.checksum, fold_sum(t.pseudo_sum + udp_len_word));
       break;
     case ChecksumMode::kNone:
-      if (!payload.empty()) std::memcpy(data, payload.data(), payload.size());
+      copy_payload(data, payload.data(), payload.size());
       break;
   }
   size_t len = kL2Len + ip_len;
