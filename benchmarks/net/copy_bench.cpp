@@ -6,12 +6,15 @@
 //                       stream of payloads is), loaded and ORed into four
 //                       accumulators with partial_sum's prefetch; nothing
 //                       less reads the bytes.
-//   checksum/sum/<n>    net::partial_sum over the same slices (the UDP
-//                       checksum of a payload).
-//   checksum/sum_1acc/<n>  the same with one accumulator pair and no
-//                       prefetch, as partial_sum was before this session:
-//                       what four lines per step and the prefetch are worth
-//                       on data not in L1.
+//   checksum/sum/<n>    net::partial_sum over the same slices (the receive
+//                       path's UDP checksum, which in use reads a frame just
+//                       written, so without partial_sum's prefetch).
+//   checksum/copy_sum/<n>  net::copy_partial_sum of the same slices into a hot
+//                       16 KiB destination (the send path's fill: copy and
+//                       sum in one pass, prefetching eight lines ahead).
+//   checksum/sum_1acc/<n>  partial_sum with one accumulator pair, as it was
+//                       before four lines per step: what that is worth on
+//                       data not in L1.
 //   place/limit/<n>     the write limit: n-byte slices of a 32 MiB destination
 //                       filled in turn with non-temporal stores of a register
 //                       (the write bandwidth, no source read).
@@ -110,12 +113,13 @@ uint64_t sum_one_line_per_step(const std::byte* p, size_t n) {
 }
 #endif
 
-enum class Read { kLimit, kSum, kSumOneLine };
+enum class Read { kLimit, kSum, kCopySum, kSumOneLine };
 
 void checksum(benchmark::State& state, Read how) {
   const auto n = static_cast<size_t>(state.range(0));
   const std::byte* base = source().data();
-  size_t off = 0;
+  static std::vector<std::byte> hot(kHotBytes);
+  size_t off = 0, to = 0;
   uint64_t acc = 0;
   for (auto _ : state) {
     if (off + n > kSourceBytes) off = 0;
@@ -134,6 +138,11 @@ void checksum(benchmark::State& state, Read how) {
 #endif
       case Read::kSum:
         acc += net::partial_sum(p, n);
+        break;
+      case Read::kCopySum:
+        if (to + n > kHotBytes) to = 0;
+        acc += net::copy_partial_sum(hot.data() + to, p, n);
+        to += 64 * 3;
         break;
     }
     off += n;
@@ -184,6 +193,7 @@ void place(benchmark::State& state, Write how) {
 
 void read_limit(benchmark::State& s) { checksum(s, Read::kLimit); }
 void sum(benchmark::State& s) { checksum(s, Read::kSum); }
+void copy_sum(benchmark::State& s) { checksum(s, Read::kCopySum); }
 void sum_1acc(benchmark::State& s) { checksum(s, Read::kSumOneLine); }
 void write_limit(benchmark::State& s) { place(s, Write::kLimit); }
 void stream(benchmark::State& s) { place(s, Write::kStream); }
@@ -192,6 +202,7 @@ void copy(benchmark::State& s) { place(s, Write::kMemcpy); }
 // 1416 and 8958: the payload of a 1500- and a 9000-byte MTU packet.
 BENCHMARK(read_limit)->Name("checksum/limit")->Arg(1416)->Arg(8958);
 BENCHMARK(sum)->Name("checksum/sum")->Arg(1416)->Arg(8958);
+BENCHMARK(copy_sum)->Name("checksum/copy_sum")->Arg(1416)->Arg(8958);
 BENCHMARK(sum_1acc)->Name("checksum/sum_1acc")->Arg(1416)->Arg(8958);
 BENCHMARK(write_limit)->Name("place/limit")->Arg(1416)->Arg(8958);
 BENCHMARK(stream)->Name("place/stream")->Arg(1416)->Arg(8958);

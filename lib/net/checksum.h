@@ -33,13 +33,16 @@ inline void add_words(__m256i v, __m256i& lo, __m256i& hi) {
 // blocks (2 MiB) cannot overflow. Summing the halves instead of the words is
 // the same ones'-complement sum (2^16 = 1 mod 0xffff) at one operation less
 // per vector, and 64-byte vectors halve the loop again. Four lines per step
-// into independent accumulators, and a prefetch eight lines ahead: on a
-// payload not in L1 the loop waits on its loads, and so it reads a 1416-byte
-// payload from L3 about three times as fast as one line per step without
-// the prefetch (benchmarks/net/copy_bench). With `dst`, each
-// block is also stored there: the copy and the sum in one pass over the
-// source (dst == nullptr: sum only). kSum false: the copy alone, in the same
-// four-lines-per-step loop (returns 0).
+// into independent accumulators: on a payload not in L1 the loop waits on its
+// loads, and four in flight read a 1416-byte payload from L3 about twice as
+// fast as one (benchmarks/net/copy_bench). With `dst` (kCopy), each block is
+// also stored there: the copy and the sum in one pass over the source, which
+// is the send path's fill from a message not in cache, so that loop also
+// prefetches eight lines ahead, into the next packet's payload at the end.
+// The receive path's sum (kCopy false) reads a frame the PMD has just
+// written: a prefetch there only evicts lines (it cost the memif receiver
+// 15 % of its goodput). kSum false: the copy alone, in the same loop
+// (returns 0).
 template <bool kCopy, bool kSum = true>
 inline uint64_t sum_halves_512(const unsigned char* p, size_t blocks, unsigned char* dst) {
   const __m512i low = _mm512_set1_epi32(0xffff);
@@ -47,10 +50,12 @@ inline uint64_t sum_halves_512(const unsigned char* p, size_t blocks, unsigned c
   for (int j = 0; j < 4; ++j) a[j] = b[j] = _mm512_setzero_si512();
   size_t k = 0;
   for (; k + 4 <= blocks; k += 4) {
-    // Eight lines ahead: past the end this warms the next payload, which in
-    // a stream of packets from one message follows this one.
-    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * (k + 8)), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + 64 * (k + 10)), _MM_HINT_T0);
+    if constexpr (kCopy) {
+      // Eight lines ahead: past the end this warms the next payload, which in
+      // a stream of packets from one message follows this one.
+      _mm_prefetch(reinterpret_cast<const char*>(p + 64 * (k + 8)), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + 64 * (k + 10)), _MM_HINT_T0);
+    }
     __m512i v[4];
     for (int j = 0; j < 4; ++j) v[j] = _mm512_loadu_si512(p + 64 * (k + j));
     for (int j = 0; j < 4; ++j) {
@@ -157,8 +162,8 @@ inline uint64_t partial_sum(const void* data, size_t len, uint64_t acc = 0) {
 /// memcpy(dst, src, len) and then partial_sum(src, len, acc), in one pass
 /// over the source where the vector path allows: each 64-byte block is
 /// loaded once, stored and summed. The send path's payload fill: at 1500
-/// bytes over memif it took the stack from 0.74-0.80 to 0.88-0.91 of the raw
-/// packet rate (benchmarks/README.md, net_memif, runs E to G).
+/// bytes over memif it took the stack from 0.74-0.80 to 0.86-0.90 of the raw
+/// packet rate (benchmarks/README.md, net_memif, runs E to J).
 inline uint64_t copy_partial_sum(void* dst, const void* src, size_t len, uint64_t acc = 0) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* p = static_cast<const unsigned char*>(src);
