@@ -29,7 +29,10 @@
 //                              data packets: "rtx_per_M" (all resends),
 //                              "spurious_per_M" (resends whose original also
 //                              arrived, counted by the receiver), "false_loss_per_M"
-//                              (declared lost, acked before resent).
+//                              (declared lost, acked before resent); "fast_per_M"
+//                              and "timeout_per_M" split rtx_per_M by the rule
+//                              that resent (SACK, or RTO and tail probe), and
+//                              "probes_per_M" counts the tail probes.
 //
 // Both endpoints (or both raw loops) run on one core, polled in turn, so every
 // figure is the CPU cost of both ends together, as net_rate_bench's ring/...
@@ -331,6 +334,15 @@ void reorder(benchmark::State& state) {
       double(tx1.transport.tx.retransmits_fast + tx1.transport.tx.retransmits_timeout -
              tx0.transport.tx.retransmits_fast - tx0.transport.tx.retransmits_timeout);
   state.counters["rtx_per_M"] = rtx / packets * 1e6;
+  // Which rule resent them: the SACK rule (fast), or a timeout (RTO or the
+  // tail probe, which also counts in tail_probes).
+  state.counters["fast_per_M"] =
+      double(tx1.transport.tx.retransmits_fast - tx0.transport.tx.retransmits_fast) / packets * 1e6;
+  state.counters["timeout_per_M"] =
+      double(tx1.transport.tx.retransmits_timeout - tx0.transport.tx.retransmits_timeout) /
+      packets * 1e6;
+  state.counters["probes_per_M"] =
+      double(tx1.transport.tx.tail_probes - tx0.transport.tx.tail_probes) / packets * 1e6;
   state.counters["spurious_per_M"] =
       double(rx1.transport.rx.spurious_retransmits - rx0.transport.rx.spurious_retransmits) /
       packets * 1e6;
