@@ -545,7 +545,10 @@ bool Endpoint::deliver_packet_st(PeerState& ps, uint16_t p, const net::RxPacket&
 bool Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, const RxResult& r) {
   if (r.peer_restarted && packets_ != nullptr) packets_->on_peer_restarted(p);
   if (r.peer_restarted) {
-    // The transport abandoned every message in progress from the peer.
+    // The transport abandoned every message in progress from the peer. The
+    // buffers go back to the application: no non-temporal store of ours may
+    // land after it has been told (net/stream_copy.h).
+    net::stream_fence();
     for (PeerState::RxSlot& s : ps.rx) {
       if (!s.used) continue;
       if (s.buffer != nullptr) {

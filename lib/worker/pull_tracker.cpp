@@ -192,6 +192,9 @@ uint32_t PullTracker::arrived_st(TensorId tensor, uint32_t version) const {
 }
 
 uint32_t PullTracker::fail_tensor(TensorId id, std::string_view message) {
+  // The trainer may reuse the buffer once told: none of deliver_st()'s
+  // non-temporal stores may land after that.
+  net::stream_fence();
   uint32_t failed = 0;
   const TensorState& t = tensors_[id];
   for (uint32_t s = 0; s < window_; ++s) {
