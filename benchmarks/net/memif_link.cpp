@@ -27,10 +27,17 @@ std::string memif_vdev(bool server, const std::string& socket) {
 }
 
 std::string memif_vdev(bool server, const std::string& socket, uint16_t index) {
+  return memif_vdev(server, socket, index, false);
+}
+
+std::string memif_vdev(bool receiver, const std::string& socket, uint16_t index,
+                       bool receiver_zero_copy) {
   const std::string i = std::to_string(index);
+  const bool server = receiver != receiver_zero_copy;
   return "net_memif" + i + ",role=" + (server ? "server" : "client") + ",id=" + i +
          ",socket=" + socket + ",bsize=" + std::to_string(kSlotBytes) +
-         ",mac=" + (server ? kReceiverMac : kSenderMac).to_string();
+         ",mac=" + (receiver ? kReceiverMac : kSenderMac).to_string() +
+         (receiver_zero_copy && !server ? ",zero-copy=yes" : "");
 }
 
 uint64_t clock_ns(int clock) {
@@ -77,7 +84,7 @@ int ControlChannel::receive_bytes(void* p, size_t n, int timeout_ms) {
   return -1;  // closed (0), short or failed
 }
 
-PeerProcess::PeerProcess(const std::string& socket) {
+PeerProcess::PeerProcess(const std::string& socket, const std::string& extra) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) {
     throw std::runtime_error(std::string("control socket pair: ") + std::strerror(errno));
@@ -86,6 +93,7 @@ PeerProcess::PeerProcess(const std::string& socket) {
   // Everything the child needs is built before fork(): between fork() and
   // exec only async-signal-safe calls are allowed.
   std::vector<std::string> args = {"memif_rate_peer", "--peer", std::to_string(fds[1]), socket};
+  if (!extra.empty()) args.push_back(extra);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -109,6 +117,12 @@ PeerProcess::PeerProcess(const std::string& socket) {
 }
 
 PeerProcess::~PeerProcess() { quit(); }
+
+void PeerProcess::go() {
+  Command c;
+  c.kind = Command::Kind::kGo;
+  if (!control_.send(c)) throw std::runtime_error("the receiver process is gone");
+}
 
 void PeerProcess::wait_ready(int timeout_ms) {
   Report ready;

@@ -9,12 +9,13 @@
 //
 // Control protocol, over a SOCK_SEQPACKET socket pair made before the fork
 // (so it exists before either memif socket): the receiver sends one Report
-// when its port listens (ready); then for every benchmark run the sender
-// sends kStart (the receiver drains leftovers, zeroes its counts and answers
-// with a Report), sends frames over memif, and sends kStop with the number
-// of frames memif accepted (the receiver keeps receiving until it has them
-// all or 1 s passed, and answers with its counts). kQuit, or the socket
-// closing, ends the receiver.
+// when its port listens (ready; in memif_goodput_bench's zero-copy mode the
+// receiver is the memif client, so it first waits for kGo, sent once the
+// sender's server ports listen, and is ready once its own port is up); then for every benchmark run
+// the sender sends kStart (the receiver drains leftovers, zeroes its counts and answers with a
+// Report), sends frames over memif, and sends kStop with the number of frames memif accepted (the
+// receiver keeps receiving until it has them all or 1 s passed, and answers with its counts).
+// kQuit, or the socket closing, ends the receiver.
 //
 // Threading: both classes belong to the thread that made them (the main
 // thread of each process). Costs: every call is a system call or two; the
@@ -70,9 +71,21 @@ std::string memif_vdev(bool server, const std::string& socket);
 /// The same for interface `index`: "net_memif<index>,...,id=<index>,...", so
 /// one socket carries several memif links between the same two processes.
 std::string memif_vdev(bool server, const std::string& socket, uint16_t index);
+/// The same with memif's zero-copy mode on the receiving side: the receiver
+/// is then the client, with zero-copy=yes (its RX hands out mbufs the
+/// server's TX has written into, with no copy of its own), and the sender the
+/// server. `receiver` picks the side (and its MAC). Zero-copy exports EAL's
+/// memory: both processes need --single-file-segments (kZeroCopyEalArg).
+std::string memif_vdev(bool receiver, const std::string& socket, uint16_t index,
+                       bool receiver_zero_copy);
+inline constexpr const char* kZeroCopyEalArg = "--single-file-segments";
+/// The receiver's extra argument in zero-copy mode (PeerProcess).
+inline constexpr const char* kZeroCopyPeerArg = "zero-copy";
 
 struct Command {
-  enum class Kind : uint32_t { kStart, kStop, kQuit };
+  /// kGo: zero-copy mode only, the sender's server ports listen, so the
+  /// receiver may start EAL and connect its client ports.
+  enum class Kind : uint32_t { kStart, kStop, kQuit, kGo };
   Kind kind = Kind::kQuit;
   Variant variant = Variant::kRaw;
   uint32_t frame = 0;  ///< kStart: bytes of every frame of the run
@@ -139,8 +152,9 @@ class ControlChannel {
 /// after 60 s without a command (a hung sender).
 class PeerProcess {
  public:
-  /// Spawns "/proc/self/exe --peer <fd> <socket>". Throws when it cannot.
-  explicit PeerProcess(const std::string& socket);
+  /// Spawns "/proc/self/exe --peer <fd> <socket> [extra]". Throws when it
+  /// cannot.
+  explicit PeerProcess(const std::string& socket, const std::string& extra = "");
   ~PeerProcess();
   PeerProcess(const PeerProcess&) = delete;
   PeerProcess& operator=(const PeerProcess&) = delete;
@@ -148,6 +162,8 @@ class PeerProcess {
   /// Waits for the receiver's ready Report; throws if it fails or takes
   /// longer than `timeout_ms`.
   void wait_ready(int timeout_ms);
+  /// kGo (zero-copy mode): throws if the receiver is gone.
+  void go();
   /// kStart: false (with `error` set) when the receiver does not answer.
   bool start(Variant v, uint32_t frame, Report& ack, std::string& error);
   /// kStop: the receiver's counts for the run.

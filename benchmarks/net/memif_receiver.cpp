@@ -181,6 +181,8 @@ int serve(Receiver& rx, ControlChannel& control) {
       case Command::Kind::kStop:  // not counting: nothing to report
         if (!control.send(Report{})) return 0;
         break;
+      case Command::Kind::kGo:  // zero-copy start-up only (memif_goodput_bench)
+        break;
       case Command::Kind::kStart: {
         Report ack;
         ack.leftovers = rx.drain();

@@ -43,6 +43,9 @@
 // Endpoints on that memif link, so variants never share transport state. A
 // repetition in which either side had less than --min_cpu_share (default 0.9)
 // of its core is reported under "memif_shared_cpu" instead of "memif".
+// --memif_zero_copy: memif's zero-copy mode on the receiving side (the
+// receiver's ports are clients with zero-copy=yes, the sender's servers; both
+// EALs get --single-file-segments); the default is copy mode on both sides.
 // Run (see benchmarks/README.md):
 //   build/benchmarks/transport_pmd/memif_goodput_bench --benchmark_repetitions=5
 //       --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true
@@ -412,6 +415,8 @@ int serve(Receiver& rx, ControlChannel& control) {
       case Command::Kind::kStop:
         if (!control.send(Report{})) return 0;
         break;
+      case Command::Kind::kGo:  // start-up only
+        break;
       case Command::Kind::kStart: {
         Report ack;
         ack.leftovers = rx.drain();
@@ -426,8 +431,10 @@ int serve(Receiver& rx, ControlChannel& control) {
 }
 
 int run_goodput_receiver(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s --peer <control fd> <memif socket>\n", argv[0]);
+  const bool zero_copy = argc == 5 && std::string_view(argv[4]) == kZeroCopyPeerArg;
+  if (argc != 4 && !zero_copy) {
+    std::fprintf(stderr, "usage: %s --peer <control fd> <memif socket> [%s]\n", argv[0],
+                 kZeroCopyPeerArg);
     return 2;
   }
   ::prctl(PR_SET_NAME, "memif_goodput_p");
@@ -435,14 +442,25 @@ int run_goodput_receiver(int argc, char** argv) {
   std::string runtime_dir;
   int rc = 1;
   try {
-    net::Eal eal(eal_args(
-        "memif_goodput_peer",
-        {"--lcores=0@1", "--no-telemetry", "--log-level=pmd.net.memif:warning",
-         "--vdev=" + memif_vdev(true, argv[3], 0), "--vdev=" + memif_vdev(true, argv[3], 1)}));
+    if (zero_copy) {
+      // Our ports are memif clients: the sender's server ports must listen first.
+      Command go;
+      if (control.receive(go, kReadyTimeoutMs) != 1 || go.kind != Command::Kind::kGo) {
+        std::fprintf(stderr, "memif_goodput_bench receiver: no go from the sender\n");
+        return 1;
+      }
+    }
+    std::vector<std::string> extra = {"--lcores=0@1", "--no-telemetry",
+                                      "--log-level=pmd.net.memif:warning",
+                                      "--vdev=" + memif_vdev(true, argv[3], 0, zero_copy),
+                                      "--vdev=" + memif_vdev(true, argv[3], 1, zero_copy)};
+    if (zero_copy) extra.emplace_back(kZeroCopyEalArg);
+    net::Eal eal(eal_args("memif_goodput_peer", extra));
     runtime_dir = rte_eal_get_runtime_dir();
     {
       Receiver rx;
-      // Ready: the server ports listen, so the sender's client ports can connect.
+      // Ready: the server ports listen, so the sender's client ports can
+      // connect (zero-copy mode: our client ports have connected).
       if (control.send(Report{})) rc = serve(rx, control);
     }
   } catch (const std::exception& e) {
@@ -456,7 +474,9 @@ int run_goodput_receiver(int argc, char** argv) {
 // The sender process (Google Benchmark).
 
 struct Sender {
-  explicit Sender(PeerProcess& p) : peer(p) {
+  explicit Sender(PeerProcess& p) : peer(p) {}
+  /// Waits until both memif links are up.
+  void wait_up() {
     for (auto& l : links) l->wait_up();
   }
 
@@ -768,14 +788,17 @@ int main(int argc, char** argv) {
   namespace memif = mercury::bench::memif;
   if (argc > 1 && std::strcmp(argv[1], "--peer") == 0)
     return memif::run_goodput_receiver(argc, argv);
-  // --min_cpu_share=X (default 0.9): this benchmark's own flag, taken out
-  // before Google Benchmark reads the rest.
+  // --min_cpu_share=X (default 0.9) and --memif_zero_copy: this benchmark's
+  // own flags, taken out before Google Benchmark reads the rest.
   double min_share = 0.9;
+  bool zero_copy = false;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     constexpr std::string_view kFlag = "--min_cpu_share=";
     if (std::string_view(argv[i]).starts_with(kFlag)) {
       min_share = std::atof(argv[i] + kFlag.size());
+    } else if (std::string_view(argv[i]) == "--memif_zero_copy") {
+      zero_copy = true;
     } else {
       argv[kept++] = argv[i];
     }
@@ -788,16 +811,26 @@ int main(int argc, char** argv) {
     // memif's default abstract socket: a name only, nothing on disk to clean.
     const std::string socket = "/tmp/mercury-goodput-" + std::to_string(getpid()) + ".sock";
     // Before EAL: a process must not fork once EAL has started.
-    memif::PeerProcess peer(socket);
-    mercury::net::Eal eal(mercury::bench::eal_args(
-        "memif_goodput_bench",
-        {"--lcores=0@0", "--no-telemetry", "--log-level=pmd.net.memif:warning",
-         "--vdev=" + memif::memif_vdev(false, socket, 0),
-         "--vdev=" + memif::memif_vdev(false, socket, 1)}));
+    memif::PeerProcess peer(socket, zero_copy ? memif::kZeroCopyPeerArg : "");
+    std::vector<std::string> extra = {"--lcores=0@0", "--no-telemetry",
+                                      "--log-level=pmd.net.memif:warning",
+                                      "--vdev=" + memif::memif_vdev(false, socket, 0, zero_copy),
+                                      "--vdev=" + memif::memif_vdev(false, socket, 1, zero_copy)};
+    if (zero_copy) extra.emplace_back(memif::kZeroCopyEalArg);
+    mercury::net::Eal eal(mercury::bench::eal_args("memif_goodput_bench", extra));
     runtime_dir = rte_eal_get_runtime_dir();
-    peer.wait_ready(memif::kReadyTimeoutMs);
+    std::printf("memif: %s\n", zero_copy ? "zero-copy receiver (client, zero-copy=yes)"
+                                         : "copy mode on both sides");
+    // Copy mode: the receiver's server ports listen once it is ready. Zero-copy
+    // mode: ours are the servers, open (listening) once Sender is built.
+    if (!zero_copy) peer.wait_ready(memif::kReadyTimeoutMs);
     {
       memif::Sender sender(peer);
+      if (zero_copy) {
+        peer.go();
+        peer.wait_ready(memif::kReadyTimeoutMs);
+      }
+      sender.wait_up();
       memif::g_sender = &sender;
       memif::CpuShareReporter reporter(min_share);
       benchmark::RunSpecifiedBenchmarks(&reporter);
