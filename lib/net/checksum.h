@@ -89,6 +89,22 @@ inline uint64_t sum_halves_512(const unsigned char* p, size_t blocks, unsigned c
   for (const uint64_t l : lanes) sum += l;
   return sum;
 }
+// sum_halves_512 over the whole 64-byte blocks of `p[0, len)`, in pieces
+// its 32-bit lanes can hold (2 MiB each); `done` is set to the bytes covered.
+template <bool kCopy>
+inline uint64_t sum_blocks_512(const unsigned char* p, size_t len, unsigned char* dst,
+                               size_t& done) {
+  constexpr size_t kMaxBlocks = 32768;
+  uint64_t acc = 0;
+  done = 0;
+  for (size_t blocks = len / 64; blocks > 0;) {
+    const size_t n = blocks < kMaxBlocks ? blocks : kMaxBlocks;
+    acc += sum_halves_512<kCopy>(p + done, n, kCopy ? dst + done : nullptr);
+    done += 64 * n;
+    blocks -= n;
+  }
+  return acc;
+}
 #endif
 inline uint64_t horizontal(__m256i lo, __m256i hi) {
   const __m256i s = _mm256_add_epi64(lo, hi);
@@ -108,15 +124,7 @@ inline uint64_t partial_sum(const void* data, size_t len, uint64_t acc = 0) {
   const auto* p = static_cast<const unsigned char*>(data);
   size_t i = 0;
 #if defined(__AVX512BW__)
-  if (len >= 128) {
-    constexpr size_t kMaxBlocks = 32768;
-    for (size_t blocks = len / 64; blocks > 0;) {
-      const size_t n = blocks < kMaxBlocks ? blocks : kMaxBlocks;
-      acc += detail::sum_halves_512<false>(p + i, n, nullptr);
-      i += 64 * n;
-      blocks -= n;
-    }
-  }
+  if (len >= 128) acc += detail::sum_blocks_512<false>(p, len, nullptr, i);
 #endif
 #if defined(__AVX2__)
   if (len - i >= 64) {
@@ -169,15 +177,7 @@ inline uint64_t copy_partial_sum(void* dst, const void* src, size_t len, uint64_
   const auto* p = static_cast<const unsigned char*>(src);
   size_t i = 0;
 #if defined(__AVX512BW__)
-  if (len >= 128) {
-    constexpr size_t kMaxBlocks = 32768;
-    for (size_t blocks = len / 64; blocks > 0;) {
-      const size_t n = blocks < kMaxBlocks ? blocks : kMaxBlocks;
-      acc += detail::sum_halves_512<true>(p + i, n, d + i);
-      i += 64 * n;
-      blocks -= n;
-    }
-  }
+  if (len >= 128) acc += detail::sum_blocks_512<true>(p, len, d, i);
 #endif
   if (len > i) std::memcpy(d + i, p + i, len - i);
   return partial_sum(p + i, len - i, acc);
