@@ -46,10 +46,6 @@ uint64_t clock_ns(int clock) {
   return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(t.tv_nsec);
 }
 
-void remove_runtime_dir(const std::string& dir) {
-  if (!dir.empty()) ::rmdir(dir.c_str());
-}
-
 void ControlChannel::adopt(int fd) {
   close();
   fd_ = fd;

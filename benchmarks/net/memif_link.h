@@ -176,11 +176,6 @@ class PeerProcess {
   ControlChannel control_;
 };
 
-/// Removes EAL's runtime directory `dir` (EAL leaves it behind, empty, even
-/// with --no-shconf) after EAL has stopped. Does nothing for "" or a
-/// directory that is not empty.
-void remove_runtime_dir(const std::string& dir);
-
 /// The receiver's main: `argv` is "<prog> --peer <fd> <socket>". Returns the
 /// process exit code.
 int run_receiver(int argc, char** argv);

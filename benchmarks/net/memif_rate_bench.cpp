@@ -303,7 +303,6 @@ int main(int argc, char** argv) {
   }
   argc = kept;
   benchmark::Initialize(&argc, argv);
-  std::string runtime_dir;
   int rc = 0;
   try {
     // memif's default abstract socket: a name only, nothing on disk to clean.
@@ -313,7 +312,6 @@ int main(int argc, char** argv) {
     mercury::net::Eal eal(mercury::bench::eal_args(
         "memif_rate_bench", {"--lcores=0@0", "--no-telemetry", "--log-level=pmd.net.memif:warning",
                              "--vdev=" + memif::memif_vdev(false, socket)}));
-    runtime_dir = rte_eal_get_runtime_dir();
     peer.wait_ready(memif::kReadyTimeoutMs);
     {
       memif::Sender sender(peer);
@@ -330,7 +328,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memif_rate_bench: %s\n", e.what());
     rc = 1;
   }
-  memif::remove_runtime_dir(runtime_dir);
   benchmark::Shutdown();
   return rc;
 }

@@ -205,20 +205,17 @@ int run_receiver(int argc, char** argv) {
   }
   ::prctl(PR_SET_NAME, "memif_rate_peer");  // exec'd as /proc/self/exe, ps would say "exe"
   ControlChannel control(std::atoi(argv[2]));
-  std::string runtime_dir;
   int rc = 1;
   try {
     net::Eal eal(eal_args("memif_rate_peer",
                           {"--lcores=0@1", "--no-telemetry", "--log-level=pmd.net.memif:warning",
                            "--vdev=" + memif_vdev(true, argv[3])}));
-    runtime_dir = rte_eal_get_runtime_dir();
     Receiver rx;
     // Ready: the server port listens, so the sender's client port can connect.
     if (control.send(Report{})) rc = serve(rx, control);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memif_rate_bench receiver: %s\n", e.what());
   }
-  remove_runtime_dir(runtime_dir);
   return rc;
 }
 

@@ -439,7 +439,6 @@ int run_goodput_receiver(int argc, char** argv) {
   }
   ::prctl(PR_SET_NAME, "memif_goodput_p");
   ControlChannel control(std::atoi(argv[2]));
-  std::string runtime_dir;
   int rc = 1;
   try {
     if (zero_copy) {
@@ -456,7 +455,6 @@ int run_goodput_receiver(int argc, char** argv) {
                                       "--vdev=" + memif_vdev(true, argv[3], 1, zero_copy)};
     if (zero_copy) extra.emplace_back(kZeroCopyEalArg);
     net::Eal eal(eal_args("memif_goodput_peer", extra));
-    runtime_dir = rte_eal_get_runtime_dir();
     {
       Receiver rx;
       // Ready: the server ports listen, so the sender's client ports can
@@ -466,7 +464,6 @@ int run_goodput_receiver(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memif_goodput_bench receiver: %s\n", e.what());
   }
-  remove_runtime_dir(runtime_dir);
   return rc;
 }
 
@@ -805,7 +802,6 @@ int main(int argc, char** argv) {
   }
   argc = kept;
   benchmark::Initialize(&argc, argv);
-  std::string runtime_dir;
   int rc = 0;
   try {
     // memif's default abstract socket: a name only, nothing on disk to clean.
@@ -818,7 +814,6 @@ int main(int argc, char** argv) {
                                       "--vdev=" + memif::memif_vdev(false, socket, 1, zero_copy)};
     if (zero_copy) extra.emplace_back(memif::kZeroCopyEalArg);
     mercury::net::Eal eal(mercury::bench::eal_args("memif_goodput_bench", extra));
-    runtime_dir = rte_eal_get_runtime_dir();
     std::printf("memif: %s\n", zero_copy ? "zero-copy receiver (client, zero-copy=yes)"
                                          : "copy mode on both sides");
     // Copy mode: the receiver's server ports listen once it is ready. Zero-copy
@@ -844,7 +839,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memif_goodput_bench: %s\n", e.what());
     rc = 1;
   }
-  memif::remove_runtime_dir(runtime_dir);
   benchmark::Shutdown();
   return rc;
 }
