@@ -132,6 +132,7 @@ bool Interface::stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip) {
   auto* p = rte_pktmbuf_mtod(m, std::byte*);
   const size_t len = build_arp_frame({p, kMinFrame}, oper, local_, mac, ip);
   m->data_len = m->pkt_len = static_cast<uint32_t>(len);
+  stage_len_[staged_] = m->pkt_len;
   stage_[staged_++] = m;
   return true;
 }
@@ -167,6 +168,7 @@ bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
     m->l3_len = kL3Len;
     m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_UDP_CKSUM;
   }
+  stage_len_[staged_] = m->pkt_len;
   stage_[staged_++] = m;
   return true;
 }
@@ -177,10 +179,15 @@ uint16_t Interface::flush_st(uint64_t now) {
   const uint16_t sent = emulator_ != nullptr
                             ? emulator_->tx_burst(stage_.data(), staged_, now)
                             : port_.tx_burst(opts_.tx_queue, stage_.data(), staged_);
-  for (uint16_t i = 0; i < sent; ++i) counters_.tx_bytes += stage_[i]->pkt_len;
+  // The frames that went belong to the PMD now (memif, for one, has freed
+  // them already): their lengths come from stage_len_, not from the mbufs.
+  for (uint16_t i = 0; i < sent; ++i) counters_.tx_bytes += stage_len_[i];
   counters_.tx_frames += sent;
   // Keep the refused ones, in order, at the front of the stage.
-  for (uint16_t i = sent; i < staged_; ++i) stage_[i - sent] = stage_[i];
+  for (uint16_t i = sent; i < staged_; ++i) {
+    stage_[i - sent] = stage_[i];
+    stage_len_[i - sent] = stage_len_[i];
+  }
   staged_ = static_cast<uint16_t>(staged_ - sent);
   return sent;
 }

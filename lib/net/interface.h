@@ -149,6 +149,7 @@ class Interface {
 
   uint16_t staged_ = 0;
   std::array<rte_mbuf*, kStage> stage_{};
+  std::array<uint32_t, kStage> stage_len_{};  ///< frame bytes of each staged mbuf
   // Fresh mbufs taken from the pool a burst at a time: one bulk get instead
   // of a pool access per packet.
   uint16_t spare_ = 0;
