@@ -1,5 +1,8 @@
 #include "memif_link.h"
 
+#include <rte_cycles.h>
+#include <rte_mbuf.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,6 +16,8 @@
 #include <ctime>
 #include <stdexcept>
 #include <vector>
+
+#include "net/port.h"
 
 namespace mercury::bench::memif {
 
@@ -38,6 +43,45 @@ std::string memif_vdev(bool receiver, const std::string& socket, uint16_t index,
          ",socket=" + socket + ",bsize=" + std::to_string(kSlotBytes) +
          ",mac=" + (receiver ? kReceiverMac : kSenderMac).to_string() +
          (receiver_zero_copy && !server ? ",zero-copy=yes" : "");
+}
+
+bool Stall::stuck(uint16_t progress) {
+  if (progress != 0) {
+    since_ = 0;
+    return false;
+  }
+  const uint64_t now = rte_rdtsc();
+  if (since_ == 0) since_ = now;
+  return now - since_ > rte_get_tsc_hz();
+}
+
+uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, const std::vector<std::byte>& source,
+                        size_t frame, uint16_t n, size_t& offset, Stall& stall,
+                        std::string& failure) {
+  rte_mbuf* burst[64];
+  if (n > 64) n = 64;
+  if (rte_pktmbuf_alloc_bulk(pool, burst, n) != 0) {
+    failure = "the sender's mempool is empty";
+    return 0;
+  }
+  for (uint16_t i = 0; i < n; ++i) {
+    if (offset + frame > source.size()) offset = 0;
+    std::memcpy(rte_pktmbuf_mtod(burst[i], void*), source.data() + offset, frame);
+    offset += frame;
+    burst[i]->data_len = static_cast<uint16_t>(frame);
+    burst[i]->pkt_len = static_cast<uint32_t>(frame);
+  }
+  uint16_t done = 0;
+  while (done < n) {
+    const uint16_t went = port.tx_burst(0, burst + done, n - done);
+    done += went;
+    if (stall.stuck(went)) break;
+  }
+  if (done < n) {
+    rte_pktmbuf_free_bulk(burst + done, n - done);
+    failure = "memif took nothing for 1 s";
+  }
+  return done;
 }
 
 uint64_t clock_ns(int clock) {

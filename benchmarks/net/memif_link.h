@@ -29,10 +29,18 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "net/frame.h"
+
+struct rte_mempool;
+
+namespace mercury::net {
+class Port;
+}
 
 namespace mercury::bench::memif {
 
@@ -175,6 +183,25 @@ class PeerProcess {
   pid_t pid_ = -1;
   ControlChannel control_;
 };
+
+/// Bounded waiting for a PMD that takes nothing: stuck() is true once calls
+/// that made no progress have gone on for a second (the receiver is gone).
+class Stall {
+ public:
+  bool stuck(uint16_t progress);
+
+ private:
+  uint64_t since_ = 0;
+};
+
+/// The raw sender's burst: `n` (<= 64) fresh mbufs from `pool`, each filled
+/// with the next `frame` bytes of `source` (from `offset`, wrapping to 0 at
+/// its end), handed to queue 0 of `port`, waiting while memif's ring is full.
+/// Returns the frames memif accepted; fewer than `n` only when `failure` was
+/// set (the pool was empty, or memif took nothing for 1 s; the rest freed).
+uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, const std::vector<std::byte>& source,
+                        size_t frame, uint16_t n, size_t& offset, Stall& stall,
+                        std::string& failure);
 
 /// The receiver's main: `argv` is "<prog> --peer <fd> <socket>". Returns the
 /// process exit code.

@@ -96,57 +96,17 @@ size_t frame_len(int64_t size_class, bool stack) {
 }
 
 // An iteration hands kBurst frames to memif, waiting for room in its ring
-// when the receiver is behind: iterations then cost the same whatever the
-// back-pressure, so Google Benchmark's iteration count gives stable runs.
-// Waiting is bounded: a ring that takes nothing for a whole second means the
-// receiver is gone.
-class Stall {
- public:
-  /// True once calls that made no progress have gone on for a second.
-  bool stuck(uint16_t progress) {
-    if (progress != 0) {
-      since_ = 0;
-      return false;
-    }
-    const uint64_t now = rte_rdtsc();
-    if (since_ == 0) since_ = now;
-    return now - since_ > rte_get_tsc_hz();
-  }
-
- private:
-  uint64_t since_ = 0;
-};
-
+// when the receiver is behind (send_raw_burst, memif_link.h): iterations then
+// cost the same whatever the back-pressure, so Google Benchmark's iteration
+// count gives stable runs.
 // Returns the frames memif accepted; sets `failure` when it stops early.
 uint64_t send_raw(benchmark::State& state, Sender& s, size_t frame, std::string& failure) {
   uint64_t sent = 0;
   size_t offset = 0;
   Stall stall;
-  rte_mbuf* burst[kBurst];
   for (auto _ : state) {
-    if (rte_pktmbuf_alloc_bulk(s.pool.get(), burst, kBurst) != 0) {
-      failure = "the sender's mempool is empty";
-      break;
-    }
-    for (uint16_t i = 0; i < kBurst; ++i) {
-      if (offset + frame > s.source.size()) offset = 0;
-      std::memcpy(rte_pktmbuf_mtod(burst[i], void*), s.source.data() + offset, frame);
-      offset += frame;
-      burst[i]->data_len = static_cast<uint16_t>(frame);
-      burst[i]->pkt_len = static_cast<uint32_t>(frame);
-    }
-    uint16_t done = 0;
-    while (done < kBurst) {
-      const uint16_t went = s.port.tx_burst(0, burst + done, kBurst - done);
-      done += went;
-      if (stall.stuck(went)) break;
-    }
-    sent += done;
-    if (done < kBurst) {
-      rte_pktmbuf_free_bulk(burst + done, kBurst - done);
-      failure = "memif took nothing for 1 s";
-      break;
-    }
+    sent += send_raw_burst(s.port, s.pool.get(), s.source, frame, kBurst, offset, stall, failure);
+    if (!failure.empty()) break;
   }
   return sent;
 }

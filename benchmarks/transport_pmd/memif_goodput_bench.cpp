@@ -486,23 +486,6 @@ struct Sender {
 };
 Sender* g_sender = nullptr;
 
-// True once calls that made no progress have gone on for a second.
-class Stall {
- public:
-  bool stuck(uint16_t progress) {
-    if (progress != 0) {
-      since_ = 0;
-      return false;
-    }
-    const uint64_t now = rte_rdtsc();
-    if (since_ == 0) since_ = now;
-    return now - since_ > rte_get_tsc_hz();
-  }
-
- private:
-  uint64_t since_ = 0;
-};
-
 // An iteration hands memif the frames that carry 32 MiB of payload. Returns
 // the frames memif accepted; sets `failure` when it stops early.
 uint64_t send_raw(benchmark::State& state, Sender& s, Link& l, std::string& failure) {
@@ -511,33 +494,13 @@ uint64_t send_raw(benchmark::State& state, Sender& s, Link& l, std::string& fail
   uint64_t sent = 0;
   size_t offset = 0;
   Stall stall;
-  rte_mbuf* burst[kBurst];
   for (auto _ : state) {
     for (uint64_t left = per_iteration; left > 0 && failure.empty();) {
       const auto n = static_cast<uint16_t>(std::min<uint64_t>(kBurst, left));
-      if (rte_pktmbuf_alloc_bulk(s.pool.get(), burst, n) != 0) {
-        failure = "the sender's mempool is empty";
-        break;
-      }
-      for (uint16_t i = 0; i < n; ++i) {
-        if (offset + frame > s.source.size()) offset = 0;
-        std::memcpy(rte_pktmbuf_mtod(burst[i], void*), s.source.data() + offset, frame);
-        offset += frame;
-        burst[i]->data_len = static_cast<uint16_t>(frame);
-        burst[i]->pkt_len = static_cast<uint32_t>(frame);
-      }
-      uint16_t done = 0;
-      while (done < n) {
-        const uint16_t went = l.port.tx_burst(0, burst + done, n - done);
-        done += went;
-        if (stall.stuck(went)) break;
-      }
+      const uint16_t done =
+          send_raw_burst(l.port, s.pool.get(), s.source, frame, n, offset, stall, failure);
       sent += done;
       left -= done;
-      if (done < n) {
-        rte_pktmbuf_free_bulk(burst + done, n - done);
-        failure = "memif took nothing for 1 s";
-      }
     }
     if (!failure.empty()) break;
   }
