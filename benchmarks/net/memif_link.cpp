@@ -55,7 +55,7 @@ bool Stall::stuck(uint16_t progress) {
   return now - since_ > rte_get_tsc_hz();
 }
 
-uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, const std::vector<std::byte>& source,
+uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, std::span<const std::byte> source,
                         size_t frame, uint16_t n, size_t& offset, Stall& stall,
                         std::string& failure) {
   rte_mbuf* burst[64];

@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -199,7 +200,7 @@ class Stall {
 /// its end), handed to queue 0 of `port`, waiting while memif's ring is full.
 /// Returns the frames memif accepted; fewer than `n` only when `failure` was
 /// set (the pool was empty, or memif took nothing for 1 s; the rest freed).
-uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, const std::vector<std::byte>& source,
+uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, std::span<const std::byte> source,
                         size_t frame, uint16_t n, size_t& offset, Stall& stall,
                         std::string& failure);
 

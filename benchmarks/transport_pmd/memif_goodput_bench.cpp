@@ -20,6 +20,8 @@
 //                               8 completions have run (every byte acknowledged).
 //   memif/endpoint_loss1/<mtu>  the same with the link emulator dropping 1 % of
 //                               frames on each side (data and ACKs).
+// The source and the destination buffers are on 64-byte boundaries
+// (AlignedBytes), as a trainer's tensors are.
 // The counter compared is "Gbps": payload bits per second of the sender's real
 // time. raw's "rx_Gbps" is the same payload per second of the receiver's clock
 // (memif_rate_bench's figure), to show the two agree. The endpoint variants
@@ -67,6 +69,8 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <new>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -105,6 +109,30 @@ constexpr int kPatienceMs = 60'000;
 // Mbufs hold a whole memif slot (memif's bulk RX path) and a 9000-MTU frame
 // with the Interface's alignment pad.
 uint32_t mbuf_bytes() { return std::max(kMbufFrameBytes, net::frame_bytes_for_mtu(9000)); }
+
+// Bytes on a 64-byte boundary, as a trainer's tensors are (PyTorch's
+// allocator aligns them to 64 or more), holding a copy of `from`. A
+// std::vector of megabytes is not: glibc maps it and hands out the address
+// 16 bytes past a page, so every line of a message would be split between
+// two packets differently than in use.
+class AlignedBytes {
+ public:
+  explicit AlignedBytes(size_t n) : p_(new (std::align_val_t{64}) std::byte[n]()), n_(n) {}
+  explicit AlignedBytes(const std::vector<std::byte>& from) : AlignedBytes(from.size()) {
+    std::memcpy(p_.get(), from.data(), n_);
+  }
+  std::byte* data() { return p_.get(); }
+  [[nodiscard]] const std::byte* data() const { return p_.get(); }
+  [[nodiscard]] size_t size() const { return n_; }
+  operator std::span<const std::byte>() const { return {p_.get(), n_}; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte[], Free> p_;
+  size_t n_;
+};
 
 size_t mtu_index(uint32_t mtu) { return mtu == 9000 ? 1 : 0; }
 
@@ -230,8 +258,8 @@ struct Link {
 // tensor_key) and checks it against the source when it completes.
 class PlacingReceiver final : public transport::MessageReceiver {
  public:
-  explicit PlacingReceiver(const std::vector<std::byte>& source)
-      : source_(source), buffers_(kMessages, std::vector<std::byte>(kMsgBytes)) {}
+  explicit PlacingReceiver(const AlignedBytes& source)
+      : source_(source), buffers_(kMessages * kMsgBytes) {}
 
   void reset() { completed = checked = corrupt = unexpected = bytes = 0; }
 
@@ -240,7 +268,7 @@ class PlacingReceiver final : public transport::MessageReceiver {
       ++unexpected;
       return nullptr;
     }
-    return buffers_[h.tensor_key].data();
+    return buffers_.data() + size_t{h.tensor_key} * kMsgBytes;
   }
   void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
     ++completed;
@@ -263,8 +291,8 @@ class PlacingReceiver final : public transport::MessageReceiver {
   uint64_t completed = 0, checked = 0, corrupt = 0, unexpected = 0, bytes = 0;
 
  private:
-  const std::vector<std::byte>& source_;
-  std::vector<std::vector<std::byte>> buffers_;
+  const AlignedBytes& source_;
+  AlignedBytes buffers_;
 };
 
 class Receiver {
@@ -354,8 +382,8 @@ class Receiver {
   }
 
  private:
-  std::vector<std::byte> source_ = transport::testing::random_pattern(kSourceBytes, kPatternSeed);
-  std::vector<std::byte> place_ = std::vector<std::byte>(kMsgBytes);  // raw_place's destination
+  AlignedBytes source_{transport::testing::random_pattern(kSourceBytes, kPatternSeed)};
+  AlignedBytes place_{kMsgBytes};  // raw_place's destination
   net::Mempool pool_;
   PlacingReceiver placing_;
   std::array<std::unique_ptr<Link>, 2> links_;
@@ -478,7 +506,7 @@ struct Sender {
   }
 
   PeerProcess& peer;
-  std::vector<std::byte> source = transport::testing::random_pattern(kSourceBytes, kPatternSeed);
+  AlignedBytes source{transport::testing::random_pattern(kSourceBytes, kPatternSeed)};
   net::Mempool pool{"mg_tx", 8191, 256, mbuf_bytes()};
   NoMessages no_messages;
   std::array<std::unique_ptr<Link>, 2> links{std::make_unique<Link>(pool, false, 0, no_messages),
