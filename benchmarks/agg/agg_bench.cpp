@@ -1,7 +1,7 @@
 // Aggregation throughput of one shard core against the memory-bandwidth limit.
 //
 // Workload: the ResNet-50 tensors (config/models/resnet50.txt, 25.6 M float32,
-// 102 MB) all on one shard, cut into 1416-byte chunks (MTU 1500), N = 4
+// 102 MB) all on one shard, cut into 1408-byte chunks (MTU 1500), N = 4
 // workers. One benchmark iteration = one BSP iteration: every chunk receives
 // its 4 contributions (chunk by chunk, the completing rank rotating) through
 // ChunkTable::contribute(), which reduces them in rank order and applies the
@@ -16,7 +16,7 @@
 //
 // Variants: sgd, sum_only, momentum, adam (the table, AVX-512 kernel);
 // sgd_portable (the table with the intrinsic-free kernel); sgd_jumbo (the
-// table with 8952-byte chunks, MTU 9000, over the same bytes); kernel_sgd
+// table with 8896-byte chunks, MTU 9000, over the same bytes); kernel_sgd
 // (reduce_apply() chunk by chunk without the table: the table's own cost is
 // the gap to sgd). Arg "all" = every chunk (from DRAM); "l2" = the first 180
 // chunks (4 x 255 KB, L2-resident: the compute-bound case).
@@ -42,8 +42,8 @@ namespace mercury::agg {
 namespace {
 
 constexpr uint32_t kWorkers = 4;
-constexpr uint32_t kChunkBytes = 1416;       // net::payload_per_packet(1500)
-constexpr uint32_t kJumboChunkBytes = 8952;  // net::payload_per_packet(9000)
+constexpr uint32_t kChunkBytes = 1408;       // net::payload_per_packet(1500)
+constexpr uint32_t kJumboChunkBytes = 8896;  // net::payload_per_packet(9000)
 
 class NullSink final : public ChunkSink {
  public:

@@ -199,7 +199,9 @@ void write_limit(benchmark::State& s) { place(s, Write::kLimit); }
 void stream(benchmark::State& s) { place(s, Write::kStream); }
 void copy(benchmark::State& s) { place(s, Write::kMemcpy); }
 
-// 1416 and 8958: the payload of a 1500- and a 9000-byte MTU packet.
+// 1416 and 8958: a 1500- and a 9000-byte MTU packet's payload before it was
+// rounded down to whole lines (net::payload_per_packet): slices that split
+// lines at both ends, the placement's worst case.
 BENCHMARK(read_limit)->Name("checksum/limit")->Arg(1416)->Arg(8958);
 BENCHMARK(sum)->Name("checksum/sum")->Arg(1416)->Arg(8958);
 BENCHMARK(copy_sum)->Name("checksum/copy_sum")->Arg(1416)->Arg(8958);

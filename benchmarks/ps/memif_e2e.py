@@ -6,9 +6,10 @@ memif rate between two processes measured in the same run.
   benchmarks/ps/memif_e2e.py [--build build] [--reps 5] [--models resnet50,vgg16]
 
 Each repetition runs, in random order, the raw limit (memif_rate_bench's
-raw/1500 variant: one memif link between two processes, both polling, frames
-carrying 1416 payload bytes, which is what both CPUs of a 2-CPU machine move
-when they do nothing but copy) and one job per model (ps-demo on
+raw/1500 variant: one memif link between two processes, both polling, 1514-
+byte frames counted as the 1408 payload bytes a job's packet carries at MTU
+1500 (net::payload_per_packet), which is what both CPUs of a 2-CPU machine
+move when they do nothing but copy) and one job per model (ps-demo on
 config/memif.yaml: ps-server with 2 shard cores and 4 ps-worker processes,
 each checking every aggregate). The job's goodput is the gradient pushed plus
 the parameters pulled by all four workers per second of push_pull (the sum
@@ -27,6 +28,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROUNDS = {"resnet50": 3, "vgg16": 2}
+PAYLOAD_PER_PACKET = 1408  # net::payload_per_packet(1500)
 
 
 def raw_gbps(build):
@@ -39,7 +41,7 @@ def raw_gbps(build):
         runs = [b for b in json.load(open(f.name))["benchmarks"] if "raw/1500" in b["name"]]
     if r.returncode != 0 or not runs:
         sys.exit("memif_e2e: memif_rate_bench gave no raw/1500 figure:\n" + r.stdout[-2000:])
-    return runs[0]["pps"] * 1416 * 8 / 1e9
+    return runs[0]["pps"] * PAYLOAD_PER_PACKET * 8 / 1e9
 
 
 def job_gbps(build, model):

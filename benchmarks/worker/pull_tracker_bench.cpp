@@ -22,7 +22,7 @@
 namespace mercury::worker {
 namespace {
 
-constexpr uint32_t kChunkBytes1500 = 1416;  // net::payload_per_packet(1500)
+constexpr uint32_t kChunkBytes1500 = 1408;  // net::payload_per_packet(1500)
 
 struct Arrival {
   uint32_t key;

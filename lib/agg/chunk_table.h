@@ -15,7 +15,7 @@
 // Chunks and addressing. A chunk is one packet's worth of one partition
 // (placement.h): chunk j of partition `key` covers bytes
 // [j x chunk_bytes, min((j+1) x chunk_bytes, partition bytes)). Use
-// chunk_bytes = net::payload_per_packet(mtu) (1416 at MTU 1500), the same
+// chunk_bytes = net::payload_per_packet(mtu) (1408 at MTU 1500), the same
 // value on every node, so that a packet is exactly one chunk and the wire's
 // (tensor_key, offset) name it: offset must be a multiple of chunk_bytes and
 // the payload exactly the chunk's length.

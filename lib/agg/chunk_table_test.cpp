@@ -15,7 +15,7 @@
 namespace mercury::agg {
 namespace {
 
-constexpr uint32_t kChunkBytes = 1416;  // net::payload_per_packet(1500)
+constexpr uint32_t kChunkBytes = 1408;  // net::payload_per_packet(1500)
 constexpr uint32_t kChunkElems = kChunkBytes / 4;
 
 // Records what the table hands out. A token may come back more than once

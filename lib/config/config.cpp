@@ -197,7 +197,7 @@ uint32_t JobConfig::rank_of(std::string_view name) const { return node(name).ran
 
 uint32_t JobConfig::payload_bytes_per_packet() const {
   // network.mtu >= 576 is enforced by the loader, so this cannot wrap.
-  return (network.mtu - kIpv4HeaderBytes - kUdpHeaderBytes - kMercuryHeaderBytes) & ~3u;
+  return (network.mtu - kIpv4HeaderBytes - kUdpHeaderBytes - kMercuryHeaderBytes) & ~63u;
 }
 
 }  // namespace mercury::config

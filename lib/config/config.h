@@ -220,7 +220,7 @@ struct JobConfig {
   /// Throws ConfigError for an unknown name.
   uint32_t rank_of(std::string_view name) const;
   /// Payload bytes one packet carries: mtu - IPv4 - UDP - Mercury header,
-  /// rounded down to a multiple of 4 so float32 elements never straddle.
+  /// rounded down to whole 64-byte cache lines (net::payload_per_packet).
   uint32_t payload_bytes_per_packet() const;
 };
 

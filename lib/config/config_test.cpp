@@ -198,7 +198,7 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
   EXPECT_EQ(s.net_lcore(), 5u);
   EXPECT_EQ(s.shards, 2u);
   EXPECT_EQ(job.nodes[1].udp_port, 5000u);
-  EXPECT_EQ(job.payload_bytes_per_packet(), 8916u);
+  EXPECT_EQ(job.payload_bytes_per_packet(), 8896u);
 }
 
 TEST(ConfigLoad, EmptySectionMeansDefaults) {
@@ -247,15 +247,17 @@ TEST(ConfigLoad, UnknownNodeNameListsTheValidNames) {
   EXPECT_THROW(job.rank_of("w9"), ConfigError);
 }
 
-TEST(ConfigLoad, PayloadPerPacketIsMtuLessHeadersRoundedToFloats) {
+TEST(ConfigLoad, PayloadPerPacketIsMtuLessHeadersRoundedToCacheLines) {
   auto payload = [](int mtu) {
     return load_string(doc("network: {mtu: " + std::to_string(mtu) + "}\n"))
         .payload_bytes_per_packet();
   };
-  EXPECT_EQ(payload(1500), 1416u);  // 1500 - 20 - 8 - 56
-  EXPECT_EQ(payload(9000), 8916u);
-  EXPECT_EQ(payload(577), 492u);  // 493 rounded down to a multiple of 4
-  EXPECT_EQ(payload(576), 492u);
+  EXPECT_EQ(payload(1500), 1408u);  // 1500 - 20 - 8 - 56 = 1416, down to 22 lines
+  EXPECT_EQ(payload(9000), 8896u);
+  EXPECT_EQ(payload(1491), 1344u);  // 1407: 21 lines and 63 bytes
+  EXPECT_EQ(payload(1492), 1408u);  // exactly 22 lines
+  EXPECT_EQ(payload(1556), 1472u);  // exactly 23 lines
+  EXPECT_EQ(payload(576), 448u);
 }
 
 TEST(ConfigLoad, PortFormsAreClassifiedAndPciNormalised) {

@@ -292,10 +292,16 @@ TEST_F(Fixture, EveryTruncationIsDroppedNotRead) {
   }
 }
 
-TEST(PayloadPerPacket, FollowsMtu) {
-  EXPECT_EQ(payload_per_packet(1500), 1416u);
-  EXPECT_EQ(payload_per_packet(9000), 8916u);
-  EXPECT_EQ(payload_per_packet(1500) % 4, 0u);
+TEST(PayloadPerPacket, FollowsMtuInWholeCacheLines) {
+  EXPECT_EQ(payload_per_packet(1500), 1408u);
+  EXPECT_EQ(payload_per_packet(9000), 8896u);
+  EXPECT_EQ(payload_per_packet(576), 448u);
+  for (uint32_t mtu = 576; mtu <= kMaxMtu; ++mtu) {
+    const uint32_t p = payload_per_packet(mtu);
+    ASSERT_EQ(p % 64, 0u) << mtu;
+    ASSERT_LE(p + kFrameOverhead - kL2Len, mtu) << mtu;       // it fits
+    ASSERT_GT(p + 64 + kFrameOverhead - kL2Len, mtu) << mtu;  // a line more would not
+  }
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 namespace mercury::worker {
 namespace {
 
-constexpr uint32_t kChunkBytes1500 = 1416;  // net::payload_per_packet(1500)
+constexpr uint32_t kChunkBytes1500 = 1408;  // net::payload_per_packet(1500)
 
 std::string read_model(const std::string& name) {
   std::ifstream in(std::string(MERCURY_MODELS_DIR) + "/" + name + ".txt");

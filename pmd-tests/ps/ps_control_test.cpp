@@ -277,7 +277,7 @@ TEST(PsControl, SecondServerNodeRunsItsShardsOnly) {
 
 TEST(PsControl, BadJobShapesAreRefusedAtConstruction) {
   server::ServerNodeConfig sc;
-  sc.chunk_bytes = 1416;
+  sc.chunk_bytes = 1408;
   sc.job_shards = {1, 2};
   sc.server_index = 2;
   EXPECT_THROW(server::ServerNode(std::vector<net::Interface*>{}, {}, sc, 0),
