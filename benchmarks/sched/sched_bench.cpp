@@ -25,7 +25,9 @@
 namespace mercury::sched {
 namespace {
 
-constexpr uint32_t kPayload = 1416;  // 1500-byte MTU minus IPv4, UDP and the Mercury header
+// 1500-byte MTU minus IPv4, UDP and the Mercury header, as net::payload_per_packet
+// gave before it rounded to whole lines (1408): the documented figures used it.
+constexpr uint32_t kPayload = 1416;
 const PeerMask kAllPeers = PeerMask::first(kMaxPeers);
 
 SchedulerConfig config_for(Mode mode, uint16_t peers = 1, uint32_t s_bytes = 4u << 20,

@@ -50,8 +50,10 @@ TEST(StreamCopy, MatchesMemcpyAtEveryAlignmentAndLength) {
 }
 
 TEST(StreamCopy, PlacesPacketsIntoALargeBufferLikeMemcpy) {
-  // The endpoint's use: 1416-byte payloads at consecutive offsets of a
-  // message larger than kStreamDestinationBytes.
+  // The endpoint's use: payloads at consecutive offsets of a message larger
+  // than kStreamDestinationBytes. 1416 bytes, not net::payload_per_packet's
+  // whole lines, so that every packet has partial lines at both ends (as in
+  // a buffer that is not 64-byte aligned).
   constexpr size_t kPayload = 1416;
   const size_t total = kStreamDestinationBytes + 12345;
   const std::vector<std::byte> src = pattern(total, 11);

@@ -24,7 +24,7 @@ struct LinkParams {
   uint32_t window = 64;     ///< W: packets in flight per peer
   uint32_t burst = 32;      ///< B: packets carved per TX loop pass
   uint32_t ack_delay = 32;  ///< D: packet-times from send to its ack (an RTT)
-  uint32_t payload = 1416;  ///< bytes per data packet (1500-byte MTU)
+  uint32_t payload = 1416;  ///< bytes per data packet (MTU 1500 before whole-line payloads)
   bool burst_api = false;   ///< carve with next_slices_st() and per-peer room, not slice by slice
 };
 
