@@ -199,13 +199,16 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
   ip.total_length.set(ip_len);
   udp.length.set(udp_len);
 
-  // Encoded from the caller's fields in place (no copy of the struct: the
-  // caller has just written some of them, and wide loads of fresh narrow
-  // stores stall on store forwarding); payload_len is patched after.
   const auto payload_len = static_cast<uint16_t>(payload.size());
   auto& mh = *reinterpret_cast<wire::Header*>(p + FrameTemplate::kSize);
+#if defined(__AVX512BW__)
+  // One load, shuffle and store, and the header's sum from the register.
+  const uint64_t header_sum = wire::encode_summed(h, payload_len, mh);
+#else
+  // Field by field from the caller's struct; payload_len is patched after.
   wire::encode(h, mh);
   mh.payload_len.set(payload_len);
+#endif
   std::byte* data = p + FrameTemplate::kSize + wire::kHeaderSize;
 
   // Lengths enter the sums as big-endian 16-bit words, as on the wire.
@@ -225,7 +228,11 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
       // and summed in one pass over the source (copy_partial_sum): the source
       // is the part not in cache, and the destination mbuf, recycled through
       // the pool's per-core cache, usually is.
+#if defined(__AVX512BW__)
+      acc += header_sum;
+#else
       acc += __builtin_bswap16(fold_sum(wire::header_word_sum(h) - h.payload_len + payload_len));
+#endif
       acc = copy_partial_sum(data, payload.data(), payload.size(), acc);
       uint16_t c = checksum_of(acc);
       if (c == 0) c = 0xffff;  // 0 means "no checksum" in UDP; 0xffff is its twin

@@ -21,6 +21,10 @@
 #include <span>
 #include <string_view>
 
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
 #include "wire/big_endian.h"
 
 namespace mercury::wire {
@@ -151,6 +155,59 @@ void encode(const HeaderFields& f, Header& out);
 /// narrower stores stalls on store forwarding; this does not touch memory.
 /// The result is unfolded: fold it to 16 bits before use.
 uint64_t header_word_sum(const HeaderFields& f);
+
+#if defined(__AVX512BW__)
+// HeaderFields is laid out as the wire header, field for field, except that
+// its byte 0 holds the type (the wire's holds the version) and byte 1 is
+// padding: encode_summed() byte-swaps it in one shuffle.
+static_assert(sizeof(HeaderFields) == kHeaderSize);
+static_assert(offsetof(HeaderFields, flags) == offsetof(Header, flags));
+static_assert(offsetof(HeaderFields, job_id) == offsetof(Header, job_id));
+static_assert(offsetof(HeaderFields, sender_id) == offsetof(Header, sender_id));
+static_assert(offsetof(HeaderFields, priority) == offsetof(Header, priority));
+static_assert(offsetof(HeaderFields, dtype) == offsetof(Header, dtype));
+static_assert(offsetof(HeaderFields, tensor_key) == offsetof(Header, tensor_key));
+static_assert(offsetof(HeaderFields, msg_id) == offsetof(Header, msg_id));
+static_assert(offsetof(HeaderFields, msg_len) == offsetof(Header, msg_len));
+static_assert(offsetof(HeaderFields, offset) == offsetof(Header, offset));
+static_assert(offsetof(HeaderFields, iteration) == offsetof(Header, iteration));
+static_assert(offsetof(HeaderFields, param_version) == offsetof(Header, param_version));
+static_assert(offsetof(HeaderFields, seq) == offsetof(Header, seq));
+static_assert(offsetof(HeaderFields, ack) == offsetof(Header, ack));
+static_assert(offsetof(HeaderFields, payload_len) == offsetof(Header, payload_len));
+static_assert(offsetof(HeaderFields, epoch) == offsetof(Header, epoch));
+static_assert(offsetof(HeaderFields, sack) == offsetof(Header, sack));
+
+/// encode(f, out) with out.payload_len = payload_len, in a few vector
+/// instructions: one load of `f`, one byte shuffle, one masked store. Returns
+/// the header's partial ones'-complement sum as net::partial_sum over the 56
+/// written bytes would give it (native 16-bit words, unfolded), taken from
+/// the register, not read back from memory.
+inline uint64_t encode_summed(const HeaderFields& f, uint16_t payload_len, Header& out) {
+  constexpr __mmask64 kHeaderBytes = (uint64_t{1} << kHeaderSize) - 1;
+  __m512i v = _mm512_maskz_loadu_epi8(kHeaderBytes, &f);
+  // 16-bit word 22 is payload_len.
+  v = _mm512_mask_set1_epi16(v, __mmask32{1} << (offsetof(HeaderFields, payload_len) / 2),
+                             static_cast<short>(payload_len));
+  // Per 16-byte lane, the source byte of each wire byte (-1: zero). Lane 0:
+  // version (0, ORed in below), type, flags, job_id, sender_id, priority,
+  // dtype, tensor_key; lane 1: four 32-bit fields; lane 2: three 32-bit and
+  // two 16-bit fields; lane 3: sack, then 8 bytes past the header.
+  const __m512i order = _mm512_set_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 2, 3, 4, 5, 6, 7,  //
+                                        14, 15, 12, 13, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,    //
+                                        12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,    //
+                                        12, 13, 14, 15, 11, 10, 8, 9, 4, 5, 6, 7, 2, 3, 0, -1);
+  v = _mm512_or_si512(_mm512_shuffle_epi8(v, order), _mm512_maskz_set1_epi8(1, kVersion));
+  _mm512_mask_storeu_epi8(&out, kHeaderBytes, v);
+  const __m512i halves = _mm512_add_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0xffff)),
+                                          _mm512_maskz_srli_epi32(0xffff, v, 16));
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, halves);
+  uint64_t sum = 0;
+  for (const uint32_t l : lanes) sum += l;
+  return sum;
+}
+#endif
 
 /// Reads and validates the header at the start of `packet` (header plus
 /// payload: everything after the UDP header). On success fills `out` and
