@@ -4,14 +4,15 @@
 //   checksum/limit/<n>  the read limit: every 64-byte line of n-byte slices, taken
 //                       in turn from a 64 MiB buffer (L3 or memory, as a
 //                       stream of payloads is), loaded and ORed into four
-//                       accumulators with partial_sum's prefetch; nothing
-//                       less reads the bytes.
+//                       accumulators with copy_partial_sum's prefetch
+//                       (every line, sixteen ahead); nothing less reads the
+//                       bytes.
 //   checksum/sum/<n>    net::partial_sum over the same slices (the receive
 //                       path's UDP checksum, which in use reads a frame just
-//                       written, so without partial_sum's prefetch).
+//                       written, so without a prefetch).
 //   checksum/copy_sum/<n>  net::copy_partial_sum of the same slices into a hot
 //                       16 KiB destination (the send path's fill: copy and
-//                       sum in one pass, prefetching eight lines ahead).
+//                       sum in one pass, prefetching sixteen lines ahead).
 //   checksum/sum_1acc/<n>  partial_sum with one accumulator pair, as it was
 //                       before four lines per step: what that is worth on
 //                       data not in L1.
@@ -76,9 +77,11 @@ uint64_t read_lines(const std::byte* p, size_t n) {
   __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
   size_t i = 0;
   for (; i + 256 <= n; i += 256) {
-    // As partial_sum does: eight lines ahead, into the next slice at the end.
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 512), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 640), _MM_HINT_T0);
+    // As copy_partial_sum does: every line, sixteen lines ahead, into the
+    // next slice at the end.
+    for (size_t j = 0; j < 4; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024 + 64 * j), _MM_HINT_T0);
+    }
     a = _mm512_or_si512(a, _mm512_loadu_si512(p + i));
     b = _mm512_or_si512(b, _mm512_loadu_si512(p + i + 64));
     c = _mm512_or_si512(c, _mm512_loadu_si512(p + i + 128));
