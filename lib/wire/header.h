@@ -105,6 +105,10 @@ static_assert(alignof(Header) == 1);
 /// Host-order view of a header: what protocol code reads and fills.
 struct HeaderFields {
   PacketType type = PacketType::kData;
+  /// Unused. Named so the whole struct is initialised: it keeps the layout
+  /// of the wire header (where the version is), which encode_summed() loads
+  /// in one piece.
+  uint8_t reserved = 0;
   uint16_t flags = 0;
   uint32_t job_id = 0;
   uint16_t sender_id = 0;
@@ -159,7 +163,7 @@ uint64_t header_word_sum(const HeaderFields& f);
 #if defined(__AVX512BW__)
 // HeaderFields is laid out as the wire header, field for field, except that
 // its byte 0 holds the type (the wire's holds the version) and byte 1 is
-// padding: encode_summed() byte-swaps it in one shuffle.
+// `reserved`: encode_summed() byte-swaps it in one shuffle.
 static_assert(sizeof(HeaderFields) == kHeaderSize);
 static_assert(offsetof(HeaderFields, flags) == offsetof(Header, flags));
 static_assert(offsetof(HeaderFields, job_id) == offsetof(Header, job_id));
