@@ -20,17 +20,19 @@
 // Threading: both classes belong to the thread that made them (the main
 // thread of each process). Costs: every call is a system call or two; the
 // datapath never touches them (the receiver looks for a command with one
-// non-blocking recv every 256 bursts: kCommandPollBursts in memif_receiver.cpp).
+// non-blocking recv every kCommandPollPasses polls: serve_commands).
 //
 // benchmarks/transport_pmd/memif_goodput_bench uses the same machinery with
 // its own receiver and two memif interfaces on one socket (memif_vdev with an
 // index); for its endpoint variants a Report counts messages, not frames.
 #pragma once
 
+#include <rte_cycles.h>
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <vector>
@@ -207,5 +209,74 @@ uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, std::span<const std:
 /// The receiver's main: `argv` is "<prog> --peer <fd> <socket>". Returns the
 /// process exit code.
 int run_receiver(int argc, char** argv);
+
+/// Receivers look at the control socket once per this many polls: one
+/// non-blocking recv (about 1 us) per 256 polls is well under 1 % of a
+/// loaded receiver's time.
+inline constexpr int kCommandPollPasses = 256;
+/// No command for this long, idle or counting: the sender is gone or hung,
+/// so the receiver leaves (its parent's death kills it sooner, via
+/// PR_SET_PDEATHSIG).
+inline constexpr int kPatienceMs = 60'000;
+
+/// The receiver's side of the control protocol, for both benchmarks'
+/// receivers, until kQuit or the sender closes the socket. `Rx` has
+/// drain() (frames left from an earlier run), begin(Variant, frame),
+/// poll_st(), received() (what the run has counted, compared with kStop's
+/// `sent`) and finish() (the run's Report). `who` names the process in its
+/// two error messages. Returns the process exit code.
+template <class Rx>
+int serve_commands(Rx& rx, ControlChannel& control, const char* who) {
+  const uint64_t hz = rte_get_tsc_hz();
+  enum class Next { kIdle, kExit, kFail };
+  // One run: poll until kStop, then take what memif accepted that may still
+  // be in its ring (within 1 s) and answer with the counts.
+  const auto run = [&]() -> Next {
+    const uint64_t give_up = rte_rdtsc() + hz / 1000 * kPatienceMs;
+    for (;;) {
+      for (int i = 0; i < kCommandPollPasses; ++i) rx.poll_st();
+      Command c;
+      const int got = control.receive(c, 0);
+      if (got < 0) return Next::kExit;
+      if (got == 0) {
+        if (rte_rdtsc() < give_up) continue;
+        std::fprintf(stderr, "%s receiver: no stop after %d s\n", who, kPatienceMs / 1000);
+        return Next::kFail;
+      }
+      if (c.kind == Command::Kind::kQuit) return Next::kExit;
+      if (c.kind != Command::Kind::kStop) continue;
+      const uint64_t until = rte_rdtsc() + hz;
+      while (rx.received() < c.sent && rte_rdtsc() < until) rx.poll_st();
+      return control.send(rx.finish()) ? Next::kIdle : Next::kExit;
+    }
+  };
+  for (;;) {
+    Command c;
+    const int got = control.receive(c, kPatienceMs);
+    if (got < 0) return 0;  // the sender closed the socket: done
+    if (got == 0) {
+      std::fprintf(stderr, "%s receiver: no command for %d s\n", who, kPatienceMs / 1000);
+      return 1;
+    }
+    switch (c.kind) {
+      case Command::Kind::kQuit:
+        return 0;
+      case Command::Kind::kStop:  // not counting: nothing to report
+        if (!control.send(Report{})) return 0;
+        break;
+      case Command::Kind::kGo:  // zero-copy start-up only (memif_goodput_bench)
+        break;
+      case Command::Kind::kStart: {
+        Report ack;
+        ack.leftovers = rx.drain();
+        rx.begin(c.variant, c.frame);
+        if (!control.send(ack)) return 0;
+        const Next next = run();
+        if (next != Next::kIdle) return next == Next::kFail ? 1 : 0;
+        break;
+      }
+    }
+  }
+}
 
 }  // namespace mercury::bench::memif

@@ -25,13 +25,6 @@ namespace mercury::bench::memif {
 namespace {
 
 constexpr uint16_t kBurst = 32;
-// Bursts between two looks at the control socket: one non-blocking recv
-// (about 1 us) per 256 bursts of 32 frames is well under 1% of a loaded
-// receiver's time.
-constexpr int kCommandPollBursts = 256;
-// No command for this long, idle or counting: the sender is gone or hung, so
-// the receiver leaves (its parent's death kills it sooner, via PDEATHSIG).
-constexpr int kPatienceMs = 60'000;
 
 class Receiver {
  public:
@@ -103,7 +96,7 @@ class Receiver {
     report_.bytes += bytes;
   }
 
-  [[nodiscard]] uint64_t packets() const { return report_.packets; }
+  [[nodiscard]] uint64_t received() const { return report_.packets; }
 
   Report finish() {
     Report r = report_;
@@ -141,61 +134,6 @@ class Receiver {
   uint64_t cpu_at_begin_ = 0;
 };
 
-enum class Next { kIdle, kExit, kFail };
-
-// Counts one run until kStop, then answers with the counts.
-Next count_run(Receiver& rx, ControlChannel& control) {
-  const uint64_t hz = rte_get_tsc_hz();
-  const uint64_t give_up = rte_rdtsc() + hz / 1000 * kPatienceMs;
-  for (;;) {
-    for (int i = 0; i < kCommandPollBursts; ++i) rx.poll_st();
-    Command c;
-    const int got = control.receive(c, 0);
-    if (got < 0) return Next::kExit;
-    if (got == 0) {
-      if (rte_rdtsc() < give_up) continue;
-      std::fprintf(stderr, "memif_rate_bench receiver: no stop after %d s\n", kPatienceMs / 1000);
-      return Next::kFail;
-    }
-    if (c.kind == Command::Kind::kQuit) return Next::kExit;
-    if (c.kind != Command::Kind::kStop) continue;
-    // Frames memif accepted may still be in its ring: take them, within 1 s.
-    const uint64_t until = rte_rdtsc() + hz;
-    while (rx.packets() < c.sent && rte_rdtsc() < until) rx.poll_st();
-    return control.send(rx.finish()) ? Next::kIdle : Next::kExit;
-  }
-}
-
-int serve(Receiver& rx, ControlChannel& control) {
-  for (;;) {
-    Command c;
-    const int got = control.receive(c, kPatienceMs);
-    if (got < 0) return 0;  // the sender closed the socket: done
-    if (got == 0) {
-      std::fprintf(stderr, "memif_rate_bench receiver: no command for %d s\n", kPatienceMs / 1000);
-      return 1;
-    }
-    switch (c.kind) {
-      case Command::Kind::kQuit:
-        return 0;
-      case Command::Kind::kStop:  // not counting: nothing to report
-        if (!control.send(Report{})) return 0;
-        break;
-      case Command::Kind::kGo:  // zero-copy start-up only (memif_goodput_bench)
-        break;
-      case Command::Kind::kStart: {
-        Report ack;
-        ack.leftovers = rx.drain();
-        rx.begin(c.variant, c.frame);
-        if (!control.send(ack)) return 0;
-        const Next next = count_run(rx, control);
-        if (next != Next::kIdle) return next == Next::kFail ? 1 : 0;
-        break;
-      }
-    }
-  }
-}
-
 }  // namespace
 
 int run_receiver(int argc, char** argv) {
@@ -212,7 +150,7 @@ int run_receiver(int argc, char** argv) {
                            "--vdev=" + memif_vdev(true, argv[3])}));
     Receiver rx;
     // Ready: the server port listens, so the sender's client port can connect.
-    if (control.send(Report{})) rc = serve(rx, control);
+    if (control.send(Report{})) rc = serve_commands(rx, control, "memif_rate_bench");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memif_rate_bench receiver: %s\n", e.what());
   }

@@ -100,11 +100,6 @@ constexpr int kReadyTimeoutMs = 30'000;
 constexpr int kLinkUpTimeoutMs = 10'000;
 // Bytes of each later message compared at three places (first iteration: all).
 constexpr size_t kSpan = 256;
-// Receiver: one look at the control socket per this many polls (about 1 us
-// per look, a poll is 0.1-10 us).
-constexpr int kCommandPollPasses = 256;
-// Receiver: no command for this long, the sender is gone or hung.
-constexpr int kPatienceMs = 60'000;
 
 // Mbufs hold a whole memif slot (memif's bulk RX path) and a 9000-MTU frame
 // with the Interface's alignment pad.
@@ -401,63 +396,6 @@ class Receiver {
   uint64_t cpu_at_begin_ = 0;
 };
 
-enum class Next { kIdle, kExit, kFail };
-
-// Receives one run until kStop, then answers with the counts.
-Next receive_run(Receiver& rx, ControlChannel& control) {
-  const uint64_t hz = rte_get_tsc_hz();
-  const uint64_t give_up = rte_rdtsc() + hz / 1000 * kPatienceMs;
-  for (;;) {
-    for (int i = 0; i < kCommandPollPasses; ++i) rx.poll_st();
-    Command c;
-    const int got = control.receive(c, 0);
-    if (got < 0) return Next::kExit;
-    if (got == 0) {
-      if (rte_rdtsc() < give_up) continue;
-      std::fprintf(stderr, "memif_goodput_bench receiver: no stop after %d s\n",
-                   kPatienceMs / 1000);
-      return Next::kFail;
-    }
-    if (c.kind == Command::Kind::kQuit) return Next::kExit;
-    if (c.kind != Command::Kind::kStop) continue;
-    // What memif accepted may still be in its ring: take it, within 1 s.
-    const uint64_t until = rte_rdtsc() + hz;
-    while (rx.received() < c.sent && rte_rdtsc() < until) rx.poll_st();
-    return control.send(rx.finish()) ? Next::kIdle : Next::kExit;
-  }
-}
-
-int serve(Receiver& rx, ControlChannel& control) {
-  for (;;) {
-    Command c;
-    const int got = control.receive(c, kPatienceMs);
-    if (got < 0) return 0;  // the sender closed the socket: done
-    if (got == 0) {
-      std::fprintf(stderr, "memif_goodput_bench receiver: no command for %d s\n",
-                   kPatienceMs / 1000);
-      return 1;
-    }
-    switch (c.kind) {
-      case Command::Kind::kQuit:
-        return 0;
-      case Command::Kind::kStop:
-        if (!control.send(Report{})) return 0;
-        break;
-      case Command::Kind::kGo:  // start-up only
-        break;
-      case Command::Kind::kStart: {
-        Report ack;
-        ack.leftovers = rx.drain();
-        rx.begin(c.variant, c.frame);
-        if (!control.send(ack)) return 0;
-        const Next next = receive_run(rx, control);
-        if (next != Next::kIdle) return next == Next::kFail ? 1 : 0;
-        break;
-      }
-    }
-  }
-}
-
 int run_goodput_receiver(int argc, char** argv) {
   const bool zero_copy = argc == 5 && std::string_view(argv[4]) == kZeroCopyPeerArg;
   if (argc != 4 && !zero_copy) {
@@ -487,7 +425,7 @@ int run_goodput_receiver(int argc, char** argv) {
       Receiver rx;
       // Ready: the server ports listen, so the sender's client ports can
       // connect (zero-copy mode: our client ports have connected).
-      if (control.send(Report{})) rc = serve(rx, control);
+      if (control.send(Report{})) rc = serve_commands(rx, control, "memif_goodput_bench");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memif_goodput_bench receiver: %s\n", e.what());
