@@ -59,7 +59,7 @@ struct Setup {
       auto* base = reinterpret_cast<std::byte*>(table.tensor(id).params.data());
       uint64_t chunks = 0;
       for (const PartitionGeometry& p : table.partitions(id)) chunks += p.chunks;
-      const bool stream = chunks * kChunkBytes1500 >= net::kStreamDestinationBytes;
+      const bool stream = net::streams_into(chunks * kChunkBytes1500);
       for (const PartitionGeometry& p : table.partitions(id)) {
         for (uint32_t j = 0; j < p.chunks; ++j) {
           const uint32_t offset = j * kChunkBytes1500;

@@ -75,6 +75,24 @@ inline void stream_copy(void* dst, const void* src, size_t n) {
 #endif
 }
 
+/// Whether a copy into a destination (a message, a tensor) of
+/// `destination_bytes` should stream: kStreamDestinationBytes or more.
+inline bool streams_into(uint64_t destination_bytes) {
+  return destination_bytes >= kStreamDestinationBytes;
+}
+
+/// The placement of a payload into a destination of `destination_bytes`, as
+/// the endpoint and the worker's pull path do it: stream_copy() where
+/// streams_into() says so (the caller fences before a completion), memcpy
+/// otherwise.
+inline void place_copy(void* dst, const void* src, size_t n, uint64_t destination_bytes) {
+  if (streams_into(destination_bytes)) {
+    stream_copy(dst, src, n);
+  } else {
+    std::memcpy(dst, src, n);
+  }
+}
+
 /// Orders every earlier stream_copy() store before the stores that follow.
 inline void stream_fence() {
 #if defined(__x86_64__)

@@ -610,11 +610,7 @@ bool Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, con
     // the transport checks msg_len against the message in progress. A
     // message larger than the caches is written with non-temporal stores
     // (net/stream_copy.h), fenced before its completion.
-    if (h.msg_len >= net::kStreamDestinationBytes) {
-      net::stream_copy(slot->buffer + h.offset, payload, h.payload_len);
-    } else {
-      std::memcpy(slot->buffer + h.offset, payload, h.payload_len);
-    }
+    net::place_copy(slot->buffer + h.offset, payload, h.payload_len, h.msg_len);
     ps.stats.bytes_received += h.payload_len;
   } else {
     drop(EndpointDrop::kRefused);
@@ -623,7 +619,7 @@ bool Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& pkt, con
     if (slot->buffer != nullptr) {
       ++ps.stats.messages_received;
       ++counters_.messages_received;
-      if (h.msg_len >= net::kStreamDestinationBytes) net::stream_fence();
+      if (net::streams_into(h.msg_len)) net::stream_fence();
       receiver.on_message_complete(p, h, slot->buffer);
     }
     ps.rx_erase(slot);

@@ -128,11 +128,8 @@ ChunkVerdict PullTracker::deliver_st(uint32_t key, uint32_t offset, uint32_t ver
         } else {
           // A tensor larger than the caches is written around them, as the
           // endpoint places large messages; advance() fences.
-          if (uint64_t{t.chunks} * chunk_bytes_ >= net::kStreamDestinationBytes) {
-            net::stream_copy(e->base + offset, payload.data(), payload.size());
-          } else {
-            std::memcpy(e->base + offset, payload.data(), payload.size());
-          }
+          net::place_copy(e->base + offset, payload.data(), payload.size(),
+                          uint64_t{t.chunks} * chunk_bytes_);
           counters_.bytes_placed += payload.size();
         }
         if (distance == 0) advance(t);
