@@ -387,6 +387,13 @@ void parse_training(const Section& root, TrainingConfig& t) {
   if (auto v = s.get("sync")) {
     t.sync = v->choice<Sync>(
         {{"bsp", Sync::kBsp}, {"asp", Sync::kAsp}, {"ssp", Sync::kSsp}, {"psplus", Sync::kPsPlus}});
+    if (t.sync != Sync::kBsp) {
+      // lib/agg has these policies, but the server and the worker run BSP
+      // only: accepting the key would silently train with BSP.
+      v->fail(v->text() +
+              " is not run end to end yet: the server and the worker library run bsp only "
+              "(use sync: bsp)");
+    }
   }
   if (auto v = s.get("optimizer")) {
     t.optimizer = v->choice<Optimizer>({{"sgd", Optimizer::kSgd},
@@ -394,19 +401,11 @@ void parse_training(const Section& root, TrainingConfig& t) {
                                         {"adam", Optimizer::kAdam},
                                         {"sum", Optimizer::kSum}});
   }
-  const std::string sync_name(to_string(t.sync));
   const std::string opt_name(to_string(t.optimizer));
-  if (t.sync == Sync::kSsp || t.sync == Sync::kPsPlus) {
-    auto v = s.get("staleness");
-    if (!v) {
-      throw ConfigError(s.source(), s.line(), join(s.path(), "staleness"),
-                        "required (>= 1) with training.sync " + sync_name);
-    }
-    t.staleness = static_cast<uint32_t>(v->integer(1, kU32Max));
-  } else if (auto v = s.get("staleness")) {
+  if (auto v = s.get("staleness")) {
     if (v->integer(0, kU32Max) != 0) {
-      v->fail(v->text() + " must be 0 or absent with training.sync " + sync_name +
-              " (only ssp and psplus bound staleness)");
+      v->fail(v->text() + " must be 0 or absent with training.sync " +
+              std::string(to_string(t.sync)) + " (a staleness bound belongs to ssp and psplus)");
     }
   }
 

@@ -9,7 +9,7 @@ const char* kJob = R"(
 job: {id: 9, name: j}
 network: {mtu: 9000, scheduler: partition, partition_bytes: 1048576, credit_bytes: 2097152,
           window: 64, peer_timeout_ms: 1500}
-training: {sync: ssp, staleness: 3, optimizer: adam, learning_rate: 0.5, beta1: 0.8}
+training: {sync: bsp, optimizer: adam, learning_rate: 0.5, beta1: 0.8}
 nodes:
   - {name: s0, role: server, ipv4: 10.0.0.1, ports: ["ring:a"], lcores: [0, 1], shards: 1}
   - {name: s1, role: server, ipv4: 10.0.0.2, ports: ["ring:b"], lcores: [2, 3, 4], shards: 2}
