@@ -435,32 +435,6 @@ void ServerNode::check_liveness_st() {
 }
 
 namespace {
-void add(transport::EndpointCounters& a, const transport::EndpointCounters& b) {
-  a.passes += b.passes;
-  a.rx_packets += b.rx_packets;
-  a.tx_data += b.tx_data;
-  a.tx_retransmits += b.tx_retransmits;
-  a.tx_pure_acks += b.tx_pure_acks;
-  a.resends_not_needed += b.resends_not_needed;
-  a.resends_no_room += b.resends_no_room;
-  a.resends_window_blocked += b.resends_window_blocked;
-  a.deferred += b.deferred;
-  a.requeue_stashed += b.requeue_stashed;
-  a.messages_completed += b.messages_completed;
-  a.messages_failed += b.messages_failed;
-  a.messages_received += b.messages_received;
-  a.messages_abandoned += b.messages_abandoned;
-  a.control_received += b.control_received;
-  a.packets_delivered += b.packets_delivered;
-  a.packets_kept += b.packets_kept;
-  a.slices_submitted += b.slices_submitted;
-  a.submit_no_descriptor += b.submit_no_descriptor;
-  a.submit_ingress_full += b.submit_ingress_full;
-  a.submit_invalid += b.submit_invalid;
-  for (size_t i = 0; i < a.verdicts.size(); ++i) a.verdicts[i] += b.verdicts[i];
-  for (size_t i = 0; i < a.drops.size(); ++i) a.drops[i] += b.drops[i];
-}
-
 void add(ServerCounters& c, const ShardCounters& s, const agg::ChunkTableCounters& t,
          uint64_t held) {
   c.shards.contributions += s.contributions;
@@ -489,7 +463,7 @@ ServerCounters ServerNode::counters_st() const {
   c.drops = drops_;
   c.control = control_;
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
-  for (const auto& e : endpoints_) add(c.net, e->counters_st());
+  for (const auto& e : endpoints_) c.net += e->counters_st();
   return c;
 }
 

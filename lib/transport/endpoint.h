@@ -63,6 +63,7 @@
 #include "net/interface.h"
 #include "sched/message.h"
 #include "sched/port_scheduler.h"
+#include "telemetry/counter_list.h"
 #include "transport/transport.h"
 #include "wire/header.h"
 
@@ -235,31 +236,54 @@ enum class EndpointDrop : uint8_t {
 inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::kCount);
 std::string_view endpoint_drop_name(EndpointDrop d);
 
+// Every endpoint counter, once: the struct, its sum and every reader walk it.
+#define MERCURY_ENDPOINT_COUNTERS(X)                                                          \
+  X(passes, "poll passes")                                                                    \
+  X(rx_packets, "Mercury packets taken from the Interface")                                   \
+  X(tx_data, "first transmissions (data and control)")                                        \
+  X(tx_retransmits, "resends")                                                                \
+  X(tx_pure_acks, "pure ACKs and probes")                                                     \
+  X(resends_not_needed, "Peer::resend answered kNotNeeded")                                   \
+  X(resends_no_room, "Peer::resend answered kNoRoom (requeued, tried after an ACK)")          \
+  X(resends_window_blocked, "resends sent directly while the window was full")                \
+  X(resends_left_edge, "lost left edges resent directly (PeerSender::left_edge_lost)")        \
+  X(deferred, "carved while the peer's window was full: requeued")                            \
+  X(requeue_stashed, "the scheduler's retransmission queue was full")                         \
+  X(messages_completed, "sends delivered")                                                    \
+  X(messages_failed, "sends failed")                                                          \
+  X(messages_received, "on_message_complete calls")                                           \
+  X(messages_abandoned, "on_message_abandoned calls")                                         \
+  X(control_received, "partition start-ups and other control packets")                        \
+  X(packets_delivered, "PacketReceiver::on_packet calls")                                     \
+  X(packets_kept, "PacketReceiver::on_packet calls that took the mbuf")                       \
+  X(slices_submitted, "send_slice() calls that queued")                                       \
+  X(submit_no_descriptor, "send() refused: max_messages queued or in flight")                 \
+  X(submit_ingress_full, "send() refused: ingress_capacity reached")                          \
+  X(submit_invalid, "send() refused: invalid arguments")
+
 struct EndpointCounters {
-  uint64_t passes = 0;
-  uint64_t rx_packets = 0;              ///< Mercury packets taken from the Interface
-  uint64_t tx_data = 0;                 ///< first transmissions (data and control)
-  uint64_t tx_retransmits = 0;          ///< resends
-  uint64_t tx_pure_acks = 0;            ///< pure ACKs and probes
-  uint64_t resends_not_needed = 0;      ///< Peer::resend answered kNotNeeded
-  uint64_t resends_no_room = 0;         ///< ... kNoRoom (requeued, tried after an ACK)
-  uint64_t resends_window_blocked = 0;  ///< resends sent directly while the window was full
-  uint64_t resends_left_edge = 0;  ///< lost left edges resent directly (PeerSender::left_edge_lost)
-  uint64_t deferred = 0;           ///< carved while the peer's window was full: requeued
-  uint64_t requeue_stashed = 0;    ///< the scheduler's retransmission queue was full
-  uint64_t messages_completed = 0;    ///< sends delivered
-  uint64_t messages_failed = 0;       ///< sends failed
-  uint64_t messages_received = 0;     ///< on_message_complete calls
-  uint64_t messages_abandoned = 0;    ///< on_message_abandoned calls
-  uint64_t control_received = 0;      ///< partition start-ups and other control packets
-  uint64_t packets_delivered = 0;     ///< PacketReceiver::on_packet calls
-  uint64_t packets_kept = 0;          ///< ... that took the mbuf
-  uint64_t slices_submitted = 0;      ///< send_slice() calls that queued
-  uint64_t submit_no_descriptor = 0;  ///< send() refusals, by reason
-  uint64_t submit_ingress_full = 0;
-  uint64_t submit_invalid = 0;
+  MERCURY_ENDPOINT_COUNTERS(MERCURY_COUNTER_DECLARE)
   std::array<uint64_t, kRxVerdictCount> verdicts{};  ///< Peer::on_packet, every packet
   std::array<uint64_t, kEndpointDropCount> drops{};
+
+  /// f(prefix, name, value) for every counter; the arrays as verdict_<name>
+  /// and drop_<name> (see telemetry/counter_list.h).
+  template <class F>
+  void for_each(F&& f) const {
+    MERCURY_ENDPOINT_COUNTERS(MERCURY_COUNTER_VISIT)
+    telemetry::visit_array(f, "verdict_", verdicts,
+                           [](size_t i) { return verdict_name(static_cast<RxVerdict>(i)); });
+    telemetry::visit_array(f, "drop_", drops, [](size_t i) {
+      return endpoint_drop_name(static_cast<EndpointDrop>(i));
+    });
+  }
+  EndpointCounters& operator+=(const EndpointCounters& o) {
+    MERCURY_ENDPOINT_COUNTERS(MERCURY_COUNTER_ADD)
+    telemetry::add_array(verdicts, o.verdicts);
+    telemetry::add_array(drops, o.drops);
+    return *this;
+  }
+  [[nodiscard]] uint64_t drop(EndpointDrop d) const { return drops[static_cast<size_t>(d)]; }
 };
 
 struct EndpointPeerStats {
