@@ -237,28 +237,28 @@ inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::k
 std::string_view endpoint_drop_name(EndpointDrop d);
 
 // Every endpoint counter, once: the struct, its sum and every reader walk it.
-#define MERCURY_ENDPOINT_COUNTERS(X)                                                          \
-  X(passes, "poll passes")                                                                    \
-  X(rx_packets, "Mercury packets taken from the Interface")                                   \
-  X(tx_data, "first transmissions (data and control)")                                        \
-  X(tx_retransmits, "resends")                                                                \
-  X(tx_pure_acks, "pure ACKs and probes")                                                     \
-  X(resends_not_needed, "Peer::resend answered kNotNeeded")                                   \
-  X(resends_no_room, "Peer::resend answered kNoRoom (requeued, tried after an ACK)")          \
-  X(resends_window_blocked, "resends sent directly while the window was full")                \
-  X(resends_left_edge, "lost left edges resent directly (PeerSender::left_edge_lost)")        \
-  X(deferred, "carved while the peer's window was full: requeued")                            \
-  X(requeue_stashed, "the scheduler's retransmission queue was full")                         \
-  X(messages_completed, "sends delivered")                                                    \
-  X(messages_failed, "sends failed")                                                          \
-  X(messages_received, "on_message_complete calls")                                           \
-  X(messages_abandoned, "on_message_abandoned calls")                                         \
-  X(control_received, "partition start-ups and other control packets")                        \
-  X(packets_delivered, "PacketReceiver::on_packet calls")                                     \
-  X(packets_kept, "PacketReceiver::on_packet calls that took the mbuf")                       \
-  X(slices_submitted, "send_slice() calls that queued")                                       \
-  X(submit_no_descriptor, "send() refused: max_messages queued or in flight")                 \
-  X(submit_ingress_full, "send() refused: ingress_capacity reached")                          \
+#define MERCURY_ENDPOINT_COUNTERS(X)                                                   \
+  X(passes, "poll passes")                                                             \
+  X(rx_packets, "Mercury packets taken from the Interface")                            \
+  X(tx_data, "first transmissions (data and control)")                                 \
+  X(tx_retransmits, "resends")                                                         \
+  X(tx_pure_acks, "pure ACKs and probes")                                              \
+  X(resends_not_needed, "Peer::resend answered kNotNeeded")                            \
+  X(resends_no_room, "Peer::resend answered kNoRoom (requeued, tried after an ACK)")   \
+  X(resends_window_blocked, "resends sent directly while the window was full")         \
+  X(resends_left_edge, "lost left edges resent directly (PeerSender::left_edge_lost)") \
+  X(deferred, "carved while the peer's window was full: requeued")                     \
+  X(requeue_stashed, "the scheduler's retransmission queue was full")                  \
+  X(messages_completed, "sends delivered")                                             \
+  X(messages_failed, "sends failed")                                                   \
+  X(messages_received, "on_message_complete calls")                                    \
+  X(messages_abandoned, "on_message_abandoned calls")                                  \
+  X(control_received, "partition start-ups and other control packets")                 \
+  X(packets_delivered, "PacketReceiver::on_packet calls")                              \
+  X(packets_kept, "PacketReceiver::on_packet calls that took the mbuf")                \
+  X(slices_submitted, "send_slice() calls that queued")                                \
+  X(submit_no_descriptor, "send() refused: max_messages queued or in flight")          \
+  X(submit_ingress_full, "send() refused: ingress_capacity reached")                   \
   X(submit_invalid, "send() refused: invalid arguments")
 
 struct EndpointCounters {
