@@ -35,6 +35,7 @@
 #include "config/config.h"
 #include "job/job.h"
 #include "net/eal.h"
+#include "net/idle_backoff.h"
 #include "net/node.h"
 #include "server/server_node.h"
 #include "telemetry/net_counters.h"
@@ -65,8 +66,8 @@ struct Options {
       "  --config FILE  the job file (docs/config.md)\n"
       "  --node NAME    which server node of the job this process runs (default: the only one)\n"
       "  --seconds N    stop after N seconds (default: run until SIGINT or SIGTERM)\n"
-      "  --idle-sleep-us N  after 1024 empty polls, sleep N us per empty poll (default 0: poll\n"
-      "                 without pause, for a dedicated core; use ~50 on shared CPUs)\n"
+      "  --idle-sleep-us N  after 256 empty polls, sleep N us per empty poll (default 0: poll\n"
+      "                 without sleeping, for a dedicated core; use ~20 on shared CPUs)\n"
       "  --epoch N      pin this node's transport incarnation (1..65535; default: from the\n"
       "                 clock, so a restart is told apart); to replay a captured trace\n"
       "  --check        validate the job file and the node, print what would run, and exit\n"
@@ -395,21 +396,11 @@ int run(const Options& o) {
   const uint64_t start = rte_rdtsc();
   const uint64_t end = o.seconds > 0 ? start + static_cast<uint64_t>(o.seconds * hz) : UINT64_MAX;
   uint64_t last_publish = start;
-  uint32_t idle = 0;
+  net::IdleBackoff backoff({.sleep_us = o.idle_sleep_us});
   server::NodeState last_state = node.state_st();
   while (!g_stop.load(std::memory_order_relaxed)) {
     const uint64_t now = rte_rdtsc();
-    if (node.poll_st(now) == 0) {
-      if (++idle > 1024) {
-        if (o.idle_sleep_us > 0) {
-          std::this_thread::sleep_for(std::chrono::microseconds(o.idle_sleep_us));
-        } else {
-          rte_pause();
-        }
-      }
-    } else {
-      idle = 0;
-    }
+    backoff.idle(node.poll_st(now));
     if (now - last_publish >= publish_every) {
       published.publish_st(node.counters_st());
       last_publish = now;

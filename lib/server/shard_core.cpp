@@ -89,30 +89,20 @@ int ShardCore::main(void* self) {
 
 void ShardCore::run() {
   ShardItem items[kBurst];
-  uint32_t idle = 0;
-  uint64_t processed = 0, sleeps = 0;
+  net::IdleBackoff backoff(options_.idle);
+  uint64_t processed = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     // Acquire: pairs with attach()'s release, so the shard's table is built.
     Shard* shard = shard_.load(std::memory_order_acquire);
     // Slices an endpoint refused go first: they are the oldest updates.
     if (shard != nullptr && shard->fanout_pending() && shard->retry_fanout_st() > 0) {
-      publish(*shard, processed, sleeps);
-      idle = 0;
+      publish(*shard, processed, backoff.sleeps());
     }
     const unsigned n = shard == nullptr ? 0
                                         : rte_ring_sc_dequeue_burst_elem(
                                               ring_, items, sizeof(ShardItem), kBurst, nullptr);
-    if (n == 0) {
-      if (idle < options_.idle_spins || options_.idle_sleep_us == 0) {
-        ++idle;
-        rte_pause();
-      } else {
-        ++sleeps;
-        rte_delay_us_sleep(options_.idle_sleep_us);
-      }
-      continue;
-    }
-    idle = 0;
+    backoff.idle(n);
+    if (n == 0) continue;
     for (unsigned i = 0; i < n; ++i) {
       const ShardItem& it = items[i];
       const std::span<const std::byte> payload(
@@ -123,7 +113,7 @@ void ShardCore::run() {
       if (!took) shard->free_st(it.mbuf);
     }
     processed += n;
-    publish(*shard, processed, sleeps);
+    publish(*shard, processed, backoff.sleeps());
   }
 }
 

@@ -23,9 +23,9 @@
 // field has one writer and is read as a monotonic value), so stats() may be
 // read from any thread.
 //
-// Idle back-off: after `idle_spins` empty polls the core sleeps
-// `idle_sleep_us` per further empty poll (0: pure polling, for a dedicated
-// core); the project's machines have 2 cores shared by everything.
+// Idle back-off: net::IdleBackoff with ShardCoreOptions::idle (sleep_us 0:
+// pure polling, for a dedicated core); the project's machines have 2 cores
+// shared by everything.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -36,6 +36,7 @@
 #include <string>
 
 #include "agg/chunk_table.h"
+#include "net/idle_backoff.h"
 #include "server/shard.h"
 
 struct rte_ring;
@@ -59,8 +60,7 @@ static_assert(sizeof(ShardItem) == 32);
 
 struct ShardCoreOptions {
   uint32_t ring_entries = 1 << 14;  ///< at least the mbufs of every RX pool feeding the node
-  uint32_t idle_spins = 256;        ///< empty polls before the core starts to sleep
-  uint32_t idle_sleep_us = 50;      ///< per empty poll after that; 0 = never sleep
+  net::IdleOptions idle;            ///< the idle back-off (net/idle_backoff.h)
 };
 
 /// What a shard core has done, as last published.

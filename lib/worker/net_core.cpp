@@ -16,9 +16,6 @@ namespace {
 constexpr const char* kShutDown = "the worker was shut down before this completed";
 // Control messages are a few KB (a declaration list); anything larger is refused.
 constexpr uint32_t kMaxControlBytes = 1u << 22;
-// Idle passes before the loop sleeps, and for how long (the back-off).
-constexpr uint32_t kIdleSpins = 256;
-constexpr uint32_t kIdleSleepUs = 20;
 
 std::string address(const transport::PeerSpec& p) {
   return p.name + " (" + config::Ipv4{p.ip}.to_string() + ":" + std::to_string(p.udp_port) + ")";
@@ -49,7 +46,7 @@ std::string NetCore::server_name(uint16_t server) const {
 // The loop.
 
 void NetCore::run() {
-  uint32_t idle = 0;
+  net::IdleBackoff backoff(config_.idle);
   for (;;) {
     const transport::Tick now = rte_rdtsc();
     uint32_t work = 0;
@@ -95,14 +92,10 @@ void NetCore::run() {
       }
     }
     if (++passes_ % kSlowEvery == 0) slow_st(now);
-    if (work != 0) {
-      idle = 0;
-    } else if (++idle < kIdleSpins || !config_.idle_backoff) {
-      rte_pause();
-    } else {
+    if (backoff.after_pass(work)) {
       const uint32_t ticket = doorbell_.arm();
       if (queue_.empty_sc()) {
-        doorbell_.sleep(ticket, kIdleSleepUs);  // a trainer's request wakes it at once
+        doorbell_.sleep(ticket, backoff.sleep_us());  // a trainer's request wakes it at once
       } else {
         doorbell_.disarm();
       }

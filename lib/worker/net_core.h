@@ -34,6 +34,7 @@
 #include "agg/control.h"
 #include "mercury/handle.h"
 #include "mercury/worker.h"
+#include "net/idle_backoff.h"
 #include "net/interface.h"
 #include "transport/endpoint.h"
 #include "worker/pull_tracker.h"
@@ -57,7 +58,7 @@ struct NetCoreConfig {
   transport::EndpointConfig endpoint;  ///< peers: set from `servers`
   PullTrackerConfig pulls;
   uint32_t start_timeout_ms = 30'000;
-  bool idle_backoff = true;
+  net::IdleOptions idle;             ///< the idle back-off; sleep_us 0 = pure polling
   uint32_t request_capacity = 4096;  // cells of ~100 B; a full queue makes callers yield
 
   [[nodiscard]] uint32_t total_shards() const {

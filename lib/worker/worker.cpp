@@ -167,7 +167,7 @@ Worker::Worker(const WorkerOptions& options) {
   }
   NetCoreConfig c = net_core_config(job, options.node);
   c.start_timeout_ms = options.start_timeout_ms;
-  c.idle_backoff = options.idle_backoff;
+  if (!options.idle_backoff) c.idle.sleep_us = 0;
   impl_ = std::make_unique<Impl>(c);
   impl_->node = options.node;
   bool own = options.eal == EalMode::kStart;
