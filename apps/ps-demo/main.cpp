@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/args.h"
 #include "../common/synthetic.h"
 #include "agg/placement.h"
 #include "config/config.h"
@@ -52,36 +53,16 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--config") {
-      o.config = value();
-    } else if (a == "--model") {
-      o.model = value();
-    } else if (a == "--rounds") {
-      o.rounds = static_cast<uint32_t>(std::stoul(value()));
-      if (o.rounds == 0) throw std::runtime_error("--rounds must be at least 1");
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--help" || a == "-h") {
-      std::puts(
-          "usage: ps-demo [--config FILE] [--model FILE] [--rounds N] [--check]\n"
-          "  --config FILE  job file (default config/memif.yaml). Ports over net_memif (or any\n"
-          "                 vdev): one ps-server and one ps-worker process per node. Ports that\n"
-          "                 are ring: links (config/ring-demo.yaml): every node in this\n"
-          "                 process, one lcore polling them all\n"
-          "  --model FILE   tensor shapes (default config/models/resnet50.txt)\n"
-          "  --rounds N     push + pull rounds (default 10)\n"
-          "  --check        validate the job file and exit");
-      std::exit(0);
-    } else {
-      throw std::runtime_error("unknown argument " + a + " (see --help)");
-    }
-  }
+  apps::Args args("ps-demo", "[--config FILE] [--model FILE] [--rounds N] [--check]");
+  args.text("--config", "FILE", &o.config,
+            "job file (default config/memif.yaml). Ports over net_memif (or any\n"
+            "                     vdev): one ps-server and one ps-worker process per node. Ports\n"
+            "                     that are ring: links (config/ring-demo.yaml): every node in\n"
+            "                     this process, one lcore polling them all");
+  args.text("--model", "FILE", &o.model, "tensor shapes (default config/models/resnet50.txt)");
+  args.whole("--rounds", "N", &o.rounds, 1, UINT32_MAX, "push + pull rounds (default 10)");
+  args.flag("--check", &o.check, "validate the job file and exit");
+  args.parse(argc, argv);
   return o;
 }
 

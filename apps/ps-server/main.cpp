@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "../common/args.h"
 #include "agg/placement.h"
 #include "config/config.h"
 #include "job/job.h"
@@ -59,72 +60,25 @@ struct Options {
   std::vector<std::string> eal_extra;
 };
 
-[[noreturn]] void usage_and_exit() {
-  std::puts(
-      "usage: ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--epoch N]\n"
-      "                 [--check] [-- EAL args...]\n"
-      "  --config FILE  the job file (docs/config.md)\n"
-      "  --node NAME    which server node of the job this process runs (default: the only one)\n"
-      "  --seconds N    stop after N seconds (default: run until SIGINT or SIGTERM)\n"
-      "  --idle-sleep-us N  after 256 empty polls, sleep N us per empty poll (default 0: poll\n"
-      "                 without sleeping, for a dedicated core; use ~20 on shared CPUs)\n"
-      "  --epoch N      pin this node's transport incarnation (1..65535; default: from the\n"
-      "                 clock, so a restart is told apart); to replay a captured trace\n"
-      "  --check        validate the job file and the node, print what would run, and exit\n"
-      "  -- ARGS        passed to EAL after the arguments the job file produces");
-  std::exit(0);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--config") {
-      o.config = value();
-    } else if (a == "--node") {
-      o.node = value();
-    } else if (a == "--seconds") {
-      const std::string v = value();
-      size_t used = 0;
-      try {
-        o.seconds = std::stod(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != v.size() || !(o.seconds > 0)) {
-        throw std::runtime_error("--seconds wants a positive number, not '" + v + "'");
-      }
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--epoch") {
-      const std::string v = value();
-      char* end = nullptr;
-      const unsigned long e = std::strtoul(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || e == 0 || e > 65535) {
-        throw std::runtime_error("--epoch wants 1..65535, not '" + v + "'");
-      }
-      o.epoch = static_cast<uint16_t>(e);
-    } else if (a == "--idle-sleep-us") {
-      const std::string v = value();
-      char* end = nullptr;
-      const unsigned long us = std::strtoul(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || us > 100000) {
-        throw std::runtime_error("--idle-sleep-us wants 0..100000, not '" + v + "'");
-      }
-      o.idle_sleep_us = static_cast<uint32_t>(us);
-    } else if (a == "--help" || a == "-h") {
-      usage_and_exit();
-    } else if (a == "--") {
-      for (++i; i < argc; ++i) o.eal_extra.emplace_back(argv[i]);
-    } else {
-      throw std::runtime_error("unknown argument " + a + " (see --help)");
-    }
-  }
-  if (o.config.empty()) throw std::runtime_error("--config FILE is required (see --help)");
+  apps::Args args("ps-server",
+                  "--config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--epoch N]\n"
+                  "                 [--check] [-- EAL args...]");
+  args.text("--config", "FILE", &o.config, "the job file (docs/config.md)", apps::Args::kRequired);
+  args.text("--node", "NAME", &o.node,
+            "which server node of the job this process runs (default: the only one)");
+  args.positive("--seconds", "N", &o.seconds,
+                "stop after N seconds (default: run until SIGINT or SIGTERM)");
+  args.whole("--idle-sleep-us", "N", &o.idle_sleep_us, 0, 100000,
+             "after 256 empty polls, sleep N us per empty poll (default 0: poll without\n"
+             "                     sleeping, for a dedicated core; use ~20 on shared CPUs)");
+  args.whole("--epoch", "N", &o.epoch, 1, 65535,
+             "pin this node's transport incarnation (default: from the clock, so a\n"
+             "                     restart is told apart); to replay a captured trace");
+  args.flag("--check", &o.check, "validate the job file and the node, print what would run, exit");
+  args.rest(&o.eal_extra, "passed to EAL after the arguments the job file produces");
+  args.parse(argc, argv);
   return o;
 }
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/args.h"
 #include "../common/synthetic.h"
 #include "agg/placement.h"
 #include "config/config.h"
@@ -44,49 +45,22 @@ struct Options {
   std::vector<std::string> eal;
 };
 
-[[noreturn]] void usage(int code) {
-  std::puts(
-      "usage: ps-worker --config FILE --node NAME [--model FILE] [--rounds N] [--check]\n"
-      "                 [-- EAL args...]\n"
-      "  --config FILE  the job file (every node of the job reads the same one)\n"
-      "  --node NAME    this worker's node in it (its rank is its place among the workers)\n"
-      "  --model FILE   tensor shapes, one per line (default config/models/resnet50.txt)\n"
-      "  --rounds N     push_pull rounds (default 10)\n"
-      "  --check        validate the job file, the node and the model, then exit\n"
-      "  -- ...         extra EAL arguments, appended to those the job file generates");
-  std::exit(code);
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--config") {
-      o.config = value();
-    } else if (a == "--node") {
-      o.node = value();
-    } else if (a == "--model") {
-      o.model = value();
-    } else if (a == "--rounds") {
-      o.rounds = static_cast<uint32_t>(std::stoul(value()));
-      if (o.rounds == 0) throw std::runtime_error("--rounds must be at least 1");
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--help" || a == "-h") {
-      usage(0);
-    } else if (a == "--") {
-      for (int j = i + 1; j < argc; ++j) o.eal.emplace_back(argv[j]);
-      break;
-    } else {
-      throw std::runtime_error("unknown argument " + a + " (see --help)");
-    }
-  }
-  if (o.config.empty()) throw std::runtime_error("--config FILE is required (see --help)");
-  if (o.node.empty()) throw std::runtime_error("--node NAME is required (see --help)");
+  apps::Args args("ps-worker",
+                  "--config FILE --node NAME [--model FILE] [--rounds N] [--check]\n"
+                  "                 [-- EAL args...]");
+  args.text("--config", "FILE", &o.config,
+            "the job file (every node of the job reads the same one)", apps::Args::kRequired);
+  args.text("--node", "NAME", &o.node,
+            "this worker's node in it (its rank is its place among the workers)",
+            apps::Args::kRequired);
+  args.text("--model", "FILE", &o.model,
+            "tensor shapes, one per line (default config/models/resnet50.txt)");
+  args.whole("--rounds", "N", &o.rounds, 1, UINT32_MAX, "push_pull rounds (default 10)");
+  args.flag("--check", &o.check, "validate the job file, the node and the model, then exit");
+  args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
+  args.parse(argc, argv);
   return o;
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/args.h"
 #include "config/config.h"
 #include "net/eal.h"
 #include "net/node.h"
@@ -38,37 +39,15 @@ struct Options {
   bool check = false;
 };
 
-void usage() {
-  std::puts(
-      "usage: stack-demo [--config FILE] [--seconds N] [--check]\n"
-      "  --config FILE  job file (default config/ring-demo.yaml); the first worker and the\n"
-      "                 node at the other end of its first ring link are run\n"
-      "  --seconds N    how long to send (default 5)\n"
-      "  --check        validate the job file and exit");
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw std::runtime_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--config") {
-      o.config = value();
-    } else if (a == "--seconds") {
-      o.seconds = std::stod(value());
-      if (!(o.seconds > 0)) throw std::runtime_error("--seconds must be positive");
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--help" || a == "-h") {
-      usage();
-      std::exit(0);
-    } else {
-      throw std::runtime_error("unknown argument " + a + " (see --help)");
-    }
-  }
+  apps::Args args("stack-demo", "[--config FILE] [--seconds N] [--check]");
+  args.text("--config", "FILE", &o.config,
+            "job file (default config/ring-demo.yaml); the first worker and the\n"
+            "                     node at the other end of its first ring link are run");
+  args.positive("--seconds", "N", &o.seconds, "how long to send (default 5)");
+  args.flag("--check", &o.check, "validate the job file and exit");
+  args.parse(argc, argv);
   return o;
 }
 

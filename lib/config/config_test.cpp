@@ -597,7 +597,8 @@ TEST(ConfigRefuse, SyncModesNotRunEndToEnd) {
   // is refused at its key rather than silently trained with BSP.
   for (const char* mode : {"asp", "ssp", "psplus"}) {
     EXPECT_TRUE(refused(doc(std::string("training:\n  sync: ") + mode + "\n"), 5, "training.sync",
-                        std::string(mode) + " is not run end to end yet: the server and the worker library run "
+                        std::string(mode) +
+                            " is not run end to end yet: the server and the worker library run "
                             "bsp only"))
         << mode;
   }
