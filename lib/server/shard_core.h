@@ -1,6 +1,6 @@
 // A shard core: one EAL lcore running one Shard, fed by the server's net core
-// through a single-producer / single-consumer ring (ARCHITECTURE.md section
-// 3, "dispatch ring"; rte_flow steering is not available on the vdevs this
+// through a single-producer / single-consumer ring (docs/architecture.md,
+// "Threads and ownership"; rte_flow steering is not available on the vdevs this
 // project runs on, so the dispatch-core path is the one that runs).
 //
 // What crosses the ring. One ShardItem (32 bytes) per accepted packet: the

@@ -5,7 +5,7 @@
 // What it is for. One Endpoint per (net core, Interface). Producers on any
 // thread call send(): the message is queued whole in the scheduler, never
 // copied. The net core calls poll_st(now) in its loop, which has the shape of
-// ARCHITECTURE.md section 3: receive a burst, hand each packet to its Peer,
+// docs/architecture.md, "Threads and ownership": receive a burst, hand each packet to its Peer,
 // place accepted payloads straight into the destination buffer the
 // application gave for the message (the only copy, from the mbuf; with
 // non-temporal stores for messages of net::kStreamDestinationBytes or more), report

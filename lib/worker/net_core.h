@@ -4,7 +4,7 @@
 // start-up protocol (agg/control.h) and the barrier, and completes every
 // Handle.
 //
-// The loop (ARCHITECTURE.md section 3): read the TSC once; take up to
+// The loop (docs/architecture.md, "Threads and ownership"): read the TSC once; take up to
 // kRequestBurst requests; one pass of the endpoint (receive, deliver chunks
 // into the trainer's buffers, transmit); queue the pushes that can go;
 // complete the pulls whose version is in; every kSlowEvery passes the slow

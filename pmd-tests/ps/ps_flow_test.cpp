@@ -1,4 +1,4 @@
-// The parameter server's data flow of ARCHITECTURE.md section 1, end to end
+// The data flow of docs/architecture.md ("One BSP iteration, as data flows"), end to end
 // over real ports, from the parts that exist: 4 workers push every partition
 // of a real model's gradients through their transport endpoints; the server's
 // endpoints hand each packet (one chunk) to the owning shard's ChunkTable,

@@ -3,8 +3,8 @@
 // emulator on both directions, one thread polling every endpoint (as in
 // endpoint_test.cpp).
 //
-// The two halves of a parameter server's data flow (ARCHITECTURE.md section
-// 1): four workers push partitions into a "server" whose receiver sees each
+// The two halves of a parameter server's data flow ("One BSP iteration, as data flows" in
+// docs/architecture.md): four workers push partitions into a "server" whose receiver sees each
 // (tensor_key, offset, rank) packet once and holds its mbuf until all four
 // ranks' copies of that chunk are there, as lib/agg's chunk table does; and
 // the server sends every chunk of its parameter memory as a slice, out of
