@@ -175,7 +175,7 @@ inline uint64_t partial_sum(const void* data, size_t len, uint64_t acc = 0) {
 /// over the source where the vector path allows: each 64-byte block is
 /// loaded once, stored and summed. The send path's payload fill: at 1500
 /// bytes over memif it took the stack from 0.74-0.80 to 0.86-0.90 of the raw
-/// packet rate (benchmarks/README.md, net_memif, runs E to J).
+/// packet rate (benchmarks/README.md, "Measured design decisions").
 inline uint64_t copy_partial_sum(void* dst, const void* src, size_t len, uint64_t acc = 0) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* p = static_cast<const unsigned char*>(src);
