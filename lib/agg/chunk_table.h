@@ -69,6 +69,7 @@
 #include "agg/optimizer.h"
 #include "agg/placement.h"
 #include "agg/sync_policy.h"
+#include "telemetry/counter_list.h"
 
 namespace mercury::agg {
 
@@ -148,12 +149,29 @@ class ChunkSink {
   virtual void release(void* const* tokens, uint32_t count) = 0;
 };
 
+// Every chunk table counter, once (telemetry/counter_list.h).
+#define MERCURY_CHUNK_TABLE_COUNTERS(X)                          \
+  X(updates, "chunk updates applied (excluding initial values)") \
+  X(gradient_bytes, "contribution bytes reduced")
+
 struct ChunkTableCounters {
   std::array<uint64_t, kOutcomeCount> outcomes{};  ///< per Outcome, indexed by its value
-  uint64_t updates = 0;         ///< chunk updates applied (excluding initial values)
-  uint64_t gradient_bytes = 0;  ///< contribution bytes reduced
+  MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_DECLARE)
   [[nodiscard]] uint64_t count(Outcome o) const { return outcomes[static_cast<size_t>(o)]; }
   [[nodiscard]] uint64_t rejected() const;
+
+  /// f(prefix, name, value) for every counter; outcomes as outcome_<name>.
+  template <class F>
+  void for_each(F&& f) const {
+    telemetry::visit_array(f, "outcome_", outcomes,
+                           [](size_t i) { return outcome_name(static_cast<Outcome>(i)); });
+    MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_VISIT)
+  }
+  ChunkTableCounters& operator+=(const ChunkTableCounters& o) {
+    telemetry::add_array(outcomes, o.outcomes);
+    MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
 };
 
 class ChunkTable {
