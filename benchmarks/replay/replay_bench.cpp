@@ -169,7 +169,7 @@ void server_pass(benchmark::State& state) {
     server::ServerNodeConfig sc;
     sc.chunk_bytes = job.payload_bytes_per_packet();
     sc.optimizer = job::optimizer_config(job.training);
-    sc.job_shards = {srv.shards};
+    sc.layout = job::shard_layout(job);
     sc.endpoint =
         job::endpoint_config(job, static_cast<uint16_t>(srv.index), replay::kServerEpoch, hz);
     sc.endpoint.max_messages = 1 << 17;

@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
@@ -15,13 +14,6 @@ namespace mercury::agg {
 namespace {
 
 int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
-
-// A chunk's held-rank bitmap is read by other threads (held_ranks()); its
-// owner reads it plainly and writes it through here. Relaxed: the readers
-// want a recent value and order nothing else by it.
-void store_have(uint64_t& have, uint64_t v) {
-  std::atomic_ref<uint64_t>(have).store(v, std::memory_order_relaxed);
-}
 
 struct Layout {
   uint64_t elements = 0;
@@ -268,7 +260,7 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
     }
   }
   if (ch.have == 0 || serial_diff(c.iteration, ch.oldest) < 0) ch.oldest = c.iteration;
-  store_have(ch.have, ch.have | bit);
+  ch.have |= bit;
   slots_[index * workers_ + c.rank] = Held{c.data, c.token};
   ++held_;
   if (!completes) return Outcome::kHeld;
@@ -309,7 +301,7 @@ void ChunkTable::complete(uint64_t index) {
                state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr, step);
   sink_.release(tokens.data(), n);
   held_ -= n;
-  store_have(ch.have, 0);
+  ch.have = 0;
   ++ch.version;
   ++counters_.updates;
   counters_.gradient_bytes += uint64_t{n} * ch.elements * kElementBytes;
@@ -372,12 +364,10 @@ void ChunkTable::initialize_partition(uint32_t key, std::span<const float> value
 }
 
 uint64_t ChunkTable::held_ranks(uint32_t key, uint32_t offset) const {
-  // locate() reads only what construction wrote (keys_, chunk geometry).
   uint64_t index = 0;
   const Outcome o = locate(key, offset, 0, index);
   if (o != Outcome::kHeld && o != Outcome::kBadLength) return 0;
-  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(chunks_[index].have))
-      .load(std::memory_order_relaxed);
+  return chunks_[index].have;
 }
 
 std::span<const float> ChunkTable::parameters(uint32_t key) const {

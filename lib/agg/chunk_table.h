@@ -34,12 +34,9 @@
 // update of a chunk, initialize() is refused as stale.
 //
 // Threads. A ChunkTable belongs to the one lcore that owns its shard; no
-// method may be called concurrently (the sink is called on that thread, from
-// inside contribute()/initialize()), except held_ranks(), which any thread
-// may call at any time (the server's net core asks it for flow control
-// while a shard core owns the table): each chunk's held-rank bitmap is
-// written with relaxed atomic stores (std::atomic_ref; plain moves on x86)
-// and read with a relaxed load. Nothing is locked.
+// method may be called concurrently or from another thread (the sink is
+// called on that thread, from inside contribute()/initialize()). Nothing is
+// locked.
 //
 // Costs. Construction (control path) allocates everything once and throws
 // std::invalid_argument for a bad configuration, std::length_error if the
@@ -69,6 +66,7 @@
 #include "agg/optimizer.h"
 #include "agg/placement.h"
 #include "agg/sync_policy.h"
+#include "telemetry/counter_list.h"
 
 namespace mercury::agg {
 
@@ -108,7 +106,7 @@ struct ShardConfig {
   /// that can ever be held, i.e. no cap. A contribution refused for it (kHoldLimit) is gone
   /// unless the caller has not acknowledged it yet: see docs/agg.md before setting one. The
   /// server leaves it at 0 and bounds the held buffers before its transport acknowledges
-  /// them instead (held_ranks(), docs/server.md "Flow control").
+  /// them instead (docs/server.md "Flow control").
   uint64_t max_held = 0;
 };
 
@@ -148,12 +146,29 @@ class ChunkSink {
   virtual void release(void* const* tokens, uint32_t count) = 0;
 };
 
+// Every chunk table counter, once (telemetry/counter_list.h).
+#define MERCURY_CHUNK_TABLE_COUNTERS(X)                          \
+  X(updates, "chunk updates applied (excluding initial values)") \
+  X(gradient_bytes, "contribution bytes reduced")
+
 struct ChunkTableCounters {
   std::array<uint64_t, kOutcomeCount> outcomes{};  ///< per Outcome, indexed by its value
-  uint64_t updates = 0;         ///< chunk updates applied (excluding initial values)
-  uint64_t gradient_bytes = 0;  ///< contribution bytes reduced
+  MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_DECLARE)
   [[nodiscard]] uint64_t count(Outcome o) const { return outcomes[static_cast<size_t>(o)]; }
   [[nodiscard]] uint64_t rejected() const;
+
+  /// f(prefix, name, value) for every counter; outcomes as outcome_<name>.
+  template <class F>
+  void for_each(F&& f) const {
+    telemetry::visit_array(f, "outcome_", outcomes,
+                           [](size_t i) { return outcome_name(static_cast<Outcome>(i)); });
+    MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_VISIT)
+  }
+  ChunkTableCounters& operator+=(const ChunkTableCounters& o) {
+    telemetry::add_array(outcomes, o.outcomes);
+    MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
 };
 
 class ChunkTable {
@@ -187,11 +202,8 @@ class ChunkTable {
   [[nodiscard]] std::span<const float> parameters(uint32_t key) const;
   /// Version of the chunk at (key, offset); UINT32_MAX if it does not exist here.
   [[nodiscard]] uint32_t version(uint32_t key, uint32_t offset) const;
-  /// Any thread: the ranks whose contributions the chunk at (key, offset)
-  /// holds now (bit r = rank r), 0 if it does not exist here. Read from
-  /// another thread it may be stale; under BSP it can then only show fewer
-  /// of the other ranks than rank r's next contribution will find: their
-  /// bits are cleared only when the set completes, which takes rank r's.
+  /// The ranks whose contributions the chunk at (key, offset) holds now
+  /// (bit r = rank r), 0 if it does not exist here.
   [[nodiscard]] uint64_t held_ranks(uint32_t key, uint32_t offset) const;
 
   [[nodiscard]] const ChunkTableCounters& counters() const { return counters_; }
@@ -207,7 +219,7 @@ class ChunkTable {
  private:
   // Hot per-chunk state, 32 bytes so two share a cache line.
   struct Chunk {
-    uint64_t have = 0;           // bit r: rank r's contribution is held; stored atomically
+    uint64_t have = 0;           // bit r: rank r's contribution is held
     uint64_t first_element = 0;  // into params_ (and each state array)
     uint32_t version = 0;        // updates applied
     uint32_t oldest = 0;         // oldest iteration among the held contributions

@@ -1,6 +1,7 @@
 #include "job/job.h"
 
 #include <chrono>
+#include <string>
 
 namespace mercury::job {
 
@@ -80,14 +81,74 @@ uint32_t ShardLayout::server_of(uint32_t shard) const {
   return s;
 }
 
-ShardLayout shard_layout(const config::JobConfig& job) {
+uint32_t ShardLayout::count(uint32_t server) const {
+  if (server >= first.size()) return 0;
+  return (server + 1 < first.size() ? first[server + 1] : total) - first[server];
+}
+
+ShardLayout ShardLayout::of(const std::vector<uint32_t>& shards_per_server) {
   ShardLayout l;
-  for (const config::NodeConfig* s : job.servers()) {
+  for (uint32_t n : shards_per_server) {
     l.first.push_back(l.total);
-    l.total += s->shards;
+    l.total += n;
   }
+  return l;
+}
+
+ShardLayout shard_layout(const config::JobConfig& job) {
+  std::vector<uint32_t> counts;
+  for (const config::NodeConfig* s : job.servers()) counts.push_back(s->shards);
+  ShardLayout l = ShardLayout::of(counts);
   if (l.total == 0) throw config::ConfigError(job.source, "the job has no server shards");
   return l;
+}
+
+const config::NodeConfig& server_node(const config::JobConfig& job, std::string_view name) {
+  if (!name.empty()) {
+    const config::NodeConfig& n = job.node(name);
+    if (n.role != config::Role::kServer) {
+      throw config::ConfigError(job.source, "node " + n.name + " is a worker, not a server");
+    }
+    return n;
+  }
+  const auto servers = job.servers();
+  if (servers.size() != 1) {
+    std::string names;
+    for (const auto* s : servers) names += (names.empty() ? "" : ", ") + s->name;
+    throw config::ConfigError(job.source, "the job has " + std::to_string(servers.size()) +
+                                              " server nodes (" + names +
+                                              "): say which with --node NAME");
+  }
+  return *servers.front();
+}
+
+std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
+                                     const config::NodeConfig& server) {
+  const auto workers = job.workers();
+  const auto& ports = server.ports;
+  std::vector<uint32_t> out(workers.size());
+  for (size_t r = 0; r < workers.size(); ++r) {
+    bool found = false;
+    for (size_t p = 0; p < ports.size() && !found; ++p) {
+      if (ports[p].kind == config::PortSpec::kRing && ports[p].ring_peer == workers[r]->name) {
+        out[r] = static_cast<uint32_t>(p);
+        found = true;
+      }
+    }
+    if (found) continue;
+    if (ports.size() == 1) {
+      out[r] = 0;
+    } else if (ports.size() == workers.size() && ports[r].kind != config::PortSpec::kRing) {
+      out[r] = static_cast<uint32_t>(r);
+    } else {
+      throw config::ConfigError(
+          job.source, 0, "nodes[" + std::to_string(server.index) + "].ports",
+          "server " + server.name + ": no port leads to worker " + workers[r]->name +
+              " (give the server one port for all workers, one port per worker in rank order, "
+              "or a ring: link to it)");
+    }
+  }
+  return out;
 }
 
 uint16_t fresh_epoch() {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "agg/optimizer.h"
@@ -34,14 +35,37 @@ agg::OptimizerConfig optimizer_config(const config::TrainingConfig& training);
 std::unique_ptr<agg::SyncPolicy> sync_policy(const config::TrainingConfig& training);
 
 /// The global shard count (the sum of `shards` over the server nodes) and
-/// the first global shard id of each server, in rank order.
+/// the first global shard id of each server, in rank order. Computed once,
+/// here; the server node and the workers receive it.
 struct ShardLayout {
   uint32_t total = 0;
-  std::vector<uint32_t> first;  ///< first[s]: server rank s runs [first[s], first[s] + shards)
+  std::vector<uint32_t> first;  ///< first[s]: server rank s runs [first[s], first[s] + count(s))
   /// The server rank running global shard `shard`.
   [[nodiscard]] uint32_t server_of(uint32_t shard) const;
+  /// The shards server rank `server` runs (0 for a rank the layout has not).
+  [[nodiscard]] uint32_t count(uint32_t server) const;
+  [[nodiscard]] uint32_t servers() const { return static_cast<uint32_t>(first.size()); }
+  /// The layout of servers with these shard counts, in rank order: what
+  /// shard_layout() computes from a job file, for tests and tools that have
+  /// none. Counts are taken as given (0 included).
+  static ShardLayout of(const std::vector<uint32_t>& shards_per_server);
 };
+/// Throws ConfigError when the job has no server shards.
 ShardLayout shard_layout(const config::JobConfig& job);
+
+/// The server node a process runs: `name`, which must be a server of the
+/// job, or, when `name` is empty, the job's only server. Throws ConfigError
+/// naming the file (a worker's name, an unknown name listing the valid
+/// ones, or several servers and no name).
+const config::NodeConfig& server_node(const config::JobConfig& job, std::string_view name);
+
+/// Which of `server`'s ports leads to each worker, in rank order: a ring
+/// link whose far end is that worker; otherwise, with one port per worker,
+/// port r serves worker r; with a single port (a bridge, a switch), every
+/// worker is behind it. Any other layout throws ConfigError naming the file,
+/// the server's `nodes[i].ports` key and the worker.
+std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
+                                     const config::NodeConfig& server);
 
 /// An epoch for a node starting now: non-zero, and different across
 /// restarts a second or more apart.

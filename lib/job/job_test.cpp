@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 namespace mercury::job {
 namespace {
 
@@ -50,6 +53,77 @@ TEST(Job, ShardLayoutNumbersShardsAcrossServersInFileOrder) {
   EXPECT_EQ(l.server_of(0), 0u);
   EXPECT_EQ(l.server_of(1), 1u);
   EXPECT_EQ(l.server_of(2), 1u);
+}
+
+TEST(Job, ShardLayoutOfCountsIsWhatTheJobFileGives) {
+  const ShardLayout l = ShardLayout::of({1, 2});
+  const ShardLayout j = shard_layout(config::load_string(kJob));
+  EXPECT_EQ(l.total, j.total);
+  EXPECT_EQ(l.first, j.first);
+  EXPECT_EQ(l.servers(), 2u);
+  EXPECT_EQ(l.count(0), 1u);
+  EXPECT_EQ(l.count(1), 2u);
+  EXPECT_EQ(l.count(2), 0u);
+}
+
+TEST(Job, ServerNodeIsNamedOrTheOnlyOne) {
+  const config::JobConfig j = config::load_string(kJob);
+  EXPECT_EQ(server_node(j, "s1").name, "s1");
+  try {
+    server_node(j, "");
+    FAIL() << "two servers and no name";
+  } catch (const config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 server nodes (s0, s1): say which with --node"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    server_node(j, "w0");
+    FAIL() << "a worker";
+  } catch (const config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("node w0 is a worker, not a server"), std::string::npos);
+  }
+  EXPECT_THROW(server_node(j, "nobody"), config::ConfigError);
+}
+
+// A server with `ports` and three workers on memif ports of their own.
+std::string three_workers(const std::string& server_ports) {
+  return R"(
+job: {id: 3, name: p}
+nodes:
+  - {name: s, role: server, ipv4: 10.0.0.1, ports: )" +
+         server_ports + R"(, lcores: [0, 1], shards: 1}
+  - {name: a, role: worker, ipv4: 10.0.0.2, lcores: [2], ports: ["net_memif10,role=client"]}
+  - {name: b, role: worker, ipv4: 10.0.0.3, lcores: [3], ports: ["net_memif11,role=client"]}
+  - {name: c, role: worker, ipv4: 10.0.0.4, lcores: [4], ports: ["net_memif12,role=client"]}
+)";
+}
+
+TEST(Job, PortOfWorkerFollowsRingPeersThenRankOrderThenOnePortForAll) {
+  const config::JobConfig rings = config::load_string(kJob);
+  // s1's only port is a ring to w1; w0 is behind it too (its only port).
+  EXPECT_EQ(port_of_worker(rings, rings.node("s1")), (std::vector<uint32_t>{0, 0}));
+
+  const config::JobConfig per_worker = config::load_string(three_workers(
+      R"(["net_memif0,role=server", "net_memif1,role=server", "net_memif2,role=server"])"));
+  EXPECT_EQ(port_of_worker(per_worker, per_worker.node("s")), (std::vector<uint32_t>{0, 1, 2}));
+
+  const config::JobConfig one = config::load_string(three_workers(R"(["net_memif0,role=server"])"));
+  EXPECT_EQ(port_of_worker(one, one.node("s")), (std::vector<uint32_t>{0, 0, 0}));
+}
+
+TEST(Job, PortOfWorkerRefusesALayoutThatLeavesAWorkerOutNamingTheKey) {
+  const config::JobConfig j = config::load_string(
+      three_workers(R"(["net_memif0,role=server", "net_memif1,role=server"])"), "two.yaml");
+  try {
+    port_of_worker(j, j.node("s"));
+    FAIL() << "two ports, three workers";
+  } catch (const config::ConfigError& e) {
+    EXPECT_EQ(e.source(), "two.yaml");
+    EXPECT_EQ(e.key(), "nodes[0].ports");
+    EXPECT_NE(e.message().find("server s: no port leads to worker a"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Job, FreshEpochIsNeverZero) { EXPECT_NE(fresh_epoch(), 0); }

@@ -5,54 +5,10 @@
 #include <rte_mempool.h>
 
 #include <algorithm>
-#include <bit>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
 namespace mercury::server {
-
-std::string_view node_state_name(NodeState s) {
-  switch (s) {
-    case NodeState::kWaiting:
-      return "waiting";
-    case NodeState::kRunning:
-      return "running";
-    case NodeState::kRefused:
-      return "refused";
-    case NodeState::kStopped:
-      return "stopped";
-  }
-  return "?";
-}
-
-std::string_view server_drop_name(ServerDrop d) {
-  switch (d) {
-    case ServerDrop::kNotRunning:
-      return "not_running";
-    case ServerDrop::kNotOurs:
-      return "not_ours";
-    case ServerDrop::kInitNotRank0:
-      return "init_not_rank0";
-    case ServerDrop::kBadType:
-      return "bad_type";
-    case ServerDrop::kShardRingFull:
-      return "shard_ring_full";
-    case ServerDrop::kControlTooBig:
-      return "control_too_big";
-    case ServerDrop::kBadControl:
-      return "bad_control";
-    case ServerDrop::kWrongRank:
-      return "wrong_rank";
-    case ServerDrop::kBarrierNotHere:
-      return "barrier_not_here";
-    case ServerDrop::kReplyNotQueued:
-      return "reply_not_queued";
-    case ServerDrop::kCount:
-      break;
-  }
-  return "?";
-}
 
 // One port's receiver: the workers behind it, by transport peer index.
 // Gradient and init packets arrive one by one (PacketReceiver); control
@@ -88,31 +44,34 @@ class ServerNode::PortReceiver final : public transport::PacketReceiver,
 
 ServerNode::ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker> workers,
                        const ServerNodeConfig& config, transport::Tick now)
-    : config_(config) {
-  if (config.job_shards.empty() || config.server_index >= config.job_shards.size()) {
+    : config_(config), now_(now) {
+  const job::ShardLayout& layout = config.layout;
+  if (config.server_index >= layout.servers()) {
     throw std::invalid_argument("server: server_index " + std::to_string(config.server_index) +
-                                " is not among the job's " +
-                                std::to_string(config.job_shards.size()) + " server nodes");
+                                " is not among the job's " + std::to_string(layout.servers()) +
+                                " server nodes");
   }
-  for (size_t i = 0; i < config.job_shards.size(); ++i) {
-    if (config.job_shards[i] == 0) {
+  for (uint32_t i = 0; i < layout.servers(); ++i) {
+    if (layout.count(i) == 0) {
       throw std::invalid_argument("server: server node " + std::to_string(i) + " has no shards");
     }
   }
-  const uint32_t first = std::accumulate(config.job_shards.begin(),
-                                         config.job_shards.begin() + config.server_index, 0u);
-  total_shards_ = std::accumulate(config.job_shards.begin(), config.job_shards.end(), 0u);
-  for (uint32_t i = 0; i < config.job_shards[config.server_index]; ++i) {
-    own_shards_.push_back(first + i);
+  total_shards_ = layout.total;
+  for (uint32_t i = 0; i < layout.count(config.server_index); ++i) {
+    own_shards_.push_back(layout.first[config.server_index] + i);
   }
   shard_slot_.assign(total_shards_, -1);
-  open_ports(std::move(ports), workers, config, now);
+  check_config(static_cast<uint32_t>(workers.size()));
+  open_ports(std::move(ports), workers, now);
+  control_.emplace(
+      rank_name_, total_shards_, config.server_index == 0,
+      [this](const agg::Placement& p) { return start_shards(p); }, now);
   launch_cores();
 }
 
 ServerNode::ServerNode(const agg::Placement& placement, std::vector<WorkerLink> links,
                        const ServerNodeConfig& config, transport::Tick now)
-    : config_(config), own_shards_(config.shard_ids), total_shards_(placement.shards()) {
+    : config_(config), own_shards_(config.shard_ids), total_shards_(placement.shards()), now_(now) {
   if (links.empty() || links.size() > agg::kMaxWorkers) {
     throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
                                 " worker links, got " + std::to_string(links.size()));
@@ -129,44 +88,56 @@ ServerNode::ServerNode(const agg::Placement& placement, std::vector<WorkerLink> 
     shard_slot_[id] = 0;
   }
   shard_slot_.assign(total_shards_, -1);
+  check_config(static_cast<uint32_t>(links.size()));
   std::vector<net::Interface*> ports;
   std::vector<JobWorker> workers;
   for (size_t r = 0; r < links.size(); ++r) {
     ports.push_back(links[r].iface);
     workers.push_back(JobWorker{links[r].worker, static_cast<uint32_t>(r)});
   }
-  open_ports(std::move(ports), workers, config, now);
+  open_ports(std::move(ports), workers, now);
   launch_cores();
   build_shards(placement);
-  placement_ = &placement;
   for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->attach(shards_[i].get());
-  state_ = NodeState::kRunning;
+  control_.emplace(rank_name_, placement, config.server_index == 0, now);
+  placement_ = &placement;
+  running_ = true;
 }
 
-void ServerNode::open_ports(std::vector<net::Interface*> ports,
-                            const std::vector<JobWorker>& workers, const ServerNodeConfig& config,
-                            transport::Tick now) {
-  if (workers.empty() || workers.size() > agg::kMaxWorkers) {
+void ServerNode::check_config(uint32_t workers) const {
+  if (workers == 0 || workers > agg::kMaxWorkers) {
     throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
-                                " workers, got " + std::to_string(workers.size()));
+                                " workers, got " + std::to_string(workers));
   }
-  if (config.chunk_bytes == 0 || config.chunk_bytes % 4 != 0) {
-    throw std::invalid_argument("server: chunk_bytes " + std::to_string(config.chunk_bytes) +
+  if (config_.chunk_bytes == 0 || config_.chunk_bytes % 4 != 0) {
+    throw std::invalid_argument("server: chunk_bytes " + std::to_string(config_.chunk_bytes) +
                                 " is not a positive multiple of 4");
   }
-  if (config.shard_lcores.size() > own_shards_.size()) {
-    throw std::invalid_argument("server: " + std::to_string(config.shard_lcores.size()) +
+  if (config_.shard_lcores.size() > own_shards_.size()) {
+    throw std::invalid_argument("server: " + std::to_string(config_.shard_lcores.size()) +
                                 " shard lcores for " + std::to_string(own_shards_.size()) +
                                 " shards (one lcore runs one shard)");
   }
+  const std::unique_ptr<agg::SyncPolicy> policy =
+      config_.sync_policy ? config_.sync_policy() : nullptr;
+  if (!policy) throw std::invalid_argument("server: no sync policy");
+  if (policy->quorum(workers) != workers) {
+    // The flow control (a set completes only with every rank) and the
+    // fan-out from the table's memory (docs/server.md) rely on bsp.
+    throw std::invalid_argument("server: training.sync " + std::string(policy->name()) +
+                                " does not run on this server yet: only bsp does");
+  }
+}
+
+void ServerNode::open_ports(std::vector<net::Interface*> ports,
+                            const std::vector<JobWorker>& workers, transport::Tick now) {
   rank_at_.resize(workers.size());
   rank_name_.resize(workers.size());
-  declared_.resize(workers.size());
   for (size_t p = 0; p < ports.size(); ++p) {
     if (ports[p] == nullptr) {
       throw std::invalid_argument("server: port " + std::to_string(p) + " has no interface");
     }
-    transport::EndpointConfig ec = config.endpoint;
+    transport::EndpointConfig ec = config_.endpoint;
     ec.peers.clear();
     std::vector<uint16_t> ranks;
     for (size_t r = 0; r < workers.size(); ++r) {
@@ -195,6 +166,7 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
           std::to_string(workers[r].port) + ", the node has " + std::to_string(ports.size()));
     }
   }
+  ifaces_ = std::move(ports);
 }
 
 void ServerNode::launch_cores() {
@@ -235,15 +207,32 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     // acknowledged a packet before the table sees it, so a kHoldLimit refusal
     // would lose the contribution for good (docs/agg.md).
     shard_slot_[id] = static_cast<int32_t>(shards_.size());
-    shards_.push_back(
-        std::make_unique<Shard>(placement, sc, agg::make_bsp(), fanout, config_.fanout_backlog));
+    shards_.push_back(std::make_unique<Shard>(placement, sc, config_.sync_policy(), fanout,
+                                              config_.fanout_backlog));
+    started_.push_back(&shards_.back()->started());
   }
+}
+
+// The control plane's Starter: called when every rank declared the same list.
+std::string ServerNode::start_shards(const agg::Placement& placement) {
+  try {
+    check_levels(placement);
+    build_shards(placement);
+  } catch (const std::exception& e) {
+    started_.clear();
+    shards_.clear();
+    shard_slot_.assign(total_shards_, -1);
+    return e.what();
+  }
+  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->attach(shards_[i].get());
+  return {};
 }
 
 ServerNode::~ServerNode() {
   stop();
   // Shards hold mbufs of the endpoints' interfaces: they go first, then the
   // endpoints (which still reference the receivers and complete into outbox_).
+  started_.clear();
   shards_.clear();
   endpoints_.clear();
 }
@@ -254,10 +243,16 @@ void ServerNode::stop() {
     for (uint32_t i = 0; i < s.count; ++i) releases_.free_st(s.items[i].mbuf);
     s.count = 0;
   }
-  if (state_ == NodeState::kRunning && !cores_.empty()) {
-    // The shard cores are gone: nothing may be queued to them any more.
-    state_ = NodeState::kStopped;
+  // The shard cores are gone: nothing may be queued to them any more.
+  if (!cores_.empty()) {
+    control_->on_stopped_st(now_);
+    sync_state();
   }
+}
+
+void ServerNode::sync_state() {
+  running_ = control_->state() == NodeState::kRunning;
+  placement_ = control_->placement();
 }
 
 // ---- flow control (docs/server.md) ---------------------------------------
@@ -313,7 +308,7 @@ uint64_t ServerNode::aggregation_mbufs_st(uint32_t port) const {
 bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h) {
   // Only gradients stay in the aggregation path; everything else is judged
   // by on_packet_st (init packets are copied and freed at once).
-  if (state_ != NodeState::kRunning || h.type != wire::PacketType::kData) return true;
+  if (!running_ || h.type != wire::PacketType::kData) return true;
   const PortFlow& f = flow_[port];
   if (f.limit == 0 || aggregation_mbufs_st(port) < f.limit) return true;
   if (h.tensor_key >= placement_->partitions().size()) return true;
@@ -321,21 +316,14 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
   if (slot < 0) return true;
   // Over the limit, a packet is admitted only if it joins a set other ranks
   // have started: with two workers it completes it, and in general refusing
-  // it could leave every rank waiting for the others. Read on this core
-  // while a shard core owns the table, the bitmap may be stale, but only
-  // towards fewer of the other ranks (their bits clear when the set
-  // completes, which needs this rank's contribution; and the clearing of
-  // the previous set happened before its update was sent through this
-  // core's endpoint, whose ingress ordered it before this read). So a stale
-  // read can only refuse a packet, which its worker resends.
-  const uint64_t others =
-      shards_[slot]->table().held_ranks(h.tensor_key, h.offset) & ~(uint64_t{1} << rank);
-  return others != 0;
+  // it could leave every rank waiting for the others. The shard publishes
+  // which sets are started (StartedSets: why a stale read can only refuse).
+  return started_[slot]->others_started(h.tensor_key, h.offset, rank);
 }
 
 bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
                               std::span<const std::byte> payload, rte_mbuf* mbuf) {
-  if (state_ != NodeState::kRunning) {
+  if (!running_) {
     count(ServerDrop::kNotRunning);
     return false;
   }
@@ -403,6 +391,7 @@ void ServerNode::flush_st(uint32_t slot) {
 }
 
 uint32_t ServerNode::poll_st(transport::Tick now) {
+  now_ = now;
   uint32_t work = 0;
   // Inline shards' slices an endpoint refused, oldest first.
   for (size_t i = cores_.size(); i < shards_.size(); ++i) {
@@ -412,9 +401,7 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
     work += e->poll_st(now);
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
   }
-  if (state_ == NodeState::kRunning && (++passes_ & (kLivenessEvery - 1)) == 0) {
-    check_liveness_st();
-  }
+  if (running_ && (++passes_ & (kLivenessEvery - 1)) == 0) check_liveness_st();
   return work;
 }
 
@@ -422,48 +409,34 @@ void ServerNode::check_liveness_st() {
   for (uint32_t rank = 0; rank < workers(); ++rank) {
     const Address a = rank_at_[rank];
     if (!endpoints_[a.port]->peer_stats_st(a.peer).dead) continue;
-    // Under BSP every other rank waits for this one's gradients: end the job
-    // for all of them, with the reason, rather than let them wait for ever
-    // (control path: allocates, once).
-    ++control_.workers_lost;
-    refuse_job("worker " + rank_name_[rank] + " (rank " + std::to_string(rank) +
-                   ") stopped answering and its transport gave up on it (network.peer_timeout_ms): "
-                   "the job cannot continue without its gradients",
-               false);
+    // Under BSP every other rank waits for this one's gradients: the
+    // control plane ends the job for all of them, with the reason.
+    control_->on_worker_lost_st(static_cast<uint16_t>(rank), now_);
+    sync_state();
+    send_replies();
     return;
   }
 }
-
-namespace {
-void add(ServerCounters& c, const ShardCounters& s, const agg::ChunkTableCounters& t,
-         uint64_t held) {
-  c.shards.contributions += s.contributions;
-  c.shards.refused += s.refused;
-  c.shards.initialized += s.initialized;
-  c.shards.init_refused += s.init_refused;
-  c.shards.updates += s.updates;
-  c.shards.fanout_refused += s.fanout_refused;
-  c.shards.fanout_retried += s.fanout_retried;
-  c.shards.fanout_lost += s.fanout_lost;
-  for (size_t i = 0; i < c.outcomes.size(); ++i) c.outcomes[i] += t.outcomes[i];
-  c.held += held;
-}
-}  // namespace
 
 ServerCounters ServerNode::counters_st() const {
   ServerCounters c;
   for (size_t i = 0; i < shards_.size(); ++i) {
     if (i >= cores_.size()) {
-      add(c, shards_[i]->counters(), shards_[i]->table().counters(), shards_[i]->table().held());
+      c.shards += shards_[i]->counters();
+      c.table += shards_[i]->table().counters();
+      c.held += shards_[i]->table().held();
     } else {
       const ShardStats s = cores_[i]->stats();
-      add(c, s.shard, s.table, s.held);
+      c.shards += s.shard;
+      c.table += s.table;
+      c.held += s.held;
     }
   }
   c.drops = drops_;
-  c.control = control_;
+  c.control = control_->counters();
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) c.net += e->counters_st();
+  for (const net::Interface* i : ifaces_) telemetry::add_array(c.port_drops, i->counters().drops);
   return c;
 }
 
@@ -480,7 +453,7 @@ int ServerNode::shard_lcore(uint32_t global_id) const {
   return static_cast<int>(cores_[shard_slot_[global_id]]->lcore());
 }
 
-// ---- control plane --------------------------------------------------------
+// ---- control messages -----------------------------------------------------
 
 std::byte* ServerNode::control_begin(uint16_t, const wire::HeaderFields& h) {
   if (h.msg_len > config_.max_control_bytes) {
@@ -507,183 +480,39 @@ void ServerNode::control_complete(uint16_t rank, std::byte* buffer, uint32_t len
     count(ServerDrop::kBadControl);
     return;
   }
-  switch (m.kind) {
-    case agg::ControlKind::kDeclare:
-      on_declare(rank, m);
+  switch (control_->on_message_st(rank, std::move(m), now_)) {
+    case ControlVerdict::kTaken:
       break;
-    case agg::ControlKind::kBarrier:
-      on_barrier(rank, m);
+    case ControlVerdict::kWrongRank:
+      count(ServerDrop::kWrongRank);
       break;
-    default:
-      count(ServerDrop::kBadControl);  // kReady, kRefused, kBarrierDone go to workers
+    case ControlVerdict::kBarrierNotHere:
+      count(ServerDrop::kBarrierNotHere);
+      break;
+    case ControlVerdict::kBadControl:
+      count(ServerDrop::kBadControl);
       break;
   }
+  sync_state();
+  send_replies();
 }
 
-bool ServerNode::sender_is(uint16_t rank, uint32_t claimed, const char* what) {
-  if (claimed == rank) return true;
-  count(ServerDrop::kWrongRank);
-  const uint32_t n = workers();
-  std::string text = "server: " + rank_name_[rank] + " is rank " + std::to_string(rank) +
-                     " in the job file, but its " + what + " says rank " + std::to_string(claimed);
-  if (claimed >= n) {
-    text += ", which is not in this job (" + std::to_string(n) + " workers: ranks 0.." +
-            std::to_string(n - 1) + ")";
-  }
-  agg::ControlMessage r;
-  r.kind = agg::ControlKind::kRefused;
-  r.text = std::move(text);
-  reply(rank, r);
-  return false;
-}
-
-void ServerNode::on_declare(uint16_t rank, agg::ControlMessage& m) {
-  ++control_.declares;
-  if (!sender_is(rank, m.rank, "declare")) {
-    ++control_.declares_refused;
-    return;
-  }
-  if (declared_[rank].has_value()) ++control_.declares_repeated;
-  switch (state_) {
-    case NodeState::kStopped:
-      return;
-    case NodeState::kRefused: {
-      ++control_.declares_refused;
-      agg::ControlMessage r;
-      r.kind = agg::ControlKind::kRefused;
-      r.text = refusal_;
-      reply(rank, r);
-      return;
-    }
-    case NodeState::kRunning: {
-      // A repeat (the worker restarted its control exchange): the same list
-      // is answered again; another list cannot join a running job.
-      const std::string diff =
-          job_tensors_ ? agg::first_difference(*job_tensors_, m.tensors) : std::string();
-      if (!diff.empty()) {
-        ++control_.declares_refused;
-        agg::ControlMessage r;
-        r.kind = agg::ControlKind::kRefused;
-        r.text = "server: rank " + std::to_string(rank) +
-                 " declared a different tensor list after the job started (the job's vs its "
-                 "new one): " +
-                 diff;
-        reply(rank, r);
-        return;
-      }
-      reply_ready(rank);
-      return;
-    }
-    case NodeState::kWaiting:
-      // The latest list from a rank counts (a worker restarted before the
-      // job started may have changed it); the answer comes when all are in.
-      declared_[rank] = std::move(m.tensors);
-      for (const auto& d : declared_) {
-        if (!d.has_value()) return;
-      }
-      start_job();
-      return;
-  }
-}
-
-void ServerNode::start_job() {
-  for (uint32_t r = 1; r < workers(); ++r) {
-    const std::string diff = agg::first_difference(*declared_[0], *declared_[r]);
-    if (!diff.empty()) {
-      refuse_job("server: rank " + std::to_string(r) +
-                 "'s tensor list differs from rank 0's (rank 0's vs rank " + std::to_string(r) +
-                 "'s): " + diff);
-      return;
+void ServerNode::send_replies() {
+  for (const ControlReply& r : control_->take_replies_st()) {
+    const uint64_t cookie = next_cookie_++;
+    std::vector<std::byte>& bytes = outbox_[cookie] = agg::encode_control(r.message);
+    transport::MessageMeta meta;
+    meta.type = wire::PacketType::kControl;
+    meta.dtype = wire::Dtype::kBytes;
+    const Address a = rank_at_[r.rank];
+    const transport::SubmitStatus st =
+        endpoints_[a.port]->send(a.peer, bytes.data(), static_cast<uint32_t>(bytes.size()), 0, meta,
+                                 transport::Completion{&ServerNode::on_reply_done, this, cookie});
+    if (st != transport::SubmitStatus::kQueued) {
+      outbox_.erase(cookie);
+      count(ServerDrop::kReplyNotQueued);
     }
   }
-  try {
-    owned_placement_.emplace(agg::Placement::compute(*declared_[0], total_shards_));
-    check_levels(*owned_placement_);
-    build_shards(*owned_placement_);
-  } catch (const std::exception& e) {
-    shards_.clear();
-    shard_slot_.assign(total_shards_, -1);
-    owned_placement_.reset();
-    refuse_job(std::string("server: cannot start the job: ") + e.what());
-    return;
-  }
-  placement_ = &*owned_placement_;
-  job_tensors_ = *declared_[0];
-  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->attach(shards_[i].get());
-  state_ = NodeState::kRunning;
-  for (uint32_t r = 0; r < workers(); ++r) reply_ready(static_cast<uint16_t>(r));
-}
-
-void ServerNode::refuse_job(std::string why, bool answering_declares) {
-  state_ = NodeState::kRefused;
-  refusal_ = std::move(why);
-  agg::ControlMessage r;
-  r.kind = agg::ControlKind::kRefused;
-  r.text = refusal_;
-  for (uint32_t rank = 0; rank < workers(); ++rank) {
-    if (answering_declares) ++control_.declares_refused;
-    reply(static_cast<uint16_t>(rank), r);
-  }
-}
-
-void ServerNode::on_barrier(uint16_t rank, const agg::ControlMessage& m) {
-  ++control_.barriers;
-  if (config_.server_index != 0) {
-    count(ServerDrop::kBarrierNotHere);
-    return;
-  }
-  if (!sender_is(rank, m.rank, "barrier")) return;
-  agg::ControlMessage done;
-  done.kind = agg::ControlKind::kBarrierDone;
-  done.generation = m.generation;
-  if (m.generation < barrier_floor_ || barrier_completed_.contains(m.generation)) {
-    // Already complete: the rank asks again; it gets the answer again.
-    ++control_.barriers_repeated;
-    reply(rank, done);
-    return;
-  }
-  uint64_t& arrived = barrier_arrived_[m.generation];
-  const uint64_t bit = uint64_t{1} << rank;
-  if ((arrived & bit) != 0) {
-    ++control_.barriers_repeated;
-    return;
-  }
-  arrived |= bit;
-  if (static_cast<uint32_t>(std::popcount(arrived)) < workers()) return;
-  barrier_arrived_.erase(m.generation);
-  // Generations may complete out of order (a process's trainer threads can
-  // be in two barriers at once): remember each, and fold the ones below the
-  // first incomplete generation into the floor, so the set stays small.
-  barrier_completed_.insert(m.generation);
-  while (barrier_completed_.erase(barrier_floor_) != 0) ++barrier_floor_;
-  ++control_.barriers_completed;
-  for (uint32_t r = 0; r < workers(); ++r) reply(static_cast<uint16_t>(r), done);
-}
-
-void ServerNode::reply_ready(uint16_t rank) {
-  agg::ControlMessage r;
-  r.kind = agg::ControlKind::kReady;
-  r.fingerprint = placement_->fingerprint();
-  r.shards = total_shards_;
-  reply(rank, r);
-}
-
-void ServerNode::reply(uint16_t rank, const agg::ControlMessage& m) {
-  const uint64_t cookie = next_cookie_++;
-  std::vector<std::byte>& bytes = outbox_[cookie] = agg::encode_control(m);
-  transport::MessageMeta meta;
-  meta.type = wire::PacketType::kControl;
-  meta.dtype = wire::Dtype::kBytes;
-  const Address a = rank_at_[rank];
-  const transport::SubmitStatus st =
-      endpoints_[a.port]->send(a.peer, bytes.data(), static_cast<uint32_t>(bytes.size()), 0, meta,
-                               transport::Completion{&ServerNode::on_reply_done, this, cookie});
-  if (st != transport::SubmitStatus::kQueued) {
-    outbox_.erase(cookie);
-    count(ServerDrop::kReplyNotQueued);
-    return;
-  }
-  ++control_.replies;
 }
 
 void ServerNode::on_reply_done(void* self, const transport::SendResult& r) {

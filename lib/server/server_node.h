@@ -1,33 +1,24 @@
 // A parameter server node: its ports towards the workers (one transport
 // endpoint per port, one transport peer per worker behind it), the job's
-// control plane (declare, ready/refused, barrier: agg/control.h), and the
-// node's shards (server::Shard), run inline on the polling core or each on a
-// shard core of its own (server::ShardCore).
+// control plane (server::ControlPlane, fed the endpoints' control messages),
+// and the node's shards (server::Shard), run inline on the polling core or
+// each on a shard core of its own (server::ShardCore).
 //
-// Life of a node.
-//  * Waiting: built from the job (its workers, ports, and every server
-//    node's shard count), it answers nothing but control messages. Each
-//    worker sends kDeclare (its rank and tensor list); when every rank has
-//    declared and the lists agree, the node computes agg::Placement (global
-//    shard count = sum of the job's server shard counts; this node runs the
-//    global ids after those of the servers before it in the job file), builds
-//    its shards, answers every worker kReady(fingerprint, shards) and runs.
-//    Lists that differ, priorities that are not scheduler levels, or shards
-//    that cannot be built put the node in Refused: every worker is answered
-//    kRefused with the reason, now and whenever it declares again.
-//  * Running: rank 0's kInit packets give each chunk its initial values
-//    (version 0, sent to every worker); kData packets (gradients) aggregate;
-//    each update goes to every worker. Server 0 (server_index 0) also runs
-//    the job's barrier: kBarrier(rank, generation) from every rank, then
-//    kBarrierDone(generation) to every rank.
+// Life of a node: the ControlPlane's (control_plane.h). Built from the job
+// (its workers, ports and shard layout), the node waits for every rank's
+// declare; when the lists agree it builds its shards on the placement (the
+// job's global shard count is layout.total; this node runs the
+// layout.count(server_index) shards from layout.first[server_index]) and
+// runs. Running: rank 0's kInit packets give each chunk its initial values
+// (version 0, sent to every worker); kData packets (gradients) aggregate;
+// each update goes to every worker. Server 0 also runs the job's barrier.
 // The placement-taking constructor starts in Running (tests, and jobs whose
 // placement is known in advance).
 //
 // Ranks. A worker's rank is its index in the job's worker list; the node
 // maps (port, transport peer) to it, so several workers may sit behind one
 // port (one endpoint with several peers, e.g. a bridge) and a worker per
-// port works as well. A declare or barrier whose rank field is not the
-// sender's rank is refused (kRefused to that worker, naming both).
+// port works as well.
 //
 // Threads. Everything ending in _st, and the control plane, belong to the
 // net core that calls poll_st(). With shard lcores configured, gradient and
@@ -45,35 +36,40 @@
 // two workers): those never wait, so every started set can complete and
 // free its mbufs. A refused packet is resent by its worker later. So a
 // worker running ahead cannot exhaust the pool the slower ones' packets
-// need (docs/server.md, "Flow control").
+// need. The net core reads only what each shard publishes for it (its
+// MbufReleases and StartedSets), never a shard's table (docs/server.md,
+// "Flow control").
 //
 // Costs per packet on the net core: the endpoint's, a rank lookup, a
 // partition lookup, then either the shard's contribute (inline) or a 32-byte
 // ring item (shard cores); admitting a gradient reads the releases of every
 // shard of the node (one relaxed load each) and, over the limit, the chunk's
-// held-rank bitmap. Nothing on the datapath allocates, locks, throws
-// or logs; every drop is counted by reason (ServerDrop, the chunk table's
-// outcomes, the endpoints' drops). Control messages allocate (control path).
+// byte in its shard's StartedSets (a lookup, a multiply, one relaxed load).
+// Nothing on the datapath allocates, locks, throws or logs; every drop is
+// counted by reason (ServerDrop, the chunk table's outcomes, the endpoints'
+// and the ports' drops). Control messages allocate (control path).
 // Memory beyond the endpoints and chunk tables: per shard a fan-out backlog
 // of 16 B x fanout_backlog (default chunks x workers: 2.3 MB for half of
-// ResNet-50 with 4 workers), per shard core a ring of 32 B x ring_entries
-// (rounded up to a power of two).
+// ResNet-50 with 4 workers) and a StartedSets (1 B per chunk), per shard
+// core a ring of 32 B x ring_entries (rounded up to a power of two).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "agg/control.h"
 #include "agg/placement.h"
 #include "agg/sync_policy.h"
+#include "job/job.h"
 #include "net/interface.h"
+#include "server/control_plane.h"
+#include "server/counters.h"
 #include "server/shard.h"
 #include "server/shard_core.h"
 #include "transport/endpoint.h"
@@ -95,13 +91,22 @@ struct WorkerLink {
   transport::PeerSpec worker;
 };
 
+/// How a server node runs. server::node_config() (node_config.h) builds it
+/// from the job file, as ps-server does; tests may fill it by hand.
 struct ServerNodeConfig {
   uint32_t chunk_bytes = 0;        ///< net::payload_per_packet(mtu), as on every node
   agg::OptimizerConfig optimizer;  ///< applied to every chunk update
-  /// Control-plane constructor: every server node's shard count, in job-file
-  /// order (global shard count = the sum), and this node's index there.
-  /// Server 0 also runs the barrier.
-  std::vector<uint32_t> job_shards;
+  /// training.sync: makes each shard's policy (job::sync_policy). The
+  /// default is the job file's default (training.sync bsp). Only bsp runs
+  /// (the flow control and the fan-out rely on it): construction refuses a
+  /// policy whose quorum is not every worker.
+  std::function<std::unique_ptr<agg::SyncPolicy>()> sync_policy = [] {
+    return job::sync_policy(config::TrainingConfig{});
+  };
+  /// Control-plane constructor: the job's shard layout (job::shard_layout,
+  /// or job::ShardLayout::of({counts...}) by hand) and this node's index
+  /// among the job's servers. Server 0 also runs the barrier.
+  job::ShardLayout layout;
   uint32_t server_index = 0;
   /// Placement-taking constructor only: the global shards this node runs.
   std::vector<uint32_t> shard_ids;
@@ -125,56 +130,68 @@ struct ServerNodeConfig {
   /// started. 0 = derived from the pool the port's first gradient or init
   /// packet arrived in (flow_limit_st() gives the value).
   uint64_t flow_limit = 0;
+  /// The mbufs of the RX pools of the node's ports, when known (0: not
+  /// known): what node_config() sizes the shard rings by, and what the
+  /// runner's warning about small pools compares with.
+  uint64_t rx_pool_mbufs = 0;
 };
 
-enum class NodeState : uint8_t {
-  kWaiting,  ///< waiting for every rank's declare
-  kRunning,  ///< placement built, shards serving
-  kRefused,  ///< the job cannot start: refusal_st() says why
-  kStopped,  ///< stop() ran with shard cores: nothing is served any more
-};
-std::string_view node_state_name(NodeState s);
+// The node's gauges (values now, not totals).
+#define MERCURY_SERVER_GAUGES(X)                     \
+  X(held, "contributions the chunk tables hold now") \
+  X(aggregation_mbufs, "mbufs the aggregation path owns now (queued or held)")
 
-/// Why the node itself dropped a packet or a control message.
-enum class ServerDrop : uint8_t {
-  kNotRunning,      ///< a gradient or init packet while waiting or refused
-  kNotOurs,         ///< a key of no partition, or of a shard this node does not run
-  kInitNotRank0,    ///< a kInit packet from a rank other than 0
-  kBadType,         ///< a packet type a server does not take (kAggData, ...)
-  kShardRingFull,   ///< a shard core's ring was full (cannot happen when sized; the chunk is lost)
-  kControlTooBig,   ///< a control message over max_control_bytes
-  kBadControl,      ///< a control message that does not decode, or of a kind servers do not take
-  kWrongRank,       ///< a declare/barrier whose rank is not the sender's (answered kRefused)
-  kBarrierNotHere,  ///< a barrier sent to a server other than server 0
-  kReplyNotQueued,  ///< the endpoint did not queue a control answer
-  kCount,
-};
-inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
-std::string_view server_drop_name(ServerDrop d);
-
-struct ControlCounters {
-  uint64_t declares = 0;            ///< declares received (all)
-  uint64_t declares_repeated = 0;   ///< ... from a rank that had declared already
-  uint64_t declares_refused = 0;    ///< ... answered kRefused
-  uint64_t barriers = 0;            ///< barrier arrivals received (all)
-  uint64_t barriers_repeated = 0;   ///< ... for a generation the rank had already reached
-  uint64_t barriers_completed = 0;  ///< generations every rank reached
-  uint64_t replies = 0;             ///< control messages queued to workers
-  uint64_t workers_lost = 0;        ///< ranks the transport declared dead while running
-};
-
+/// Everything the node counts, every field a 64-bit counter (so that it can
+/// go through telemetry::Published). for_each() walks them all, with a
+/// prefix per part: net_ (the endpoints, summed), port_drop_ (the ports'
+/// drops by net::DropReason, summed), drop_ (the node's own, by
+/// ServerDrop), shard_ (the shards, summed), table_ (the chunk tables,
+/// summed), control_, and the gauges without one.
 struct ServerCounters {
-  ShardCounters shards;                                 ///< summed over the node's shards
-  std::array<uint64_t, agg::kOutcomeCount> outcomes{};  ///< chunk tables' outcomes, summed
-  uint64_t held = 0;                                    ///< contributions held now
-  uint64_t aggregation_mbufs = 0;  ///< mbufs the aggregation path owns now (queued or held)
-  std::array<uint64_t, kServerDropCount> drops{};  ///< the node's own drops
+  transport::EndpointCounters net;
+  std::array<uint64_t, net::kDropReasonCount> port_drops{};
+  std::array<uint64_t, kServerDropCount> drops{};
+  ShardCounters shards;
+  agg::ChunkTableCounters table;
   ControlCounters control;
-  transport::EndpointCounters net;  ///< summed over the endpoints
+  MERCURY_SERVER_GAUGES(MERCURY_COUNTER_DECLARE)
+
   [[nodiscard]] uint64_t drop(ServerDrop d) const { return drops[static_cast<size_t>(d)]; }
   [[nodiscard]] uint64_t packets_in() const { return net.rx_packets; }
   [[nodiscard]] uint64_t packets_out() const {
     return net.tx_data + net.tx_retransmits + net.tx_pure_acks;
+  }
+
+  /// f(prefix, name, value) for every counter (telemetry/counter_list.h);
+  /// a part's prefix comes before its own ("net_drop_", ...).
+  template <class F>
+  void for_each(F&& f) const {
+    auto in = [&f](std::string_view part) {
+      return [&f, part](std::string_view prefix, std::string_view name, uint64_t v) {
+        const std::string joined = std::string(part).append(prefix);
+        f(std::string_view(joined), name, v);
+      };
+    };
+    net.for_each(in("net_"));
+    telemetry::visit_array(f, "port_drop_", port_drops, [](size_t i) {
+      return net::drop_reason_name(static_cast<net::DropReason>(i));
+    });
+    telemetry::visit_array(f, "drop_", drops,
+                           [](size_t i) { return server_drop_name(static_cast<ServerDrop>(i)); });
+    shards.for_each(in("shard_"));
+    table.for_each(in("table_"));
+    control.for_each(in("control_"));
+    MERCURY_SERVER_GAUGES(MERCURY_COUNTER_VISIT)
+  }
+  ServerCounters& operator+=(const ServerCounters& o) {
+    net += o.net;
+    telemetry::add_array(port_drops, o.port_drops);
+    telemetry::add_array(drops, o.drops);
+    shards += o.shards;
+    table += o.table;
+    control += o.control;
+    MERCURY_SERVER_GAUGES(MERCURY_COUNTER_ADD)
+    return *this;
   }
 };
 
@@ -182,7 +199,7 @@ class ServerNode {
  public:
   /// Control plane: waits for every worker's declare. `ports` must outlive
   /// the node; workers[r] is rank r (1..agg::kMaxWorkers of them), and every
-  /// port has at least one worker. config.job_shards / server_index say
+  /// port has at least one worker. config.layout and config.server_index say
   /// which shards this node runs.
   ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker> workers,
              const ServerNodeConfig& config, transport::Tick now);
@@ -205,16 +222,21 @@ class ServerNode {
   /// destructor also does it. Idempotent.
   void stop();
 
-  [[nodiscard]] NodeState state_st() const { return state_; }
+  [[nodiscard]] NodeState state_st() const { return control_->state(); }
   /// Why the node is kRefused ("" otherwise).
-  [[nodiscard]] const std::string& refusal_st() const { return refusal_; }
+  [[nodiscard]] const std::string& refusal_st() const { return control_->refusal(); }
   /// The placement once running (null before).
-  [[nodiscard]] const agg::Placement* placement_st() const { return placement_; }
+  [[nodiscard]] const agg::Placement* placement_st() const { return control_->placement(); }
   [[nodiscard]] ServerCounters counters_st() const;
+  [[nodiscard]] const ServerNodeConfig& config() const { return config_; }
   [[nodiscard]] uint32_t workers() const { return static_cast<uint32_t>(rank_at_.size()); }
   [[nodiscard]] uint32_t ports() const { return static_cast<uint32_t>(endpoints_.size()); }
   /// The endpoint of port `i` (its peers are the workers of that port, in rank order).
   [[nodiscard]] transport::Endpoint& endpoint(uint32_t port) { return *endpoints_[port]; }
+  /// The interface of port `i`.
+  [[nodiscard]] net::Interface& interface(uint32_t port) { return *ifaces_[port]; }
+  /// The global shard ids this node runs, in shard order.
+  [[nodiscard]] const std::vector<uint32_t>& own_shards() const { return own_shards_; }
   /// The shard with global id `global_id` if this node runs it (null otherwise,
   /// or before the placement). With shard cores, read its table only after stop().
   [[nodiscard]] const Shard* shard(uint32_t global_id) const;
@@ -245,9 +267,11 @@ class ServerNode {
     uint32_t workers = 1;  // workers behind the port
   };
 
+  void check_config(uint32_t workers) const;
   void open_ports(std::vector<net::Interface*> ports, const std::vector<JobWorker>& workers,
-                  const ServerNodeConfig& config, transport::Tick now);
+                  transport::Tick now);
   void launch_cores();
+  std::string start_shards(const agg::Placement& placement);
   void build_shards(const agg::Placement& placement);
   static void check_levels(const agg::Placement& placement);
 
@@ -259,52 +283,45 @@ class ServerNode {
   void flush_st(uint32_t slot);
   void count(ServerDrop d) { ++drops_[static_cast<size_t>(d)]; }
 
-  // Control plane (net core, allocates).
+  // Control messages (net core, allocates): received whole, handed to the
+  // control plane, its answers sent.
   std::byte* control_begin(uint16_t rank, const wire::HeaderFields& h);
   void control_complete(uint16_t rank, std::byte* buffer, uint32_t len);
   void control_abandoned(std::byte* buffer);
-  void on_declare(uint16_t rank, agg::ControlMessage& m);
-  void on_barrier(uint16_t rank, const agg::ControlMessage& m);
-  bool sender_is(uint16_t rank, uint32_t claimed, const char* what);
-  void start_job();
   void check_liveness_st();
-  static constexpr uint64_t kLivenessEvery = 1024;  // poll passes between liveness checks
-  uint64_t passes_ = 0;
-  void refuse_job(std::string why, bool answering_declares = true);
-  void reply(uint16_t rank, const agg::ControlMessage& m);
-  void reply_ready(uint16_t rank);
+  void sync_state();
+  void send_replies();
   static void on_reply_done(void* self, const transport::SendResult& r);
+  static constexpr uint64_t kLivenessEvery = 1024;  // poll passes between liveness checks
 
   ServerNodeConfig config_;
   std::vector<uint32_t> own_shards_;  // the global ids this node runs
   uint32_t total_shards_ = 0;
-  std::optional<agg::Placement> owned_placement_;
+  transport::Tick now_ = 0;  // the current poll pass's time
+  uint64_t passes_ = 0;
+  std::optional<ControlPlane> control_;  // set by the constructors
+  // The control plane's state as the datapath reads it per packet (after
+  // every control-plane call, sync_state()).
+  bool running_ = false;
   const agg::Placement* placement_ = nullptr;
-  NodeState state_ = NodeState::kWaiting;
-  std::string refusal_;
 
+  std::vector<net::Interface*> ifaces_;
   std::vector<std::unique_ptr<PortReceiver>> receivers_;
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;
   std::vector<Address> rank_at_;                   // rank -> (port, peer)
   std::vector<std::string> rank_name_;             // rank -> peer name
   std::vector<std::unique_ptr<ShardCore>> cores_;  // before the shards: stopped first
   std::vector<std::unique_ptr<Shard>> shards_;     // after the endpoints they send through
+  std::vector<const StartedSets*> started_;        // per shard: what it publishes for admit_st
   std::vector<int32_t> shard_slot_;                // global shard id -> index in shards_, or -1
   std::vector<Stage> stages_;                      // per shard core: items not yet enqueued
   std::vector<PortFlow> flow_;                     // per port
   MbufReleases releases_;                          // the node's own frees of handed mbufs
   std::array<uint64_t, kServerDropCount> drops_{};
 
-  // Control plane state.
-  std::vector<std::optional<std::vector<agg::TensorDecl>>> declared_;  // per rank
-  std::optional<std::vector<agg::TensorDecl>> job_tensors_;  // the list the placement came from
   std::map<const std::byte*, std::unique_ptr<std::byte[]>> inbox_;  // messages being received
   std::map<uint64_t, std::vector<std::byte>> outbox_;               // answers in flight
   uint64_t next_cookie_ = 1;
-  std::map<uint64_t, uint64_t> barrier_arrived_;  // generation -> rank bitmap
-  uint64_t barrier_floor_ = 0;                    // every generation below is complete
-  std::set<uint64_t> barrier_completed_;          // complete generations >= the floor
-  ControlCounters control_;
 };
 
 }  // namespace mercury::server

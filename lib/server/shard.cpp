@@ -7,7 +7,10 @@ namespace mercury::server {
 Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
              std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
              uint64_t fanout_backlog)
-    : placement_(placement), fanout_(std::move(fanout)), chunk_bytes_(config.chunk_bytes) {
+    : placement_(placement),
+      fanout_(std::move(fanout)),
+      chunk_bytes_(config.chunk_bytes),
+      started_(placement, config.shard, config.chunk_bytes) {
   table_ = std::make_unique<agg::ChunkTable>(placement, config, std::move(policy), *this);
   backlog_.resize(fanout_backlog != 0 ? fanout_backlog : table_->chunks() * fanout_.size());
 }
@@ -17,6 +20,8 @@ bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t
   const agg::Outcome o = table_->contribute(agg::Contribution{
       key, offset, iteration, rank, payload.data(), static_cast<uint32_t>(payload.size()), mbuf});
   if (agg::taken(o)) {
+    // kApplied cleared the chunk's view in on_update, inside contribute().
+    if (o == agg::Outcome::kHeld) started_.held_st(key, offset, rank);
     ++counters_.contributions;
     return true;
   }
@@ -49,6 +54,9 @@ bool Shard::send_st(uint16_t rank, const std::byte* data, uint32_t bytes, uint32
 }
 
 void Shard::on_update(const agg::Update& u) {
+  // Before the fan-out: the workers' next contributions, which need this
+  // update, must find the chunk's set empty (server/started_sets.h).
+  started_.cleared_st(u.key, u.offset);
   ++counters_.updates;
   for (size_t r = 0; r < fanout_.size(); ++r) {
     const auto rank = static_cast<uint16_t>(r);

@@ -33,8 +33,11 @@
 // has received this update (docs/server.md). Asynchronous policies will need
 // a copy per in-flight version.
 //
-// Every mbuf the shard frees (the table's releases, free_st) is counted by
-// port in releases(), which the server node's flow control reads.
+// Flow control (docs/server.md) reads two things the shard publishes for
+// other cores: every mbuf it frees (the table's releases, free_st), counted
+// by port in releases(), and which chunks' sets other ranks have started,
+// in started() (server/started_sets.h: set when the table takes a
+// contribution, cleared in on_update before the fan-out).
 #pragma once
 
 #include <rte_mbuf.h>
@@ -45,7 +48,9 @@
 
 #include "agg/chunk_table.h"
 #include "agg/placement.h"
+#include "server/counters.h"
 #include "server/mbuf_releases.h"
+#include "server/started_sets.h"
 #include "transport/endpoint.h"
 
 namespace mercury::server {
@@ -54,17 +59,6 @@ namespace mercury::server {
 struct FanOut {
   transport::Endpoint* endpoint = nullptr;
   uint16_t peer = 0;
-};
-
-struct ShardCounters {
-  uint64_t contributions = 0;  ///< gradient packets the table took
-  uint64_t refused = 0;  ///< gradient packets the table refused (by reason in table().counters())
-  uint64_t initialized = 0;     ///< init packets (rank 0's initial parameters) adopted
-  uint64_t init_refused = 0;    ///< init packets refused (duplicate, stale, bad geometry)
-  uint64_t updates = 0;         ///< chunk updates fanned out (version 0 of an init included)
-  uint64_t fanout_refused = 0;  ///< slices the endpoint did not queue at once: kept for a retry
-  uint64_t fanout_retried = 0;  ///< ... queued later by retry_fanout_st()
-  uint64_t fanout_lost = 0;     ///< ... not kept, the backlog was full: must stay 0
 };
 
 class Shard final : public agg::ChunkSink {
@@ -102,6 +96,8 @@ class Shard final : public agg::ChunkSink {
   void free_st(rte_mbuf* m) { releases_.free_st(m); }
   /// Any thread: what the shard has freed, per DPDK port (flow control).
   [[nodiscard]] const MbufReleases& releases() const { return releases_; }
+  /// Any thread: which chunks' sets hold a contribution (flow control).
+  [[nodiscard]] const StartedSets& started() const { return started_; }
 
   [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
   [[nodiscard]] const ShardCounters& counters() const { return counters_; }
@@ -131,6 +127,7 @@ class Shard final : public agg::ChunkSink {
   std::vector<Deferred> backlog_;  // a ring, allocated once
   uint64_t backlog_head_ = 0;
   uint64_t backlog_count_ = 0;
+  StartedSets started_;
   MbufReleases releases_;                   // before table_: its destructor releases into it
   std::unique_ptr<agg::ChunkTable> table_;  // last: its destructor releases through this sink
 };

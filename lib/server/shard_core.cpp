@@ -75,7 +75,7 @@ void ShardCore::stop() {
       }
     }
   }
-  if (shard != nullptr) publish(*shard, 0, 0);
+  if (shard != nullptr) publish(*shard);
 }
 
 uint32_t ShardCore::enqueue_st(const ShardItem* items, uint32_t n) {
@@ -90,18 +90,18 @@ int ShardCore::main(void* self) {
 void ShardCore::run() {
   ShardItem items[kBurst];
   net::IdleBackoff backoff(options_.idle);
-  uint64_t processed = 0;
   while (!stop_.load(std::memory_order_acquire)) {
     // Acquire: pairs with attach()'s release, so the shard's table is built.
     Shard* shard = shard_.load(std::memory_order_acquire);
     // Slices an endpoint refused go first: they are the oldest updates.
     if (shard != nullptr && shard->fanout_pending() && shard->retry_fanout_st() > 0) {
-      publish(*shard, processed, backoff.sleeps());
+      publish(*shard);
     }
     const unsigned n = shard == nullptr ? 0
                                         : rte_ring_sc_dequeue_burst_elem(
                                               ring_, items, sizeof(ShardItem), kBurst, nullptr);
     backoff.idle(n);
+    sleeps_ = backoff.sleeps();
     if (n == 0) continue;
     for (unsigned i = 0; i < n; ++i) {
       const ShardItem& it = items[i];
@@ -112,52 +112,19 @@ void ShardCore::run() {
       if (it.init != 0) shard->initialize_st(it.key, it.offset, payload);
       if (!took) shard->free_st(it.mbuf);
     }
-    processed += n;
-    publish(*shard, processed, backoff.sleeps());
+    items_ += n;
+    publish(*shard);
   }
 }
 
-void ShardCore::publish(const Shard& shard, uint64_t items, uint64_t sleeps) {
-  // Relaxed: each field has this one writer and readers want a recent value,
-  // not a consistent set.
-  size_t i = 0;
-  auto put = [&](uint64_t v) { published_[i++].store(v, std::memory_order_relaxed); };
-  const ShardCounters& c = shard.counters();
-  put(c.contributions);
-  put(c.refused);
-  put(c.initialized);
-  put(c.init_refused);
-  put(c.updates);
-  put(c.fanout_refused);
-  put(c.fanout_retried);
-  put(c.fanout_lost);
-  const agg::ChunkTableCounters& t = shard.table().counters();
-  for (uint64_t o : t.outcomes) put(o);
-  put(t.updates);
-  put(t.gradient_bytes);
-  put(shard.table().held());
-  if (items != 0) put(items), put(sleeps);
+void ShardCore::publish(const Shard& shard) {
+  published_.publish_st(ShardStats{.shard = shard.counters(),
+                                   .table = shard.table().counters(),
+                                   .held = shard.table().held(),
+                                   .items = items_,
+                                   .sleeps = sleeps_});
 }
 
-ShardStats ShardCore::stats() const {
-  ShardStats s;
-  size_t i = 0;
-  auto get = [&] { return published_[i++].load(std::memory_order_relaxed); };
-  s.shard.contributions = get();
-  s.shard.refused = get();
-  s.shard.initialized = get();
-  s.shard.init_refused = get();
-  s.shard.updates = get();
-  s.shard.fanout_refused = get();
-  s.shard.fanout_retried = get();
-  s.shard.fanout_lost = get();
-  for (uint64_t& o : s.table.outcomes) o = get();
-  s.table.updates = get();
-  s.table.gradient_bytes = get();
-  s.held = get();
-  s.items = get();
-  s.sleeps = get();
-  return s;
-}
+ShardStats ShardCore::stats() const { return published_.read(); }
 
 }  // namespace mercury::server

@@ -1,14 +1,15 @@
 // A shard core: one EAL lcore running one Shard, fed by the server's net core
 // through a single-producer / single-consumer ring (docs/architecture.md,
-// "Threads and ownership"; rte_flow steering is not available on the vdevs this
-// project runs on, so the dispatch-core path is the one that runs).
+// "Threads and ownership": a dispatch ring; rte_flow steering is not
+// available on the vdevs this project runs on, so the dispatch-core path is
+// the one that runs).
 //
 // What crosses the ring. One ShardItem (32 bytes) per accepted packet: the
 // mbuf, where its payload starts, and the parsed fields the chunk table needs
 // (key, offset, iteration, rank, gradient or initial values). The net core
 // has already handed the packet to the transport's acknowledgement state, so
 // an item must never be refused: the ring has room for every mbuf of the
-// node's RX pools (ServerNodeConfig::shard_ring_entries), hence it cannot
+// node's RX pools (ServerNodeConfig::shard_core.ring_entries), hence it cannot
 // fill up. The shard core then calls Shard::contribute_st (or initialize_st)
 // exactly as the net core does when shards run inline, and frees the mbufs
 // the table did not take (Shard::free_st, counted for flow control). The fan-out goes straight from
@@ -30,7 +31,6 @@
 
 #include <rte_mbuf.h>
 
-#include <array>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -38,6 +38,7 @@
 #include "agg/chunk_table.h"
 #include "net/idle_backoff.h"
 #include "server/shard.h"
+#include "telemetry/published.h"
 
 struct rte_ring;
 
@@ -100,7 +101,7 @@ class ShardCore {
  private:
   static int main(void* self);
   void run();
-  void publish(const Shard& shard, uint64_t items, uint64_t sleeps);
+  void publish(const Shard& shard);
 
   // Fields the net core and the shard core both touch, then the published
   // counters on lines of their own.
@@ -111,8 +112,10 @@ class ShardCore {
   bool launched_ = false;
   alignas(64) std::atomic<Shard*> shard_{nullptr};
   std::atomic<bool> stop_{false};
-  static constexpr size_t kPublished = 8 + agg::kOutcomeCount + 2 + 3;
-  alignas(64) std::array<std::atomic<uint64_t>, kPublished> published_{};
+  // The shard core's own (then, after stop(), the control path's).
+  uint64_t items_ = 0;
+  uint64_t sleeps_ = 0;
+  alignas(64) telemetry::Published<ShardStats> published_;
 };
 
 }  // namespace mercury::server

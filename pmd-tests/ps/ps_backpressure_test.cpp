@@ -159,7 +159,7 @@ class AheadJob {
     server::ServerNodeConfig sc;
     sc.chunk_bytes = chunk_;
     sc.optimizer = optimizer_;
-    sc.job_shards = {2};
+    sc.layout = job::ShardLayout::of({2});
     sc.endpoint = pstest::endpoint_config(3, 0);
     sc.shard_lcores = std::move(shard_lcores);
     sc.shard_core = {.ring_entries = 1 << 15};

@@ -278,11 +278,11 @@ TEST(PsControl, SecondServerNodeRunsItsShardsOnly) {
 TEST(PsControl, BadJobShapesAreRefusedAtConstruction) {
   server::ServerNodeConfig sc;
   sc.chunk_bytes = 1408;
-  sc.job_shards = {1, 2};
+  sc.layout = job::ShardLayout::of({1, 2});
   sc.server_index = 2;
   EXPECT_THROW(server::ServerNode(std::vector<net::Interface*>{}, {}, sc, 0),
                std::invalid_argument);
-  sc.job_shards = {1, 0};
+  sc.layout = job::ShardLayout::of({1, 0});
   sc.server_index = 0;
   EXPECT_THROW(server::ServerNode(std::vector<net::Interface*>{}, {}, sc, 0),
                std::invalid_argument);

@@ -311,7 +311,7 @@ class Job {
     server::ServerNodeConfig sc;
     sc.chunk_bytes = chunk_;
     sc.optimizer = o.optimizer;
-    sc.job_shards = o.job_shards;
+    sc.layout = job::ShardLayout::of(o.job_shards);
     sc.server_index = o.server_index;
     sc.endpoint = endpoint_config(3, 0);
     sc.endpoint.transport.peer_timeout_us = uint64_t{o.server_peer_timeout_ms} * 1000;

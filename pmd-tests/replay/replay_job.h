@@ -259,7 +259,7 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
   server::ServerNodeConfig sc;
   sc.chunk_bytes = chunk;
   sc.optimizer = job::optimizer_config(job.training);
-  sc.job_shards = {srv.shards};
+  sc.layout = job::shard_layout(job);
   sc.server_index = 0;
   sc.endpoint = job::endpoint_config(job, static_cast<uint16_t>(srv.index), kServerEpoch, hz);
   sc.endpoint.max_messages = 1 << 17;

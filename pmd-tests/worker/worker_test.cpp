@@ -99,7 +99,7 @@ class Job {
     sc.chunk_bytes = kChunk;
     sc.optimizer.kind = agg::OptimizerKind::kSgd;
     sc.optimizer.learning_rate = kLr;
-    sc.job_shards = {kShards};
+    sc.layout = job::ShardLayout::of({kShards});
     sc.server_index = 0;
     sc.endpoint = endpoint_config(3, 0, 1 << 16);
     server_ = std::make_unique<server::ServerNode>(ports, workers, sc, rte_rdtsc());
@@ -141,7 +141,7 @@ class Job {
     uint64_t n = 0;
     for (uint64_t d : c.drops) n += d;
     for (size_t o = 0; o < agg::kOutcomeCount; ++o) {
-      if (!agg::taken(static_cast<agg::Outcome>(o))) n += c.outcomes[o];
+      if (!agg::taken(static_cast<agg::Outcome>(o))) n += c.table.outcomes[o];
     }
     return n;
   }

@@ -1,0 +1,208 @@
+#include "server/control_plane.h"
+
+#include <bit>
+#include <stdexcept>
+#include <utility>
+
+#include "agg/chunk_table.h"
+
+namespace mercury::server {
+
+ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards,
+                           bool runs_barrier, Starter start, Tick now)
+    : names_(std::move(rank_names)),
+      job_shards_(job_shards),
+      runs_barrier_(runs_barrier),
+      start_(std::move(start)),
+      since_(now) {
+  if (names_.empty() || names_.size() > agg::kMaxWorkers) {
+    throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
+                                " workers, got " + std::to_string(names_.size()));
+  }
+  if (job_shards_ == 0) throw std::invalid_argument("server: the job has no shards");
+  declared_.resize(names_.size());
+}
+
+ControlPlane::ControlPlane(std::vector<std::string> rank_names, const agg::Placement& placement,
+                           bool runs_barrier, Tick now)
+    : ControlPlane(std::move(rank_names), placement.shards(), runs_barrier, {}, now) {
+  placement_ = &placement;
+  state_ = NodeState::kRunning;
+}
+
+std::vector<ControlReply> ControlPlane::take_replies_st() { return std::exchange(replies_, {}); }
+
+void ControlPlane::enter(NodeState s, Tick now) {
+  state_ = s;
+  since_ = now;
+}
+
+ControlVerdict ControlPlane::on_message_st(uint16_t rank, agg::ControlMessage m, Tick now) {
+  switch (m.kind) {
+    case agg::ControlKind::kDeclare:
+      ++counters_.declares;
+      if (!sender_is(rank, m.rank, "declare")) {
+        ++counters_.declares_refused;
+        return ControlVerdict::kWrongRank;
+      }
+      on_declare(rank, m, now);
+      return ControlVerdict::kTaken;
+    case agg::ControlKind::kBarrier:
+      return on_barrier(rank, m);
+    default:
+      return ControlVerdict::kBadControl;  // kReady, kRefused, kBarrierDone go to workers
+  }
+}
+
+bool ControlPlane::sender_is(uint16_t rank, uint32_t claimed, const char* what) {
+  if (claimed == rank) return true;
+  const uint32_t n = workers();
+  std::string text = "server: " + names_[rank] + " is rank " + std::to_string(rank) +
+                     " in the job file, but its " + what + " says rank " + std::to_string(claimed);
+  if (claimed >= n) {
+    text += ", which is not in this job (" + std::to_string(n) + " workers: ranks 0.." +
+            std::to_string(n - 1) + ")";
+  }
+  reply_refused(rank, std::move(text));
+  return false;
+}
+
+void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
+  if (declared_[rank].has_value()) ++counters_.declares_repeated;
+  switch (state_) {
+    case NodeState::kStopped:
+      return;
+    case NodeState::kRefused:
+      ++counters_.declares_refused;
+      reply_refused(rank, refusal_);
+      return;
+    case NodeState::kRunning: {
+      // A repeat (the worker restarted its control exchange): the same list
+      // is answered again; another list cannot join a running job.
+      const std::string diff =
+          job_tensors_ ? agg::first_difference(*job_tensors_, m.tensors) : std::string();
+      if (!diff.empty()) {
+        ++counters_.declares_refused;
+        reply_refused(rank, "server: rank " + std::to_string(rank) +
+                                " declared a different tensor list after the job started (the "
+                                "job's vs its new one): " +
+                                diff);
+        return;
+      }
+      reply_ready(rank);
+      return;
+    }
+    case NodeState::kWaiting:
+      // The latest list from a rank counts (a worker restarted before the
+      // job started may have changed it); the answer comes when all are in.
+      declared_[rank] = std::move(m.tensors);
+      for (const auto& d : declared_) {
+        if (!d.has_value()) return;
+      }
+      start(now);
+      return;
+  }
+}
+
+void ControlPlane::start(Tick now) {
+  for (uint32_t r = 1; r < workers(); ++r) {
+    const std::string diff = agg::first_difference(*declared_[0], *declared_[r]);
+    if (!diff.empty()) {
+      refuse_all("server: rank " + std::to_string(r) +
+                     "'s tensor list differs from rank 0's (rank 0's vs rank " + std::to_string(r) +
+                     "'s): " + diff,
+                 true, now);
+      return;
+    }
+  }
+  std::string why;
+  try {
+    owned_placement_.emplace(agg::Placement::compute(*declared_[0], job_shards_));
+    why = start_ ? start_(*owned_placement_) : std::string();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  if (!why.empty()) {
+    owned_placement_.reset();
+    refuse_all("server: cannot start the job: " + why, true, now);
+    return;
+  }
+  placement_ = &*owned_placement_;
+  job_tensors_ = *declared_[0];
+  enter(NodeState::kRunning, now);
+  for (uint32_t r = 0; r < workers(); ++r) reply_ready(static_cast<uint16_t>(r));
+}
+
+void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
+  if (state_ != NodeState::kRunning || rank >= workers()) return;
+  ++counters_.workers_lost;
+  refuse_all("worker " + names_[rank] + " (rank " + std::to_string(rank) +
+                 ") stopped answering and its transport gave up on it "
+                 "(network.peer_timeout_ms): the job cannot continue without its gradients",
+             false, now);
+}
+
+void ControlPlane::on_stopped_st(Tick now) {
+  if (state_ == NodeState::kRunning) enter(NodeState::kStopped, now);
+}
+
+void ControlPlane::refuse_all(std::string why, bool answering_declares, Tick now) {
+  refusal_ = std::move(why);
+  enter(NodeState::kRefused, now);
+  for (uint32_t rank = 0; rank < workers(); ++rank) {
+    if (answering_declares) ++counters_.declares_refused;
+    reply_refused(static_cast<uint16_t>(rank), refusal_);
+  }
+}
+
+ControlVerdict ControlPlane::on_barrier(uint16_t rank, const agg::ControlMessage& m) {
+  ++counters_.barriers;
+  if (!runs_barrier_) return ControlVerdict::kBarrierNotHere;
+  if (!sender_is(rank, m.rank, "barrier")) return ControlVerdict::kWrongRank;
+  agg::ControlMessage done;
+  done.kind = agg::ControlKind::kBarrierDone;
+  done.generation = m.generation;
+  if (m.generation < barrier_floor_ || barrier_completed_.contains(m.generation)) {
+    // Already complete: the rank asks again; it gets the answer again.
+    ++counters_.barriers_repeated;
+    reply(rank, std::move(done));
+    return ControlVerdict::kTaken;
+  }
+  uint64_t& arrived = barrier_arrived_[m.generation];
+  const uint64_t bit = uint64_t{1} << rank;
+  if ((arrived & bit) != 0) {
+    ++counters_.barriers_repeated;
+    return ControlVerdict::kTaken;
+  }
+  arrived |= bit;
+  if (static_cast<uint32_t>(std::popcount(arrived)) < workers()) return ControlVerdict::kTaken;
+  barrier_arrived_.erase(m.generation);
+  // Fold the complete generations from the floor up into the floor.
+  barrier_completed_.insert(m.generation);
+  while (barrier_completed_.erase(barrier_floor_) != 0) ++barrier_floor_;
+  ++counters_.barriers_completed;
+  for (uint32_t r = 0; r < workers(); ++r) reply(static_cast<uint16_t>(r), done);
+  return ControlVerdict::kTaken;
+}
+
+void ControlPlane::reply(uint16_t rank, agg::ControlMessage m) {
+  ++counters_.replies;
+  replies_.push_back(ControlReply{rank, std::move(m)});
+}
+
+void ControlPlane::reply_refused(uint16_t rank, std::string text) {
+  agg::ControlMessage r;
+  r.kind = agg::ControlKind::kRefused;
+  r.text = std::move(text);
+  reply(rank, std::move(r));
+}
+
+void ControlPlane::reply_ready(uint16_t rank) {
+  agg::ControlMessage r;
+  r.kind = agg::ControlKind::kReady;
+  r.fingerprint = placement_->fingerprint();
+  r.shards = placement_->shards();
+  reply(rank, std::move(r));
+}
+
+}  // namespace mercury::server

@@ -1,0 +1,143 @@
+// The job's control plane on one server node, as a pure state machine: no
+// DPDK, no endpoint. The node (ServerNode) decodes each control message a
+// worker sent (agg/control.h), hands it over with the sender's rank (which
+// the transport knows: the rank of the peer it came from) and the current
+// time, then sends the answers this machine queued, in order.
+//
+// States (NodeState):
+//  * kWaiting: every rank must declare (kDeclare: its rank and tensor list).
+//    A rank declaring again replaces its list (counted as repeated). When
+//    the last rank is in, every list is compared with rank 0's: equal, the
+//    placement is computed (agg::Placement::compute over the job's global
+//    shard count) and handed to the Starter, which builds what runs on it
+//    (the node's shards); then every rank is answered kReady(fingerprint,
+//    shards) and the state is kRunning. A list that differs (the refusal
+//    names the rank and the first difference), a placement that cannot be
+//    computed or a Starter that fails refuse the job: every rank is answered
+//    kRefused with the reason.
+//  * kRunning: a repeated declare of the job's list is answered kReady
+//    again; another list is refused (to that rank only). A worker the
+//    transport declared dead ends the job for every rank (kRefused naming
+//    it, counted as workers_lost): under BSP the others would wait for its
+//    gradients for ever.
+//  * kRefused: every later declare is answered kRefused with the reason.
+//  * kStopped: the node stopped (its shard cores are gone); declares get no
+//    answer.
+// In every state, a declare or barrier whose rank field is not the sender's
+// rank is answered kRefused (to that rank only, naming both) and changes
+// nothing else (ControlVerdict::kWrongRank).
+//
+// Barrier (server 0 only; elsewhere ControlVerdict::kBarrierNotHere):
+// kBarrier(rank, generation) from every rank, then kBarrierDone(generation)
+// to every rank. Generations may complete out of order (a process's trainer
+// threads can be in two barriers at once): every generation below the floor
+// is complete, and the complete ones above it are kept in a set until the
+// floor reaches them, so the set stays small. A rank asking about a complete
+// generation is answered again; a rank repeating an incomplete one is only
+// counted.
+//
+// Threads: one owner (the node's net core), nothing is shared. Costs:
+// control path only; it allocates (lists, replies, the placement).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agg/control.h"
+#include "agg/placement.h"
+#include "server/counters.h"
+
+namespace mercury::server {
+
+/// One answer to send: `message` to worker `rank`.
+struct ControlReply {
+  uint16_t rank = 0;
+  agg::ControlMessage message;
+};
+
+/// What the control plane made of one message. The node counts all but
+/// kTaken as a ServerDrop of the same name.
+enum class ControlVerdict : uint8_t {
+  kTaken,
+  kWrongRank,       ///< its rank field is not the sender's: answered kRefused
+  kBarrierNotHere,  ///< a barrier, and this is not server 0
+  kBadControl,      ///< a kind servers send (kReady, kRefused, kBarrierDone)
+};
+
+class ControlPlane {
+ public:
+  using Tick = uint64_t;
+  /// Builds what runs on `placement` (which outlives the call and, once the
+  /// job runs, the control plane's life); returns "" or why the job cannot
+  /// start, which refuses it. Called at most once.
+  using Starter = std::function<std::string(const agg::Placement&)>;
+
+  /// Waiting for the declares of ranks 0..rank_names.size()-1 (1..64 of
+  /// them; rank_names[r] names rank r in refusals). `job_shards` is the
+  /// job's global shard count; `runs_barrier` is true on server 0. Throws
+  /// std::invalid_argument for no ranks, too many, or no shards.
+  ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards, bool runs_barrier,
+               Starter start, Tick now);
+  /// Running at once on `placement` (given in advance; it must outlive the
+  /// control plane): every declare is answered kReady with its fingerprint.
+  ControlPlane(std::vector<std::string> rank_names, const agg::Placement& placement,
+               bool runs_barrier, Tick now);
+
+  /// A message from `rank` (< workers()), as the transport delivered it.
+  ControlVerdict on_message_st(uint16_t rank, agg::ControlMessage m, Tick now);
+  /// The transport gave up on `rank`: while running, the job ends for every
+  /// rank. Otherwise nothing changes (a worker that has not declared yet
+  /// holds up no gradient).
+  void on_worker_lost_st(uint16_t rank, Tick now);
+  /// The node stopped serving (its shard cores are gone): a running job
+  /// becomes kStopped.
+  void on_stopped_st(Tick now);
+
+  /// The answers queued since the last call, in the order they were made.
+  std::vector<ControlReply> take_replies_st();
+
+  [[nodiscard]] NodeState state() const { return state_; }
+  /// Why the job is kRefused ("" otherwise): the text every rank was sent.
+  [[nodiscard]] const std::string& refusal() const { return refusal_; }
+  /// The placement once running (null before, and after a refusal at start).
+  [[nodiscard]] const agg::Placement* placement() const { return placement_; }
+  /// When the state last changed (the construction's `now` at first).
+  [[nodiscard]] Tick since() const { return since_; }
+  [[nodiscard]] const ControlCounters& counters() const { return counters_; }
+  [[nodiscard]] uint32_t workers() const { return static_cast<uint32_t>(names_.size()); }
+
+ private:
+  void on_declare(uint16_t rank, agg::ControlMessage& m, Tick now);
+  ControlVerdict on_barrier(uint16_t rank, const agg::ControlMessage& m);
+  bool sender_is(uint16_t rank, uint32_t claimed, const char* what);
+  void start(Tick now);
+  void refuse_all(std::string why, bool answering_declares, Tick now);
+  void enter(NodeState s, Tick now);
+  void reply(uint16_t rank, agg::ControlMessage m);
+  void reply_refused(uint16_t rank, std::string text);
+  void reply_ready(uint16_t rank);
+
+  std::vector<std::string> names_;
+  uint32_t job_shards_;
+  bool runs_barrier_;
+  Starter start_;
+  NodeState state_ = NodeState::kWaiting;
+  Tick since_;
+  std::string refusal_;
+  std::optional<agg::Placement> owned_placement_;
+  const agg::Placement* placement_ = nullptr;
+  std::vector<std::optional<std::vector<agg::TensorDecl>>> declared_;  // per rank
+  std::optional<std::vector<agg::TensorDecl>> job_tensors_;  // the list the placement came from
+  std::map<uint64_t, uint64_t> barrier_arrived_;             // incomplete generation -> rank bitmap
+  uint64_t barrier_floor_ = 0;                               // every generation below is complete
+  std::set<uint64_t> barrier_completed_;                     // complete generations >= the floor
+  std::vector<ControlReply> replies_;
+  ControlCounters counters_;
+};
+
+}  // namespace mercury::server

@@ -1,0 +1,359 @@
+// The control plane without DPDK: messages in, answers out, a fake clock.
+#include "server/control_plane.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace mercury::server {
+namespace {
+
+using agg::ControlKind;
+using agg::ControlMessage;
+using agg::TensorDecl;
+
+std::vector<TensorDecl> model() {
+  return {{"conv1.weight", 9408, 0}, {"conv1.bias", 64, 1}, {"fc.weight", 512000, 2}};
+}
+
+ControlMessage declare(uint32_t rank, std::vector<TensorDecl> tensors = model()) {
+  ControlMessage m;
+  m.kind = ControlKind::kDeclare;
+  m.rank = rank;
+  m.tensors = std::move(tensors);
+  return m;
+}
+
+ControlMessage barrier(uint32_t rank, uint64_t generation) {
+  ControlMessage m;
+  m.kind = ControlKind::kBarrier;
+  m.rank = rank;
+  m.generation = generation;
+  return m;
+}
+
+std::vector<std::string> names(uint32_t n) {
+  std::vector<std::string> out;
+  for (uint32_t r = 0; r < n; ++r) out.push_back(std::string("w").append(std::to_string(r)));
+  return out;
+}
+
+// A control plane for `workers` ranks over `shards` global shards, whose
+// Starter records the placement it was given (or fails with `fail`).
+struct Plane {
+  explicit Plane(uint32_t workers, uint32_t shards = 2, bool server0 = true, std::string fail = "")
+      : cp(
+            names(workers), shards, server0,
+            [this, fail](const agg::Placement& p) {
+              ++starts;
+              started_with = &p;
+              return fail;
+            },
+            kT0) {}
+  // Every rank declares the same list, at `t`.
+  void declare_all(uint32_t workers, uint64_t t) {
+    for (uint32_t r = 0; r < workers; ++r) {
+      EXPECT_EQ(cp.on_message_st(static_cast<uint16_t>(r), declare(r), t), ControlVerdict::kTaken);
+    }
+  }
+  static constexpr uint64_t kT0 = 1000;
+  ControlPlane cp;
+  int starts = 0;
+  const agg::Placement* started_with = nullptr;
+};
+
+// The replies' kinds, in order, with the rank each went to.
+std::vector<std::pair<uint16_t, ControlKind>> kinds(const std::vector<ControlReply>& replies) {
+  std::vector<std::pair<uint16_t, ControlKind>> out;
+  for (const ControlReply& r : replies) out.emplace_back(r.rank, r.message.kind);
+  return out;
+}
+
+TEST(ControlPlane, DeclaresFromEveryRankStartTheJobAndAnswerReady) {
+  Plane p(3);
+  EXPECT_EQ(p.cp.state(), NodeState::kWaiting);
+  EXPECT_EQ(p.cp.since(), Plane::kT0);
+  EXPECT_EQ(p.cp.on_message_st(0, declare(0), 2000), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.on_message_st(2, declare(2), 2001), ControlVerdict::kTaken);
+  // No answer before the last rank is in.
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.placement(), nullptr);
+  EXPECT_EQ(p.starts, 0);
+
+  EXPECT_EQ(p.cp.on_message_st(1, declare(1), 3000), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.since(), 3000u);
+  ASSERT_NE(p.cp.placement(), nullptr);
+  EXPECT_EQ(p.starts, 1);
+  EXPECT_EQ(p.started_with, p.cp.placement());
+  const agg::Placement expected = agg::Placement::compute(model(), 2);
+  EXPECT_EQ(p.cp.placement()->fingerprint(), expected.fingerprint());
+
+  const std::vector<ControlReply> replies = p.cp.take_replies_st();
+  ASSERT_EQ(replies.size(), 3u);
+  for (uint16_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(replies[r].rank, r);
+    EXPECT_EQ(replies[r].message.kind, ControlKind::kReady);
+    EXPECT_EQ(replies[r].message.fingerprint, expected.fingerprint());
+    EXPECT_EQ(replies[r].message.shards, 2u);
+  }
+  EXPECT_EQ(p.cp.counters().declares, 3u);
+  EXPECT_EQ(p.cp.counters().declares_repeated, 0u);
+  EXPECT_EQ(p.cp.counters().replies, 3u);
+}
+
+TEST(ControlPlane, ARankDeclaringAgainWhileWaitingReplacesItsList) {
+  Plane p(2);
+  std::vector<TensorDecl> other = model();
+  other[1].elements = 65;
+  p.cp.on_message_st(0, declare(0, other), 1);
+  p.cp.on_message_st(0, declare(0), 2);  // restarted, with the job's list
+  p.cp.on_message_st(1, declare(1), 3);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.counters().declares_repeated, 1u);
+}
+
+TEST(ControlPlane, MismatchedDeclaresAreRefusedNamingTheFirstDifferenceAndAgainLater) {
+  Plane p(3);
+  std::vector<TensorDecl> other = model();
+  other[1] = {"conv1.bias", 65, 1};
+  p.cp.on_message_st(0, declare(0), 1);
+  p.cp.on_message_st(1, declare(1), 2);
+  p.cp.on_message_st(2, declare(2, other), 3);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.since(), 3u);
+  EXPECT_EQ(p.starts, 0);
+  EXPECT_EQ(p.cp.placement(), nullptr);
+  const std::string why = p.cp.refusal();
+  EXPECT_NE(why.find("rank 2's tensor list differs from rank 0's"), std::string::npos) << why;
+  EXPECT_NE(why.find("tensor 1 is 'conv1.bias' (64 elements, priority 1) on one side and "
+                     "'conv1.bias' (65 elements, priority 1) on the other"),
+            std::string::npos)
+      << why;
+  const std::vector<ControlReply> replies = p.cp.take_replies_st();
+  ASSERT_EQ(replies.size(), 3u);
+  for (const ControlReply& r : replies) {
+    EXPECT_EQ(r.message.kind, ControlKind::kRefused);
+    EXPECT_EQ(r.message.text, why);
+  }
+  EXPECT_EQ(p.cp.counters().declares_refused, 3u);
+
+  // A later declare, even of the right list, gets the same answer.
+  p.cp.on_message_st(1, declare(1), 4);
+  const std::vector<ControlReply> again = p.cp.take_replies_st();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].rank, 1);
+  EXPECT_EQ(again[0].message.kind, ControlKind::kRefused);
+  EXPECT_EQ(again[0].message.text, why);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.counters().declares_refused, 4u);
+  EXPECT_EQ(p.cp.counters().declares_repeated, 1u);
+}
+
+TEST(ControlPlane, AStarterThatFailsRefusesTheJobWithItsReason) {
+  Plane p(2, 2, true, "shard 1 needs 5 GB, the limit is 4 GB");
+  p.declare_all(2, 7);
+  EXPECT_EQ(p.starts, 1);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.refusal(), "server: cannot start the job: shard 1 needs 5 GB, the limit is 4 GB");
+  EXPECT_EQ(p.cp.placement(), nullptr);
+  EXPECT_EQ(kinds(p.cp.take_replies_st()),
+            (std::vector<std::pair<uint16_t, ControlKind>>{{0, ControlKind::kRefused},
+                                                           {1, ControlKind::kRefused}}));
+}
+
+TEST(ControlPlane, AClaimedRankThatIsNotTheSendersIsRefusedToItAloneAndTheJobWaits) {
+  Plane p(2);
+  EXPECT_EQ(p.cp.on_message_st(1, declare(9), 1), ControlVerdict::kWrongRank);
+  EXPECT_EQ(p.cp.on_message_st(0, declare(1), 2), ControlVerdict::kWrongRank);
+  const std::vector<ControlReply> replies = p.cp.take_replies_st();
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_EQ(replies[0].rank, 1);
+  EXPECT_EQ(replies[0].message.kind, ControlKind::kRefused);
+  EXPECT_EQ(replies[0].message.text,
+            "server: w1 is rank 1 in the job file, but its declare says rank 9, which is not in "
+            "this job (2 workers: ranks 0..1)");
+  EXPECT_EQ(replies[1].rank, 0);
+  EXPECT_EQ(replies[1].message.text,
+            "server: w0 is rank 0 in the job file, but its declare says rank 1");
+  EXPECT_EQ(p.cp.state(), NodeState::kWaiting);
+  EXPECT_EQ(p.cp.counters().declares_refused, 2u);
+
+  // A wrong barrier too; then the right declares still start the job.
+  EXPECT_EQ(p.cp.on_message_st(0, barrier(1, 0), 3), ControlVerdict::kWrongRank);
+  EXPECT_NE(p.cp.take_replies_st().at(0).message.text.find("its barrier says rank 1"),
+            std::string::npos);
+  p.declare_all(2, 4);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+}
+
+TEST(ControlPlane, BarrierGenerationsCompleteOutOfOrder) {
+  Plane p(2);
+  // Rank 0 is in generations 0 and 1 at once (two trainer threads); rank 1
+  // reaches 1 first: generation 1 completes before 0.
+  p.cp.on_message_st(0, barrier(0, 0), 1);
+  p.cp.on_message_st(0, barrier(0, 1), 2);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  p.cp.on_message_st(1, barrier(1, 1), 3);
+  std::vector<ControlReply> done = p.cp.take_replies_st();
+  ASSERT_EQ(done.size(), 2u);
+  for (const ControlReply& r : done) {
+    EXPECT_EQ(r.message.kind, ControlKind::kBarrierDone);
+    EXPECT_EQ(r.message.generation, 1u);
+  }
+  // Generation 1 is complete above the floor (0 is not): rank 1 asking
+  // about 1 again is answered again, and rank 1 reaching 0 completes it.
+  p.cp.on_message_st(1, barrier(1, 1), 4);
+  done = p.cp.take_replies_st();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].rank, 1);
+  EXPECT_EQ(done[0].message.generation, 1u);
+  p.cp.on_message_st(1, barrier(1, 0), 5);
+  done = p.cp.take_replies_st();
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].message.generation, 0u);
+  EXPECT_EQ(done[1].message.generation, 0u);
+  // Both are below the floor now: asking about either is answered.
+  p.cp.on_message_st(0, barrier(0, 0), 6);
+  p.cp.on_message_st(0, barrier(0, 1), 7);
+  done = p.cp.take_replies_st();
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].message.generation, 0u);
+  EXPECT_EQ(done[1].message.generation, 1u);
+  EXPECT_EQ(p.cp.counters().barriers, 7u);
+  EXPECT_EQ(p.cp.counters().barriers_completed, 2u);
+  EXPECT_EQ(p.cp.counters().barriers_repeated, 3u);
+}
+
+TEST(ControlPlane, ARepeatedBarrierOfAnIncompleteGenerationIsOnlyCounted) {
+  Plane p(3);
+  p.cp.on_message_st(2, barrier(2, 4), 1);
+  p.cp.on_message_st(2, barrier(2, 4), 2);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.counters().barriers_repeated, 1u);
+  p.cp.on_message_st(0, barrier(0, 4), 3);
+  p.cp.on_message_st(1, barrier(1, 4), 4);
+  EXPECT_EQ(kinds(p.cp.take_replies_st()),
+            (std::vector<std::pair<uint16_t, ControlKind>>{{0, ControlKind::kBarrierDone},
+                                                           {1, ControlKind::kBarrierDone},
+                                                           {2, ControlKind::kBarrierDone}}));
+}
+
+TEST(ControlPlane, ABarrierSentToAServerOtherThanServer0IsNotTakenThere) {
+  Plane p(2, 2, /*server0=*/false);
+  EXPECT_EQ(p.cp.on_message_st(0, barrier(0, 0), 1), ControlVerdict::kBarrierNotHere);
+  EXPECT_EQ(p.cp.on_message_st(1, barrier(1, 0), 2), ControlVerdict::kBarrierNotHere);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.counters().barriers, 2u);
+  EXPECT_EQ(p.cp.counters().barriers_completed, 0u);
+  // Declares work as on server 0.
+  p.declare_all(2, 3);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+}
+
+TEST(ControlPlane, KindsOnlyServersSendAreBadControl) {
+  Plane p(1);
+  ControlMessage m;
+  for (ControlKind k : {ControlKind::kReady, ControlKind::kRefused, ControlKind::kBarrierDone}) {
+    m.kind = k;
+    EXPECT_EQ(p.cp.on_message_st(0, m, 1), ControlVerdict::kBadControl);
+  }
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.state(), NodeState::kWaiting);
+}
+
+TEST(ControlPlane, AWorkerTheTransportGaveUpOnEndsTheJobForEveryRank) {
+  Plane p(3);
+  // Silent before the job runs: nothing is held up yet.
+  p.cp.on_worker_lost_st(2, 10);
+  EXPECT_EQ(p.cp.state(), NodeState::kWaiting);
+  EXPECT_EQ(p.cp.counters().workers_lost, 0u);
+
+  p.declare_all(3, 20);
+  p.cp.take_replies_st();
+  p.cp.on_worker_lost_st(2, 5000);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.since(), 5000u);
+  EXPECT_EQ(p.cp.counters().workers_lost, 1u);
+  EXPECT_EQ(p.cp.counters().declares_refused, 0u);  // no declare was answered
+  const std::string why = p.cp.refusal();
+  EXPECT_EQ(why,
+            "worker w2 (rank 2) stopped answering and its transport gave up on it "
+            "(network.peer_timeout_ms): the job cannot continue without its gradients");
+  const std::vector<ControlReply> replies = p.cp.take_replies_st();
+  ASSERT_EQ(replies.size(), 3u);
+  for (uint16_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(replies[r].rank, r);
+    EXPECT_EQ(replies[r].message.kind, ControlKind::kRefused);
+    EXPECT_EQ(replies[r].message.text, why);
+  }
+  // A second silent worker changes nothing more.
+  p.cp.on_worker_lost_st(1, 6000);
+  EXPECT_EQ(p.cp.counters().workers_lost, 1u);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  // A worker that declares again learns why.
+  p.cp.on_message_st(0, declare(0), 7000);
+  EXPECT_EQ(p.cp.take_replies_st().at(0).message.text, why);
+}
+
+TEST(ControlPlane, ARunningJobAnswersARepeatedDeclareReadyAndRefusesAnotherList) {
+  Plane p(2);
+  p.declare_all(2, 1);
+  p.cp.take_replies_st();
+  p.cp.on_message_st(1, declare(1), 2);
+  std::vector<ControlReply> r = p.cp.take_replies_st();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].rank, 1);
+  EXPECT_EQ(r[0].message.kind, ControlKind::kReady);
+  EXPECT_EQ(r[0].message.fingerprint, p.cp.placement()->fingerprint());
+
+  std::vector<TensorDecl> other = model();
+  other.pop_back();
+  p.cp.on_message_st(0, declare(0, other), 3);
+  r = p.cp.take_replies_st();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].rank, 0);
+  EXPECT_EQ(r[0].message.kind, ControlKind::kRefused);
+  EXPECT_EQ(r[0].message.text,
+            "server: rank 0 declared a different tensor list after the job started (the job's "
+            "vs its new one): one side declares 3 tensors, the other 2");
+  // The job runs on for everyone.
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.starts, 1);
+  EXPECT_EQ(p.cp.counters().declares_repeated, 2u);
+  EXPECT_EQ(p.cp.counters().declares_refused, 1u);
+}
+
+TEST(ControlPlane, APlacementGivenInAdvanceRunsAtOnce) {
+  const agg::Placement placement = agg::Placement::compute(model(), 3);
+  ControlPlane cp(names(2), placement, true, 5);
+  EXPECT_EQ(cp.state(), NodeState::kRunning);
+  EXPECT_EQ(cp.placement(), &placement);
+  cp.on_message_st(0, declare(0), 6);
+  const std::vector<ControlReply> r = cp.take_replies_st();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].message.kind, ControlKind::kReady);
+  EXPECT_EQ(r[0].message.shards, 3u);
+  EXPECT_EQ(r[0].message.fingerprint, placement.fingerprint());
+}
+
+TEST(ControlPlane, StoppingARunningJobSilencesDeclares) {
+  Plane p(1);
+  p.declare_all(1, 1);
+  p.cp.take_replies_st();
+  p.cp.on_stopped_st(9);
+  EXPECT_EQ(p.cp.state(), NodeState::kStopped);
+  EXPECT_EQ(p.cp.since(), 9u);
+  p.cp.on_message_st(0, declare(0), 10);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+}
+
+TEST(ControlPlane, ConstructionRefusesNoRanksTooManyOrNoShards) {
+  EXPECT_THROW(ControlPlane(names(0), 1, true, {}, 0), std::invalid_argument);
+  EXPECT_THROW(ControlPlane(names(65), 1, true, {}, 0), std::invalid_argument);
+  EXPECT_THROW(ControlPlane(names(2), 0, true, {}, 0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mercury::server

@@ -1,0 +1,90 @@
+// The server node's states, drop reasons and the counters of its parts
+// (shards, control plane), each counter declared once as a list
+// (telemetry/counter_list.h), so that summing, the stats line, telemetry and
+// the tests walk the same fields and none can be forgotten. ServerCounters,
+// which gathers them with the endpoints' and the ports', is in
+// server_node.h.
+//
+// Pure C++ (no DPDK). Threads: plain structs; whoever owns one writes it.
+// for_each() is for readers on the control path.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "telemetry/counter_list.h"
+
+namespace mercury::server {
+
+enum class NodeState : uint8_t {
+  kWaiting,  ///< waiting for every rank's declare
+  kRunning,  ///< placement built, shards serving
+  kRefused,  ///< the job cannot start or cannot go on: the refusal says why
+  kStopped,  ///< stopped with shard cores: nothing is served any more
+};
+std::string_view node_state_name(NodeState s);
+
+/// Why the node itself dropped a packet or a control message.
+enum class ServerDrop : uint8_t {
+  kNotRunning,      ///< a gradient or init packet while waiting or refused
+  kNotOurs,         ///< a key of no partition, or of a shard this node does not run
+  kInitNotRank0,    ///< a kInit packet from a rank other than 0
+  kBadType,         ///< a packet type a server does not take (kAggData, ...)
+  kShardRingFull,   ///< a shard core's ring was full (cannot happen when sized; the chunk is lost)
+  kControlTooBig,   ///< a control message over max_control_bytes
+  kBadControl,      ///< a control message that does not decode, or of a kind servers do not take
+  kWrongRank,       ///< a declare/barrier whose rank is not the sender's (answered kRefused)
+  kBarrierNotHere,  ///< a barrier sent to a server other than server 0
+  kReplyNotQueued,  ///< the endpoint did not queue a control answer
+  kCount,
+};
+inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
+std::string_view server_drop_name(ServerDrop d);
+
+// Every shard counter, once.
+#define MERCURY_SHARD_COUNTERS(X)                                                      \
+  X(contributions, "gradient packets the table took")                                  \
+  X(refused, "gradient packets the table refused (by reason in the table's outcomes)") \
+  X(initialized, "init packets (rank 0's initial parameters) adopted")                 \
+  X(init_refused, "init packets refused (duplicate, stale, bad geometry)")             \
+  X(updates, "chunk updates fanned out (version 0 of an init included)")               \
+  X(fanout_refused, "slices the endpoint did not queue at once: kept for a retry")     \
+  X(fanout_retried, "deferred slices queued later by retry_fanout_st()")               \
+  X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")
+
+struct ShardCounters {
+  MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_DECLARE)
+
+  template <class F>
+  void for_each(F&& f) const {MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_VISIT)} ShardCounters&
+  operator+=(const ShardCounters& o) {
+    MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
+};
+
+// Every control-plane counter, once.
+#define MERCURY_CONTROL_COUNTERS(X)                                                     \
+  X(declares, "declares received (all)")                                                \
+  X(declares_repeated, "declares from a rank that had declared already")                \
+  X(declares_refused, "declares answered kRefused")                                     \
+  X(barriers, "barrier arrivals received (all)")                                        \
+  X(barriers_repeated, "barrier arrivals for a generation the rank had reached")        \
+  X(barriers_completed, "generations every rank reached")                               \
+  X(replies, "answers the control plane produced (each queued, or a reply_not_queued)") \
+  X(workers_lost, "ranks the transport declared dead while running")
+
+struct ControlCounters {
+  MERCURY_CONTROL_COUNTERS(MERCURY_COUNTER_DECLARE)
+
+  template <class F>
+  void for_each(F&& f) const {MERCURY_CONTROL_COUNTERS(MERCURY_COUNTER_VISIT)} ControlCounters&
+  operator+=(const ControlCounters& o) {
+    MERCURY_CONTROL_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
+};
+
+}  // namespace mercury::server

@@ -1,0 +1,56 @@
+#include "server/node_config.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "job/job.h"
+
+namespace mercury::server {
+
+ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeConfig& node,
+                             const NodeStart& start) {
+  if (node.role != config::Role::kServer) {
+    throw config::ConfigError(job.source, "node " + node.name + " is a worker, not a server");
+  }
+  if (job.workers().empty()) throw config::ConfigError(job.source, "the job has no worker nodes");
+  if (node.shards == 0) {
+    throw config::ConfigError(job.source, 0, "nodes[" + std::to_string(node.index) + "].shards",
+                              "server " + node.name + " has no shards");
+  }
+  ServerNodeConfig c;
+  c.chunk_bytes = job.payload_bytes_per_packet();
+  c.optimizer = job::optimizer_config(job.training);
+  c.sync_policy = [training = job.training] { return job::sync_policy(training); };
+  c.layout = job::shard_layout(job);
+  c.server_index = job.rank_of(node.name);
+  c.endpoint =
+      job::endpoint_config(job, static_cast<uint16_t>(node.index), start.epoch, start.tsc_hz);
+  c.endpoint.max_messages = kServerEndpointMessages;
+  c.endpoint.ingress_capacity = kServerEndpointMessages;
+  const auto lcores = node.shard_lcores();
+  c.shard_lcores.assign(lcores.begin(),
+                        lcores.begin() + std::min<size_t>(lcores.size(), node.shards));
+  // A shard core's ring must hold every mbuf the node's RX pools have: an
+  // item the net core hands over has been acknowledged already, so the ring
+  // may never refuse one.
+  if (start.rx_pool_mbufs != 0) {
+    c.shard_core.ring_entries = static_cast<uint32_t>(std::bit_ceil(start.rx_pool_mbufs + 1));
+  }
+  c.rx_pool_mbufs = start.rx_pool_mbufs;
+  c.flow_limit = 0;  // derived from the pool the packets arrive in
+  return c;
+}
+
+std::vector<JobWorker> job_workers(const config::JobConfig& job, const config::NodeConfig& node) {
+  const std::vector<uint32_t> port = job::port_of_worker(job, node);
+  const auto workers = job.workers();
+  std::vector<JobWorker> out;
+  for (size_t r = 0; r < workers.size(); ++r) {
+    const config::NodeConfig& w = *workers[r];
+    out.push_back(JobWorker{{w.name, w.ipv4.value, w.udp_port}, port[r]});
+  }
+  return out;
+}
+
+}  // namespace mercury::server

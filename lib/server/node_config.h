@@ -1,0 +1,46 @@
+// A server node's configuration from the job file, in one place, so that
+// ps-server and the tests that run a job file configure a node the same way.
+//
+// node_config() derives everything ServerNodeConfig holds: the chunk size
+// (the MTU's payload), the optimizer and the sync policy (lib/job), the
+// job's shard layout and this server's rank in it, the endpoint settings
+// (lib/job) with the server's tuning (room for a slice per chunk update per
+// worker in flight), the shard lcores (the node's lcores after the net
+// core, one per shard, the rest inline), the shard rings sized by the RX
+// pools, and the flow limit (derived from the pools at run time).
+// job_workers() gives every worker of the job with the port that leads to
+// it (job::port_of_worker).
+//
+// Control path only: allocates, throws config::ConfigError naming the job
+// file (and the key, where there is one) for a job this node cannot run.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/config.h"
+#include "server/server_node.h"
+
+namespace mercury::server {
+
+/// The endpoint's descriptors and ingress per port: a slice per chunk update
+/// per worker can be in flight (with the default, more than a ResNet-50
+/// shard's chunks for 4 workers).
+inline constexpr uint32_t kServerEndpointMessages = 1 << 17;
+
+/// What a server process knows beyond the job file when it starts a node.
+struct NodeStart {
+  uint16_t epoch = 1;          ///< the node's transport incarnation (non-zero)
+  uint64_t tsc_hz = 0;         ///< rte_get_tsc_hz()
+  uint64_t rx_pool_mbufs = 0;  ///< mbufs of the RX pools of the node's ports, summed
+};
+
+/// The configuration of server `node` of `job`.
+ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeConfig& node,
+                             const NodeStart& start);
+
+/// Every worker of `job` in rank order, with the index of `node`'s port it
+/// is reached through.
+std::vector<JobWorker> job_workers(const config::JobConfig& job, const config::NodeConfig& node);
+
+}  // namespace mercury::server

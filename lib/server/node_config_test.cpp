@@ -1,0 +1,146 @@
+// A server node's configuration from a job file, and what it tells its
+// operator: the same functions ps-server uses, without EAL.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "server/node_config.h"
+#include "server/report.h"
+
+namespace mercury::server {
+namespace {
+
+const char* kJob = R"(
+job: {id: 4, name: two-servers}
+network: {mtu: 1500, window: 32}
+training: {sync: bsp, optimizer: momentum, learning_rate: 0.25}
+nodes:
+  - {name: s0, role: server, ipv4: 10.0.0.1, ports: ["net_memif0,role=server"], lcores: [0, 1],
+     shards: 1}
+  - {name: s1, role: server, ipv4: 10.0.0.2, ports: ["net_memif1,role=server", "net_memif2,role=server"],
+     lcores: [2, 3, 4], shards: 2}
+  - {name: w0, role: worker, ipv4: 10.0.0.3, ports: ["net_memif10,role=client"], lcores: [5]}
+  - {name: w1, role: worker, ipv4: 10.0.0.4, ports: ["net_memif11,role=client"], lcores: [6]}
+)";
+
+TEST(NodeConfig, EverythingComesFromTheJobFile) {
+  const config::JobConfig job = config::load_string(kJob, "two.yaml");
+  const ServerNodeConfig c =
+      node_config(job, job.node("s1"), {.epoch = 7, .tsc_hz = 1'000'000, .rx_pool_mbufs = 8191});
+  EXPECT_EQ(c.chunk_bytes, job.payload_bytes_per_packet());
+  EXPECT_EQ(c.optimizer.kind, agg::OptimizerKind::kMomentum);
+  EXPECT_FLOAT_EQ(c.optimizer.learning_rate, 0.25f);
+  ASSERT_TRUE(c.sync_policy);
+  EXPECT_EQ(c.sync_policy()->name(), "bsp");
+  EXPECT_EQ(c.layout.total, 3u);
+  EXPECT_EQ(c.layout.first, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(c.server_index, 1u);
+  EXPECT_EQ(c.endpoint.job_id, 4u);
+  EXPECT_EQ(c.endpoint.sender_id, 1);  // its index in the nodes list
+  EXPECT_EQ(c.endpoint.local_epoch, 7);
+  EXPECT_EQ(c.endpoint.transport.window_packets, 32u);
+  EXPECT_EQ(c.endpoint.transport.tsc_hz, 1'000'000u);
+  EXPECT_EQ(c.endpoint.max_messages, kServerEndpointMessages);
+  EXPECT_EQ(c.endpoint.ingress_capacity, kServerEndpointMessages);
+  EXPECT_EQ(c.shard_lcores, (std::vector<unsigned>{3, 4}));
+  EXPECT_EQ(c.shard_core.ring_entries, 8192u);  // more than every pool mbuf, a power of two
+  EXPECT_EQ(c.rx_pool_mbufs, 8191u);
+  EXPECT_EQ(c.flow_limit, 0u);
+
+  const ServerNodeConfig c0 = node_config(job, job.node("s0"), {});
+  EXPECT_EQ(c0.server_index, 0u);
+  EXPECT_EQ(c0.shard_lcores, (std::vector<unsigned>{1}));
+  EXPECT_EQ(c0.shard_core.ring_entries, ShardCoreOptions{}.ring_entries);  // pools unknown
+}
+
+TEST(NodeConfig, AWorkerIsNotAServer) {
+  const config::JobConfig job = config::load_string(kJob);
+  EXPECT_THROW(node_config(job, job.node("w0"), {}), config::ConfigError);
+}
+
+TEST(NodeConfig, JobWorkersAreInRankOrderOnThePortThatLeadsToThem) {
+  const config::JobConfig job = config::load_string(kJob);
+  const std::vector<JobWorker> one_port = job_workers(job, job.node("s0"));
+  ASSERT_EQ(one_port.size(), 2u);
+  EXPECT_EQ(one_port[0].peer.name, "w0");
+  EXPECT_EQ(one_port[0].peer.ip, job.node("w0").ipv4.value);
+  EXPECT_EQ(one_port[0].port, 0u);
+  EXPECT_EQ(one_port[1].port, 0u);
+  const std::vector<JobWorker> per_worker = job_workers(job, job.node("s1"));
+  EXPECT_EQ(per_worker[0].port, 0u);
+  EXPECT_EQ(per_worker[1].port, 1u);
+  EXPECT_EQ(per_worker[1].peer.udp_port, job.node("w1").udp_port);
+}
+
+TEST(NodeConfig, TheNodeRunsOnlyBsp) {
+  ServerNodeConfig c;
+  c.chunk_bytes = 1408;
+  c.layout = job::ShardLayout::of({1});
+  c.sync_policy = [] { return agg::make_asp(); };
+  try {
+    // Refused before any port is touched: no EAL needed.
+    ServerNode node(std::vector<net::Interface*>{}, {JobWorker{}, JobWorker{}}, c, 0);
+    FAIL() << "asp ran";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "server: training.sync asp does not run on this server yet: only bsp does");
+  }
+}
+
+TEST(Report, CheckLineNamesTheServersRankAndShardRange) {
+  const config::JobConfig job = config::load_string(kJob, "two.yaml");
+  EXPECT_EQ(check_line(job, job.node("s1")),
+            "two.yaml: ok: server s1 (rank 1 of 2), shards 1..2 of 3, 2 workers, 2 ports");
+}
+
+TEST(Report, StatsLineAndItsDropsWalkTheCounters) {
+  ServerCounters c;
+  EXPECT_EQ(drops_text(c), " none");
+  c.shards.updates = 41234;
+  c.net.tx_retransmits = 12;
+  c.net.drops[static_cast<size_t>(transport::EndpointDrop::kRetransmitStale)] = 3;
+  c.port_drops[0] = 2;
+  c.drops[static_cast<size_t>(ServerDrop::kNotRunning)] = 5;
+  c.shards.refused = 1;
+  c.shards.contributions = 99;  // not a drop
+  const std::string port_drop = std::string(net::drop_reason_name(static_cast<net::DropReason>(0)));
+  EXPECT_EQ(drops_text(c), " retransmit_stale=3 " + port_drop + "=2 not_running=5 shard_refused=1");
+  EXPECT_EQ(stats_line(5.0, NodeState::kRunning, {412345, 398765, 9876}, c),
+            "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s (total "
+            "41234)  retransmissions 12  drops:" +
+                drops_text(c));
+}
+
+TEST(Report, TelemetryHasTheAggregationsAndEveryCounter) {
+  ServerCounters c;
+  c.shards.updates = 8;
+  c.drops[static_cast<size_t>(ServerDrop::kNotRunning)] = 2;
+  telemetry::Values v;
+  telemetry_values(c, v);
+  ASSERT_FALSE(v.empty());
+  EXPECT_EQ(v.front(), (std::pair<std::string, uint64_t>{"aggregations", 8}));
+  EXPECT_EQ(v.size(), 1 + sizeof(ServerCounters) / sizeof(uint64_t));
+  bool found = false;
+  for (const auto& [name, value] : v) {
+    if (name == "drop_not_running") found = value == 2;
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Report, PoolWarningWhenThePoolsCannotHoldTheWorstDisorder) {
+  const std::vector<agg::TensorDecl> decls = {{"a", 1408 / 4 * 100, 0}, {"b", 1408 / 4 * 60, 1}};
+  const agg::Placement p = agg::Placement::compute(decls, 2, {.max_partition_bytes = 1 << 30});
+  const uint32_t a_shard = p.at(0).shard;
+  // 100 chunks of "a", 3 workers: up to 200 held, 225 asked for.
+  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 225), "");
+  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 224),
+            "warning: the RX pools hold 224 mbufs; this node's 100 chunks may need up to 200 held "
+            "at once when workers send in different orders (flow control can then stall): raise "
+            "mempool.mbufs so the pools hold at least 225");
+  EXPECT_NE(pool_warning(p, {0, 1}, 1408, 3, 225), "");  // both shards: 160 chunks
+}
+
+}  // namespace
+}  // namespace mercury::server

@@ -1,0 +1,70 @@
+#include "server/report.h"
+
+#include <cstdio>
+#include <string_view>
+
+#include "job/job.h"
+
+namespace mercury::server {
+
+std::string check_line(const config::JobConfig& job, const config::NodeConfig& node) {
+  const job::ShardLayout layout = job::shard_layout(job);
+  const uint32_t rank = job.rank_of(node.name);
+  return job.source + ": ok: server " + node.name + " (rank " + std::to_string(rank) + " of " +
+         std::to_string(layout.servers()) + "), shards " + std::to_string(layout.first[rank]) +
+         ".." + std::to_string(layout.first[rank] + layout.count(rank) - 1) + " of " +
+         std::to_string(layout.total) + ", " + std::to_string(job.workers().size()) + " workers, " +
+         std::to_string(node.ports.size()) + " ports";
+}
+
+std::string drops_text(const ServerCounters& c) {
+  std::string s;
+  c.for_each([&s](std::string_view prefix, std::string_view name, uint64_t n) {
+    const bool drop = prefix.ends_with("drop_") || (prefix == "shard_" && name == "refused");
+    if (!drop || n == 0) return;
+    s += ' ';
+    if (prefix == "shard_") s += prefix;
+    s += name;
+    s += '=';
+    s += std::to_string(n);
+  });
+  return s.empty() ? " none" : s;
+}
+
+std::string stats_line(double seconds, NodeState state, const Rates& per_second,
+                       const ServerCounters& c) {
+  char head[32];
+  std::snprintf(head, sizeof(head), "[%6.1fs] ", seconds);
+  return std::string(head) + std::string(node_state_name(state)) + "  pkts in " +
+         std::to_string(per_second.frames_in) + "/s out " + std::to_string(per_second.frames_out) +
+         "/s  aggregations " + std::to_string(per_second.aggregations) + "/s (total " +
+         std::to_string(c.shards.updates) + ")  retransmissions " +
+         std::to_string(c.net.tx_retransmits) + "  drops:" + drops_text(c);
+}
+
+std::string pool_warning(const agg::Placement& placement, const std::vector<uint32_t>& own_shards,
+                         uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs) {
+  uint64_t chunks = 0;
+  for (const agg::Partition& p : placement.partitions()) {
+    for (uint32_t s : own_shards) {
+      if (p.shard == s) chunks += (p.bytes() + chunk_bytes - 1) / chunk_bytes;
+    }
+  }
+  const uint64_t worst = chunks * (workers > 0 ? workers - 1 : 0);
+  const uint64_t enough = worst + worst / 8;
+  if (pool_mbufs >= enough) return {};
+  return "warning: the RX pools hold " + std::to_string(pool_mbufs) + " mbufs; this node's " +
+         std::to_string(chunks) + " chunks may need up to " + std::to_string(worst) +
+         " held at once when workers send in different orders (flow control can then stall): "
+         "raise mempool.mbufs so the pools hold at least " +
+         std::to_string(enough);
+}
+
+void telemetry_values(const ServerCounters& c, telemetry::Values& v) {
+  v.emplace_back("aggregations", c.shards.updates);
+  c.for_each([&v](std::string_view prefix, std::string_view name, uint64_t n) {
+    v.emplace_back(std::string(prefix).append(name), n);
+  });
+}
+
+}  // namespace mercury::server

@@ -1,0 +1,57 @@
+// What a server node tells its operator, as text: the --check line, the
+// per-second stats line and its drop list, the warning about RX pools too
+// small for the placement, and the telemetry group's values. Runner
+// (runner.h) prints them; ps-server's output is these strings.
+//
+// Pure functions on counters and the job (no DPDK calls), so the tests
+// check the exact text. Control path: they allocate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agg/placement.h"
+#include "config/config.h"
+#include "server/server_node.h"
+#include "telemetry/telemetry.h"
+
+namespace mercury::server {
+
+/// "<file>: ok: server s0 (rank 0 of 1), shards 0..1 of 2, 4 workers, 4 ports".
+std::string check_line(const config::JobConfig& job, const config::NodeConfig& node);
+
+/// " name=n ..." for every drop counter that is not zero, walking
+/// ServerCounters::for_each: the endpoints' drops, the ports', the node's
+/// own, then the contributions the shards refused (shard_refused); " none"
+/// when there is none.
+std::string drops_text(const ServerCounters& c);
+
+/// What changed over the last second, for stats_line().
+struct Rates {
+  uint64_t frames_in = 0;     ///< frames received on every port
+  uint64_t frames_out = 0;    ///< frames sent on every port
+  uint64_t aggregations = 0;  ///< chunk updates
+};
+
+/// "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s
+/// (total 41234)  retransmissions 12  drops: retransmit_stale=3".
+std::string stats_line(double seconds, NodeState state, const Rates& per_second,
+                       const ServerCounters& c);
+
+/// Flow control (docs/server.md) refuses a packet that would start a
+/// chunk's set while a port's pool is nearly all held and admits those that
+/// join a started set. When workers send a round in different orders, the
+/// sets they start before meeting can need up to chunks x (workers - 1)
+/// held mbufs; with smaller pools the round can stall. The warning for
+/// that ("" when the pools are large enough): `own_shards` are the global
+/// shard ids the node runs, `pool_mbufs` the mbufs of its RX pools.
+std::string pool_warning(const agg::Placement& placement, const std::vector<uint32_t>& own_shards,
+                         uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs);
+
+/// The telemetry group "server": `aggregations` (the operator's word for
+/// shard_updates), then every counter of ServerCounters::for_each as
+/// prefix + name.
+void telemetry_values(const ServerCounters& c, telemetry::Values& v);
+
+}  // namespace mercury::server

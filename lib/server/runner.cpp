@@ -1,0 +1,162 @@
+#include "server/runner.h"
+
+#include <rte_cycles.h>
+#include <rte_lcore.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "job/job.h"
+#include "server/report.h"
+#include "telemetry/net_counters.h"
+
+namespace mercury::server {
+
+Output Output::stdio() {
+  auto print = [](std::FILE* f) {
+    return [f](const std::string& line) {
+      std::fprintf(f, "%s\n", line.c_str());
+      std::fflush(f);
+    };
+  };
+  return Output{print(stdout), print(stderr)};
+}
+
+std::vector<std::string> start_lines(const config::JobConfig& job, const config::NodeConfig& node,
+                                     const std::vector<net::NodePort*>& ports) {
+  std::vector<std::string> out;
+  out.push_back("ps-server " + node.name + ": job " + job.name + " (id " + std::to_string(job.id) +
+                "), " + std::to_string(job.workers().size()) + " workers, " +
+                std::string(config::to_string(job.network.scheduler)) + " scheduler, " +
+                std::string(config::to_string(job.training.sync)));
+  for (const net::NodePort* p : ports) out.push_back("  " + p->port->describe());
+  auto cpu = [](unsigned lcore) {
+    return std::to_string(rte_lcore_to_cpu_id(static_cast<int>(lcore)));
+  };
+  const unsigned net_lcore = rte_lcore_id();
+  out.push_back("  lcore " + std::to_string(net_lcore) + " (cpu " + cpu(net_lcore) +
+                "): net core, polls every port");
+  const job::ShardLayout layout = job::shard_layout(job);
+  const uint32_t first = layout.first[job.rank_of(node.name)];
+  const auto shard_lcores = node.shard_lcores();
+  for (uint32_t s = 0; s < node.shards; ++s) {
+    const std::string shard = "shard " + std::to_string(first + s);
+    if (s < shard_lcores.size()) {
+      out.push_back("  lcore " + std::to_string(shard_lcores[s]) + " (cpu " + cpu(shard_lcores[s]) +
+                    "): " + shard);
+    } else {
+      out.push_back("  " + shard + ": inline on the net core");
+    }
+  }
+  return out;
+}
+
+Runner::Runner(ServerNode& node, RunnerOptions options, Output output)
+    : node_(node),
+      options_(std::move(options)),
+      output_(std::move(output)),
+      who_(options_.program + " " + options_.node),
+      state_(static_cast<int>(node.state_st())) {
+  published_.publish_st(node_.counters_st());
+}
+
+void Runner::add_telemetry(telemetry::Registry& registry) {
+  registry.add("server", [this](telemetry::Values& v) { telemetry_values(published_.read(), v); });
+  for (uint32_t p = 0; p < node_.ports(); ++p) {
+    net::Interface& iface = node_.interface(p);
+    telemetry::add_interface(registry, "port" + std::to_string(iface.port().id()), iface);
+  }
+}
+
+void Runner::report_state_st(NodeState was) {
+  const NodeState now = node_.state_st();
+  state_.store(static_cast<int>(now), std::memory_order_relaxed);
+  if (now == NodeState::kRefused) {
+    output_.err(who_ + ": the job " + (was == NodeState::kRunning ? "stopped" : "cannot start") +
+                ": " + node_.refusal_st());
+  } else if (now == NodeState::kRunning) {
+    const agg::Placement& placement = *node_.placement_st();
+    output_.out(who_ + ": every worker declared; " + std::to_string(placement.partitions().size()) +
+                " partitions placed, serving");
+    const std::string warning =
+        pool_warning(placement, node_.own_shards(), node_.config().chunk_bytes, node_.workers(),
+                     node_.config().rx_pool_mbufs);
+    if (!warning.empty()) output_.out(options_.program + ": " + warning);
+  }
+}
+
+void Runner::run(const std::atomic<bool>& stop) {
+  // The stats line, once a second, from a thread that only reads: the
+  // published counters and the ports' frame counters (single-writer words,
+  // read with relaxed loads).
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread stats([&] {
+    auto frames = [this](bool in) {
+      uint64_t n = 0;
+      for (uint32_t p = 0; p < node_.ports(); ++p) {
+        const net::InterfaceCounters& c = node_.interface(p).counters();
+        n += telemetry::read_counter(in ? c.rx_frames : c.tx_frames);
+      }
+      return n;
+    };
+    ServerCounters prev = published_.read();
+    uint64_t prev_in = 0, prev_out = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto next = t0 + std::chrono::seconds(1);
+    std::unique_lock lock(mu);
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (cv.wait_until(lock, next, [&] { return done || stop.load(); })) break;
+      next += std::chrono::seconds(1);
+      const ServerCounters c = published_.read();
+      const uint64_t in = frames(true), out = frames(false);
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const Rates r{in - prev_in, out - prev_out, c.shards.updates - prev.shards.updates};
+      output_.out(stats_line(t, static_cast<NodeState>(state_.load()), r, c));
+      prev = c;
+      prev_in = in;
+      prev_out = out;
+    }
+  });
+
+  // The net core.
+  const uint64_t hz = rte_get_tsc_hz();
+  const uint64_t publish_every = hz / 10;
+  const uint64_t start = rte_rdtsc();
+  const uint64_t end =
+      options_.seconds > 0
+          ? start + static_cast<uint64_t>(options_.seconds * static_cast<double>(hz))
+          : UINT64_MAX;
+  uint64_t last_publish = start;
+  net::IdleBackoff backoff(options_.idle);
+  NodeState last_state = node_.state_st();
+  while (!stop.load(std::memory_order_relaxed)) {
+    const uint64_t now = rte_rdtsc();
+    backoff.idle(node_.poll_st(now));
+    if (now - last_publish < publish_every) continue;
+    published_.publish_st(node_.counters_st());
+    last_publish = now;
+    if (node_.state_st() != last_state) {
+      report_state_st(last_state);
+      last_state = node_.state_st();
+    }
+    if (now >= end) break;
+  }
+  node_.stop();
+  published_.publish_st(node_.counters_st());
+  {
+    std::lock_guard lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  stats.join();
+  const ServerCounters c = node_.counters_st();
+  output_.out(who_ + ": stopped; " + std::to_string(c.shards.updates) + " aggregations, " +
+              std::to_string(c.net.tx_retransmits) + " retransmissions, drops:" + drops_text(c));
+}
+
+}  // namespace mercury::server

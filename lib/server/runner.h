@@ -1,0 +1,84 @@
+// The run loop of a server process: the net core's poll loop over a
+// ServerNode, its telemetry group, the per-second stats line and the
+// operator's messages (report.h gives the text).
+//
+// The loop has the one shape every poll loop of Mercury has: read the TSC
+// once, poll the node (RX, control plane, dispatch, TX), back off when idle
+// (net::IdleBackoff), and every 100 ms the slow work: publish the node's
+// counters (telemetry::Published, which the stats thread and telemetry
+// read, so neither touches the datapath), and report a change of state
+// (running: "every worker declared; N partitions placed, serving", plus the
+// pool warning; refused: the reason, on the error stream).
+//
+// Threads: construct, add_telemetry() and run() on the thread that owns
+// the node (EAL's main lcore when the node has shard cores). run() starts
+// one more thread, which prints the stats line once a second from the
+// published counters and the ports' frame counters, and joins it before
+// returning. The texts go to Output's functions (stdout and stderr by
+// default); the library never exits the process.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "net/idle_backoff.h"
+#include "net/node.h"
+#include "server/server_node.h"
+#include "telemetry/published.h"
+#include "telemetry/telemetry.h"
+
+namespace mercury::server {
+
+/// Where the runner's lines go, one call per line (without its newline).
+struct Output {
+  std::function<void(const std::string&)> out;  ///< what an operator reads (stdout)
+  std::function<void(const std::string&)> err;  ///< refusals (stderr)
+  /// stdout and stderr, flushed after each line.
+  static Output stdio();
+};
+
+struct RunnerOptions {
+  std::string program = "ps-server";     ///< starts the warning line
+  std::string node;                      ///< the node's name: "<program> <node>: ..." lines
+  net::IdleOptions idle{.sleep_us = 0};  ///< the net core's back-off (0: pure polling)
+  double seconds = 0;                    ///< stop after this long; 0: only when asked
+};
+
+/// The lines ps-server prints before it starts a node: the job, the node's
+/// ports (`ports`, opened), and what runs on each of its lcores (the net
+/// core is the calling thread's lcore). EAL must be up.
+std::vector<std::string> start_lines(const config::JobConfig& job, const config::NodeConfig& node,
+                                     const std::vector<net::NodePort*>& ports);
+
+class Runner {
+ public:
+  /// `node` must outlive the runner.
+  Runner(ServerNode& node, RunnerOptions options, Output output = Output::stdio());
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  /// Control path, before run(): the group "server" (report.h's
+  /// telemetry_values) and a group "port<id>" per port.
+  void add_telemetry(telemetry::Registry& registry);
+
+  /// The net core: polls until `stop` is set or options.seconds have
+  /// passed, then stops the node (ServerNode::stop) and prints the totals
+  /// ("<program> <node>: stopped; N aggregations, ...").
+  void run(const std::atomic<bool>& stop);
+
+ private:
+  void report_state_st(NodeState was);
+
+  ServerNode& node_;
+  RunnerOptions options_;
+  Output output_;
+  std::string who_;         // "<program> <node>"
+  std::atomic<int> state_;  // the node's state, for the stats thread
+  telemetry::Published<ServerCounters> published_;
+};
+
+}  // namespace mercury::server
