@@ -13,7 +13,7 @@
 // not block the other producers (they claim later cells); the consumer sees
 // the queue as empty at that cell until the producer resumes, so requests
 // are delivered in claim order and never lost. That is why it suits
-// preemptible trainer threads (ARCHITECTURE.md section 3).
+// preemptible trainer threads (docs/architecture.md, "Threads and ownership").
 //
 // Costs. try_push_mp(): one relaxed load and one CAS on the tail (retried
 // under contention), an acquire load of the cell, the move of T, a release
