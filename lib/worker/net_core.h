@@ -86,7 +86,7 @@ struct Request {
   enum class Kind : uint8_t { kStart, kPush, kPull, kPushPull, kBarrier, kStop };
   Kind kind = Kind::kStop;
   TensorId tensor = 0;
-  uint32_t iteration = 0;   ///< kPush, kPushPull: the gradient's iteration
+  uint32_t iteration = 0;   ///< kPush, kPushPull: the version the gradient was computed from
   uint32_t version = 0;     ///< kPull, kPushPull: the version wanted
   uint64_t generation = 0;  ///< kBarrier
   const float* grad = nullptr;

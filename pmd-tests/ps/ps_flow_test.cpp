@@ -43,7 +43,10 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
   EXPECT_EQ(c.shards.updates, chunks * (rounds + 1));  // every chunk: version 0, then once a round
   for (uint32_t s = 0; s < 2; ++s) EXPECT_EQ(job.server().shard(s)->table().held(), 0u);
   // Every worker took every chunk of every version once (the transport
-  // removed the duplicates the link made) and placed it.
+  // removed the duplicates the link made) and placed it, and pushed its
+  // gradients once a round (rank 0 also its initial parameters).
+  uint64_t model_bytes = 0;
+  for (const agg::TensorDecl& d : job.decls()) model_bytes += d.elements * sizeof(float);
   for (uint32_t w = 0; w < job.workers(); ++w) {
     worker::Worker& api = job.worker(w).api();
     api.shutdown();  // its counters, published in full
@@ -52,6 +55,8 @@ void run_rounds(const net::LinkParams& impair, uint32_t rounds, const char* mode
     EXPECT_EQ(s.chunks_dropped, 0u) << "worker " << w;
     EXPECT_EQ(s.versions_completed, uint64_t{job.decls().size()} * (rounds + 1)) << "worker " << w;
     EXPECT_EQ(s.pushes, uint64_t{job.decls().size()} * rounds) << "worker " << w;
+    EXPECT_EQ(s.bytes_pushed, model_bytes * (rounds + (w == 0 ? 1 : 0))) << "worker " << w;
+    EXPECT_EQ(s.bytes_placed, model_bytes * (rounds + 1)) << "worker " << w;
   }
 }
 
