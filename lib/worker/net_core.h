@@ -117,7 +117,8 @@ struct PublishedStats {
   std::string failure;
 };
 
-class NetCore final : public transport::MessageReceiver, public transport::PacketReceiver {
+// PacketReceiver first: the per-packet call needs no this-adjusting thunk.
+class NetCore final : public transport::PacketReceiver, public transport::MessageReceiver {
  public:
   static constexpr uint32_t kRequestBurst = 64;
   static constexpr uint32_t kSlowEvery = 256;
