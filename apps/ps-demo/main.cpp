@@ -11,9 +11,13 @@
 //    worker API, declares the model, starts from rank 0's parameters and
 //    checks every aggregate itself (processes.cpp).
 //  * ring: ports (config/ring-demo.yaml): every node in this process and one
-//    lcore polling them all, driving the server node and the workers'
-//    network sides directly, with the reference computed here. The fastest
-//    way to see the data flow on a small machine.
+//    lcore polling them all: the server node as ps-server builds it, and
+//    the workers as ps-worker runs them (the public worker API, their net
+//    cores polled by this lcore instead of threads of their own:
+//    worker::PolledWorker). The same start (declare, ready, rank 0's
+//    initial parameters as version 0) and rounds of push_pull, with the
+//    reference computed here. The fastest way to see the data flow on a
+//    small machine.
 #include <rte_cycles.h>
 
 #include <atomic>
@@ -30,12 +34,13 @@
 #include "agg/placement.h"
 #include "config/config.h"
 #include "job/job.h"
+#include "mercury/worker.h"
 #include "net/eal.h"
 #include "net/node.h"
 #include "processes.h"
+#include "server/node_config.h"
 #include "server/server_node.h"
-#include "worker/tensor_table.h"
-#include "worker/worker_node.h"
+#include "worker/attach.h"
 
 namespace {
 
@@ -69,17 +74,20 @@ Options parse(int argc, char** argv) {
 using apps::Noise;
 using apps::read_file;
 
-// The job's endpoint settings (lib/job), sized for a slice per chunk update
-// per worker in flight.
-transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t epoch,
-                                          uint16_t sender, transport::PeerSpec peer) {
-  transport::EndpointConfig c = job::endpoint_config(job, sender, epoch, rte_get_tsc_hz());
+// The job's endpoint settings as every node derives them (lib/job), sized
+// for a slice per chunk update per worker in flight, with a fixed window on
+// the rings when the job derives none.
+void size_for_rings(transport::EndpointConfig& c) {
   if (c.transport.window_packets == 0) c.transport.window_packets = 128;
   c.max_messages = 1 << 17;
   c.ingress_capacity = 1 << 17;
-  c.peers = {std::move(peer)};
-  return c;
 }
+
+struct Trainer {
+  std::vector<std::vector<float>> params, grads;  // before `worker`, which writes into them
+  std::unique_ptr<worker::PolledWorker> worker;
+  std::vector<worker::Handle> pending;
+};
 
 int run(const Options& o) {
   const config::JobConfig job = config::load_file(o.config);
@@ -118,84 +126,110 @@ int run(const Options& o) {
   std::signal(SIGTERM, on_signal);
   net::NodeNetworks nets(job, names);
 
-  // Workers declare the model into their own buffers and freeze the placement.
+  // The server: one port per worker link, its shards inline, waiting for
+  // every rank's declare (as ps-server builds it).
   const uint32_t chunk = job.payload_bytes_per_packet();
   const uint32_t n = static_cast<uint32_t>(workers.size());
-  struct Trainer {
-    std::vector<std::vector<float>> params, grads;
-    worker::TensorTable table;
-    std::unique_ptr<worker::WorkerNode> node;
-    std::vector<worker::Handle> pulls;
-  };
-  std::vector<std::unique_ptr<Trainer>> trainers;
-  uint64_t elements = 0;
-  for (const auto& d : decls) elements += d.elements;
-  for (uint32_t r = 0; r < n; ++r) {
-    auto t = std::make_unique<Trainer>();
-    t->params.resize(decls.size());
-    t->grads.resize(decls.size());
-    for (size_t k = 0; k < decls.size(); ++k) {
-      t->params[k].assign(decls[k].elements, 0.0f);
-      t->grads[k].resize(decls[k].elements);
-      t->table.declare(decls[k].name, t->params[k], decls[k].priority);
-    }
-    t->table.freeze(srv.shards, chunk);
-    trainers.push_back(std::move(t));
-  }
-  const agg::Placement placement =
-      agg::Placement::compute(trainers[0]->table.declarations(), srv.shards);
-  if (placement.fingerprint() != trainers[0]->table.fingerprint()) {
-    throw std::logic_error("server and workers disagree on the placement");
-  }
-
-  // The server: one endpoint per worker link, its shards inline.
-  const uint64_t now0 = rte_rdtsc();
-  std::vector<server::WorkerLink> links;
-  for (uint32_t r = 0; r < n; ++r) {
-    const config::NodeConfig& w = *workers[r];
-    net::NodePort* server_end = nullptr;
-    for (net::NodePort* p : nets.ports_of(srv.name)) {
-      if (p->spec == w.ports.front().text) server_end = p;
-    }
-    if (server_end == nullptr) {
-      throw std::runtime_error(job.source + ": worker " + w.name + "'s first port " +
-                               w.ports.front().text + " does not lead to " + srv.name);
-    }
-    links.push_back({server_end->interface.get(), {w.name, w.ipv4.value, w.udp_port}});
-  }
-  server::ServerNodeConfig sc;
-  sc.chunk_bytes = chunk;
-  sc.optimizer = job::optimizer_config(job.training);
+  const std::vector<net::NodePort*> server_ports = nets.ports_of(srv.name);
+  std::vector<net::Interface*> ifaces;
+  for (net::NodePort* p : server_ports) ifaces.push_back(p->interface.get());
+  uint64_t pool_mbufs = 0;
+  for (net::NodePort* p : server_ports) pool_mbufs += p->pool->get()->size;
+  // As ps-server configures it (lib/server), but every shard inline: one
+  // lcore polls every node here.
+  server::ServerNodeConfig sc = server::node_config(
+      job, srv,
+      {.epoch = job::fresh_epoch(), .tsc_hz = rte_get_tsc_hz(), .rx_pool_mbufs = pool_mbufs});
+  sc.shard_lcores.clear();
   if (sc.optimizer.kind != agg::OptimizerKind::kSumOnly &&
       sc.optimizer.kind != agg::OptimizerKind::kSgd) {
     throw std::runtime_error(job.source +
                              ": ps-demo's reference covers sum and sgd; the job asks for " +
                              std::string(config::to_string(job.training.optimizer)));
   }
-  for (uint32_t s = 0; s < srv.shards; ++s) sc.shard_ids.push_back(s);
-  sc.endpoint = endpoint_config(job, 3, 0, {});
-  server::ServerNode server(placement, links, sc, now0);
-  for (uint32_t r = 0; r < n; ++r) {
-    worker::WorkerNodeConfig wc;
-    wc.endpoint = endpoint_config(job, 5, static_cast<uint16_t>(r + 1),
-                                  {srv.name, srv.ipv4.value, srv.udp_port});
-    wc.pulls.first_version = 1;  // parameters start at zero on every node: no initial push
-    trainers[r]->node = std::make_unique<worker::WorkerNode>(
-        trainers[r]->table, *nets.ports_of(workers[r]->name).front()->interface, wc, now0);
+  size_for_rings(sc.endpoint);
+  server::ServerNode server(ifaces, server::job_workers(job, srv), sc, rte_rdtsc());
+
+  // The workers: each the library's, over its own buffers. Rank 0's hold
+  // the initial model, which becomes version 0 on every rank; the others
+  // start from garbage it must overwrite.
+  std::vector<std::vector<float>> reference(decls.size());
+  uint64_t elements = 0;
+  for (size_t k = 0; k < decls.size(); ++k) {
+    reference[k].resize(decls[k].elements);
+    Noise noise{0x5eed0000ull + k};
+    for (float& x : reference[k]) x = noise.next();
+    elements += decls[k].elements;
   }
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (uint32_t r = 0; r < n; ++r) {
+    worker::NetCoreConfig c = worker::net_core_config(job, workers[r]->name);
+    size_for_rings(c.endpoint);
+    auto t = std::make_unique<Trainer>();
+    t->worker = std::make_unique<worker::PolledWorker>(
+        *nets.ports_of(workers[r]->name).front()->interface, c);
+    t->params.resize(decls.size());
+    t->grads.resize(decls.size());
+    for (size_t k = 0; k < decls.size(); ++k) {
+      t->params[k] = r == 0 ? reference[k] : std::vector<float>(decls[k].elements, -1.0e30f);
+      t->grads[k].resize(decls[k].elements);
+      t->worker->worker().declare(decls[k].name, t->params[k], static_cast<int>(decls[k].priority));
+    }
+    trainers.push_back(std::move(t));
+  }
+
+  // Polls every node until every handle is complete (or a signal, or the
+  // time runs out); throws on a failed handle.
+  const uint64_t hz = rte_get_tsc_hz();
+  auto wait = [&](const char* what) {
+    const uint64_t deadline = rte_rdtsc() + 120 * hz;
+    for (bool done = false; !done && !g_stop;) {
+      const uint64_t now = rte_rdtsc();
+      server.poll_st(now);
+      for (auto& t : trainers) t->worker->poll_st(now);
+      done = true;
+      for (auto& t : trainers) {
+        for (const worker::Handle& h : t->pending) done = done && h.ready();
+      }
+      if (now > deadline) throw std::runtime_error(std::string(what) + " timed out");
+    }
+    for (auto& t : trainers) {
+      for (const worker::Handle& h : t->pending) {
+        if (h.ready() && !h.ok()) {
+          throw std::runtime_error(std::string(what) + ": " + std::string(h.error()));
+        }
+      }
+    }
+    return !g_stop;
+  };
+  // Every worker must hold exactly the reference: returns the tensors that differ.
+  auto mismatches = [&] {
+    uint64_t wrong = 0;
+    for (auto& t : trainers) {
+      for (size_t k = 0; k < decls.size(); ++k) {
+        wrong +=
+            std::memcmp(t->params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
+      }
+    }
+    return wrong;
+  };
+
+  const uint64_t start = rte_rdtsc();
+  for (auto& t : trainers) t->pending = {t->worker->worker().start_async()};
+  if (!wait("the start")) return 1;
   std::printf(
       "%s: 1 server (%u shards), %u workers, %zu tensors / %zu partitions / %.1f MB "
-      "of float32, %u-byte chunks, %s; one lcore polls every node\n",
-      job.name.c_str(), srv.shards, n, decls.size(), placement.partitions().size(),
+      "of float32, %u-byte chunks, %s; one lcore polls every node\n"
+      "started in %.2f s: initial parameters %s\n",
+      job.name.c_str(), srv.shards, n, decls.size(), server.placement_st()->partitions().size(),
       static_cast<double>(elements) * 4 / 1e6, chunk,
-      std::string(config::to_string(job.training.optimizer)).c_str());
+      std::string(config::to_string(job.training.optimizer)).c_str(),
+      static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz),
+      mismatches() == 0 ? "exact" : "MISMATCH");
+  if (mismatches() != 0) return 1;
 
-  // Reference parameters (what every worker must hold after each round).
-  std::vector<std::vector<float>> reference(decls.size());
-  for (size_t k = 0; k < decls.size(); ++k) reference[k].assign(decls[k].elements, 0.0f);
   const float lr = sc.optimizer.learning_rate;
   const bool sum_only = sc.optimizer.kind == agg::OptimizerKind::kSumOnly;
-  const uint64_t hz = rte_get_tsc_hz();
   double total_s = 0;
   for (uint32_t round = 0; round < o.rounds && !g_stop; ++round) {
     for (uint32_t r = 0; r < n; ++r) {
@@ -212,45 +246,19 @@ int run(const Options& o) {
         reference[k][i] = sum_only ? g : reference[k][i] - lr * g;
       }
     }
-    const uint64_t start = rte_rdtsc();
+    const uint64_t t0 = rte_rdtsc();
     for (auto& t : trainers) {
-      t->pulls.clear();
-      for (size_t k = 0; k < decls.size(); ++k) {
-        t->pulls.emplace_back();
-        t->node->tracker().expect_st(static_cast<worker::TensorId>(k), round + 1, t->pulls[k]);
-      }
-      for (size_t k = 0; k < decls.size(); ++k) {
-        if (t->node->push(static_cast<worker::TensorId>(k), t->grads[k], round) != 0) {
-          throw std::runtime_error("a push was refused: the endpoint's queues are too small");
-        }
+      // The backward pass emits the last layer first.
+      t->pending.clear();
+      for (size_t k = decls.size(); k-- > 0;) {
+        t->pending.push_back(
+            t->worker->worker().push_pull(static_cast<worker::Key>(k), t->grads[k], t->params[k]));
       }
     }
-    const uint64_t deadline = start + 120 * hz;
-    bool done = false;
-    while (!done && !g_stop) {
-      const uint64_t now = rte_rdtsc();
-      server.poll_st(now);
-      for (auto& t : trainers) t->node->poll_st(now);
-      done = true;
-      for (auto& t : trainers) {
-        for (const worker::Handle& h : t->pulls) done = done && h.ready();
-      }
-      if (now > deadline) throw std::runtime_error("round " + std::to_string(round) + " timed out");
-    }
-    if (!done) break;
-    const double secs = static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz);
+    if (!wait(("round " + std::to_string(round + 1)).c_str())) break;
+    const double secs = static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(hz);
     total_s += secs;
-    // Every worker must hold exactly the reference.
-    uint64_t wrong = 0;
-    for (auto& t : trainers) {
-      for (size_t k = 0; k < decls.size(); ++k) {
-        if (!t->pulls[k].ok())
-          throw std::runtime_error("pull failed: " + std::string(t->pulls[k].error()));
-        if (std::memcmp(t->params[k].data(), reference[k].data(), reference[k].size() * 4) != 0) {
-          ++wrong;
-        }
-      }
-    }
+    const uint64_t wrong = mismatches();
     const server::ServerCounters c = server.counters_st();
     const double bytes = static_cast<double>(elements) * 4 * n * 2;  // pushed + pulled
     std::printf(
@@ -266,6 +274,13 @@ int run(const Options& o) {
       return 1;
     }
   }
+  if (g_stop) {
+    std::fprintf(stderr, "ps-demo: interrupted\n");
+    return 1;
+  }
+  // Nobody leaves before every rank has its last aggregate.
+  for (auto& t : trainers) t->pending = {t->worker->worker().barrier_async()};
+  if (!wait("the barrier")) return 1;
   std::printf("done: %.2f s over the rounds, every aggregate exact\n", total_s);
   return 0;
 }

@@ -7,18 +7,23 @@
 //                           from the model's buffers) through the same four
 //                           net_ring links with a raw rx/tx loop: the
 //                           iteration-time lower bound of this vdev on one core.
-//   <model>/push_pull/1500  one BSP round: 4 workers (WorkerNode) push every
-//                           partition of their gradient, the server
-//                           (ServerNode, 2 shards inline) aggregates each chunk
-//                           and sends it back to every worker, whose pull
-//                           trackers place it; the round ends when every
-//                           worker holds every tensor's new version.
+//   <model>/push_pull/1500  one BSP round: 4 of the library's workers (the
+//                           public Worker with its net core polled here,
+//                           worker::PolledWorker) push_pull every tensor, the
+//                           server (ServerNode built from the job's declares,
+//                           2 shards inline) aggregates each chunk and sends
+//                           it back to every worker, whose net core places it
+//                           in the trainer's buffer; the round ends when every
+//                           push_pull handle has completed.
 //
 // Counter "rounds": rounds per second; the ratio push_pull / raw is the
 // fraction of the PMD's raw rate the whole parameter server achieves. One
-// lcore polls everything (like ps-demo), so both variants are CPU-bound on
-// that core: the raw variant does one copy per frame, the server does the
-// push copy, the pull copy, the per-packet transport work and the reduction.
+// lcore polls everything (like ps-demo's ring mode), so both variants are
+// CPU-bound on that core: the raw variant does one copy per frame, the
+// server and workers do the push copy, the pull copy, the per-packet
+// transport work, the reduction and the workers' request and handle work.
+// The job starts (declare, ready, rank 0's initial parameters) once, before
+// the measured rounds.
 // Run (see benchmarks/README.md):
 //   build/benchmarks/ps/ps_bench --benchmark_repetitions=5
 //       --benchmark_enable_random_interleaving=true
@@ -31,7 +36,6 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -39,6 +43,8 @@
 
 #include "agg/placement.h"
 #include "bench_eal.h"
+#include "job/job.h"
+#include "mercury/worker.h"
 #include "net/eal.h"
 #include "net/frame.h"
 #include "net/interface.h"
@@ -46,8 +52,7 @@
 #include "net/port.h"
 #include "ratio_reporter.h"
 #include "server/server_node.h"
-#include "worker/tensor_table.h"
-#include "worker/worker_node.h"
+#include "worker/attach.h"
 
 namespace mercury {
 namespace {
@@ -76,8 +81,7 @@ struct Link {
   }
 };
 
-transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender,
-                                          std::vector<transport::PeerSpec> peers) {
+transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender) {
   transport::EndpointConfig c;
   c.transport.tsc_hz = rte_get_tsc_hz();
   c.transport.window_packets = 128;
@@ -86,15 +90,12 @@ transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender,
   c.sender_id = sender;
   c.max_messages = 1 << 17;
   c.ingress_capacity = 1 << 17;
-  c.peers = std::move(peers);
   return c;
 }
 
 struct Trainer {
-  std::vector<std::vector<float>> params, grads;
-  worker::TensorTable table;
-  std::unique_ptr<worker::WorkerNode> node;
-  std::vector<worker::Handle> pulls;
+  std::vector<std::vector<float>> params, grads;  // before `worker`, which writes into them
+  std::unique_ptr<worker::PolledWorker> worker;
 };
 
 // One model's cluster: links, workers, server; rounds run on this thread.
@@ -112,84 +113,57 @@ class Cluster {
       links_.push_back(std::make_unique<Link>(tag + "_" + std::to_string(w), w));
     }
     chunk_ = net::payload_per_packet(kMtu);
+    std::vector<net::Interface*> ports;
+    std::vector<server::JobWorker> jw;
     for (uint32_t w = 0; w < kWorkers; ++w) {
+      ports.push_back(&links_[w]->server);
+      jw.push_back({{"w" + std::to_string(w), ip_worker(w), 47101}, w});
+    }
+    server::ServerNodeConfig sc;
+    sc.chunk_bytes = chunk_;
+    sc.optimizer.kind = agg::OptimizerKind::kSumOnly;  // stable values over any number of rounds
+    sc.layout = job::ShardLayout::of({kShards});
+    sc.endpoint = endpoint_config(3, 0);
+    server_ = std::make_unique<server::ServerNode>(ports, jw, sc, rte_rdtsc());
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      worker::NetCoreConfig c;
+      c.rank = w;
+      c.workers = kWorkers;
+      c.servers = {{{"ps", ip_server(w), 47100}, kShards}};
+      c.chunk_bytes = chunk_;
+      c.endpoint = endpoint_config(static_cast<uint16_t>(5 + w), static_cast<uint16_t>(1 + w));
       auto t = std::make_unique<Trainer>();
+      t->worker = std::make_unique<worker::PolledWorker>(links_[w]->worker, c);
       t->params.resize(decls.size());
       t->grads.resize(decls.size());
       for (size_t k = 0; k < decls.size(); ++k) {
         t->params[k].assign(decls[k].elements, 0.0f);
         t->grads[k].assign(decls[k].elements, 1.0f / static_cast<float>(w + 1));
-        t->table.declare(decls[k].name, t->params[k], decls[k].priority);
+        t->worker->worker().declare(decls[k].name, t->params[k],
+                                    static_cast<int>(decls[k].priority));
         if (w == 0) bytes_ += decls[k].elements * 4;
       }
-      t->table.freeze(kShards, chunk_);
       trainers_.push_back(std::move(t));
     }
-    placement_.emplace(agg::Placement::compute(trainers_[0]->table.declarations(), kShards));
-    for (const agg::Partition& p : placement_->partitions()) {
+    // The start: declare, ready, rank 0's (zero) parameters as version 0.
+    std::vector<worker::Handle> started;
+    for (auto& t : trainers_) started.push_back(t->worker->worker().start_async());
+    std::string why;
+    if (!wait(started, why)) throw std::runtime_error("the job did not start: " + why);
+    for (const agg::Partition& p : server_->placement_st()->partitions()) {
       packets_per_worker_ += (p.bytes() + chunk_ - 1) / chunk_;
     }
-    const uint64_t now = rte_rdtsc();
-    std::vector<server::WorkerLink> wl;
-    for (uint32_t w = 0; w < kWorkers; ++w) {
-      wl.push_back({&links_[w]->server, {"w" + std::to_string(w), ip_worker(w), 47101}});
-    }
-    server::ServerNodeConfig sc;
-    sc.chunk_bytes = chunk_;
-    sc.optimizer.kind = agg::OptimizerKind::kSumOnly;  // stable values over any number of rounds
-    sc.shard_ids = {0, 1};
-    sc.endpoint = endpoint_config(3, 0, {});
-    server_ = std::make_unique<server::ServerNode>(*placement_, wl, sc, now);
-    for (uint32_t w = 0; w < kWorkers; ++w) {
-      worker::WorkerNodeConfig wc;
-      wc.endpoint = endpoint_config(5, static_cast<uint16_t>(w + 1), {{"ps", ip_server(w), 47100}});
-      wc.pulls.first_version = 1;
-      trainers_[w]->node =
-          std::make_unique<worker::WorkerNode>(trainers_[w]->table, links_[w]->worker, wc, now);
-    }
   }
-
   // One BSP round; false (with `why`) if it did not finish in time.
   bool round(std::string& why) {
-    const uint32_t version = ++round_;
+    pending_.clear();
     for (auto& t : trainers_) {
-      const size_t n = t->grads.size();
-      t->pulls.assign(n, worker::Handle{});
-      for (size_t k = 0; k < n; ++k) {
-        t->pulls[k] = worker::Handle{};
-        t->node->tracker().expect_st(static_cast<worker::TensorId>(k), version, t->pulls[k]);
-      }
-      for (size_t k = 0; k < n; ++k) {
-        if (t->node->push(static_cast<worker::TensorId>(k), t->grads[k], version - 1) != 0) {
-          why = "a push was refused";
-          return false;
-        }
+      for (size_t k = 0; k < t->grads.size(); ++k) {
+        pending_.push_back(
+            t->worker->worker().push_pull(static_cast<worker::Key>(k), t->grads[k], t->params[k]));
       }
     }
-    const uint64_t deadline = rte_rdtsc() + 120 * rte_get_tsc_hz();
-    for (;;) {
-      const uint64_t now = rte_rdtsc();
-      server_->poll_st(now);
-      for (auto& t : trainers_) t->node->poll_st(now);
-      bool done = true;
-      for (auto& t : trainers_) {
-        for (const worker::Handle& h : t->pulls) done = done && h.ready();
-      }
-      if (done) break;
-      if (now > deadline) {
-        why = "round timed out";
-        return false;
-      }
-    }
-    for (auto& t : trainers_) {
-      for (const worker::Handle& h : t->pulls) {
-        if (!h.ok()) {
-          why = std::string(h.error());
-          return false;
-        }
-      }
-    }
-    return true;
+    return wait(pending_, why);
   }
 
   // The same frames through the same links, raw: each worker's push frames
@@ -236,12 +210,38 @@ class Cluster {
   [[nodiscard]] uint64_t packets_per_worker() const { return packets_per_worker_; }
 
  private:
+  // Polls every node until every handle of `hs` is complete; false (with
+  // `why`) on a failure or after 120 s.
+  bool wait(const std::vector<worker::Handle>& hs, std::string& why) {
+    const uint64_t deadline = rte_rdtsc() + 120 * rte_get_tsc_hz();
+    for (;;) {
+      const uint64_t now = rte_rdtsc();
+      server_->poll_st(now);
+      for (auto& t : trainers_) t->worker->poll_st(now);
+      bool done = true;
+      for (const worker::Handle& h : hs) done = done && h.ready();
+      if (done) break;
+      if (now > deadline) {
+        why = "round timed out";
+        return false;
+      }
+    }
+    for (const worker::Handle& h : hs) {
+      if (!h.ok()) {
+        why = std::string(h.error());
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Destroyed bottom up: the workers (their shutdown polls their net
+  // cores), the server, then the links.
   std::vector<std::unique_ptr<Link>> links_;
-  std::vector<std::unique_ptr<Trainer>> trainers_;
-  std::optional<agg::Placement> placement_;
   std::unique_ptr<server::ServerNode> server_;
+  std::vector<std::unique_ptr<Trainer>> trainers_;
+  std::vector<worker::Handle> pending_;
   uint32_t chunk_ = 0;
-  uint32_t round_ = 0;
   uint64_t bytes_ = 0;
   uint64_t packets_per_worker_ = 0;
 };

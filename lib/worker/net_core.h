@@ -1,25 +1,38 @@
 // NetCore: the worker's net core, the one thread of a trainer process that
-// touches the network. It owns the WorkerNode (endpoint, pull tracker) and
-// the push tracker, drains the trainer threads' RequestQueue, runs the
-// start-up protocol (agg/control.h) and the barrier, and completes every
-// Handle.
+// touches the network. It owns the worker's transport endpoint towards the
+// servers and the pull and push trackers, drains the trainer threads'
+// RequestQueue, runs the start-up protocol (agg/control.h) and the barrier,
+// and completes every Handle.
 //
-// The loop (docs/architecture.md, "Threads and ownership"): read the TSC once; take up to
-// kRequestBurst requests; one pass of the endpoint (receive, deliver chunks
-// into the trainer's buffers, transmit); queue the pushes that can go;
+// One pass, poll_st(now) (docs/architecture.md, "Threads and ownership"): take up
+// to kRequestBurst requests; one pass of the endpoint (receive: aggregated
+// chunks go through on_packet() into the PullTracker, which writes them into
+// the trainer's buffers; timers; transmit); queue the pushes that can go;
 // complete the pulls whose version is in; every kSlowEvery passes the slow
-// work (start deadline, dead servers, publishing counters); idle back-off.
+// work (start deadline, dead servers, publishing counters). Returns the work
+// done. run() is poll_st() in a loop with the idle back-off (net::IdleBackoff,
+// sleeping on the Doorbell) until a kStop request.
 //
-// Threads: run() is the net core; everything else here is called from it.
-// The trainer side (worker.cpp) only enqueues Requests. The TensorTable is
-// frozen before run() sees a kStart and is not shut down before run()
-// returns.
+// Who runs it: the Worker's own thread calls run(); a PolledWorker
+// (worker/attach.h) leaves it to its owner, who calls poll_st() on one
+// thread beside other nodes (the PMD tests, ps-demo, ps_bench).
 //
-// Memory: the request queue, the trackers (pull_tracker.h), and per tensor
-// one push slot; the pending pull and push lists are reserved for 8 entries
-// per tensor at start and fail requests beyond that with a clear message
-// (never grown on the datapath). Control messages (declare, barrier) are
-// encoded and buffered on this thread: control path, allocates.
+// Threads: poll_st()/run() and everything else here belong to the thread
+// that runs the net core. The trainer side (worker.cpp) only enqueues
+// Requests. The TensorTable is frozen before the net core sees a kStart and
+// is not shut down before the kStop has been taken.
+//
+// Memory: the request queue, the trackers (pull_tracker.h), the endpoint
+// (transport/endpoint.h), and per tensor one push slot; the pending pull and
+// push lists are reserved for 8 entries per tensor at start and fail
+// requests beyond that with a clear message (never grown on the datapath).
+// Control messages (declare, barrier) are encoded and buffered on this
+// thread: control path, allocates. Per aggregated chunk received: one
+// virtual call and PullTracker::deliver_st().
+//
+// Files: net_core.cpp (the pass, requests, start, slow work, counters),
+// net_core_transfer.cpp (push, pull, barrier, received chunks),
+// net_core_control.cpp (control messages in and out).
 #pragma once
 
 #include <atomic>
@@ -27,6 +40,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,7 +54,6 @@
 #include "worker/pull_tracker.h"
 #include "worker/request_queue.h"
 #include "worker/tensor_table.h"
-#include "worker/worker_node.h"
 
 namespace mercury::worker {
 
@@ -73,7 +86,7 @@ struct Request {
   enum class Kind : uint8_t { kStart, kPush, kPull, kPushPull, kBarrier, kStop };
   Kind kind = Kind::kStop;
   TensorId tensor = 0;
-  uint32_t iteration = 0;   ///< kPush, kPushPull: the gradient's iteration
+  uint32_t iteration = 0;   ///< kPush, kPushPull: the version the gradient was computed from
   uint32_t version = 0;     ///< kPull, kPushPull: the version wanted
   uint64_t generation = 0;  ///< kBarrier
   const float* grad = nullptr;
@@ -86,8 +99,8 @@ struct Request {
 /// Worker::stats() (relaxed atomics), and the full text of the failure that
 /// broke the worker (a Handle holds at most kMaxErrorBytes of it).
 struct PublishedStats {
-  std::atomic<uint64_t> pushes{0}, pulls{0}, partitions_pushed{0}, chunks_received{0},
-      bytes_placed{0}, versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0};
+  std::atomic<uint64_t> pushes{0}, pulls{0}, bytes_pushed{0}, chunks_received{0}, bytes_placed{0},
+      versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0};
   /// Written once by the net core (control path), before it fails the
   /// handles; read by the trainer after a handle failed.
   void set_failure(const std::string& why) {
@@ -104,25 +117,39 @@ struct PublishedStats {
   std::string failure;
 };
 
-class NetCore final : public transport::MessageReceiver {
+// PacketReceiver first: the per-packet call needs no this-adjusting thunk.
+class NetCore final : public transport::PacketReceiver, public transport::MessageReceiver {
  public:
   static constexpr uint32_t kRequestBurst = 64;
   static constexpr uint32_t kSlowEvery = 256;
 
-  /// Control path, on the net core thread. `iface` must be polled by no
-  /// other thread; `table`, `queue` and `stats` outlive the core.
+  /// Control path, on the thread that will run the net core. `iface` must
+  /// be polled by no other thread; `table`, `queue` and `stats` outlive the
+  /// core.
   NetCore(const TensorTable& table, const NetCoreConfig& config, net::Interface& iface,
           RequestQueue<Request>& queue, Doorbell& doorbell, PublishedStats& stats);
   ~NetCore();
 
-  /// Runs the loop until a kStop request; everything still pending is then
-  /// failed, the stop request completed, and run() returns.
+  /// One pass (see the file comment) at TSC `now`; returns the work done
+  /// (requests, packets, pushes queued, pulls completed: 0 = idle). After
+  /// the kStop request has been taken (everything pending failed, the stop
+  /// request completed) it does nothing and stopped_st() is true.
+  uint32_t poll_st(transport::Tick now);
+  /// poll_st() until the kStop request, with the idle back-off.
   void run();
+  [[nodiscard]] bool stopped_st() const { return stopped_; }
+  /// The endpoint towards the servers once started (null before): for the
+  /// poller's diagnostics, on the net core's thread.
+  [[nodiscard]] const transport::Endpoint* endpoint_st() const { return endpoint_.get(); }
 
   // transport::MessageReceiver: the servers' control messages.
   std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override;
   void on_message_complete(uint16_t peer, const wire::HeaderFields& h, std::byte* buffer) override;
   void on_message_abandoned(uint16_t peer, uint32_t msg_id, std::byte* buffer) override;
+  // transport::PacketReceiver: the aggregated chunks (kAggData slices),
+  // copied into the trainer's buffers (the endpoint frees the mbuf).
+  bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
+                 rte_mbuf* mbuf) override;
 
  private:
   enum class Phase : uint8_t { kIdle, kDeclaring, kInitialising, kRunning, kFailed };
@@ -147,6 +174,8 @@ class NetCore final : public transport::MessageReceiver {
     Handle handle;
   };
 
+  uint32_t take_requests_st(transport::Tick now);
+  void stop_st(const Handle& stopped);
   void take_st(Request& r, transport::Tick now);
   void start_st(const Handle& h, transport::Tick now);
   void push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,
@@ -155,6 +184,9 @@ class NetCore final : public transport::MessageReceiver {
                std::optional<Handle> push);
   void barrier_st(uint64_t generation, const Handle& h);
   uint32_t send_pushes_st();
+  // Queues the push's partitions from p.next on until the endpoint refuses
+  // one; returns the first not queued (the partition count when all are).
+  uint32_t send_partitions_st(const PendingPush& p);
   uint32_t complete_pulls_st();
   void slow_st(transport::Tick now);
   void on_ready_st(uint16_t server, const agg::ControlMessage& m);
@@ -176,15 +208,19 @@ class NetCore final : public transport::MessageReceiver {
   RequestQueue<Request>& queue_;
   Doorbell& doorbell_;
   PublishedStats& stats_;
-  std::unique_ptr<WorkerNode> node_;
+  std::vector<uint16_t> shard_server_;  // global shard id -> server peer index
+  // Built at start, once the table is frozen. The endpoint is declared last:
+  // destroyed first, before the trackers its receivers write into.
+  std::unique_ptr<PullTracker> pulls_;
   std::unique_ptr<PushTracker> pushes_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
 
   Phase phase_ = Phase::kIdle;
   std::optional<Handle> start_;
   transport::Tick start_deadline_ = 0;
   std::vector<bool> ready_;  // per server
   std::string broken_;       // non-empty: a failure every later request gets
-  bool stopping_ = false;
+  bool stopped_ = false;     // the kStop request was taken
 
   std::vector<PendingPush> push_queue_;           // not (fully) queued in the endpoint yet
   std::vector<std::optional<Handle>> in_flight_;  // per tensor: the push the tracker holds
@@ -202,6 +238,7 @@ class NetCore final : public transport::MessageReceiver {
   uint64_t control_malformed_ = 0;
   uint64_t passes_ = 0;
   uint64_t pushes_taken_ = 0, pulls_taken_ = 0;
+  uint64_t chunks_received_ = 0, bytes_pushed_ = 0;
 };
 
 }  // namespace mercury::worker

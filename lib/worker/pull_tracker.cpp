@@ -49,8 +49,7 @@ PullTracker::PullTracker(const TensorTable& table, const PullTrackerConfig& conf
       keys_[p.key] = {.base = base + p.first_element * agg::kElementBytes,
                       .tensor = id,
                       .first_chunk = p.first_chunk,
-                      .bytes = static_cast<uint32_t>(p.bytes()),
-                      .shard = p.shard};
+                      .bytes = static_cast<uint32_t>(p.bytes())};
     }
     TensorState& t = tensors_[id];
     t.awaited = config.first_version;
@@ -62,13 +61,11 @@ PullTracker::PullTracker(const TensorTable& table, const PullTrackerConfig& conf
   }
   bits_.assign(words, 0);
   arrived_.assign(uint64_t{n} * window_, 0);
-  waiting_.resize(uint64_t{n} * window_);
 }
 
 uint64_t PullTracker::memory_bytes() const {
   return bits_.size() * sizeof(uint64_t) + arrived_.size() * sizeof(uint32_t) +
-         waiting_.size() * sizeof(std::optional<Handle>) + keys_.size() * sizeof(KeyEntry) +
-         tensors_.size() * sizeof(TensorState);
+         keys_.size() * sizeof(KeyEntry) + tensors_.size() * sizeof(TensorState);
 }
 
 ChunkVerdict PullTracker::locate(uint32_t key, uint32_t offset, size_t bytes,
@@ -143,42 +140,17 @@ ChunkVerdict PullTracker::deliver_st(uint32_t key, uint32_t offset, uint32_t ver
 void PullTracker::advance(TensorState& t) {
   while (arrived_[t.first_slot + t.head] == t.chunks) {
     // The version's bytes are all placed: order any non-temporal stores of
-    // deliver_st() before the trainer can learn it (a completion, or a pull
-    // that expect_st() finds done).
+    // deliver_st() before the trainer can learn it (the net core completes
+    // pulls once awaited_st() has moved past their version).
     net::stream_fence();
-    std::optional<Handle>& waiting = waiting_[t.first_slot + t.head];
-    // Clear the slot before completing: a callback may look at the tracker's
-    // state only through the trainer side, but the slot must be reusable for
-    // version awaited + window as soon as the window moves.
+    // The slot is reused for version awaited + window as the window moves.
     std::fill_n(bits_.begin() + static_cast<ptrdiff_t>(t.first_word + uint64_t{t.head} * t.words),
                 t.words, 0);
     arrived_[t.first_slot + t.head] = 0;
     t.head = (t.head + 1) % window_;
     ++t.awaited;
     ++counters_.versions_completed;
-    if (waiting) {
-      const Handle h = *waiting;
-      waiting.reset();
-      h.complete();
-      ++counters_.pulls_completed;
-    }
   }
-}
-
-ExpectResult PullTracker::expect_st(TensorId tensor, uint32_t version, const Handle& pull) {
-  TensorState& t = tensors_[tensor];
-  const auto distance = static_cast<int32_t>(version - t.awaited);
-  if (distance < 0) {
-    pull.complete();
-    ++counters_.pulls_completed;
-    return ExpectResult::kCompleted;
-  }
-  if (static_cast<uint32_t>(distance) >= window_) return ExpectResult::kTooFar;
-  std::optional<Handle>& waiting =
-      waiting_[t.first_slot + slot_of(t, static_cast<uint32_t>(distance))];
-  if (waiting) return ExpectResult::kBusy;
-  waiting = pull;
-  return ExpectResult::kWaiting;
 }
 
 uint32_t PullTracker::arrived_st(TensorId tensor, uint32_t version) const {
@@ -186,42 +158,6 @@ uint32_t PullTracker::arrived_st(TensorId tensor, uint32_t version) const {
   const auto distance = static_cast<int32_t>(version - t.awaited);
   if (distance < 0 || static_cast<uint32_t>(distance) >= window_) return 0;
   return arrived_[t.first_slot + slot_of(t, static_cast<uint32_t>(distance))];
-}
-
-uint32_t PullTracker::fail_tensor(TensorId id, std::string_view message) {
-  // The trainer may reuse the buffer once told: none of deliver_st()'s
-  // non-temporal stores may land after that.
-  net::stream_fence();
-  uint32_t failed = 0;
-  const TensorState& t = tensors_[id];
-  for (uint32_t s = 0; s < window_; ++s) {
-    std::optional<Handle>& waiting = waiting_[t.first_slot + s];
-    if (!waiting) continue;
-    const Handle h = *waiting;
-    waiting.reset();
-    h.fail(message);
-    ++failed;
-  }
-  counters_.pulls_failed += failed;
-  return failed;
-}
-
-uint32_t PullTracker::fail_shard_st(uint32_t shard, std::string_view message) {
-  uint32_t failed = 0;
-  // A tensor's keys are consecutive: fail it once, at its first key on `shard`.
-  uint32_t last = UINT32_MAX;
-  for (const KeyEntry& e : keys_) {
-    if (e.shard != shard || e.tensor == last) continue;
-    last = e.tensor;
-    failed += fail_tensor(e.tensor, message);
-  }
-  return failed;
-}
-
-uint32_t PullTracker::fail_all_st(std::string_view message) {
-  uint32_t failed = 0;
-  for (TensorId id = 0; id < tensors_.size(); ++id) failed += fail_tensor(id, message);
-  return failed;
 }
 
 PushTracker::PushTracker(const TensorTable& table) {

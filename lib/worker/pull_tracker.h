@@ -1,5 +1,6 @@
-// PullTracker and PushTracker: the net core's bookkeeping of pulls and pushes
-// in flight, per tensor, and the Handles they complete.
+// PullTracker and PushTracker: the net core's bookkeeping, per tensor, of the
+// aggregated chunks arriving (which versions are in) and of the pushes in
+// flight (whose Handles they complete).
 //
 // What it is for. The server sends each aggregated chunk on its own, as soon
 // as it is updated (docs/agg.md): one packet = one chunk, named on the wire by
@@ -16,11 +17,10 @@
 //    to TensorTable::declare) unless a newer version of the same chunk is
 //    already there;
 //  * and when every chunk of every partition of the tensor at the awaited
-//    version is in, completes the Handle waiting for that version (if any)
-//    and moves the window on.
+//    version is in, moves the window on: awaited_st() then says the version
+//    is complete, which is how the net core completes pulls (net_core.h).
 // Chunks may arrive before anyone pulls (the server fans every update out to
-// every worker): they are recorded all the same, and a later pull of a
-// version that is already complete completes at once. Versions start at
+// every worker): they are recorded all the same. Versions start at
 // PullTrackerConfig::first_version (0: rank 0's initial parameters).
 //
 // PushTracker counts the partitions of a push that the transport has
@@ -29,20 +29,21 @@
 //
 // Threads. Both trackers belong to the net core: every *_st method must be
 // called from that one thread; they copy what they need from the table at
-// construction and never call into it afterwards (trainer threads reach it through the net
-// core's request queue, carrying the Handle they already returned to the
-// trainer). The table must be frozen, must outlive the trackers, and the
-// trainer's buffers must stay valid while a pull can land in them.
+// construction and never call into it afterwards (trainer threads reach the
+// net core through its request queue, carrying the Handle they already
+// returned to the trainer). The table must be frozen, must outlive the
+// trackers, and the trainer's buffers must stay valid while a chunk can land
+// in them.
 //
 // Costs. Construction (control path) allocates everything and may throw.
 // After that no method allocates, locks, logs or throws: deliver_st() is a
 // few array lookups, one bit test and set, a memcpy of the payload, the
 // window - 1 bit tests of the newer versions, and, when it completes a
-// version, clearing that version's bitmap (chunks / 64 words) and completing
-// the Handle (its callbacks run here). Memory, bounded by the table and the
-// configuration, never by traffic: window x ceil(chunks / 64) x 8 B of
-// bitmaps per tensor, window x (4 B count + 24 B optional Handle) + 32 B per tensor, 24 B per
-// partition. ResNet-50 at MTU 1500 with window 2: about 20 KB of bitmaps.
+// version, a store fence and clearing that version's bitmap (chunks / 64
+// words). Memory, bounded by the table and the configuration, never by
+// traffic: window x ceil(chunks / 64) x 8 B of bitmaps per tensor, window x
+// 4 B of counts + 32 B per tensor, 24 B per partition. ResNet-50 at MTU 1500
+// with window 2: about 20 KB of bitmaps.
 #pragma once
 
 #include <array>
@@ -73,19 +74,10 @@ enum class ChunkVerdict : uint8_t {
 inline constexpr size_t kChunkVerdictCount = static_cast<size_t>(ChunkVerdict::kBadLength) + 1;
 std::string_view chunk_verdict_name(ChunkVerdict v);
 
-/// What expect_st() did with a pull's Handle.
-enum class ExpectResult : uint8_t {
-  kWaiting,    ///< stored; completes when the version is in
-  kCompleted,  ///< the version was already complete: completed now
-  kBusy,       ///< another handle already waits for this (tensor, version); not touched
-  kTooFar,     ///< version is past the window; not touched
-};
-
 struct PullTrackerConfig {
-  /// Versions of one tensor that can be outstanding at once (being received
-  /// or awaited), 1..64. BSP needs 1 (a worker cannot receive version v + 1
-  /// before it has pushed the gradient computed from version v); 2 leaves
-  /// room for a pull registered one version ahead.
+  /// Versions of one tensor that can be received at once, 1..64. BSP needs
+  /// 1 (a worker cannot receive version v + 1 before it has pushed the
+  /// gradient computed from version v); 2 leaves room for one more.
   uint32_t window = 2;
   /// The first version awaited: 0, rank 0's initial parameters.
   uint32_t first_version = 0;
@@ -96,8 +88,6 @@ struct PullCounters {
   /// Bad chunks reported by destination_st(), by verdict (only the three geometry ones).
   std::array<uint64_t, kChunkVerdictCount> destination_refused{};
   uint64_t versions_completed = 0;  ///< (tensor, version) pairs fully received
-  uint64_t pulls_completed = 0;     ///< handles completed (ok)
-  uint64_t pulls_failed = 0;        ///< handles failed (fail_*_st)
   uint64_t bytes_placed = 0;
   [[nodiscard]] uint64_t count(ChunkVerdict v) const { return verdicts[static_cast<size_t>(v)]; }
 };
@@ -121,23 +111,13 @@ class PullTracker {
   ChunkVerdict deliver_st(uint32_t key, uint32_t offset, uint32_t version,
                           std::span<const std::byte> payload);
 
-  /// Registers `pull`, to be completed when `version` of `tensor` is fully
-  /// in. `tensor` must be a valid id (the trainer side checked it).
-  ExpectResult expect_st(TensorId tensor, uint32_t version, const Handle& pull);
-
-  /// Fails every waiting pull of a tensor with a partition on `shard` (the
-  /// server that owns it stopped answering); `message` should name it.
-  /// Returns the number of handles failed.
-  uint32_t fail_shard_st(uint32_t shard, std::string_view message);
-  /// Fails every waiting pull (shutdown, transport reset).
-  uint32_t fail_all_st(std::string_view message);
-
-  /// The oldest version of `tensor` not yet complete.
+  /// The oldest version of `tensor` not yet complete: every version before
+  /// it is in the trainer's buffer (the fence is done).
   [[nodiscard]] uint32_t awaited_st(TensorId tensor) const { return tensors_[tensor].awaited; }
   /// Chunks of `version` of `tensor` recorded so far (0 outside the window).
   [[nodiscard]] uint32_t arrived_st(TensorId tensor, uint32_t version) const;
   [[nodiscard]] const PullCounters& counters_st() const { return counters_; }
-  /// Bytes of bitmaps, counts and handle slots allocated at construction.
+  /// Bytes of bitmaps, counts and geometry allocated at construction.
   [[nodiscard]] uint64_t memory_bytes() const;
 
  private:
@@ -146,7 +126,6 @@ class PullTracker {
     uint32_t tensor = 0;
     uint32_t first_chunk = 0;  // the partition's first chunk among the tensor's
     uint32_t bytes = 0;        // partition bytes
-    uint32_t shard = 0;        // owner, for fail_shard_st()
   };
   struct TensorState {
     uint32_t awaited = 0;     // oldest incomplete version
@@ -154,7 +133,7 @@ class PullTracker {
     uint32_t chunks = 0;      // to receive per version
     uint32_t words = 0;       // bitmap words per slot
     uint64_t first_word = 0;  // into bits_: slot s at first_word + s x words
-    uint32_t first_slot = 0;  // into arrived_ / waiting_: window entries
+    uint32_t first_slot = 0;  // into arrived_: window entries
     uint32_t pad = 0;
   };
   ChunkVerdict locate(uint32_t key, uint32_t offset, size_t bytes, const KeyEntry*& entry) const;
@@ -163,15 +142,13 @@ class PullTracker {
   }
   bool test(const TensorState& t, uint32_t slot, uint32_t chunk) const;
   void advance(TensorState& t);
-  uint32_t fail_tensor(TensorId id, std::string_view message);
 
   uint32_t window_;
   uint32_t chunk_bytes_;
   std::vector<KeyEntry> keys_;
   std::vector<TensorState> tensors_;
   std::vector<uint64_t> bits_;
-  std::vector<uint32_t> arrived_;               // tensors x window
-  std::vector<std::optional<Handle>> waiting_;  // tensors x window
+  std::vector<uint32_t> arrived_;  // tensors x window
   PullCounters counters_;
 };
 

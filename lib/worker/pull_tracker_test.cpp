@@ -91,9 +91,10 @@ std::vector<agg::TensorDecl> resnet50() { return agg::parse_model_shapes(read_mo
 
 // The whole receive path over the real ResNet-50 shapes: two shards, MTU
 // 1500; every chunk of a version in a random order, with duplicates and
-// stale chunks mixed in. Each tensor's pull completes exactly when its last
-// chunk lands, and the buffers then hold the bytes fed, never a stale one.
-TEST(PullTrackerResnet50, EveryPullCompletesExactlyWhenItsLastChunkLands) {
+// stale chunks mixed in. Each tensor's version completes (awaited_st moves
+// on) exactly when its last chunk lands, and the buffers then hold the bytes
+// fed, never a stale one.
+TEST(PullTrackerResnet50, EveryVersionCompletesExactlyWhenItsLastChunkLands) {
   Model m(resnet50(), 2, kChunkBytes1500);
   ASSERT_EQ(m.table.tensors(), 161u);
   PullTracker tracker(m.table, {.window = 2, .first_version = 7});
@@ -103,14 +104,6 @@ TEST(PullTrackerResnet50, EveryPullCompletesExactlyWhenItsLastChunkLands) {
   uint64_t total_stales = 0;
 
   for (uint32_t version = 7; version < 9; ++version) {
-    std::vector<Handle> pulls(m.table.tensors());
-    // Version 7: every pull is registered before any chunk arrives. Version
-    // 8: only the even tensors' pulls are; the odd ones pull afterwards.
-    for (TensorId id = 0; id < m.table.tensors(); ++id) {
-      if (version == 7 || id % 2 == 0) {
-        EXPECT_EQ(tracker.expect_st(id, version, pulls[id]), ExpectResult::kWaiting);
-      }
-    }
     std::vector<Chunk> feed = m.all_chunks(version);
     const size_t distinct = feed.size();
     // 5% duplicates, and stale chunks of the previous version (carrying
@@ -152,23 +145,15 @@ TEST(PullTrackerResnet50, EveryPullCompletesExactlyWhenItsLastChunkLands) {
         ++seen_chunks[c.tensor];
       }
       const bool complete = seen_chunks[c.tensor] == t.chunks;
-      // The version moves on exactly at the last distinct chunk.
-      ASSERT_EQ(tracker.awaited_st(c.tensor), complete ? version + 1 : version);
-      if (version == 7 || c.tensor % 2 == 0) {
-        ASSERT_EQ(pulls[c.tensor].ready(), complete) << t.name;
-        if (complete && !complete_before) {
-          ASSERT_TRUE(pulls[c.tensor].ok());
-          ASSERT_TRUE(m.holds(c.tensor, version)) << t.name;
-        }
+      // The version moves on exactly at the last distinct chunk, with the
+      // tensor's bytes all in place.
+      ASSERT_EQ(tracker.awaited_st(c.tensor), complete ? version + 1 : version) << t.name;
+      if (complete && !complete_before) {
+        ASSERT_TRUE(m.holds(c.tensor, version)) << t.name;
       }
     }
-    // The late pulls of version 8 complete at once: the version is in.
     for (TensorId id = 0; id < m.table.tensors(); ++id) {
-      if (version == 8 && id % 2 == 1) {
-        EXPECT_EQ(tracker.expect_st(id, version, pulls[id]), ExpectResult::kCompleted);
-      }
-      EXPECT_TRUE(pulls[id].ok());
-      EXPECT_EQ(pulls[id].extra_completions(), 0u);
+      EXPECT_EQ(tracker.awaited_st(id), version + 1);
       EXPECT_TRUE(m.holds(id, version)) << m.table.tensor(id).name;
     }
     EXPECT_GT(duplicates, 0u);
@@ -185,7 +170,6 @@ TEST(PullTrackerResnet50, EveryPullCompletesExactlyWhenItsLastChunkLands) {
   EXPECT_EQ(c.bytes_placed,
             2 * m.table.placement().shard_bytes(0) + 2 * m.table.placement().shard_bytes(1));
   EXPECT_EQ(c.versions_completed, 2u * 161);
-  EXPECT_EQ(c.pulls_completed, 2u * 161);
   // Memory is fixed at construction, whatever the traffic.
   EXPECT_EQ(tracker.memory_bytes(), memory);
 }
@@ -259,80 +243,43 @@ TEST_F(PullTrackerSmall, VersionsPastTheWindowAreTooNew) {
 
 TEST_F(PullTrackerSmall, AnOlderVersionNeverOverwritesANewerOne) {
   PullTracker tracker(table, {.window = 2});
-  Handle v0;
-  ASSERT_EQ(tracker.expect_st(1, 0, v0), ExpectResult::kWaiting);
   const Chunk newer = chunk(1, 0, 0, 1);
   const Chunk older = chunk(1, 0, 0, 0);
   EXPECT_EQ(tracker.deliver_st(newer.key, newer.offset, 1, newer.payload), ChunkVerdict::kPlaced);
+  EXPECT_EQ(tracker.awaited_st(1), 0u);
   EXPECT_EQ(tracker.deliver_st(older.key, older.offset, 0, older.payload), ChunkVerdict::kOutrun);
-  // b is one chunk: version 0 is complete (recorded), its bytes are version 1's.
-  EXPECT_TRUE(v0.ok());
+  // b is one chunk: version 0 is complete (recorded), its bytes are version
+  // 1's, and version 1 completed with it, since its only chunk was in.
   EXPECT_EQ(b[3], value_of(newer.key, 3, 1));
-  // ... and version 1 completed with it, since its only chunk was in.
   EXPECT_EQ(tracker.awaited_st(1), 2u);
+  EXPECT_EQ(tracker.counters_st().versions_completed, 2u);
 }
 
-TEST_F(PullTrackerSmall, ExpectResults) {
+TEST_F(PullTrackerSmall, VersionsBeforeTheFirstAreStale) {
   PullTracker tracker(table, {.window = 2, .first_version = 5});
-  Handle h;
-  EXPECT_EQ(tracker.expect_st(0, 7, h), ExpectResult::kTooFar);
-  EXPECT_FALSE(h.ready());
-  EXPECT_EQ(tracker.expect_st(0, 6, h), ExpectResult::kWaiting);
-  Handle other;
-  EXPECT_EQ(tracker.expect_st(0, 6, other), ExpectResult::kBusy);
-  EXPECT_FALSE(other.ready());
-  Handle old;
-  EXPECT_EQ(tracker.expect_st(0, 4, old), ExpectResult::kCompleted);
-  EXPECT_TRUE(old.ok());
+  EXPECT_EQ(tracker.awaited_st(0), 5u);
+  const Chunk old = chunk(1, 0, 0, 4);
+  EXPECT_EQ(tracker.deliver_st(old.key, old.offset, old.version, old.payload),
+            ChunkVerdict::kStale);
+  EXPECT_EQ(b, std::vector<float>(10, 0.0f));
+  const Chunk next = chunk(1, 0, 0, 6);
+  EXPECT_EQ(tracker.deliver_st(next.key, next.offset, next.version, next.payload),
+            ChunkVerdict::kPlaced);
+  EXPECT_EQ(tracker.arrived_st(1, 6), 1u);
+  EXPECT_EQ(tracker.awaited_st(1), 5u);  // version 5 is still awaited
 }
 
 TEST_F(PullTrackerSmall, WindowOfOneCompletesVersionsInTurn) {
   PullTracker tracker(table, {.window = 1});
   for (uint32_t version = 0; version < 3; ++version) {
-    Handle h;
-    ASSERT_EQ(tracker.expect_st(1, version, h), ExpectResult::kWaiting);
     const Chunk c = chunk(1, 0, 0, version);
     EXPECT_EQ(tracker.deliver_st(c.key, c.offset, version, c.payload), ChunkVerdict::kPlaced);
-    EXPECT_TRUE(h.ok());
+    EXPECT_EQ(tracker.awaited_st(1), version + 1);
     EXPECT_EQ(b[9], value_of(c.key, 9, version));
+    const Chunk ahead = chunk(1, 0, 0, version + 2);
+    EXPECT_EQ(tracker.deliver_st(ahead.key, ahead.offset, ahead.version, ahead.payload),
+              ChunkVerdict::kTooNew);
   }
-}
-
-TEST_F(PullTrackerSmall, CallbackRunsOnCompletionWithTheBytesInPlace) {
-  PullTracker tracker(table);
-  Handle h;
-  float seen = 0;
-  h.on_complete([&](const Handle& done) {
-    EXPECT_TRUE(done.ok());
-    seen = b[9];
-  });
-  tracker.expect_st(1, 0, h);
-  const Chunk c = chunk(1, 0, 0, 0);
-  tracker.deliver_st(c.key, c.offset, 0, c.payload);
-  EXPECT_EQ(seen, value_of(c.key, 9, 0));
-}
-
-TEST_F(PullTrackerSmall, FailShardFailsOnlyTheTensorsItOwns) {
-  PullTracker tracker(table);
-  Handle ha, hb;
-  tracker.expect_st(0, 0, ha);
-  tracker.expect_st(1, 0, hb);
-  // a is split over both shards; b lives on one.
-  const uint32_t b_shard = part(1, 0).shard;
-  bool a_on_other = false;
-  for (const PartitionGeometry& p : table.partitions(0)) a_on_other |= p.shard != b_shard;
-  ASSERT_TRUE(a_on_other);
-  const uint32_t other = 1 - b_shard;
-  EXPECT_EQ(tracker.fail_shard_st(other, "server s1 did not answer for 5000 ms"), 1u);
-  EXPECT_FALSE(ha.ok());
-  EXPECT_EQ(ha.error(), "server s1 did not answer for 5000 ms");
-  EXPECT_FALSE(hb.ready());
-  EXPECT_EQ(tracker.fail_all_st("worker shut down"), 1u);
-  EXPECT_EQ(hb.error(), "worker shut down");
-  EXPECT_EQ(tracker.counters_st().pulls_failed, 2u);
-  // The slot is free again: a new pull of the version can wait.
-  Handle again;
-  EXPECT_EQ(tracker.expect_st(0, 0, again), ExpectResult::kWaiting);
 }
 
 TEST_F(PullTrackerSmall, TrackerNeedsAFrozenTableAndASaneWindow) {
@@ -349,17 +296,15 @@ TEST_F(PullTrackerSmall, TrackersKeepWorkingAfterTheTrainerShutsDown) {
   // The net core drains after shutdown; it must never throw.
   PullTracker pulls(table);
   PushTracker pushes(table);
-  Handle p, q;
-  pulls.expect_st(1, 0, p);
+  Handle q;
   pushes.start_st(1, q);
   const uint32_t key = part(1, 0).key;
   const Chunk c = chunk(1, 0, 0, 0);
   table.shutdown();
   EXPECT_EQ(pulls.deliver_st(c.key, c.offset, 0, c.payload), ChunkVerdict::kPlaced);
-  EXPECT_TRUE(p.ok());
+  EXPECT_EQ(pulls.awaited_st(1), 1u);
   pushes.settled_st(key, true);
   EXPECT_TRUE(q.ok());
-  EXPECT_EQ(pulls.fail_all_st("x"), 0u);
 }
 
 TEST_F(PullTrackerSmall, PushCompletesWhenEveryPartitionIsSettled) {

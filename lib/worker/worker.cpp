@@ -29,20 +29,23 @@ struct Worker::Impl {
   std::vector<std::string> eal_argv;     // owns_eal
   std::optional<config::JobConfig> job;  // ports opened from the job file
   std::string node;
-  net::Interface* iface = nullptr;  // attach_worker(): the caller's port
+  net::Interface* iface = nullptr;  // attach_worker(), PolledWorker: the caller's port
 
   TensorTable table;
   RequestQueue<Request> queue;
   Doorbell doorbell;
   PublishedStats stats;
   std::thread thread;
+  // PolledWorker: the net core, run by the owner's thread (no thread here);
+  // destroyed by shutdown(), which runs it until it has taken the stop.
+  std::unique_ptr<NetCore> polled;
+  bool owner_polls = false;
 
   // ---- trainer side ----
   std::unique_ptr<std::atomic<uint32_t>[]> iterations;  // per tensor: pushes so far
-  std::mutex start_mutex;                               // start() against itself
-  std::atomic<bool> started{false};
-  std::atomic<bool> failed{false};
-  std::string failure;  // written before failed's release store
+  mutable std::mutex start_mutex;                       // start_async() against itself
+  std::optional<Handle> start;                          // set once, under start_mutex
+  std::atomic<bool> started{false};                     // a caller saw `start` ok
   std::atomic<bool> shut_down{false};
   std::atomic<uint32_t> callers{0};  // threads between their shut-down check and enqueue
   std::atomic<bool> down{false};     // the net core has stopped and been joined
@@ -66,6 +69,24 @@ struct Worker::Impl {
     while (!queue.try_push_mp(r)) std::this_thread::yield();  // full: the net core drains it
     doorbell.ring();
     callers.fetch_sub(1, std::memory_order_release);
+  }
+
+  // The net core of a PolledWorker runs only when its owner polls it, so a
+  // blocking call there would never return: UsageError instead.
+  void check_may_block(const char* call) const {
+    if (owner_polls) {
+      throw UsageError(std::string(call) +
+                       ": this worker's net core is polled by its owner (PolledWorker), so " +
+                       call + "() cannot wait; use " + call +
+                       "_async() and poll until the handle is ready");
+    }
+  }
+
+  // The whole text of why `h` failed: the net core publishes it beside the
+  // handle, which holds kMaxErrorBytes of it.
+  std::string failure(const Handle& h) const {
+    const std::string full = stats.get_failure();
+    return full.empty() ? std::string(h.error()) : full;
   }
 
   void ensure_started(Worker& w) {
@@ -197,6 +218,32 @@ Worker attach_worker(net::Interface& iface, const NetCoreConfig& config) {
   return Worker(std::move(impl));
 }
 
+namespace {
+
+// A PolledWorker's Impl: the net core built here, on the owner's thread.
+std::unique_ptr<Worker::Impl> polled_impl(net::Interface& iface, const NetCoreConfig& config,
+                                          Worker::Impl*& out) {
+  auto impl = std::make_unique<Worker::Impl>(config);
+  impl->iface = &iface;
+  impl->owner_polls = true;
+  impl->core.endpoint.transport.tsc_hz = rte_get_tsc_hz();
+  impl->polled = std::make_unique<NetCore>(impl->table, impl->core, iface, impl->queue,
+                                           impl->doorbell, impl->stats);
+  out = impl.get();
+  return impl;
+}
+
+}  // namespace
+
+PolledWorker::PolledWorker(net::Interface& iface, const NetCoreConfig& config)
+    : worker_(polled_impl(iface, config, impl_)) {}
+
+uint32_t PolledWorker::poll_st(transport::Tick now) {
+  return impl_->polled ? impl_->polled->poll_st(now) : 0;
+}
+
+NetCore* PolledWorker::net_core() { return impl_->polled.get(); }
+
 Worker::~Worker() {
   if (!impl_) return;
   try {
@@ -231,13 +278,11 @@ Key Worker::declare(std::string_view name, std::span<float> params, int priority
   return i.table.declare(name, params, priority);
 }
 
-void Worker::start() {
+Handle Worker::start_async() {
   Impl& i = *impl_;
   i.check_live("start");
-  if (i.started.load(std::memory_order_acquire)) return;
   std::lock_guard lock(i.start_mutex);
-  if (i.started.load(std::memory_order_acquire)) return;
-  if (i.failed.load(std::memory_order_acquire)) throw WorkerError(i.failure);
+  if (i.start) return *i.start;
   if (i.table.size() == 0) {
     throw UsageError("start: no tensor has been declared; declare every tensor first");
   }
@@ -246,12 +291,17 @@ void Worker::start() {
   Handle h;
   Request r{Request::Kind::kStart, 0, 0, 0, 0, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "start");
-  if (!h.wait()) {
-    i.failure = i.stats.get_failure();
-    if (i.failure.empty()) i.failure = std::string(h.error());
-    i.failed.store(true, std::memory_order_release);
-    throw WorkerError(i.failure);
-  }
+  i.start = h;
+  return h;
+}
+
+void Worker::start() {
+  Impl& i = *impl_;
+  i.check_live("start");
+  if (i.started.load(std::memory_order_acquire)) return;
+  const Handle h = start_async();
+  if (!h.ready()) i.check_may_block("start");
+  if (!h.wait()) throw WorkerError(i.failure(h));
   i.started.store(true, std::memory_order_release);
 }
 
@@ -293,7 +343,7 @@ Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> 
   return h;
 }
 
-void Worker::barrier() {
+Handle Worker::barrier_async() {
   Impl& i = *impl_;
   i.check_live("barrier");
   i.ensure_started(*this);
@@ -301,10 +351,15 @@ void Worker::barrier() {
   const uint64_t generation = i.barrier_generation.fetch_add(1, std::memory_order_relaxed);
   Request r{Request::Kind::kBarrier, 0, 0, 0, generation, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "barrier");
-  if (!h.wait()) {
-    const std::string full = i.stats.get_failure();
-    throw WorkerError("barrier: " + (full.empty() ? std::string(h.error()) : full));
-  }
+  return h;
+}
+
+void Worker::barrier() {
+  Impl& i = *impl_;
+  i.check_live("barrier");
+  i.check_may_block("barrier");
+  const Handle h = barrier_async();
+  if (!h.wait()) throw WorkerError("barrier: " + i.failure(h));
 }
 
 void Worker::shutdown() {
@@ -319,8 +374,14 @@ void Worker::shutdown() {
   Request r{Request::Kind::kStop, 0, 0, 0, 0, nullptr, nullptr, stopped, std::nullopt};
   while (!i.queue.try_push_mp(r)) std::this_thread::yield();
   i.doorbell.ring();
-  stopped.wait();
-  i.thread.join();
+  if (i.polled) {
+    // The owner's thread runs the net core until it has taken the stop.
+    while (!stopped.ready()) i.polled->poll_st(rte_rdtsc());
+    i.polled.reset();
+  } else {
+    stopped.wait();
+    i.thread.join();
+  }
   i.table.shutdown();
   i.down.store(true, std::memory_order_release);
   i.down.notify_all();
@@ -339,14 +400,19 @@ Key Worker::key(std::string_view name) const {
 uint32_t Worker::rank() const { return impl_->core.rank; }
 uint32_t Worker::workers() const { return impl_->core.workers; }
 uint32_t Worker::tensors() const { return impl_->table.size(); }
-bool Worker::started() const { return impl_->started.load(std::memory_order_acquire); }
+bool Worker::started() const {
+  const Impl& i = *impl_;
+  if (i.started.load(std::memory_order_acquire)) return true;
+  std::lock_guard lock(i.start_mutex);
+  return i.start && i.start->ok();
+}
 
 WorkerStats Worker::stats() const {
   const PublishedStats& s = impl_->stats;
   WorkerStats w;
   w.pushes = s.pushes.load(std::memory_order_relaxed);
   w.pulls = s.pulls.load(std::memory_order_relaxed);
-  w.partitions_pushed = s.partitions_pushed.load(std::memory_order_relaxed);
+  w.bytes_pushed = s.bytes_pushed.load(std::memory_order_relaxed);
   w.chunks_received = s.chunks_received.load(std::memory_order_relaxed);
   w.bytes_placed = s.bytes_placed.load(std::memory_order_relaxed);
   w.versions_completed = s.versions_completed.load(std::memory_order_relaxed);

@@ -143,6 +143,12 @@ int mercury_worker_start(mercury_worker* w) {
   return guarded([&] { w->worker.start(); });
 }
 
+int mercury_worker_start_async(mercury_worker* w, mercury_handle** handle_out) {
+  if (w == nullptr) return null_argument("mercury_worker_start_async", "worker");
+  if (handle_out == nullptr) return null_argument("mercury_worker_start_async", "handle_out");
+  return guarded([&] { wrap(w->worker.start_async(), handle_out); });
+}
+
 int mercury_worker_push(mercury_worker* w, uint32_t key, const float* grad, size_t elements,
                         mercury_handle** out) {
   if (w == nullptr) return null_argument("mercury_worker_push", "worker");
@@ -174,6 +180,12 @@ int mercury_worker_push_pull(mercury_worker* w, uint32_t key, const float* grad,
 int mercury_worker_barrier(mercury_worker* w) {
   if (w == nullptr) return null_argument("mercury_worker_barrier", "worker");
   return guarded([&] { w->worker.barrier(); });
+}
+
+int mercury_worker_barrier_async(mercury_worker* w, mercury_handle** handle_out) {
+  if (w == nullptr) return null_argument("mercury_worker_barrier_async", "worker");
+  if (handle_out == nullptr) return null_argument("mercury_worker_barrier_async", "handle_out");
+  return guarded([&] { wrap(w->worker.barrier_async(), handle_out); });
 }
 
 int mercury_worker_shutdown(mercury_worker* w) {

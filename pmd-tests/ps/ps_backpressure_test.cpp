@@ -8,7 +8,8 @@
 // nor anything sent. Now the fast worker's packets beyond the limit are
 // refused unacknowledged and resent, every round completes bit for bit, and
 // the aggregation path never owns more than the limit while only one worker
-// pushes. Inline shards and shard cores (lcores 1 and 2).
+// pushes. The workers are the library's (ps_job.h); inline shards and shard
+// cores (lcores 1 and 2).
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 #include <rte_eth_ring.h>
@@ -163,15 +164,16 @@ class AheadJob {
     sc.endpoint = pstest::endpoint_config(3, 0);
     sc.shard_lcores = std::move(shard_lcores);
     sc.shard_core = {.ring_entries = 1 << 15};
-    const uint64_t now = rte_rdtsc();
     server_ = std::make_unique<server::ServerNode>(std::vector<net::Interface*>{&hub_.server()}, jw,
-                                                   sc, now);
+                                                   sc, rte_rdtsc());
     for (uint32_t w = 0; w < workers; ++w) {
-      workers_.push_back(
-          std::make_unique<TestWorker>(w, decls_, 2, chunk_, hub_.worker(w),
-                                       PeerSpec{"ps", CopyingHub::server_ip(), 47100}, now));
+      const worker::NetCoreConfig c =
+          pstest::worker_config(w, workers, {{{"ps", CopyingHub::server_ip(), 47100}, 2}}, chunk_,
+                                static_cast<uint16_t>(5 + w));
+      workers_.push_back(std::make_unique<TestWorker>(decls_, hub_.worker(w), c));
     }
   }
+  ~AheadJob() { workers_.clear(); }  // before the server and the hub
 
   server::ServerNode& server() { return *server_; }
   CopyingHub& hub() { return hub_; }
@@ -199,21 +201,18 @@ class AheadJob {
       const uint64_t now = rte_rdtsc();
       server_->poll_st(now);
       hub_.forward();
-      for (auto& w : workers_) w->node().poll_st(now);
+      for (auto& w : workers_) w->polled().poll_st(now);
       if (only_w0)
         most_owned_alone_ = std::max(most_owned_alone_, server_->aggregation_mbufs_st(0));
       if (done()) return true;
       if (now > deadline) return false;
     }
   }
+  static bool all_ready(const std::vector<worker::Handle>& hs) {
+    return std::all_of(hs.begin(), hs.end(), [](const worker::Handle& h) { return h.ready(); });
+  }
 
   void start() {
-    for (auto& w : workers_) w->declare();
-    ASSERT_TRUE(poll_until([&] {
-      return std::all_of(workers_.begin(), workers_.end(),
-                         [](auto& w) { return !w->control().empty(); });
-    }));
-    for (auto& w : workers_) ASSERT_EQ(w->control().back().kind, agg::ControlKind::kReady);
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     reference_.resize(decls_.size());
@@ -221,16 +220,17 @@ class AheadJob {
       for (float& p : workers_[0]->params()[t]) p = dist(rng);
       reference_[t] = workers_[0]->params()[t];
     }
-    workers_[0]->push_all(wire::PacketType::kInit, 0);
-    ASSERT_TRUE(poll_until([&] {
-      return std::all_of(workers_.begin(), workers_.end(),
-                         [](auto& w) { return w->has_version(0); });
-    }));
+    std::vector<worker::Handle> started;
+    for (auto& w : workers_) started.push_back(w->start());
+    ASSERT_TRUE(poll_until([&] { return all_ready(started); }));
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      ASSERT_TRUE(started[w].ok()) << workers_[w]->failure();
+    }
   }
 
-  // Round r: worker 0 pushes the whole round and runs until the server
-  // refuses its packets; only then does worker 1 push. Returns "" or what
-  // went wrong.
+  // Round r: worker 0 push_pulls the whole round and runs until the server
+  // refuses its packets; only then do the others. Returns "" or what went
+  // wrong.
   std::string round(uint32_t r, std::mt19937& rng) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     const float inv_n = 1.0f / static_cast<float>(workers_.size());
@@ -245,19 +245,22 @@ class AheadJob {
       }
     }
     const uint64_t refused_before = backpressure();
-    workers_[0]->push_all(wire::PacketType::kData, r);
+    std::vector<worker::Handle> pending = workers_[0]->push_pull_all();
     if (!poll_until([&] { return backpressure() > refused_before; }, true)) {
       return "round " + std::to_string(r) + ": worker 0 alone was never refused";
     }
-    for (size_t k = 1; k < workers_.size(); ++k) workers_[k]->push_all(wire::PacketType::kData, r);
-    if (!poll_until([&] {
-          return std::all_of(workers_.begin(), workers_.end(),
-                             [&](auto& w) { return w->has_version(r + 1); });
-        })) {
+    for (size_t k = 1; k < workers_.size(); ++k) {
+      const std::vector<worker::Handle> h = workers_[k]->push_pull_all();
+      pending.insert(pending.end(), h.begin(), h.end());
+    }
+    if (!poll_until([&] { return all_ready(pending); })) {
       const server::ServerCounters c = server_->counters_st();
       return "round " + std::to_string(r) + " did not complete: held " + std::to_string(c.held) +
              ", aggregation mbufs " + std::to_string(c.aggregation_mbufs) + ", pool empty " +
              std::to_string(hub_.rx_pool_empty());
+    }
+    for (const worker::Handle& h : pending) {
+      if (!h.ok()) return "round " + std::to_string(r) + ": " + std::string(h.error());
     }
     for (uint32_t w = 0; w < workers_.size(); ++w) {
       for (size_t t = 0; t < decls_.size(); ++t) {
@@ -272,7 +275,6 @@ class AheadJob {
   }
 
  private:
-  using PeerSpec = transport::PeerSpec;
   CopyingHub hub_;
   std::vector<agg::TensorDecl> decls_;
   uint32_t chunk_ = 0;

@@ -1,12 +1,16 @@
-// The server node's control plane end to end over real ports: workers
-// declare, the server answers ready (or refused, naming the difference),
-// rank 0's initial parameters reach every worker as version 0 bit for bit,
-// gradients then aggregate from there (version 1, 2, ...), and the barrier
-// completes a generation only when every rank has arrived. Also: several
-// workers behind one server port (one endpoint, a peer per worker), and the
-// repeats and mistakes a control plane must survive (a declare sent twice, a
-// wrong rank, a barrier sent twice). Everything runs on this thread, shards
-// inline.
+// The server node's control plane end to end over real ports, driven by the
+// library's own workers: they declare, the server answers ready (or
+// refused, naming the difference), rank 0's initial parameters reach every
+// worker as version 0 bit for bit, gradients then aggregate from there
+// (version 1, 2, ...), and the barrier completes a generation only when
+// every rank has arrived. Also: several workers behind one server port (one
+// endpoint, a peer per worker), two server nodes each running their own
+// shards, a worker whose job file gives it the wrong rank (refused; the job
+// waits for it to restart right), a worker that dies. The repeats and
+// mistakes no honest worker makes (a barrier sent twice, generations out of
+// order, a declare repeated once running, gradients to the wrong server, a
+// priority that is no scheduler level) come from a RawPeer rank. Everything
+// runs on this thread, shards inline.
 #include <gtest/gtest.h>
 
 #include "pmd_env.h"
@@ -17,26 +21,24 @@ namespace {
 
 using pstest::Job;
 using pstest::JobOptions;
+using worker::Handle;
+
+// Polls `job` for `seconds` whatever happens.
+void idle(Job& job, double seconds) {
+  job.poll_until([] { return false; }, seconds);
+}
+
+bool none_ready(const std::vector<Handle>& hs) {
+  for (const Handle& h : hs) {
+    if (h.ready()) return false;
+  }
+  return true;
+}
 
 TEST(PsControl, DeclareReadyInitRoundsAndBarrier) {
   Job job(JobOptions{});
   EXPECT_EQ(job.server().state_st(), server::NodeState::kWaiting);
-  // Three of four ranks declared: no answer yet.
-  for (uint32_t w = 0; w < 3; ++w) job.worker(w).declare();
-  job.poll_until([] { return false; }, 0.2);
-  for (uint32_t w = 0; w < 4; ++w) EXPECT_TRUE(job.worker(w).control().empty());
-  EXPECT_EQ(job.server().state_st(), server::NodeState::kWaiting);
-  job.worker(3).declare();
-  ASSERT_TRUE(job.each_has_control(1));
-  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
-  for (uint32_t w = 0; w < 4; ++w) {
-    const agg::ControlMessage& m = job.worker(w).control()[0];
-    ASSERT_EQ(m.kind, agg::ControlKind::kReady) << m.text;
-    EXPECT_EQ(m.fingerprint, job.worker(w).table().fingerprint());
-    EXPECT_EQ(m.shards, 2u);
-  }
-
-  // Rank 0's initial parameters, as version 0 at every worker, bit for bit.
+  // Rank 0's buffers as they are when the job starts become version 0.
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<std::vector<float>> reference(job.decls().size());
@@ -44,13 +46,23 @@ TEST(PsControl, DeclareReadyInitRoundsAndBarrier) {
     for (float& p : job.worker(0).params()[t]) p = dist(rng);
     reference[t] = job.worker(0).params()[t];
   }
-  job.worker(0).push_all(wire::PacketType::kInit, 0);
-  ASSERT_TRUE(job.poll_until([&] {
-    for (uint32_t w = 0; w < 4; ++w) {
-      if (!job.worker(w).has_version(0)) return false;
-    }
-    return true;
-  }));
+  // Three of four ranks declared: no answer yet.
+  std::vector<Handle> started;
+  for (uint32_t w = 0; w < 3; ++w) started.push_back(job.worker(w).start());
+  idle(job, 0.2);
+  EXPECT_TRUE(none_ready(started));
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kWaiting);
+  EXPECT_EQ(job.server().counters_st().control.declares, 3u);
+  started.push_back(job.worker(3).start());
+  ASSERT_TRUE(job.wait(started));
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
+  // Each worker checked the server's ready (its shard count and placement
+  // fingerprint against its own) and then received version 0.
+  for (uint32_t w = 0; w < 4; ++w) {
+    ASSERT_TRUE(started[w].ok()) << job.worker(w).failure();
+    EXPECT_TRUE(job.worker(w).api().started());
+  }
+  EXPECT_EQ(job.server().placement_st()->shards(), 2u);
   EXPECT_EQ(job.compare(reference, "initial parameters"), "");
   const uint64_t chunks = job.chunks();
   EXPECT_EQ(job.server().counters_st().shards.initialized, chunks);
@@ -58,64 +70,20 @@ TEST(PsControl, DeclareReadyInitRoundsAndBarrier) {
   // Gradients of iteration 0 and 1 give versions 1 and 2, from those values.
   for (uint32_t r = 0; r < 2; ++r) ASSERT_EQ(job.round(r, reference, rng), "");
 
-  // Barrier generation 1: not done until the last rank arrives.
-  for (uint32_t w = 0; w < 3; ++w) job.worker(w).barrier(1);
-  job.worker(1).barrier(1);  // sent twice
-  job.poll_until([] { return false; }, 0.2);
-  for (uint32_t w = 0; w < 4; ++w) EXPECT_EQ(job.worker(w).control().size(), 1u);
-  job.worker(3).barrier(1);
-  ASSERT_TRUE(job.each_has_control(2));
-  for (uint32_t w = 0; w < 4; ++w) {
-    EXPECT_EQ(job.worker(w).control()[1].kind, agg::ControlKind::kBarrierDone);
-    EXPECT_EQ(job.worker(w).control()[1].generation, 1u);
-  }
-  // A rank asking again about a finished generation is answered again.
-  job.worker(2).barrier(1);
-  ASSERT_TRUE(job.poll_until([&] { return job.worker(2).control().size() == 3; }));
-  EXPECT_EQ(job.worker(2).control()[2].kind, agg::ControlKind::kBarrierDone);
-
-  // Generations completing out of order (two trainer threads of a process in
-  // barriers at once): generation 3 completes before 2; a rank arriving at 2
-  // afterwards must not be answered as if 2 were done, and when 2 completes
-  // every rank hears it.
-  for (uint32_t w = 0; w < 4; ++w) job.worker(w).barrier(3);
-  for (uint32_t w = 0; w < 3; ++w) job.worker(w).barrier(2);
-  ASSERT_TRUE(job.poll_until([&] {
-    for (uint32_t w = 0; w < 4; ++w) {
-      if (job.worker(w).control().size() < (w == 2 ? 4u : 3u)) return false;
-    }
-    return true;
-  }));
-  job.poll_until([] { return false; }, 0.2);
-  for (uint32_t w = 0; w < 4; ++w) {
-    const auto& got = job.worker(w).control();
-    ASSERT_EQ(got.size(), w == 2 ? 4u : 3u) << "rank " << w << ": generation 2 answered early";
-    EXPECT_EQ(got.back().generation, 3u);
-  }
-  job.worker(3).barrier(2);
-  ASSERT_TRUE(job.poll_until([&] {
-    for (uint32_t w = 0; w < 4; ++w) {
-      if (job.worker(w).control().size() < (w == 2 ? 5u : 4u)) return false;
-    }
-    return true;
-  }));
-  for (uint32_t w = 0; w < 4; ++w) {
-    EXPECT_EQ(job.worker(w).control().back().kind, agg::ControlKind::kBarrierDone);
-    EXPECT_EQ(job.worker(w).control().back().generation, 2u);
-  }
-  const uint32_t declare_reply = 5;  // worker 1 holds 4 control messages here; the ready is its 5th
-
-  // A declare repeated once running is answered ready again.
-  job.worker(1).declare();
-  ASSERT_TRUE(job.poll_until([&] { return job.worker(1).control().size() == declare_reply; }));
-  EXPECT_EQ(job.worker(1).control().back().kind, agg::ControlKind::kReady);
+  // A barrier: not done until the last rank arrives.
+  std::vector<Handle> barrier;
+  for (uint32_t w = 0; w < 3; ++w) barrier.push_back(job.worker(w).api().barrier_async());
+  idle(job, 0.2);
+  EXPECT_TRUE(none_ready(barrier));
+  barrier.push_back(job.worker(3).api().barrier_async());
+  ASSERT_TRUE(job.wait(barrier));
+  for (const Handle& h : barrier) EXPECT_TRUE(h.ok()) << h.error();
 
   const server::ServerCounters c = job.server().counters_st();
-  EXPECT_EQ(c.control.declares, 5u);
-  EXPECT_EQ(c.control.declares_repeated, 1u);
-  EXPECT_EQ(c.control.barriers, 14u);
-  EXPECT_EQ(c.control.barriers_repeated, 2u);
-  EXPECT_EQ(c.control.barriers_completed, 3u);
+  EXPECT_EQ(c.control.declares, 4u);
+  EXPECT_EQ(c.control.declares_repeated, 0u);
+  EXPECT_EQ(c.control.barriers, 4u);
+  EXPECT_EQ(c.control.barriers_completed, 1u);
   EXPECT_EQ(c.shards.updates, chunks * 3);  // version 0, 1, 2 of every chunk
   EXPECT_EQ(c.shards.refused, 0u);
   EXPECT_EQ(c.held, 0u);
@@ -124,83 +92,197 @@ TEST(PsControl, DeclareReadyInitRoundsAndBarrier) {
   }
 }
 
-TEST(PsControl, MismatchedDeclareIsRefusedNamingTheTensor) {
-  Job job(JobOptions{});
-  std::vector<agg::TensorDecl> other = job.worker(2).table().declarations();
-  other[5].elements += 64;
-  for (uint32_t w = 0; w < 4; ++w) {
-    if (w == 2) {
-      job.worker(w).declare(other, 2);
-    } else {
-      job.worker(w).declare();
+// Barrier arrivals no honest worker sends: rank 3 (a RawPeer) sends a
+// generation twice, asks again about a finished one, and sends generation
+// 2 before 1, as two trainer threads of one process in barriers at once can
+// make a worker do. A generation completes when every rank has sent it,
+// whatever the order, never early, and every rank hears it.
+TEST(PsControl, BarrierRepeatsAndGenerationsOutOfOrder) {
+  JobOptions o;
+  o.raw_ranks = {3};
+  Job job(o);
+  pstest::RawPeer& raw = job.raw(3);
+  auto raw_got = [&](agg::ControlKind kind, uint64_t generation) {
+    for (const agg::ControlMessage& m : raw.control()) {
+      if (m.kind == kind && m.generation == generation) return true;
     }
+    return false;
+  };
+  std::vector<Handle> started;
+  for (uint32_t w = 0; w < 3; ++w) started.push_back(job.worker(w).start());
+  raw.declare();
+  ASSERT_TRUE(job.wait(started));
+  for (const Handle& h : started) ASSERT_TRUE(h.ok()) << h.error();
+  ASSERT_EQ(raw.control().size(), 1u);
+  EXPECT_EQ(raw.control()[0].kind, agg::ControlKind::kReady);
+
+  // Generation 0: ranks 0 and 1, and rank 3 twice, are three ranks, not four.
+  std::vector<Handle> g0;
+  for (uint32_t w = 0; w < 2; ++w) g0.push_back(job.worker(w).api().barrier_async());
+  raw.barrier(0);
+  raw.barrier(0);
+  idle(job, 0.2);
+  EXPECT_TRUE(none_ready(g0));
+  EXPECT_EQ(raw.control().size(), 1u);
+  g0.push_back(job.worker(2).api().barrier_async());
+  ASSERT_TRUE(job.wait(g0));
+  for (const Handle& h : g0) EXPECT_TRUE(h.ok()) << h.error();
+  ASSERT_TRUE(job.poll_until([&] { return raw_got(agg::ControlKind::kBarrierDone, 0); }));
+  // A rank asking again about a finished generation is answered again.
+  raw.barrier(0);
+  ASSERT_TRUE(job.poll_until([&] { return raw.control().size() == 3; }));
+  EXPECT_EQ(raw.control()[2].kind, agg::ControlKind::kBarrierDone);
+  EXPECT_EQ(raw.control()[2].generation, 0u);
+
+  // Generations 1 and 2 from every worker, generation 2 only from rank 3:
+  // 2 completes before 1, and 1 is not answered early.
+  std::vector<Handle> g1, g2;
+  for (uint32_t w = 0; w < 3; ++w) {
+    g1.push_back(job.worker(w).api().barrier_async());
+    g2.push_back(job.worker(w).api().barrier_async());
   }
-  ASSERT_TRUE(job.each_has_control(1));
+  raw.barrier(2);
+  ASSERT_TRUE(job.wait(g2));
+  for (const Handle& h : g2) EXPECT_TRUE(h.ok()) << h.error();
+  idle(job, 0.2);
+  EXPECT_TRUE(none_ready(g1)) << "generation 1 answered early";
+  EXPECT_TRUE(raw_got(agg::ControlKind::kBarrierDone, 2));
+  EXPECT_FALSE(raw_got(agg::ControlKind::kBarrierDone, 1));
+  raw.barrier(1);
+  ASSERT_TRUE(job.wait(g1));
+  for (const Handle& h : g1) EXPECT_TRUE(h.ok()) << h.error();
+  ASSERT_TRUE(job.poll_until([&] { return raw_got(agg::ControlKind::kBarrierDone, 1); }));
+
+  // A declare repeated once running is answered ready again.
+  const size_t before = raw.control().size();
+  raw.declare();
+  ASSERT_TRUE(job.poll_until([&] { return raw.control().size() == before + 1; }));
+  EXPECT_EQ(raw.control().back().kind, agg::ControlKind::kReady);
+
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.control.declares, 5u);
+  EXPECT_EQ(c.control.declares_repeated, 1u);
+  EXPECT_EQ(c.control.barriers, 14u);
+  EXPECT_EQ(c.control.barriers_repeated, 2u);
+  EXPECT_EQ(c.control.barriers_completed, 3u);
+  for (size_t d = 0; d < server::kServerDropCount; ++d) {
+    EXPECT_EQ(c.drops[d], 0u) << server::server_drop_name(static_cast<server::ServerDrop>(d));
+  }
+}
+
+// Rank 2's model file differs from the others' (tensor 5 has 64 more
+// elements): the server refuses the job, naming the rank and the tensor,
+// and every rank's start fails with the server's whole text. Rank 3 is a
+// RawPeer, to show what no worker sends: gradients are not taken, and a
+// late declare is refused again.
+TEST(PsControl, MismatchedDeclareIsRefusedNamingTheTensor) {
+  JobOptions o;
+  o.raw_ranks = {3};
+  o.model_of = [](uint32_t rank, std::vector<agg::TensorDecl>& decls) {
+    if (rank == 2) decls[5].elements += 64;
+  };
+  Job job(o);
+  std::vector<Handle> started;
+  for (uint32_t w = 0; w < 3; ++w) started.push_back(job.worker(w).start());
+  job.raw(3).declare();
+  ASSERT_TRUE(job.wait(started));
   EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
   const std::string& why = job.server().refusal_st();
   EXPECT_NE(why.find("rank 2"), std::string::npos) << why;
   EXPECT_NE(why.find(job.decls()[5].name), std::string::npos) << why;
-  for (uint32_t w = 0; w < 4; ++w) {
-    const agg::ControlMessage& m = job.worker(w).control()[0];
-    EXPECT_EQ(m.kind, agg::ControlKind::kRefused);
-    EXPECT_EQ(m.text, why);
+  for (uint32_t w = 0; w < 3; ++w) {
+    EXPECT_FALSE(started[w].ok());
+    const std::string failure = job.worker(w).failure();
+    EXPECT_EQ(failure.rfind("start: server ps0 (", 0), 0u) << failure;
+    EXPECT_NE(failure.find(") refused the declarations: " + why), std::string::npos) << failure;
+    EXPECT_THROW(job.worker(w).api().push(0, job.worker(w).grads()[0]), worker::WorkerError);
   }
+  ASSERT_TRUE(job.poll_until([&] { return !job.raw(3).control().empty(); }));
+  EXPECT_EQ(job.raw(3).control()[0].kind, agg::ControlKind::kRefused);
+  EXPECT_EQ(job.raw(3).control()[0].text, why);
   // Gradients are not taken; a late declare is refused again.
-  job.worker(0).push_all(wire::PacketType::kData, 0);
-  job.worker(3).declare();
-  ASSERT_TRUE(job.poll_until([&] { return job.worker(3).control().size() == 2; }));
-  EXPECT_EQ(job.worker(3).control()[1].kind, agg::ControlKind::kRefused);
+  job.raw(3).push_all(wire::PacketType::kData, 0);
+  job.raw(3).declare();
+  ASSERT_TRUE(job.poll_until([&] { return job.raw(3).control().size() == 2; }));
+  EXPECT_EQ(job.raw(3).control()[1].kind, agg::ControlKind::kRefused);
   ASSERT_TRUE(job.poll_until(
       [&] { return job.server().counters_st().drop(server::ServerDrop::kNotRunning) > 0; }));
 }
 
+// Worker w1's job file makes it rank 9 (there is none), then w2's makes it
+// rank 0: each declare is refused naming both ranks, each start fails with
+// that text, and the job waits. Restarted with the right rank, both join,
+// and the job starts.
 TEST(PsControl, WrongRankIsRefusedAndTheJobWaits) {
   Job job(JobOptions{});
-  job.worker(1).declare(job.worker(1).table().declarations(), 9);  // no rank 9
-  ASSERT_TRUE(job.poll_until([&] { return job.worker(1).control().size() == 1; }));
-  const agg::ControlMessage& m = job.worker(1).control()[0];
-  EXPECT_EQ(m.kind, agg::ControlKind::kRefused);
-  EXPECT_NE(m.text.find("w1 is rank 1"), std::string::npos) << m.text;
-  EXPECT_NE(m.text.find("rank 9, which is not in this job"), std::string::npos) << m.text;
-  EXPECT_EQ(job.server().state_st(), server::NodeState::kWaiting);
-  // Rank 2 claiming to be rank 0 is refused too; the right declares start the job.
-  job.worker(2).declare(job.worker(2).table().declarations(), 0);
-  for (uint32_t w = 0; w < 4; ++w) job.worker(w).declare();
-  ASSERT_TRUE(job.poll_until([&] {
-    return job.worker(1).control().size() == 2 && job.worker(2).control().size() == 2 &&
-           job.worker(0).control().size() == 1 && job.worker(3).control().size() == 1;
-  }));
-  EXPECT_EQ(job.worker(2).control()[0].kind, agg::ControlKind::kRefused);
-  for (uint32_t w = 0; w < 4; ++w) {
-    EXPECT_EQ(job.worker(w).control().back().kind, agg::ControlKind::kReady);
-  }
+  // Worker w restarts believing it is rank `rank`; returns why its start failed.
+  auto start_as = [&](uint32_t w, uint32_t rank) {
+    worker::NetCoreConfig c = job.worker_config(w);
+    c.rank = rank;
+    job.replace_worker(w, c);
+    const Handle h = job.worker(w).start();
+    EXPECT_TRUE(job.wait({h}));
+    EXPECT_FALSE(h.ok());
+    EXPECT_EQ(job.server().state_st(), server::NodeState::kWaiting);
+    return job.worker(w).failure();
+  };
+  std::string failure = start_as(1, 9);
+  EXPECT_NE(failure.find("refused the declarations: server: w1 is rank 1"), std::string::npos)
+      << failure;
+  EXPECT_NE(failure.find("rank 9, which is not in this job"), std::string::npos) << failure;
+  failure = start_as(2, 0);
+  EXPECT_NE(failure.find("refused the declarations: server: w2 is rank 2"), std::string::npos)
+      << failure;
+
+  job.replace_worker(1, job.worker_config(1));
+  job.replace_worker(2, job.worker_config(2));
+  std::vector<Handle> started;
+  for (uint32_t w = 0; w < 4; ++w) started.push_back(job.worker(w).start());
+  ASSERT_TRUE(job.wait(started));
+  for (uint32_t w = 0; w < 4; ++w) EXPECT_TRUE(started[w].ok()) << job.worker(w).failure();
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
   EXPECT_EQ(job.server().counters_st().drop(server::ServerDrop::kWrongRank), 2u);
 }
 
-// A worker that dies once the job runs: the server's answer to it is never
-// acknowledged, its transport gives up after the peer timeout, and the server
-// ends the job for every rank with the reason (under BSP the others would
-// otherwise wait for its gradients for ever).
+// A worker that dies once the job runs: the server's messages to it are
+// never acknowledged, its transport gives up after the peer timeout, and
+// the server ends the job for every rank with the reason (under BSP the
+// others would otherwise wait for its gradients for ever): their pending
+// push_pulls fail with the server's text (or their start, if the server
+// gave up before version 0 was in).
 TEST(PsControl, ALostWorkerEndsTheJobForEveryRank) {
   JobOptions o;
   o.server_peer_timeout_ms = 300;
   Job job(o);
   // Worker 3 declares, the server takes it, then worker 3 goes silent.
-  job.worker(3).declare();
+  (void)job.worker(3).start();
   ASSERT_TRUE(job.poll_until([&] { return job.server().counters_st().control.declares == 1; }));
   job.silence(3);
-  for (uint32_t w = 0; w < 3; ++w) job.worker(w).declare();
-  auto refused = [&](uint32_t w) {
-    const auto& got = job.worker(w).control();
-    return !got.empty() && got.back().kind == agg::ControlKind::kRefused;
-  };
-  ASSERT_TRUE(job.poll_until([&] { return refused(0) && refused(1) && refused(2); }, 10));
+  std::vector<Handle> started;
+  for (uint32_t w = 0; w < 3; ++w) started.push_back(job.worker(w).start());
+  ASSERT_TRUE(job.wait(started, 10));
+  std::vector<std::string> failures(3);
+  std::vector<std::vector<Handle>> rounds(3);
   for (uint32_t w = 0; w < 3; ++w) {
-    const auto& got = job.worker(w).control();
-    ASSERT_EQ(got.size(), 2u);
-    EXPECT_EQ(got[0].kind, agg::ControlKind::kReady);
-    EXPECT_NE(got[1].text.find("worker w3 (rank 3) stopped answering"), std::string::npos)
-        << got[1].text;
+    if (!started[w].ok()) {
+      failures[w] = job.worker(w).failure();
+    } else {
+      rounds[w] = job.worker(w).push_pull_all();
+    }
+  }
+  for (uint32_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(job.wait(rounds[w], 10));
+    for (const Handle& h : rounds[w]) {
+      EXPECT_FALSE(h.ok());
+      if (failures[w].empty()) failures[w] = std::string(h.error());
+    }
+  }
+  for (uint32_t w = 0; w < 3; ++w) {
+    // The server was ready, then stopped the job.
+    const std::string& failure = failures[w];
+    EXPECT_EQ(failure.rfind("server ps0 (", 0), 0u) << failure;
+    EXPECT_NE(failure.find(") stopped the job: "), std::string::npos) << failure;
+    EXPECT_NE(failure.find("worker w3 (rank 3) stopped answering"), std::string::npos) << failure;
   }
   EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
   EXPECT_EQ(job.server().counters_st().control.workers_lost, 1u);
@@ -217,11 +299,7 @@ TEST(PsControl, SeveralWorkersOnOnePort) {
   EXPECT_EQ(job.compare(reference, "initial parameters"), "");
   std::mt19937 rng(9);
   for (uint32_t r = 0; r < 3; ++r) ASSERT_EQ(job.round(r, reference, rng), "");
-  for (uint32_t w = 0; w < 4; ++w) job.worker(w).barrier(7);
-  ASSERT_TRUE(job.each_has_control(2));
-  for (uint32_t w = 0; w < 4; ++w) {
-    EXPECT_EQ(job.worker(w).control()[1].kind, agg::ControlKind::kBarrierDone);
-  }
+  EXPECT_EQ(job.barrier(), "");
   const server::ServerCounters c = job.server().counters_st();
   EXPECT_EQ(c.shards.updates, job.chunks() * 4);
   EXPECT_EQ(c.shards.refused, 0u);
@@ -245,34 +323,93 @@ TEST(PsControl, UndersizedEndpointsDeferTheFanOutAndLoseNothing) {
   EXPECT_EQ(c.shards.updates, job.chunks() * 3);
 }
 
-TEST(PsControl, SecondServerNodeRunsItsShardsOnly) {
-  // The node is server 1 of a job whose servers run 1 and 2 shards: it runs
-  // global shards 1 and 2 of 3, drops packets of shard 0 as not ours, and
-  // leaves the barrier to server 0.
+// Two server nodes running 1 and 2 of the job's 3 shards, every node behind
+// one switch: each runs its own shards only, each worker sends each
+// partition to the server that owns it and takes the updates of both, the
+// aggregates are exact, and server 0 alone runs the barrier.
+TEST(PsControl, TwoServerNodesEachRunTheirShards) {
   JobOptions o;
+  o.hub = true;
   o.job_shards = {1, 2};
-  o.server_index = 1;
   Job job(o);
-  for (uint32_t w = 0; w < 4; ++w) job.worker(w).declare();
-  ASSERT_TRUE(job.each_has_control(1));
-  ASSERT_EQ(job.worker(0).control()[0].kind, agg::ControlKind::kReady);
-  EXPECT_EQ(job.worker(0).control()[0].shards, 3u);
-  EXPECT_EQ(job.server().shard(0), nullptr);
-  ASSERT_NE(job.server().shard(1), nullptr);
-  ASSERT_NE(job.server().shard(2), nullptr);
+  std::vector<std::vector<float>> reference = job.start(17);
+  for (uint32_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(job.server(s).state_st(), server::NodeState::kRunning);
+    EXPECT_EQ(job.server(s).placement_st()->shards(), 3u);
+  }
+  EXPECT_NE(job.server(0).shard(0), nullptr);
+  EXPECT_EQ(job.server(0).shard(1), nullptr);
+  EXPECT_EQ(job.server(1).shard(0), nullptr);
+  EXPECT_NE(job.server(1).shard(1), nullptr);
+  EXPECT_NE(job.server(1).shard(2), nullptr);
+  EXPECT_EQ(job.compare(reference, "initial parameters"), "");
+  std::mt19937 rng(19);
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_EQ(job.round(r, reference, rng), "");
+  EXPECT_EQ(job.barrier(), "");
+  uint64_t chunks[2] = {0, 0};
+  for (const agg::Partition& p : job.server(0).placement_st()->partitions()) {
+    chunks[p.shard == 0 ? 0 : 1] += (p.bytes() + job.chunk_bytes() - 1) / job.chunk_bytes();
+  }
+  ASSERT_GT(chunks[0], 0u);
+  ASSERT_GT(chunks[1], 0u);
+  for (uint32_t s = 0; s < 2; ++s) {
+    const server::ServerCounters c = job.server(s).counters_st();
+    EXPECT_EQ(c.shards.updates, chunks[s] * 3) << "server " << s;
+    EXPECT_EQ(c.drop(server::ServerDrop::kNotOurs), 0u) << "server " << s;
+    EXPECT_EQ(c.control.barriers, s == 0 ? 4u : 0u) << "server " << s;
+  }
+}
+
+// What a worker must not send the second server node of such a job: rank
+// 0 (a RawPeer) sends every partition's initial values and a barrier to
+// server 1, which takes those of its own shards, drops the others' as not
+// ours, and leaves the barrier to server 0.
+TEST(PsControl, SecondServerNodeDropsWhatIsNotItsOwn) {
+  JobOptions o;
+  o.hub = true;
+  o.job_shards = {1, 2};
+  o.workers = 1;
+  o.raw_ranks = {0};
+  Job job(o);
+  pstest::RawPeer& raw = job.raw(0);
+  raw.declare(0);
+  raw.declare(1);
+  ASSERT_TRUE(job.poll_until([&] { return raw.control().size() == 2; }));
+  for (const agg::ControlMessage& m : raw.control()) {
+    ASSERT_EQ(m.kind, agg::ControlKind::kReady) << m.text;
+    EXPECT_EQ(m.shards, 3u);
+  }
   uint64_t theirs = 0;  // init packets for shard 0
-  for (const agg::Partition& p : job.server().placement_st()->partitions()) {
+  for (const agg::Partition& p : job.server(1).placement_st()->partitions()) {
     if (p.shard == 0) theirs += (p.bytes() + job.chunk_bytes() - 1) / job.chunk_bytes();
   }
   ASSERT_GT(theirs, 0u);
-  job.worker(0).push_all(wire::PacketType::kInit, 0);
-  job.worker(1).barrier(1);
+  raw.push_all(wire::PacketType::kInit, 0, 1);
+  raw.barrier(0, 1);
   ASSERT_TRUE(job.poll_until([&] {
-    const server::ServerCounters c = job.server().counters_st();
+    const server::ServerCounters c = job.server(1).counters_st();
     return c.shards.initialized + c.drop(server::ServerDrop::kNotOurs) == job.chunks() &&
            c.drop(server::ServerDrop::kBarrierNotHere) == 1;
   }));
-  EXPECT_EQ(job.server().counters_st().drop(server::ServerDrop::kNotOurs), theirs);
+  EXPECT_EQ(job.server(1).counters_st().drop(server::ServerDrop::kNotOurs), theirs);
+}
+
+// Priorities the scheduler has no level for (a worker that declares the
+// model's raw priorities, 0..160, instead of the levels its tensor table
+// maps them onto): the server refuses the job and says why.
+TEST(PsControl, PrioritiesThatAreNoSchedulerLevelAreRefused) {
+  JobOptions o;
+  o.model = "resnet50.txt";
+  o.scale_down = 64;
+  o.workers = 1;
+  o.raw_ranks = {0};
+  Job job(o);
+  job.raw(0).declare(job.decls(), 0);
+  ASSERT_TRUE(job.poll_until([&] { return !job.raw(0).control().empty(); }));
+  const agg::ControlMessage& m = job.raw(0).control()[0];
+  EXPECT_EQ(m.kind, agg::ControlKind::kRefused);
+  EXPECT_NE(m.text.find("not a scheduler level"), std::string::npos) << m.text;
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
 }
 
 TEST(PsControl, BadJobShapesAreRefusedAtConstruction) {

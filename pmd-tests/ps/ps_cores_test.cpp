@@ -1,7 +1,8 @@
 // Shard cores: each shard of the server node on an lcore of its own, fed by
-// the net core through an SP/SC ring, fanning out from there. The job runs
-// from the control plane on (declare, ready, rank 0's initial parameters)
-// through rounds of BSP, with and without loss, reordering and duplication;
+// the net core through an SP/SC ring, fanning out from there. The job (the
+// library's workers, ps_job.h) runs from the control plane on (declare,
+// ready, rank 0's initial parameters) through rounds of BSP push_pull, with
+// and without loss, reordering and duplication;
 // every worker's parameters are compared bit for bit with a rank-order
 // reference after every round. Then the runs: 200 rounds over the
 // ResNet-50 shapes with 4 workers and 2 shards, scaled down on shard cores,

@@ -1,17 +1,24 @@
-// A whole parameter-server job in one process, for the PMD tests: a
-// ServerNode built from the job (control-plane constructor) and N in-process
-// workers, each a worker::WorkerNode driven by hand, that speak the protocol
-// of agg/control.h from the worker side (declare, wait for ready, rank 0's
-// kInit push, gradient pushes, barrier); the node's PullTracker places the
-// server's chunks into each worker's parameter buffers.
+// A whole parameter-server job in one process, for the PMD tests: server
+// nodes built as ps-server builds them (the control-plane constructor: they
+// wait for every rank's declare) and N workers, each the library's own
+// worker (worker::PolledWorker: the public Worker, its net core polled by
+// this thread instead of a thread of its own). So the server tests run the
+// path a trainer runs: declare, ready, rank 0's initial parameters as
+// version 0, push_pull, barrier, each checked by the worker itself.
 //
-// Topologies: one net_ring link per worker (the server has a port per
-// worker), or a hub (the server has one port; the workers' ports all send
-// into its RX ring, and the test forwards its TX ring to the worker whose
-// MAC a frame is for, broadcasts to all: the bridge of the multi-host test,
-// in one process).
+// A rank may instead be a RawPeer: a bare transport endpoint on that rank's
+// port that sends whatever control messages and packets a test wants (a
+// misbehaving or malicious worker: a declare claiming another rank, a
+// barrier sent twice, generations out of order, gradients to the wrong
+// server). No honest rank is one.
 //
-// Test-only code: it allocates and throws freely.
+// Topologies: one net_ring link per worker (one server node, a port per
+// worker), or a switch (every node has one port; the switch forwards each
+// frame to the port whose MAC it is for, a broadcast to all: the bridge of
+// the multi-host test, in one process), which several server nodes need.
+//
+// Everything is polled from the calling thread (Job::poll_until). Test-only
+// code: it allocates and throws freely.
 #pragma once
 
 #include <rte_cycles.h>
@@ -27,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,15 +42,15 @@
 #include "agg/control.h"
 #include "agg/placement.h"
 #include "fixture.h"
+#include "mercury/worker.h"
 #include "net/frame.h"
 #include "net/interface.h"
 #include "net/mempool.h"
 #include "net/port.h"
 #include "server/server_node.h"
 #include "transport/endpoint.h"
-#include "worker/pull_tracker.h"
+#include "worker/attach.h"
 #include "worker/tensor_table.h"
-#include "worker/worker_node.h"
 
 namespace mercury::pstest {
 
@@ -78,81 +86,148 @@ inline EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id) {
   return c;
 }
 
-/// One worker: its parameters and gradients, its tensor table, and a
-/// worker::WorkerNode (endpoint + pull tracker) driven by hand: control
-/// messages are encoded and sent here, the server's answers collected.
-class TestWorker final : public transport::MessageReceiver {
+/// The configuration of rank `rank` of `workers`, whose servers are
+/// `servers` (job-file order), as a job file would give it.
+inline worker::NetCoreConfig worker_config(uint32_t rank, uint32_t workers,
+                                           std::vector<worker::ServerSpec> servers,
+                                           uint32_t chunk_bytes, uint16_t epoch) {
+  worker::NetCoreConfig c;
+  c.rank = rank;
+  c.workers = workers;
+  c.servers = std::move(servers);
+  c.chunk_bytes = chunk_bytes;
+  // The node's index in a job file that lists the servers first.
+  c.endpoint = endpoint_config(epoch, static_cast<uint16_t>(c.servers.size() + rank));
+  c.start_timeout_ms = 60'000;
+  return c;
+}
+
+/// One honest rank: its parameters and gradients, declared to the
+/// library's worker, whose net core Job::poll_until polls.
+class TestWorker {
  public:
-  TestWorker(uint32_t rank, const std::vector<agg::TensorDecl>& decls, uint32_t shards,
-             uint32_t chunk_bytes, net::Interface& iface, const PeerSpec& server,
-             transport::Tick now)
-      : rank_(rank) {
+  TestWorker(const std::vector<agg::TensorDecl>& decls, net::Interface& iface,
+             const worker::NetCoreConfig& config)
+      : polled_(iface, config) {
     params_.resize(decls.size());
     grads_.resize(decls.size());
     for (size_t t = 0; t < decls.size(); ++t) {
       params_[t].assign(decls[t].elements, 0.0f);
       grads_[t].assign(decls[t].elements, 0.0f);
-      table_.declare(decls[t].name, params_[t], decls[t].priority);
+      api().declare(decls[t].name, params_[t], static_cast<int>(decls[t].priority));
     }
-    table_.freeze(shards, chunk_bytes);
-    worker::WorkerNodeConfig wc;
-    wc.endpoint = endpoint_config(5, static_cast<uint16_t>(rank + 1));
-    wc.endpoint.peers = {server};
-    wc.pulls.first_version = 0;  // rank 0's initial parameters
-    wc.control = this;
-    node_ = std::make_unique<worker::WorkerNode>(table_, iface, wc, now);
   }
 
-  uint32_t rank() const { return rank_; }
-  worker::TensorTable& table() { return table_; }
-  worker::PullTracker& tracker() { return node_->tracker(); }
-  worker::WorkerNode& node() { return *node_; }
+  worker::Worker& api() { return polled_.worker(); }
+  worker::PolledWorker& polled() { return polled_; }
   std::vector<std::vector<float>>& params() { return params_; }
   std::vector<std::vector<float>>& grads() { return grads_; }
-  /// Control messages received so far, decoded.
+
+  /// The start (Worker::start_async): the same handle every time.
+  worker::Handle start() { return api().start_async(); }
+  /// push_pull of every tensor's gradient into its parameters, in
+  /// declaration order; one handle per tensor.
+  std::vector<worker::Handle> push_pull_all() {
+    std::vector<worker::Handle> h;
+    for (uint32_t t = 0; t < params_.size(); ++t)
+      h.push_back(api().push_pull(t, grads_[t], params_[t]));
+    return h;
+  }
+  /// The text of the failure that ended the worker (start() throws it whole).
+  std::string failure() {
+    try {
+      api().start();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  }
+  /// The worker's endpoint towards server `s`, for diagnostics ("" before start).
+  std::string peer_state(uint16_t s) {
+    const worker::NetCore* core = polled_.net_core();
+    if (core == nullptr || core->endpoint_st() == nullptr) return "not started";
+    const transport::EndpointPeerStats st = core->endpoint_st()->peer_stats_st(s);
+    return "outstanding " + std::to_string(st.outstanding) + " waiting_resend " +
+           std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
+  }
+
+ private:
+  // Declared first: the worker, destroyed first, writes into them until it stops.
+  std::vector<std::vector<float>> params_, grads_;
+  worker::PolledWorker polled_;
+};
+
+/// A misbehaving rank: a bare transport endpoint on the rank's port (its
+/// peers: every server node) that sends what the test asks and collects
+/// the servers' control answers. The aggregated chunks sent to it are
+/// acknowledged and dropped.
+class RawPeer final : public transport::MessageReceiver {
+ public:
+  RawPeer(uint32_t rank, const std::vector<agg::TensorDecl>& decls, uint32_t shards,
+          uint32_t chunk_bytes, net::Interface& iface, std::vector<PeerSpec> servers,
+          transport::Tick now)
+      : rank_(rank) {
+    params_.resize(decls.size());
+    for (size_t t = 0; t < decls.size(); ++t) {
+      params_[t].assign(decls[t].elements, 0.0f);
+      table_.declare(decls[t].name, params_[t], static_cast<int>(decls[t].priority));
+    }
+    table_.freeze(shards, chunk_bytes);
+    EndpointConfig c = endpoint_config(static_cast<uint16_t>(0x700 + rank),
+                                       static_cast<uint16_t>(servers.size() + rank));
+    c.peers = std::move(servers);
+    endpoint_ = std::make_unique<transport::Endpoint>(iface, c, *this, now);
+  }
+
+  uint32_t poll_st(transport::Tick now) { return endpoint_->poll_st(now); }
+  /// What an honest worker would declare (priorities mapped onto levels).
+  const std::vector<agg::TensorDecl>& declarations() const { return table_.declarations(); }
+  const worker::TensorTable& table() const { return table_; }
+  /// Control messages received so far, decoded, per server.
   std::vector<agg::ControlMessage>& control() { return control_; }
 
-  /// Sends a control message to the server (kept alive: the test is short).
-  void send_control(const agg::ControlMessage& m) {
+  void send_control(const agg::ControlMessage& m, uint16_t server = 0) {
     out_.push_back(agg::encode_control(m));
-    if (node_->send_control_st(0, out_.back(), {}) != transport::SubmitStatus::kQueued) {
+    transport::MessageMeta meta;
+    meta.type = wire::PacketType::kControl;
+    meta.dtype = wire::Dtype::kBytes;
+    if (endpoint_->send(server, out_.back().data(), static_cast<uint32_t>(out_.back().size()), 0,
+                        meta, {}) != transport::SubmitStatus::kQueued) {
       throw std::runtime_error("control send refused");
     }
   }
-  void declare(std::vector<agg::TensorDecl> tensors, uint32_t claimed_rank) {
+  void declare(std::vector<agg::TensorDecl> tensors, uint32_t claimed_rank, uint16_t server = 0) {
     agg::ControlMessage m;
     m.kind = agg::ControlKind::kDeclare;
     m.rank = claimed_rank;
     m.tensors = std::move(tensors);
-    send_control(m);
+    send_control(m, server);
   }
-  void declare() { declare(table_.declarations(), rank_); }
-  void barrier(uint64_t generation) {
+  void declare(uint16_t server = 0) { declare(declarations(), rank_, server); }
+  void barrier(uint64_t generation, uint16_t server = 0) {
     agg::ControlMessage m;
     m.kind = agg::ControlKind::kBarrier;
     m.rank = rank_;
     m.generation = generation;
-    send_control(m);
+    send_control(m, server);
   }
-
-  /// Queues every partition of every tensor: gradients (kData, `iteration`)
-  /// or, for rank 0 at start, its parameters (kInit, iteration 0).
-  void push_all(wire::PacketType type, uint32_t iteration) {
+  /// Every partition of every tensor (zeros) as `type` packets of
+  /// `iteration`, all to `server`, whichever shard owns them.
+  void push_all(wire::PacketType type, uint32_t iteration, uint16_t server = 0) {
     for (uint32_t t = 0; t < table_.tensors(); ++t) {
-      const auto& src = type == wire::PacketType::kInit ? params_[t] : grads_[t];
-      if (node_->push_partitions_st(t, src.data(), iteration, type, 0, {}) !=
-          table_.partitions(t).size()) {
-        throw std::runtime_error("push refused");
+      for (const worker::PartitionGeometry& p : table_.partitions(t)) {
+        transport::MessageMeta meta;
+        meta.type = type;
+        meta.dtype = wire::Dtype::kFloat32;
+        meta.tensor_key = p.key;
+        meta.iteration = iteration;
+        const auto* data = reinterpret_cast<const std::byte*>(params_[t].data() + p.first_element);
+        if (endpoint_->send(server, data, static_cast<uint32_t>(p.bytes()), table_.tensor(t).level,
+                            meta, {}) != transport::SubmitStatus::kQueued) {
+          throw std::runtime_error("push refused");
+        }
       }
     }
-  }
-
-  /// Every tensor's version `v` is complete.
-  bool has_version(uint32_t v) {
-    for (uint32_t t = 0; t < table_.tensors(); ++t) {
-      if (node_->tracker().awaited_st(t) <= v) return false;
-    }
-    return true;
   }
 
   std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
@@ -165,91 +240,97 @@ class TestWorker final : public transport::MessageReceiver {
 
  private:
   uint32_t rank_;
-  std::vector<std::vector<float>> params_, grads_;
+  std::vector<std::vector<float>> params_;
   worker::TensorTable table_;
-  std::unique_ptr<worker::WorkerNode> node_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
   std::deque<std::vector<std::byte>> out_, in_;
   std::vector<agg::ControlMessage> control_;
 };
 
-/// One server port and N worker ports over rings: every worker port sends
-/// into the server's RX ring; forward() moves the server's TX frames to the
-/// worker whose MAC they are for (broadcasts to every worker).
-class Hub {
+/// Server ports then worker ports over rings, joined by forward(): every
+/// port sends into its own ring, and forward() moves each frame to the port
+/// whose MAC it is for (a broadcast to every other port).
+class Switch {
  public:
-  Hub(const std::string& name, uint32_t workers, uint32_t mtu, uint8_t net)
-      : copies_("hc_" + name, 1023, 32, net::frame_bytes_for_mtu(mtu)),
-        up_("hu_" + name, 8192, RING_F_SC_DEQ),
-        down_("hd_" + name, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ) {
-    rte_ring* up = up_.get();
-    rte_ring* down = down_.get();
-    pools_.emplace_back("hps_" + name, 8191, 64, net::frame_bytes_for_mtu(mtu));
-    for (uint32_t w = 0; w < workers; ++w) {
-      pools_.emplace_back("hpw" + std::to_string(w) + "_" + name, 4095, 64,
-                          net::frame_bytes_for_mtu(mtu));
-      worker_down_.emplace_back("hw" + std::to_string(w) + "_" + name, 8192,
-                                RING_F_SP_ENQ | RING_F_SC_DEQ);
-    }
-    const std::string sname = "hs_" + name;
-    if (rte_eth_from_rings(sname.c_str(), &up, 1, &down, 1, rte_socket_id()) < 0) {
-      throw std::runtime_error("hub: server port");
-    }
-    ports_.push_back(net::Port::open("net_ring_" + sname, pools_[0], net::PortOptions{.mtu = mtu}));
-    for (uint32_t w = 0; w < workers; ++w) {
-      rte_ring* wd = worker_down_[w].get();
-      const std::string wname = "hw" + std::to_string(w) + "p_" + name;
-      if (rte_eth_from_rings(wname.c_str(), &wd, 1, &up, 1, rte_socket_id()) < 0) {
-        throw std::runtime_error("hub: worker port");
+  Switch(const std::string& name, uint32_t servers, uint32_t workers, uint32_t mtu, uint8_t net)
+      : servers_(servers), copies_("sc_" + name, 1023, 32, net::frame_bytes_for_mtu(mtu)) {
+    for (uint32_t p = 0; p < servers + workers; ++p) {
+      const bool server = p < servers;
+      const std::string id = std::to_string(p) + "_" + name;
+      pools_.emplace_back("sp" + id, server ? 8191 : 4095, 64, net::frame_bytes_for_mtu(mtu));
+      rx_.emplace_back("sr" + id, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ);
+      tx_.emplace_back("st" + id, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ);
+      rte_ring* rx = rx_.back().get();
+      rte_ring* tx = tx_.back().get();
+      const std::string port = "sw" + id;
+      if (rte_eth_from_rings(port.c_str(), &rx, 1, &tx, 1, rte_socket_id()) < 0) {
+        throw std::runtime_error("switch: port " + port);
       }
       ports_.push_back(
-          net::Port::open("net_ring_" + wname, pools_[w + 1], net::PortOptions{.mtu = mtu}));
-    }
-    ifaces_.emplace_back(std::make_unique<net::Interface>(
-        ports_[0], pools_[0], net::LocalAddr{ports_[0].mac(), server_ip(net), 47100},
-        net::InterfaceOptions{}));
-    for (uint32_t w = 0; w < workers; ++w) {
-      ifaces_.emplace_back(std::make_unique<net::Interface>(
-          ports_[w + 1], pools_[w + 1],
-          net::LocalAddr{ports_[w + 1].mac(), worker_ip(net, w), 47101}, net::InterfaceOptions{}));
+          net::Port::open("net_ring_" + port, pools_.back(), net::PortOptions{.mtu = mtu}));
+      const uint32_t ip = server ? server_ip(net, p) : worker_ip(net, p - servers);
+      const uint16_t udp = server ? 47100 : 47101;
+      ifaces_.push_back(std::make_unique<net::Interface>(
+          ports_.back(), pools_.back(), net::LocalAddr{ports_.back().mac(), ip, udp},
+          net::InterfaceOptions{}));
     }
   }
+  ~Switch() {
+    for (net::Ring& r : rx_) drain(r.get());
+    for (net::Ring& r : tx_) drain(r.get());
+  }
 
-  static uint32_t server_ip(uint8_t net) { return 0x0a010001u | uint32_t{net} << 8; }
+  static uint32_t server_ip(uint8_t net, uint32_t s) {
+    return (0x0a010001u | uint32_t{net} << 8) + s;
+  }
   static uint32_t worker_ip(uint8_t net, uint32_t w) {
     return (0x0a010000u | uint32_t{net} << 8) + 10 + w;
   }
-  net::Interface& server() { return *ifaces_[0]; }
-  net::Interface& worker(uint32_t w) { return *ifaces_[w + 1]; }
+  net::Interface& server(uint32_t s) { return *ifaces_[s]; }
+  net::Interface& worker(uint32_t w) { return *ifaces_[servers_ + w]; }
 
-  /// Moves the server's sent frames to their workers; returns how many.
+  /// Moves every frame sent so far to its port; returns how many.
   uint32_t forward() {
+    uint32_t moved = 0;
     rte_mbuf* m[32];
-    const unsigned n =
-        rte_ring_sc_dequeue_burst(down_.get(), reinterpret_cast<void**>(m), 32, nullptr);
-    for (unsigned i = 0; i < n; ++i) {
-      const auto* eth = rte_pktmbuf_mtod(m[i], const rte_ether_hdr*);
-      bool sent = false;
-      for (uint32_t w = 0; w < worker_down_.size(); ++w) {
-        const auto& mac = ports_[w + 1].mac().bytes;
-        const bool bcast = rte_is_broadcast_ether_addr(&eth->dst_addr);
-        if (!bcast && std::memcmp(eth->dst_addr.addr_bytes, mac.data(), 6) != 0) continue;
-        rte_mbuf* c = bcast ? rte_pktmbuf_copy(m[i], copies_.get(), 0, UINT32_MAX) : m[i];
-        if (c != nullptr && rte_ring_sp_enqueue(worker_down_[w].get(), c) != 0) {
-          rte_pktmbuf_free(c);
+    for (size_t from = 0; from < ports_.size(); ++from) {
+      const unsigned n =
+          rte_ring_sc_dequeue_burst(tx_[from].get(), reinterpret_cast<void**>(m), 32, nullptr);
+      moved += n;
+      for (unsigned i = 0; i < n; ++i) {
+        const auto* eth = rte_pktmbuf_mtod(m[i], const rte_ether_hdr*);
+        if (rte_is_broadcast_ether_addr(&eth->dst_addr)) {
+          for (size_t to = 0; to < ports_.size(); ++to) {
+            if (to == from) continue;
+            rte_mbuf* c = rte_pktmbuf_copy(m[i], copies_.get(), 0, UINT32_MAX);
+            if (c != nullptr && rte_ring_sp_enqueue(rx_[to].get(), c) != 0) rte_pktmbuf_free(c);
+          }
+          rte_pktmbuf_free(m[i]);
+          continue;
         }
-        sent = !bcast;
-        if (sent) break;
+        bool sent = false;
+        for (size_t to = 0; to < ports_.size() && !sent; ++to) {
+          if (std::memcmp(eth->dst_addr.addr_bytes, ports_[to].mac().bytes.data(), 6) != 0)
+            continue;
+          sent = rte_ring_sp_enqueue(rx_[to].get(), m[i]) == 0;
+          break;
+        }
+        if (!sent) rte_pktmbuf_free(m[i]);
       }
-      if (!sent) rte_pktmbuf_free(m[i]);
     }
-    return n;
+    return moved;
   }
 
  private:
+  static void drain(rte_ring* r) {
+    void* m;
+    while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
+  }
+
+  uint32_t servers_;
   net::Mempool copies_;
   std::deque<net::Mempool> pools_;
-  net::Ring up_, down_;
-  std::deque<net::Ring> worker_down_;
+  std::deque<net::Ring> rx_, tx_;
   std::deque<net::Port> ports_;
   std::vector<std::unique_ptr<net::Interface>> ifaces_;
 };
@@ -258,42 +339,50 @@ struct JobOptions {
   const char* model = "mobilenet_v2.txt";
   uint64_t scale_down = 1;  ///< tensors divided by this
   uint32_t workers = 4;
+  /// Per server node of the job, its shard count; more than one needs `hub`.
   std::vector<uint32_t> job_shards = {2};
-  uint32_t server_index = 0;  ///< which of the job's server nodes the node is
-  bool hub = false;           ///< one server port for every worker
+  bool hub = false;  ///< one port per node, all joined by a Switch (else a link per worker)
   net::LinkParams impair;
-  std::vector<unsigned> shard_lcores;
+  std::vector<unsigned> shard_lcores;                               ///< server 0's
   server::ShardCoreOptions shard_core = {.ring_entries = 1 << 15};  ///< more than every RX pool
   agg::OptimizerConfig optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};
   uint32_t server_max_messages = 1 << 17;  ///< per server endpoint (descriptors and ingress)
   double round_limit_s = 60;  ///< a round that takes longer fails, with the transport's state
   uint32_t server_peer_timeout_ms = 20'000;  ///< the server gives up on a silent worker after this
+  std::set<uint32_t> raw_ranks;              ///< ranks that are RawPeers, not workers
+  /// The model as rank r read it (default: everyone the same).
+  std::function<void(uint32_t rank, std::vector<agg::TensorDecl>&)> model_of;
 };
 
 inline constexpr uint32_t kMtu = 1500;
 
-/// A server node and its workers, wired up and polled from this thread.
+/// Server nodes and their workers, wired up and polled from this thread.
 class Job {
  public:
   explicit Job(const JobOptions& o) : options_(o) {
     static int serial = 0;
-    const int id = serial++;
+    id_ = serial++;
     decls_ = scaled(agg::parse_model_shapes(read_model(o.model)), o.scale_down);
     chunk_ = net::payload_per_packet(kMtu);
-    uint32_t total = 0;
-    for (uint32_t s : o.job_shards) total += s;
-    std::vector<net::Interface*> ports;
+    const auto servers = static_cast<uint32_t>(o.job_shards.size());
+    if (servers > 1 && !o.hub) throw std::invalid_argument("several server nodes need the hub");
+    for (uint32_t s : o.job_shards) total_shards_ += s;
+    std::vector<std::vector<net::Interface*>> ports(servers);
     std::vector<server::JobWorker> jw;
-    std::vector<net::Interface*> worker_if;
-    std::vector<PeerSpec> server_at;
-    const auto net = static_cast<uint8_t>(100 + id);
+    const auto net = static_cast<uint8_t>(100 + id_);
     if (o.hub) {
-      hub_ = std::make_unique<Hub>("job" + std::to_string(id), o.workers, kMtu, net);
-      ports.push_back(&hub_->server());
+      switch_ =
+          std::make_unique<Switch>("job" + std::to_string(id_), servers, o.workers, kMtu, net);
+      for (uint32_t s = 0; s < servers; ++s) ports[s].push_back(&switch_->server(s));
       for (uint32_t w = 0; w < o.workers; ++w) {
-        jw.push_back({{"w" + std::to_string(w), Hub::worker_ip(net, w), 47101}, 0});
-        worker_if.push_back(&hub_->worker(w));
-        server_at.push_back({"ps", Hub::server_ip(net), 47100});
+        jw.push_back({{"w" + std::to_string(w), Switch::worker_ip(net, w), 47101}, 0});
+        worker_if_.push_back(&switch_->worker(w));
+        std::vector<worker::ServerSpec> at;
+        for (uint32_t s = 0; s < servers; ++s) {
+          at.push_back(
+              {{"ps" + std::to_string(s), Switch::server_ip(net, s), 47100}, o.job_shards[s]});
+        }
+        servers_of_.push_back(std::move(at));
       }
     } else {
       for (uint32_t w = 0; w < o.workers; ++w) {
@@ -301,75 +390,118 @@ class Job {
         p.seed = o.impair.seed + w;
         const auto n = static_cast<uint8_t>(w);
         links_.push_back(std::make_unique<RingLink>(
-            "job" + std::to_string(id) + "_" + std::to_string(w), n, kMtu, p, 8191));
-        ports.push_back(&links_.back()->a());
+            "job" + std::to_string(id_) + "_" + std::to_string(w), n, kMtu, p, 8191));
+        ports[0].push_back(&links_.back()->a());
         jw.push_back({{"w" + std::to_string(w), RingLink::ip_b(n), 47101}, w});
-        worker_if.push_back(&links_.back()->b());
-        server_at.push_back({"ps", RingLink::ip_a(n), 47100});
+        worker_if_.push_back(&links_.back()->b());
+        servers_of_.push_back({{{"ps0", RingLink::ip_a(n), 47100}, o.job_shards[0]}});
       }
     }
-    server::ServerNodeConfig sc;
-    sc.chunk_bytes = chunk_;
-    sc.optimizer = o.optimizer;
-    sc.layout = job::ShardLayout::of(o.job_shards);
-    sc.server_index = o.server_index;
-    sc.endpoint = endpoint_config(3, 0);
-    sc.endpoint.transport.peer_timeout_us = uint64_t{o.server_peer_timeout_ms} * 1000;
-    sc.endpoint.max_messages = o.server_max_messages;
-    sc.endpoint.ingress_capacity = o.server_max_messages;
-    sc.shard_lcores = o.shard_lcores;
-    sc.shard_core = o.shard_core;
     const uint64_t now = rte_rdtsc();
-    server_ = std::make_unique<server::ServerNode>(ports, jw, sc, now);
+    for (uint32_t s = 0; s < servers; ++s) {
+      server::ServerNodeConfig sc;
+      sc.chunk_bytes = chunk_;
+      sc.optimizer = o.optimizer;
+      sc.layout = job::ShardLayout::of(o.job_shards);
+      sc.server_index = s;
+      sc.endpoint = endpoint_config(static_cast<uint16_t>(3 + s), static_cast<uint16_t>(s));
+      sc.endpoint.transport.peer_timeout_us = uint64_t{o.server_peer_timeout_ms} * 1000;
+      sc.endpoint.max_messages = o.server_max_messages;
+      sc.endpoint.ingress_capacity = o.server_max_messages;
+      if (s == 0) sc.shard_lcores = o.shard_lcores;
+      sc.shard_core = o.shard_core;
+      servers_.push_back(std::make_unique<server::ServerNode>(ports[s], jw, sc, now));
+    }
+    workers_.resize(o.workers);
+    raw_.resize(o.workers);
+    silent_.assign(o.workers, false);
     for (uint32_t w = 0; w < o.workers; ++w) {
-      workers_.push_back(
-          std::make_unique<TestWorker>(w, decls_, total, chunk_, *worker_if[w], server_at[w], now));
+      if (o.raw_ranks.count(w) != 0) {
+        std::vector<PeerSpec> peers;
+        for (const worker::ServerSpec& s : servers_of_[w]) peers.push_back(s.peer);
+        raw_[w] = std::make_unique<RawPeer>(w, decls_, total_shards_, chunk_, *worker_if_[w],
+                                            std::move(peers), now);
+      } else {
+        replace_worker(w, worker_config(w));
+      }
     }
   }
+  ~Job() {
+    // The workers first (their shutdown polls their net cores), then the
+    // servers, then the ports.
+    workers_.clear();
+    raw_.clear();
+    servers_.clear();
+  }
 
-  server::ServerNode& server() { return *server_; }
+  server::ServerNode& server(uint32_t s = 0) { return *servers_[s]; }
   TestWorker& worker(uint32_t w) { return *workers_[w]; }
-  /// Worker `w` is no longer polled: to the others it has died.
+  RawPeer& raw(uint32_t w) { return *raw_[w]; }
+  /// Rank `w` is no longer polled: to the others it has died.
   void silence(uint32_t w) { silent_[w] = true; }
-  uint32_t workers() const { return static_cast<uint32_t>(workers_.size()); }
+  uint32_t workers() const { return options_.workers; }
   const std::vector<agg::TensorDecl>& decls() const { return decls_; }
   uint32_t chunk_bytes() const { return chunk_; }
+
+  /// The configuration rank `w` is given (a fresh epoch each call).
+  worker::NetCoreConfig worker_config(uint32_t w) {
+    return pstest::worker_config(w, options_.workers, servers_of_[w], chunk_,
+                                 static_cast<uint16_t>(5 + w + 16 * ++incarnations_));
+  }
+  /// Rank `w`'s worker process (re)starts with `config`: the old one, if
+  /// any, is shut down; the new one declares the model as its rank reads it.
+  void replace_worker(uint32_t w, const worker::NetCoreConfig& config) {
+    workers_[w].reset();
+    std::vector<agg::TensorDecl> decls = decls_;
+    if (options_.model_of) options_.model_of(w, decls);
+    workers_[w] = std::make_unique<TestWorker>(decls, *worker_if_[w], config);
+  }
 
   /// Polls everything until `done()` or `limit_s` seconds; false on time out.
   bool poll_until(const std::function<bool()>& done, double limit_s = 60) {
     const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
     for (;;) {
       const uint64_t now = rte_rdtsc();
-      server_->poll_st(now);
-      if (hub_) hub_->forward();
-      for (size_t w = 0; w < workers_.size(); ++w) {
-        if (!silent_[w]) workers_[w]->node().poll_st(now);
+      for (auto& s : servers_) s->poll_st(now);
+      if (switch_) switch_->forward();
+      for (uint32_t w = 0; w < workers_.size(); ++w) {
+        if (silent_[w]) continue;
+        if (workers_[w]) workers_[w]->polled().poll_st(now);
+        if (raw_[w]) raw_[w]->poll_st(now);
       }
       if (done()) return true;
       if (now > deadline) return false;
     }
   }
-
-  /// Every worker has received `n` control messages.
-  bool each_has_control(size_t n) {
-    return poll_until([&] {
-      for (auto& w : workers_) {
-        if (w->control().size() < n) return false;
-      }
-      return true;
-    });
+  /// Polls until every handle in `hs` is complete.
+  bool wait(const std::vector<worker::Handle>& hs, double limit_s = 60) {
+    return poll_until(
+        [&] {
+          for (const worker::Handle& h : hs) {
+            if (!h.ready()) return false;
+          }
+          return true;
+        },
+        limit_s);
   }
 
-  /// Declare, ready, rank 0's initial parameters (random), version 0 at
-  /// every worker. Returns the initial parameters.
-  std::vector<std::vector<float>> start(uint64_t seed = 1) {
-    for (auto& w : workers_) w->declare();
-    if (!each_has_control(1)) throw std::runtime_error("no answer to declare");
-    for (auto& w : workers_) {
-      const agg::ControlMessage& m = w->control().back();
-      if (m.kind != agg::ControlKind::kReady) throw std::runtime_error("refused: " + m.text);
-      if (m.fingerprint != w->table().fingerprint()) throw std::runtime_error("fingerprint");
+  /// A barrier of every worker (barrier_async), polled until done: "" or
+  /// the first failure.
+  std::string barrier() {
+    std::vector<worker::Handle> hs;
+    for (auto& w : workers_) hs.push_back(w->api().barrier_async());
+    if (!wait(hs)) return "the barrier did not complete";
+    for (const worker::Handle& h : hs) {
+      if (!h.ok()) return "barrier: " + std::string(h.error());
     }
+    return "";
+  }
+
+  /// Every worker starts (rank 0's parameters random: they become version
+  /// 0) and is polled until started; throws with the reason otherwise.
+  /// Returns the initial parameters.
+  std::vector<std::vector<float>> start(uint64_t seed = 1) {
+    if (!options_.raw_ranks.empty()) throw std::logic_error("Job::start: raw ranks cannot start");
     std::mt19937 rng(static_cast<uint32_t>(seed));
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<std::vector<float>> init(decls_.size());
@@ -377,23 +509,20 @@ class Job {
       for (float& p : workers_[0]->params()[t]) p = dist(rng);
       init[t] = workers_[0]->params()[t];
     }
-    workers_[0]->push_all(wire::PacketType::kInit, 0);
-    if (!poll_until([&] {
-          for (auto& w : workers_) {
-            if (!w->has_version(0)) return false;
-          }
-          return true;
-        })) {
-      throw std::runtime_error("initial parameters did not reach every worker");
+    std::vector<worker::Handle> started;
+    for (auto& w : workers_) started.push_back(w->start());
+    if (!wait(started)) throw std::runtime_error("the workers did not start");
+    for (auto& w : workers_) {
+      if (!w->start().ok()) throw std::runtime_error(w->failure());
     }
     return init;
   }
 
-  /// One BSP round `r` from version r to r + 1: random gradients, push,
-  /// wait, and compare every worker's parameters with the reference
-  /// (rank-order sum, x 1/n, the optimizer) bit for bit. `reference` holds
-  /// the parameters at version r and is moved to r + 1. Returns "" or what
-  /// differs.
+  /// One BSP round `r` from version r to r + 1: random gradients, every
+  /// worker's push_pull of every tensor, and every worker's parameters
+  /// compared with the reference (rank-order sum, x 1/n, the optimizer) bit
+  /// for bit. `reference` holds the parameters at version r and is moved to
+  /// r + 1. Returns "" or what differs.
   std::string round(uint32_t r, std::vector<std::vector<float>>& reference, std::mt19937& rng) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     const float inv_n = 1.0f / static_cast<float>(workers());
@@ -411,46 +540,26 @@ class Job {
       }
     }
     const uint64_t t0 = rte_rdtsc();
-    for (auto& w : workers_) w->push_all(wire::PacketType::kData, r);
+    std::vector<std::vector<worker::Handle>> pending;
+    for (auto& w : workers_) pending.push_back(w->push_pull_all());
     const bool done = poll_until(
         [&] {
-          for (auto& w : workers_) {
-            if (!w->has_version(r + 1)) return false;
+          for (const auto& hs : pending) {
+            for (const worker::Handle& h : hs) {
+              if (!h.ready()) return false;
+            }
           }
           return true;
         },
         options_.round_limit_s);
     push_pull_ticks_ += rte_rdtsc() - t0;
-    if (!done) {
-      const server::ServerCounters c = server_->counters_st();
-      std::string s = "round " + std::to_string(r) + " did not complete: updates " +
-                      std::to_string(c.shards.updates) + ", refused " +
-                      std::to_string(c.shards.refused) + ", held " + std::to_string(c.held);
-      for (uint32_t w = 0; w < workers(); ++w) {
-        s += "; w" + std::to_string(w) + (workers_[w]->has_version(r + 1) ? " done" : " missing");
+    if (!done) return stalled("round " + std::to_string(r), pending);
+    for (uint32_t w = 0; w < workers(); ++w) {
+      for (const worker::Handle& h : pending[w]) {
+        if (!h.ok())
+          return "round " + std::to_string(r) + ": w" + std::to_string(w) + ": " +
+                 std::string(h.error());
       }
-      for (uint32_t p = 0; p < server_->ports(); ++p) {
-        transport::Endpoint& e = server_->endpoint(p);
-        for (uint16_t q = 0; q < e.num_peers(); ++q) {
-          const transport::EndpointPeerStats st = e.peer_stats_st(q);
-          s += "; server->" + e.peer_spec(q).name + " outstanding " +
-               std::to_string(st.outstanding) + " waiting_resend " +
-               std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
-        }
-      }
-      for (uint32_t w = 0; w < workers(); ++w) {
-        const transport::EndpointPeerStats st = workers_[w]->node().endpoint().peer_stats_st(0);
-        s += "; w" + std::to_string(w) + "->server outstanding " + std::to_string(st.outstanding) +
-             " waiting_resend " + std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
-      }
-      for (uint32_t p = 0; p < server_->ports(); ++p) {
-        const transport::EndpointCounters ec = server_->endpoint(p).counters_st();
-        s += "; server port " + std::to_string(p) + " retransmit_stale " +
-             std::to_string(
-                 ec.drops[static_cast<size_t>(transport::EndpointDrop::kRetransmitStale)]) +
-             " stashed " + std::to_string(ec.requeue_stashed);
-      }
-      return s;
     }
     return compare(reference, "round " + std::to_string(r));
   }
@@ -479,21 +588,59 @@ class Job {
   /// Chunks of the whole model (every shard).
   uint64_t chunks() const {
     uint64_t n = 0;
-    for (const agg::Partition& p : server_->placement_st()->partitions()) {
+    for (const agg::Partition& p : servers_[0]->placement_st()->partitions()) {
       n += (p.bytes() + chunk_ - 1) / chunk_;
     }
     return n;
   }
 
  private:
+  // Why a round did not complete: the servers' and the workers' transport state.
+  std::string stalled(const std::string& what,
+                      const std::vector<std::vector<worker::Handle>>& pending) {
+    std::string s = what + " did not complete";
+    for (auto& node : servers_) {
+      const server::ServerCounters c = node->counters_st();
+      s += ": updates " + std::to_string(c.shards.updates) + ", refused " +
+           std::to_string(c.shards.refused) + ", held " + std::to_string(c.held);
+      for (uint32_t p = 0; p < node->ports(); ++p) {
+        transport::Endpoint& e = node->endpoint(p);
+        for (uint16_t q = 0; q < e.num_peers(); ++q) {
+          const transport::EndpointPeerStats st = e.peer_stats_st(q);
+          s += "; server->" + e.peer_spec(q).name + " outstanding " +
+               std::to_string(st.outstanding) + " waiting_resend " +
+               std::to_string(st.waiting_resend) + (st.dead ? " dead" : "");
+        }
+        const transport::EndpointCounters ec = e.counters_st();
+        s += "; server port " + std::to_string(p) + " retransmit_stale " +
+             std::to_string(ec.drop(transport::EndpointDrop::kRetransmitStale)) + " stashed " +
+             std::to_string(ec.requeue_stashed);
+      }
+    }
+    for (uint32_t w = 0; w < workers(); ++w) {
+      uint32_t missing = 0;
+      for (const worker::Handle& h : pending[w]) missing += h.ready() ? 0 : 1;
+      s += "; w" + std::to_string(w) + " " + std::to_string(missing) + " pending, ->server " +
+           workers_[w]->peer_state(0);
+    }
+    return s;
+  }
+
   JobOptions options_;
+  int id_ = 0;
   std::vector<agg::TensorDecl> decls_;
   uint32_t chunk_ = 0;
+  uint32_t total_shards_ = 0;
+  uint32_t incarnations_ = 0;
   std::vector<std::unique_ptr<RingLink>> links_;
-  std::unique_ptr<Hub> hub_;
-  std::vector<bool> silent_ = std::vector<bool>(64, false);
-  std::unique_ptr<server::ServerNode> server_;
-  std::vector<std::unique_ptr<TestWorker>> workers_;
+  std::unique_ptr<Switch> switch_;
+  std::vector<net::Interface*> worker_if_;  // per rank
+  std::vector<std::vector<worker::ServerSpec>>
+      servers_of_;  // per rank: the servers as it sees them
+  std::vector<std::unique_ptr<server::ServerNode>> servers_;
+  std::vector<std::unique_ptr<TestWorker>> workers_;  // null for raw ranks
+  std::vector<std::unique_ptr<RawPeer>> raw_;         // null for workers
+  std::vector<bool> silent_;
   uint64_t push_pull_ticks_ = 0;
 };
 

@@ -5,11 +5,13 @@
 // The job is a job file (4 workers, 1 server node with 2 shards) whose nodes
 // all run in this process: NodeNetworks builds every port from the file, so
 // each server port carries the node's MAC and IP, as a single replay port
-// will. The server is a control-plane ServerNode (shards inline); the
-// workers are worker::WorkerNode. They run the real protocol: every worker
+// will. The server is a control-plane ServerNode (shards inline), built as
+// ps-server builds it; the workers are the library's own
+// (worker::PolledWorker over net_core_config(): the public Worker, its net
+// core polled by this thread). They run the real protocol: every worker
 // declares (agg::ControlKind::kDeclare), the server answers kReady, rank 0
 // pushes its initial parameters (kInit, version 0), then BSP rounds of
-// gradients with deterministic values (gradient(), initial_value()).
+// push_pull with deterministic gradients (gradient(), initial_value()).
 // PcapRecorder, an Interface RX tap on every server port, writes each frame
 // the server receives, in arrival order, into one pcap file (libpcap).
 //
@@ -45,8 +47,8 @@
 #include "job/job.h"
 #include "net/node.h"
 #include "server/server_node.h"
+#include "worker/attach.h"
 #include "worker/tensor_table.h"
-#include "worker/worker_node.h"
 
 namespace mercury::replay {
 
@@ -203,22 +205,6 @@ class PcapRecorder {
   std::array<std::byte, 65536> bounce_{};  // a chained mbuf is read into it
 };
 
-/// The server's control answers a worker received.
-class ControlInbox final : public transport::MessageReceiver {
- public:
-  std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    buffers_.emplace_back(h.msg_len);
-    return buffers_.back().data();
-  }
-  void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
-    messages.push_back(agg::decode_control({buffer, h.msg_len}));
-  }
-  std::vector<agg::ControlMessage> messages;
-
- private:
-  std::vector<std::vector<std::byte>> buffers_;
-};
-
 /// What a capture produced.
 struct Capture {
   uint64_t frames = 0;       ///< frames written to the trace
@@ -266,35 +252,29 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
   sc.endpoint.ingress_capacity = 1 << 17;
   server::ServerNode server(ports, job_workers, sc, rte_rdtsc());
 
-  // The workers: their tables over their own buffers, a WorkerNode each.
+  // The workers: the library's, each over its own buffers; rank 0's hold the
+  // initial values, which become version 0 everywhere.
+  const auto want = reference(decls, rounds);
   struct Trainer {
     std::vector<std::vector<float>> params, grads;
-    worker::TensorTable table;
-    ControlInbox inbox;
-    std::unique_ptr<worker::WorkerNode> node;
-    std::vector<std::byte> declare;
+    std::unique_ptr<worker::PolledWorker> worker;
   };
   std::vector<std::unique_ptr<Trainer>> trainers;
   for (uint32_t r = 0; r < kWorkers; ++r) {
     auto t = std::make_unique<Trainer>();
+    worker::NetCoreConfig c = worker::net_core_config(job, workers[r]->name);
+    c.endpoint.local_epoch = worker_epoch(r);
+    c.endpoint.max_messages = 1 << 17;
+    c.endpoint.ingress_capacity = 1 << 17;
+    t->worker = std::make_unique<worker::PolledWorker>(
+        *nets.ports_of(workers[r]->name).front()->interface, c);
     t->params.resize(decls.size());
     t->grads.resize(decls.size());
     for (size_t k = 0; k < decls.size(); ++k) {
-      t->params[k].assign(decls[k].elements, 0.0f);
+      t->params[k] = r == 0 ? want[0][k] : std::vector<float>(decls[k].elements, 0.0f);
       t->grads[k].assign(decls[k].elements, 0.0f);
-      t->table.declare(decls[k].name, t->params[k], decls[k].priority);
+      t->worker->worker().declare(decls[k].name, t->params[k], static_cast<int>(decls[k].priority));
     }
-    t->table.freeze(srv.shards, chunk);
-    worker::WorkerNodeConfig wc;
-    wc.endpoint =
-        job::endpoint_config(job, static_cast<uint16_t>(workers[r]->index), worker_epoch(r), hz);
-    wc.endpoint.peers = {{srv.name, srv.ipv4.value, srv.udp_port}};
-    wc.endpoint.max_messages = 1 << 17;
-    wc.endpoint.ingress_capacity = 1 << 17;
-    wc.pulls.first_version = 0;
-    wc.control = &t->inbox;
-    t->node = std::make_unique<worker::WorkerNode>(
-        t->table, *nets.ports_of(workers[r]->name).front()->interface, wc, rte_rdtsc());
     trainers.push_back(std::move(t));
   }
 
@@ -302,24 +282,20 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
   for (net::Interface* i : ports) i->set_rx_tap_st(&PcapRecorder::tap, &recorder);
 
   const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * static_cast<double>(hz));
-  auto poll_until = [&](const std::function<bool()>& done, const std::string& what) {
+  auto wait = [&](const std::vector<worker::Handle>& hs, const std::string& what) {
     for (;;) {
       const uint64_t now = rte_rdtsc();
       server.poll_st(now);
-      for (auto& t : trainers) t->node->poll_st(now);
-      if (done()) return;
+      for (auto& t : trainers) t->worker->poll_st(now);
+      bool done = true;
+      for (const worker::Handle& h : hs) done = done && h.ready();
+      if (done) break;
       if (now > deadline) throw std::runtime_error("capture: timed out waiting for " + what);
     }
-  };
-  auto all_at = [&](uint32_t version) {
-    for (auto& t : trainers) {
-      for (uint32_t k = 0; k < decls.size(); ++k) {
-        if (t->node->tracker().awaited_st(k) <= version) return false;
-      }
+    for (const worker::Handle& h : hs) {
+      if (!h.ok()) throw std::runtime_error("capture: " + what + ": " + std::string(h.error()));
     }
-    return true;
   };
-  const auto want = reference(decls, rounds);
   auto check = [&](uint32_t version) {
     for (uint32_t r = 0; r < kWorkers; ++r) {
       for (size_t k = 0; k < decls.size(); ++k) {
@@ -333,55 +309,22 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
     }
   };
 
-  // 1. Declare; 2. ready.
-  for (uint32_t r = 0; r < kWorkers; ++r) {
-    agg::ControlMessage m;
-    m.kind = agg::ControlKind::kDeclare;
-    m.rank = r;
-    m.tensors = trainers[r]->table.declarations();
-    trainers[r]->declare = agg::encode_control(m);
-    if (trainers[r]->node->send_control_st(0, trainers[r]->declare, {}) !=
-        transport::SubmitStatus::kQueued) {
-      throw std::runtime_error("capture: declare refused");
-    }
-  }
-  poll_until(
-      [&] {
-        for (auto& t : trainers) {
-          if (t->inbox.messages.empty()) return false;
-        }
-        return true;
-      },
-      "kReady");
-  for (auto& t : trainers) {
-    const agg::ControlMessage& m = t->inbox.messages.front();
-    if (m.kind != agg::ControlKind::kReady) throw std::runtime_error("capture: refused: " + m.text);
-    if (m.fingerprint != t->table.fingerprint()) throw std::runtime_error("capture: fingerprint");
-  }
-  // 3. Rank 0's initial parameters, version 0 everywhere.
-  Trainer& rank0 = *trainers[0];
-  for (uint32_t k = 0; k < decls.size(); ++k) {
-    rank0.params[k] = want[0][k];
-    if (rank0.node->push_partitions_st(k, rank0.params[k].data(), 0, wire::PacketType::kInit, 0,
-                                       {}) != rank0.table.partitions(k).size()) {
-      throw std::runtime_error("capture: init push refused");
-    }
-  }
-  poll_until([&] { return all_at(0); }, "version 0");
+  // 1. Declare; 2. ready; 3. rank 0's initial parameters, version 0 everywhere.
+  std::vector<worker::Handle> started;
+  for (auto& t : trainers) started.push_back(t->worker->worker().start_async());
+  wait(started, "the start (ready, version 0)");
   check(0);
   // 4. Rounds.
   for (uint32_t round = 0; round < rounds; ++round) {
+    std::vector<worker::Handle> pending;
     for (uint32_t r = 0; r < kWorkers; ++r) {
       Trainer& t = *trainers[r];
       for (uint32_t k = 0; k < decls.size(); ++k) {
         for (uint64_t i = 0; i < decls[k].elements; ++i) t.grads[k][i] = gradient(round, r, k, i);
-        if (t.node->push_partitions_st(k, t.grads[k].data(), round, wire::PacketType::kData, 0,
-                                       {}) != t.table.partitions(k).size()) {
-          throw std::runtime_error("capture: push refused");
-        }
+        pending.push_back(t.worker->worker().push_pull(k, t.grads[k], t.params[k]));
       }
     }
-    poll_until([&] { return all_at(round + 1); }, "version " + std::to_string(round + 1));
+    wait(pending, "version " + std::to_string(round + 1));
     check(round + 1);
   }
   for (net::Interface* i : ports) i->set_rx_tap_st(nullptr, nullptr);
@@ -398,7 +341,10 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
   for (const agg::Partition& p : server.placement_st()->partitions()) {
     c.chunks += (p.bytes() + chunk - 1) / chunk;
   }
-  for (auto& t : trainers) c.retransmits += t->node->counters_st().net.tx_retransmits;
+  for (auto& t : trainers) {
+    t->worker->worker().shutdown();  // its counters, published in full
+    c.retransmits += t->worker->worker().stats().retransmits;
+  }
   return c;
 }
 

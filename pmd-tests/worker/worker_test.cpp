@@ -5,11 +5,14 @@
 // worker call the API at once; every aggregate is checked bit for bit against a rank-order
 // reference, rank 0's initial parameters reach every rank, barriers
 // complete, shutdown fails what is pending, misuse throws, a silent or
-// refusing server fails start() with its name.
+// refusing server fails start() with its name; the start and the barrier
+// as handles (start_async, barrier_async), also for a worker whose net core
+// its owner polls (PolledWorker).
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -505,6 +508,72 @@ TEST(WorkerApi, RefusingServerFailsStartWithItsText) {
   }
 }
 
+// start_async() and barrier_async(): the start and the barrier as handles,
+// which the blocking calls wait on. Every start_async() returns the same
+// handle; once it is ok the worker has started (version 0 in place), and
+// start() returns at once. A barrier handle completes only once every rank
+// has arrived.
+TEST(WorkerApi, AsyncStartAndBarrier) {
+  Job job(2);
+  std::vector<float> p0(3000), p1(3000, -1.0f);
+  fill_initial(p0, 0);
+  const std::vector<float> initial = p0;
+  job.worker(0).declare("a", p0);
+  job.worker(1).declare("a", p1);
+  const Handle s0 = job.worker(0).start_async();
+  EXPECT_EQ(job.worker(0).start_async(), s0);
+  const Handle s1 = job.worker(1).start_async();
+  ASSERT_TRUE(s0.wait()) << s0.error();
+  ASSERT_TRUE(s1.wait()) << s1.error();
+  EXPECT_TRUE(job.worker(0).started());
+  EXPECT_TRUE(job.worker(1).started());
+  EXPECT_EQ(p1, initial);
+  job.worker(1).start();  // already started: returns at once
+  EXPECT_THROW(job.worker(0).declare("late", p0), UsageError);
+  const Handle b0 = job.worker(0).barrier_async();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(b0.ready()) << "the barrier completed without rank 1";
+  const Handle b1 = job.worker(1).barrier_async();
+  EXPECT_TRUE(b0.wait()) << b0.error();
+  EXPECT_TRUE(b1.wait()) << b1.error();
+}
+
+// A PolledWorker (worker/attach.h) runs its net core only when its owner
+// polls it: its blocking calls refuse to wait (they never could return),
+// naming the _async form; shutdown() runs the net core itself until it has
+// stopped, which fails the pending start.
+TEST(WorkerApi, PolledWorkerRefusesToBlock) {
+  RingLink link("polled", 90, kMtu, {}, 2047);
+  NetCoreConfig c;
+  c.servers = {ServerSpec{{"server0", RingLink::ip_a(90), 47100, 0}, kShards}};
+  c.chunk_bytes = kChunk;
+  c.endpoint = endpoint_config(7, 1, 4096);
+  PolledWorker polled(link.b(), c);
+  Worker& w = polled.worker();
+  std::vector<float> a(100);
+  w.declare("a", a);
+  const Handle started = w.start_async();
+  for (int i = 0; i < 1000; ++i) polled.poll_st(rte_rdtsc());
+  EXPECT_FALSE(started.ready());  // nobody polls link.a(): no server answers
+  try {
+    w.start();
+    FAIL() << "start() waited";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "start: this worker's net core is polled by its owner (PolledWorker), so "
+                 "start() cannot wait; use start_async() and poll until the handle is ready");
+  }
+  EXPECT_THROW(w.barrier(), UsageError);
+  EXPECT_THROW(w.push(0, a), UsageError);  // an implicit start is a start()
+  ASSERT_NE(polled.net_core(), nullptr);
+  EXPECT_NE(polled.net_core()->endpoint_st(), nullptr);
+  w.shutdown();
+  EXPECT_FALSE(started.ok());
+  EXPECT_NE(started.error().find("shut down"), std::string_view::npos) << started.error();
+  EXPECT_EQ(polled.net_core(), nullptr);
+  EXPECT_EQ(polled.poll_st(rte_rdtsc()), 0u);
+}
+
 // ---------------------------------------------------------------------------
 // The C ABI over the same machinery.
 
@@ -533,6 +602,10 @@ TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
   EXPECT_EQ(key, 0u);
   EXPECT_EQ(mercury_worker_declare(w, "p", p.data(), p.size(), -1, &key), MERCURY_E_USAGE);
   EXPECT_STREQ(mercury_last_error(), "declare: tensor 'p' is already declared (id 0)");
+  mercury_handle* started = nullptr;
+  ASSERT_EQ(mercury_worker_start_async(w, &started), MERCURY_OK) << mercury_last_error();
+  EXPECT_EQ(mercury_handle_wait(started), MERCURY_OK) << mercury_handle_error(started);
+  mercury_handle_release(started);
   ASSERT_EQ(mercury_worker_start(w), MERCURY_OK) << mercury_last_error();
   EXPECT_EQ(mercury_worker_rank(w), 0u);
   EXPECT_EQ(mercury_worker_workers(w), 1u);
@@ -554,6 +627,12 @@ TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
   EXPECT_EQ(rec.calls.load(), 1);
   EXPECT_EQ(rec.status.load(), MERCURY_OK);
   EXPECT_EQ(mercury_worker_barrier(w), MERCURY_OK) << mercury_last_error();
+  mercury_handle* barrier = nullptr;
+  ASSERT_EQ(mercury_worker_barrier_async(w, &barrier), MERCURY_OK) << mercury_last_error();
+  EXPECT_EQ(mercury_handle_wait(barrier), MERCURY_OK) << mercury_handle_error(barrier);
+  mercury_handle_release(barrier);
+  EXPECT_EQ(mercury_worker_barrier_async(w, nullptr), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_barrier_async: handle_out is NULL");
 
   // Misuse: wrong size, unknown key, NULL arguments.
   EXPECT_EQ(mercury_worker_push(w, 0, grad.data(), 10, &h), MERCURY_E_USAGE);

@@ -20,24 +20,27 @@
 // instead and leaves EAL to its owner.
 //
 // Start: when the declarations freeze. The set of tensors is frozen by
-// start(), or implicitly by the first push(), pull(), push_pull() or
-// barrier(). start() sends the declarations (rank, every tensor in
-// declaration order) to every server of the job, waits until each answers
-// Ready with the same placement fingerprint as this worker computed, and
-// then waits for version 0 of every tensor: rank 0's buffers as they are at
-// start() (rank 0 pushes them), so every rank starts from the same model and
-// every rank's declared buffers hold it when start() returns. It blocks for
-// as long as the slowest rank takes to start, at most
-// WorkerOptions::start_timeout_ms, and throws WorkerError naming the server
-// that refused or never answered. declare() after that throws UsageError.
+// start() (or start_async()), or implicitly by the first push(), pull(),
+// push_pull() or barrier(). start() sends the declarations (rank, every
+// tensor in declaration order) to every server of the job, waits until each
+// answers Ready, agreeing with this worker on where every piece of every
+// tensor lives (the placement fingerprint), and then waits for version 0 of
+// every tensor: rank 0's buffers as they are at start() (rank 0 pushes
+// them), so every rank starts from the same model and every rank's declared
+// buffers hold it when start() returns. It blocks for as long as the slowest
+// rank takes to start, at most WorkerOptions::start_timeout_ms, and throws
+// WorkerError naming the server that refused or never answered.
+// start_async() does the same without blocking: its Handle completes when
+// start() would return. declare() after either throws UsageError.
 //
-// Versions (BSP). Each push of a tensor is its next iteration (0, 1, ...),
-// computed from the parameters of the same version; the servers answer
-// with version iteration + 1. pull() asks for the newest version this
-// worker's pushes of that tensor lead to: version 0 before any push,
-// version i + 1 after the push of iteration i. A push of iteration i is
-// held on the net core until version i of the tensor is in (the servers
-// refuse a gradient from parameters they have not produced yet).
+// Versions (BSP). Each push of a tensor is its next iteration i (0, 1, ...):
+// a gradient computed from version i of the parameters. The servers sum
+// every rank's iteration i and answer with version i + 1. pull() asks for
+// the newest version this worker's pushes of that tensor lead to: version 0
+// before any push, version i + 1 after the push of iteration i. A push of
+// iteration i is held on the net core until version i of the tensor is in
+// (the servers refuse a gradient from parameters they have not produced
+// yet).
 //
 // Buffers. Aggregated parameters are written by the net core straight into
 // the buffer given to declare(), chunk by chunk; a pull(key, out) with
@@ -52,14 +55,16 @@
 // once. Handles complete on the net core: a callback registered with
 // Handle::on_complete runs there and must be short and must not block.
 // start(), barrier() and shutdown() block the calling thread (in the
-// kernel, never spinning).
+// kernel, never spinning); start_async() and barrier_async() return a
+// Handle at once.
 //
 // Errors. Misuse throws UsageError (an unknown key, a buffer of the wrong
 // size, a declaration after start, any call after shutdown()). A failed
 // transfer fails its Handle with a text that names the server; a server
-// that stops answering fails every pending handle and every later call
-// throws WorkerError with that text. shutdown() fails the handles still
-// pending with "the worker was shut down ...".
+// that stops answering, or ends the job, fails every pending handle and
+// every later request with that text (barrier() throws it as WorkerError).
+// shutdown() fails the handles still pending with "the worker was shut
+// down ...".
 #pragma once
 
 #include <cstdint>
@@ -98,15 +103,17 @@ struct WorkerOptions {
 /// A snapshot of the worker's counters (published by the net core every
 /// few milliseconds, so a little behind).
 struct WorkerStats {
-  uint64_t pushes = 0;              ///< push requests taken by the net core
-  uint64_t pulls = 0;               ///< pull requests taken by the net core
-  uint64_t partitions_pushed = 0;   ///< partition messages queued
-  uint64_t chunks_received = 0;     ///< aggregated chunks received
-  uint64_t bytes_placed = 0;        ///< parameter bytes written into trainer buffers
-  uint64_t versions_completed = 0;  ///< (tensor, version) fully received
-  uint64_t retransmits = 0;         ///< packets sent again by the transport
-  uint64_t chunks_dropped = 0;      ///< chunks refused by the pull tracker (stale, duplicate, ...)
-  uint64_t control_dropped = 0;     ///< control messages refused (too large, malformed, unexpected)
+  uint64_t pushes = 0;  ///< push requests (push and push_pull) taken by the net core
+  uint64_t pulls = 0;   ///< pull requests (pull and push_pull) taken by the net core
+  /// Gradient bytes handed to the network (on rank 0 also its initial
+  /// parameters, at start): pushes x their tensors' sizes, once sent.
+  uint64_t bytes_pushed = 0;
+  uint64_t chunks_received = 0;     ///< aggregated chunks (one packet each) received
+  uint64_t bytes_placed = 0;        ///< parameter bytes written into the declared buffers
+  uint64_t versions_completed = 0;  ///< (tensor, version) pairs fully received
+  uint64_t retransmits = 0;         ///< packets the worker sent again (loss, reordering)
+  uint64_t chunks_dropped = 0;      ///< chunks dropped on arrival (stale, duplicate, malformed)
+  uint64_t control_dropped = 0;     ///< servers' control messages dropped (malformed, unexpected)
 };
 
 class Worker {
@@ -134,10 +141,16 @@ class Worker {
   /// time, placement mismatch, shut down meanwhile) or UsageError (nothing
   /// declared, after shutdown). After a failed start every call throws.
   void start();
+  /// start() without waiting: freezes the declarations, sends them, and
+  /// returns a Handle that completes when start() would return, or fails
+  /// with its error (at most kMaxErrorBytes of the text; start() afterwards
+  /// throws the whole of it). Every call returns the same handle. Throws
+  /// UsageError (nothing declared, after shutdown).
+  Handle start_async();
 
   /// Pushes the gradient of the next iteration of `key` (`grad`: the whole
-  /// tensor). The handle completes when every partition is acknowledged by
-  /// its server. Starts the worker if needed. Throws UsageError.
+  /// tensor). The handle completes when the servers have acknowledged every
+  /// byte of it. Starts the worker if needed. Throws UsageError.
   Handle push(Key key, std::span<const float> grad);
   /// The newest version this worker's pushes of `key` lead to (see the file
   /// comment), into `out` (the declared buffer: no copy). Throws UsageError.
@@ -150,6 +163,10 @@ class Worker {
   /// as this process has (the n-th call of the process is generation n - 1).
   /// Throws WorkerError if it cannot complete (a server failed, shutdown).
   void barrier();
+  /// barrier() without waiting: the handle completes when every rank has
+  /// reached this generation, or fails with the reason. Starts the worker
+  /// if needed. Throws UsageError (after shutdown).
+  Handle barrier_async();
 
   /// Stops the net core: handles still pending fail ("the worker was shut
   /// down ..."), EAL is cleaned up if the worker started it. Idempotent;

@@ -81,6 +81,9 @@ void mercury_worker_destroy(mercury_worker* worker);
 int mercury_worker_declare(mercury_worker* worker, const char* name, float* params, size_t elements,
                            int priority, uint32_t* key_out);
 int mercury_worker_start(mercury_worker* worker);
+/* mercury_worker_start without waiting: *handle_out completes when the
+ * start would have returned (release it with mercury_handle_release). */
+int mercury_worker_start_async(mercury_worker* worker, mercury_handle** handle_out);
 int mercury_worker_push(mercury_worker* worker, uint32_t key, const float* grad, size_t elements,
                         mercury_handle** out);
 int mercury_worker_pull(mercury_worker* worker, uint32_t key, float* out, size_t elements,
@@ -88,6 +91,9 @@ int mercury_worker_pull(mercury_worker* worker, uint32_t key, float* out, size_t
 int mercury_worker_push_pull(mercury_worker* worker, uint32_t key, const float* grad, float* out,
                              size_t elements, mercury_handle** handle_out);
 int mercury_worker_barrier(mercury_worker* worker);
+/* mercury_worker_barrier without waiting: *handle_out completes when every
+ * rank has reached this generation. */
+int mercury_worker_barrier_async(mercury_worker* worker, mercury_handle** handle_out);
 int mercury_worker_shutdown(mercury_worker* worker);
 int mercury_worker_key(mercury_worker* worker, const char* name, uint32_t* key_out);
 uint32_t mercury_worker_rank(const mercury_worker* worker);

@@ -1,0 +1,149 @@
+// NetCore (net_core.h): the datapath. Pushes wait for their version and go
+// out partition by partition; aggregated chunks land in the trainer's
+// buffers through the PullTracker; pulls complete once their version is in;
+// barriers are control messages to server 0.
+#include "worker/net_core.h"
+
+#include <cstring>
+
+namespace mercury::worker {
+
+bool NetCore::version_in_st(TensorId t, uint32_t version) const {
+  return static_cast<int32_t>(pulls_->awaited_st(t) - version) > 0;
+}
+
+// ---------------------------------------------------------------------------
+// Push.
+
+void NetCore::push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,
+                      const Handle& h) {
+  if (push_queue_.size() >= list_capacity_) {
+    h.fail("push: more than " + std::to_string(list_capacity_) +
+           " pushes are waiting on the net core; wait for some handles first");
+    return;
+  }
+  push_queue_.push_back(PendingPush{t, iteration, grad, type, 0, false, h});
+}
+
+uint32_t NetCore::send_pushes_st() {
+  uint32_t work = 0;
+  bool endpoint_full = false;
+  for (PendingPush& p : push_queue_) {
+    if (endpoint_full) break;
+    // A gradient computed from version i goes once version i is in here:
+    // before that, BSP's servers would refuse it as from the future.
+    if (p.type == wire::PacketType::kData && !version_in_st(p.tensor, p.iteration)) continue;
+    if (!p.started) {
+      if (pushes_->start_st(p.tensor, p.handle) == StartResult::kBusy) continue;
+      p.started = true;
+      in_flight_[p.tensor] = p.handle;
+    }
+    const uint32_t parts = table_.tensor(p.tensor).partitions;
+    const uint32_t before = p.next;
+    p.next = send_partitions_st(p);
+    work += p.next - before;
+    endpoint_full = p.next < parts;
+  }
+  std::erase_if(push_queue_, [&](const PendingPush& p) {
+    return p.started && p.next == table_.tensor(p.tensor).partitions;
+  });
+  return work;
+}
+
+uint32_t NetCore::send_partitions_st(const PendingPush& p) {
+  const uint8_t level = table_.tensor(p.tensor).level;
+  const std::span<const PartitionGeometry> parts = table_.partitions(p.tensor);
+  // On the wire, a push's `iteration` is the version of the parameters it
+  // was computed from (0 for rank 0's initial parameters, kInit).
+  transport::MessageMeta meta;
+  meta.type = p.type;
+  meta.dtype = wire::Dtype::kFloat32;
+  meta.iteration = p.iteration;
+  uint32_t i = p.next;
+  for (; i < parts.size(); ++i) {
+    const PartitionGeometry& g = parts[i];
+    meta.tensor_key = g.key;
+    const auto* data = reinterpret_cast<const std::byte*>(p.grad + g.first_element);
+    const auto bytes = static_cast<uint32_t>(g.bytes());
+    if (endpoint_->send(shard_server_[g.shard], data, bytes, level, meta,
+                        transport::Completion{&NetCore::on_push_sent, this, g.key}) !=
+        transport::SubmitStatus::kQueued) {
+      break;  // the endpoint is full: the rest goes on a later pass
+    }
+    bytes_pushed_ += bytes;
+  }
+  return i;
+}
+
+void NetCore::on_push_sent(void* self, const transport::SendResult& r) {
+  auto& core = *static_cast<NetCore*>(self);
+  if (core.stopped_) return;
+  core.pushes_->settled_st(static_cast<uint32_t>(r.cookie), r.ok(), r.error);
+  core.pulls_dirty_ = true;
+  if (!r.ok()) core.break_st(std::string(r.error));
+}
+
+// ---------------------------------------------------------------------------
+// Received chunks and pulls.
+
+bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
+                        rte_mbuf*) {
+  // An aggregated chunk's `param_version` is the version its update made.
+  ++chunks_received_;
+  pulls_->deliver_st(h.tensor_key, h.offset, h.param_version, payload);
+  return false;  // copied into the trainer's buffer: the endpoint frees the mbuf
+}
+
+void NetCore::pull_st(TensorId t, uint32_t version, float* out, const Handle& h,
+                      std::optional<Handle> push) {
+  if (pull_queue_.size() >= list_capacity_) {
+    h.fail("pull: more than " + std::to_string(list_capacity_) +
+           " pulls are waiting on the net core; wait for some handles first");
+    return;
+  }
+  pull_queue_.push_back(PendingPull{t, version, out, h, std::move(push)});
+  pulls_dirty_ = true;
+}
+
+uint32_t NetCore::complete_pulls_st() {
+  if (pull_queue_.empty()) return 0;
+  const uint64_t versions = pulls_->counters_st().versions_completed;
+  const PushCounters& pc = pushes_->counters_st();
+  const uint64_t settled = pc.pushes_completed + pc.pushes_failed;
+  if (!pulls_dirty_ && versions == seen_versions_ && settled == seen_settled_) return 0;
+  seen_versions_ = versions;
+  seen_settled_ = settled;
+  pulls_dirty_ = false;
+  uint32_t done = 0;
+  std::erase_if(pull_queue_, [&](PendingPull& p) {
+    if (p.push && p.push->ready() && !p.push->ok()) {
+      p.handle.fail(p.push->error());
+      ++done;
+      return true;
+    }
+    if (!version_in_st(p.tensor, p.version) || (p.push && !p.push->ready())) return false;
+    const std::span<float> params = table_.tensor(p.tensor).params;
+    if (p.out != params.data()) std::memmove(p.out, params.data(), params.size_bytes());
+    p.handle.complete();
+    ++done;
+    return true;
+  });
+  return done;
+}
+
+// ---------------------------------------------------------------------------
+// Barrier.
+
+void NetCore::barrier_st(uint64_t generation, const Handle& h) {
+  agg::ControlMessage m;
+  m.kind = agg::ControlKind::kBarrier;
+  m.rank = config_.rank;
+  m.generation = generation;
+  barriers_.push_back(PendingBarrier{generation, h});
+  if (!send_control_st(0, m)) {
+    barriers_.pop_back();
+    h.fail("barrier: the message to " + server_name(0) + " could not be queued (endpoint full)");
+  }
+}
+
+}  // namespace mercury::worker
