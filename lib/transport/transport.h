@@ -41,6 +41,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "transport/flat_map.h"
 #include "wire/header.h"
 
 namespace mercury::transport {
@@ -503,7 +504,7 @@ class PeerReceiver {
   /// stream (it restarts towards our new epoch), keep its epoch.
   void reincarnate(uint16_t new_local_epoch);
   uint16_t peer_epoch() const { return peer_epoch_; }
-  uint32_t messages_in_progress() const { return msg_count_; }
+  uint32_t messages_in_progress() const { return static_cast<uint32_t>(msgs_.size()); }
   const ReceiverCounters& counters() const { return counters_; }
 
  private:
@@ -511,12 +512,13 @@ class PeerReceiver {
   /// completed its message.
   RxVerdict accept(const wire::HeaderFields& h, Tick now, bool& message_complete);
 
-  struct MsgSlot {
-    uint32_t msg_id = 0;
+  // A message in progress, keyed by msg_id.
+  struct MsgProgress {
     uint32_t msg_len = 0;
     uint32_t received = 0;
-    bool used = false;
   };
+  using MsgTable = FlatMap<MsgIdKey<0>, MsgProgress>;
+  using MsgSlot = MsgTable::Slot;
   static_assert(sizeof(MsgSlot) == 16, "docs/transport.md quotes the message slot size");
 
   bool try_sync(uint32_t seq);
@@ -532,8 +534,6 @@ class PeerReceiver {
     v[i >> 6] = on ? (v[i >> 6] | m) : (v[i >> 6] & ~m);
   }
   void duplicate(const wire::HeaderFields& h, bool history_known);
-  MsgSlot* find_or_add(uint32_t msg_id, uint32_t msg_len, bool& full);
-  void erase(MsgSlot* slot);
 
   Params p_;
   uint16_t local_epoch_;
@@ -547,10 +547,8 @@ class PeerReceiver {
   uint32_t ring_mask_;
   std::vector<uint64_t> got_;
   std::vector<uint64_t> rtx_;
-  // Messages in progress: open addressing, linear probing, pow2 >= 2 x rx_messages.
-  std::vector<MsgSlot> msgs_;
-  uint32_t msg_mask_;
-  uint32_t msg_count_ = 0;
+  // Messages in progress: pow2 >= 2 x rx_messages slots, at most rx_messages used.
+  MsgTable msgs_;
   // ACK policy.
   uint32_t unacked_ = 0;
   bool ack_now_ = false;
