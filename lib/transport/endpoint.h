@@ -286,19 +286,41 @@ struct EndpointCounters {
   [[nodiscard]] uint64_t drop(EndpointDrop d) const { return drops[static_cast<size_t>(d)]; }
 };
 
+// What the endpoint counts per peer, beside the Peer's own counters.
+#define MERCURY_ENDPOINT_PEER_COUNTERS(X)                                            \
+  X(messages_sent, "sends delivered")                                                \
+  X(messages_failed, "sends failed")                                                 \
+  X(messages_received, "messages placed whole (on_message_complete)")                \
+  X(messages_refused, "messages the MessageReceiver refused")                        \
+  X(packets_delivered, "PacketReceiver::on_packet calls")                            \
+  X(packets_refused, "PacketReceiver::admit refusals (EndpointDrop::kBackpressure)") \
+  X(bytes_received, "payload bytes placed or delivered")
+// Its state, as current values.
+#define MERCURY_ENDPOINT_PEER_GAUGES(X)                                        \
+  X(uint32_t, outstanding, "sequence numbers sent and not cumulatively acked") \
+  X(uint32_t, waiting_resend, "packets declared lost and not yet resent")      \
+  X(bool, resolved, "a route (ARP) is known")                                  \
+  X(bool, dead, "the peer stopped answering, or never did")
+
 struct EndpointPeerStats {
-  PeerCounters transport;      ///< the Peer's own counters
-  uint64_t messages_sent = 0;  ///< delivered
-  uint64_t messages_failed = 0;
-  uint64_t messages_received = 0;
-  uint64_t messages_refused = 0;
-  uint64_t packets_delivered = 0;  ///< PacketReceiver::on_packet calls
-  uint64_t packets_refused = 0;    ///< PacketReceiver::admit refusals (EndpointDrop::kBackpressure)
-  uint64_t bytes_received = 0;     ///< payload bytes placed or delivered
-  uint32_t outstanding = 0;        ///< sequence numbers sent and not cumulatively acked
-  uint32_t waiting_resend = 0;     ///< packets declared lost and not yet resent
-  bool resolved = false;           ///< a route (ARP) is known
-  bool dead = false;
+  PeerCounters transport;  ///< the Peer's own counters
+  MERCURY_ENDPOINT_PEER_COUNTERS(MERCURY_COUNTER_DECLARE)
+  MERCURY_ENDPOINT_PEER_GAUGES(MERCURY_GAUGE_DECLARE)
+
+  /// f(prefix, name, value): the Peer's counters (see PeerCounters), then
+  /// the endpoint's, then the gauges.
+  template <class F>
+  void for_each(F&& f) const {
+    transport.for_each(f);
+    MERCURY_ENDPOINT_PEER_COUNTERS(MERCURY_COUNTER_VISIT)
+    MERCURY_ENDPOINT_PEER_GAUGES(MERCURY_GAUGE_VISIT)
+  }
+  /// Sums the counters (over peers, say); the gauges keep this side's values.
+  EndpointPeerStats& operator+=(const EndpointPeerStats& o) {
+    transport += o.transport;
+    MERCURY_ENDPOINT_PEER_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
 };
 
 class Endpoint {

@@ -41,6 +41,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "telemetry/counter_list.h"
 #include "transport/flat_map.h"
 #include "wire/header.h"
 
@@ -222,35 +223,52 @@ struct AckResult {
   bool ignored = false;      ///< the ACK was out of range (or the peer is dead): nothing done
 };
 
+// Per-peer send-side counters: events, summed by operator+=.
+#define MERCURY_SENDER_COUNTERS(X)                                             \
+  X(packets_sent, "first transmissions")                                       \
+  X(retransmits_fast, "resends of packets lost by the SACK rule")              \
+  X(retransmits_timeout, "resends of packets lost by RTO or the tail probe")   \
+  X(losses_fast, "packets declared lost by the SACK rule")                     \
+  X(losses_timeout, "packets declared lost by RTO")                            \
+  X(tail_probes, "left-edge resends declared lost by the probe timeout")       \
+  X(false_losses, "declared lost, then acked before being resent")             \
+  X(resends_skipped, "on_resend() refused: already acked, failed or unknown")  \
+  X(acks_received, "ACKs processed")                                           \
+  X(acks_old, "cumulative ack below ours (reordered ACK); SACK still used")    \
+  X(acks_invalid, "ack beyond anything sent: ignored")                         \
+  X(rto_expirations, "retransmission timer expiries")                          \
+  X(loss_episodes, "loss episodes (each reduces cwnd, see docs/transport.md)") \
+  X(slices_acked, "slices delivered")                                          \
+  X(slices_failed, "slices failed")                                            \
+  X(peer_timeouts, "peer declared dead: nothing acked for peer_timeout")       \
+  X(restarts, "send streams restarted (the peer came back with a new epoch)")  \
+  X(rtt_samples, "RTT samples taken")
+// Its estimates: current values (ticks / packets), never summed.
+#define MERCURY_SENDER_ESTIMATES(X)                      \
+  X(Tick, srtt, "smoothed RTT, ticks")                   \
+  X(Tick, rttvar, "RTT variation, ticks")                \
+  X(Tick, min_rtt, "smallest RTT sample, ticks")         \
+  X(Tick, rto, "retransmission timeout before back-off") \
+  X(uint32_t, backoff, "RTO doublings in force")         \
+  X(uint32_t, cwnd, "congestion window, packets")        \
+  X(uint32_t, reorder_threshold, "adaptive reordering threshold, packets")
+
 /// Per-peer send-side counters and estimates (plain values, read by telemetry
 /// on the owning core or copied out).
 struct SenderCounters {
-  uint64_t packets_sent = 0;         ///< first transmissions
-  uint64_t retransmits_fast = 0;     ///< resends of packets lost by the SACK rule
-  uint64_t retransmits_timeout = 0;  ///< resends of packets lost by RTO
-  uint64_t losses_fast = 0;          ///< packets declared lost by the SACK rule
-  uint64_t losses_timeout = 0;       ///< packets declared lost by RTO
-  uint64_t tail_probes = 0;          ///< left-edge resends declared lost by the probe timeout
-  uint64_t false_losses = 0;         ///< declared lost, then acked before being resent
-  uint64_t resends_skipped = 0;      ///< on_resend() refused: already acked, failed or unknown
-  uint64_t acks_received = 0;
-  uint64_t acks_old = 0;      ///< cumulative ack below ours (reordered ACK); SACK still used
-  uint64_t acks_invalid = 0;  ///< ack beyond anything sent: ignored
-  uint64_t rto_expirations = 0;
-  uint64_t loss_episodes = 0;  ///< loss episodes (each reduces cwnd, see docs/transport.md)
-  uint64_t slices_acked = 0;
-  uint64_t slices_failed = 0;
-  uint64_t peer_timeouts = 0;
-  uint64_t restarts = 0;
-  uint64_t rtt_samples = 0;
-  // Estimates (ticks / packets), current values.
-  Tick srtt = 0;
-  Tick rttvar = 0;
-  Tick min_rtt = 0;
-  Tick rto = 0;  ///< before back-off
-  uint32_t backoff = 0;
-  uint32_t cwnd = 0;
-  uint32_t reorder_threshold = 0;
+  MERCURY_SENDER_COUNTERS(MERCURY_COUNTER_DECLARE)
+  MERCURY_SENDER_ESTIMATES(MERCURY_GAUGE_DECLARE)
+
+  /// f(prefix, name, value) for every counter, then every estimate.
+  template <class F>
+  void for_each(F&& f) const {MERCURY_SENDER_COUNTERS(MERCURY_COUNTER_VISIT)
+                                  MERCURY_SENDER_ESTIMATES(MERCURY_GAUGE_VISIT)}
+  /// Sums the counters; the estimates keep this side's values.
+  SenderCounters&
+  operator+=(const SenderCounters& o) {
+    MERCURY_SENDER_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
 };
 
 /// The send half of a peer: sequence numbers, the in-flight table, loss
@@ -447,24 +465,31 @@ enum class EpochCheck : uint8_t {
   kStale,      ///< an older incarnation (or the invalid epoch 0): drop
 };
 
+#define MERCURY_RECEIVER_COUNTERS(X)                                                      \
+  X(packets_accepted, "kNew verdicts")                                                    \
+  X(bytes_accepted, "payload bytes of kNew packets")                                      \
+  X(slice_packets, "kNew verdicts for wire::flags::kSlice packets (no message count)")    \
+  X(duplicates, "copies already received")                                                \
+  X(spurious_retransmits, "duplicates with one copy a retransmission: it was not needed") \
+  X(out_of_window, "beyond the receive window")                                           \
+  X(stale_epoch, "from an older incarnation of the peer")                                 \
+  X(unsynced, "in no stream the peer may have started towards us")                        \
+  X(message_table_full, "no room to track another message in progress")                   \
+  X(bad_message, "contradicts the message in progress")                                   \
+  X(messages_completed, "messages whose every byte arrived")                              \
+  X(messages_abandoned, "in progress when the peer restarted")                            \
+  X(peer_restarts, "the peer came back with a newer epoch")                               \
+  X(acks_sent, "acknowledgements written (piggybacked or pure)")
+
 struct ReceiverCounters {
-  uint64_t packets_accepted = 0;  ///< kNew verdicts
-  uint64_t bytes_accepted = 0;
-  uint64_t slice_packets =
-      0;  ///< kNew verdicts for wire::flags::kSlice packets (not counted per message)
-  uint64_t duplicates = 0;
-  /// Duplicates where one copy carried kRetransmit and the other did not:
-  /// the original did arrive, so the retransmission was not needed.
-  uint64_t spurious_retransmits = 0;
-  uint64_t out_of_window = 0;
-  uint64_t stale_epoch = 0;
-  uint64_t unsynced = 0;
-  uint64_t message_table_full = 0;
-  uint64_t bad_message = 0;
-  uint64_t messages_completed = 0;
-  uint64_t messages_abandoned = 0;  ///< in progress when the peer restarted
-  uint64_t peer_restarts = 0;
-  uint64_t acks_sent = 0;
+  MERCURY_RECEIVER_COUNTERS(MERCURY_COUNTER_DECLARE)
+
+  template <class F>
+  void for_each(F&& f) const {MERCURY_RECEIVER_COUNTERS(MERCURY_COUNTER_VISIT)} ReceiverCounters&
+  operator+=(const ReceiverCounters& o) {
+    MERCURY_RECEIVER_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
 };
 
 /// The receive half of a peer: epoch tracking, the duplicate window, the
@@ -563,6 +588,21 @@ struct PeerCounters {
   SenderCounters tx;
   ReceiverCounters rx;
   uint64_t probes_sent = 0;  ///< pure ACKs sent without an ACK, to announce our epoch
+
+  /// f(prefix, name, value): the sender's fields as tx_<name>, the
+  /// receiver's as rx_<name>, then probes_sent.
+  template <class F>
+  void for_each(F&& f) const {
+    tx.for_each([&](std::string_view, std::string_view name, uint64_t v) { f("tx_", name, v); });
+    rx.for_each([&](std::string_view, std::string_view name, uint64_t v) { f("rx_", name, v); });
+    f(std::string_view{}, std::string_view{"probes_sent"}, probes_sent);
+  }
+  PeerCounters& operator+=(const PeerCounters& o) {
+    tx += o.tx;
+    rx += o.rx;
+    probes_sent += o.probes_sent;
+    return *this;
+  }
 };
 
 /// Both halves of one peer, wired together, plus the epoch exchange:
