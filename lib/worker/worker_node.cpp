@@ -84,7 +84,7 @@ transport::SubmitStatus WorkerNode::send_control_st(uint16_t server,
 }
 
 bool WorkerNode::on_packet(uint16_t, const wire::HeaderFields& h,
-                           std::span<const std::byte> payload, rte_mbuf*) {
+                           std::span<const std::byte> payload, net::PacketBuf*) {
   ++chunks_received_;
   tracker_.deliver_st(h.tensor_key, h.offset, h.param_version, payload);
   return false;  // copied into the trainer's buffer: the endpoint frees the mbuf

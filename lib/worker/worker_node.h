@@ -76,7 +76,7 @@ class WorkerNode final : public transport::PacketReceiver {
   [[nodiscard]] WorkerNodeCounters counters_st() const;
 
   bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf* mbuf) override;
+                 net::PacketBuf* buf) override;
 
  private:
   const TensorTable& table_;

@@ -85,7 +85,7 @@ void expect_no_mbuf_leak(RingLink& l, const char* what) {
 // A PacketReceiver for endpoints that only send (it counts what it gets).
 struct NoPackets final : PacketReceiver {
   bool on_packet(uint16_t, const wire::HeaderFields&, std::span<const std::byte>,
-                 rte_mbuf*) override {
+                 net::PacketBuf*) override {
     ++got;
     return false;
   }
@@ -112,7 +112,8 @@ class ChunkServer final : public PacketReceiver {
   }
 
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf* mbuf) override {
+                 net::PacketBuf* buf) override {
+    rte_mbuf* mbuf = net::mbuf_of(buf);
     const int rank = h.sender_id - 1;
     if (rank < 0 || rank >= kWorkers || h.tensor_key >= kTensors.size() ||
         h.msg_len != kTensors[h.tensor_key] || h.offset % chunk_ != 0 ||
@@ -316,7 +317,7 @@ class PullWorker final : public PacketReceiver {
     }
   }
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf*) override {
+                 net::PacketBuf*) override {
     if ((h.flags & wire::flags::kSlice) == 0 || h.type != wire::PacketType::kAggData ||
         h.tensor_key >= kTensors.size() || h.msg_len != kTensors[h.tensor_key] ||
         h.param_version != version_ + h.tensor_key || h.dtype != wire::Dtype::kFloat32) {
@@ -494,7 +495,7 @@ struct Messages final : MessageReceiver {
 
 struct Packets final : PacketReceiver {
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte>,
-                 rte_mbuf*) override {
+                 net::PacketBuf*) override {
     types.push_back(h.type);
     slices += (h.flags & wire::flags::kSlice) != 0;
     return false;
@@ -546,7 +547,7 @@ TEST(Slices, BothReceiversRouteByTypeAndSlicesNeedAPacketReceiver) {
 
 struct RestartCounter final : PacketReceiver {
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte>,
-                 rte_mbuf*) override {
+                 net::PacketBuf*) override {
     epochs.push_back(h.epoch);
     return false;
   }
