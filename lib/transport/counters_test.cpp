@@ -1,14 +1,16 @@
-// The transport's counter structs are declared from one list each
-// (telemetry/counter_list.h): every field is summed by operator+= and
-// visited by for_each, so none can be forgotten by a reader.
+// The transport's and the endpoint's counter structs are declared from one
+// list each (telemetry/counter_list.h): every field is summed by operator+=
+// and visited by for_each, so none can be forgotten by a reader.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <bit>
 #include <cstddef>
 #include <map>
+#include <set>
 #include <string>
 
+#include "transport/endpoint.h"
 #include "transport/transport.h"
 
 namespace mercury::transport {
@@ -93,6 +95,54 @@ TEST(Counters, PeerCountersSumAndVisitBothHalves) {
   EXPECT_EQ(v.at("tx_packets_sent"), a.tx.packets_sent);
   EXPECT_EQ(v.at("rx_acks_sent"), a.rx.acks_sent);
   EXPECT_EQ(v.at("probes_sent"), 77u);
+}
+
+TEST(Counters, EveryEndpointCounterIsSummedAndVisited) {
+  const auto a = distinct_words<EndpointCounters>(3);
+  EndpointCounters sum = a;
+  sum += a;
+  const auto before = words(a), after = words(sum);
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i], 2 * before[i]) << "word " << i;
+  const auto v = visited(a);
+  EXPECT_EQ(v.size(), sizeof(EndpointCounters) / 8);
+  EXPECT_EQ(v.at("resends_left_edge"), a.resends_left_edge);
+  EXPECT_EQ(v.at("drop_backpressure"), a.drop(EndpointDrop::kBackpressure));
+  EXPECT_EQ(v.at("verdict_duplicate"), a.verdicts[static_cast<size_t>(RxVerdict::kDuplicate)]);
+}
+
+TEST(Counters, EndpointPeerStatsSumCountersAndKeepGauges) {
+  EndpointPeerStats a;
+  a.transport.tx = distinct_words<SenderCounters>(40);
+  a.transport.rx = distinct_words<ReceiverCounters>(4000);
+  a.transport.probes_sent = 3;
+  a.messages_sent = 1;
+  a.messages_failed = 2;
+  a.messages_received = 3;
+  a.messages_refused = 4;
+  a.packets_delivered = 5;
+  a.packets_refused = 6;
+  a.bytes_received = 7;
+  a.outstanding = 8;
+  a.waiting_resend = 9;
+  a.resolved = true;
+  a.dead = true;
+  EndpointPeerStats sum = a;
+  sum += a;
+  const auto va = visited(a), vs = visited(sum);
+  ASSERT_EQ(va.size(), vs.size());
+  // Gauges and estimates keep their value; every other field doubles.
+  const std::set<std::string> kept = {"outstanding", "waiting_resend", "resolved", "dead",
+#define KEPT(type, name, doc) "tx_" #name,
+                                      MERCURY_SENDER_ESTIMATES(KEPT)
+#undef KEPT
+  };
+  for (const auto& [name, value] : va) {
+    EXPECT_EQ(vs.at(name), kept.count(name) != 0 ? value : 2 * value) << name;
+  }
+  EXPECT_EQ(va.size(),
+            kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 1 + 7 + 4);
+  EXPECT_EQ(va.at("bytes_received"), 7u);
+  EXPECT_EQ(va.at("dead"), 1u);
 }
 
 }  // namespace

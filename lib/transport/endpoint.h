@@ -58,8 +58,9 @@
 // Memory: a 128-byte descriptor and a 24-byte record per message slot
 // (max_messages), the Peers (see transport.h), per peer a table of
 // pow2(2 x rx_messages) 16-byte slots and a ring of pow2(2 x window) 16-byte
-// lost-packet hints, and a retransmission map of pow2(2 x peers x (4 x window
-// + 64)) 24-byte slots. Nothing grows with traffic. docs/transport.md,
+// lost-packet hints, a retransmission map of pow2(2 x peers x (4 x window
+// + 64)) 24-byte slots, and a TX batch of 64 80-byte frames. Nothing grows
+// with traffic. docs/transport.md,
 // section "The endpoint (net core glue)", gives the decisions.
 #pragma once
 
