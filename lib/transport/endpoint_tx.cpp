@@ -11,6 +11,7 @@
 // the windows; a slice that comes back without an entry was settled meanwhile
 // and is dropped as stale.
 #include <algorithm>
+#include <cassert>
 
 #include "transport/endpoint.h"
 #include "transport/peer_state.h"
@@ -314,6 +315,7 @@ inline void Endpoint::fill_header(const sched::Message& msg, bool control, uint3
 inline wire::HeaderFields& Endpoint::next_frame_header_st() {
   // Bounded: data frames stay within the pass's budget (< kStage) and pure
   // ACKs within the port's room.
+  assert(tx_count_ < tx_.size());
   wire::HeaderFields& h = tx_[tx_count_].header;
   h = wire::HeaderFields{};
   return h;
