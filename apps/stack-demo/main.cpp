@@ -82,7 +82,7 @@ int sender_main(void* arg) {
   while (!g_stop.load(std::memory_order_relaxed)) {
     const uint64_t now = rte_rdtsc();
     const uint16_t n = s.ifc->poll_rx_st(rx, net::Interface::kBurst, now);
-    for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(rx[i].mbuf);
+    for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(net::mbuf_of(rx[i].buf));
     if (!routed) routed = s.ifc->resolve_st(s.dst_ip, s.dst_port, route, now);
     uint64_t sent = 0;
     while (routed && s.ifc->tx_room() > 0) {
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
         if (p.header.seq != expect_seq) ++gaps;
         expect_seq = p.header.seq + 1;
         bytes += p.payload.size();
-        rte_pktmbuf_free(rx[i].mbuf);
+        rte_pktmbuf_free(net::mbuf_of(rx[i].buf));
       }
       received += n;
       rx_ifc.flush_st(now);
@@ -206,7 +206,7 @@ int main(int argc, char** argv) {
         if (rx[i].parsed.header.seq != expect_seq) ++gaps;
         expect_seq = rx[i].parsed.header.seq + 1;
         bytes += rx[i].parsed.payload.size();
-        rte_pktmbuf_free(rx[i].mbuf);
+        rte_pktmbuf_free(net::mbuf_of(rx[i].buf));
       }
       received += n;
       idle = n == 0 ? idle + 1 : 0;

@@ -74,9 +74,9 @@ class Receiver {
       got = interface().poll_rx_st(rx, kBurst, now);
       const size_t payload = frame_ - net::kFrameOverhead;
       for (uint16_t i = 0; i < got; ++i) {
-        bytes += rx[i].mbuf->pkt_len;
+        bytes += net::mbuf_of(rx[i].buf)->pkt_len;
         if (rx[i].parsed.payload.size() != payload) ++report_.wrong_length;
-        done[i] = rx[i].mbuf;
+        done[i] = net::mbuf_of(rx[i].buf);
       }
     }
     if (got == 0) {

@@ -169,7 +169,7 @@ void stack_path(benchmark::State& state, Interface& a, Interface& b) {
     const uint16_t got = b.poll_rx_st(rx, kBurst, now);
     received += got;
     rte_mbuf* done[kBurst];
-    for (uint16_t i = 0; i < got; ++i) done[i] = rx[i].mbuf;
+    for (uint16_t i = 0; i < got; ++i) done[i] = mbuf_of(rx[i].buf);
     rte_pktmbuf_free_bulk(done, got);
   }
   if (b.counters().total_drops() != drops_before) state.SkipWithError("the stack dropped frames");
@@ -200,7 +200,7 @@ int receiver_main(void*) {
         mode == static_cast<int>(RxMode::kStackNoChecksum)) {
       Interface& b = mode == static_cast<int>(RxMode::kStack) ? s.b : s.b_nock;
       got = b.poll_rx_st(rx, kBurst, rte_rdtsc());
-      for (uint16_t i = 0; i < got; ++i) burst[i] = rx[i].mbuf;
+      for (uint16_t i = 0; i < got; ++i) burst[i] = mbuf_of(rx[i].buf);
     } else {
       got = s.ports.second.rx_burst(0, burst, kBurst);
     }

@@ -129,7 +129,7 @@ uint16_t receive(sched::PortScheduler* sched, sched::Message** msgs) {
   uint32_t run_bytes = 0;
   for (uint16_t i = 0; i < got; ++i) {
     const auto& h = rx[i].parsed.header;
-    done[i] = rx[i].mbuf;
+    done[i] = net::mbuf_of(rx[i].buf);
     if (sched == nullptr) {
       ++data;
       continue;

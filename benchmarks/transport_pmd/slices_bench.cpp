@@ -56,7 +56,8 @@ class Sink final : public MessageReceiver {
 class PacketSink final : public PacketReceiver {
  public:
   bool on_packet(uint16_t, const wire::HeaderFields&, std::span<const std::byte> payload,
-                 rte_mbuf* mbuf) override {
+                 net::PacketBuf* buf) override {
+    rte_mbuf* mbuf = net::mbuf_of(buf);
     uint32_t w = 0;
     if (payload.size() >= 4) std::memcpy(&w, payload.data(), 4);
     sum += w;

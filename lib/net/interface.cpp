@@ -95,7 +95,7 @@ uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
     switch (f.kind) {
       case FrameKind::kMercury:
         counters_.rx_bytes += m->data_len;
-        out[kept++].mbuf = m;
+        out[kept++].buf = buf_of(m);
         break;
       case FrameKind::kArp:
         handle_arp_st(f, now);
@@ -109,6 +109,19 @@ uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
   }
   counters_.rx_mercury += kept;
   return kept;
+}
+
+void Interface::release_st(PacketBuf* const* bufs, uint16_t n) {
+  // The endpoint's burst is one PacketBuf* array; rte_pktmbuf_free_bulk
+  // takes rte_mbuf*, so the pointers are converted, a burst at a time.
+  rte_mbuf* mbufs[kBurst];
+  while (n > 0) {
+    const uint16_t k = n < kBurst ? n : kBurst;
+    for (uint16_t i = 0; i < k; ++i) mbufs[i] = mbuf_of(bufs[i]);
+    rte_pktmbuf_free_bulk(mbufs, k);
+    bufs += k;
+    n = static_cast<uint16_t>(n - k);
+  }
 }
 
 void Interface::handle_arp_st(const ParsedFrame& f, uint64_t) {
@@ -171,6 +184,15 @@ bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
   stage_len_[staged_] = m->pkt_len;
   stage_[staged_++] = m;
   return true;
+}
+
+uint16_t Interface::stage_burst_st(const TxFrame* frames, uint16_t n) {
+  uint16_t staged = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    const TxFrame& f = frames[i];
+    staged += stage_data_st(*f.route, f.header, {f.payload, f.header.payload_len}) ? 1 : 0;
+  }
+  return staged;
 }
 
 uint16_t Interface::flush_st(uint64_t now) {

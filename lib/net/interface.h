@@ -1,15 +1,19 @@
 // One network interface of a Mercury endpoint: a port queue pair with its
 // addresses, its ARP cache, and the Ethernet/IPv4/UDP send and receive paths.
+// It is the DPDK implementation of net::PacketPort (packet_port.h), the
+// port a transport endpoint runs on.
 //
 // Receive: poll_rx_st() takes a burst from the RX queue, answers and learns
 // ARP by itself, drops and counts (by DropReason and wire::Reject) anything
 // that is not a valid Mercury packet for this endpoint, and returns the rest
 // still in their mbufs, parsed, so the payload can be placed without a copy
-// by whoever consumes it (the caller frees each mbuf afterwards).
+// by whoever consumes it. An RxPacket's PacketBuf is the mbuf (mbuf_of());
+// the caller frees it afterwards, with release_st() or rte_pktmbuf_free.
 // Send: stage_data_st() builds a frame in a fresh mbuf (headers + one pass
 // over the payload, checksum fused or offloaded) into a TX stage of one burst;
-// flush_st() hands the stage to the PMD (through the link emulator when one
-// is attached), keeping what the PMD refuses for the next flush.
+// stage_burst_st() does it for a burst of frames; flush_st() hands the stage
+// to the PMD (through the link emulator when one is attached), keeping what
+// the PMD refuses for the next flush.
 //
 // RX tap: set_rx_tap() installs a function that sees every received burst,
 // raw, before it is parsed (a recorder writing a pcap trace, a test counting
@@ -18,7 +22,8 @@
 //
 // Threading: the whole object belongs to one core (its net core); every
 // method ends in _st. Nothing here allocates, throws, locks or logs after
-// construction.
+// construction. The class is final, so calls through an Interface& are
+// direct; only calls through a PacketPort& are virtual.
 #pragma once
 
 #include <rte_mbuf.h>
@@ -30,6 +35,7 @@
 #include "net/arp.h"
 #include "net/frame.h"
 #include "net/mempool.h"
+#include "net/packet_port.h"
 #include "net/port.h"
 
 namespace mercury::net {
@@ -52,12 +58,10 @@ struct InterfaceCounters {
   [[nodiscard]] uint64_t total_drops() const;
 };
 
-/// A received Mercury packet: its mbuf (owned by the caller now) and what
-/// the parser found. parsed.payload points into the mbuf.
-struct RxPacket {
-  rte_mbuf* mbuf;
-  ParsedFrame parsed;
-};
+/// The mbuf that a PacketBuf of an Interface is, and back. (A PacketBuf of
+/// another port is no mbuf.)
+inline rte_mbuf* mbuf_of(PacketBuf* buf) { return reinterpret_cast<rte_mbuf*>(buf); }
+inline PacketBuf* buf_of(rte_mbuf* mbuf) { return reinterpret_cast<PacketBuf*>(mbuf); }
 
 /// Sees a received burst before it is parsed: `frames[0..count)` are the
 /// mbufs as the PMD returned them (count >= 1), still owned by the
@@ -74,15 +78,14 @@ struct InterfaceOptions {
   uint64_t arp_retry_ticks = 0;  ///< 0: 100 ms at the TSC rate
 };
 
-class Interface {
+class Interface final : public PacketPort {
  public:
   /// Bytes the send path leaves in front of a data frame so that its payload
   /// starts on a 64-byte boundary (mempools reserve them: frame_bytes_for_mtu).
   static constexpr uint16_t kPayloadAlignPad = (64 - kFrameOverhead % 64) % 64;
   /// How many packets ahead the send path warms a frame's header lines.
   static constexpr uint16_t kPrefetchAhead = 4;
-  static constexpr uint16_t kBurst = 32;
-  static constexpr uint16_t kStage = 2 * kBurst;
+  // kBurst and kStage: PacketPort's.
 
   Interface(Port& port, Mempool& pool, const LocalAddr& local, const InterfaceOptions& opts);
   ~Interface();
@@ -91,22 +94,29 @@ class Interface {
 
   /// Receives up to `n` frames (n <= kBurst); returns how many Mercury packets
   /// were written to `out`. ARP replies it owes are staged for TX.
-  uint16_t poll_rx_st(RxPacket* out, uint16_t n, uint64_t now);
+  uint16_t poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) override;
+  /// Frees the mbufs (rte_pktmbuf_free_bulk).
+  void release_st(PacketBuf* const* bufs, uint16_t n) override;
 
   /// The route to (ip, port) if its MAC is known; otherwise sends an ARP
   /// request (at most one per retry interval) and returns false.
-  bool resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t now);
+  bool resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t now) override;
   /// A static ARP entry (from the configuration).
   bool add_static_arp(uint32_t ip, const MacAddr& mac) { return arp_.add_static(ip, mac); }
 
   /// Free slots in the TX stage.
-  [[nodiscard]] uint16_t tx_room() const { return static_cast<uint16_t>(kStage - staged_); }
+  [[nodiscard]] uint16_t tx_room() const override {
+    return static_cast<uint16_t>(kStage - staged_);
+  }
   /// Builds one data frame and stages it. False (counted) when the stage is
   /// full or the mempool is empty; nothing is half-sent.
   bool stage_data_st(const Route& route, const wire::HeaderFields& h,
                      std::span<const std::byte> payload);
+  /// stage_data_st() for each frame in turn; returns how many were staged.
+  uint16_t stage_burst_st(const TxFrame* frames, uint16_t n) override;
   /// Hands staged frames to the PMD (or the emulator); returns how many went.
-  uint16_t flush_st(uint64_t now);
+  uint16_t flush_st(uint64_t now) override;
+  [[nodiscard]] uint32_t mtu() const override { return port_.mtu(); }
 
   /// Installs `tap` (nullptr removes it), called with `context` once per
   /// non-empty received burst. Set it from the interface's core, or before

@@ -23,8 +23,8 @@ class ServerNode::PortReceiver final : public transport::PacketReceiver,
     return node_.admit_st(port_, ranks_[peer], h);
   }
   bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf* mbuf) override {
-    return node_.on_packet_st(port_, ranks_[peer], h, payload, mbuf);
+                 net::PacketBuf* buf) override {
+    return node_.on_packet_st(port_, ranks_[peer], h, payload, net::mbuf_of(buf));
   }
   std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override {
     return node_.control_begin(ranks_[peer], h);

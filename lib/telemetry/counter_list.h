@@ -44,6 +44,11 @@
 #define MERCURY_COUNTER_ADD(name, doc) name += o.name;
 /// `f("", "name", name);` inside a for_each(F&& f).
 #define MERCURY_COUNTER_VISIT(name, doc) f(std::string_view{}, std::string_view{#name}, name);
+/// Gauges (current values, never summed) are listed as X(type, name, doc):
+/// `type name{};` and `f("", "name", value widened to uint64_t);`.
+#define MERCURY_GAUGE_DECLARE(type, name, doc) type name{};
+#define MERCURY_GAUGE_VISIT(type, name, doc) \
+  f(std::string_view{}, std::string_view{#name}, static_cast<uint64_t>(name));
 /// One `{"name", "doc"}` entry of a description table.
 #define MERCURY_COUNTER_DESCRIBE(name, doc) \
   ::mercury::telemetry::CounterInfo{std::string_view{#name}, std::string_view{doc}},

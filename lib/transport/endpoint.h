@@ -1,21 +1,32 @@
 // The transport endpoint: the net core glue that joins lib/net (one
-// Interface on a real DPDK port), lib/sched (a PortScheduler fed by any
-// thread) and lib/transport (one Peer state machine per remote).
+// net::PacketPort: an Interface on a real DPDK port, or a MemoryPort in unit
+// tests), lib/sched (a PortScheduler fed by any thread) and lib/transport
+// (one Peer state machine per remote).
 //
-// What it is for. One Endpoint per (net core, Interface). Producers on any
+// What it is for. One Endpoint per (net core, port). Producers on any
 // thread call send(): the message is queued whole in the scheduler, never
 // copied. The net core calls poll_st(now) in its loop, which has the shape of
-// docs/architecture.md, "Threads and ownership": receive a burst, hand each packet to its Peer,
-// place accepted payloads straight into the destination buffer the
-// application gave for the message (the only copy, from the mbuf; with
-// non-temporal stores for messages of net::kStreamDestinationBytes or more), report
-// completed messages, or hand each accepted packet with its mbuf to a
-// PacketReceiver (no copy; it may keep the mbuf), free the other mbufs; every `timer_every` passes
-// run the timers (RTO, liveness, ARP resolution of peers without a route); then TX: drain the
-// scheduler's ingress, fail whatever is queued for dead peers, resend the lost packets of peers
-// whose window is full, carve packets (lost packets come back through the scheduler's
-// retransmission queue at their message's priority, ahead of new data of that level), stamp them
-// through the Peer, stage and flush them, and send the pure ACKs that nothing piggybacked.
+// docs/architecture.md ("Threads and ownership"): receive a burst, route each
+// packet once (to the MessageReceiver, the PacketReceiver, the transport
+// alone, or nowhere), hand it to its Peer, place accepted payloads straight
+// into the destination buffer the application gave for the message (the only
+// copy, from the port's buffer; with non-temporal stores for messages of
+// net::kStreamDestinationBytes or more), report completed messages, or hand
+// each accepted packet with its buffer to a PacketReceiver (no copy; it may
+// keep the buffer), release the other buffers to the port; every
+// `timer_every` passes run the timers (RTO, liveness, route resolution of
+// peers without one); then TX: drain the scheduler's ingress, fail whatever
+// is queued for dead peers, resend the lost packets of peers whose window is
+// full, carve packets (lost packets come back through the scheduler's
+// retransmission queue at their message's priority, ahead of new data of
+// that level), stamp them through the Peer, stage them on the port a burst
+// at a time, send the pure ACKs that nothing piggybacked, and flush.
+//
+// One class, several files, one concern each: endpoint.cpp (set-up, submit,
+// completions, telemetry), endpoint_rx.cpp (route, admit, place, reassemble),
+// endpoint_tx.cpp (transmit, resend, requeue, what happens to sent slices),
+// endpoint_timers.cpp (the slow work of a pass); peer_state.h holds the
+// per-peer state and the lost map they share.
 //
 // Slices. send_slice() queues part of a larger logical message (a server's
 // aggregated chunk out of a shard's parameter memory): its packets carry
@@ -26,11 +37,12 @@
 // the part was acknowledged".
 //
 // Threads.
-//  * send() and send_slice() may be called from any thread, preemptible ones included: it is
-//    lock-free (a pool pop, a counter fetch_add and the scheduler's submit),
-//    never blocks, never allocates, and returns a SubmitStatus.
+//  * send() and send_slice() may be called from any thread, preemptible ones
+//    included: they are lock-free (a pool pop, a counter fetch_add and the
+//    scheduler's submit), never block, never allocate, and return a
+//    SubmitStatus.
 //  * Everything ending in _st belongs to the one net core that owns the
-//    Interface (the scheduler's single consumer). Completions and the
+//    port (the scheduler's single consumer). Completions and the
 //    MessageReceiver and PacketReceiver callbacks run on that core, inside
 //    poll_st().
 //  * The constructor is control path: it allocates every table once and
@@ -41,12 +53,14 @@
 // per-peer table of messages in progress and one memcpy of the payload, or
 // (packet delivery) one virtual call and no copy.
 // Per sent packet: O(1) in the scheduler and the Peer, one hash probe for a
-// retransmission, the Interface's frame build. Per pass: O(peers) checks.
+// retransmission, the port's frame build. Per pass: O(peers) checks and five
+// calls into the port (receive, release, stage data, stage ACKs, flush).
 // Memory: a 128-byte descriptor and a 24-byte record per message slot
 // (max_messages), the Peers (see transport.h), per peer a table of
 // pow2(2 x rx_messages) 16-byte slots and a ring of pow2(2 x window) 16-byte
-// lost-packet hints, and a retransmission map of pow2(2 x peers x (4 x window
-// + 64)) 24-byte slots. Nothing grows with traffic. docs/transport.md,
+// lost-packet hints, a retransmission map of pow2(2 x peers x (4 x window
+// + 64)) 24-byte slots, and a TX batch of 64 80-byte frames. Nothing grows
+// with traffic. docs/transport.md,
 // section "The endpoint (net core glue)", gives the decisions.
 #pragma once
 
@@ -60,14 +74,12 @@
 #include <string_view>
 #include <vector>
 
-#include "net/interface.h"
+#include "net/packet_port.h"
 #include "sched/message.h"
 #include "sched/port_scheduler.h"
 #include "telemetry/counter_list.h"
 #include "transport/transport.h"
 #include "wire/header.h"
-
-struct rte_mbuf;
 
 namespace mercury::transport {
 
@@ -90,7 +102,7 @@ struct EndpointConfig {
   uint32_t job_id = 0;                 ///< written in every header
   uint16_t sender_id = 0;              ///< our id in the job, written in every header
   uint32_t timer_every = 16;           ///< poll passes between timer runs (>= 1)
-  uint32_t tx_burst = 32;              ///< data packets carved per pass (<= Interface::kBurst)
+  uint32_t tx_burst = 32;              ///< data packets carved per pass (<= PacketPort::kBurst)
   std::vector<PeerSpec> peers;         ///< 1..sched::kMaxPeers
 };
 
@@ -166,10 +178,10 @@ class MessageReceiver {
   ~MessageReceiver() = default;
 };
 
-/// Where received packets go one by one, with their mbufs: the parameter
+/// Where received packets go one by one, with their buffers: the parameter
 /// server's shard cores aggregate each chunk as it arrives and hold its
-/// payload (the mbuf) until every worker's copy is there. Called on the net
-/// core inside poll_st().
+/// payload (the buffer) until every worker's copy is there. Called on the
+/// net core inside poll_st().
 class PacketReceiver {
  public:
   /// Called exactly once per data packet that the transport accepted (new,
@@ -177,12 +189,14 @@ class PacketReceiver {
   /// the transport has taken it into its acknowledgement state: the packet
   /// will not be offered again, whatever happens to it here. `payload`
   /// (h.payload_len bytes, at byte h.offset of a message of h.msg_len bytes)
-  /// lies inside `mbuf`. Return true to take the mbuf: the receiver then
-  /// frees it (rte_pktmbuf_free, on any thread) and the payload stays valid
-  /// until it does. Return false and the endpoint frees it after the call.
+  /// lies inside `buf`, the port's buffer. Return true to take it: the
+  /// receiver then gives it back to the port (PacketPort::release_st on the
+  /// net core; for an Interface `buf` is the rte_mbuf, net::mbuf_of(), which
+  /// rte_pktmbuf_free may free on any thread) and the payload stays valid
+  /// until then. Return false and the endpoint releases it after the call.
   /// Must not block; may call send().
   virtual bool on_packet(uint16_t peer, const wire::HeaderFields& h,
-                         std::span<const std::byte> payload, rte_mbuf* mbuf) = 0;
+                         std::span<const std::byte> payload, net::PacketBuf* buf) = 0;
   /// Flow control, asked before the transport records a data packet that it
   /// would accept as new (current epoch, in the receive window, not known to
   /// be a duplicate) and that is routed here. Return false to refuse it: the
@@ -222,12 +236,12 @@ struct Receivers {
 };
 
 /// Why the endpoint itself dropped or refused something (the Peer's verdicts
-/// and the Interface's drops are counted where they happen).
+/// and the port's drops are counted where they happen).
 enum class EndpointDrop : uint8_t {
   kUnknownPeer,      ///< a valid Mercury packet from an address that is no peer of ours
   kRefused,          ///< payload of a message the receiver refused (on_message_begin null)
   kRxTableFull,      ///< no slot for another message in progress (cannot happen when sized)
-  kStageFailed,      ///< stage_data_st refused (mempool empty): the packet is lost, RTO resends
+  kStageFailed,      ///< the port could not stage it (no buffer): the packet is lost, RTO resends
   kRetransmitStale,  ///< a queued retransmission no longer needed (acked or failed meanwhile)
   kNoReceiver,       ///< accepted, but no receiver for it (a slice without a PacketReceiver)
   kBackpressure,     ///< PacketReceiver::admit refused a new packet: not acknowledged, resent later
@@ -239,7 +253,7 @@ std::string_view endpoint_drop_name(EndpointDrop d);
 // Every endpoint counter, once: the struct, its sum and every reader walk it.
 #define MERCURY_ENDPOINT_COUNTERS(X)                                                   \
   X(passes, "poll passes")                                                             \
-  X(rx_packets, "Mercury packets taken from the Interface")                            \
+  X(rx_packets, "Mercury packets taken from the port")                                 \
   X(tx_data, "first transmissions (data and control)")                                 \
   X(tx_retransmits, "resends")                                                         \
   X(tx_pure_acks, "pure ACKs and probes")                                              \
@@ -255,7 +269,7 @@ std::string_view endpoint_drop_name(EndpointDrop d);
   X(messages_abandoned, "on_message_abandoned calls")                                  \
   X(control_received, "partition start-ups and other control packets")                 \
   X(packets_delivered, "PacketReceiver::on_packet calls")                              \
-  X(packets_kept, "PacketReceiver::on_packet calls that took the mbuf")                \
+  X(packets_kept, "PacketReceiver::on_packet calls that took the buffer")              \
   X(slices_submitted, "send_slice() calls that queued")                                \
   X(submit_no_descriptor, "send() refused: max_messages queued or in flight")          \
   X(submit_ingress_full, "send() refused: ingress_capacity reached")                   \
@@ -286,32 +300,54 @@ struct EndpointCounters {
   [[nodiscard]] uint64_t drop(EndpointDrop d) const { return drops[static_cast<size_t>(d)]; }
 };
 
+// What the endpoint counts per peer, beside the Peer's own counters.
+#define MERCURY_ENDPOINT_PEER_COUNTERS(X)                                            \
+  X(messages_sent, "sends delivered")                                                \
+  X(messages_failed, "sends failed")                                                 \
+  X(messages_received, "messages placed whole (on_message_complete)")                \
+  X(messages_refused, "messages the MessageReceiver refused")                        \
+  X(packets_delivered, "PacketReceiver::on_packet calls")                            \
+  X(packets_refused, "PacketReceiver::admit refusals (EndpointDrop::kBackpressure)") \
+  X(bytes_received, "payload bytes placed or delivered")
+// Its state, as current values.
+#define MERCURY_ENDPOINT_PEER_GAUGES(X)                                        \
+  X(uint32_t, outstanding, "sequence numbers sent and not cumulatively acked") \
+  X(uint32_t, waiting_resend, "packets declared lost and not yet resent")      \
+  X(bool, resolved, "a route (ARP) is known")                                  \
+  X(bool, dead, "the peer stopped answering, or never did")
+
 struct EndpointPeerStats {
-  PeerCounters transport;      ///< the Peer's own counters
-  uint64_t messages_sent = 0;  ///< delivered
-  uint64_t messages_failed = 0;
-  uint64_t messages_received = 0;
-  uint64_t messages_refused = 0;
-  uint64_t packets_delivered = 0;  ///< PacketReceiver::on_packet calls
-  uint64_t packets_refused = 0;    ///< PacketReceiver::admit refusals (EndpointDrop::kBackpressure)
-  uint64_t bytes_received = 0;     ///< payload bytes placed or delivered
-  uint32_t outstanding = 0;        ///< sequence numbers sent and not cumulatively acked
-  uint32_t waiting_resend = 0;     ///< packets declared lost and not yet resent
-  bool resolved = false;           ///< a route (ARP) is known
-  bool dead = false;
+  PeerCounters transport;  ///< the Peer's own counters
+  MERCURY_ENDPOINT_PEER_COUNTERS(MERCURY_COUNTER_DECLARE)
+  MERCURY_ENDPOINT_PEER_GAUGES(MERCURY_GAUGE_DECLARE)
+
+  /// f(prefix, name, value): the Peer's counters (see PeerCounters), then
+  /// the endpoint's, then the gauges.
+  template <class F>
+  void for_each(F&& f) const {
+    transport.for_each(f);
+    MERCURY_ENDPOINT_PEER_COUNTERS(MERCURY_COUNTER_VISIT)
+    MERCURY_ENDPOINT_PEER_GAUGES(MERCURY_GAUGE_VISIT)
+  }
+  /// Sums the counters (over peers, say); the gauges keep this side's values.
+  EndpointPeerStats& operator+=(const EndpointPeerStats& o) {
+    transport += o.transport;
+    MERCURY_ENDPOINT_PEER_COUNTERS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
 };
 
 class Endpoint {
  public:
-  /// Control path. `iface` and `receiver` must outlive the endpoint, and the
-  /// calling thread then owns the Interface through poll_st(). `now` is the
+  /// Control path. `port` and `receiver` must outlive the endpoint, and the
+  /// calling thread then owns the port through poll_st(). `now` is the
   /// current TSC. Throws std::invalid_argument on a bad configuration.
-  Endpoint(net::Interface& iface, const EndpointConfig& config, MessageReceiver& receiver,
+  Endpoint(net::PacketPort& port, const EndpointConfig& config, MessageReceiver& receiver,
            Tick now);
   /// The same with packet-level delivery, or both (see Receivers). Throws
   /// std::invalid_argument if neither is given.
-  Endpoint(net::Interface& iface, const EndpointConfig& config, PacketReceiver& receiver, Tick now);
-  Endpoint(net::Interface& iface, const EndpointConfig& config, const Receivers& receivers,
+  Endpoint(net::PacketPort& port, const EndpointConfig& config, PacketReceiver& receiver, Tick now);
+  Endpoint(net::PacketPort& port, const EndpointConfig& config, const Receivers& receivers,
            Tick now);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
@@ -356,8 +392,32 @@ class Endpoint {
   const sched::PortScheduler& scheduler() const { return *sched_; }
 
  private:
-  struct PeerState;
-  class LostMap;
+  struct PeerState;  // peer_state.h
+  // The lost map (endpoint_tx.cpp): (slice token, offset) -> the seq of the
+  // lost packet carrying the slice, or "deferred" for a slice carved while
+  // its peer's window was full.
+  struct LostKey {
+    uint64_t token;  // 0: an empty slot (a token is never 0)
+    uint32_t offset;
+    bool operator==(const LostKey&) const = default;
+  };
+  struct LostKeyTraits {
+    using Key = LostKey;
+    static constexpr Key kEmpty{};
+    static bool is_empty(const Key& k) { return k.token == 0; }
+    static size_t hash(const Key& k) {
+      // Tokens are 64-byte aligned descriptor addresses: drop the zero bits.
+      return static_cast<size_t>(
+          ((k.token >> 6) * 0x9E3779B97F4A7C15ull ^ uint64_t{k.offset} * 0xC2B2AE3D27D4EB4Full) >>
+          32);
+    }
+  };
+  struct LostEntry {
+    uint32_t seq = 0;
+    bool deferred = false;
+  };
+  using LostMap = FlatMap<LostKeyTraits, LostEntry>;
+  static_assert(sizeof(LostMap::Slot) == 24, "docs/transport.md quotes the lost map's slot size");
   struct Record {
     SendCallback fn = nullptr;
     void* context = nullptr;
@@ -365,47 +425,76 @@ class Endpoint {
     bool started = false;                        // a slice has been sent
     SendStatus status = SendStatus::kDelivered;  // first failure wins
   };
+  // Where a received packet goes (Receivers), decided once per packet by
+  // route_of(): admission and placement both act on it.
+  enum class RxRoute : uint8_t {
+    kMessage,  // assembled for the MessageReceiver
+    kPacket,   // to the PacketReceiver, admit() asked first
+    kStartup,  // a partition start-up: its ACK is the answer, nothing is delivered
+    kNone,     // no receiver for it (dropped once accepted, kNoReceiver); pure ACKs
+  };
 
+  // endpoint.cpp: submission and completions.
   static void on_complete(void* self, const sched::Message& msg);
   Record& record(const sched::Message* msg) { return records_[msg - base_]; }
-  void receive_st(Tick now);
   SubmitStatus submit(uint16_t peer, const std::byte* data, uint32_t len, uint32_t base_offset,
                       uint32_t logical_len, uint8_t priority, const MessageMeta& meta,
                       const Completion& done);
-  // True when the receiver took the mbuf.
-  bool place_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, const RxResult& r);
-  bool deliver_packet_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt);
-  // The PacketReceiver's routing (Receivers) applies to `h`.
-  bool routed_to_packets(const wire::HeaderFields& h) const;
+  void drop(EndpointDrop d) { ++counters_.drops[static_cast<size_t>(d)]; }
+
+  // endpoint_rx.cpp: route once, admit, place, reassemble.
+  void receive_st(Tick now);
+  RxRoute route_of(const wire::HeaderFields& h) const;
   // False when PacketReceiver::admit refused a packet the transport would
   // take as new (see there).
   bool admitted_st(const PeerState& ps, uint16_t peer, const wire::HeaderFields& h);
+  void peer_restarted_st(PeerState& ps, uint16_t peer);
+  // A kNew packet to where `route` says; true when the receiver took its buffer.
+  bool place_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, const RxResult& r,
+                RxRoute route);
+  bool deliver_packet_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt);
+  void assemble_st(PeerState& ps, uint16_t peer, const net::RxPacket& pkt, bool complete);
+
+  // endpoint_timers.cpp.
   void run_timers_st(Tick now);
+
+  // endpoint_tx.cpp: transmit.
   void transmit_st(Tick now);
   void drain_dead_st(const sched::PeerMask& dead);
-  uint32_t resend_blocked_st(PeerState& ps, Tick now, uint32_t budget);
+  // Serves one slice of a carved burst; false when its peer must sit out the
+  // rest of the pass (it could not take the slice).
+  bool serve_st(const sched::Slice& s, Tick now, uint32_t& sent);
+  // The one resend path: Peer::resend of lost packet `seq`; on kSend it is
+  // queued for TX and counted, and on kSend or kNotNeeded its lost-map entry
+  // goes (`entry`, or when null the entry of the slice resent if it still
+  // names `seq`). kNoRoom changes nothing: the caller keeps the request.
+  Resend resend_st(PeerState& ps, uint32_t seq, LostMap::Slot* entry, Tick now);
   // Resends the peer's lost left edge, if any (PeerSender::left_edge_lost).
   uint32_t resend_left_edge_st(PeerState& ps, Tick now);
-  // Builds and stages a resend the Peer stamped (`h`), and counts it.
-  void stage_resend_st(PeerState& ps, const SliceRef& ref, wire::HeaderFields& h);
+  // Resends lost packets of a peer whose window is full, oldest report first.
+  uint32_t resend_blocked_st(PeerState& ps, Tick now, uint32_t budget);
+  // The one fallback when the scheduler's retransmission queue is full.
+  void requeue_or_stash_st(const sched::Slice& s);
+  void retry_stash_st();
   bool eligible(const PeerState& ps) const;
   // Packets the peer may take now (>= 1 when eligible): window and cwnd
   // room, or cwnd room alone for resends when the window is full.
   uint32_t send_room(const PeerState& ps) const;
   void fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
                    wire::HeaderFields& h) const;
-  bool stage(PeerState& ps, const wire::HeaderFields& h, const std::byte* payload);
-  void account_failed(PeerState& ps, sched::Message* msg, bool control, uint32_t len,
-                      SendStatus why);
-  void drop(EndpointDrop d) { ++counters_.drops[static_cast<size_t>(d)]; }
-  void retry_stash_st();
+  // The TX batch: frames are built into tx_ and handed to the port a burst
+  // at a time (one virtual call), never one by one.
+  wire::HeaderFields& next_frame_header_st();
+  void queue_frame_st(const PeerState& ps, const std::byte* payload);
+  uint16_t stage_frames_st();
+  void account_failed(sched::Message* msg, bool control, uint32_t len, SendStatus why);
 
-  // SenderSink reports, through each peer's PeerState.
-  void acked(PeerState& ps, const SliceRef& slice);
+  // SenderSink reports, through each peer's PeerState (endpoint_tx.cpp).
+  void acked(const SliceRef& slice);
   void lost(PeerState& ps, uint32_t seq, const SliceRef& slice);
-  void failed(PeerState& ps, const SliceRef& slice, FailReason why);
+  void failed(const SliceRef& slice, FailReason why);
 
-  net::Interface& iface_;
+  net::PacketPort& port_;
   EndpointConfig config_;
   MessageReceiver* messages_;
   PacketReceiver* packets_;
@@ -421,9 +510,12 @@ class Endpoint {
   std::vector<sched::Slice> stash_;  // requeues the scheduler refused (never when sized)
   std::vector<uint32_t> room_;       // [peer]: send_room() for next_slices_st
   uint64_t passes_ = 0;
-  // The RX burst lives here, not on the stack: value-initialising 32 parsed
-  // frames on every pass cost more than the rest of an idle pass.
-  std::array<net::RxPacket, net::Interface::kBurst> rx_{};
+  // The RX burst and the TX batch live here, not on the stack:
+  // value-initialising 32 parsed frames on every pass cost more than the
+  // rest of an idle pass.
+  std::array<net::RxPacket, net::PacketPort::kBurst> rx_{};
+  std::array<net::TxFrame, net::PacketPort::kStage> tx_{};
+  uint16_t tx_count_ = 0;  // frames in tx_ not yet staged
   alignas(64) std::atomic<uint32_t> next_msg_id_{1};
   std::atomic<uint64_t> submit_no_descriptor_{0};
   std::atomic<uint64_t> submit_ingress_full_{0};

@@ -19,6 +19,12 @@ uint16_t checked_epoch(uint16_t e) {
   return e;
 }
 
+uint32_t checked_rx_messages(const Params& p) {
+  if (p.rx_window == 0) throw std::invalid_argument("transport: rx_window must be >= 1");
+  if (p.rx_messages == 0) throw std::invalid_argument("transport: rx_messages must be >= 1");
+  return p.rx_messages;
+}
+
 }  // namespace
 
 PeerReceiver::PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t peer_epoch)
@@ -28,11 +34,7 @@ PeerReceiver::PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t 
       ring_mask_(ring_bits(params.rx_window) - 1),
       got_(ring_bits(params.rx_window) / 64),
       rtx_(ring_bits(params.rx_window) / 64),
-      msgs_(std::bit_ceil(std::max(2 * params.rx_messages, 2u))),
-      msg_mask_(static_cast<uint32_t>(msgs_.size()) - 1) {
-  if (params.rx_window == 0) throw std::invalid_argument("transport: rx_window must be >= 1");
-  if (params.rx_messages == 0) throw std::invalid_argument("transport: rx_messages must be >= 1");
-}
+      msgs_(2 * uint64_t{checked_rx_messages(params)}, params.rx_messages) {}
 
 EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
   if (epoch == 0) {  // no sender uses it: a corrupt or foreign packet
@@ -46,7 +48,7 @@ EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
   if (epoch == peer_epoch_) return EpochCheck::kCurrent;
   if (epoch_newer(epoch, peer_epoch_)) {
     // The peer restarted: its old stream and every message in it are gone.
-    counters_.messages_abandoned += msg_count_;
+    counters_.messages_abandoned += msgs_.size();
     reset_messages();
     synced_ = false;
     unacked_ = 0;
@@ -59,17 +61,14 @@ EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
   return EpochCheck::kStale;
 }
 
-void PeerReceiver::reset_messages() {
-  std::fill(msgs_.begin(), msgs_.end(), MsgSlot{});
-  msg_count_ = 0;
-}
+void PeerReceiver::reset_messages() { msgs_.clear(); }
 
 void PeerReceiver::sync(uint32_t base) {
   rcv_nxt_ = base;
   history_ = 0;
   std::fill(got_.begin(), got_.end(), 0);
   std::fill(rtx_.begin(), rtx_.end(), 0);
-  counters_.messages_abandoned += msg_count_;
+  counters_.messages_abandoned += msgs_.size();
   reset_messages();
   synced_ = true;
   unacked_ = 0;
@@ -78,7 +77,7 @@ void PeerReceiver::sync(uint32_t base) {
 
 void PeerReceiver::reincarnate(uint16_t new_local_epoch) {
   local_epoch_ = checked_epoch(new_local_epoch);
-  counters_.messages_abandoned += msg_count_;
+  counters_.messages_abandoned += msgs_.size();
   reset_messages();
   synced_ = false;
   unacked_ = 0;
@@ -123,39 +122,6 @@ void PeerReceiver::duplicate(const wire::HeaderFields& h, bool history_known) {
   if (history_known && bit(rtx_, h.seq) != rtx) ++counters_.spurious_retransmits;
 }
 
-PeerReceiver::MsgSlot* PeerReceiver::find_or_add(uint32_t msg_id, uint32_t msg_len, bool& full) {
-  // Message ids run sequentially per sender, and an odd multiplier permutes
-  // the low bits, so consecutive ids land in distinct slots.
-  uint32_t i = (msg_id * 0x9e3779b1u) & msg_mask_;
-  while (msgs_[i].used) {
-    if (msgs_[i].msg_id == msg_id) return &msgs_[i];
-    i = (i + 1) & msg_mask_;
-  }
-  // Load stays <= 1/2, so the probe above always meets an empty slot.
-  full = msg_count_ >= p_.rx_messages;
-  if (full) return nullptr;
-  msgs_[i] = {msg_id, msg_len, 0, true};
-  ++msg_count_;
-  return &msgs_[i];
-}
-
-void PeerReceiver::erase(MsgSlot* slot) {
-  // Backward-shift deletion keeps linear-probe chains intact without
-  // tombstones, so the table never degrades with traffic.
-  uint32_t i = static_cast<uint32_t>(slot - msgs_.data());
-  msgs_[i].used = false;
-  --msg_count_;
-  for (uint32_t j = (i + 1) & msg_mask_; msgs_[j].used; j = (j + 1) & msg_mask_) {
-    const uint32_t home = (msgs_[j].msg_id * 0x9e3779b1u) & msg_mask_;
-    // Entry j may move into the hole at i unless its home lies cyclically in (i, j].
-    const bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (stays) continue;
-    msgs_[i] = msgs_[j];
-    msgs_[j].used = false;
-    i = j;
-  }
-}
-
 RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
   const EpochCheck ec = observe_epoch(h.epoch);
   bool complete = false;
@@ -191,20 +157,22 @@ RxVerdict PeerReceiver::accept(const wire::HeaderFields& h, Tick now, bool& mess
   const bool slice = (h.flags & wf::kSlice) != 0;
   bool complete = !slice && h.payload_len == h.msg_len;  // the whole message in one packet
   if (!slice && !complete) {
-    bool full = false;
-    MsgSlot* m = find_or_add(h.msg_id, h.msg_len, full);
+    bool inserted;
+    MsgSlot* m = msgs_.find_or_insert(h.msg_id, inserted);
     if (m == nullptr) {
       ++counters_.message_table_full;
       return RxVerdict::kMessageTableFull;
     }
-    if (m->msg_len != h.msg_len || m->received + h.payload_len > h.msg_len) {
+    MsgProgress& p = m->value;
+    if (inserted) p.msg_len = h.msg_len;
+    if (p.msg_len != h.msg_len || p.received + h.payload_len > h.msg_len) {
       ++counters_.bad_message;
       return RxVerdict::kBadMessage;
     }
-    m->received += h.payload_len;
-    if (m->received == m->msg_len) {
+    p.received += h.payload_len;
+    if (p.received == p.msg_len) {
       complete = true;
-      erase(m);
+      msgs_.erase(m);
     }
   }
   put_bit(got_, h.seq, true);

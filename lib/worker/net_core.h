@@ -147,9 +147,9 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   void on_message_complete(uint16_t peer, const wire::HeaderFields& h, std::byte* buffer) override;
   void on_message_abandoned(uint16_t peer, uint32_t msg_id, std::byte* buffer) override;
   // transport::PacketReceiver: the aggregated chunks (kAggData slices),
-  // copied into the trainer's buffers (the endpoint frees the mbuf).
+  // copied into the trainer's buffers (the endpoint releases the buffer).
   bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf* mbuf) override;
+                 net::PacketBuf* buf) override;
 
  private:
   enum class Phase : uint8_t { kIdle, kDeclaring, kInitialising, kRunning, kFailed };

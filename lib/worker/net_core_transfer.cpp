@@ -87,7 +87,7 @@ void NetCore::on_push_sent(void* self, const transport::SendResult& r) {
 // Received chunks and pulls.
 
 bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                        rte_mbuf*) {
+                        net::PacketBuf*) {
   // An aggregated chunk's `param_version` is the version its update made.
   ++chunks_received_;
   pulls_->deliver_st(h.tensor_key, h.offset, h.param_version, payload);

@@ -116,7 +116,7 @@ int run(const Args& a) {
         }
         ++received;
       }
-      rte_pktmbuf_free(rx[k].mbuf);
+      rte_pktmbuf_free(net::mbuf_of(rx[k].buf));
     }
     // The receiver also resolves the sender, so ARP is exercised both ways.
     if (!routed) routed = ifc.resolve_st(a.peer, 47100, route, now);

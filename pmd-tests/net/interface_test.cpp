@@ -86,7 +86,7 @@ void move_frames(Link& l, uint32_t payload_bytes, uint32_t frames) {
       EXPECT_EQ(p.src_port, 47100);
       ASSERT_EQ(p.payload.size(), payload_bytes);
       std::memcpy(dst.data() + p.header.offset, p.payload.data(), p.payload.size());
-      rte_pktmbuf_free(rx[i].mbuf);
+      rte_pktmbuf_free(mbuf_of(rx[i].buf));
       ++received;
     }
   }
@@ -150,7 +150,7 @@ TEST(Interface, GarbageUnderTheStackIsCountedByReason) {
   uint16_t got = 0;
   for (int i = 0; i < 1000 && l.b.counters().rx_frames < 5; ++i) {
     const uint16_t n = l.b.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
-    for (uint16_t k = 0; k < n; ++k) rte_pktmbuf_free(rx[k].mbuf);
+    for (uint16_t k = 0; k < n; ++k) rte_pktmbuf_free(mbuf_of(rx[k].buf));
     got = static_cast<uint16_t>(got + n);
   }
   EXPECT_EQ(got, 1);

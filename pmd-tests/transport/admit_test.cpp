@@ -64,7 +64,8 @@ class RefusingReceiver final : public PacketReceiver, public MessageReceiver {
   }
 
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf* mbuf) override {
+                 net::PacketBuf* buf) override {
+    rte_mbuf* mbuf = net::mbuf_of(buf);
     release();
     const auto key = std::make_pair(h.tensor_key, h.offset);
     if (refused_here(h.tensor_key, h.offset) && offers_[key] != kRefusals) ++delivered_unrefused_;

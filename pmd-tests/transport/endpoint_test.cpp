@@ -638,22 +638,6 @@ TEST(Endpoint, UnreachablePeerFailsAfterConnectTimeout) {
   EXPECT_TRUE(a.idle_st());
 }
 
-// Submission refusals are reported, never queued.
-TEST(Endpoint, SendRefusesInvalidArguments) {
-  RingLink link("inval", 41, kMtu, faults(0, 6));
-  std::vector<std::vector<PlannedMessage>> plans = {{}};
-  CheckingReceiver rx(pattern(), plans);
-  Endpoint a(link.a(), endpoint_config(3, 0, {{"b", RingLink::ip_b(41), 47101, 0}}), rx,
-             rte_rdtsc());
-  MessageMeta meta;
-  EXPECT_EQ(a.send(1, pattern().data(), 10, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.send(0, pattern().data(), 10, 64, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.send(0, nullptr, 10, 0, meta, {}), SubmitStatus::kInvalid);
-  meta.type = wire::PacketType::kAck;
-  EXPECT_EQ(a.send(0, pattern().data(), 10, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.counters_st().submit_invalid, 4u);
-}
-
 }  // namespace
 }  // namespace mercury::transport
 

@@ -85,7 +85,7 @@ void expect_no_mbuf_leak(RingLink& l, const char* what) {
 // A PacketReceiver for endpoints that only send (it counts what it gets).
 struct NoPackets final : PacketReceiver {
   bool on_packet(uint16_t, const wire::HeaderFields&, std::span<const std::byte>,
-                 rte_mbuf*) override {
+                 net::PacketBuf*) override {
     ++got;
     return false;
   }
@@ -112,7 +112,8 @@ class ChunkServer final : public PacketReceiver {
   }
 
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf* mbuf) override {
+                 net::PacketBuf* buf) override {
+    rte_mbuf* mbuf = net::mbuf_of(buf);
     const int rank = h.sender_id - 1;
     if (rank < 0 || rank >= kWorkers || h.tensor_key >= kTensors.size() ||
         h.msg_len != kTensors[h.tensor_key] || h.offset % chunk_ != 0 ||
@@ -316,7 +317,7 @@ class PullWorker final : public PacketReceiver {
     }
   }
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                 rte_mbuf*) override {
+                 net::PacketBuf*) override {
     if ((h.flags & wire::flags::kSlice) == 0 || h.type != wire::PacketType::kAggData ||
         h.tensor_key >= kTensors.size() || h.msg_len != kTensors[h.tensor_key] ||
         h.param_version != version_ + h.tensor_key || h.dtype != wire::Dtype::kFloat32) {
@@ -476,158 +477,6 @@ TEST(Slices, ServerSendsSlicesOutOfOrderAtMixedPriorities) {
 TEST(Slices, ServerSendsSlicesUnderLossReorderDuplication) {
   server_sends_slices("sl5_", 90, faults(0.05, 6));
 }
-
-// ---------------------------------------------------------------------------
-// Routing and refusals.
-
-struct Messages final : MessageReceiver {
-  std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    buf.assign(h.msg_len, std::byte{0});
-    return buf.data();
-  }
-  void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte*) override {
-    types.push_back(h.type);
-  }
-  std::vector<std::byte> buf;
-  std::vector<wire::PacketType> types;
-};
-
-struct Packets final : PacketReceiver {
-  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte>,
-                 rte_mbuf*) override {
-    types.push_back(h.type);
-    slices += (h.flags & wire::flags::kSlice) != 0;
-    return false;
-  }
-  std::vector<wire::PacketType> types;
-  uint32_t slices = 0;
-};
-
-// With both receivers, control messages arrive whole and data packet by
-// packet; an endpoint with only a MessageReceiver drops slices (counted,
-// acknowledged: the sender's completion still succeeds).
-TEST(Slices, BothReceiversRouteByTypeAndSlicesNeedAPacketReceiver) {
-  RingLink link("route", 100, kMtu, faults(0, 7));
-  Messages msgs_b, msgs_a;
-  Packets pkts_b;
-  const uint64_t now = rte_rdtsc();
-  Endpoint a(link.a(), endpoint_config(3, 1, {"b", RingLink::ip_b(100), 47101}), msgs_a, now);
-  Endpoint b(link.b(), endpoint_config(5, 0, {"a", RingLink::ip_a(100), 47100}),
-             Receivers{&msgs_b, &pkts_b}, now);
-  const auto& bytes = testing::random_pattern(64 * 1024, 9);
-  CompletionLog log(4);
-  MessageMeta control;
-  control.type = wire::PacketType::kControl;
-  MessageMeta data;
-  ASSERT_EQ(a.send(0, bytes.data(), 20'000, 0, control, {&CompletionLog::callback, &log, 0}),
-            SubmitStatus::kQueued);
-  ASSERT_EQ(a.send(0, bytes.data(), 20'000, 1, data, {&CompletionLog::callback, &log, 1}),
-            SubmitStatus::kQueued);
-  ASSERT_EQ(
-      a.send_slice(0, bytes.data(), 100, 500, 1000, 2, data, {&CompletionLog::callback, &log, 2}),
-      SubmitStatus::kQueued);
-  ASSERT_EQ(
-      b.send_slice(0, bytes.data(), 100, 0, 100, 0, data, {&CompletionLog::callback, &log, 3}),
-      SubmitStatus::kQueued);
-  ASSERT_TRUE(run(
-      {&a, &b}, [&] { return log.total_ok() == 4; }, 10));
-  settle({&a, &b}, {&link});
-  ASSERT_EQ(msgs_b.types.size(), 1u);
-  EXPECT_EQ(msgs_b.types[0], wire::PacketType::kControl);
-  EXPECT_EQ(pkts_b.types.size(), 3u + 1u);  // 20'000 bytes in 3 packets, and the slice
-  EXPECT_EQ(pkts_b.slices, 1u);
-  EXPECT_EQ(b.counters_st().packets_delivered, 4u);
-  EXPECT_EQ(b.counters_st().messages_received, 1u);
-  EXPECT_TRUE(msgs_a.types.empty());
-  EXPECT_EQ(a.counters_st().drops[static_cast<size_t>(EndpointDrop::kNoReceiver)], 1u);
-  EXPECT_EQ(a.peer_stats_st(0).transport.rx.slice_packets, 1u);
-  expect_no_mbuf_leak(link, "route");
-}
-
-struct RestartCounter final : PacketReceiver {
-  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte>,
-                 rte_mbuf*) override {
-    epochs.push_back(h.epoch);
-    return false;
-  }
-  void on_peer_restarted(uint16_t peer) override {
-    epochs.push_back(0);  // marks where the restart came in the sequence
-    ++restarts;
-    last_peer = peer;
-  }
-  std::vector<uint16_t> epochs;
-  uint32_t restarts = 0;
-  uint16_t last_peer = 0xffff;
-};
-
-// The sending side restarts (a new incarnation on the same port): the
-// PacketReceiver hears it once, before the new incarnation's first packet,
-// and packets from both incarnations are each delivered once.
-TEST(Slices, PacketReceiverHearsAPeerRestart) {
-  RingLink link("pktrst", 103, kMtu, faults(0, 11));
-  Messages msgs;
-  RestartCounter rx;
-  const auto& bytes = testing::random_pattern(4096, 12);
-  MessageMeta meta;
-  meta.type = wire::PacketType::kAggData;
-  const uint64_t now = rte_rdtsc();
-  Endpoint b(link.b(), endpoint_config(5, 1, {"a", RingLink::ip_a(103), 47100}), rx, now);
-  uint64_t done = 0;
-  auto count = [](void* n, const SendResult& r) {
-    if (r.ok()) ++*static_cast<uint64_t*>(n);
-  };
-  {
-    Endpoint a1(link.a(), endpoint_config(3, 0, {"b", RingLink::ip_b(103), 47101}), msgs, now);
-    ASSERT_EQ(a1.send_slice(0, bytes.data(), 1000, 0, 4000, 0, meta, {count, &done, 0}),
-              SubmitStatus::kQueued);
-    ASSERT_TRUE(run(
-        {&a1, &b}, [&] { return done == 1; }, 10));
-    settle({&a1, &b}, {&link});
-  }
-  EXPECT_EQ(rx.restarts, 0u);
-  Endpoint a2(link.a(), endpoint_config(4, 0, {"b", RingLink::ip_b(103), 47101}), msgs,
-              rte_rdtsc());
-  ASSERT_EQ(a2.send_slice(0, bytes.data() + 1000, 1000, 1000, 4000, 0, meta, {count, &done, 1}),
-            SubmitStatus::kQueued);
-  ASSERT_TRUE(run(
-      {&a2, &b}, [&] { return done == 2; }, 10));
-  settle({&a2, &b}, {&link});
-  EXPECT_EQ(rx.restarts, 1u);
-  EXPECT_EQ(rx.last_peer, 0u);
-  EXPECT_EQ(rx.epochs, (std::vector<uint16_t>{3, 0, 4}));
-  expect_no_mbuf_leak(link, "pktrst");
-}
-
-TEST(Slices, SendSliceRefusesInvalidArguments) {
-  RingLink link("slinval", 101, kMtu, faults(0, 8));
-  Messages msgs;
-  Endpoint a(link.a(), endpoint_config(3, 0, {"b", RingLink::ip_b(101), 47101}), msgs, rte_rdtsc());
-  const auto& bytes = testing::random_pattern(1024, 10);
-  MessageMeta meta;
-  EXPECT_EQ(a.send_slice(0, bytes.data(), 0, 0, 100, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 1, 100, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 0xffffffc0u, 0xffffffffu, 0, meta, {}),
-            SubmitStatus::kInvalid);
-  meta.type = wire::PacketType::kControl;
-  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 0, 100, 0, meta, {}), SubmitStatus::kInvalid);
-  meta.type = wire::PacketType::kAggData;
-  meta.dtype = wire::Dtype::kFloat32;
-  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 2, 200, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 0, 202, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.send_slice(1, bytes.data(), 100, 0, 200, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.counters_st().submit_invalid, 7u);
-  EXPECT_EQ(a.counters_st().slices_submitted, 0u);
-  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 100, 200, 0, meta, {}), SubmitStatus::kQueued);
-  EXPECT_EQ(a.counters_st().slices_submitted, 1u);
-}
-
-TEST(Slices, AnEndpointNeedsAReceiver) {
-  RingLink link("norecv", 102, kMtu, faults(0, 9));
-  EXPECT_THROW(Endpoint(link.a(), endpoint_config(3, 0, {"b", RingLink::ip_b(102), 47101}),
-                        Receivers{}, rte_rdtsc()),
-               std::invalid_argument);
-}
-
 }  // namespace
 }  // namespace mercury::transport
 

@@ -1,0 +1,153 @@
+// An in-memory net::PacketPort: pure C++, no DPDK, for unit tests of
+// whatever runs on a port (the transport endpoint, a node built on one).
+//
+// Two MemoryPorts joined by connect() form a link: what one flushes, the
+// other receives, as real Ethernet/IPv4/UDP/Mercury frames built with
+// net/frame.h's builders (software checksums) and parsed with parse_frame on
+// receipt, so a test sees exactly the headers a NIC would carry. Each
+// direction can be impaired from a seed (MemoryLinkParams): loss,
+// duplication, reordering (a frame held back behind the next one), a cut
+// (nothing passes) to play a dead peer, and a test's own rule (drop_if) for
+// scripted losses. Routes resolve at once to the
+// other end of the link (no ARP); an address that is not the other end
+// never resolves.
+//
+// Buffers. Each port owns a fixed pool of frame buffers (MemoryPortOptions::
+// buffers), taken when a frame is staged and returned by release_st() of
+// whichever port received it (or when the link drops it). A PacketBuf of a
+// MemoryPort is one of these buffers: it is not an rte_mbuf. buffers_free()
+// lets a test check that nothing leaked.
+//
+// Threading: none; every port of a test is driven from one thread, time is
+// the `now` the caller passes. Nothing allocates after construction.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "net/frame.h"
+#include "net/packet_port.h"
+#include "telemetry/counter_list.h"
+
+namespace mercury::net {
+
+/// A test's own loss rule: true drops the frame whose Mercury header is `h`.
+using DropFilter = bool (*)(void* context, const wire::HeaderFields& h);
+
+/// How the link impairs what this port sends (decisions drawn from `seed`).
+struct MemoryLinkParams {
+  double loss = 0;       ///< probability a frame is dropped
+  double duplicate = 0;  ///< probability a frame arrives twice
+  double reorder = 0;    ///< probability a frame is held back behind the next one
+  bool cut = false;      ///< nothing passes (a dead or unplugged peer)
+  uint64_t seed = 1;
+  DropFilter drop_if = nullptr;  ///< asked for every frame first (scripted losses)
+  void* drop_context = nullptr;
+};
+
+struct MemoryPortOptions {
+  uint32_t mtu = 1500;      ///< IP MTU
+  uint32_t buffers = 1024;  ///< frame buffers of this port (TX), and its RX queue's length
+};
+
+#define MERCURY_MEMORY_PORT_COUNTERS(X)                                  \
+  X(tx_frames, "frames flushed onto the link")                           \
+  X(tx_stage_full, "stage_burst_st found the stage full")                \
+  X(tx_no_buffer, "stage_burst_st found no free buffer")                 \
+  X(link_lost, "frames the link dropped (loss, cut, or not connected)")  \
+  X(link_duplicated, "frames the link delivered twice")                  \
+  X(link_reordered, "frames the link held back behind the next one")     \
+  X(rx_overflow, "frames dropped because the receiver's queue was full") \
+  X(rx_frames, "frames taken from the RX queue")                         \
+  X(rx_mercury, "valid Mercury packets handed up")                       \
+  X(rx_arp, "ARP frames (ignored: routes resolve without ARP)")          \
+  X(resolve_failed, "resolve_st for an address that is not the other end")
+
+struct MemoryPortCounters {
+  MERCURY_MEMORY_PORT_COUNTERS(MERCURY_COUNTER_DECLARE)
+  std::array<uint64_t, kDropReasonCount> drops{};  ///< received frames parse_frame refused
+
+  template <class F>
+  void for_each(F&& f) const {
+    MERCURY_MEMORY_PORT_COUNTERS(MERCURY_COUNTER_VISIT)
+    telemetry::visit_array(f, "drop_", drops,
+                           [](size_t i) { return drop_reason_name(static_cast<DropReason>(i)); });
+  }
+  [[nodiscard]] uint64_t drop(DropReason r) const { return drops[static_cast<size_t>(r)]; }
+};
+
+class MemoryPort final : public PacketPort {
+ public:
+  /// Control path: allocates the buffers. Throws std::invalid_argument on an
+  /// MTU outside [576, kMaxMtu] or no buffers.
+  MemoryPort(const LocalAddr& local, const MemoryPortOptions& options = {});
+  ~MemoryPort();
+  MemoryPort(const MemoryPort&) = delete;
+  MemoryPort& operator=(const MemoryPort&) = delete;
+
+  /// Joins two ports. Destroying one cuts the link and takes its frames
+  /// off the other's queue; a buffer of it that a receiver still holds must
+  /// have been released before.
+  static void connect(MemoryPort& a, MemoryPort& b);
+  /// Impairs what this port sends from now on (and reseeds its draws).
+  void set_link(const MemoryLinkParams& params);
+
+  // PacketPort.
+  uint16_t poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) override;
+  void release_st(PacketBuf* const* bufs, uint16_t n) override;
+  bool resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t now) override;
+  [[nodiscard]] uint16_t tx_room() const override {
+    return static_cast<uint16_t>(kStage - staged_);
+  }
+  uint16_t stage_burst_st(const TxFrame* frames, uint16_t n) override;
+  uint16_t flush_st(uint64_t now) override;
+  [[nodiscard]] uint32_t mtu() const override { return mtu_; }
+
+  /// Puts a raw frame into this port's RX queue, as if it came off the link
+  /// (a test's synthetic packet). False when no buffer is free or it does
+  /// not fit one.
+  bool inject_st(std::span<const std::byte> frame);
+
+  [[nodiscard]] const LocalAddr& local() const { return local_; }
+  [[nodiscard]] const MemoryPortCounters& counters() const { return counters_; }
+  /// Free buffers of this port's own pool; equals options.buffers when
+  /// nothing is staged, on the link, queued or held by a receiver.
+  [[nodiscard]] uint32_t buffers_free() const { return static_cast<uint32_t>(free_.size()); }
+  [[nodiscard]] uint32_t buffers() const { return static_cast<uint32_t>(buffers_.size()); }
+
+ private:
+  struct Buffer {
+    MemoryPort* owner;
+    std::byte* data;
+    uint32_t len;
+  };
+  Buffer* take_buffer();
+  static void give_back(Buffer* b) { b->owner->free_.push_back(b); }
+  // The link's fate for one frame, then into the peer's queue.
+  void transmit(Buffer* b);
+  bool deliver(Buffer* b);  // into this port's RX queue; false: full (dropped)
+  bool draw(double p);
+  bool filtered(const Buffer* b) const;
+
+  LocalAddr local_;
+  uint32_t mtu_;
+  uint32_t frame_capacity_;
+  MemoryPort* peer_ = nullptr;
+  MemoryLinkParams link_;
+  uint64_t rng_ = 1;
+  std::vector<std::byte> memory_;  // the buffers' bytes, 64-byte aligned slots
+  std::vector<Buffer> buffers_;
+  std::vector<Buffer*> free_;  // capacity = buffers_.size(): never reallocates
+  std::vector<Buffer*> rx_;    // ring of received frames
+  size_t rx_head_ = 0;
+  size_t rx_count_ = 0;
+  Buffer* held_ = nullptr;  // a frame held back (reordering)
+  std::array<Buffer*, kStage> stage_{};
+  uint16_t staged_ = 0;
+  MemoryPortCounters counters_;
+};
+
+}  // namespace mercury::net

@@ -1,0 +1,113 @@
+// The transport's time, sequence arithmetic and configuration: what the
+// sender, the receiver and the Peer (transport.h) share. Config is what the
+// operator sets; resolve() checks it and turns it into Params, in ticks.
+// Pure functions and plain structs; resolve() is control path (it throws
+// std::invalid_argument naming the field). Implemented in config.cpp.
+#pragma once
+
+#include <cstdint>
+
+namespace mercury::transport {
+
+/// Time in TSC ticks (Config::tsc_hz per second).
+using Tick = uint64_t;
+
+// ---------------------------------------------------------------------------
+// Sequence-number and epoch arithmetic (RFC 1982 serial numbers).
+
+/// Signed distance a - b on the 32-bit sequence circle: correct across the
+/// wrap as long as the two are less than 2^31 apart.
+constexpr int32_t seq_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
+constexpr bool seq_before(uint32_t a, uint32_t b) { return seq_diff(a, b) < 0; }
+/// True if epoch `a` is a later incarnation than `b` (16-bit serial compare).
+constexpr bool epoch_newer(uint16_t a, uint16_t b) {
+  return static_cast<int16_t>(static_cast<uint16_t>(a - b)) > 0;
+}
+
+/// The first sequence number of the stream that a sender of epoch
+/// `sender_epoch` runs towards a receiver of epoch `receiver_epoch`. Both ends
+/// compute it once they know each other's epoch, so no sequence number is
+/// negotiated; a bijective mix spreads the streams of different incarnation
+/// pairs across the sequence space, so the leftovers of a stream meant for an
+/// earlier incarnation fall outside the new stream's window. `salt` is
+/// job-wide (Config::seq_salt).
+uint32_t initial_seq(uint16_t sender_epoch, uint16_t receiver_epoch, uint32_t salt);
+
+// ---------------------------------------------------------------------------
+// Configuration.
+
+/// Largest window (send or receive) in packets.
+inline constexpr uint32_t kMaxWindow = 1u << 16;
+/// Largest reordering threshold (packets), adaptive or configured.
+inline constexpr uint32_t kMaxReorderThreshold = 32;
+static_assert((kMaxReorderThreshold & (kMaxReorderThreshold - 1)) == 0, "a ring of pow2 size");
+
+/// What the operator sets. Durations are in microseconds; resolve() turns them
+/// into ticks. Both ends of a job must use the same seq_salt.
+struct Config {
+  uint64_t tsc_hz = 0;  ///< required: TSC ticks per second
+
+  // Window: packets in flight per peer. 0 derives it from the link:
+  // ceil(link_bits_per_sec * base_rtt / (8 * packet_bytes)), clamped to
+  // [window_floor, window_ceiling].
+  uint32_t window_packets = 0;
+  uint64_t link_bits_per_sec = 10'000'000'000;
+  uint32_t base_rtt_us = 50;
+  uint32_t packet_bytes = 9000;  ///< bytes on the wire of a full packet
+  uint32_t window_floor = 8;
+  uint32_t window_ceiling = 512;
+  uint32_t cwnd_floor = 2;  ///< the congestion response never cuts the congestion window below this
+
+  // Loss detection.
+  uint32_t reorder_threshold = 3;       ///< lost once this many later transmissions are acked
+  uint32_t max_reorder_threshold = 16;  ///< adaptive ceiling (<= kMaxReorderThreshold)
+  uint32_t initial_rto_us = 5'000;      ///< RTO before the first RTT sample
+  uint32_t min_rto_us = 1'000;
+  uint32_t max_rto_us = 200'000;
+  uint32_t peer_timeout_us = 3'000'000;  ///< no progress this long with data out: peer dead
+  /// A Peer that has not learnt its peer's epoch this long after creation is
+  /// dead. 0: wait for ever (a server waiting for its workers).
+  uint32_t connect_timeout_us = 0;
+
+  // Acknowledgements.
+  uint32_t ack_every = 4;      ///< ack at least every k packets received
+  uint32_t ack_delay_us = 20;  ///< ... and no later than this after the first unacked one
+
+  // Receive side. 0 = same as the resolved send window.
+  uint32_t rx_window_packets = 0;
+  /// Messages in progress per peer; 0 = window + 64. Must cover the sender's
+  /// window plus the messages it can leave partly sent (one per priority level
+  /// for the strict scheduler), or packets are refused (kMessageTableFull).
+  uint32_t rx_messages = 0;
+
+  uint32_t seq_salt = 0;  ///< job-wide; see initial_seq()
+};
+
+/// Config resolved into ticks and sizes; what the state machines read.
+struct Params {
+  uint32_t window = 0;
+  uint32_t cwnd_floor = 0;
+  uint32_t reorder_threshold = 0;
+  uint32_t max_reorder_threshold = 0;
+  uint32_t ack_every = 0;
+  uint32_t rx_window = 0;
+  uint32_t rx_messages = 0;
+  uint32_t seq_salt = 0;
+  Tick initial_rto = 0;
+  Tick min_rto = 0;
+  Tick max_rto = 0;
+  Tick peer_timeout = 0;
+  Tick connect_timeout = 0;  ///< 0: none
+  Tick ack_delay = 0;
+};
+
+/// Window in packets for a link: the bandwidth-delay product in packets,
+/// rounded up, clamped to [floor, ceiling].
+uint32_t bdp_window(uint64_t link_bits_per_sec, uint32_t base_rtt_us, uint32_t packet_bytes,
+                    uint32_t floor, uint32_t ceiling);
+
+/// Control path: validates and converts. Throws std::invalid_argument naming
+/// the offending field.
+Params resolve(const Config& config);
+
+}  // namespace mercury::transport

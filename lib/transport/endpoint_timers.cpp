@@ -1,0 +1,29 @@
+// Endpoint, the slow work of a pass (every EndpointConfig::timer_every
+// passes): the route of peers that have none yet, and each Peer's timers
+// (RTO, tail probe, liveness, connect timeout), whose losses and failures come
+// back through the SenderSink reports (endpoint_tx.cpp). See endpoint.h.
+#include "transport/endpoint.h"
+#include "transport/peer_state.h"
+
+namespace mercury::transport {
+
+void Endpoint::run_timers_st(Tick now) {
+  for (auto& ptr : peers_) {
+    PeerState& ps = *ptr;
+    if (!ps.resolved) {
+      ps.resolved = port_.resolve_st(ps.spec.ip, ps.spec.udp_port, ps.route, now);
+    }
+    ps.peer.on_timer(now, ps);
+  }
+}
+
+Tick Endpoint::next_deadline_st() const {
+  Tick next = 0;
+  for (const auto& ptr : peers_) {
+    const Tick t = ptr->peer.next_deadline();
+    if (t != 0 && (next == 0 || t < next)) next = t;
+  }
+  return next;
+}
+
+}  // namespace mercury::transport
