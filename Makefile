@@ -33,7 +33,7 @@ test: build fuzz
 	@meson test -C $(FUZZ_BUILD) --no-rebuild --suite fuzz --print-errorlogs \
 	  --test-args="-runs=$(FUZZ_RUNS) -max_total_time=$(FUZZ_SECONDS)" >$(FUZZ_BUILD)/test-output.txt 2>&1; \
 	  tail -n 5 $(FUZZ_BUILD)/test-output.txt
-	@python3 .ci/summary.py $(BUILD) $(FUZZ_BUILD) >$(BUILD)/test-summary.txt; \
+	@/usr/bin/python3 .ci/summary.py $(BUILD) $(FUZZ_BUILD) >$(BUILD)/test-summary.txt; \
 	  status=$$?; cat $(BUILD)/test-summary.txt; exit $$status
 
 # libFuzzer targets, built with clang in their own build directory.
@@ -41,7 +41,7 @@ fuzz: deps
 	@[ -f $(FUZZ_BUILD)/build.ninja ] || CXX=clang++-14 CC=clang-14 meson setup $(FUZZ_BUILD) \
 	  -Dfuzz=true -Dtests=disabled -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 	@ninja -C $(FUZZ_BUILD) $$(cd $(FUZZ_BUILD) && meson introspect --targets | \
-	  python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
+	  /usr/bin/python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
 
 bench: build
 	@bash benchmarks/run-all

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Counts test cases across meson build directories and prints the line CI reads.
 
 A gtest binary contributes one case per TEST; a binary that crashed or failed

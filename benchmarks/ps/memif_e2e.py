@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """End-to-end push_pull goodput of a whole job in separate processes over
 net_memif (ps-server + 4 ps-worker, the `make demo` job), beside the raw
 memif rate between two processes measured in the same run.

@@ -23,13 +23,6 @@ ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_sha
   declared_.resize(names_.size());
 }
 
-ControlPlane::ControlPlane(std::vector<std::string> rank_names, const agg::Placement& placement,
-                           bool runs_barrier, Tick now)
-    : ControlPlane(std::move(rank_names), placement.shards(), runs_barrier, {}, now) {
-  placement_ = &placement;
-  state_ = NodeState::kRunning;
-}
-
 std::vector<ControlReply> ControlPlane::take_replies_st() { return std::exchange(replies_, {}); }
 
 void ControlPlane::enter(NodeState s, Tick now) {

@@ -83,10 +83,6 @@ class ControlPlane {
   /// std::invalid_argument for no ranks, too many, or no shards.
   ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards, bool runs_barrier,
                Starter start, Tick now);
-  /// Running at once on `placement` (given in advance; it must outlive the
-  /// control plane): every declare is answered kReady with its fingerprint.
-  ControlPlane(std::vector<std::string> rank_names, const agg::Placement& placement,
-               bool runs_barrier, Tick now);
 
   /// A message from `rank` (< workers()), as the transport delivered it.
   ControlVerdict on_message_st(uint16_t rank, agg::ControlMessage m, Tick now);

@@ -325,19 +325,6 @@ TEST(ControlPlane, ARunningJobAnswersARepeatedDeclareReadyAndRefusesAnotherList)
   EXPECT_EQ(p.cp.counters().declares_refused, 1u);
 }
 
-TEST(ControlPlane, APlacementGivenInAdvanceRunsAtOnce) {
-  const agg::Placement placement = agg::Placement::compute(model(), 3);
-  ControlPlane cp(names(2), placement, true, 5);
-  EXPECT_EQ(cp.state(), NodeState::kRunning);
-  EXPECT_EQ(cp.placement(), &placement);
-  cp.on_message_st(0, declare(0), 6);
-  const std::vector<ControlReply> r = cp.take_replies_st();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].message.kind, ControlKind::kReady);
-  EXPECT_EQ(r[0].message.shards, 3u);
-  EXPECT_EQ(r[0].message.fingerprint, placement.fingerprint());
-}
-
 TEST(ControlPlane, StoppingARunningJobSilencesDeclares) {
   Plane p(1);
   p.declare_all(1, 1);

@@ -69,41 +69,6 @@ ServerNode::ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker
   launch_cores();
 }
 
-ServerNode::ServerNode(const agg::Placement& placement, std::vector<WorkerLink> links,
-                       const ServerNodeConfig& config, transport::Tick now)
-    : config_(config), own_shards_(config.shard_ids), total_shards_(placement.shards()), now_(now) {
-  if (links.empty() || links.size() > agg::kMaxWorkers) {
-    throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
-                                " worker links, got " + std::to_string(links.size()));
-  }
-  if (own_shards_.empty()) throw std::invalid_argument("server: no shards to run");
-  check_levels(placement);
-  shard_slot_.assign(total_shards_, -1);
-  for (uint32_t id : own_shards_) {
-    if (id >= total_shards_ || shard_slot_[id] >= 0) {
-      throw std::invalid_argument("server: shard " + std::to_string(id) +
-                                  " is out of range or listed twice (the placement has " +
-                                  std::to_string(total_shards_) + ")");
-    }
-    shard_slot_[id] = 0;
-  }
-  shard_slot_.assign(total_shards_, -1);
-  check_config(static_cast<uint32_t>(links.size()));
-  std::vector<net::Interface*> ports;
-  std::vector<JobWorker> workers;
-  for (size_t r = 0; r < links.size(); ++r) {
-    ports.push_back(links[r].iface);
-    workers.push_back(JobWorker{links[r].worker, static_cast<uint32_t>(r)});
-  }
-  open_ports(std::move(ports), workers, now);
-  launch_cores();
-  build_shards(placement);
-  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->attach(shards_[i].get());
-  control_.emplace(rank_name_, placement, config.server_index == 0, now);
-  placement_ = &placement;
-  running_ = true;
-}
-
 void ServerNode::check_config(uint32_t workers) const {
   if (workers == 0 || workers > agg::kMaxWorkers) {
     throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +

@@ -12,8 +12,6 @@
 // runs. Running: rank 0's kInit packets give each chunk its initial values
 // (version 0, sent to every worker); kData packets (gradients) aggregate;
 // each update goes to every worker. Server 0 also runs the job's barrier.
-// The placement-taking constructor starts in Running (tests, and jobs whose
-// placement is known in advance).
 //
 // Ranks. A worker's rank is its index in the job's worker list; the node
 // maps (port, transport peer) to it, so several workers may sit behind one
@@ -84,13 +82,6 @@ struct JobWorker {
   uint32_t port = 0;
 };
 
-/// The interface towards one worker (rank = its index) and that worker: the
-/// one-port-per-worker layout, for the placement-taking constructor.
-struct WorkerLink {
-  net::Interface* iface = nullptr;
-  transport::PeerSpec worker;
-};
-
 /// How a server node runs. server::node_config() (node_config.h) builds it
 /// from the job file, as ps-server does; tests may fill it by hand.
 struct ServerNodeConfig {
@@ -108,8 +99,6 @@ struct ServerNodeConfig {
   /// among the job's servers. Server 0 also runs the barrier.
   job::ShardLayout layout;
   uint32_t server_index = 0;
-  /// Placement-taking constructor only: the global shards this node runs.
-  std::vector<uint32_t> shard_ids;
   transport::EndpointConfig endpoint;  ///< per port; its peers are set from the workers
   uint64_t shard_memory_limit = uint64_t{4} << 30;
   /// EAL lcores for the shards this node runs, in shard order: shard i runs
@@ -202,13 +191,6 @@ class ServerNode {
   /// port has at least one worker. config.layout and config.server_index say
   /// which shards this node runs.
   ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker> workers,
-             const ServerNodeConfig& config, transport::Tick now);
-  /// Placement given: running at once, one port per worker, the shards of
-  /// config.shard_ids. `placement` must outlive the node, and its
-  /// partitions' priorities must be scheduler levels (< 64): compute it from
-  /// the workers' worker::TensorTable::declarations(), which map priorities
-  /// onto levels.
-  ServerNode(const agg::Placement& placement, std::vector<WorkerLink> links,
              const ServerNodeConfig& config, transport::Tick now);
   ~ServerNode();
   ServerNode(const ServerNode&) = delete;

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """ps-server as an operator runs it: --check, refusals, the stats line,
 telemetry over DPDK's socket, and a clean stop on SIGTERM.
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """A DPDK process leaves no EAL runtime directory behind (net::Eal removes it
 when empty, after EAL's own exit handler has unlinked the telemetry socket in
 it): runs a PMD test binary and looks for /var/run/dpdk/mt-<name>-<pid>.

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """A whole job in separate processes over net_memif: ps-server and four
 ps-worker processes (config/memif.yaml, with sockets and the EAL file prefix
 made unique to this run), 3 rounds of push_pull over MobileNet-v2's tensors.

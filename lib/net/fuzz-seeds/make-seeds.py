@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes the fuzz seed frames in this folder: one valid frame of each kind
 (float32 data, bytes aggregate, ack, ARP request) addressed to the fuzz
 target's local endpoint 02:00:00:00:00:01 / 10.0.0.1:47100, with correct
