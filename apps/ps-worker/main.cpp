@@ -7,7 +7,8 @@
 // It declares a model's tensors (config/models/*.txt: the real layer sizes),
 // joins the job (rank 0's deterministic initial values become everyone's
 // version 0: checked bit for bit), then runs rounds of push_pull of every
-// tensor, last layer first as a backward pass emits them, with gradients
+// tensor, each after a barrier of every rank, last layer first as a backward
+// pass emits them, with gradients
 // that depend only on (rank, round, tensor). Because any process can
 // generate every rank's gradients, it computes the aggregate the servers
 // must return (rank-order sum, times 1/N, then the job's optimizer) and
@@ -153,6 +154,10 @@ int run(const Options& o) {
   double total_s = 0;
   for (uint32_t round = 0; round < o.rounds; ++round) {
     for (size_t k = 0; k < decls.size(); ++k) gradient(grads[k], rank, round, k);
+    // Every rank starts the round together (the check of the previous
+    // round takes each rank its own time), so a round's time is its
+    // push_pull alone, and the slowest rank's is the job's iteration.
+    w.barrier();
     // The backward pass emits the last layer first.
     const auto start = Clock::now();
     for (size_t k = decls.size(); k-- > 0;) {
