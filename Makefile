@@ -44,6 +44,7 @@ fuzz: deps
 	  /usr/bin/python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
 
 bench: build
+	@MERCURY_BENCH=1 bash .ci/setup
 	@bash benchmarks/run-all
 
 format:

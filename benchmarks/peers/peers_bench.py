@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Mercury's push_pull beside PyTorch's gloo all_reduce of the same tensors, on the same
+machine, interleaved (benchmarks/README.md, "peers").
+
+  benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
+                                  [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]
+
+For each model and worker count, each trial runs three variants in random order:
+  mercury     ps-demo on a memif job like config/memif.yaml (one ps-server, N ps-worker
+              processes, optimizer sum): each round is a barrier of every rank, then
+              push_pull of every tensor, last layer first, through the public worker API;
+              every aggregate is checked bit for bit by every worker.
+  gloo        torch.distributed all_reduce over gloo (TCP on loopback), N processes, one
+              call per tensor, last layer first, issued at once and then waited for.
+  gloo_fused  the same with one all_reduce of one flat buffer of every tensor.
+An iteration's time is the slowest rank's (from the barrier to its last completion); a
+trial's figure is the median over `iters` iterations after `warmup`. The table gives, per
+variant, the median [min, max] over the trials and the ratio to gloo_fused taken per
+trial, and whether every result was exact (like nccl-tests' correctness column).
+
+Debian's python3-torch must be installed (`make bench` installs it); run with
+/usr/bin/python3.
+"""
+import argparse
+import json
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def memif_job(workers, name):
+    """A job file like config/memif.yaml with `workers` workers and optimizer sum."""
+    y = ["job: {id: 12, name: %s}" % name,
+         "network: {mtu: 1500, peer_timeout_ms: 5000}",
+         "mempool: {mbufs: 16383, cache: 256}",
+         "eal: {memory_mb: 1024, hugepages: auto}",
+         "training: {sync: bsp, optimizer: sum}",
+         "nodes:",
+         "  - name: server0",
+         "    role: server",
+         "    ipv4: 10.0.0.1",
+         "    mac: 02:00:00:00:00:01",
+         "    ports:"]
+    for w in range(workers):
+        y.append("      - net_memif%d,role=server,id=0,socket=/tmp/mercury-peers/%s-w%d.sock"
+                 % (w, name, w))
+    y += ["    lcores: [0, 1, 2]", "    shards: 2"]
+    for w in range(workers):
+        y += ["  - name: w%d" % w,
+              "    role: worker",
+              "    ipv4: 10.0.0.%d" % (11 + w),
+              "    mac: 02:00:00:00:00:%02x" % (0x11 + w),
+              "    ports: [ \"net_memif1%d,role=client,id=0,socket=/tmp/mercury-peers/%s-w%d.sock\" ]"
+              % (w, name, w),
+              "    lcores: [%d]" % (3 + w)]
+    return "\n".join(y) + "\n"
+
+
+def mercury(build, model, workers, iters, warmup):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(memif_job(workers, "peers%d" % workers))
+        job = f.name
+    try:
+        r = subprocess.run(
+            [os.path.join(build, "apps/ps-demo"), "--config", job, "--model", model,
+             "--rounds", str(warmup + iters)],
+            capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    finally:
+        os.unlink(job)
+    rounds = {}
+    for rank, rnd, secs in re.findall(r"\] w(\d+) round +(\d+): +([\d.]+) s", r.stdout):
+        rounds.setdefault(int(rnd), []).append(float(secs))
+    exact = r.returncode == 0 and "every aggregate exact" in r.stdout and "MISMATCH" not in r.stdout
+    times = [max(v) for k, v in sorted(rounds.items()) if k > warmup and len(v) == workers]
+    if len(times) != iters:
+        sys.exit("peers_bench: the Mercury job failed:\n" + r.stdout[-4000:] + r.stderr[-2000:])
+    # Loss-free runs should resend and refuse nothing: the server's last line
+    # counts its retransmissions and its drops by reason (backpressure=...).
+    stopped = re.search(r"stopped; \d+ aggregations, (\d+) retransmissions, drops:(.*)", r.stdout)
+    resent = int(stopped.group(1)) if stopped else -1
+    refused = re.search(r"backpressure=(\d+)", stopped.group(2)) if stopped else None
+    worker_resent = sum(int(x) for x in re.findall(r"round +%d: .* retransmissions (\d+)" %
+                                                    (warmup + iters), r.stdout))
+    return (statistics.median(times), exact, resent + worker_resent,
+            int(refused.group(1)) if refused else 0)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gloo(model, workers, mode, iters, warmup):
+    port = free_port()
+    procs = [subprocess.Popen(
+        ["/usr/bin/python3", os.path.join(HERE, "gloo_rank.py"), "--rank", str(r), "--world",
+         str(workers), "--port", str(port), "--model", model, "--mode", mode, "--iters",
+         str(iters), "--warmup", str(warmup)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        for r in range(workers)]
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=1800)
+        if p.returncode != 0:
+            sys.exit("peers_bench: a gloo rank failed")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    per_iter = [max(r["times"][i] for r in results) for i in range(iters)]
+    return statistics.median(per_iter), all(r["exact"] for r in results), 0, 0
+
+
+def summary(xs):
+    return "%.3f [%.3f, %.3f]" % (statistics.median(xs), min(xs), max(xs))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--models", default="resnet50,vgg16")
+    ap.add_argument("--workers", default="2,4")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--csv", help="also write every trial's figures here")
+    a = ap.parse_args()
+    try:
+        import torch  # noqa: F401  (only to fail early with a clear message)
+    except ImportError:
+        sys.exit("peers_bench: needs Debian's python3-torch, run with /usr/bin/python3")
+    variants = ["mercury", "gloo", "gloo_fused"]
+    rows = []
+    for m in a.models.split(","):
+        model = os.path.join(ROOT, "config/models", m + ".txt")
+        for n in [int(x) for x in a.workers.split(",")]:
+            got = {v: [] for v in variants}
+            for t in range(a.trials):
+                order = variants[:]
+                random.shuffle(order)
+                trial = {}
+                for v in order:
+                    if v == "mercury":
+                        trial[v] = mercury(a.build, model, n, a.iters, a.warmup)
+                    else:
+                        mode = "fused" if v == "gloo_fused" else "per_tensor"
+                        trial[v] = gloo(model, n, mode, a.iters, a.warmup)
+                    print("%s %d workers trial %d %-10s %.3f s/iter %s" %
+                          (m, n, t + 1, v, trial[v][0], "exact" if trial[v][1] else "WRONG"),
+                          flush=True)
+                for v in variants:
+                    got[v].append(trial[v] + (trial[v][0] / trial["gloo_fused"][0],))
+            rows.append((m, n, got))
+    print("\n| model | workers | variant | s/iteration, median [min, max] | "
+          "ratio to gloo fused | correct | retransmissions, max | refusals, max |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for m, n, got in rows:
+        for v in variants:
+            xs = got[v]
+            print("| %s | %d | %s | %s | %s | %s | %d | %d |" % (
+                m, n, v, summary([x[0] for x in xs]), summary([x[4] for x in xs]),
+                "yes" if all(x[1] for x in xs) else "NO", max(x[2] for x in xs),
+                max(x[3] for x in xs)))
+    if a.csv:
+        with open(a.csv, "w") as f:
+            f.write("model,workers,variant,trial,seconds,exact,retransmissions,refusals,"
+                    "ratio_to_gloo_fused\n")
+            for m, n, got in rows:
+                for v in variants:
+                    for i, x in enumerate(got[v]):
+                        f.write("%s,%d,%s,%d,%.6f,%d,%d,%d,%.4f\n" %
+                                (m, n, v, i + 1, x[0], x[1], x[2], x[3], x[4]))
+
+
+if __name__ == "__main__":
+    main()
