@@ -54,6 +54,8 @@ struct Options {
   std::string model = "config/models/resnet50.txt";
   uint32_t rounds = 10;
   bool check = false;
+  std::string verify;  // passed to ps-worker (process mode)
+  bool timestamps = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -67,6 +69,10 @@ Options parse(int argc, char** argv) {
   args.text("--model", "FILE", &o.model, "tensor shapes (default config/models/resnet50.txt)");
   args.whole("--rounds", "N", &o.rounds, 1, UINT32_MAX, "push + pull rounds (default 10)");
   args.flag("--check", &o.check, "validate the job file and exit");
+  args.text("--verify", "WHEN", &o.verify,
+            "process mode: every ps-worker's --verify (every, the default, or last)");
+  args.flag("--timestamps", &o.timestamps,
+            "process mode: every ps-worker's round lines carry their start and end");
   args.parse(argc, argv);
   return o;
 }
@@ -103,7 +109,15 @@ int run(const Options& o) {
   if (!rings) {
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
-    return demo::run_processes(o.config, job, o.model, o.rounds, g_stop);
+    std::vector<std::string> worker_args;
+    if (!o.verify.empty()) worker_args = {"--verify", o.verify};
+    if (o.timestamps) worker_args.push_back("--timestamps");
+    return demo::run_processes(o.config, job, o.model, o.rounds, worker_args, g_stop);
+  }
+  if (!o.verify.empty() || o.timestamps) {
+    throw std::runtime_error(
+        "--verify and --timestamps are ps-worker's, for process mode; ring mode (" + job.source +
+        ") checks every round itself");
   }
   const auto servers = job.servers();
   const auto workers = job.workers();

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -141,7 +142,8 @@ bool reap(Child& c, bool block) {
 }  // namespace
 
 int run_processes(const std::string& config_file, const config::JobConfig& job,
-                  const std::string& model, uint32_t rounds, const std::atomic<bool>& stop) {
+                  const std::string& model, uint32_t rounds,
+                  const std::vector<std::string>& worker_args, const std::atomic<bool>& stop) {
   const auto servers = job.servers();
   const auto workers = job.workers();
   const std::string server_bin = find_sibling("ps-server");
@@ -195,8 +197,11 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
   std::vector<Child> wk;
   wk.reserve(workers.size());
   for (const config::NodeConfig* w : workers) {
-    wk.push_back(spawn(w->name, {worker_bin, "--config", config_file, "--node", w->name, "--model",
-                                 model, "--rounds", std::to_string(rounds)}));
+    std::vector<std::string> argv{worker_bin, "--config", config_file,
+                                  "--node",   w->name,    "--model",
+                                  model,      "--rounds", std::to_string(rounds)};
+    argv.insert(argv.end(), worker_args.begin(), worker_args.end());
+    wk.push_back(spawn(w->name, argv));
   }
   for (Child& c : wk) all.push_back(&c);
   const bool finished = pump_until(
@@ -232,7 +237,10 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
                  wk.size() + srv.size());
     return 1;
   }
-  std::printf("ps-demo: done: %zu workers, %u rounds, every aggregate exact\n", wk.size(), rounds);
+  const bool last_only =
+      std::find(worker_args.begin(), worker_args.end(), "last") != worker_args.end();
+  std::printf("ps-demo: done: %zu workers, %u rounds, %s\n", wk.size(), rounds,
+              last_only ? "the last round's aggregate exact" : "every aggregate exact");
   return 0;
 }
 

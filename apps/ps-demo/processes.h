@@ -13,8 +13,10 @@ namespace mercury::demo {
 /// Starts one ps-server per server node and one ps-worker per worker node of
 /// `job` (loaded from `config_file`), each running `rounds` of push_pull over
 /// `model`; returns 0 when every worker checked every aggregate and every
-/// process exited cleanly. `stop` (set by a signal) ends it early.
+/// process exited cleanly. `worker_args` are appended to every ps-worker's
+/// arguments (--verify, --timestamps). `stop` (set by a signal) ends it early.
 int run_processes(const std::string& config_file, const config::JobConfig& job,
-                  const std::string& model, uint32_t rounds, const std::atomic<bool>& stop);
+                  const std::string& model, uint32_t rounds,
+                  const std::vector<std::string>& worker_args, const std::atomic<bool>& stop);
 
 }  // namespace mercury::demo

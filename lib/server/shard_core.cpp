@@ -1,5 +1,6 @@
 #include "server/shard_core.h"
 
+#include <pthread.h>
 #include <rte_cycles.h>
 #include <rte_errno.h>
 #include <rte_launch.h>
@@ -9,6 +10,7 @@
 #include <rte_ring_elem.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace mercury::server {
 
@@ -88,6 +90,9 @@ int ShardCore::main(void* self) {
 }
 
 void ShardCore::run() {
+  // Named after its shard (EAL calls it rte-worker-<lcore>), for profiles and top.
+  const std::string name = "mercury-shard" + std::to_string(shard_id_);
+  pthread_setname_np(pthread_self(), name.c_str());
   ShardItem items[kBurst];
   net::IdleBackoff backoff(options_.idle);
   while (!stop_.load(std::memory_order_acquire)) {

@@ -3,6 +3,7 @@
 // (which starts EAL when the worker owns it).
 #include "mercury/worker.h"
 
+#include <pthread.h>
 #include <rte_cycles.h>
 #include <rte_lcore.h>
 
@@ -97,6 +98,8 @@ struct Worker::Impl {
 };
 
 void Worker::Impl::thread_main(std::promise<void> up) {
+  // Named, so that a profile or top tells the net core from the trainer.
+  pthread_setname_np(pthread_self(), "mercury-net");
   // Declared in teardown order: the core goes first, then the ports, then EAL.
   std::optional<net::Eal> eal;
   std::unique_ptr<net::NodeNetworks> nets;
