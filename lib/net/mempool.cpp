@@ -33,6 +33,17 @@ Mempool::Mempool(const std::string& name, uint32_t mbufs, uint32_t cache, uint32
                              " mbufs x " + std::to_string(data_room) +
                              " bytes: " + rte_strerror(rte_errno) + " (is EAL's -m large enough?)");
   }
+  // Creating the pool writes each mbuf's header, not its data room: without
+  // hugepages the kernel would then fault in (and zero) the data pages one
+  // by one the first time each mbuf carries a frame, a fifth of a server's
+  // time in a job's first rounds. Write every page now, once.
+  rte_mempool_mem_iter(
+      pool_,
+      [](rte_mempool*, void*, rte_mempool_memhdr* memhdr, unsigned) {
+        auto* p = static_cast<volatile char*>(memhdr->addr);
+        for (size_t off = 0; off < memhdr->len; off += 4096) p[off] = p[off];
+      },
+      nullptr);
 }
 
 Mempool::~Mempool() {
