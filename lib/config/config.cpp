@@ -1,5 +1,5 @@
-// Value types and the JobConfig helpers. The YAML loader is in load.cpp,
-// EAL argument generation in eal.cpp.
+// Value types and the JobConfig helpers. The YAML loader is in load.cpp (and
+// the files it names), EAL argument generation in eal.cpp.
 #include "config/config.h"
 
 #include <charconv>

@@ -71,7 +71,7 @@ struct alignas(64) Message {
   // ---- cache line 1: private to the scheduler's consumer (the TX core) ----
   // `next_` is also the ingress link: the producer writes it before the
   // release CAS that publishes the message, and the consumer reads it after
-  // the acquire exchange that takes the ingress list (port_scheduler.cpp).
+  // the acquire exchange that takes the ingress list (port_scheduler_queue.cpp).
   alignas(64) Message* next_ = nullptr;  ///< intrusive FIFO link (ingress, data FIFO)
   Message* ready_next_ = nullptr;        ///< partition mode: link in the ready FIFO
   uint32_t carved_ = 0;                  ///< bytes carved so far (next packet's offset)

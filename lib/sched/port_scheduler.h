@@ -28,6 +28,13 @@
 // on_acked_st(), partition_ready_st(): O(1). Memory: a fixed 128-byte
 // descriptor per message whatever its size, plus tables sized at
 // construction (64 levels x num_peers queue heads, max_retransmits slots).
+//
+// One class, several files, one concern each: port_scheduler.cpp (set-up,
+// acknowledgement, completion, release), port_scheduler_levels.cpp (the
+// LevelTable queues and bitmaps), port_scheduler_queue.cpp (ingress and the
+// retransmission queue), port_scheduler_carve.cpp (picking and carving
+// slices, one at a time or a burst), port_scheduler_partition.cpp (the
+// partition baseline's start-ups and credit).
 #pragma once
 
 #include <atomic>
@@ -262,11 +269,13 @@ class PortScheduler {
     std::vector<PeerQueue> queues_;     // [level * num_peers + peer]
   };
 
+  // port_scheduler.cpp.
   void check_consumer() const;
+  bool try_release(Message* msg);
+  // port_scheduler_queue.cpp.
   unsigned tx_level(const Message& msg) const;
-  uint32_t partitions(const Message& msg) const;
-  uint64_t partition_end(const Message& msg, uint32_t k) const;
-  uint64_t partition_size(const Message& msg, uint32_t k) const;
+  bool take_retransmit(const Pick& pick, Slice& out);
+  // port_scheduler_carve.cpp.
   void carve(const Pick& pick, uint32_t max_payload, Slice& out);
   template <bool kRoom>
   size_t carve_burst(PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
@@ -274,9 +283,11 @@ class PortScheduler {
   template <bool kRoom>
   size_t carve_run(const Pick& pick, PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
                    uint32_t* room);
-  bool take_retransmit(const Pick& pick, Slice& out);
+  // port_scheduler_partition.cpp.
+  uint32_t partitions(const Message& msg) const;
+  uint64_t partition_end(const Message& msg, uint32_t k) const;
+  uint64_t partition_size(const Message& msg, uint32_t k) const;
   bool start_partition(const PeerMask& eligible, Slice& out);
-  bool try_release(Message* msg);
 
   SchedulerConfig config_;
   MessagePool& pool_;

@@ -1,0 +1,203 @@
+// One entry of the job file's node list (load_sections.h): name, role,
+// address and MAC, the port forms (ring link, vdev, PCI address, normalised),
+// lcores and shards, with the rules within one node (no port or lcore twice,
+// enough lcores for the shards). The rules across nodes are load_nodes.cpp's.
+#include <cctype>
+#include <string>
+#include <utility>
+
+#include "config/load_sections.h"
+
+namespace mercury::config::detail {
+
+namespace {
+
+bool is_unicast(Ipv4 a) {
+  // 0.0.0.0 is "any"; 224/4 is multicast and 240/4 reserved (with broadcast).
+  return a.value != 0 && (a.value >> 28) < 0xe;
+}
+
+bool is_hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// "[dddd:]bb:dd.f" -> "dddd:bb:dd.f" in lower case, the form EAL prints and
+// sysfs uses, so two spellings of one device compare equal.
+std::optional<std::string> normalise_pci(std::string_view s) {
+  std::string domain = "0000";
+  if (s.size() == 12) {
+    if (s[4] != ':') return std::nullopt;
+    domain = std::string(s.substr(0, 4));
+    s = s.substr(5);
+  }
+  // bus(2) ':' device(2) '.' function(1); device is 5 bits, function 3.
+  if (s.size() != 7 || s[2] != ':' || s[5] != '.') return std::nullopt;
+  for (char c : domain) {
+    if (!is_hex(c)) return std::nullopt;
+  }
+  for (size_t i : {0, 1, 3, 4}) {
+    if (!is_hex(s[i])) return std::nullopt;
+  }
+  if (s[3] > '1' || s[6] < '0' || s[6] > '7') return std::nullopt;
+  std::string out = domain + ":" + std::string(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool looks_like_pci(std::string_view s) {
+  if (s.find(':') == std::string_view::npos || s.find('.') == std::string_view::npos) return false;
+  for (char c : s) {
+    if (!is_hex(c) && c != ':' && c != '.') return false;
+  }
+  return true;
+}
+
+// net_<driver><n>[,key=value...]
+bool is_vdev(std::string_view s) {
+  std::string_view name = s.substr(0, s.find(','));
+  if (!name.starts_with("net_") || name.size() < 6) return false;
+  std::string_view rest = name.substr(4);
+  if (rest.front() < 'a' || rest.front() > 'z') return false;
+  if (rest.back() < '0' || rest.back() > '9') return false;
+  for (char c : rest) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  if (name.size() == s.size()) return true;
+  std::string_view args = s.substr(name.size() + 1);
+  while (true) {
+    std::string_view kv = args.substr(0, args.find(','));
+    size_t eq = kv.find('=');
+    if (eq == 0 || eq == std::string_view::npos || eq + 1 == kv.size()) return false;
+    if (kv.size() == args.size()) return true;
+    args = args.substr(kv.size() + 1);
+  }
+}
+
+const char* const kPortForms =
+    "expected ring:<link>, net_<driver><n>[,key=value...] or a PCI address such as 0000:03:00.0";
+
+PortSpec parse_port(const Value& v) {
+  std::string text = v.string();
+  PortSpec p;
+  if (text.starts_with("ring:")) {
+    p.kind = PortSpec::kRing;
+    p.ring_link = text.substr(5);
+    if (!is_name(p.ring_link)) v.fail(quoted(text) + ": the ring link name " + name_rule());
+    p.text = std::move(text);
+  } else if (text.starts_with("net_")) {
+    if (!is_vdev(text)) {
+      v.fail(quoted(text) +
+             " is not a vdev string (expected net_<driver><n>[,key=value...], e.g. "
+             "net_memif0,role=server,socket=/tmp/mercury/w0.sock)");
+    }
+    p.kind = PortSpec::kVdev;
+    p.text = std::move(text);
+  } else if (auto pci = normalise_pci(text)) {
+    p.kind = PortSpec::kPci;
+    p.text = *pci;
+  } else if (looks_like_pci(text)) {
+    v.fail(quoted(text) +
+           " is not a PCI address (expected [domain:]bus:device.function, e.g. 0000:03:00.0: "
+           "domain 4 hex digits, bus 00..ff, device 00..1f, function 0..7)");
+  } else {
+    // In a flow list, [net_memif0,role=server] splits at the comma and
+    // leaves "role=server" here: say so rather than just "not a port".
+    std::string hint = text.find('=') != std::string::npos
+                           ? "; quote vdev strings that hold commas inside [ ]"
+                           : "";
+    v.fail(quoted(text) + " is not a port (" + kPortForms + hint + ")");
+  }
+  return p;
+}
+
+}  // namespace
+
+// Reads one node, key by key in the order of the reference, filling `src`.
+NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& src) {
+  NodeConfig n;
+  src.name = s.require("name");
+  n.name = src.name.string();
+  if (!is_name(n.name)) src.name.fail(quoted(n.name) + " " + name_rule());
+  src.role = s.require("role");
+  n.role = src.role.choice<Role>({{"server", Role::kServer}, {"worker", Role::kWorker}});
+
+  src.ipv4 = s.require("ipv4");
+  std::string ip = src.ipv4.string();
+  auto addr = Ipv4::parse(ip);
+  if (!addr)
+    src.ipv4.fail(quoted(ip) + " is not an IPv4 address (expected a dotted quad, e.g. 10.0.0.1)");
+  if (!is_unicast(*addr)) {
+    src.ipv4.fail(ip + " is not a unicast address (0.0.0.0 and 224.0.0.0 and above are refused)");
+  }
+  n.ipv4 = *addr;
+
+  n.udp_port = net.udp_port;
+  if (auto v = s.get("udp_port")) n.udp_port = static_cast<uint16_t>(v->integer(1, 65535));
+
+  src.mac = s.get("mac");
+  if (src.mac) {
+    std::string text = src.mac->string();
+    auto mac = Mac::parse(text);
+    if (!mac) {
+      src.mac->fail(quoted(text) +
+                    " is not a MAC address (expected six hex bytes, e.g. 02:00:00:00:00:01)");
+    }
+    if (mac->is_multicast() || *mac == Mac{}) {
+      src.mac->fail(text + " is not a unicast address (the first byte must be even and the " +
+                    "address not all zero)");
+    }
+    n.mac = *mac;
+  }
+
+  Value ports = s.require("ports");
+  src.ports = ports.sequence();
+  if (src.ports.empty()) ports.fail("the list is empty (a node needs at least one port)");
+  for (size_t i = 0; i < src.ports.size(); ++i) {
+    n.ports.push_back(parse_port(src.ports[i]));
+    const PortSpec& port = n.ports.back();
+    for (size_t j = 0; j < i; ++j) {
+      if (port.kind == PortSpec::kPci && n.ports[j].kind == PortSpec::kPci &&
+          n.ports[j].text == port.text) {
+        src.ports[i].fail("PCI device " + port.text + " is already used by " + src.ports[j].path());
+      }
+      if (port.kind == PortSpec::kVdev && n.ports[j].kind == PortSpec::kVdev &&
+          n.ports[j].vdev_name() == port.vdev_name()) {
+        src.ports[i].fail("vdev name " + std::string(port.vdev_name()) + " is already used by " +
+                          src.ports[j].path() + " (vdev names must be unique in the file)");
+      }
+    }
+  }
+
+  Value lcores = s.require("lcores");
+  std::vector<Value> items = lcores.sequence();
+  if (items.empty()) lcores.fail("the list is empty (the first lcore is the node's net core)");
+  for (size_t i = 0; i < items.size(); ++i) {
+    uint32_t id = static_cast<uint32_t>(items[i].integer(0, kMaxLcore));
+    for (size_t j = 0; j < i; ++j) {
+      if (n.lcores[j] == id) {
+        items[i].fail("lcore " + std::to_string(id) + " is listed twice (also " + items[j].path() +
+                      ")");
+      }
+    }
+    n.lcores.push_back(id);
+  }
+
+  auto shards = s.get("shards");
+  if (n.role == Role::kWorker) {
+    if (shards) shards->fail("only servers have shards (this node is a worker)");
+  } else {
+    if (!shards) {
+      throw ConfigError(s.source(), s.line(), join(s.path(), "shards"),
+                        "required for a server (1.." + std::to_string(kMaxShards) + ")");
+    }
+    n.shards = static_cast<uint32_t>(shards->integer(1, kMaxShards));
+    if (n.shards > n.lcores.size() - 1) {
+      shards->fail(std::to_string(n.shards) + " shards need " + std::to_string(n.shards) +
+                   " lcores after the net core, but " + lcores.path() + " has " +
+                   std::to_string(n.lcores.size() - 1));
+    }
+  }
+  return n;
+}
+
+}  // namespace mercury::config::detail

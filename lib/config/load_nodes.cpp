@@ -1,0 +1,115 @@
+// The job file's node list (load_sections.h): each entry read by parse_node()
+// (load_node.cpp), ranks in file order per role, and the rules across nodes:
+// the worker limit, no name, endpoint, MAC or vdev name used twice, each ring
+// link joining exactly two ports of two different nodes, at least one server
+// and one worker.
+#include <map>
+#include <string>
+#include <utility>
+
+#include "config/load_sections.h"
+
+namespace mercury::config::detail {
+
+void parse_nodes(const Section& root, JobConfig& job) {
+  Value list = root.require("nodes");
+  std::vector<Value> items = list.sequence();
+  if (items.empty())
+    list.fail("the list is empty (a job needs at least one server and one worker)");
+
+  std::vector<NodeSource> sources;
+  uint32_t workers = 0;
+  uint32_t servers = 0;
+  for (const Value& item : items) {
+    Section s(item, {"name", "role", "ipv4", "udp_port", "mac", "ports", "lcores", "shards"});
+    NodeSource src;
+    NodeConfig n = parse_node(s, job.network, src);
+    n.index = static_cast<uint32_t>(job.nodes.size());
+    if (n.role == Role::kWorker) {
+      if (++workers > kMaxWorkers) {
+        src.role.fail("worker " + std::to_string(workers) + " is over the limit of " +
+                      std::to_string(kMaxWorkers) + " workers");
+      }
+      n.rank = workers - 1;
+    } else {
+      n.rank = servers++;
+    }
+
+    for (size_t j = 0; j < job.nodes.size(); ++j) {
+      const NodeConfig& other = job.nodes[j];
+      const std::string other_path = element(list.path(), j);
+      if (other.name == n.name) {
+        src.name.fail(quoted(n.name) + " is already used by " + other_path);
+      }
+      if (other.ipv4 == n.ipv4 && other.udp_port == n.udp_port) {
+        src.ipv4.fail(n.ipv4.to_string() + ":" + std::to_string(n.udp_port) +
+                      " is already used by " + other_path);
+      }
+      if (n.mac && other.mac == n.mac) {
+        src.mac->fail(n.mac->to_string() + " is already used by " + other_path);
+      }
+      // vdev names are unique in the whole file, not just per process: then
+      // any set of nodes can share one process (the demo runs them all).
+      for (size_t p = 0; p < n.ports.size(); ++p) {
+        if (n.ports[p].kind != PortSpec::kVdev) continue;
+        for (size_t q = 0; q < other.ports.size(); ++q) {
+          if (other.ports[q].kind == PortSpec::kVdev &&
+              other.ports[q].vdev_name() == n.ports[p].vdev_name()) {
+            src.ports[p].fail("vdev name " + std::string(n.ports[p].vdev_name()) +
+                              " is already used by " + sources[j].ports[q].path() +
+                              " (vdev names must be unique in the file)");
+          }
+        }
+      }
+    }
+    job.nodes.push_back(std::move(n));
+    sources.push_back(std::move(src));
+  }
+
+  // Each ring link joins exactly two ports on two different nodes.
+  struct End {
+    size_t node;
+    size_t port;
+  };
+  std::map<std::string, std::vector<End>> links;
+  for (size_t i = 0; i < job.nodes.size(); ++i) {
+    for (size_t p = 0; p < job.nodes[i].ports.size(); ++p) {
+      const PortSpec& port = job.nodes[i].ports[p];
+      if (port.kind != PortSpec::kRing) continue;
+      std::vector<End>& ends = links[port.ring_link];
+      const Value& at = sources[i].ports[p];
+      for (const End& e : ends) {
+        if (e.node == i) {
+          at.fail("ring link " + port.ring_link + " has both ends on node " + job.nodes[i].name +
+                  " (also " + sources[e.node].ports[e.port].path() + ")");
+        }
+      }
+      if (ends.size() == 2) {
+        at.fail("ring link " + port.ring_link + " already joins " +
+                sources[ends[0].node].ports[ends[0].port].path() + " and " +
+                sources[ends[1].node].ports[ends[1].port].path() +
+                " (a link has exactly two ends)");
+      }
+      ends.push_back(End{i, p});
+    }
+  }
+  for (size_t i = 0; i < job.nodes.size(); ++i) {
+    for (size_t p = 0; p < job.nodes[i].ports.size(); ++p) {
+      PortSpec& port = job.nodes[i].ports[p];
+      if (port.kind != PortSpec::kRing) continue;
+      const std::vector<End>& ends = links[port.ring_link];
+      if (ends.size() == 1) {
+        sources[i].ports[p].fail("ring link " + port.ring_link +
+                                 " has only one end (name it on exactly two ports of different "
+                                 "nodes)");
+      }
+      const End& peer = ends[0].node == i ? ends[1] : ends[0];
+      port.ring_peer = job.nodes[peer.node].name;
+    }
+  }
+
+  if (servers == 0) list.fail("no server (a job needs at least one server and one worker)");
+  if (workers == 0) list.fail("no worker (a job needs at least one server and one worker)");
+}
+
+}  // namespace mercury::config::detail

@@ -1,0 +1,172 @@
+// The parsers of the job file's sections other than nodes (load_sections.h):
+// job, network (with the partition scheduler's keys and their credit rule),
+// mempool, eal (refusing options the generator writes), link and training
+// (with the keys each optimizer owns).
+#include <string>
+#include <utility>
+
+#include "config/load_sections.h"
+
+namespace mercury::config::detail {
+
+namespace {
+
+constexpr uint64_t kMinMbufs = 1023;
+constexpr uint64_t kMaxCache = 512;  // RTE_MEMPOOL_CACHE_MAX_SIZE
+
+// EAL options the generator writes itself; a second copy in eal.extra would
+// contradict the file (and EAL takes the last one silently).
+const char* generated_option_source(std::string_view arg) {
+  if (arg.starts_with("--file-prefix")) return "job.name";
+  if (arg.starts_with("--lcores") || arg.starts_with("-l") || arg.starts_with("-c")) {
+    return "nodes[].lcores";
+  }
+  if (arg == "--no-huge") return "eal.hugepages";
+  if (arg.starts_with("-m")) return "eal.memory_mb";
+  return nullptr;
+}
+
+}  // namespace
+
+void parse_job(const Section& root, JobConfig& job) {
+  Section s(root.require("job"), {"id", "name"});
+  job.id = static_cast<uint32_t>(s.require("id").integer(0, kU32Max));
+  Value name = s.require("name");
+  job.name = name.string();
+  if (!is_name(job.name)) name.fail(quoted(job.name) + " " + name_rule());
+}
+
+void parse_network(const Section& root, NetworkConfig& net) {
+  Section s = optional_section(root, "network",
+                               {"mtu", "udp_port", "udp_checksum", "window", "peer_timeout_ms",
+                                "scheduler", "partition_bytes", "credit_bytes"});
+  if (auto v = s.get("mtu")) net.mtu = static_cast<uint32_t>(v->integer(576, 9000));
+  if (auto v = s.get("udp_port")) net.udp_port = static_cast<uint16_t>(v->integer(1, 65535));
+  if (auto v = s.get("udp_checksum")) net.udp_checksum = v->boolean();
+  if (auto v = s.get("window")) net.window = static_cast<uint32_t>(v->integer(0, kU32Max));
+  if (auto v = s.get("peer_timeout_ms")) {
+    net.peer_timeout_ms = static_cast<uint32_t>(v->integer(100, 600000));
+  }
+  if (auto v = s.get("scheduler")) {
+    net.scheduler = v->choice<Scheduler>({{"strict", Scheduler::kStrict},
+                                          {"fifo", Scheduler::kFifo},
+                                          {"partition", Scheduler::kPartition}});
+  }
+  for (const char* key : {"partition_bytes", "credit_bytes"}) {
+    auto v = s.get(key);
+    if (v && net.scheduler != Scheduler::kPartition) {
+      v->fail("only used by scheduler partition (network.scheduler is " +
+              std::string(to_string(net.scheduler)) + ")");
+    }
+  }
+  if (auto v = s.get("partition_bytes")) {
+    net.partition_bytes = static_cast<uint32_t>(v->integer(4096, kU32Max));
+  }
+  if (auto v = s.get("credit_bytes")) {
+    net.credit_bytes = static_cast<uint32_t>(v->integer(4096, kU32Max));
+  }
+  if (net.scheduler == Scheduler::kPartition && net.credit_bytes < net.partition_bytes) {
+    // The credit must admit at least one whole partition, or nothing is ever sent.
+    Value at = s.get("credit_bytes") ? *s.get("credit_bytes") : *s.get("partition_bytes");
+    at.fail(std::to_string(net.credit_bytes) + " credit bytes are fewer than " +
+            "network.partition_bytes (" + std::to_string(net.partition_bytes) +
+            "): the credit must hold at least one partition");
+  }
+}
+
+void parse_mempool(const Section& root, MempoolConfig& pool) {
+  Section s = optional_section(root, "mempool", {"mbufs", "cache"});
+  if (auto v = s.get("mbufs")) pool.mbufs = static_cast<uint32_t>(v->integer(kMinMbufs, kU32Max));
+  if (auto v = s.get("cache")) pool.cache = static_cast<uint32_t>(v->integer(0, kMaxCache));
+  // rte_mempool_create() refuses a pool whose cache flush threshold (cache *
+  // 1.5, truncated) exceeds the pool size. The two ranges already rule that
+  // out; should either range change, this stops the build rather than
+  // leaving a rule untested.
+  static_assert(kMaxCache * 3 / 2 <= kMinMbufs, "add a cache <= mbufs / 1.5 check");
+}
+
+void parse_eal(const Section& root, EalConfig& eal) {
+  Section s = optional_section(root, "eal", {"memory_mb", "hugepages", "extra"});
+  if (auto v = s.get("memory_mb")) eal.memory_mb = static_cast<uint32_t>(v->integer(64, 65536));
+  if (auto v = s.get("hugepages")) {
+    eal.hugepages = v->choice<Hugepages>(
+        {{"auto", Hugepages::kAuto}, {"on", Hugepages::kOn}, {"off", Hugepages::kOff}});
+  }
+  if (auto v = s.get("extra")) {
+    for (const Value& item : v->sequence()) {
+      std::string arg = item.string();
+      if (const char* from = generated_option_source(arg)) {
+        item.fail(quoted(arg) + " is generated from " + from + "; set it there, not in eal.extra");
+      }
+      eal.extra.push_back(std::move(arg));
+    }
+  }
+}
+
+void parse_link(const Section& root, LinkConfig& link) {
+  Section s = optional_section(
+      root, "link", {"rate_gbps", "delay_us", "loss", "duplicate", "reorder", "corrupt", "seed"});
+  if (auto v = s.get("rate_gbps")) {
+    link.rate_gbps = v->number();
+    if (link.rate_gbps != 0 && !(link.rate_gbps >= 0.001 && link.rate_gbps <= 400)) {
+      v->fail(v->text() + " is out of range (0 for unlimited, else 0.001..400)");
+    }
+  }
+  if (auto v = s.get("delay_us")) link.delay_us = static_cast<uint32_t>(v->integer(0, 1000000));
+  if (auto v = s.get("loss")) link.loss = half_open(*v, 0, 1);
+  if (auto v = s.get("duplicate")) link.duplicate = half_open(*v, 0, 1);
+  if (auto v = s.get("reorder")) link.reorder = half_open(*v, 0, 1);
+  if (auto v = s.get("corrupt")) link.corrupt = half_open(*v, 0, 1);
+  if (auto v = s.get("seed")) link.seed = v->integer(0, kU64Max);
+}
+
+void parse_training(const Section& root, TrainingConfig& t) {
+  Section s = optional_section(
+      root, "training",
+      {"sync", "staleness", "optimizer", "learning_rate", "momentum", "beta1", "beta2", "epsilon"});
+  if (auto v = s.get("sync")) {
+    t.sync = v->choice<Sync>(
+        {{"bsp", Sync::kBsp}, {"asp", Sync::kAsp}, {"ssp", Sync::kSsp}, {"psplus", Sync::kPsPlus}});
+    if (t.sync != Sync::kBsp) {
+      // lib/agg has these policies, but the server and the worker run BSP
+      // only: accepting the key would silently train with BSP.
+      v->fail(v->text() +
+              " is not run end to end yet: the server and the worker library run bsp only "
+              "(use sync: bsp)");
+    }
+  }
+  if (auto v = s.get("optimizer")) {
+    t.optimizer = v->choice<Optimizer>({{"sgd", Optimizer::kSgd},
+                                        {"momentum", Optimizer::kMomentum},
+                                        {"adam", Optimizer::kAdam},
+                                        {"sum", Optimizer::kSum}});
+  }
+  const std::string opt_name(to_string(t.optimizer));
+  if (auto v = s.get("staleness")) {
+    if (v->integer(0, kU32Max) != 0) {
+      v->fail(v->text() + " must be 0 or absent with training.sync " +
+              std::string(to_string(t.sync)) + " (a staleness bound belongs to ssp and psplus)");
+    }
+  }
+
+  if (auto v = s.get("learning_rate")) {
+    if (t.optimizer == Optimizer::kSum) {
+      v->fail("not used by optimizer sum (it only adds the gradients); remove it");
+    }
+    t.learning_rate = positive(*v);
+  }
+  auto only_for = [&](const char* key, Optimizer owner) -> std::optional<Value> {
+    auto v = s.get(key);
+    if (v && t.optimizer != owner) {
+      v->fail("only used by optimizer " + std::string(to_string(owner)) +
+              " (training.optimizer is " + opt_name + ")");
+    }
+    return v;
+  };
+  if (auto v = only_for("momentum", Optimizer::kMomentum)) t.momentum = half_open(*v, 0, 1);
+  if (auto v = only_for("beta1", Optimizer::kAdam)) t.beta1 = half_open(*v, 0, 1);
+  if (auto v = only_for("beta2", Optimizer::kAdam)) t.beta2 = half_open(*v, 0, 1);
+  if (auto v = only_for("epsilon", Optimizer::kAdam)) t.epsilon = positive(*v);
+}
+
+}  // namespace mercury::config::detail

@@ -1,0 +1,252 @@
+// Refusals in the node list: names, addresses, MACs, port forms, ring links,
+// vdev and PCI reuse, lcores, shards, and the rules across nodes (no server,
+// no worker, too many workers), each with its file, line and key.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/load_test_util.h"
+
+namespace mercury::config {
+namespace {
+
+using test::doc;
+using test::kNodes;
+using test::refused;
+using test::worker;
+
+TEST(ConfigRefuse, NodesNotAList) {
+  EXPECT_TRUE(refused("job: {id: 1, name: x}\nnodes: {a: 1}\n", 2, "nodes",
+                      "expected a list, got a mapping"));
+}
+
+TEST(ConfigRefuse, NodesEmpty) {
+  EXPECT_TRUE(refused("job: {id: 1, name: x}\nnodes: []\n", 2, "nodes", "the list is empty"));
+}
+
+TEST(ConfigRefuse, NodeNameNotAName) {
+  std::string nodes = "  - name: Server0\n";
+  EXPECT_TRUE(refused(doc("", nodes), 5, "nodes[0].name",
+                      "\"Server0\" must match [a-z0-9_-]+ and be at most 32 characters"));
+}
+
+TEST(ConfigRefuse, NodeNameRepeated) {
+  std::string nodes = std::string(kNodes) + worker("w0", "10.0.0.3", "net_null0", "[3]");
+  EXPECT_TRUE(refused(doc("", nodes), 16, "nodes[2].name", "\"w0\" is already used by nodes[1]"));
+}
+
+TEST(ConfigRefuse, Ipv4Malformed) {
+  for (const char* bad : {"10.0.0", "10.0.0.256", "010.0.0.1", "localhost"}) {
+    std::string nodes = "  - name: s0\n    role: server\n    ipv4: " + std::string(bad) + "\n";
+    EXPECT_TRUE(refused(doc("", nodes), 7, "nodes[0].ipv4",
+                        "\"" + std::string(bad) +
+                            "\" is not an IPv4 address (expected a dotted quad, e.g. 10.0.0.1)"));
+  }
+}
+
+TEST(ConfigRefuse, Ipv4NotUnicast) {
+  for (const char* bad : {"0.0.0.0", "224.0.0.1", "255.255.255.255"}) {
+    std::string nodes = "  - name: s0\n    role: server\n    ipv4: " + std::string(bad) + "\n";
+    EXPECT_TRUE(refused(doc("", nodes), 7, "nodes[0].ipv4",
+                        std::string(bad) + " is not a unicast address"));
+  }
+}
+
+TEST(ConfigRefuse, EndpointRepeated) {
+  std::string nodes = std::string(kNodes) + worker("w1", "10.0.0.1", "net_null0", "[3]");
+  EXPECT_TRUE(
+      refused(doc("", nodes), 18, "nodes[2].ipv4", "10.0.0.1:47100 is already used by nodes[0]"));
+}
+
+TEST(ConfigRefuse, MacMalformed) {
+  std::string nodes = std::string(kNodes) + "    mac: zz:00\n";
+  EXPECT_TRUE(refused(doc("", nodes), 16, "nodes[1].mac",
+                      "\"zz:00\" is not a MAC address (expected six hex bytes, e.g. "
+                      "02:00:00:00:00:01)"));
+}
+
+TEST(ConfigRefuse, MacNotUnicast) {
+  for (const char* bad : {"01:00:5e:00:00:01", "00:00:00:00:00:00"}) {
+    std::string nodes = std::string(kNodes) + "    mac: " + bad + "\n";
+    EXPECT_TRUE(refused(doc("", nodes), 16, "nodes[1].mac",
+                        std::string(bad) + " is not a unicast address"));
+  }
+}
+
+TEST(ConfigRefuse, MacRepeated) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    mac: 02:00:00:00:00:01\n"
+      "    ports: [ring:a]\n    lcores: [0, 1]\n    shards: 1\n" +
+      worker("w0", "10.0.0.2", "ring:a") + "    mac: 02:00:00:00:00:01\n";
+  EXPECT_TRUE(
+      refused(doc("", nodes), 17, "nodes[1].mac", "02:00:00:00:00:01 is already used by nodes[0]"));
+}
+
+TEST(ConfigRefuse, PortsEmpty) {
+  std::string nodes = "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: []\n";
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports",
+                      "the list is empty (a node needs at least one port)"));
+}
+
+TEST(ConfigRefuse, PortOfNoKnownForm) {
+  std::string nodes = "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [eth0]\n";
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[0]",
+                      "\"eth0\" is not a port (expected ring:<link>, net_<driver><n>"));
+  // An unquoted vdev in a flow list splits at its commas; the hint says so.
+  nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n"
+      "    ports: [net_memif0,role=server]\n";
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[1]",
+                      "quote vdev strings that hold commas inside [ ]"));
+}
+
+TEST(ConfigRefuse, VdevMalformed) {
+  for (const char* bad : {"net_memif", "net_0", "net_memif0,role", "net_memif0,=x",
+                          "net_memif0,role=server,", "net_Memif0"}) {
+    std::string nodes = "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [\"" +
+                        std::string(bad) + "\"]\n";
+    EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[0]",
+                        "\"" + std::string(bad) + "\" is not a vdev string"));
+  }
+}
+
+TEST(ConfigRefuse, PciMalformed) {
+  for (const char* bad : {"03:20.0", "03:00.8", "0:03:00.0", "003:00.0", "0000:3:00.0"}) {
+    std::string nodes = "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [\"" +
+                        std::string(bad) + "\"]\n";
+    EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[0]",
+                        "\"" + std::string(bad) + "\" is not a PCI address"));
+  }
+}
+
+TEST(ConfigRefuse, RingLinkNotAName) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [\"ring:\"]\n";
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[0]",
+                      "\"ring:\": the ring link name must match [a-z0-9_-]+"));
+}
+
+TEST(ConfigRefuse, RingLinkWithOneEnd) {
+  std::string nodes = std::string(kNodes) + worker("w1", "10.0.0.3", "ring:b", "[3]");
+  EXPECT_TRUE(refused(doc("", nodes), 19, "nodes[2].ports[0]",
+                      "ring link b has only one end (name it on exactly two ports"));
+}
+
+TEST(ConfigRefuse, RingLinkWithThreeEnds) {
+  std::string nodes = std::string(kNodes) + worker("w1", "10.0.0.3", "ring:a", "[3]");
+  EXPECT_TRUE(refused(doc("", nodes), 19, "nodes[2].ports[0]",
+                      "ring link a already joins nodes[0].ports[0] and nodes[1].ports[0]"));
+}
+
+TEST(ConfigRefuse, RingLinkWithBothEndsOnOneNode) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a, ring:a]\n"
+      "    lcores: [0, 1]\n    shards: 1\n" +
+      worker("w0", "10.0.0.2", "net_null0");
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[1]",
+                      "ring link a has both ends on node s0 (also nodes[0].ports[0])"));
+}
+
+TEST(ConfigRefuse, VdevNameRepeatedAcrossNodes) {
+  std::string nodes = std::string(kNodes) + worker("w1", "10.0.0.3", "net_null0,size=64", "[3]") +
+                      worker("w2", "10.0.0.4", "net_null0", "[4]");
+  EXPECT_TRUE(refused(doc("", nodes), 24, "nodes[3].ports[0]",
+                      "vdev name net_null0 is already used by nodes[2].ports[0]"));
+}
+
+TEST(ConfigRefuse, VdevNameRepeatedWithinNode) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [net_null0, net_null0]\n";
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[1]",
+                      "vdev name net_null0 is already used by nodes[0].ports[0]"));
+}
+
+TEST(ConfigRefuse, PciDeviceRepeatedWithinNode) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [03:00.0, 0000:03:00.0]\n";
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports[1]",
+                      "PCI device 0000:03:00.0 is already used by nodes[0].ports[0]"));
+}
+
+TEST(ConfigRefuse, LcoresEmpty) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a]\n    lcores: []\n";
+  EXPECT_TRUE(refused(doc("", nodes), 9, "nodes[0].lcores",
+                      "the list is empty (the first lcore is the node's net core)"));
+}
+
+TEST(ConfigRefuse, LcoreOutOfRange) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a]\n"
+      "    lcores: [0, 128]\n";
+  EXPECT_TRUE(refused(doc("", nodes), 9, "nodes[0].lcores[1]", "128 is out of range (0..127)"));
+}
+
+TEST(ConfigRefuse, LcoreRepeated) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a]\n"
+      "    lcores:\n      - 0\n      - 1\n      - 0\n";
+  EXPECT_TRUE(refused(doc("", nodes), 12, "nodes[0].lcores[2]",
+                      "lcore 0 is listed twice (also nodes[0].lcores[0])"));
+}
+
+TEST(ConfigRefuse, ServerWithoutShards) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a]\n"
+      "    lcores: [0, 1]\n";
+  EXPECT_TRUE(refused(doc("", nodes), 5, "nodes[0].shards", "required for a server (1..64)"));
+}
+
+TEST(ConfigRefuse, WorkerWithShards) {
+  std::string nodes = std::string(kNodes) + "    shards: 1\n";
+  EXPECT_TRUE(refused(doc("", nodes), 16, "nodes[1].shards",
+                      "only servers have shards (this node is a worker)"));
+}
+
+TEST(ConfigRefuse, ShardsOutOfRange) {
+  for (const char* bad : {"0", "65"}) {
+    std::string nodes =
+        "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a]\n"
+        "    lcores: [0, 1]\n    shards: " +
+        std::string(bad) + "\n";
+    EXPECT_TRUE(refused(doc("", nodes), 10, "nodes[0].shards",
+                        std::string(bad) + " is out of range (1..64)"));
+  }
+}
+
+TEST(ConfigRefuse, MoreShardsThanShardLcores) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a]\n"
+      "    lcores: [0, 1, 2]\n    shards: 3\n";
+  EXPECT_TRUE(refused(doc("", nodes), 10, "nodes[0].shards",
+                      "3 shards need 3 lcores after the net core, but nodes[0].lcores has 2"));
+}
+
+TEST(ConfigRefuse, NoServer) {
+  std::string nodes =
+      worker("w0", "10.0.0.2", "ring:a") + worker("w1", "10.0.0.3", "ring:a", "[3]");
+  EXPECT_TRUE(refused(doc("", nodes), 4, "nodes", "no server (a job needs at least one server"));
+}
+
+TEST(ConfigRefuse, NoWorker) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n"
+      "    ports: [net_null0]\n    lcores: [0, 1]\n    shards: 1\n";
+  EXPECT_TRUE(refused(doc("", nodes), 4, "nodes", "no worker (a job needs at least one server"));
+}
+
+TEST(ConfigRefuse, TooManyWorkers) {
+  std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n"
+      "    ports: [net_null0]\n    lcores: [0, 1]\n    shards: 1\n";
+  for (int i = 0; i < 65; ++i) {
+    nodes += worker("w" + std::to_string(i), "10.0.1." + std::to_string(i + 1),
+                    "net_null" + std::to_string(i + 1), "[2]");
+  }
+  // Worker 65 is nodes[65]; its block starts on line 11 + 64 * 5, role on the next line.
+  EXPECT_TRUE(refused(doc("", nodes), 11 + 64 * 5 + 1, "nodes[65].role",
+                      "worker 65 is over the limit of 64 workers"));
+}
+
+}  // namespace
+}  // namespace mercury::config

@@ -1,0 +1,169 @@
+// Refusals per section other than nodes: job, network (the partition
+// scheduler's keys and credit), mempool, eal, link and training, each with
+// its file, line and key.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/load_test_util.h"
+
+namespace mercury::config {
+namespace {
+
+using test::doc;
+using test::kNodes;
+using test::refused;
+
+// ----------------------------------------------- refused: job and network
+
+TEST(ConfigRefuse, JobNameNotAName) {
+  EXPECT_TRUE(refused("job:\n  id: 1\n  name: My Job\n", 3, "job.name",
+                      "\"My Job\" must match [a-z0-9_-]+ and be at most 32 characters"));
+  EXPECT_TRUE(refused("job:\n  id: 1\n  name: " + std::string(33, 'a') + "\n", 3, "job.name",
+                      "must match [a-z0-9_-]+"));
+  // A multi-line value is shown on one line.
+  EXPECT_TRUE(refused("job:\n  id: 1\n  name: |\n    a\n    b\n", 3, "job.name",
+                      "\"a\\nb\\n\" must match"));
+}
+
+TEST(ConfigRefuse, UdpPortOutOfRange) {
+  EXPECT_TRUE(refused(doc("network: {udp_port: 0}\n"), 4, "network.udp_port",
+                      "0 is out of range (1..65535)"));
+  std::string nodes = std::string(kNodes) + "    udp_port: 65536\n";
+  EXPECT_TRUE(refused(doc("", nodes), 16, "nodes[1].udp_port", "65536 is out of range (1..65535)"));
+}
+
+TEST(ConfigRefuse, PeerTimeoutOutOfRange) {
+  EXPECT_TRUE(refused(doc("network: {peer_timeout_ms: 99}\n"), 4, "network.peer_timeout_ms",
+                      "99 is out of range (100..600000)"));
+}
+
+TEST(ConfigRefuse, PartitionKeysNeedThePartitionScheduler) {
+  EXPECT_TRUE(refused(doc("network:\n  partition_bytes: 65536\n"), 5, "network.partition_bytes",
+                      "only used by scheduler partition (network.scheduler is strict)"));
+  EXPECT_TRUE(refused(doc("network:\n  scheduler: fifo\n  credit_bytes: 65536\n"), 6,
+                      "network.credit_bytes",
+                      "only used by scheduler partition (network.scheduler is fifo)"));
+}
+
+TEST(ConfigRefuse, PartitionBytesTooSmall) {
+  EXPECT_TRUE(refused(doc("network:\n  scheduler: partition\n  partition_bytes: 4095\n"), 6,
+                      "network.partition_bytes", "4095 is out of range (4096..4294967295)"));
+}
+
+TEST(ConfigRefuse, CreditSmallerThanPartition) {
+  EXPECT_TRUE(refused(doc("network:\n  scheduler: partition\n  partition_bytes: 65536\n"
+                          "  credit_bytes: 8192\n"),
+                      7, "network.credit_bytes",
+                      "8192 credit bytes are fewer than network.partition_bytes (65536)"));
+  // Only partition_bytes given, above the default credit: the error points at it.
+  EXPECT_TRUE(refused(doc("network:\n  scheduler: partition\n  partition_bytes: 16777216\n"), 6,
+                      "network.partition_bytes",
+                      "8388608 credit bytes are fewer than network.partition_bytes (16777216)"));
+}
+
+// ------------------------------------------------- refused: mempool, eal, link
+
+TEST(ConfigRefuse, TooFewMbufs) {
+  EXPECT_TRUE(refused(doc("mempool:\n  mbufs: 1022\n"), 5, "mempool.mbufs",
+                      "1022 is out of range (1023..4294967295)"));
+}
+
+TEST(ConfigRefuse, CacheAboveDpdkMaximum) {
+  EXPECT_TRUE(
+      refused(doc("mempool:\n  cache: 513\n"), 5, "mempool.cache", "513 is out of range (0..512)"));
+}
+
+TEST(ConfigRefuse, MemoryOutOfRange) {
+  EXPECT_TRUE(refused(doc("eal:\n  memory_mb: 63\n"), 5, "eal.memory_mb",
+                      "63 is out of range (64..65536)"));
+}
+
+TEST(ConfigRefuse, ExtraRepeatsAGeneratedOption) {
+  EXPECT_TRUE(refused(doc("eal:\n  extra:\n    - --log-level=8\n    - --lcores=0@0\n"), 7,
+                      "eal.extra[1]",
+                      "\"--lcores=0@0\" is generated from nodes[].lcores; set it there"));
+  EXPECT_TRUE(refused(doc("eal:\n  extra: [--no-huge]\n"), 5, "eal.extra[0]",
+                      "generated from eal.hugepages"));
+  EXPECT_TRUE(refused(doc("eal:\n  extra: [-m, \"256\"]\n"), 5, "eal.extra[0]",
+                      "generated from eal.memory_mb"));
+  EXPECT_TRUE(refused(doc("eal:\n  extra: [--file-prefix=x]\n"), 5, "eal.extra[0]",
+                      "generated from job.name"));
+}
+
+TEST(ConfigRefuse, ExtraItemNotAString) {
+  EXPECT_TRUE(refused(doc("eal:\n  extra: [{a: 1}]\n"), 5, "eal.extra[0]",
+                      "expected a string, got a mapping"));
+}
+
+TEST(ConfigRefuse, RateOutOfRange) {
+  EXPECT_TRUE(refused(doc("link:\n  rate_gbps: 0.0005\n"), 5, "link.rate_gbps",
+                      "0.0005 is out of range (0 for unlimited, else 0.001..400)"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_gbps: 401\n"), 5, "link.rate_gbps", "out of range"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_gbps: -1\n"), 5, "link.rate_gbps", "out of range"));
+}
+
+TEST(ConfigRefuse, DelayOutOfRange) {
+  EXPECT_TRUE(refused(doc("link:\n  delay_us: 1000001\n"), 5, "link.delay_us",
+                      "1000001 is out of range (0..1000000)"));
+}
+
+TEST(ConfigRefuse, ProbabilityOutOfRange) {
+  EXPECT_TRUE(refused(doc("link:\n  loss: 1.0\n"), 5, "link.loss", "1.0 is out of range [0, 1)"));
+  EXPECT_TRUE(
+      refused(doc("link:\n  duplicate: -0.1\n"), 5, "link.duplicate", "out of range [0, 1)"));
+  EXPECT_TRUE(refused(doc("link:\n  reorder: 2\n"), 5, "link.reorder", "out of range [0, 1)"));
+  EXPECT_TRUE(refused(doc("link:\n  corrupt: 1\n"), 5, "link.corrupt", "out of range [0, 1)"));
+}
+
+// ------------------------------------------------------ refused: training
+
+TEST(ConfigRefuse, SyncModesNotRunEndToEnd) {
+  // The server and the worker run BSP only: a job asking for another mode
+  // is refused at its key rather than silently trained with BSP.
+  for (const char* mode : {"asp", "ssp", "psplus"}) {
+    EXPECT_TRUE(refused(doc(std::string("training:\n  sync: ") + mode + "\n"), 5, "training.sync",
+                        std::string(mode) +
+                            " is not run end to end yet: the server and the worker library run "
+                            "bsp only"))
+        << mode;
+  }
+}
+
+TEST(ConfigRefuse, StalenessWithBsp) {
+  EXPECT_TRUE(refused(doc("training:\n  sync: bsp\n  staleness: 2\n"), 6, "training.staleness",
+                      "2 must be 0 or absent with training.sync bsp"));
+  JobConfig job = load_string(doc("training:\n  staleness: 0\n"));
+  EXPECT_EQ(job.training.staleness, 0u);
+}
+
+TEST(ConfigRefuse, LearningRateWithSum) {
+  EXPECT_TRUE(refused(doc("training:\n  optimizer: sum\n  learning_rate: 0.1\n"), 6,
+                      "training.learning_rate", "not used by optimizer sum"));
+}
+
+TEST(ConfigRefuse, NotPositive) {
+  EXPECT_TRUE(refused(doc("training:\n  learning_rate: 0\n"), 5, "training.learning_rate",
+                      "0 is out of range (must be > 0)"));
+  EXPECT_TRUE(refused(doc("training:\n  optimizer: adam\n  epsilon: -1e-8\n"), 6,
+                      "training.epsilon", "out of range (must be > 0)"));
+}
+
+TEST(ConfigRefuse, OptimizerKeyForAnotherOptimizer) {
+  EXPECT_TRUE(refused(doc("training:\n  momentum: 0.5\n"), 5, "training.momentum",
+                      "only used by optimizer momentum (training.optimizer is sgd)"));
+  EXPECT_TRUE(refused(doc("training:\n  optimizer: momentum\n  beta1: 0.5\n"), 6, "training.beta1",
+                      "only used by optimizer adam (training.optimizer is momentum)"));
+  EXPECT_TRUE(refused(doc("training:\n  beta2: 0.5\n"), 5, "training.beta2", "only used by"));
+  EXPECT_TRUE(refused(doc("training:\n  epsilon: 0.5\n"), 5, "training.epsilon", "only used by"));
+}
+
+TEST(ConfigRefuse, OptimizerParameterOutOfRange) {
+  EXPECT_TRUE(refused(doc("training:\n  optimizer: momentum\n  momentum: 1\n"), 6,
+                      "training.momentum", "1 is out of range [0, 1)"));
+  EXPECT_TRUE(refused(doc("training:\n  optimizer: adam\n  beta2: 1.5\n"), 6, "training.beta2",
+                      "out of range [0, 1)"));
+}
+
+}  // namespace
+}  // namespace mercury::config
