@@ -38,10 +38,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def memif_job(workers, name):
-    """A job file like config/memif.yaml with `workers` workers and optimizer sum."""
+    """A job file like config/memif.yaml (MTU 9000) with `workers` workers and optimizer sum."""
     y = ["job: {id: 12, name: %s}" % name,
-         "network: {mtu: 1500, peer_timeout_ms: 5000}",
-         "mempool: {mbufs: 16383, cache: 256}",
+         "network: {mtu: 9000, peer_timeout_ms: 5000}",
+         "mempool: {mbufs: 8191, cache: 256}",
          "eal: {memory_mb: 1024, hugepages: auto}",
          "training: {sync: bsp, optimizer: sum}",
          "nodes:",
@@ -51,7 +51,8 @@ def memif_job(workers, name):
          "    mac: 02:00:00:00:00:01",
          "    ports:"]
     for w in range(workers):
-        y.append("      - net_memif%d,role=server,id=0,socket=/tmp/mercury-peers/%s-w%d.sock"
+        y.append("      - net_memif%d,role=server,id=0,socket=/tmp/mercury-peers/%s-w%d.sock,"
+                 "bsize=9216"
                  % (w, name, w))
     y += ["    lcores: [0, 1, 2]", "    shards: 2"]
     for w in range(workers):
@@ -59,7 +60,8 @@ def memif_job(workers, name):
               "    role: worker",
               "    ipv4: 10.0.0.%d" % (11 + w),
               "    mac: 02:00:00:00:00:%02x" % (0x11 + w),
-              "    ports: [ \"net_memif1%d,role=client,id=0,socket=/tmp/mercury-peers/%s-w%d.sock\" ]"
+              "    ports: [ \"net_memif1%d,role=client,id=0,socket=/tmp/mercury-peers/%s-w%d.sock,"
+              "bsize=9216\" ]"
               % (w, name, w),
               "    lcores: [%d]" % (3 + w)]
     return "\n".join(y) + "\n"

@@ -156,9 +156,9 @@ void server_pass(benchmark::State& state) {
   uint64_t frames = 0;
   for (auto _ : state) {
     ReplayPort rp;
-    net::Interface iface(*rp.port, *g->pool,
-                         net::LocalAddr{rp.port->mac(), srv.ipv4.value, srv.udp_port},
-                         net::InterfaceOptions{.udp_checksum = job.network.udp_checksum});
+    net::Interface iface(
+        *rp.port, *g->pool, net::LocalAddr{rp.port->mac(), srv.ipv4.value, srv.udp_port},
+        net::InterfaceOptions{.udp_checksum = job.network.udp_checksum != config::Checksum::kOff});
     std::vector<server::JobWorker> workers;
     for (const config::NodeConfig* w : job.workers()) {
       net::MacAddr mac;

@@ -107,6 +107,18 @@ std::string_view to_string(Scheduler v) {
   return "?";
 }
 
+std::string_view to_string(Checksum v) {
+  switch (v) {
+    case Checksum::kAuto:
+      return "auto";
+    case Checksum::kOn:
+      return "true";
+    case Checksum::kOff:
+      return "false";
+  }
+  return "?";
+}
+
 std::string_view to_string(Hugepages v) {
   switch (v) {
     case Hugepages::kAuto:

@@ -99,6 +99,7 @@ enum class Scheduler : uint8_t {
   kPartition,  ///< baseline: tensor partitioning with priority and credit (P3, ByteScheduler)
 };
 enum class Hugepages : uint8_t { kAuto, kOn, kOff };
+enum class Checksum : uint8_t { kAuto, kOn, kOff };
 enum class Role : uint8_t { kServer, kWorker };
 enum class Sync : uint8_t { kBsp, kAsp, kSsp, kPsPlus };
 enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
@@ -106,6 +107,7 @@ enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
 /// The YAML spelling of each enum value ("strict", "psplus", ...).
 std::string_view to_string(Scheduler v);
 std::string_view to_string(Hugepages v);
+std::string_view to_string(Checksum v);  ///< "auto", "true", "false"
 std::string_view to_string(Role v);
 std::string_view to_string(Sync v);
 std::string_view to_string(Optimizer v);
@@ -113,7 +115,10 @@ std::string_view to_string(Optimizer v);
 struct NetworkConfig {
   uint32_t mtu = 1500;        ///< IP MTU, 576..9000
   uint16_t udp_port = 47100;  ///< default for nodes that set none
-  bool udp_checksum = true;
+  /// UDP checksums: kAuto computes and verifies them (offloaded where the
+  /// PMD can) except on ports that move frames through shared memory
+  /// (net_memif, ring links), which cannot corrupt them, as Linux's loopback.
+  Checksum udp_checksum = Checksum::kAuto;
   uint32_t window = 0;  ///< packets in flight per peer; 0 = derive from rate x RTT
   uint32_t peer_timeout_ms = 5000;
   Scheduler scheduler = Scheduler::kStrict;

@@ -110,6 +110,36 @@ PortSpec parse_port(const Value& v) {
   return p;
 }
 
+// A net_memif port carries each frame in one buffer of the vdev's bsize
+// (2048 unless given): DPDK 22.11's memif (copy mode) splits a larger frame
+// over several buffers but does not clear the continuation flag of the first
+// one it reuses, so a later frame that fits one buffer can be joined to the
+// next (seen here: 9476-byte "frames" at MTU 9000). The job's frames (MTU +
+// the 14-byte Ethernet header; memif carries no FCS) must fit one buffer.
+void check_memif_bsize(const Value& v, const PortSpec& port, const NetworkConfig& net) {
+  if (port.kind != PortSpec::kVdev || !port.vdev_name().starts_with("net_memif")) return;
+  uint64_t bsize = 2048;
+  std::string_view args(port.text);
+  for (size_t at = args.find(','); at != std::string_view::npos; at = args.find(',', at + 1)) {
+    const std::string_view arg = args.substr(at + 1, args.find(',', at + 1) - at - 1);
+    if (!arg.starts_with("bsize=")) continue;
+    const std::string_view n = arg.substr(6);
+    bsize = 0;
+    for (char c : n) bsize = c >= '0' && c <= '9' && bsize < 100000 ? bsize * 10 + (c - '0') : 0;
+    if (n.empty() || bsize == 0 || bsize > 65535) {
+      v.fail(quoted(port.text) + ": bsize " + quoted(std::string(n)) +
+             " is not a buffer size (1..65535 bytes)");
+    }
+  }
+  const uint64_t frame = uint64_t{net.mtu} + 14;
+  if (frame > bsize) {
+    v.fail(quoted(port.text) + ": network.mtu " + std::to_string(net.mtu) + " makes frames of " +
+           std::to_string(frame) + " bytes, which net_memif must carry in one buffer: add bsize=" +
+           std::to_string(frame) + " or more (e.g. bsize=9216) to both ends of the link (now " +
+           std::to_string(bsize) + ")");
+  }
+}
+
 }  // namespace
 
 // Reads one node, key by key in the order of the reference, filling `src`.
@@ -155,6 +185,7 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
   for (size_t i = 0; i < src.ports.size(); ++i) {
     n.ports.push_back(parse_port(src.ports[i]));
     const PortSpec& port = n.ports.back();
+    check_memif_bsize(src.ports[i], port, net);
     for (size_t j = 0; j < i; ++j) {
       if (port.kind == PortSpec::kPci && n.ports[j].kind == PortSpec::kPci &&
           n.ports[j].text == port.text) {

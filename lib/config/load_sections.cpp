@@ -42,7 +42,10 @@ void parse_network(const Section& root, NetworkConfig& net) {
                                 "scheduler", "partition_bytes", "credit_bytes"});
   if (auto v = s.get("mtu")) net.mtu = static_cast<uint32_t>(v->integer(576, 9000));
   if (auto v = s.get("udp_port")) net.udp_port = static_cast<uint16_t>(v->integer(1, 65535));
-  if (auto v = s.get("udp_checksum")) net.udp_checksum = v->boolean();
+  if (auto v = s.get("udp_checksum")) {
+    const std::optional<bool> on = v->boolean_or_auto();
+    net.udp_checksum = !on ? Checksum::kAuto : *on ? Checksum::kOn : Checksum::kOff;
+  }
   if (auto v = s.get("window")) net.window = static_cast<uint32_t>(v->integer(0, kU32Max));
   if (auto v = s.get("peer_timeout_ms")) {
     net.peer_timeout_ms = static_cast<uint32_t>(v->integer(100, 600000));

@@ -22,7 +22,7 @@ TEST(ConfigLoad, MinimalJobGetsDocumentedDefaults) {
   EXPECT_EQ(job.source, "t.yaml");
   EXPECT_EQ(job.network.mtu, 1500u);
   EXPECT_EQ(job.network.udp_port, 47100u);
-  EXPECT_TRUE(job.network.udp_checksum);
+  EXPECT_EQ(job.network.udp_checksum, Checksum::kAuto);
   EXPECT_EQ(job.network.window, 0u);
   EXPECT_EQ(job.network.peer_timeout_ms, 5000u);
   EXPECT_EQ(job.network.scheduler, Scheduler::kStrict);
@@ -108,7 +108,7 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
   EXPECT_EQ(job.source, "<inline>");
   EXPECT_EQ(job.network.mtu, 9000u);
   EXPECT_EQ(job.network.udp_port, 5000u);
-  EXPECT_FALSE(job.network.udp_checksum);
+  EXPECT_EQ(job.network.udp_checksum, Checksum::kOff);
   EXPECT_EQ(job.network.window, 64u);
   EXPECT_EQ(job.network.peer_timeout_ms, 100u);
   EXPECT_EQ(job.network.scheduler, Scheduler::kPartition);

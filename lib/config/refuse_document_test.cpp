@@ -116,7 +116,7 @@ TEST(ConfigRefuse, IntegerOutOfRange) {
 
 TEST(ConfigRefuse, BooleanExpected) {
   EXPECT_TRUE(refused(doc("network:\n  udp_checksum: yes\n"), 5, "network.udp_checksum",
-                      "expected true or false, got \"yes\""));
+                      "expected true, false or auto, got \"yes\""));
 }
 
 TEST(ConfigRefuse, NumberExpected) {

@@ -248,5 +248,23 @@ TEST(ConfigRefuse, TooManyWorkers) {
                       "worker 65 is over the limit of 64 workers"));
 }
 
+TEST(ConfigRefuse, MemifFramesMustFitOneBuffer) {
+  // A server on net_memif with the default bsize (2048): MTU 1500 fits, 9000 does not.
+  const auto nodes = [](std::string_view args) {
+    return "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n"
+           "    ports: [\"net_memif0,role=server" +
+           std::string(args) + "\"]\n    lcores: [0, 1]\n    shards: 1\n" +
+           worker("w0", "10.0.0.2", "net_memif1,role=client" + std::string(args));
+  };
+  EXPECT_NO_THROW(load_string(doc("", nodes(""))));
+  EXPECT_TRUE(refused(doc("network:\n  mtu: 9000\n", nodes("")), 10, "nodes[0].ports[0]",
+                      "network.mtu 9000 makes frames of 9014 bytes, which net_memif must carry "
+                      "in one buffer: add bsize=9014 or more (e.g. bsize=9216) to both ends of "
+                      "the link (now 2048)"));
+  EXPECT_NO_THROW(load_string(doc("network:\n  mtu: 9000\n", nodes(",bsize=9216"))));
+  EXPECT_TRUE(refused(doc("", nodes(",bsize=lots")), 8, "nodes[0].ports[0]",
+                      "bsize \"lots\" is not a buffer size (1..65535 bytes)"));
+}
+
 }  // namespace
 }  // namespace mercury::config

@@ -83,11 +83,12 @@ double Value::number() const {
   return v;
 }
 
-bool Value::boolean() const {
-  std::string_view s = plain_scalar("true or false");
+std::optional<bool> Value::boolean_or_auto() const {
+  std::string_view s = plain_scalar("true, false or auto");
   if (s == "true") return true;
   if (s == "false") return false;
-  fail("expected true or false, got " + describe());
+  if (s == "auto") return std::nullopt;
+  fail("expected true, false or auto, got " + describe());
 }
 
 std::string Value::string() const {

@@ -67,8 +67,8 @@ class Value {
   uint64_t integer(uint64_t lo, uint64_t hi) const;
   /// A finite number; the caller checks the range (ranges differ in shape).
   double number() const;
-  /// `true` or `false`, nothing else.
-  bool boolean() const;
+  /// `true` or `false`, or `auto` (nullopt), nothing else.
+  std::optional<bool> boolean_or_auto() const;
   /// Any scalar, quoted or not.
   std::string string() const;
   /// The option whose name the string is.

@@ -23,6 +23,26 @@ LinkParams link_params(const config::LinkConfig& link) {
 
 namespace {
 
+// network.udp_checksum for one port: auto leaves them out where frames
+// move through shared memory (a ring link, net_memif), which cannot corrupt
+// them, and keeps them everywhere else. Both ends of such a link are of the
+// same kind, so they agree. A link emulator that corrupts frames (link.corrupt)
+// makes any link one that can corrupt.
+bool checksums_for(const config::JobConfig& job, const config::PortSpec& spec) {
+  switch (job.network.udp_checksum) {
+    case config::Checksum::kOn:
+      return true;
+    case config::Checksum::kOff:
+      return false;
+    case config::Checksum::kAuto:
+      break;
+  }
+  const bool shared_memory =
+      spec.kind == config::PortSpec::kRing ||
+      (spec.kind == config::PortSpec::kVdev && spec.vdev_name().starts_with("net_memif"));
+  return !shared_memory || job.link.corrupt > 0;
+}
+
 MacAddr to_mac(const config::Mac& m) {
   MacAddr out;
   std::copy(m.octets.begin(), m.octets.end(), out.bytes.begin());
@@ -56,7 +76,7 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
                                            job.mempool.cache, frame);
       PortOptions o;
       o.mtu = job.network.mtu;
-      o.checksum_offload = job.network.udp_checksum;
+      o.checksum_offload = checksums_for(job, spec);
       if (node.mac) o.mac = to_mac(*node.mac);
       options.push_back(o);
       specs.push_back(&spec);
@@ -99,7 +119,7 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
     const config::NodeConfig& node = job.node(p->node);
     LocalAddr local{p->port->mac(), node.ipv4.value, node.udp_port};
     InterfaceOptions io;
-    io.udp_checksum = job.network.udp_checksum;
+    io.udp_checksum = checksums_for(job, *specs[&p - ports_.data()]);
     p->interface = std::make_unique<Interface>(*p->port, *p->pool, local, io);
     for (const config::NodeConfig& other : job.nodes) {
       if (other.mac && other.name != p->node) {

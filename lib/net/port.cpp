@@ -3,6 +3,7 @@
 #include <rte_errno.h>
 #include <rte_eth_ring.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -28,6 +29,17 @@ uint16_t find_port(const std::string& device) {
                            (known.empty() ? "none" : known) +
                            "); is it in the EAL arguments (--vdev / -a)?");
 }
+
+// Ethernet header and CRC on top of the IP MTU, as ethdev counts a frame.
+constexpr uint32_t kEthOverhead = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+
+// PMDs whose datapath moves frames of any length although their device info
+// announces 1518 bytes (max_rx_pktlen), so that ethdev refuses an MTU above
+// 1500 at configure. net_memif (DPDK 22.11) in copy mode chains as many
+// descriptors of its bsize as a frame needs on TX and copies them into one
+// mbuf of the RX pool's data room (chaining only past it), so a frame of the
+// pool's size arrives whole: NodeNetworks sizes the pools for the job's MTU.
+bool carries_any_frame(const std::string& driver) { return driver == "net_memif"; }
 
 // Two rings per direction would be one per queue; a link uses queue 0 only.
 struct RingPair {
@@ -61,6 +73,15 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
 
   rte_eth_conf conf{};
   conf.rxmode.mtu = opts.mtu;
+  if (carries_any_frame(driver_)) {
+    // The PMD announces a smaller frame than its datapath carries: ethdev
+    // would refuse the job's MTU at configure. Configure within what it
+    // announces; the Port's MTU (what the endpoint carves packets for) is
+    // the job's.
+    const uint32_t announced =
+        info.max_rx_pktlen > kEthOverhead ? info.max_rx_pktlen - kEthOverhead : RTE_ETHER_MTU;
+    conf.rxmode.mtu = std::min(opts.mtu, announced);
+  }
   constexpr uint64_t kTxCksum = RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM;
   constexpr uint64_t kRxCksum = RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM;
   if (opts.checksum_offload && (info.tx_offload_capa & kTxCksum) == kTxCksum) {

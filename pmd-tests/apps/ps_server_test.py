@@ -57,7 +57,7 @@ class Check(unittest.TestCase):
             with open(path) as f:
                 text = f.read()
             with open(path, "w") as f:
-                f.write(text.replace("  mtu: 1500", "  mtu: 1500\n  mtuu: 9000", 1))
+                f.write(text.replace("  mtu: 9000", "  mtuu: 9000", 1))
             r = run("--config", path, "--check")
             self.assertEqual(r.returncode, 1)
             self.assertRegex(r.stderr, r"job\.yaml:\d+: network\.mtuu")

@@ -79,7 +79,9 @@ inline std::string job_yaml(const JobLayout& l) {
   const bool rings = l.server_ports.empty();
   std::string y;
   y += "job:\n  id: 77\n  name: " + l.name + "\n";
-  y += "network:\n  mtu: 1500\n  window: " + std::to_string(l.window) +
+  // Checksums on even over the capture's ring links (where auto leaves them
+  // out): the trace is replayed into a server over net_pcap, which checks them.
+  y += "network:\n  mtu: 1500\n  udp_checksum: true\n  window: " + std::to_string(l.window) +
        "\n  peer_timeout_ms: 60000\n  scheduler: strict\n";
   y += "mempool:\n  mbufs: " + std::to_string(l.mbufs) + "\n  cache: 64\n";
   y += "eal:\n  memory_mb: " + std::to_string(l.memory_mb) + "\n  hugepages: off\n";
