@@ -97,7 +97,7 @@ inline constexpr uint32_t kMbufFrameBytes = kSlotBytes;
 std::string memif_vdev(bool receiver, const std::string& socket, uint16_t index = 0,
                        bool receiver_zero_copy = false);
 inline constexpr const char* kZeroCopyEalArg = "--single-file-segments";
-/// The receiver's extra argument in zero-copy mode (PeerProcess).
+/// The receiver's extra argument in zero-copy mode (Peer).
 inline constexpr const char* kZeroCopyPeerArg = "zero-copy";
 
 struct Command {

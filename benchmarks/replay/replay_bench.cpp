@@ -13,7 +13,7 @@
 //                        port, polled until every frame of the trace is in.
 //
 // What the server figure covers. The trace is captured once at start
-// (pmd-tests/replay/replay_job.h: 4 workers, MobileNetV2's tensors divided by
+// (pmd-tests/common/replay_job.h: 4 workers, MobileNetV2's tensors divided by
 // 2, rank 0's initial parameters and kRounds BSP rounds; every frame the
 // server received, acks and control included), and every measurement is ONE
 // pass over it with a fresh server, so each frame is new to that server: the
