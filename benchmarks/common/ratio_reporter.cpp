@@ -5,14 +5,22 @@
 
 namespace mercury::bench {
 
-namespace {
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+std::vector<double> ratios(const std::vector<double>& values, const std::vector<double>& limit) {
+  std::vector<double> r;
+  for (size_t i = 0; i < values.size() && i < limit.size(); ++i) {
+    if (limit[i] > 0) r.push_back(values[i] / limit[i]);
+  }
+  return r;
+}
+
+namespace {
 
 // "group/variant/arg" -> parts; arg may be absent.
 void split(const std::string& name, std::string& group, std::string& variant, std::string& arg) {
@@ -26,6 +34,14 @@ void split(const std::string& name, std::string& group, std::string& variant, st
 }
 
 }  // namespace
+
+std::vector<double> RatioReporter::values(const std::string& group, const std::string& variant,
+                                          const std::string& arg) const {
+  const auto k = samples_.find(Key{group, arg});
+  if (k == samples_.end()) return {};
+  const auto v = k->second.find(variant);
+  return v == k->second.end() ? std::vector<double>{} : v->second;
+}
 
 RatioReporter::RatioReporter(std::string counter, std::string limit_variant)
     : counter_(std::move(counter)), limit_(std::move(limit_variant)) {}
@@ -53,14 +69,9 @@ void RatioReporter::Finalize() {
       std::printf("%-28s %-8s %-14s %12.4g   [%10.4g, %10.4g]", key.group.c_str(), key.arg.c_str(),
                   variant.c_str(), median(values), *mn, *mx);
       if (lim != variants.end() && variant != limit_) {
-        std::vector<double> ratios;
-        for (size_t i = 0; i < values.size() && i < lim->second.size(); ++i) {
-          if (lim->second[i] > 0) ratios.push_back(values[i] / lim->second[i]);
-        }
-        const auto [rmn, rmx] = std::minmax_element(ratios.begin(), ratios.end());
-        if (!ratios.empty()) {
-          std::printf(" %8.3f   [%6.3f, %6.3f]", median(ratios), *rmn, *rmx);
-        }
+        const std::vector<double> r = ratios(values, lim->second);
+        const auto [rmn, rmx] = std::minmax_element(r.begin(), r.end());
+        if (!r.empty()) std::printf(" %8.3f   [%6.3f, %6.3f]", median(r), *rmn, *rmx);
       } else if (variant == limit_) {
         std::printf(" %8s", "limit");
       }

@@ -25,14 +25,28 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
 
- private:
+ protected:
   struct Key {
     std::string group, arg;
     bool operator<(const Key& o) const { return group != o.group ? group < o.group : arg < o.arg; }
   };
+  /// The counter's values so far, per group and arg, per variant, in run
+  /// order: for reporters that add tables of their own.
+  using Samples = std::map<Key, std::map<std::string, std::vector<double>>>;
+  [[nodiscard]] const Samples& samples() const { return samples_; }
+  /// The values of `variant` in `group` with `arg`; empty when there are none.
+  [[nodiscard]] std::vector<double> values(const std::string& group, const std::string& variant,
+                                           const std::string& arg) const;
+
+ private:
   std::string counter_;
   std::string limit_;
-  std::map<Key, std::map<std::string, std::vector<double>>> samples_;
+  Samples samples_;
 };
+
+/// The median of `v` (0 when empty).
+double median(std::vector<double> v);
+/// values[i] / limit[i] for each repetition i both have (where limit[i] > 0).
+std::vector<double> ratios(const std::vector<double>& values, const std::vector<double>& limit);
 
 }  // namespace mercury::bench

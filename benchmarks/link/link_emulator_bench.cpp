@@ -36,6 +36,7 @@
 #include "net/mempool.h"
 #include "net/port.h"
 #include "ratio_reporter.h"
+#include "ring_link.h"
 
 namespace mercury::net {
 namespace {
@@ -49,22 +50,13 @@ struct Setup {
 };
 Setup* g_setup = nullptr;
 
-uint64_t drain(uint16_t port) {
-  rte_mbuf* rx[kBurst];
-  uint64_t n = 0;
-  for (uint16_t got; (got = rte_eth_rx_burst(port, 0, rx, kBurst)) != 0; n += got) {
-    rte_pktmbuf_free_bulk(rx, got);
-  }
-  return n;
-}
-
 // One pass: a burst of fresh frames offered, then whatever arrived taken.
 template <typename Send>
 void run(benchmark::State& state, Send send, double set_gbps = 0) {
   Setup& s = *g_setup;
   const uint32_t frame = static_cast<uint32_t>(state.range(0));
   const uint16_t b = s.ports.second.id();
-  drain(b);
+  pmdtest::drain_rx(s.ports.second);
   uint64_t received = 0;
   rte_mbuf* tx[kBurst];
   rte_mbuf* rx[kBurst];
@@ -110,7 +102,7 @@ void emulated(benchmark::State& state, const LinkParams& params, double set_gbps
       state, [&e](rte_mbuf** p, uint16_t n, uint64_t now) { return e->tx_burst(p, n, now); },
       set_gbps);
   e.reset();  // frees whatever is still queued
-  drain(g_setup->ports.second.id());
+  pmdtest::drain_rx(g_setup->ports.second);
 }
 
 void passthrough(benchmark::State& state) { emulated(state, LinkParams{}); }
@@ -149,15 +141,11 @@ BENCHMARK(rate<25>)->Name("rate/25g")->Arg(9014)->MinTime(0.2);
 }  // namespace mercury::net
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  mercury::net::Eal eal(mercury::bench::eal_args("link_emulator_bench", {}));
-  {
+  return mercury::bench::run_with_eal(argc, argv, "link_emulator_bench", {}, [] {
     mercury::net::Setup setup;
     mercury::net::g_setup = &setup;
     mercury::bench::RatioReporter reporter("pps", "raw");
     benchmark::RunSpecifiedBenchmarks(&reporter);
     mercury::net::g_setup = nullptr;
-  }
-  benchmark::Shutdown();
-  return 0;
+  });
 }

@@ -15,62 +15,151 @@
 //
 // This process (memif client, CPU 0) runs Google Benchmark and sends; before
 // EAL starts it spawns itself with --peer as the receiver (memif server,
-// CPU 1), which it drives over a control socket (memif_link.h). The figure
+// CPU 1), which it drives over a control socket (benchmarks/common/memif_bench.h).
+// The figure
 // is what the receiver got per second of its own clock, from its first burst
 // to its last; every frame memif accepted must arrive (checked each run).
 // rx_idle is the share of the receiver's window it spent in empty polls
 // (near 0: the receiver limited the rate). tx_cpu and rx_cpu are the share
 // of its core each side got; a run where
 // either is below --min_cpu_share (default 0.9) measured the scheduler more
-// than memif, and is reported under "memif_shared_cpu" instead of "memif".
+// than memif, and is reported under "memif_shared_cpu" instead of "memif"
+// (benchmarks/common/cpu_share.h).
 // Run (see benchmarks/README.md):
 //   build/benchmarks/net/memif_rate_bench --benchmark_repetitions=5
 //       --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 #include <rte_cycles.h>
-#include <rte_eal.h>
-#include <rte_ethdev.h>
 #include <rte_mbuf.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <exception>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "bench_eal.h"
-#include "memif_link.h"
-#include "net/eal.h"
+#include "memif_bench.h"
 #include "net/interface.h"
 #include "net/mempool.h"
 #include "net/port.h"
-#include "ratio_reporter.h"
+#include "ring_link.h"
 
 namespace mercury::bench::memif {
 namespace {
 
 constexpr uint16_t kBurst = 32;
-constexpr int kReadyTimeoutMs = 30'000;
-constexpr int kLinkUpTimeoutMs = 10'000;
+
+// ---------------------------------------------------------------------------
+// The receiver process: the memif server, pinned to CPU 1. It polls its port
+// for the variant the sender names and counts what arrives; the rate it
+// reports is what it received per second of its own clock.
+
+class Receiver {
+ public:
+  Receiver()
+      : pool_("mr_rx", 8191, 256, kMbufFrameBytes),
+        port_(net::Port::open("net_memif0", pool_, net::PortOptions{.mtu = kPortMtu})),
+        stack_(port_, pool_, net::LocalAddr{kReceiverMac, kReceiverIp, kUdpPort}, {}),
+        stack_nocsum_(port_, pool_, stack_.local(), net::InterfaceOptions{.udp_checksum = false}) {}
+
+  /// Takes and frees what an earlier run left queued; returns how many.
+  uint64_t drain() { return pmdtest::drain_rx(port_); }
+
+  void begin(Variant v, uint32_t frame) {
+    variant_ = v;
+    frame_ = frame;
+    report_ = Report{};
+    first_tsc_ = last_tsc_ = 0;
+    idle_tsc_ = 0;
+    first_packets_ = first_bytes_ = 0;
+    drops_at_begin_ = interface().counters().total_drops();
+    wall_at_begin_ = clock_ns(CLOCK_MONOTONIC);
+    cpu_at_begin_ = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+  }
+
+  /// One burst of the run's variant, counted.
+  void poll_st() {
+    const uint64_t now = rte_rdtsc();
+    uint16_t got = 0;
+    uint64_t bytes = 0;
+    rte_mbuf* done[kBurst];
+    if (variant_ == Variant::kRaw) {
+      got = port_.rx_burst(0, done, kBurst);
+      for (uint16_t i = 0; i < got; ++i) {
+        bytes += done[i]->pkt_len;
+        if (done[i]->pkt_len != frame_) ++report_.wrong_length;
+      }
+    } else {
+      net::RxPacket rx[kBurst];
+      got = interface().poll_rx_st(rx, kBurst, now);
+      const size_t payload = frame_ - net::kFrameOverhead;
+      for (uint16_t i = 0; i < got; ++i) {
+        bytes += net::mbuf_of(rx[i].buf)->pkt_len;
+        if (rx[i].parsed.payload.size() != payload) ++report_.wrong_length;
+        done[i] = net::mbuf_of(rx[i].buf);
+      }
+    }
+    if (got == 0) {
+      // Time between frames that the receiver had nothing to do: a receiver
+      // idle for a good share of its window was not what limited the rate.
+      if (report_.packets != 0) idle_tsc_ += rte_rdtsc() - now;
+      return;
+    }
+    rte_pktmbuf_free_bulk(done, got);
+    if (report_.packets == 0) {
+      first_tsc_ = now;
+      first_packets_ = got;
+      first_bytes_ = bytes;
+    }
+    last_tsc_ = now;
+    report_.packets += got;
+    report_.bytes += bytes;
+  }
+
+  [[nodiscard]] uint64_t received() const { return report_.packets; }
+
+  Report finish() {
+    Report r = report_;
+    r.timed_packets = r.packets - first_packets_;
+    r.timed_bytes = r.bytes - first_bytes_;
+    r.window_ns = static_cast<uint64_t>(static_cast<double>(last_tsc_ - first_tsc_) * 1e9 /
+                                        static_cast<double>(rte_get_tsc_hz()));
+    r.idle_ns = static_cast<uint64_t>(static_cast<double>(idle_tsc_) * 1e9 /
+                                      static_cast<double>(rte_get_tsc_hz()));
+    r.drops = interface().counters().total_drops() - drops_at_begin_;
+    r.wall_ns = clock_ns(CLOCK_MONOTONIC) - wall_at_begin_;
+    r.cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_at_begin_;
+    return r;
+  }
+
+ private:
+  net::Interface& interface() {
+    return variant_ == Variant::kStackNoChecksum ? stack_nocsum_ : stack_;
+  }
+
+  net::Mempool pool_;
+  net::Port port_;
+  net::Interface stack_;
+  net::Interface stack_nocsum_;
+  Variant variant_ = Variant::kRaw;
+  uint32_t frame_ = 0;
+  Report report_;
+  uint64_t first_tsc_ = 0;
+  uint64_t last_tsc_ = 0;
+  uint64_t idle_tsc_ = 0;  ///< in empty polls after the first frame
+  uint64_t first_packets_ = 0;
+  uint64_t first_bytes_ = 0;
+  uint64_t drops_at_begin_ = 0;
+  uint64_t wall_at_begin_ = 0;
+  uint64_t cpu_at_begin_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// The sender process (Google Benchmark).
 
 struct Sender {
-  explicit Sender(PeerProcess& p) : peer(p) {
+  explicit Sender(Peer& p) : peer(p) {
     for (size_t i = 0; i < source.size(); ++i) source[i] = std::byte(i * 31);
-    rte_eth_link link{};
-    for (int waited = 0; link.link_status != RTE_ETH_LINK_UP; waited += 10) {
-      if (waited >= kLinkUpTimeoutMs) {
-        throw std::runtime_error("memif link to the receiver is not up after " +
-                                 std::to_string(kLinkUpTimeoutMs / 1000) + " s");
-      }
-      ::usleep(10'000);
-      rte_eth_link_get_nowait(port.id(), &link);
-    }
     // Static ARP, as NodeNetworks configures it: the run measures data only.
     stack.add_static_arp(kReceiverIp, kReceiverMac);
     stack_nocsum.add_static_arp(kReceiverIp, kReceiverMac);
@@ -78,8 +167,9 @@ struct Sender {
       throw std::runtime_error("no route to the receiver");
     }
   }
+  void wait_up() { wait_link_up(port); }
 
-  PeerProcess& peer;
+  Peer& peer;
   net::Mempool pool{"ms_tx", 8191, 256, kMbufFrameBytes};
   net::Port port = net::Port::open("net_memif0", pool, net::PortOptions{.mtu = kPortMtu});
   net::Interface stack{port, pool, net::LocalAddr{kSenderMac, kSenderIp, kUdpPort}, {}};
@@ -96,7 +186,7 @@ size_t frame_len(int64_t size_class, bool stack) {
 }
 
 // An iteration hands kBurst frames to memif, waiting for room in its ring
-// when the receiver is behind (send_raw_burst, memif_link.h): iterations then
+// when the receiver is behind (send_raw_burst, memif_bench.h): iterations then
 // cost the same whatever the back-pressure, so Google Benchmark's iteration
 // count gives stable runs.
 // Returns the frames memif accepted; sets `failure` when it stops early.
@@ -205,35 +295,6 @@ void run(benchmark::State& state, Variant v) {
       r.wall_ns > 0 ? static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns) : 0.0;
 }
 
-// RatioReporter with the runs split by CPU share: a repetition in which the
-// sender or the receiver had less than `min_share` of its core (another
-// process timeshared it) is reported, and counted, under the group
-// "memif_shared_cpu" instead of "memif". Nothing is dropped; the "memif"
-// rows of the final table are the runs that measured memif, not the
-// scheduler. min_share 0 keeps every run in "memif".
-class CpuShareReporter : public RatioReporter {
- public:
-  explicit CpuShareReporter(double min_share)
-      : RatioReporter("pps", "raw"), min_share_(min_share) {}
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> split = runs;
-    for (Run& r : split) {
-      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
-      const auto tx = r.counters.find("tx_cpu");
-      const auto rx = r.counters.find("rx_cpu");
-      if (tx == r.counters.end() || rx == r.counters.end()) continue;
-      if (std::min(tx->second.value, rx->second.value) >= min_share_) continue;
-      std::string& name = r.run_name.function_name;
-      if (name.starts_with("memif/")) name.replace(0, 5, "memif_shared_cpu");
-    }
-    RatioReporter::ReportRuns(split);
-  }
-
- private:
-  double min_share_;
-};
-
 void raw(benchmark::State& state) { run(state, Variant::kRaw); }
 void stack(benchmark::State& state) { run(state, Variant::kStack); }
 void stack_nocsum(benchmark::State& state) { run(state, Variant::kStackNoChecksum); }
@@ -248,46 +309,7 @@ BENCHMARK(stack_nocsum)->Name("memif/stack_nocsum")->Arg(64)->Arg(1500)->Arg(900
 
 int main(int argc, char** argv) {
   namespace memif = mercury::bench::memif;
-  if (argc > 1 && std::strcmp(argv[1], "--peer") == 0) return memif::run_receiver(argc, argv);
-  // --min_cpu_share=X (default 0.9): this benchmark's own flag, taken out
-  // before Google Benchmark reads the rest.
-  double min_share = 0.9;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    constexpr std::string_view kFlag = "--min_cpu_share=";
-    if (std::string_view(argv[i]).starts_with(kFlag)) {
-      min_share = std::atof(argv[i] + kFlag.size());
-    } else {
-      argv[kept++] = argv[i];
-    }
-  }
-  argc = kept;
-  benchmark::Initialize(&argc, argv);
-  int rc = 0;
-  try {
-    // memif's default abstract socket: a name only, nothing on disk to clean.
-    const std::string socket = "/tmp/mercury-bench-" + std::to_string(getpid()) + ".sock";
-    // Before EAL: a process must not fork once EAL has started.
-    memif::PeerProcess peer(socket);
-    mercury::net::Eal eal(mercury::bench::eal_args(
-        "memif_rate_bench", {"--lcores=0@0", "--no-telemetry", "--log-level=pmd.net.memif:warning",
-                             "--vdev=" + memif::memif_vdev(false, socket)}));
-    peer.wait_ready(memif::kReadyTimeoutMs);
-    {
-      memif::Sender sender(peer);
-      memif::g_sender = &sender;
-      memif::CpuShareReporter reporter(min_share);
-      benchmark::RunSpecifiedBenchmarks(&reporter);
-      memif::g_sender = nullptr;
-    }
-    if (const int peer_rc = peer.quit(); peer_rc != 0) {
-      std::fprintf(stderr, "memif_rate_bench: the receiver process exited with %d\n", peer_rc);
-      rc = 1;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "memif_rate_bench: %s\n", e.what());
-    rc = 1;
-  }
-  benchmark::Shutdown();
-  return rc;
+  return memif::memif_main<memif::Receiver>(
+      argc, argv, {.name = "memif_rate_bench", .peer_name = "memif_rate_peer", .counter = "pps"},
+      memif::g_sender);
 }

@@ -40,6 +40,7 @@
 #include "net/mempool.h"
 #include "net/port.h"
 #include "ratio_reporter.h"
+#include "ring_link.h"
 
 namespace mercury::net {
 namespace {
@@ -47,26 +48,21 @@ namespace {
 constexpr uint16_t kBurst = 32;
 
 struct Setup {
-  Mempool pool_a{"nb_a", 8191, 256, frame_bytes_for_mtu(9000)};
-  Mempool pool_b{"nb_b", 8191, 256, frame_bytes_for_mtu(9000)};
-  std::pair<Port, Port> ports = Port::ring_link("nb", pool_a, pool_b, PortOptions{.mtu = 9000});
-  Interface a{ports.first, pool_a, LocalAddr{ports.first.mac(), 0x0a000001, 47100}, {}};
-  Interface b{ports.second, pool_b, LocalAddr{ports.second.mac(), 0x0a000002, 47100}, {}};
+  pmdtest::RingLink link{"nb", 0, {.end = {.mtu = 9000, .mbufs = 8191, .mbuf_cache = 256}}};
+  Interface& a = link.a();
+  Interface& b = link.b();
+  std::pair<Port&, Port&> ports{link.port_a(), link.port_b()};
+  Mempool& pool_a = link.end_a().pool;
   // The same ports without UDP checksums: what the checksum costs in software.
   Interface a_nock{ports.first, pool_a, a.local(), InterfaceOptions{.udp_checksum = false}};
-  Interface b_nock{ports.second, pool_b, b.local(), InterfaceOptions{.udp_checksum = false}};
+  Interface b_nock{ports.second, link.end_b().pool, b.local(),
+                   InterfaceOptions{.udp_checksum = false}};
   std::vector<std::byte> source = std::vector<std::byte>(64 << 20);
   Route route;
 
   Setup() {
     for (size_t i = 0; i < source.size(); ++i) source[i] = std::byte(i * 31);
-    RxPacket rx[kBurst];
-    for (int i = 0; i < 100 && !a.resolve_st(b.local().ip, 47100, route, rte_rdtsc()); ++i) {
-      a.flush_st(rte_rdtsc());
-      b.poll_rx_st(rx, kBurst, rte_rdtsc());
-      b.flush_st(rte_rdtsc());
-      a.poll_rx_st(rx, kBurst, rte_rdtsc());
-    }
+    if (!link.resolve_a_to_b(route)) throw std::runtime_error("ARP did not resolve");
   }
 };
 Setup* g_setup = nullptr;
@@ -279,22 +275,17 @@ BENCHMARK(stack2_nock)
 }  // namespace mercury::net
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  mercury::net::Eal eal(mercury::bench::eal_args("net_rate_bench", {"--lcores=0@0,1@1"}));
-  {
+  return mercury::bench::run_with_eal(argc, argv, "net_rate_bench", {"--lcores=0@0,1@1"}, [] {
     mercury::net::Setup setup;
     mercury::net::g_setup = &setup;
     // The two-core variants' receiver; it idles (drains) during the others.
     if (rte_eal_remote_launch(mercury::net::receiver_main, nullptr, 1) != 0) {
-      std::fprintf(stderr, "net_rate_bench: cannot start the receiver on lcore 1\n");
-      return 1;
+      throw std::runtime_error("cannot start the receiver on lcore 1");
     }
     mercury::bench::RatioReporter reporter("pps", "raw");
     benchmark::RunSpecifiedBenchmarks(&reporter);
     mercury::net::g_rx_stop = true;
     rte_eal_wait_lcore(1);
     mercury::net::g_setup = nullptr;
-  }
-  benchmark::Shutdown();
-  return 0;
+  });
 }

@@ -13,7 +13,7 @@
 //                        port, polled until every frame of the trace is in.
 //
 // What the server figure covers. The trace is captured once at start
-// (pmd-tests/replay/replay_job.h: 4 workers, MobileNetV2's tensors divided by
+// (pmd-tests/common/replay_job.h: 4 workers, MobileNetV2's tensors divided by
 // 2, rank 0's initial parameters and kRounds BSP rounds; every frame the
 // server received, acks and control included), and every measurement is ONE
 // pass over it with a fresh server, so each frame is new to that server: the
@@ -55,7 +55,9 @@
 #include <string>
 #include <vector>
 
+#include "../../apps/common/synthetic.h"
 #include "bench_eal.h"
+#include "files.h"
 #include "net/eal.h"
 #include "net/interface.h"
 #include "net/mempool.h"
@@ -86,7 +88,6 @@ void report(benchmark::State& state, uint64_t frames, double seconds, double cpu
 }
 
 struct Setup {
-  std::string dir;
   std::string trace;
   config::JobConfig job;
   std::vector<agg::TensorDecl> decls;
@@ -209,27 +210,18 @@ void server_pass(benchmark::State& state) {
 
 int main(int argc, char** argv) {
   using namespace mercury;
-  benchmark::Initialize(&argc, argv);
-  net::Eal eal(bench::eal_args("replay_bench", {}));
-  char dir[] = "/tmp/mercury-replay-bench-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
-  Setup setup;
-  g = &setup;
-  int rc = 0;
-  try {
-    setup.dir = dir;
-    setup.trace = setup.dir + "/trace.pcap";
+  return bench::run_with_eal(argc, argv, "replay_bench", {}, [] {
+    Setup setup;
+    g = &setup;
+    const pmdtest::ScratchDir dir("replay-bench", "the trace");
+    setup.trace = dir.path() + "/trace.pcap";
     // The capture job's ring links, then the replay job: one port, every worker behind it.
     const config::JobConfig capture_job =
         config::load_string(replay::job_yaml({.name = "capture", .mbufs = 8191}), "capture.yaml");
     setup.job = config::load_string(
         replay::job_yaml({.name = "replay", .server_ports = {"net_pcap90,rx_pcap=" + setup.trace}}),
         "replay.yaml");
-    setup.decls =
-        agg::parse_model_shapes(replay::read_file(MERCURY_MODELS_DIR "/mobilenet_v2.txt"));
+    setup.decls = agg::parse_model_shapes(apps::read_file(MERCURY_MODELS_DIR "/mobilenet_v2.txt"));
     for (auto& d : setup.decls) d.elements = std::max<uint64_t>(1, d.elements / kScaleDown);
     setup.capture = replay::capture(capture_job, setup.decls, kRounds, setup.trace);
     // BSP holds up to chunks x (workers - 1) mbufs while contributions
@@ -249,14 +241,6 @@ int main(int argc, char** argv) {
         ->UseManualTime();
     bench::RatioReporter reporter("pps", "raw");
     benchmark::RunSpecifiedBenchmarks(&reporter);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "replay_bench: %s\n", e.what());
-    rc = 1;
-  }
-  setup.pool.reset();
-  g = nullptr;
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
-  benchmark::Shutdown();
-  return rc;
+    g = nullptr;
+  });
 }

@@ -48,6 +48,7 @@
 #include "net/mempool.h"
 #include "net/port.h"
 #include "ratio_reporter.h"
+#include "ring_link.h"
 #include "sched/message.h"
 #include "sched/port_scheduler.h"
 
@@ -60,24 +61,16 @@ constexpr uint32_t kMtu = 1500;
 const uint32_t kPayload = net::payload_per_packet(kMtu);
 
 struct Setup {
-  net::Mempool pool_a{"sp_a", 8191, 256, net::frame_bytes_for_mtu(kMtu)};
-  net::Mempool pool_b{"sp_b", 8191, 256, net::frame_bytes_for_mtu(kMtu)};
-  std::pair<net::Port, net::Port> ports =
-      net::Port::ring_link("sp", pool_a, pool_b, net::PortOptions{.mtu = kMtu});
-  net::Interface a{ports.first, pool_a, net::LocalAddr{ports.first.mac(), 0x0a000001, 47100}, {}};
-  net::Interface b{ports.second, pool_b, net::LocalAddr{ports.second.mac(), 0x0a000002, 47100}, {}};
+  pmdtest::RingLink link{"sp", 0, {.end = {.mtu = kMtu, .mbufs = 8191, .mbuf_cache = 256}}};
+  net::Interface& a = link.a();
+  net::Interface& b = link.b();
+  net::Mempool& pool_a = link.end_a().pool;
   std::vector<std::byte> source = std::vector<std::byte>(64u << 20);
   net::Route route;
 
   Setup() {
     for (size_t i = 0; i < source.size(); ++i) source[i] = std::byte(i * 31);
-    net::RxPacket rx[kBurst];
-    for (int i = 0; i < 100 && !a.resolve_st(b.local().ip, 47100, route, rte_rdtsc()); ++i) {
-      a.flush_st(rte_rdtsc());
-      b.poll_rx_st(rx, kBurst, rte_rdtsc());
-      b.flush_st(rte_rdtsc());
-      a.poll_rx_st(rx, kBurst, rte_rdtsc());
-    }
+    if (!link.resolve_a_to_b(route)) throw std::runtime_error("ARP did not resolve");
   }
 };
 Setup* g = nullptr;
@@ -108,9 +101,9 @@ void raw(benchmark::State& state) {
       offset += frame;
       m->data_len = m->pkt_len = static_cast<uint32_t>(frame);
     }
-    const uint16_t sent = g->ports.first.tx_burst(0, tx, kBurst);
+    const uint16_t sent = g->link.port_a().tx_burst(0, tx, kBurst);
     if (sent < kBurst) rte_pktmbuf_free_bulk(tx + sent, kBurst - sent);
-    const uint16_t got = g->ports.second.rx_burst(0, rx, kBurst);
+    const uint16_t got = g->link.port_b().rx_burst(0, rx, kBurst);
     received += got;
     rte_pktmbuf_free_bulk(rx, got);
   }
@@ -445,22 +438,12 @@ BENCHMARK_CAPTURE(preempt, part1m, sched::Mode::kPartition, 1u << 20)
 class BudgetReporter : public bench::RatioReporter {
  public:
   BudgetReporter() : RatioReporter("pps", "raw") {}
-  void ReportRuns(const std::vector<Run>& runs) override {
-    RatioReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
-      auto it = r.counters.find("pps");
-      if (it != r.counters.end()) pps_[r.run_name.str()].push_back(it->second.value);
-    }
-  }
   void Finalize() override {
     RatioReporter::Finalize();
-    const auto& raw = pps_["ring/raw/1500"];
-    const auto& alone = pps_["ring/sched_only/1500"];
-    const auto& alone4 = pps_["ring/sched_only_4peers/1500"];
-    const auto& single = pps_["ring/sched_only_single/1500"];
-    const auto& stack = pps_["ring/stack/1500"];
-    const auto& sched = pps_["ring/sched/1500"];
+    const auto pps = [&](const char* variant) { return values("ring", variant, "1500"); };
+    const std::vector<double> raw = pps("raw"), alone = pps("sched_only"),
+                              alone4 = pps("sched_only_4peers"), single = pps("sched_only_single"),
+                              stack = pps("stack"), sched = pps("sched");
     std::vector<double> cost, cost4, cost1, inside, ns_alone, ns_alone4, ns_single, ns_raw;
     for (size_t i = 0; i < raw.size(); ++i) {
       ns_raw.push_back(1e9 / raw[i]);
@@ -494,28 +477,21 @@ class BudgetReporter : public bench::RatioReporter {
  private:
   static void print(const char* what, std::vector<double> v, const char* note) {
     if (v.empty()) return;
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    std::printf("  %-34s median %9.4g  [%9.4g, %9.4g]  (n=%zu)%s\n", what, median, v.front(),
-                v.back(), n, note);
+    const auto [mn, mx] = std::minmax_element(v.begin(), v.end());
+    std::printf("  %-34s median %9.4g  [%9.4g, %9.4g]  (n=%zu)%s\n", what, bench::median(v), *mn,
+                *mx, v.size(), note);
   }
-  std::map<std::string, std::vector<double>> pps_;
 };
 
 }  // namespace
 }  // namespace mercury
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  mercury::net::Eal eal(mercury::bench::eal_args("sched_pmd_bench", {}));
-  {
+  return mercury::bench::run_with_eal(argc, argv, "sched_pmd_bench", {}, [] {
     mercury::Setup setup;
     mercury::g = &setup;
     mercury::BudgetReporter reporter;
     benchmark::RunSpecifiedBenchmarks(&reporter);
     mercury::g = nullptr;
-  }
-  benchmark::Shutdown();
-  return 0;
+  });
 }

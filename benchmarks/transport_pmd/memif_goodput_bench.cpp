@@ -36,7 +36,7 @@
 // spans of every later one, and none differed.
 //
 // Processes, ports and the CPU-share guard are memif_rate_bench's
-// (benchmarks/net/memif_link.h): this process (memif client, CPU 0) runs
+// (benchmarks/common/memif_bench.h, cpu_share.h): this process (memif client, CPU 0) runs
 // Google Benchmark and sends; before EAL starts it spawns itself with --peer
 // as the receiver (memif server, CPU 1) and drives it over a socket pair. One
 // memif interface per MTU (net_memif0: 1500, net_memif1: 9000; bsize 9024 on
@@ -53,38 +53,28 @@
 //       --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 #include <rte_cycles.h>
-#include <rte_eal.h>
-#include <rte_ethdev.h>
 #include <rte_mbuf.h>
-#include <sys/prctl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <exception>
-#include <map>
 #include <memory>
 #include <new>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "bench_eal.h"
-#include "fixture.h"
-#include "memif_link.h"
-#include "net/eal.h"
+#include "endpoint_config.h"
+#include "memif_bench.h"
+#include "messages.h"
 #include "net/interface.h"
 #include "net/link_emulator.h"
 #include "net/mempool.h"
 #include "net/port.h"
-#include "ratio_reporter.h"
+#include "ring_link.h"
 #include "transport/endpoint.h"
 
 namespace mercury::bench::memif {
@@ -96,8 +86,6 @@ constexpr size_t kSourceBytes = 64u << 20;
 constexpr uint64_t kPatternSeed = 9;
 constexpr uint32_t kMtus[] = {1500, 9000};
 constexpr uint16_t kBurst = 32;
-constexpr int kReadyTimeoutMs = 30'000;
-constexpr int kLinkUpTimeoutMs = 10'000;
 // Bytes of each later message compared at three places (first iteration: all).
 constexpr size_t kSpan = 256;
 
@@ -149,18 +137,13 @@ uint16_t udp_port(size_t m, bool lossy) {
   return static_cast<uint16_t>(kUdpPort + 1 + m * 2 + lossy);
 }
 
+// Window 128, strict scheduler, as transport_pmd_bench. A variant waits idle
+// while the others run; nothing is in flight then, but a loaded machine can
+// stall a run for seconds.
 transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t peer_epoch, uint32_t peer_ip,
                                           uint16_t port) {
-  transport::EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;  // as transport_pmd_bench
-  // A variant waits idle while the others run; nothing is in flight then,
-  // but a loaded machine can stall a run for seconds.
-  c.transport.peer_timeout_us = 30'000'000;
-  c.mode = sched::Mode::kStrict;
-  c.local_epoch = epoch;
-  c.peers = {{"memif-peer", peer_ip, port, peer_epoch}};
-  return c;
+  return pmdtest::endpoint_config(epoch, 0, {{"memif-peer", peer_ip, port, peer_epoch}},
+                                  {.peer_timeout_ms = 30'000});
 }
 
 net::LinkParams loss1(uint64_t seed) {
@@ -220,26 +203,8 @@ struct Link {
     }
   }
   /// Frees whatever an earlier run left in the RX ring; returns how many.
-  uint64_t drain() {
-    uint64_t n = 0;
-    rte_mbuf* b[kBurst];
-    while (const uint16_t got = port.rx_burst(0, b, kBurst)) {
-      rte_pktmbuf_free_bulk(b, got);
-      n += got;
-    }
-    return n;
-  }
-  void wait_up() {
-    rte_eth_link link{};
-    for (int waited = 0; link.link_status != RTE_ETH_LINK_UP; waited += 10) {
-      if (waited >= kLinkUpTimeoutMs) {
-        throw std::runtime_error(port.name() + ": memif link to the receiver is not up after " +
-                                 std::to_string(kLinkUpTimeoutMs / 1000) + " s");
-      }
-      ::usleep(10'000);
-      rte_eth_link_get_nowait(port.id(), &link);
-    }
-  }
+  uint64_t drain() { return pmdtest::drain_rx(port); }
+  void wait_up() { wait_link_up(port); }
 
   uint32_t mtu;
   net::Port port;
@@ -377,7 +342,7 @@ class Receiver {
   }
 
  private:
-  AlignedBytes source_{transport::testing::random_pattern(kSourceBytes, kPatternSeed)};
+  AlignedBytes source_{pmdtest::random_pattern(kSourceBytes, kPatternSeed)};
   AlignedBytes place_{kMsgBytes};  // raw_place's destination
   net::Mempool pool_;
   PlacingReceiver placing_;
@@ -396,55 +361,18 @@ class Receiver {
   uint64_t cpu_at_begin_ = 0;
 };
 
-int run_goodput_receiver(int argc, char** argv) {
-  const bool zero_copy = argc == 5 && std::string_view(argv[4]) == kZeroCopyPeerArg;
-  if (argc != 4 && !zero_copy) {
-    std::fprintf(stderr, "usage: %s --peer <control fd> <memif socket> [%s]\n", argv[0],
-                 kZeroCopyPeerArg);
-    return 2;
-  }
-  ::prctl(PR_SET_NAME, "memif_goodput_p");
-  ControlChannel control(std::atoi(argv[2]));
-  int rc = 1;
-  try {
-    if (zero_copy) {
-      // Our ports are memif clients: the sender's server ports must listen first.
-      Command go;
-      if (control.receive(go, kReadyTimeoutMs) != 1 || go.kind != Command::Kind::kGo) {
-        std::fprintf(stderr, "memif_goodput_bench receiver: no go from the sender\n");
-        return 1;
-      }
-    }
-    std::vector<std::string> extra = {"--lcores=0@1", "--no-telemetry",
-                                      "--log-level=pmd.net.memif:warning",
-                                      "--vdev=" + memif_vdev(true, argv[3], 0, zero_copy),
-                                      "--vdev=" + memif_vdev(true, argv[3], 1, zero_copy)};
-    if (zero_copy) extra.emplace_back(kZeroCopyEalArg);
-    net::Eal eal(eal_args("memif_goodput_peer", extra));
-    {
-      Receiver rx;
-      // Ready: the server ports listen, so the sender's client ports can
-      // connect (zero-copy mode: our client ports have connected).
-      if (control.send(Report{})) rc = serve_commands(rx, control, "memif_goodput_bench");
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "memif_goodput_bench receiver: %s\n", e.what());
-  }
-  return rc;
-}
-
 // ---------------------------------------------------------------------------
 // The sender process (Google Benchmark).
 
 struct Sender {
-  explicit Sender(PeerProcess& p) : peer(p) {}
+  explicit Sender(Peer& p) : peer(p) {}
   /// Waits until both memif links are up.
   void wait_up() {
     for (auto& l : links) l->wait_up();
   }
 
-  PeerProcess& peer;
-  AlignedBytes source{transport::testing::random_pattern(kSourceBytes, kPatternSeed)};
+  Peer& peer;
+  AlignedBytes source{pmdtest::random_pattern(kSourceBytes, kPatternSeed)};
   net::Mempool pool{"mg_tx", 8191, 256, mbuf_bytes()};
   NoMessages no_messages;
   std::array<std::unique_ptr<Link>, 2> links{std::make_unique<Link>(pool, false, 0, no_messages),
@@ -613,89 +541,6 @@ void run(benchmark::State& state, Variant v) {
       r.wall_ns > 0 ? static_cast<double>(r.cpu_ns) / static_cast<double>(r.wall_ns) : 0.0;
 }
 
-// RatioReporter on "Gbps" against raw, with a repetition in which either side
-// had less than `min_share` of its core reported, and counted, under the group
-// "memif_shared_cpu" instead of "memif" (memif_rate_bench's guard).
-//
-// RatioReporter pairs the i-th run of a variant with the i-th run of raw in
-// the same group, so once the guard has moved some runs out of "memif" those
-// pairs may come from different repetitions. Finalize therefore adds a table
-// of ratios taken within one repetition only (Google Benchmark's repetition
-// index: with random interleaving, the variant and raw of one repetition ran
-// in the same round), counting a repetition only when both runs were clean.
-class CpuShareReporter final : public RatioReporter {
- public:
-  explicit CpuShareReporter(double min_share)
-      : RatioReporter("Gbps", "raw"), min_share_(min_share) {}
-
-  void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> split = runs;
-    for (Run& r : split) {
-      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
-      const auto tx = r.counters.find("tx_cpu");
-      const auto rx = r.counters.find("rx_cpu");
-      const auto gbps = r.counters.find("Gbps");
-      if (tx == r.counters.end() || rx == r.counters.end() || gbps == r.counters.end()) continue;
-      const bool clean = std::min(tx->second.value, rx->second.value) >= min_share_;
-      std::string& name = r.run_name.function_name;  // "memif/<variant>"
-      const std::string variant = name.substr(name.find('/') + 1);
-      samples_[r.run_name.args][variant][r.repetition_index] = {gbps->second.value, clean};
-      if (!clean && name.starts_with("memif/")) name.replace(0, 5, "memif_shared_cpu");
-    }
-    RatioReporter::ReportRuns(split);
-  }
-
-  void Finalize() override {
-    RatioReporter::Finalize();
-    std::printf(
-        "\nper repetition, both runs clean (each side >= %.2f of its core); ratio to raw of the "
-        "same repetition:\n%-6s %-16s %10s %22s %3s %9s %19s %3s\n",
-        min_share_, "arg", "variant", "Gbps", "[min, max]", "n", "ratio", "[min, max]", "n");
-    for (const auto& [arg, variants] : samples_) {
-      const auto limit = variants.find("raw");
-      for (const auto& [variant, reps] : variants) {
-        std::vector<double> rates, ratios;
-        for (const auto& [rep, sample] : reps) {
-          if (!sample.clean) continue;
-          rates.push_back(sample.gbps);
-          if (limit == variants.end() || variant == "raw") continue;
-          const auto l = limit->second.find(rep);
-          if (l != limit->second.end() && l->second.clean && l->second.gbps > 0) {
-            ratios.push_back(sample.gbps / l->second.gbps);
-          }
-        }
-        std::printf("%-6s %-16s", arg.c_str(), variant.c_str());
-        print_spread(rates, "%10.2f   [%8.2f, %8.2f] %3zu", 36);
-        if (variant != "raw") print_spread(ratios, " %9.3f   [%6.3f, %6.3f] %3zu", 35);
-        std::printf("\n");
-      }
-    }
-  }
-
- private:
-  struct Sample {
-    double gbps = 0;
-    bool clean = false;
-  };
-
-  // Median [min, max] n, with `format` taking those four, or "-" in a field
-  // of `width` when there is none.
-  static void print_spread(std::vector<double> v, const char* format, int width) {
-    if (v.empty()) {
-      std::printf("%*s", width, "- ");
-      return;
-    }
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    std::printf(format, median, v.front(), v.back(), n);
-  }
-
-  double min_share_;
-  // [arg][variant][repetition]
-  std::map<std::string, std::map<std::string, std::map<int64_t, Sample>>> samples_;
-};
-
 void raw(benchmark::State& state) { run(state, Variant::kRaw); }
 void raw_place(benchmark::State& state) { run(state, Variant::kRawPlace); }
 void endpoint(benchmark::State& state) { run(state, Variant::kEndpoint); }
@@ -712,62 +557,11 @@ BENCHMARK(endpoint_loss1)->Name("memif/endpoint_loss1")->Arg(1500)->Arg(9000)->U
 
 int main(int argc, char** argv) {
   namespace memif = mercury::bench::memif;
-  if (argc > 1 && std::strcmp(argv[1], "--peer") == 0)
-    return memif::run_goodput_receiver(argc, argv);
-  // --min_cpu_share=X (default 0.9) and --memif_zero_copy: this benchmark's
-  // own flags, taken out before Google Benchmark reads the rest.
-  double min_share = 0.9;
-  bool zero_copy = false;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    constexpr std::string_view kFlag = "--min_cpu_share=";
-    if (std::string_view(argv[i]).starts_with(kFlag)) {
-      min_share = std::atof(argv[i] + kFlag.size());
-    } else if (std::string_view(argv[i]) == "--memif_zero_copy") {
-      zero_copy = true;
-    } else {
-      argv[kept++] = argv[i];
-    }
-  }
-  argc = kept;
-  benchmark::Initialize(&argc, argv);
-  int rc = 0;
-  try {
-    // memif's default abstract socket: a name only, nothing on disk to clean.
-    const std::string socket = "/tmp/mercury-goodput-" + std::to_string(getpid()) + ".sock";
-    // Before EAL: a process must not fork once EAL has started.
-    memif::PeerProcess peer(socket, zero_copy ? memif::kZeroCopyPeerArg : "");
-    std::vector<std::string> extra = {"--lcores=0@0", "--no-telemetry",
-                                      "--log-level=pmd.net.memif:warning",
-                                      "--vdev=" + memif::memif_vdev(false, socket, 0, zero_copy),
-                                      "--vdev=" + memif::memif_vdev(false, socket, 1, zero_copy)};
-    if (zero_copy) extra.emplace_back(memif::kZeroCopyEalArg);
-    mercury::net::Eal eal(mercury::bench::eal_args("memif_goodput_bench", extra));
-    std::printf("memif: %s\n", zero_copy ? "zero-copy receiver (client, zero-copy=yes)"
-                                         : "copy mode on both sides");
-    // Copy mode: the receiver's server ports listen once it is ready. Zero-copy
-    // mode: ours are the servers, open (listening) once Sender is built.
-    if (!zero_copy) peer.wait_ready(memif::kReadyTimeoutMs);
-    {
-      memif::Sender sender(peer);
-      if (zero_copy) {
-        peer.go();
-        peer.wait_ready(memif::kReadyTimeoutMs);
-      }
-      sender.wait_up();
-      memif::g_sender = &sender;
-      memif::CpuShareReporter reporter(min_share);
-      benchmark::RunSpecifiedBenchmarks(&reporter);
-      memif::g_sender = nullptr;
-    }
-    if (const int peer_rc = peer.quit(); peer_rc != 0) {
-      std::fprintf(stderr, "memif_goodput_bench: the receiver process exited with %d\n", peer_rc);
-      rc = 1;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "memif_goodput_bench: %s\n", e.what());
-    rc = 1;
-  }
-  benchmark::Shutdown();
-  return rc;
+  return memif::memif_main<memif::Receiver>(argc, argv,
+                                            {.name = "memif_goodput_bench",
+                                             .peer_name = "memif_goodput_p",
+                                             .counter = "Gbps",
+                                             .links = 2,
+                                             .zero_copy_option = true},
+                                            memif::g_sender);
 }

@@ -25,7 +25,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "memif_link.h"
+#include "memif_bench.h"
 
 extern "C" int rte_eth_dev_info_get(uint16_t port_id, struct rte_eth_dev_info* dev_info) {
   using InfoGet = int (*)(uint16_t, rte_eth_dev_info*);

@@ -52,61 +52,31 @@
 #include <vector>
 
 #include "bench_eal.h"
-#include "fixture.h"
+#include "endpoint_pair.h"
+#include "messages.h"
 #include "net/eal.h"
 #include "ratio_reporter.h"
 
 namespace mercury::transport {
 namespace {
 
-using testing::RingLink;
+using BenchLink = mercury::bench::EndpointPair;
 
-constexpr uint32_t kMsgBytes = 4u << 20;
+constexpr uint32_t kMsgBytes = mercury::bench::MessageSink::kBytes;  // 4 MiB
 constexpr uint32_t kMessages = 8;  // per ring/... iteration: 32 MiB
 constexpr size_t kSourceBytes = 64u << 20;
 
-// Places payloads in one of 16 fixed buffers (by tensor_key): no allocation,
-// no check; the PMD tests do the checking.
-class SinkReceiver final : public MessageReceiver {
- public:
-  SinkReceiver() : buffers_(16, std::vector<std::byte>(kMsgBytes)) {}
-  std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    return h.msg_len <= kMsgBytes ? buffers_[h.tensor_key % 16].data() : nullptr;
-  }
-  void on_message_complete(uint16_t, const wire::HeaderFields&, std::byte*) override {
-    ++completed;
-  }
-  uint64_t completed = 0;
-
- private:
-  std::vector<std::vector<std::byte>> buffers_;
-};
-
-struct BenchLink {
-  RingLink link;
-  SinkReceiver rx_a, rx_b;
-  Endpoint a, b;
-
-  BenchLink(const std::string& name, uint8_t net, uint32_t mtu, const net::LinkParams& lp,
-            bool aimd = true)
-      : link(name, net, mtu, lp, 4095),
-        a(link.a(), config(3, {"b", RingLink::ip_b(net), 47101, 5}, aimd), rx_a, rte_rdtsc()),
-        b(link.b(), config(5, {"a", RingLink::ip_a(net), 47100, 3}, aimd), rx_b, rte_rdtsc()) {}
-
-  static EndpointConfig config(uint16_t epoch, PeerSpec peer, bool aimd) {
-    EndpointConfig c;
-    c.transport.tsc_hz = rte_get_tsc_hz();
-    c.transport.window_packets = 128;
-    // Without AIMD: the congestion window may never drop below the window.
-    if (!aimd) c.transport.cwnd_floor = 128;
-    c.local_epoch = epoch;
-    c.peers = {std::move(peer)};
-    return c;
-  }
-};
+// A link of 4095 mbufs per end, impaired by `lp`; without AIMD the congestion
+// window may never drop below the window (128).
+std::unique_ptr<BenchLink> bench_link(const std::string& name, uint8_t net, uint32_t mtu,
+                                      const net::LinkParams& lp, bool aimd = true) {
+  return std::make_unique<BenchLink>(
+      name, net, pmdtest::RingLinkOptions{.end = {.mtu = mtu, .mbufs = 4095, .impair = lp}},
+      nullptr, pmdtest::EndpointOptions{}, aimd ? 0 : 128);
+}
 
 struct Setup {
-  std::vector<std::byte> source = testing::random_pattern(kSourceBytes, 9);
+  std::vector<std::byte> source = pmdtest::random_pattern(kSourceBytes, 9);
   std::vector<std::byte> dest = std::vector<std::byte>(kMsgBytes);  // raw2copy's placement
   std::vector<std::unique_ptr<BenchLink>> links;                    // [mtu index * 2 + lossy]
   std::vector<std::unique_ptr<BenchLink>> no_aimd;                  // [mtu index], 1 % loss
@@ -118,25 +88,24 @@ struct Setup {
         net::LinkParams lp;
         lp.loss = lossy ? 0.01 : 0;
         lp.seed = 100 + m * 2 + lossy;
-        links.push_back(std::make_unique<BenchLink>("tb" + std::to_string(m * 2 + lossy),
-                                                    static_cast<uint8_t>(m * 2 + lossy + 1),
-                                                    mtus[m], lp));
+        links.push_back(bench_link("tb" + std::to_string(m * 2 + lossy),
+                                   static_cast<uint8_t>(m * 2 + lossy + 1), mtus[m], lp));
       }
     }
     for (int m = 0; m < 2; ++m) {
       net::LinkParams lp;
       lp.loss = 0.01;
       lp.seed = 150 + m;
-      no_aimd.push_back(std::make_unique<BenchLink>(
-          "tn" + std::to_string(m), static_cast<uint8_t>(5 + m), mtus[m], lp, false));
+      no_aimd.push_back(
+          bench_link("tn" + std::to_string(m), static_cast<uint8_t>(5 + m), mtus[m], lp, false));
     }
     for (uint32_t gap : {3u, 10u}) {
       net::LinkParams lp;
       lp.reorder = 0.05;
       lp.reorder_gap = gap;
       lp.seed = 200 + gap;
-      reorder.push_back(std::make_unique<BenchLink>("tr" + std::to_string(gap),
-                                                    static_cast<uint8_t>(10 + gap), 9000, lp));
+      reorder.push_back(
+          bench_link("tr" + std::to_string(gap), static_cast<uint8_t>(10 + gap), 9000, lp));
     }
   }
   BenchLink& link(int64_t mtu, bool lossy) { return *links[(mtu == 9000 ? 2 : 0) + lossy]; }
@@ -145,46 +114,27 @@ Setup* g_setup = nullptr;
 
 // The ratio table against `raw`, then each endpoint variant against
 // `raw2copy` too, per repetition (the same pairing as RatioReporter).
-class TwoLimitReporter final : public bench::RatioReporter {
+class TwoLimitReporter final : public mercury::bench::RatioReporter {
  public:
   TwoLimitReporter() : RatioReporter("Gbps", "raw") {}
-  void ReportRuns(const std::vector<Run>& runs) override {
-    RatioReporter::ReportRuns(runs);
-    for (const Run& r : runs) {
-      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
-      const auto it = r.counters.find("Gbps");
-      if (it != r.counters.end()) samples_[r.run_name.str()].push_back(it->second.value);
-    }
-  }
   void Finalize() override {
     RatioReporter::Finalize();
     std::printf("\nagainst raw2copy (two copies, as the endpoint), per repetition:\n");
-    for (const auto& [name, values] : samples_) {
-      const size_t a = name.find('/'), b = name.find('/', a + 1);
-      const std::string variant = name.substr(a + 1, b - a - 1);
-      if (variant.rfind("endpoint", 0) != 0) continue;
-      const auto lim = samples_.find(name.substr(0, a) + "/raw2copy" + name.substr(b));
-      if (lim == samples_.end()) continue;
-      std::vector<double> ratios;
-      for (size_t i = 0; i < values.size() && i < lim->second.size(); ++i) {
-        if (lim->second[i] > 0) ratios.push_back(values[i] / lim->second[i]);
+    for (const auto& [key, variants] : samples()) {
+      const auto limit = variants.find("raw2copy");
+      if (limit == variants.end()) continue;
+      for (const auto& [variant, values] : variants) {
+        if (!variant.starts_with("endpoint")) continue;
+        const std::vector<double> r = mercury::bench::ratios(values, limit->second);
+        if (r.empty()) continue;
+        const auto [mn, mx] = std::minmax_element(r.begin(), r.end());
+        std::printf("%-44s %8.3f   [%6.3f, %6.3f]  (n=%zu)\n",
+                    (key.group + "/" + variant + "/" + key.arg).c_str(), mercury::bench::median(r),
+                    *mn, *mx, r.size());
       }
-      if (ratios.empty()) continue;
-      std::sort(ratios.begin(), ratios.end());
-      const size_t n = ratios.size();
-      const double med = n % 2 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
-      std::printf("%-44s %8.3f   [%6.3f, %6.3f]  (n=%zu)\n", name.c_str(), med, ratios.front(),
-                  ratios.back(), n);
     }
   }
-
- private:
-  std::map<std::string, std::vector<double>> samples_;
 };
-
-void count_completion(void* n, const SendResult& r) {
-  if (r.ok()) ++*static_cast<uint64_t*>(n);
-}
 
 // Sends `messages` x 4 MiB from a to b; returns false if it did not finish in 60 s.
 bool transfer(BenchLink& l, uint32_t messages) {
@@ -194,29 +144,12 @@ bool transfer(BenchLink& l, uint32_t messages) {
     MessageMeta meta;
     meta.tensor_key = i;
     const size_t start = (size_t{i} * 7919 * 64) % (kSourceBytes - kMsgBytes);
-    if (l.a.send(0, src + start, kMsgBytes, 0, meta, Completion{&count_completion, &done, i}) !=
-        SubmitStatus::kQueued) {
+    if (l.a.send(0, src + start, kMsgBytes, 0, meta,
+                 Completion{&mercury::bench::count_delivered, &done, i}) != SubmitStatus::kQueued) {
       return false;
     }
   }
-  const uint64_t deadline = rte_rdtsc() + 60 * rte_get_tsc_hz();
-  while (done < messages) {
-    const uint64_t now = rte_rdtsc();
-    l.a.poll_st(now);
-    l.b.poll_st(now);
-    if (now > deadline) return false;
-  }
-  return true;
-}
-
-// A few passes so that the last ACKs and any duplicates are consumed before
-// the next variant uses the link.
-void settle(BenchLink& l) {
-  for (int i = 0; i < 2000; ++i) {
-    const uint64_t now = rte_rdtsc();
-    l.a.poll_st(now);
-    l.b.poll_st(now);
-  }
+  return l.poll_until([&] { return done >= messages; });
 }
 
 void set_rate(benchmark::State& state, uint64_t payload_bytes) {
@@ -230,8 +163,8 @@ void set_rate(benchmark::State& state, uint64_t payload_bytes) {
 void raw_loop(benchmark::State& state, int copies) {
   const auto mtu = static_cast<uint32_t>(state.range(0));
   BenchLink& l = g_setup->link(mtu, false);
-  settle(l);
-  net::Mempool& pool = l.link.side_a().pool;
+  l.settle();
+  net::Mempool& pool = l.link.end_a().pool;
   const uint32_t payload = net::payload_per_packet(mtu);
   const size_t frame = mtu + net::kL2Len;
   const uint64_t frames = (uint64_t{kMsgBytes} * kMessages + payload - 1) / payload;
@@ -277,7 +210,7 @@ void raw(benchmark::State& state) { raw_loop(state, 1); }
 void raw2copy(benchmark::State& state) { raw_loop(state, 2); }
 
 void endpoint_variant(benchmark::State& state, BenchLink& l) {
-  settle(l);
+  l.settle();
   for (auto _ : state) {
     if (!transfer(l, kMessages)) {
       state.SkipWithError("transfer did not finish in 60 s");
@@ -298,7 +231,7 @@ void endpoint_loss1_noaimd(benchmark::State& state) {
 
 void xfer(benchmark::State& state, bool lossy) {
   BenchLink& l = g_setup->link(state.range(0), lossy);
-  settle(l);
+  l.settle();
   constexpr uint32_t kBig = 64;  // 256 MiB
   const uint64_t t0 = rte_rdtsc();
   for (auto _ : state) {
@@ -316,7 +249,7 @@ void xfer_loss1(benchmark::State& state) { xfer(state, true); }
 
 void reorder(benchmark::State& state) {
   BenchLink& l = *g_setup->reorder[state.range(0) == 3 ? 0 : 1];
-  settle(l);
+  l.settle();
   const EndpointPeerStats tx0 = l.a.peer_stats_st(0);
   const EndpointPeerStats rx0 = l.b.peer_stats_st(0);
   const uint64_t reordered0 = l.link.emu_a()->reordered;
@@ -326,7 +259,7 @@ void reorder(benchmark::State& state) {
       return;
     }
   }
-  settle(l);
+  l.settle();
   const EndpointPeerStats tx1 = l.a.peer_stats_st(0);
   const EndpointPeerStats rx1 = l.b.peer_stats_st(0);
   const double packets = double(tx1.transport.tx.packets_sent - tx0.transport.tx.packets_sent);
@@ -370,9 +303,7 @@ BENCHMARK(reorder)->Name("reorder/endpoint")->Arg(3)->Arg(10)->UseRealTime();
 }  // namespace mercury::transport
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  mercury::net::Eal eal(mercury::bench::eal_args("transport_pmd_bench", {}));
-  {
+  return mercury::bench::run_with_eal(argc, argv, "transport_pmd_bench", {}, [] {
     mercury::transport::Setup setup;
     mercury::transport::g_setup = &setup;
     // Three passes, each interleaved within itself: goodput against raw,
@@ -387,7 +318,5 @@ int main(int argc, char** argv) {
     }
     benchmark::RunSpecifiedBenchmarks("^reorder/");
     mercury::transport::g_setup = nullptr;
-  }
-  benchmark::Shutdown();
-  return 0;
+  });
 }

@@ -1,12 +1,12 @@
 #include "pmd_env.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
+#include "eal_args.h"
 #include "net/eal.h"
 
 namespace mercury::pmdtest {
@@ -14,15 +14,6 @@ namespace mercury::pmdtest {
 int run_all_tests(int argc, char** argv, const std::vector<std::string>& extra_eal_args) {
   std::string name = argv[0];
   name = name.substr(name.find_last_of('/') + 1);
-  std::vector<std::string> eal = {name,
-                                  "--no-huge",
-                                  "-m",
-                                  "512",
-                                  "--no-pci",
-                                  "--no-shconf",
-                                  "--log-level=lib.eal:warning",
-                                  "--file-prefix=mt-" + name + "-" + std::to_string(getpid())};
-  eal.insert(eal.end(), extra_eal_args.begin(), extra_eal_args.end());
   // gtest sees argv[0] and whatever follows "--".
   std::vector<char*> gargs = {argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -35,7 +26,7 @@ int run_all_tests(int argc, char** argv, const std::vector<std::string>& extra_e
   int gargc = static_cast<int>(gargs.size());
   ::testing::InitGoogleTest(&gargc, gargs.data());
   try {
-    net::Eal eal_guard(eal);
+    net::Eal eal(eal_args(name, extra_eal_args));
     return RUN_ALL_TESTS();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "eal_args.h"
 #include "net/eal.h"
 #include "net/interface.h"
 #include "net/mempool.h"
@@ -81,9 +82,8 @@ Args parse(int argc, char** argv) {
 int run(const Args& a) {
   // The tag lets the test script remove this run's EAL runtime directory.
   const std::string prefix = "mt-host-" + a.tag + "-" + a.role;
-  net::Eal eal({"host_peer", "--no-huge", "-m", "512", "--no-pci", "--no-shconf",
-                "--log-level=lib.eal:warning", "--file-prefix=" + prefix,
-                "--vdev=net_af_packet0,iface=" + a.iface});
+  net::Eal eal(pmdtest::eal_args("host_peer", {"--vdev=net_af_packet0,iface=" + a.iface},
+                                 {.file_prefix = prefix}));
   net::Mempool pool("hp", 4095, 64, net::frame_bytes_for_mtu(1500));
   net::Port port = net::Port::open("net_af_packet0", pool, net::PortOptions{.mtu = 1500});
   net::Interface ifc(port, pool, net::LocalAddr{port.mac(), a.ip, 47100}, {});

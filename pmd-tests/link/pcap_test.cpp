@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "files.h"
 #include "net/frame.h"
 #include "net/mempool.h"
 #include "pmd_env.h"
@@ -479,21 +480,10 @@ TEST_F(Pcap, HeuristicFindsMercuryOnAnyUdpPort) {
 }  // namespace mercury::net
 
 int main(int argc, char** argv) {
-  char dir[] = "/tmp/mercury-pcap-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
-  mercury::net::scratch_dir = dir;
-  const int rc = mercury::pmdtest::run_all_tests(
+  // MERCURY_KEEP_PCAP keeps it, for a look in Wireshark at the last recording.
+  const mercury::pmdtest::ScratchDir dir("pcap", "captures");
+  mercury::net::scratch_dir = dir.path();
+  return mercury::pmdtest::run_all_tests(
       argc, argv,
       {std::string("--vdev=") + mercury::net::kRecorder + ",tx_pcap=" + mercury::net::recording()});
-  if (std::getenv("MERCURY_KEEP_PCAP") != nullptr) {
-    // For a look in Wireshark: the last recording is in there.
-    std::printf("captures kept in %s\n", dir);
-  } else {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-  return rc;
 }

@@ -12,40 +12,27 @@
 #include "net/mempool.h"
 #include "net/port.h"
 #include "pmd_env.h"
+#include "ring_link.h"
 
 namespace mercury::net {
 namespace {
 
-struct Link {
-  Mempool pool_a, pool_b;
-  std::pair<Port, Port> ports;
-  Interface a, b;
+using pmdtest::RingLink;
 
-  Link(const std::string& name, uint32_t mtu, bool udp_checksum = true)
-      : pool_a("pa_" + name, 4095, 64, frame_bytes_for_mtu(mtu)),
-        pool_b("pb_" + name, 4095, 64, frame_bytes_for_mtu(mtu)),
-        ports(Port::ring_link(name, pool_a, pool_b, PortOptions{.mtu = mtu})),
-        a(ports.first, pool_a, LocalAddr{ports.first.mac(), 0x0a000001, 47100},
-          InterfaceOptions{.udp_checksum = udp_checksum}),
-        b(ports.second, pool_b, LocalAddr{ports.second.mac(), 0x0a000002, 47101},
-          InterfaceOptions{.udp_checksum = udp_checksum}) {}
+// Two interfaces over a net_ring link, 10.0.0.1:47100 and 10.0.0.2:47101.
+RingLink link(const std::string& name, uint32_t mtu, bool udp_checksum = true) {
+  return RingLink(name, 0, {.end = {.mtu = mtu, .mbufs = 4095, .udp_checksum = udp_checksum}});
+}
 
-  // Polls both sides until `a` has a route to `b` (ARP request and reply).
-  Route resolve_a_to_b() {
-    Route r;
-    RxPacket rx[Interface::kBurst];
-    for (int i = 0; i < 1000; ++i) {
-      const uint64_t now = rte_rdtsc();
-      if (a.resolve_st(b.local().ip, b.local().udp_port, r, now)) return r;
-      a.flush_st(now);
-      EXPECT_EQ(b.poll_rx_st(rx, Interface::kBurst, now), 0);
-      b.flush_st(now);
-      EXPECT_EQ(a.poll_rx_st(rx, Interface::kBurst, now), 0);
-    }
-    ADD_FAILURE() << "ARP did not resolve";
-    return r;
-  }
-};
+// Polls both sides until `a` has a route to `b` (ARP request and reply);
+// nothing else arrives meanwhile.
+Route resolve_a_to_b(RingLink& l) {
+  Route r;
+  uint64_t delivered = 0;
+  if (!l.resolve_a_to_b(r, &delivered)) ADD_FAILURE() << "ARP did not resolve";
+  EXPECT_EQ(delivered, 0u);
+  return r;
+}
 
 std::vector<std::byte> pattern(size_t n, uint32_t seed) {
   std::vector<std::byte> v(n);
@@ -53,11 +40,11 @@ std::vector<std::byte> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
-void move_frames(Link& l, uint32_t payload_bytes, uint32_t frames) {
-  const Route r = l.resolve_a_to_b();
-  EXPECT_EQ(r.dst_mac, l.b.local().mac);
-  EXPECT_EQ(l.a.counters().arp_requests_sent, 1u);
-  EXPECT_EQ(l.b.counters().arp_replies_sent, 1u);
+void move_frames(RingLink& l, uint32_t payload_bytes, uint32_t frames) {
+  const Route r = resolve_a_to_b(l);
+  EXPECT_EQ(r.dst_mac, l.b().local().mac);
+  EXPECT_EQ(l.a().counters().arp_requests_sent, 1u);
+  EXPECT_EQ(l.b().counters().arp_replies_sent, 1u);
 
   const uint32_t msg_len = payload_bytes * frames;
   std::vector<std::byte> src = pattern(msg_len, payload_bytes);
@@ -66,7 +53,7 @@ void move_frames(Link& l, uint32_t payload_bytes, uint32_t frames) {
   RxPacket rx[Interface::kBurst];
   for (int spins = 0; received < frames && spins < 10'000'000; ++spins) {
     const uint64_t now = rte_rdtsc();
-    while (sent < frames && l.a.tx_room() > 0) {
+    while (sent < frames && l.a().tx_room() > 0) {
       wire::HeaderFields h;
       h.type = wire::PacketType::kData;
       h.dtype = wire::Dtype::kFloat32;
@@ -74,15 +61,15 @@ void move_frames(Link& l, uint32_t payload_bytes, uint32_t frames) {
       h.offset = sent * payload_bytes;
       h.seq = sent;
       // The pool runs dry while the link holds a backlog: that is back-pressure.
-      if (!l.a.stage_data_st(r, h, std::span(src).subspan(h.offset, payload_bytes))) break;
+      if (!l.a().stage_data_st(r, h, std::span(src).subspan(h.offset, payload_bytes))) break;
       ++sent;
     }
-    l.a.flush_st(now);
-    const uint16_t n = l.b.poll_rx_st(rx, Interface::kBurst, now);
+    l.a().flush_st(now);
+    const uint16_t n = l.b().poll_rx_st(rx, Interface::kBurst, now);
     for (uint16_t i = 0; i < n; ++i) {
       const auto& p = rx[i].parsed;
       EXPECT_EQ(p.header.seq, received);  // a ring link never reorders
-      EXPECT_EQ(p.src_ip, l.a.local().ip);
+      EXPECT_EQ(p.src_ip, l.a().local().ip);
       EXPECT_EQ(p.src_port, 47100);
       ASSERT_EQ(p.payload.size(), payload_bytes);
       std::memcpy(dst.data() + p.header.offset, p.payload.data(), p.payload.size());
@@ -92,46 +79,46 @@ void move_frames(Link& l, uint32_t payload_bytes, uint32_t frames) {
   }
   EXPECT_EQ(received, frames);
   EXPECT_EQ(dst, src);
-  EXPECT_EQ(l.b.counters().total_drops(), 0u);
-  EXPECT_EQ(l.b.counters().rx_mercury, frames);
+  EXPECT_EQ(l.b().counters().total_drops(), 0u);
+  EXPECT_EQ(l.b().counters().rx_mercury, frames);
   // Every mbuf came back: nothing leaked on either side.
-  EXPECT_EQ(l.pool_a.available() + l.a.mbufs_held(), 4095u);
-  EXPECT_EQ(l.pool_b.available() + l.b.mbufs_held(), 4095u);
+  EXPECT_EQ(l.end_a().pool.available() + l.a().mbufs_held(), 4095u);
+  EXPECT_EQ(l.end_b().pool.available() + l.b().mbufs_held(), 4095u);
 }
 
 TEST(Interface, ArpThenByteExactFramesAt1500) {
-  Link l("i1500", 1500);
+  RingLink l = link("i1500", 1500);
   move_frames(l, payload_per_packet(1500), 20000);
 }
 
 TEST(Interface, JumboFramesAt9000) {
-  Link l("i9000", 9000);
-  EXPECT_EQ(l.ports.first.mtu(), 9000u);
+  RingLink l = link("i9000", 9000);
+  EXPECT_EQ(l.port_a().mtu(), 9000u);
   move_frames(l, payload_per_packet(9000), 4000);
 }
 
 TEST(Interface, WithoutUdpChecksums) {
-  Link l("inock", 1500, false);
-  EXPECT_EQ(l.a.checksum_mode(), ChecksumMode::kNone);
+  RingLink l = link("inock", 1500, false);
+  EXPECT_EQ(l.a().checksum_mode(), ChecksumMode::kNone);
   move_frames(l, 1024, 2000);
 }
 
 TEST(Interface, GarbageUnderTheStackIsCountedByReason) {
-  Link l("igarb", 1500);
-  const Route r = l.resolve_a_to_b();
+  RingLink l = link("igarb", 1500);
+  const Route r = resolve_a_to_b(l);
   // Valid frames, then damaged copies injected straight into the port.
   std::vector<std::byte> good(kFrameOverhead + 64);
   wire::HeaderFields h;
   h.msg_len = 64;
   auto payload = pattern(64, 1);
-  build_data_frame(good, l.a.local(), r, h, payload, ChecksumMode::kSoftware);
+  build_data_frame(good, l.a().local(), r, h, payload, ChecksumMode::kSoftware);
 
   auto inject = [&](std::vector<std::byte> f) {
-    rte_mbuf* m = rte_pktmbuf_alloc(l.pool_a.get());
+    rte_mbuf* m = rte_pktmbuf_alloc(l.end_a().pool.get());
     ASSERT_NE(m, nullptr);
     std::memcpy(rte_pktmbuf_mtod(m, void*), f.data(), f.size());
     m->data_len = m->pkt_len = static_cast<uint32_t>(f.size());
-    ASSERT_EQ(l.ports.first.tx_burst(0, &m, 1), 1);
+    ASSERT_EQ(l.port_a().tx_burst(0, &m, 1), 1);
   };
   inject(good);
   inject(std::vector<std::byte>(good.begin(), good.begin() + 10));  // truncated
@@ -148,19 +135,19 @@ TEST(Interface, GarbageUnderTheStackIsCountedByReason) {
 
   RxPacket rx[Interface::kBurst];
   uint16_t got = 0;
-  for (int i = 0; i < 1000 && l.b.counters().rx_frames < 5; ++i) {
-    const uint16_t n = l.b.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
+  for (int i = 0; i < 1000 && l.b().counters().rx_frames < 5; ++i) {
+    const uint16_t n = l.b().poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
     for (uint16_t k = 0; k < n; ++k) rte_pktmbuf_free(mbuf_of(rx[k].buf));
     got = static_cast<uint16_t>(got + n);
   }
   EXPECT_EQ(got, 1);
-  const auto& c = l.b.counters();
+  const auto& c = l.b().counters();
   EXPECT_EQ(c.drops[static_cast<size_t>(DropReason::kFrameTruncated)], 1u);
   EXPECT_EQ(c.drops[static_cast<size_t>(DropReason::kUdpBadChecksum)], 2u);
   EXPECT_EQ(c.drops[static_cast<size_t>(DropReason::kUnknownEtherType)], 1u);
   EXPECT_EQ(c.total_drops(), 4u);
-  EXPECT_EQ(l.pool_a.available() + l.a.mbufs_held(), 4095u);
-  EXPECT_EQ(l.pool_b.available() + l.b.mbufs_held(), 4095u);
+  EXPECT_EQ(l.end_a().pool.available() + l.a().mbufs_held(), 4095u);
+  EXPECT_EQ(l.end_b().pool.available() + l.b().mbufs_held(), 4095u);
 }
 
 TEST(Port, UnknownDeviceIsAClearError) {

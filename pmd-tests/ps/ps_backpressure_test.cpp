@@ -12,10 +12,6 @@
 // cores (lcores 1 and 2).
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
-#include <rte_eth_ring.h>
-#include <rte_ether.h>
-#include <rte_mbuf.h>
-#include <rte_ring.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -37,114 +33,36 @@ constexpr uint32_t kMtu = 1500;
 constexpr uint32_t kServerPool = 2047;  // mobilenet_v2 has ~9 900 chunks
 constexpr uint32_t kWorkerPool = 8191;
 
-// One server port and a port per worker over rings. Unlike pstest::Hub, the
-// test copies every frame into the receiving side's own pool, so what the
-// server holds comes out of its port's pool, and a full pool drops frames
-// as a NIC does.
+// One server port and a port per worker on a switch that copies every frame
+// into the receiving end's own pool (pmdtest::SwitchOptions::copy_to_receiver),
+// so what the server holds comes out of its port's pool, and a full pool
+// drops frames as a NIC does.
 class CopyingHub {
  public:
   CopyingHub(const std::string& name, uint32_t workers)
-      : workers_(workers),
-        server_pool_("bps_" + name, kServerPool, 32, net::frame_bytes_for_mtu(kMtu)),
-        up_("bpu_" + name, 8192, 0),
-        server_rx_("bpr_" + name, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ),
-        server_tx_("bpt_" + name, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ) {
-    rte_ring* rx = server_rx_.get();
-    rte_ring* tx = server_tx_.get();
-    const std::string sname = "bps_" + name;
-    if (rte_eth_from_rings(sname.c_str(), &rx, 1, &tx, 1, rte_socket_id()) < 0) {
-      throw std::runtime_error("hub: server port");
+      : switch_("bp" + name, {.mtu = kMtu, .copy_to_receiver = true}) {
+    server_ = &switch_.attach("s", {.mtu = kMtu, .mbufs = kServerPool, .mbuf_cache = 32},
+                              server_ip(), 47100);
+    for (uint32_t w = 0; w < workers; ++w) {
+      workers_.push_back(&switch_.attach("w" + std::to_string(w),
+                                         {.mtu = kMtu, .mbufs = kWorkerPool}, worker_ip(w), 47101));
     }
-    ports_.push_back(
-        net::Port::open("net_ring_" + sname, server_pool_, net::PortOptions{.mtu = kMtu}));
-    for (uint32_t w = 0; w < workers_; ++w) {
-      worker_pools_.emplace_back("bpw" + std::to_string(w) + "_" + name, kWorkerPool, 64,
-                                 net::frame_bytes_for_mtu(kMtu));
-      worker_rx_.emplace_back("bpwr" + std::to_string(w) + "_" + name, 8192,
-                              RING_F_SP_ENQ | RING_F_SC_DEQ);
-      rte_ring* wr = worker_rx_.back().get();
-      rte_ring* up = up_.get();
-      const std::string wname = "bpw" + std::to_string(w) + "p_" + name;
-      if (rte_eth_from_rings(wname.c_str(), &wr, 1, &up, 1, rte_socket_id()) < 0) {
-        throw std::runtime_error("hub: worker port");
-      }
-      ports_.push_back(net::Port::open("net_ring_" + wname, worker_pools_.back(),
-                                       net::PortOptions{.mtu = kMtu}));
-    }
-    ifaces_.push_back(std::make_unique<net::Interface>(
-        ports_[0], server_pool_, net::LocalAddr{ports_[0].mac(), server_ip(), 47100},
-        net::InterfaceOptions{}));
-    for (uint32_t w = 0; w < workers_; ++w) {
-      ifaces_.push_back(std::make_unique<net::Interface>(
-          ports_[w + 1], worker_pools_[w], net::LocalAddr{ports_[w + 1].mac(), worker_ip(w), 47101},
-          net::InterfaceOptions{}));
-    }
-  }
-  ~CopyingHub() {
-    for (rte_ring* r : {up_.get(), server_rx_.get(), server_tx_.get()}) drain(r);
-    for (net::Ring& r : worker_rx_) drain(r.get());
   }
 
   static uint32_t server_ip() { return 0x0a4d0001u; }
   static uint32_t worker_ip(uint32_t w) { return 0x0a4d0010u + w; }
-  net::Interface& server() { return *ifaces_[0]; }
-  net::Interface& worker(uint32_t w) { return *ifaces_[w + 1]; }
-  uint64_t rx_pool_empty() const { return rx_pool_empty_; }
-
-  /// Moves every queued frame both ways, each copied into the receiver's
-  /// pool (the links are faster than the nodes: no frame waits in a TX
-  /// ring, which would hold the sender's mbufs as a NIC's TX ring never
-  /// holds more than its descriptors).
-  void forward() {
-    rte_mbuf* m[32];
-    unsigned n;
-    while ((n = rte_ring_dequeue_burst(up_.get(), reinterpret_cast<void**>(m), 32, nullptr)) > 0) {
-      for (unsigned i = 0; i < n; ++i) deliver(m[i], server_pool_, server_rx_.get());
-    }
-    while ((n = rte_ring_dequeue_burst(server_tx_.get(), reinterpret_cast<void**>(m), 32,
-                                       nullptr)) > 0) {
-      to_workers(m, n);
-    }
-  }
+  net::Interface& server() { return server_->iface(); }
+  net::Interface& worker(uint32_t w) { return workers_[w]->iface(); }
+  uint64_t rx_pool_empty() const { return switch_.rx_pool_empty(); }
+  /// Moves every queued frame (the links are faster than the nodes: no
+  /// frame waits in a TX ring, which would hold the sender's mbufs as a
+  /// NIC's TX ring never holds more than its descriptors).
+  void forward() { switch_.forward(); }
 
  private:
-  void to_workers(rte_mbuf** m, unsigned n) {
-    for (unsigned i = 0; i < n; ++i) {
-      const auto* eth = rte_pktmbuf_mtod(m[i], const rte_ether_hdr*);
-      const bool bcast = rte_is_broadcast_ether_addr(&eth->dst_addr);
-      for (uint32_t w = 0; w < workers_; ++w) {
-        if (!bcast &&
-            std::memcmp(eth->dst_addr.addr_bytes, ports_[w + 1].mac().bytes.data(), 6) != 0) {
-          continue;
-        }
-        rte_mbuf* c = rte_pktmbuf_copy(m[i], worker_pools_[w].get(), 0, UINT32_MAX);
-        if (c != nullptr && rte_ring_enqueue(worker_rx_[w].get(), c) != 0) rte_pktmbuf_free(c);
-      }
-      rte_pktmbuf_free(m[i]);
-    }
-  }
-  void deliver(rte_mbuf* m, net::Mempool& pool, rte_ring* to) {
-    rte_mbuf* c = rte_pktmbuf_copy(m, pool.get(), 0, UINT32_MAX);
-    rte_pktmbuf_free(m);
-    if (c == nullptr) {
-      ++rx_pool_empty_;  // a NIC with no mbuf to receive into drops the frame
-      return;
-    }
-    if (rte_ring_enqueue(to, c) != 0) rte_pktmbuf_free(c);
-  }
-  static void drain(rte_ring* r) {
-    void* m;
-    while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
-  }
-
-  uint32_t workers_;
-  net::Mempool server_pool_;
-  std::deque<net::Mempool> worker_pools_;
-  net::Ring up_, server_rx_, server_tx_;
-  std::deque<net::Ring> worker_rx_;
-  std::deque<net::Port> ports_;
-  std::vector<std::unique_ptr<net::Interface>> ifaces_;
-  uint64_t rx_pool_empty_ = 0;
+  pmdtest::RingSwitch switch_;
+  pmdtest::LinkEnd* server_ = nullptr;
+  std::vector<pmdtest::LinkEnd*> workers_;
 };
 
 class AheadJob {
@@ -161,7 +79,7 @@ class AheadJob {
     sc.chunk_bytes = chunk_;
     sc.optimizer = optimizer_;
     sc.layout = job::ShardLayout::of({2});
-    sc.endpoint = pstest::endpoint_config(3, 0);
+    sc.endpoint = pmdtest::endpoint_config(3, 0, {}, pstest::kJobEndpoint);
     sc.shard_lcores = std::move(shard_lcores);
     sc.shard_core = {.ring_entries = 1 << 15};
     server_ = std::make_unique<server::ServerNode>(std::vector<net::Interface*>{&hub_.server()}, jw,

@@ -6,7 +6,9 @@
 // every worker's parameters are compared bit for bit with a rank-order
 // reference after every round. Then the runs: 200 rounds over the
 // ResNet-50 shapes with 4 workers and 2 shards, scaled down on shard cores,
-// and at full size with the shards inline (pmd_ps_resnet50_200).
+// and at full size with the shards inline (pmd_ps_resnet50_200). What a
+// full-size round costs, inline and on shard cores, is measured by
+// benchmarks/ps/ps_bench.
 //
 // EAL gets lcores 1 and 2 beyond the main one, on this machine's 2 CPUs
 // (--lcores='0@0,1@1,2@1'); idle shard cores back off, so the net core on
@@ -145,18 +147,6 @@ TEST(PsCores, ResNet50FullSizeTwoHundredRoundsExactUnderFivePercentLoss) {
   o.impair.duplicate = 0.05;
   o.impair.seed = 29;
   run_job(o, 200, 8, {});
-}
-
-// Measurement only: full-size ResNet-50, a few rounds, shard cores or inline.
-TEST(PsCores, DISABLED_ResNet50FullSizeFiveRounds) {
-  JobOptions o;
-  o.model = "resnet50.txt";
-  run_job(o, 5, 6);
-}
-TEST(PsCores, DISABLED_ResNet50FullSizeFiveRoundsInline) {
-  JobOptions o;
-  o.model = "resnet50.txt";
-  run_job(o, 5, 6, {});
 }
 
 }  // namespace

@@ -62,12 +62,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "../../apps/common/synthetic.h"
+#include "files.h"
 #include "pmd_env.h"
 #include "replay_job.h"
 
@@ -85,13 +86,6 @@ std::string scratch_dir;  // made by main()
 std::string ps_server() {
   const char* e = std::getenv("MERCURY_PS_SERVER");
   return e != nullptr ? e : MERCURY_PS_SERVER;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 struct Process {
@@ -123,13 +117,13 @@ Process run(const std::vector<std::string>& args, double limit_s) {
     if (std::chrono::steady_clock::now() > deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      r.output = read_text(log) + "\n[killed after " + std::to_string(limit_s) + " s]";
+      r.output = apps::read_file(log) + "\n[killed after " + std::to_string(limit_s) + " s]";
       return r;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.output = read_text(log);
+  r.output = apps::read_file(log);
   return r;
 }
 
@@ -341,18 +335,8 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
 }  // namespace mercury::replay
 
 int main(int argc, char** argv) {
-  char dir[] = "/tmp/mercury-replay-XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
-  mercury::replay::scratch_dir = dir;
-  const int rc = mercury::pmdtest::run_all_tests(argc, argv, {});
-  if (std::getenv("MERCURY_KEEP_PCAP") != nullptr) {
-    std::printf("traces kept in %s (trace.pcap: the server's RX; out.pcap: ps-server's TX)\n", dir);
-  } else {
-    std::error_code ignored;
-    std::filesystem::remove_all(dir, ignored);
-  }
-  return rc;
+  const mercury::pmdtest::ScratchDir dir(
+      "replay", "traces (trace.pcap: the server's RX; out.pcap: ps-server's TX)");
+  mercury::replay::scratch_dir = dir.path();
+  return mercury::pmdtest::run_all_tests(argc, argv, {});
 }

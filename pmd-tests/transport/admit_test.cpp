@@ -15,32 +15,27 @@
 #include <utility>
 #include <vector>
 
-#include "fixture.h"
+#include "endpoint_config.h"
+#include "messages.h"
 #include "pmd_env.h"
+#include "ring_link.h"
 
 namespace mercury::transport {
 namespace {
 
-using testing::CompletionLog;
-using testing::faults;
-using testing::RingLink;
-using testing::run;
+using pmdtest::CompletionLog;
+using pmdtest::endpoint_config;
+using pmdtest::faults;
+using pmdtest::RingLink;
+using pmdtest::run;
 
 constexpr uint32_t kMtu = 1500;
 constexpr uint32_t kRefusals = 3;  // per packet, before it is admitted
 constexpr uint32_t kMessages = 24;
 constexpr uint32_t kMessageBytes = 48 * 1024 + 20;  // a partial last packet
 
-EndpointConfig config(uint16_t epoch, uint16_t sender_id, const PeerSpec& peer) {
-  EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;
-  c.transport.peer_timeout_us = 10'000'000;
-  c.local_epoch = epoch;
-  c.sender_id = sender_id;
-  c.peers = {peer};
-  return c;
-}
+// Peers declared dead after 10 s without progress.
+constexpr pmdtest::EndpointOptions kEndpoint = {.peer_timeout_ms = 10'000};
 
 // Refuses some (tensor_key, offset) kRefusals times each, then admits them; checks
 // every delivered payload against the pattern and counts deliveries. Keeps
@@ -130,15 +125,16 @@ struct Quiet final : MessageReceiver {
 };
 
 void refuse_then_admit(const char* name, uint8_t net, double loss) {
-  RingLink link(name, net, kMtu, faults(loss, 40 + net));
+  RingLink link(name, net, {.end = {.mtu = kMtu, .impair = faults(loss, 40 + net)}});
   const std::vector<std::byte> pattern =
-      testing::random_pattern(size_t{kMessages} * kMessageBytes, 7 + net);
+      pmdtest::random_pattern(size_t{kMessages} * kMessageBytes, 7 + net);
   const std::vector<std::byte> control(3000, std::byte{0x5a});
   RefusingReceiver receiver(pattern);
   Quiet quiet;
   const uint64_t now = rte_rdtsc();
-  Endpoint sender(link.a(), config(1, 1, {"b", RingLink::ip_b(net), 47101}), quiet, now);
-  Endpoint server(link.b(), config(2, 2, {"a", RingLink::ip_a(net), 47100}),
+  Endpoint sender(link.a(), endpoint_config(1, 1, {{"b", RingLink::ip_b(net), 47101}}, kEndpoint),
+                  quiet, now);
+  Endpoint server(link.b(), endpoint_config(2, 2, {{"a", RingLink::ip_a(net), 47100}}, kEndpoint),
                   Receivers{&receiver, &receiver}, now);
   CompletionLog log(kMessages + 1);
   for (uint32_t k = 0; k < kMessages; ++k) {

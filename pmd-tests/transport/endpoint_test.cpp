@@ -17,18 +17,21 @@
 #include <string>
 #include <vector>
 
-#include "fixture.h"
+#include "endpoint_config.h"
+#include "messages.h"
 #include "pmd_env.h"
+#include "ring_link.h"
 
 namespace mercury::transport {
 namespace {
 
-using testing::CheckingReceiver;
-using testing::CompletionLog;
-using testing::faults;
-using testing::PlannedMessage;
-using testing::RingLink;
-using testing::run;
+using pmdtest::CheckingReceiver;
+using pmdtest::CompletionLog;
+using pmdtest::endpoint_config;
+using pmdtest::faults;
+using pmdtest::PlannedMessage;
+using pmdtest::RingLink;
+using pmdtest::run;
 
 constexpr uint32_t kMtu = 9000;
 constexpr uint64_t kMiB = 1ull << 20;
@@ -36,20 +39,12 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr size_t kPatternBytes = 80 * kMiB;
 
 const std::vector<std::byte>& pattern() {
-  static const std::vector<std::byte> p = testing::random_pattern(kPatternBytes, 42);
+  static const std::vector<std::byte> p = pmdtest::random_pattern(kPatternBytes, 42);
   return p;
 }
 
-EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id, std::vector<PeerSpec> peers) {
-  EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;
-  c.transport.peer_timeout_us = 5'000'000;
-  c.local_epoch = epoch;
-  c.sender_id = sender_id;
-  c.peers = std::move(peers);
-  return c;
-}
+// Peers declared dead after 5 s without progress.
+constexpr pmdtest::EndpointOptions kEndpoint = {.peer_timeout_ms = 5'000};
 
 void print_stats(const char* what, const Endpoint& tx, double seconds, uint64_t bytes) {
   const EndpointPeerStats s = tx.peer_stats_st(0);
@@ -72,15 +67,15 @@ void print_stats(const char* what, const Endpoint& tx, double seconds, uint64_t 
 void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net::LinkParams& lp,
                    uint64_t forward, uint64_t back, double limit_s, bool known_epochs,
                    void (*tune)(EndpointConfig&) = nullptr) {
-  RingLink link(name, net, mtu, lp);
+  RingLink link(name, net, {.end = {.mtu = mtu, .impair = lp}});
   std::vector<std::vector<PlannedMessage>> plans = {
-      testing::plan_messages(forward, 64 << 20, kPatternBytes, lp.seed + 1),
-      testing::plan_messages(back, 4 << 20, kPatternBytes, lp.seed + 2)};
+      pmdtest::plan_messages(forward, 64 << 20, kPatternBytes, lp.seed + 1),
+      pmdtest::plan_messages(back, 4 << 20, kPatternBytes, lp.seed + 2)};
   CheckingReceiver rx_a(pattern(), plans), rx_b(pattern(), plans);
-  EndpointConfig ca =
-      endpoint_config(3, 0, {{"b", RingLink::ip_b(net), 47101, uint16_t(known_epochs ? 5 : 0)}});
-  EndpointConfig cb =
-      endpoint_config(5, 1, {{"a", RingLink::ip_a(net), 47100, uint16_t(known_epochs ? 3 : 0)}});
+  EndpointConfig ca = endpoint_config(
+      3, 0, {{"b", RingLink::ip_b(net), 47101, uint16_t(known_epochs ? 5 : 0)}}, kEndpoint);
+  EndpointConfig cb = endpoint_config(
+      5, 1, {{"a", RingLink::ip_a(net), 47100, uint16_t(known_epochs ? 3 : 0)}}, kEndpoint);
   if (tune != nullptr) {
     tune(ca);
     tune(cb);
@@ -89,8 +84,8 @@ void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net
   Endpoint a(link.a(), ca, rx_a, now);
   Endpoint b(link.b(), cb, rx_b, now);
   CompletionLog log_a(plans[0].size()), log_b(plans[1].size());
-  testing::submit_plan(a, 0, 0, plans[0], pattern(), log_a);
-  testing::submit_plan(b, 0, 1, plans[1], pattern(), log_b);
+  pmdtest::submit_plan(a, 0, 0, plans[0], pattern(), log_a);
+  pmdtest::submit_plan(b, 0, 1, plans[1], pattern(), log_b);
 
   const uint64_t t0 = rte_rdtsc();
   const bool finished = run(
@@ -226,16 +221,18 @@ class RefuseEveryThird final : public MessageReceiver {
 };
 
 TEST(Endpoint, RefusedMessagesAreCountedAndOthersDelivered) {
-  RingLink link("refuse", 42, kMtu, faults(0.02, 18));
+  RingLink link("refuse", 42, {.end = {.mtu = kMtu, .impair = faults(0.02, 18)}});
   std::vector<std::vector<PlannedMessage>> plans = {
-      testing::plan_messages(48 * kMiB, 16 << 20, kPatternBytes, 99)};
+      pmdtest::plan_messages(48 * kMiB, 16 << 20, kPatternBytes, 99)};
   CheckingReceiver rx_a(pattern(), plans), inner(pattern(), plans);
   RefuseEveryThird rx_b(inner);
   const uint64_t now = rte_rdtsc();
-  Endpoint a(link.a(), endpoint_config(3, 0, {{"b", RingLink::ip_b(42), 47101, 5}}), rx_a, now);
-  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(42), 47100, 3}}), rx_b, now);
+  Endpoint a(link.a(), endpoint_config(3, 0, {{"b", RingLink::ip_b(42), 47101, 5}}, kEndpoint),
+             rx_a, now);
+  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(42), 47100, 3}}, kEndpoint),
+             rx_b, now);
   CompletionLog log(plans[0].size());
-  testing::submit_plan(a, 0, 0, plans[0], pattern(), log);
+  pmdtest::submit_plan(a, 0, 0, plans[0], pattern(), log);
   ASSERT_TRUE(run(
       {&a, &b}, [&] { return log.total_ok() == plans[0].size(); }, 20));
   uint32_t expect_refused = 0;
@@ -262,7 +259,7 @@ TEST(Endpoint, RefusedMessagesAreCountedAndOthersDelivered) {
 // A 64 MiB message at priority 7 competes with a stream of 256 KiB messages
 // at priority 0 kept 64 deep, under 5 % loss.
 TEST(Endpoint, UrgentStreamDoesNotStarveLowPriorityResends) {
-  RingLink link("urgent", 43, kMtu, faults(0.05, 19));
+  RingLink link("urgent", 43, {.end = {.mtu = kMtu, .impair = faults(0.05, 19)}});
   constexpr uint32_t kSmall = 256 << 10;
   constexpr uint32_t kUrgent = 400;
   std::vector<std::vector<PlannedMessage>> plans(1);
@@ -270,10 +267,11 @@ TEST(Endpoint, UrgentStreamDoesNotStarveLowPriorityResends) {
   for (uint32_t i = 0; i < kUrgent; ++i) plans[0].push_back({kSmall, i * 4097ull * 16, 0});
   CheckingReceiver rx_a(pattern(), plans), rx_b(pattern(), plans);
   const uint64_t now = rte_rdtsc();
-  EndpointConfig ca = endpoint_config(3, 0, {{"b", RingLink::ip_b(43), 47101, 5}});
+  EndpointConfig ca = endpoint_config(3, 0, {{"b", RingLink::ip_b(43), 47101, 5}}, kEndpoint);
   ca.transport.cwnd_floor = 128;  // keep the pipe full, so the window is what binds
   Endpoint a(link.a(), ca, rx_a, now);
-  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(43), 47100, 3}}), rx_b, now);
+  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(43), 47100, 3}}, kEndpoint),
+             rx_b, now);
   CompletionLog log(plans[0].size());
   uint32_t next = 0;
   auto submit = [&](uint32_t i) {
@@ -320,9 +318,10 @@ void incast(const std::string& name, uint8_t net0, const net::LinkParams& lp, ui
   for (int s = 0; s < kSenders; ++s) {
     net::LinkParams p = lp;
     p.seed = lp.seed * 10 + s;
-    links.push_back(std::make_unique<RingLink>(name + std::to_string(s),
-                                               static_cast<uint8_t>(net0 + s), kMtu, p, 1023));
-    plans.push_back(testing::plan_messages(total / kSenders, 16 << 20, kPatternBytes, p.seed));
+    links.push_back(std::make_unique<RingLink>(
+        name + std::to_string(s), static_cast<uint8_t>(net0 + s),
+        pmdtest::RingLinkOptions{.end = {.mtu = kMtu, .mbufs = 1023, .impair = p}}));
+    plans.push_back(pmdtest::plan_messages(total / kSenders, 16 << 20, kPatternBytes, p.seed));
   }
   CheckingReceiver rx(pattern(), plans);
   CheckingReceiver nothing(pattern(), plans);  // the senders receive no messages
@@ -332,17 +331,18 @@ void incast(const std::string& name, uint8_t net0, const net::LinkParams& lp, ui
   std::vector<Endpoint*> all;
   for (int s = 0; s < kSenders; ++s) {
     const auto net = static_cast<uint8_t>(net0 + s);
-    senders.push_back(
-        std::make_unique<Endpoint>(links[s]->a(),
-                                   endpoint_config(7, static_cast<uint16_t>(s + 1),
-                                                   {{"server", RingLink::ip_b(net), 47101, 0}}),
-                                   nothing, now));
+    senders.push_back(std::make_unique<Endpoint>(
+        links[s]->a(),
+        endpoint_config(7, static_cast<uint16_t>(s + 1),
+                        {{"server", RingLink::ip_b(net), 47101, 0}}, kEndpoint),
+        nothing, now));
     receivers.push_back(std::make_unique<Endpoint>(
         links[s]->b(),
-        endpoint_config(9, 0, {{"w" + std::to_string(s), RingLink::ip_a(net), 47100, 0}}), rx,
-        now));
+        endpoint_config(9, 0, {{"w" + std::to_string(s), RingLink::ip_a(net), 47100, 0}},
+                        kEndpoint),
+        rx, now));
     logs.push_back(std::make_unique<CompletionLog>(plans[s].size()));
-    testing::submit_plan(*senders[s], 0, static_cast<uint32_t>(s), plans[s], pattern(), *logs[s]);
+    pmdtest::submit_plan(*senders[s], 0, static_cast<uint32_t>(s), plans[s], pattern(), *logs[s]);
     all.push_back(senders[s].get());
     all.push_back(receivers[s].get());
   }
@@ -377,108 +377,57 @@ TEST(Endpoint, Incast4To1Loss5Percent256MiB) {
   incast("incastloss", 30, faults(0.05, 4), 256 * kMiB, 40);
 }
 
-// A tiny Ethernet switch in software: every node has a ring link to one
-// switch port; frames are forwarded by destination MAC (static ARP on every
-// node, so no broadcast is needed; a broadcast or an unknown MAC is dropped
-// and counted). Polled by the test's one thread like the endpoints.
-class RingSwitch {
- public:
-  // Adds a node: returns the node's end of a new ring link (MTU 9000).
-  net::Port& attach(const std::string& name, net::Mempool& node_pool) {
-    pools_.push_back(
-        std::make_unique<net::Mempool>("sw_" + name, 1023, 32, net::frame_bytes_for_mtu(kMtu)));
-    links_.push_back(std::make_unique<std::pair<net::Port, net::Port>>(
-        net::Port::ring_link(name, node_pool, *pools_.back(), net::PortOptions{.mtu = kMtu})));
-    return links_.back()->first;
-  }
-  void poll() {
-    rte_mbuf* burst[32];
-    for (auto& l : links_) {
-      const uint16_t n = l->second.rx_burst(0, burst, 32);
-      for (uint16_t i = 0; i < n; ++i) {
-        const auto* dst = rte_pktmbuf_mtod(burst[i], const uint8_t*);
-        net::Port* out = nullptr;
-        for (auto& o : links_) {
-          if (std::memcmp(o->first.mac().bytes.data(), dst, 6) == 0) out = &o->second;
-        }
-        if (out == nullptr || out->tx_burst(0, &burst[i], 1) != 1) {
-          rte_pktmbuf_free(burst[i]);
-          ++dropped;
-        }
-      }
-    }
-  }
-  uint64_t dropped = 0;
-
- private:
-  std::vector<std::unique_ptr<net::Mempool>> pools_;
-  std::vector<std::unique_ptr<std::pair<net::Port, net::Port>>> links_;
-};
-
 // A true incast: four workers into ONE server Endpoint with four peers on one
 // Interface, through the software switch, with 1 % loss, 5 % reordering and
 // 2 % duplication on every node's TX; 64 MiB from each worker (256 MiB) and
 // 4 MiB from the server back to each worker (multi-peer round-robin TX).
 TEST(Endpoint, Incast4To1OneServerEndpointThroughSwitch) {
   constexpr int kWorkers = 4;
-  struct Node {
-    std::unique_ptr<net::Mempool> pool, copies;
-    net::Port* port = nullptr;
-    std::unique_ptr<net::Interface> iface;
-    std::unique_ptr<net::LinkEmulator> emulator;
-    uint32_t ip = 0;
-  };
-  RingSwitch sw;
-  std::vector<Node> nodes(kWorkers + 1);  // [0] the server
+  // Static ARP on every node, so no broadcast is needed: the switch drops
+  // and counts one, and a frame for an unknown MAC.
+  pmdtest::RingSwitch sw("inc1", {.mtu = kMtu, .flood = false});
+  std::vector<pmdtest::LinkEnd*> nodes;  // [0] the server
+  std::vector<uint32_t> ips;
   for (int i = 0; i <= kWorkers; ++i) {
-    Node& n = nodes[i];
-    const std::string name = "inc1_" + std::to_string(i);
-    n.pool = std::make_unique<net::Mempool>("p" + name, 2047, 64, net::frame_bytes_for_mtu(kMtu));
-    n.copies = std::make_unique<net::Mempool>("c" + name, 255, 32, net::frame_bytes_for_mtu(kMtu));
-    n.port = &sw.attach(name, *n.pool);
-    n.ip = 0x0a003201u + i;  // 10.0.50.1 (server), .2 .. .5
-    n.iface = std::make_unique<net::Interface>(
-        *n.port, *n.pool, net::LocalAddr{n.port->mac(), n.ip, 47100}, net::InterfaceOptions{});
-    net::LinkParams lp = faults(0.01, 300 + i);
-    n.emulator =
-        std::make_unique<net::LinkEmulator>(n.port->id(), 0, lp, n.copies->get(), rte_get_tsc_hz());
-    n.iface->attach_emulator(n.emulator.get());
+    ips.push_back(0x0a003201u + i);  // 10.0.50.1 (server), .2 .. .5
+    nodes.push_back(&sw.attach(std::to_string(i), {.mtu = kMtu, .impair = faults(0.01, 300 + i)},
+                               ips.back(), 47100));
   }
-  for (auto& a : nodes) {
-    for (auto& b : nodes) {
-      if (&a != &b) a.iface->add_static_arp(b.ip, b.port->mac());
+  for (size_t a = 0; a < nodes.size(); ++a) {
+    for (size_t b = 0; b < nodes.size(); ++b) {
+      if (a != b) nodes[a]->iface().add_static_arp(ips[b], nodes[b]->port().mac());
     }
   }
   std::vector<std::vector<PlannedMessage>> plans;
   for (int w = 0; w < kWorkers; ++w) {
-    plans.push_back(testing::plan_messages(64 * kMiB, 16 << 20, kPatternBytes, 400 + w));
+    plans.push_back(pmdtest::plan_messages(64 * kMiB, 16 << 20, kPatternBytes, 400 + w));
   }
   for (int w = 0; w < kWorkers; ++w) {
-    plans.push_back(testing::plan_messages(4 * kMiB, 1 << 20, kPatternBytes, 500 + w));
+    plans.push_back(pmdtest::plan_messages(4 * kMiB, 1 << 20, kPatternBytes, 500 + w));
   }
   CheckingReceiver rx_server(pattern(), plans), rx_workers(pattern(), plans);
   const uint64_t now = rte_rdtsc();
   std::vector<PeerSpec> workers;
   for (int w = 0; w < kWorkers; ++w) {
-    workers.push_back({"w" + std::to_string(w), nodes[w + 1].ip, 47100, 0});
+    workers.push_back({"w" + std::to_string(w), ips[w + 1], 47100, 0});
   }
-  Endpoint server(*nodes[0].iface, endpoint_config(9, 0, workers), rx_server, now);
+  Endpoint server(nodes[0]->iface(), endpoint_config(9, 0, workers, kEndpoint), rx_server, now);
   std::vector<std::unique_ptr<Endpoint>> clients;
   std::vector<std::unique_ptr<CompletionLog>> logs;
   std::vector<Endpoint*> all = {&server};
   for (int w = 0; w < kWorkers; ++w) {
     clients.push_back(std::make_unique<Endpoint>(
-        *nodes[w + 1].iface,
-        endpoint_config(7, static_cast<uint16_t>(w + 1), {{"server", nodes[0].ip, 47100, 0}}),
+        nodes[w + 1]->iface(),
+        endpoint_config(7, static_cast<uint16_t>(w + 1), {{"server", ips[0], 47100, 0}}, kEndpoint),
         rx_workers, now));
     logs.push_back(std::make_unique<CompletionLog>(plans[w].size()));
-    testing::submit_plan(*clients[w], 0, static_cast<uint32_t>(w), plans[w], pattern(), *logs[w]);
+    pmdtest::submit_plan(*clients[w], 0, static_cast<uint32_t>(w), plans[w], pattern(), *logs[w]);
     all.push_back(clients[w].get());
   }
   std::vector<std::unique_ptr<CompletionLog>> back;
   for (int w = 0; w < kWorkers; ++w) {
     back.push_back(std::make_unique<CompletionLog>(plans[kWorkers + w].size()));
-    testing::submit_plan(server, static_cast<uint16_t>(w), static_cast<uint32_t>(kWorkers + w),
+    pmdtest::submit_plan(server, static_cast<uint16_t>(w), static_cast<uint32_t>(kWorkers + w),
                          plans[kWorkers + w], pattern(), *back[w]);
   }
   const uint64_t hz = rte_get_tsc_hz();
@@ -487,7 +436,7 @@ TEST(Endpoint, Incast4To1OneServerEndpointThroughSwitch) {
   while (!finished && rte_rdtsc() < deadline) {
     const uint64_t t = rte_rdtsc();
     for (Endpoint* e : all) e->poll_st(t);
-    sw.poll();
+    sw.forward();
     finished = true;
     for (int w = 0; w < kWorkers; ++w) {
       finished = finished && logs[w]->total_ok() == plans[w].size() &&
@@ -496,7 +445,7 @@ TEST(Endpoint, Incast4To1OneServerEndpointThroughSwitch) {
     }
   }
   std::printf("[ incast-switch ] switch dropped %llu; server resent %llu, received %llu msgs\n",
-              (unsigned long long)sw.dropped,
+              (unsigned long long)sw.dropped(),
               (unsigned long long)server.counters_st().tx_retransmits,
               (unsigned long long)server.counters_st().messages_received);
   EXPECT_TRUE(finished);
@@ -511,25 +460,25 @@ TEST(Endpoint, Incast4To1OneServerEndpointThroughSwitch) {
   EXPECT_EQ(rx_server.unexpected() + rx_workers.unexpected(), 0u);
   EXPECT_EQ(rx_server.bytes_ok(), 256 * kMiB);
   EXPECT_EQ(rx_workers.bytes_ok(), 16 * kMiB);
-  EXPECT_EQ(sw.dropped, 0u);
+  EXPECT_EQ(sw.dropped(), 0u);
   EXPECT_EQ(server.counters_st().drops[static_cast<size_t>(EndpointDrop::kUnknownPeer)], 0u);
-  for (auto& n : nodes) n.iface->attach_emulator(nullptr);
 }
 
 // A peer that stops answering: everything queued and in flight for it fails,
 // once each, with an error naming it; nothing hangs.
 TEST(Endpoint, DeadPeerFailsEverythingWithItsName) {
-  RingLink link("dead", 40, kMtu, faults(0, 5));
+  RingLink link("dead", 40, {.end = {.mtu = kMtu, .impair = faults(0, 5)}});
   std::vector<std::vector<PlannedMessage>> plans = {
-      testing::plan_messages(96 * kMiB, 16 << 20, kPatternBytes, 77)};
+      pmdtest::plan_messages(96 * kMiB, 16 << 20, kPatternBytes, 77)};
   CheckingReceiver rx_a(pattern(), plans), rx_b(pattern(), plans);
-  EndpointConfig ca = endpoint_config(3, 0, {{"w2", RingLink::ip_b(40), 47101, 5}});
+  EndpointConfig ca = endpoint_config(3, 0, {{"w2", RingLink::ip_b(40), 47101, 5}}, kEndpoint);
   ca.transport.peer_timeout_us = 200'000;
   const uint64_t now = rte_rdtsc();
   Endpoint a(link.a(), ca, rx_a, now);
-  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(40), 47100, 3}}), rx_b, now);
+  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(40), 47100, 3}}, kEndpoint),
+             rx_b, now);
   CompletionLog log(plans[0].size());
-  testing::submit_plan(a, 0, 0, plans[0], pattern(), log);
+  pmdtest::submit_plan(a, 0, 0, plans[0], pattern(), log);
   // Run both until some messages are delivered, then only A: B is gone.
   ASSERT_TRUE(run(
       {&a, &b}, [&] { return log.total_ok() >= 3; }, 20));
@@ -567,22 +516,25 @@ TEST(Endpoint, DeadPeerFailsEverythingWithItsName) {
 // saying so and none of it reaches the new incarnation; messages not yet
 // started go to the new incarnation whole; new messages then flow intact.
 TEST(Endpoint, PeerRestartFailsPendingThenNewMessagesFlow) {
-  RingLink link("restart", 44, kMtu, faults(0.01, 20));
+  RingLink link("restart", 44, {.end = {.mtu = kMtu, .impair = faults(0.01, 20)}});
   std::vector<std::vector<PlannedMessage>> plans = {
-      testing::plan_messages(64 * kMiB, 16 << 20, kPatternBytes, 201),
-      testing::plan_messages(16 * kMiB, 4 << 20, kPatternBytes, 202)};
+      pmdtest::plan_messages(64 * kMiB, 16 << 20, kPatternBytes, 201),
+      pmdtest::plan_messages(16 * kMiB, 4 << 20, kPatternBytes, 202)};
   CheckingReceiver rx_a(pattern(), plans), rx_b1(pattern(), plans), rx_b2(pattern(), plans);
   const uint64_t now = rte_rdtsc();
-  Endpoint a(link.a(), endpoint_config(3, 0, {{"b", RingLink::ip_b(44), 47101, 0}}), rx_a, now);
+  Endpoint a(link.a(), endpoint_config(3, 0, {{"b", RingLink::ip_b(44), 47101, 0}}, kEndpoint),
+             rx_a, now);
   auto b = std::make_unique<Endpoint>(
-      link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(44), 47100, 0}}), rx_b1, now);
+      link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(44), 47100, 0}}, kEndpoint), rx_b1,
+      now);
   CompletionLog log1(plans[0].size()), log2(plans[1].size());
-  testing::submit_plan(a, 0, 0, plans[0], pattern(), log1);
+  pmdtest::submit_plan(a, 0, 0, plans[0], pattern(), log1);
   ASSERT_TRUE(run(
       {&a, b.get()}, [&] { return b->peer_stats_st(0).bytes_received >= 12 * kMiB; }, 20));
   // B restarts: a new incarnation on the same port.
   b = std::make_unique<Endpoint>(
-      link.b(), endpoint_config(6, 1, {{"a", RingLink::ip_a(44), 47100, 0}}), rx_b2, rte_rdtsc());
+      link.b(), endpoint_config(6, 1, {{"a", RingLink::ip_a(44), 47100, 0}}, kEndpoint), rx_b2,
+      rte_rdtsc());
   auto settled = [&](const CompletionLog& log) {
     for (size_t i = 0; i < log.ok.size(); ++i) {
       if (log.ok[i] + log.failed[i] == 0) return false;
@@ -606,7 +558,7 @@ TEST(Endpoint, PeerRestartFailsPendingThenNewMessagesFlow) {
   EXPECT_EQ(rx_b1.corrupt() + rx_b2.corrupt(), 0u);
   EXPECT_EQ(a.peer_stats_st(0).transport.tx.restarts, 1u);
   // New messages to the new incarnation arrive whole.
-  testing::submit_plan(a, 0, 1, plans[1], pattern(), log2);
+  pmdtest::submit_plan(a, 0, 1, plans[1], pattern(), log2);
   ASSERT_TRUE(run(
       {&a, b.get()},
       [&] { return log2.total_ok() == plans[1].size() && rx_b2.all_exactly_once(1); }, 20));
@@ -619,15 +571,15 @@ TEST(Endpoint, PeerRestartFailsPendingThenNewMessagesFlow) {
 // A peer that never answers (nothing runs behind its address) is declared
 // unreachable after connect_timeout_us: queued messages fail with that reason.
 TEST(Endpoint, UnreachablePeerFailsAfterConnectTimeout) {
-  RingLink link("unreach", 45, kMtu, faults(0, 21));
+  RingLink link("unreach", 45, {.end = {.mtu = kMtu, .impair = faults(0, 21)}});
   std::vector<std::vector<PlannedMessage>> plans = {
-      testing::plan_messages(4 * kMiB, 1 << 20, kPatternBytes, 301)};
+      pmdtest::plan_messages(4 * kMiB, 1 << 20, kPatternBytes, 301)};
   CheckingReceiver rx(pattern(), plans);
-  EndpointConfig c = endpoint_config(3, 0, {{"ps0", RingLink::ip_b(45), 47101, 0}});
+  EndpointConfig c = endpoint_config(3, 0, {{"ps0", RingLink::ip_b(45), 47101, 0}}, kEndpoint);
   c.transport.connect_timeout_us = 100'000;
   Endpoint a(link.a(), c, rx, rte_rdtsc());
   CompletionLog log(plans[0].size());
-  testing::submit_plan(a, 0, 0, plans[0], pattern(), log);
+  pmdtest::submit_plan(a, 0, 0, plans[0], pattern(), log);
   ASSERT_TRUE(run(
       {&a}, [&] { return log.each_once(); }, 10));
   EXPECT_EQ(log.total_ok(), 0u);

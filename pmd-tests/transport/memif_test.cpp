@@ -1,9 +1,9 @@
 // The transport endpoint between two processes over net_memif, with the link
 // emulator on both sides (1 % loss, 5 % reordering, 2 % duplication).
 //
-// The test process (memif client, CPU 0) forks and execs itself as the peer
+// The test process (memif client, CPU 0) starts itself again as the peer
 // process (memif server, CPU 1) before EAL starts, because a process must not
-// fork once EAL runs. Both generate the same pattern and message plans from
+// fork once EAL runs (pmdtest::PeerProcess). Both generate the same pattern and message plans from
 // fixed seeds, so each checks every byte it receives without a side channel:
 // the parent sends 96 MiB of mixed messages and the peer 16 MiB back; each
 // checks its destination buffers and counts completions. The peer leaves
@@ -11,31 +11,31 @@
 // after answering for a while longer (the parent may still need ACKs), with
 // exit status 0 only if every byte it received was right. The parent waits
 // for that status.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <rte_cycles.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "fixture.h"
+#include "eal_args.h"
+#include "endpoint_config.h"
+#include "messages.h"
 #include "net/eal.h"
+#include "net/interface.h"
+#include "net/link_emulator.h"
+#include "net/mempool.h"
+#include "net/port.h"
+#include "peer_process.h"
 #include "pmd_env.h"
 
 namespace mercury::transport {
 namespace {
 
-using testing::CheckingReceiver;
-using testing::CompletionLog;
-using testing::PlannedMessage;
+using pmdtest::CheckingReceiver;
+using pmdtest::CompletionLog;
+using pmdtest::PlannedMessage;
 
 constexpr uint64_t kMiB = 1ull << 20;
 constexpr size_t kPatternBytes = 72 * kMiB;
@@ -44,28 +44,21 @@ constexpr uint32_t kServerIp = 0x0a007102;  // 10.0.113.2
 const net::MacAddr kClientMac{{0x02, 0, 0, 0, 0x71, 0x01}};
 const net::MacAddr kServerMac{{0x02, 0, 0, 0, 0x71, 0x02}};
 
+constexpr const char* kPeerFlag = "--memif-peer";
+
 std::string g_socket;  // abstract memif socket name, unique per test process
-pid_t g_peer = -1;
+std::unique_ptr<pmdtest::PeerProcess> g_peer;  // the test process: null if it did not get ready
+pmdtest::ControlChannel* g_ready = nullptr;    // the peer process: told once its socket listens
 
 std::string vdev(bool server) {
-  return "--vdev=net_memif0,role=" + std::string(server ? "server" : "client") +
-         ",id=0,socket=" + g_socket + ",mac=" + (server ? kServerMac : kClientMac).to_string();
+  return "--vdev=" +
+         pmdtest::memif_vdev(
+             {.server = server, .socket = g_socket, .mac = server ? kServerMac : kClientMac});
 }
 
 std::vector<std::vector<PlannedMessage>> plans() {
-  return {testing::plan_messages(96 * kMiB, 64 << 20, kPatternBytes, 501),
-          testing::plan_messages(16 * kMiB, 4 << 20, kPatternBytes, 502)};
-}
-
-EndpointConfig config(uint16_t epoch, uint16_t id, PeerSpec peer) {
-  EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;
-  c.transport.peer_timeout_us = 10'000'000;
-  c.local_epoch = epoch;
-  c.sender_id = id;
-  c.peers = {std::move(peer)};
-  return c;
+  return {pmdtest::plan_messages(96 * kMiB, 64 << 20, kPatternBytes, 501),
+          pmdtest::plan_messages(16 * kMiB, 4 << 20, kPatternBytes, 502)};
 }
 
 net::LinkParams impair(uint64_t seed) {
@@ -76,8 +69,6 @@ net::LinkParams impair(uint64_t seed) {
   p.seed = seed;
   return p;
 }
-
-int g_ready_fd = -1;  // the peer process: written once its memif socket listens
 
 // One side: its port, Interface, emulator and Endpoint, sending plan `mine`
 // and checking plan `theirs`.
@@ -104,21 +95,21 @@ struct Side {
         emulator(port.id(), 0, impair(server ? 71 : 72), copies.get(), rte_get_tsc_hz()),
         rx(pattern, all),
         ep(iface,
-           config(server ? 9 : 4, server ? 1 : 0,
-                  {server ? "client" : "server", server ? kClientIp : kServerIp, 47100, 0}),
+           pmdtest::endpoint_config(
+               server ? 9 : 4, server ? 1 : 0,
+               {{server ? "client" : "server", server ? kClientIp : kServerIp, 47100, 0}},
+               {.peer_timeout_ms = 10'000}),
            rx, rte_rdtsc()),
         log(all[server ? 1 : 0].size()),
         mine(server ? 1 : 0),
         theirs(server ? 0 : 1) {
     iface.attach_emulator(&emulator);
-    testing::submit_plan(ep, 0, mine, all[mine], pattern, log);
-    if (server && g_ready_fd >= 0) {
+    pmdtest::submit_plan(ep, 0, mine, all[mine], pattern, log);
+    if (server && g_ready != nullptr) {
       // The server's socket listens now: the client may start (a client
       // that connects before that does not always retry in time).
-      const char ready = 1;
-      if (::write(g_ready_fd, &ready, 1) != 1) std::perror("memif peer: ready");
-      ::close(g_ready_fd);
-      g_ready_fd = -1;
+      if (!g_ready->send(char{1})) std::fprintf(stderr, "memif peer: the test process is gone\n");
+      g_ready = nullptr;
     }
   }
   ~Side() { iface.attach_emulator(nullptr); }
@@ -126,14 +117,13 @@ struct Side {
 };
 
 // The peer process: returns its exit status.
-int peer_main(const std::string& socket, int ready_fd) {
+int peer_main(int control_fd, const std::string& socket) {
   g_socket = socket;
-  g_ready_fd = ready_fd;
+  pmdtest::ControlChannel ready(control_fd);
+  g_ready = &ready;
   try {
-    net::Eal eal({"memif_peer", "--no-huge", "-m", "512", "--no-pci", "--no-shconf",
-                  "--log-level=lib.eal:warning", "--lcores=0@1",
-                  "--file-prefix=mt-memif-peer-" + std::to_string(getpid()), vdev(true)});
-    const std::vector<std::byte> pattern = testing::random_pattern(kPatternBytes, 43);
+    net::Eal eal(pmdtest::eal_args("memif_peer", {"--lcores=0@1", vdev(true)}));
+    const std::vector<std::byte> pattern = pmdtest::random_pattern(kPatternBytes, 43);
     Side s(true, pattern);
     const uint64_t hz = rte_get_tsc_hz();
     const uint64_t deadline = rte_rdtsc() + 60 * hz;
@@ -158,8 +148,8 @@ int peer_main(const std::string& socket, int ready_fd) {
 }
 
 TEST(EndpointMemif, TwoProcessesLoss1PercentReorderDuplicate) {
-  ASSERT_GT(g_peer, 0) << "the peer process did not start";
-  const std::vector<std::byte> pattern = testing::random_pattern(kPatternBytes, 43);
+  ASSERT_NE(g_peer, nullptr) << "the peer process did not start";
+  const std::vector<std::byte> pattern = pmdtest::random_pattern(kPatternBytes, 43);
   Side s(false, pattern);
   const uint64_t hz = rte_get_tsc_hz();
   const uint64_t t0 = rte_rdtsc();
@@ -172,16 +162,11 @@ TEST(EndpointMemif, TwoProcessesLoss1PercentReorderDuplicate) {
     const uint64_t now = rte_rdtsc();
     s.ep.poll_st(now);
     if (done_s == 0 && s.done()) done_s = double(now - t0) / hz;
-    if ((s.ep.counters_st().passes & 1023) == 0) {
-      exited = ::waitpid(g_peer, &status, WNOHANG) == g_peer;
-    }
+    if ((s.ep.counters_st().passes & 1023) == 0) exited = g_peer->exited(status);
     if (now > deadline) break;
   }
-  if (!exited) {
-    ::kill(g_peer, SIGKILL);
-    ::waitpid(g_peer, &status, 0);
-  }
-  g_peer = -1;
+  if (!exited) g_peer->reap(0);  // killed
+  g_peer.reset();
   const EndpointPeerStats st = s.ep.peer_stats_st(0);
   std::printf(
       "[ memif ] 96 MiB out, 16 MiB back, done in %.2f s; sent %llu packets, resent %llu, "
@@ -192,8 +177,7 @@ TEST(EndpointMemif, TwoProcessesLoss1PercentReorderDuplicate) {
       (unsigned long long)s.emulator.counters().duplicated,
       (unsigned long long)s.emulator.counters().reordered);
   EXPECT_TRUE(exited) << "the peer process did not finish";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << "the peer process reported failure (status " << status << ")";
+  EXPECT_EQ(status, 0) << "the peer process reported failure";
   EXPECT_GT(done_s, 0.0);
   EXPECT_TRUE(s.log.each_once());
   EXPECT_EQ(s.log.first_error, "");
@@ -210,45 +194,21 @@ TEST(EndpointMemif, TwoProcessesLoss1PercentReorderDuplicate) {
 
 int main(int argc, char** argv) {
   using namespace mercury::transport;
-  if (argc >= 4 && std::strcmp(argv[1], "--memif-peer") == 0) {
-    return peer_main(argv[2], std::atoi(argv[3]));
+  if (const int fd = mercury::pmdtest::peer_control_fd(argc, argv, kPeerFlag); fd >= 0) {
+    return argc == 4 ? peer_main(fd, argv[3]) : 2;
   }
-  // Before EAL: start the peer process (this binary again, as the server).
-  g_socket = "mt-memif-" + std::to_string(getpid());
-  std::string self = "/proc/self/exe";
-  int ready[2];
-  if (::pipe2(ready, O_CLOEXEC) != 0) {
-    std::perror("pipe");
-    return 1;
-  }
-  std::vector<std::string> args = {"memif_peer", "--memif-peer", g_socket,
-                                   std::to_string(ready[1])};
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  const pid_t parent = getpid();
-  g_peer = fork();
-  if (g_peer == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
-    if (getppid() != parent) _exit(1);
-    ::fcntl(ready[1], F_SETFD, 0);  // the write end survives exec
-    execv(self.c_str(), cargs.data());
-    _exit(127);
-  }
-  ::close(ready[1]);
-  // Wait (at most 30 s) until the peer's memif server listens.
-  pollfd pfd{ready[0], POLLIN, 0};
-  char byte = 0;
-  if (g_peer < 0 || ::poll(&pfd, 1, 30'000) != 1 || ::read(ready[0], &byte, 1) != 1) {
+  // Before EAL: start the peer process (this binary again, as the server)
+  // and wait (at most 30 s) until its memif server listens.
+  g_socket = mercury::pmdtest::memif_socket("memif-test");
+  g_peer = std::make_unique<mercury::pmdtest::PeerProcess>("memif_peer", kPeerFlag,
+                                                           std::vector<std::string>{g_socket});
+  char ready = 0;
+  if (g_peer->control().receive(ready, 30'000) != 1) {
     std::fprintf(stderr, "memif test: the peer process did not get ready\n");
-    if (g_peer > 0) kill(g_peer, SIGKILL);
-    g_peer = -1;  // the test then fails, saying so
+    g_peer->reap(0);  // killed; the test then fails, saying so
+    g_peer.reset();
   }
-  ::close(ready[0]);
   const int rc = mercury::pmdtest::run_all_tests(argc, argv, {"--lcores=0@0", vdev(false)});
-  if (g_peer > 0) {
-    kill(g_peer, SIGKILL);
-    waitpid(g_peer, nullptr, 0);
-  }
+  if (g_peer) g_peer->reap(0);  // the test did not run: no peer outlives the binary
   return rc;
 }

@@ -23,20 +23,23 @@
 #include <string>
 #include <vector>
 
-#include "fixture.h"
+#include "endpoint_config.h"
+#include "messages.h"
 #include "pmd_env.h"
+#include "ring_link.h"
 
 namespace mercury::transport {
 namespace {
 
-using testing::CompletionLog;
-using testing::faults;
-using testing::RingLink;
-using testing::run;
+using pmdtest::CompletionLog;
+using pmdtest::endpoint_config;
+using pmdtest::faults;
+using pmdtest::RingLink;
+using pmdtest::run;
 
 constexpr uint32_t kMtu = 9000;
 constexpr int kWorkers = 4;
-constexpr uint32_t kLinkMbufs = 2047;  // RingLink's default pool sizes
+constexpr uint32_t kLinkMbufs = 2047;  // LinkEnd's default pool sizes
 constexpr uint32_t kCopyMbufs = 511;
 
 // Tensor (partition) sizes in bytes, float32: ResNet-like, a few chunks up to
@@ -44,16 +47,8 @@ constexpr uint32_t kCopyMbufs = 511;
 const std::vector<uint32_t> kTensors = {4u << 20, 1024, (1u << 20) + 12, 37'632, 256, 2u << 20,
                                         8916,     8920, 590'000,         4};
 
-EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id, const PeerSpec& peer) {
-  EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;
-  c.transport.peer_timeout_us = 5'000'000;
-  c.local_epoch = epoch;
-  c.sender_id = sender_id;
-  c.peers = {peer};
-  return c;
-}
+// Peers declared dead after 5 s without progress.
+constexpr pmdtest::EndpointOptions kEndpoint = {.peer_timeout_ms = 5'000};
 
 // Polls until nothing has moved for 20 ms (delayed and pure ACKs included)
 // and no emulator holds a frame, so every mbuf is back in its pool.
@@ -66,8 +61,8 @@ void settle(const std::vector<Endpoint*>& eps, const std::vector<RingLink*>& lin
     uint32_t moved = 0;
     for (Endpoint* e : eps) moved += e->poll_st(now);
     for (RingLink* l : links) {
-      for (testing::Side* s : {&l->side_a(), &l->side_b()}) {
-        if (s->emulator && s->emulator->queued() != 0) ++moved;
+      for (pmdtest::LinkEnd* e : {&l->end_a(), &l->end_b()}) {
+        if (e->emulator() != nullptr && e->emulator()->queued() != 0) ++moved;
       }
     }
     if (moved != 0) last_move = now;
@@ -76,10 +71,10 @@ void settle(const std::vector<Endpoint*>& eps, const std::vector<RingLink*>& lin
 }
 
 void expect_no_mbuf_leak(RingLink& l, const char* what) {
-  EXPECT_EQ(l.side_a().pool.available() + l.a().mbufs_held(), kLinkMbufs) << what;
-  EXPECT_EQ(l.side_b().pool.available() + l.b().mbufs_held(), kLinkMbufs) << what;
-  EXPECT_EQ(l.side_a().copies.available(), kCopyMbufs) << what;
-  EXPECT_EQ(l.side_b().copies.available(), kCopyMbufs) << what;
+  EXPECT_EQ(l.end_a().pool.available() + l.a().mbufs_held(), kLinkMbufs) << what;
+  EXPECT_EQ(l.end_b().pool.available() + l.b().mbufs_held(), kLinkMbufs) << what;
+  EXPECT_EQ(l.end_a().copies.available(), kCopyMbufs) << what;
+  EXPECT_EQ(l.end_b().copies.available(), kCopyMbufs) << what;
 }
 
 // A PacketReceiver for endpoints that only send (it counts what it gets).
@@ -190,9 +185,10 @@ void workers_push(const char* name, uint8_t net, const net::LinkParams& lp, int 
   for (int w = 0; w < kWorkers; ++w) {
     net::LinkParams p = lp;
     p.seed = lp.seed + 17 * w;
-    links.push_back(std::make_unique<RingLink>(std::string(name) + std::to_string(w),
-                                               static_cast<uint8_t>(net + w), kMtu, p));
-    grads.push_back(testing::random_pattern(total_bytes(), 1000 + w));
+    links.push_back(std::make_unique<RingLink>(
+        std::string(name) + std::to_string(w), static_cast<uint8_t>(net + w),
+        pmdtest::RingLinkOptions{.end = {.mtu = kMtu, .impair = p}}));
+    grads.push_back(pmdtest::random_pattern(total_bytes(), 1000 + w));
   }
   NoPackets nothing;
   const uint64_t now = rte_rdtsc();
@@ -203,12 +199,14 @@ void workers_push(const char* name, uint8_t net, const net::LinkParams& lp, int 
   for (int w = 0; w < kWorkers; ++w) {
     const uint8_t n = static_cast<uint8_t>(net + w);
     servers.push_back(std::make_unique<Endpoint>(
-        links[w]->a(), endpoint_config(9, 0, {"w" + std::to_string(w), RingLink::ip_b(n), 47101}),
+        links[w]->a(),
+        endpoint_config(9, 0, {{"w" + std::to_string(w), RingLink::ip_b(n), 47101}}, kEndpoint),
         server, now));
-    workers.push_back(std::make_unique<Endpoint>(
-        links[w]->b(),
-        endpoint_config(3, static_cast<uint16_t>(w + 1), {"ps", RingLink::ip_a(n), 47100}), nothing,
-        now));
+    workers.push_back(
+        std::make_unique<Endpoint>(links[w]->b(),
+                                   endpoint_config(3, static_cast<uint16_t>(w + 1),
+                                                   {{"ps", RingLink::ip_a(n), 47100}}, kEndpoint),
+                                   nothing, now));
     ASSERT_EQ(servers.back()->max_payload(), chunk);
     all.push_back(servers.back().get());
     all.push_back(workers.back().get());
@@ -361,10 +359,11 @@ void server_sends_slices(const char* name, uint8_t net, const net::LinkParams& l
   for (int w = 0; w < kWorkers; ++w) {
     net::LinkParams p = lp;
     p.seed = lp.seed + 29 * w;
-    links.push_back(std::make_unique<RingLink>(std::string(name) + std::to_string(w),
-                                               static_cast<uint8_t>(net + w), kMtu, p));
+    links.push_back(std::make_unique<RingLink>(
+        std::string(name) + std::to_string(w), static_cast<uint8_t>(net + w),
+        pmdtest::RingLinkOptions{.end = {.mtu = kMtu, .impair = p}}));
   }
-  const std::vector<std::byte> params = testing::random_pattern(total_bytes(), 4242);
+  const std::vector<std::byte> params = pmdtest::random_pattern(total_bytes(), 4242);
   constexpr uint32_t kVersion = 70;
   std::vector<std::unique_ptr<PullWorker>> pullers;
   NoPackets nothing;
@@ -376,12 +375,14 @@ void server_sends_slices(const char* name, uint8_t net, const net::LinkParams& l
     pullers.push_back(std::make_unique<PullWorker>(kVersion));
     pullers.back()->expect(params);
     servers.push_back(std::make_unique<Endpoint>(
-        links[w]->a(), endpoint_config(9, 0, {"w" + std::to_string(w), RingLink::ip_b(n), 47101}),
+        links[w]->a(),
+        endpoint_config(9, 0, {{"w" + std::to_string(w), RingLink::ip_b(n), 47101}}, kEndpoint),
         nothing, now));
-    workers.push_back(std::make_unique<Endpoint>(
-        links[w]->b(),
-        endpoint_config(3, static_cast<uint16_t>(w + 1), {"ps", RingLink::ip_a(n), 47100}),
-        *pullers.back(), now));
+    workers.push_back(
+        std::make_unique<Endpoint>(links[w]->b(),
+                                   endpoint_config(3, static_cast<uint16_t>(w + 1),
+                                                   {{"ps", RingLink::ip_a(n), 47100}}, kEndpoint),
+                                   *pullers.back(), now));
     all.push_back(servers.back().get());
     all.push_back(workers.back().get());
   }

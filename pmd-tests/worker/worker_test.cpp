@@ -19,18 +19,20 @@
 #include <thread>
 #include <vector>
 
-#include "../transport/fixture.h"
+#include "../../apps/common/synthetic.h"
+#include "endpoint_config.h"
 #include "mercury/worker.h"
 #include "mercury/worker_c.h"
 #include "net/frame.h"
 #include "pmd_env.h"
+#include "ring_link.h"
 #include "server/server_node.h"
 #include "worker/attach.h"
 
 namespace mercury::worker {
 namespace {
 
-using transport::testing::RingLink;
+using pmdtest::RingLink;
 
 constexpr uint32_t kMtu = 1500;
 constexpr uint32_t kShards = 2;
@@ -42,28 +44,7 @@ const uint32_t kChunk = net::payload_per_packet(kMtu);
 const std::vector<uint32_t> kSizes = {1,    3,     353,   354,    355,    708,     1000,
                                       4096, 10000, 65536, 100003, 250000, 1u << 20};
 
-transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender, uint32_t messages) {
-  transport::EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;
-  c.transport.peer_timeout_us = 20'000'000;
-  c.local_epoch = epoch;
-  c.sender_id = sender;
-  c.max_messages = messages;
-  c.ingress_capacity = messages;
-  return c;
-}
-
-// Cheap deterministic values: xorshift into [-1, 1).
-struct Noise {
-  uint64_t state;
-  float next() {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
-  }
-};
+using apps::Noise;  // cheap deterministic values, as the apps train with
 
 void fill_gradient(std::vector<float>& g, uint32_t rank, uint32_t round, uint32_t tensor) {
   Noise n{0x9e3779b97f4a7c15ull * ((uint64_t{round} * 131 + rank + 1) * 1009 + tensor)};
@@ -92,9 +73,9 @@ class Job {
     for (uint32_t r = 0; r < ranks; ++r) {
       net::LinkParams p = impair;
       p.seed = impair.seed + r;
-      links_.push_back(
-          std::make_unique<RingLink>("wk" + std::to_string(id) + "_" + std::to_string(r),
-                                     static_cast<uint8_t>(80 + r), kMtu, p, 8191));
+      links_.push_back(std::make_unique<RingLink>(
+          "wk" + std::to_string(id) + "_" + std::to_string(r), static_cast<uint8_t>(80 + r),
+          pmdtest::RingLinkOptions{.end = {.mtu = kMtu, .mbufs = 8191, .impair = p}}));
       ports.push_back(&links_[r]->a());
       workers.push_back({{"w" + std::to_string(r), RingLink::ip_b(80 + r), 47101, 0}, r});
     }
@@ -104,7 +85,7 @@ class Job {
     sc.optimizer.learning_rate = kLr;
     sc.layout = job::ShardLayout::of({kShards});
     sc.server_index = 0;
-    sc.endpoint = endpoint_config(3, 0, 1 << 16);
+    sc.endpoint = pmdtest::endpoint_config(3, 0, {}, {.messages = 1 << 16});
     server_ = std::make_unique<server::ServerNode>(ports, workers, sc, rte_rdtsc());
     if (kind == Server::kRunning) {
       server_thread_ = std::thread([this] {
@@ -120,7 +101,7 @@ class Job {
       c.servers = {ServerSpec{{"server0", RingLink::ip_a(80 + r), 47100, 0}, kShards}};
       c.chunk_bytes = kChunk;
       c.endpoint =
-          endpoint_config(static_cast<uint16_t>(5 + r), static_cast<uint16_t>(r + 1), 4096);
+          pmdtest::endpoint_config(static_cast<uint16_t>(5 + r), static_cast<uint16_t>(r + 1));
       c.start_timeout_ms = start_timeout_ms;
       workers_.push_back(attach_worker(links_[r]->b(), c));
     }
@@ -543,11 +524,11 @@ TEST(WorkerApi, AsyncStartAndBarrier) {
 // naming the _async form; shutdown() runs the net core itself until it has
 // stopped, which fails the pending start.
 TEST(WorkerApi, PolledWorkerRefusesToBlock) {
-  RingLink link("polled", 90, kMtu, {}, 2047);
+  RingLink link("polled", 90, {.end = {.mtu = kMtu}});
   NetCoreConfig c;
   c.servers = {ServerSpec{{"server0", RingLink::ip_a(90), 47100, 0}, kShards}};
   c.chunk_bytes = kChunk;
-  c.endpoint = endpoint_config(7, 1, 4096);
+  c.endpoint = pmdtest::endpoint_config(7, 1);
   PolledWorker polled(link.b(), c);
   Worker& w = polled.worker();
   std::vector<float> a(100);

@@ -1,8 +1,8 @@
-// Shared pieces of the endpoint PMD tests and benchmarks: a net_ring link
-// between two Interfaces (each optionally behind a LinkEmulator), a source
-// pattern that messages are cut from, a MessageReceiver that checks every
-// byte of every completed message against it, and a plan of mixed-size
-// messages. Test-only code: it allocates freely.
+// Messages for the endpoint PMD tests and benchmarks: a source pattern that
+// messages are cut from, a plan of mixed-size messages, a MessageReceiver
+// that checks every byte of every completed message against it, a log of
+// completions, the faults the tests put on links, and the loop that polls
+// endpoints until a condition holds. Test-only code: it allocates freely.
 #pragma once
 
 #include <rte_cycles.h>
@@ -10,18 +10,14 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <memory>
-#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "net/interface.h"
 #include "net/link_emulator.h"
-#include "net/mempool.h"
-#include "net/port.h"
 #include "transport/endpoint.h"
 
-namespace mercury::transport::testing {
+namespace mercury::pmdtest {
 
 /// Pseudo-random bytes (xorshift), so a misplaced slice never matches by luck.
 inline std::vector<std::byte> random_pattern(size_t n, uint64_t seed) {
@@ -35,72 +31,6 @@ inline std::vector<std::byte> random_pattern(size_t n, uint64_t seed) {
   }
   return v;
 }
-
-/// One end of a link: its mbuf pool, its copy pool for duplicates, its
-/// Interface and (when impaired) its emulator.
-struct Side {
-  net::Mempool pool;
-  net::Mempool copies;
-  std::optional<net::Interface> iface;
-  std::unique_ptr<net::LinkEmulator> emulator;
-};
-
-/// Two ports joined by a pair of rings: a (10.0.<net>.1:47100) and b
-/// (10.0.<net>.2:47101). Each direction has its own emulator seed.
-class RingLink {
- public:
-  RingLink(const std::string& name, uint8_t net, uint32_t mtu, const net::LinkParams& impair,
-           uint32_t mbufs = 2047)
-      : a_{net::Mempool("pa_" + name, mbufs, 64, net::frame_bytes_for_mtu(mtu)),
-           net::Mempool("ca_" + name, 511, 32, net::frame_bytes_for_mtu(mtu)),
-           {},
-           {}},
-        b_{net::Mempool("pb_" + name, mbufs, 64, net::frame_bytes_for_mtu(mtu)),
-           net::Mempool("cb_" + name, 511, 32, net::frame_bytes_for_mtu(mtu)),
-           {},
-           {}},
-        ports_(net::Port::ring_link(name, a_.pool, b_.pool, net::PortOptions{.mtu = mtu})) {
-    a_.iface.emplace(ports_.first, a_.pool, net::LocalAddr{ports_.first.mac(), ip_a(net), 47100},
-                     net::InterfaceOptions{});
-    b_.iface.emplace(ports_.second, b_.pool, net::LocalAddr{ports_.second.mac(), ip_b(net), 47101},
-                     net::InterfaceOptions{});
-    impair_ = impair;
-    if (impair.impairs()) {
-      net::LinkParams pa = impair, pb = impair;
-      pb.seed = impair.seed * 31 + 7;
-      a_.emulator = std::make_unique<net::LinkEmulator>(ports_.first.id(), 0, pa, a_.copies.get(),
-                                                        rte_get_tsc_hz());
-      b_.emulator = std::make_unique<net::LinkEmulator>(ports_.second.id(), 0, pb, b_.copies.get(),
-                                                        rte_get_tsc_hz());
-      a_.iface->attach_emulator(a_.emulator.get());
-      b_.iface->attach_emulator(b_.emulator.get());
-    }
-  }
-  ~RingLink() {
-    a_.iface->attach_emulator(nullptr);
-    b_.iface->attach_emulator(nullptr);
-  }
-
-  static uint32_t ip_a(uint8_t net) { return 0x0a000001u | uint32_t{net} << 8; }
-  static uint32_t ip_b(uint8_t net) { return 0x0a000002u | uint32_t{net} << 8; }
-  net::Interface& a() { return *a_.iface; }
-  net::Interface& b() { return *b_.iface; }
-  net::Port& port_a() { return ports_.first; }
-  net::Port& port_b() { return ports_.second; }
-  Side& side_a() { return a_; }
-  Side& side_b() { return b_; }
-  const net::LinkCounters* emu_a() const {
-    return a_.emulator ? &a_.emulator->counters() : nullptr;
-  }
-  const net::LinkCounters* emu_b() const {
-    return b_.emulator ? &b_.emulator->counters() : nullptr;
-  }
-
- private:
-  Side a_, b_;
-  std::pair<net::Port, net::Port> ports_;
-  net::LinkParams impair_;
-};
 
 /// A message of the plan: its bytes are pattern[start, start + len).
 struct PlannedMessage {
@@ -137,7 +67,7 @@ inline std::vector<PlannedMessage> plan_messages(uint64_t total, uint32_t larges
 /// buffer is filled with the complement of the expected bytes first, so a
 /// byte the transport never wrote cannot pass. Message identity travels in
 /// tensor_key (the plan index) and iteration (the sender's index).
-class CheckingReceiver final : public MessageReceiver {
+class CheckingReceiver final : public transport::MessageReceiver {
  public:
   /// `plans[s]` is what sender s sends.
   CheckingReceiver(const std::vector<std::byte>& pattern,
@@ -257,7 +187,7 @@ struct CompletionLog {
   std::vector<uint32_t> failed;
   std::string first_error;
   explicit CompletionLog(size_t n) : ok(n, 0), failed(n, 0) {}
-  static void callback(void* self, const SendResult& r) {
+  static void callback(void* self, const transport::SendResult& r) {
     auto& log = *static_cast<CompletionLog*>(self);
     if (r.ok()) {
       ++log.ok[r.cookie];
@@ -280,17 +210,17 @@ struct CompletionLog {
 };
 
 /// Submits plan[i] as message i from sender `sender_index` to `peer`.
-inline void submit_plan(Endpoint& ep, uint16_t peer, uint32_t sender_index,
+inline void submit_plan(transport::Endpoint& ep, uint16_t peer, uint32_t sender_index,
                         const std::vector<PlannedMessage>& plan,
                         const std::vector<std::byte>& pattern, CompletionLog& log) {
   for (uint32_t i = 0; i < plan.size(); ++i) {
-    MessageMeta meta;
+    transport::MessageMeta meta;
     meta.tensor_key = i;
     meta.iteration = sender_index;
-    const SubmitStatus st =
+    const transport::SubmitStatus st =
         ep.send(peer, pattern.data() + plan[i].start, plan[i].len, plan[i].priority, meta,
-                Completion{&CompletionLog::callback, &log, i});
-    if (st != SubmitStatus::kQueued) throw std::runtime_error("submit refused");
+                transport::Completion{&CompletionLog::callback, &log, i});
+    if (st != transport::SubmitStatus::kQueued) throw std::runtime_error("submit refused");
   }
 }
 
@@ -309,14 +239,14 @@ inline net::LinkParams faults(double loss, uint64_t seed) {
 
 /// Polls every endpoint until `done()` or `limit_s` seconds; false on time out.
 template <typename Done>
-bool run(const std::vector<Endpoint*>& eps, Done done, double limit_s) {
+bool run(const std::vector<transport::Endpoint*>& eps, Done done, double limit_s) {
   const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
   for (;;) {
     const uint64_t now = rte_rdtsc();
-    for (Endpoint* e : eps) e->poll_st(now);
+    for (transport::Endpoint* e : eps) e->poll_st(now);
     if (done()) return true;
     if (now > deadline) return false;
   }
 }
 
-}  // namespace mercury::transport::testing
+}  // namespace mercury::pmdtest

@@ -1,43 +1,53 @@
-// What the two processes of memif_rate_bench agree on, and how they talk.
+// The two processes of the net_memif benchmarks (benchmarks/net/memif_rate_bench,
+// benchmarks/transport_pmd/memif_goodput_bench): what they agree on, how
+// they talk, and the main of each side.
 //
-// The benchmark measures net_memif between two processes: the sender (the
-// Google Benchmark process, memif client, pinned to CPU 0) and a receiver it
-// starts itself before EAL (memif server, CPU 1), because EAL can start only
+// The sender is the Google Benchmark process (memif client, pinned to CPU
+// 0); the receiver is the same binary started again with --peer before EAL
+// (memif server, CPU 1; pmdtest::PeerProcess), because EAL can start only
 // once per process and a process must not fork once it has. This header
 // holds the addresses and vdev arguments both sides use, the control
-// protocol, and the RAII for the receiver process.
+// protocol over the PeerProcess's socket, and memif_main(), which runs
+// either side of a benchmark.
 //
-// Control protocol, over a SOCK_SEQPACKET socket pair made before the fork
-// (so it exists before either memif socket): the receiver sends one Report
-// when its port listens (ready; in memif_goodput_bench's zero-copy mode the
-// receiver is the memif client, so it first waits for kGo, sent once the
-// sender's server ports listen, and is ready once its own port is up); then for every benchmark run
-// the sender sends kStart (the receiver drains leftovers, zeroes its counts and answers with a
-// Report), sends frames over memif, and sends kStop with the number of frames memif accepted (the
-// receiver keeps receiving until it has them all or 1 s passed, and answers with its counts).
-// kQuit, or the socket closing, ends the receiver.
+// Control protocol: the receiver sends one Report when its port listens
+// (ready; in memif_goodput_bench's zero-copy mode the receiver is the memif
+// client, so it first waits for kGo, sent once the sender's server ports
+// listen, and is ready once its own ports are up); then for every benchmark
+// run the sender sends kStart (the receiver drains leftovers, zeroes its
+// counts and answers with a Report), sends frames over memif, and sends kStop
+// with the number of frames memif accepted (the receiver keeps receiving
+// until it has them all or 1 s passed, and answers with its counts). kQuit,
+// or the socket closing, ends the receiver. For memif_goodput_bench's
+// endpoint variants a Report counts messages, not frames.
 //
-// Threading: both classes belong to the thread that made them (the main
-// thread of each process). Costs: every call is a system call or two; the
-// datapath never touches them (the receiver looks for a command with one
-// non-blocking recv every kCommandPollPasses polls: serve_commands).
+// Every repetition also passes the CPU-share guard (cpu_share.h): the sender
+// and the receiver report the share of their core they got.
 //
-// benchmarks/transport_pmd/memif_goodput_bench uses the same machinery with
-// its own receiver and two memif interfaces on one socket (memif_vdev with an
-// index); for its endpoint variants a Report counts messages, not frames.
+// Threading: everything belongs to the main thread of each process. Costs:
+// every control call is a system call or two; the datapath never touches
+// them (the receiver looks for a command with one non-blocking recv every
+// kCommandPollPasses polls: serve_commands).
 #pragma once
 
+#include <benchmark/benchmark.h>
 #include <rte_cycles.h>
-#include <sys/types.h>
+#include <sys/prctl.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "bench_eal.h"
+#include "cpu_share.h"
+#include "net/eal.h"
 #include "net/frame.h"
+#include "peer_process.h"
 
 struct rte_mempool;
 
@@ -46,6 +56,8 @@ class Port;
 }
 
 namespace mercury::bench::memif {
+
+using pmdtest::ControlChannel;
 
 enum class Variant : uint32_t {
   kRaw,              ///< rte_eth_rx_burst, count, free
@@ -76,21 +88,16 @@ inline constexpr uint32_t kSlotBytes = 9024;
 // The receiver's mbufs hold a whole slot, so memif's RX takes its bulk path.
 inline constexpr uint32_t kMbufFrameBytes = kSlotBytes;
 
-/// "net_memif0,role=...,id=0,socket=<socket>,bsize=...,mac=..." for one side.
-/// The socket is abstract (memif's default): a name, never a file.
-std::string memif_vdev(bool server, const std::string& socket);
-/// The same for interface `index`: "net_memif<index>,...,id=<index>,...", so
-/// one socket carries several memif links between the same two processes.
-std::string memif_vdev(bool server, const std::string& socket, uint16_t index);
-/// The same with memif's zero-copy mode on the receiving side: the receiver
-/// is then the client, with zero-copy=yes (its RX hands out mbufs the
-/// server's TX has written into, with no copy of its own), and the sender the
-/// server. `receiver` picks the side (and its MAC). Zero-copy exports EAL's
-/// memory: both processes need --single-file-segments (kZeroCopyEalArg).
-std::string memif_vdev(bool receiver, const std::string& socket, uint16_t index,
-                       bool receiver_zero_copy);
+/// The vdev of memif link `index` on one side (bsize kSlotBytes, the
+/// side's MAC): the receiver is the server, unless `receiver_zero_copy`
+/// (memif's zero-copy mode on the receiving side: the receiver is then the
+/// client, with zero-copy=yes, its RX handing out mbufs the server's TX has
+/// written into, with no copy of its own). Zero-copy exports EAL's memory:
+/// both processes need --single-file-segments (kZeroCopyEalArg).
+std::string memif_vdev(bool receiver, const std::string& socket, uint16_t index = 0,
+                       bool receiver_zero_copy = false);
 inline constexpr const char* kZeroCopyEalArg = "--single-file-segments";
-/// The receiver's extra argument in zero-copy mode (PeerProcess).
+/// The receiver's extra argument in zero-copy mode (Peer).
 inline constexpr const char* kZeroCopyPeerArg = "zero-copy";
 
 struct Command {
@@ -131,44 +138,23 @@ struct Report {
 /// CLOCK_MONOTONIC or CLOCK_THREAD_CPUTIME_ID now, in ns (control path only).
 uint64_t clock_ns(int clock);
 
-/// One end of the control socket. Every call has a bound on its wait.
-class ControlChannel {
- public:
-  explicit ControlChannel(int fd = -1) : fd_(fd) {}
-  ~ControlChannel() { close(); }
-  ControlChannel(const ControlChannel&) = delete;
-  ControlChannel& operator=(const ControlChannel&) = delete;
-
-  /// False when the other side is gone.
-  bool send(const Command& c) { return send_bytes(&c, sizeof(c)); }
-  bool send(const Report& r) { return send_bytes(&r, sizeof(r)); }
-  /// Waits up to `timeout_ms` (-1: no bound). 1 with a message, 0 on
-  /// timeout, -1 when the other side closed or sent something malformed.
-  int receive(Command& c, int timeout_ms) { return receive_bytes(&c, sizeof(c), timeout_ms); }
-  int receive(Report& r, int timeout_ms) { return receive_bytes(&r, sizeof(r), timeout_ms); }
-  /// Takes ownership of `fd` (closing the one held before).
-  void adopt(int fd);
-  void close();
-
- private:
-  bool send_bytes(const void* p, size_t n);
-  int receive_bytes(void* p, size_t n, int timeout_ms);
-  int fd_;
+/// What a memif benchmark is, for memif_main().
+struct MemifBenchmark {
+  const char* name;       ///< the binary: EAL's name and file prefix, error messages
+  const char* peer_name;  ///< the receiver process's (at most 15 characters: its thread name)
+  const char* counter;    ///< the counter compared with raw's (CpuShareReporter)
+  uint16_t links = 1;     ///< memif links between the processes (net_memif0, 1, ...)
+  bool zero_copy_option = false;  ///< offers --memif_zero_copy
 };
 
-/// The receiver process: this same binary run again with --peer. Made before
-/// EAL starts. The child dies with its parent (PR_SET_PDEATHSIG), and the
-/// destructor asks it to quit, waits up to 5 s, then kills and reaps it, so
-/// no process outlives the benchmark. The receiver also leaves by itself
-/// after 60 s without a command (a hung sender).
-class PeerProcess {
+/// The receiver process, seen from the sender: `<peer_name> --peer <fd>
+/// <socket> [zero-copy]` (pmdtest::PeerProcess: it dies with the sender, and
+/// is reaped, killed after 5 s, when this goes). The receiver also leaves by
+/// itself after kPatienceMs without a command (a hung sender).
+class Peer {
  public:
-  /// Spawns "/proc/self/exe --peer <fd> <socket> [extra]". Throws when it
-  /// cannot.
-  explicit PeerProcess(const std::string& socket, const std::string& extra = "");
-  ~PeerProcess();
-  PeerProcess(const PeerProcess&) = delete;
-  PeerProcess& operator=(const PeerProcess&) = delete;
+  /// Throws when it cannot be started.
+  Peer(const MemifBenchmark& b, const std::string& socket, bool zero_copy);
 
   /// Waits for the receiver's ready Report; throws if it fails or takes
   /// longer than `timeout_ms`.
@@ -179,12 +165,11 @@ class PeerProcess {
   bool start(Variant v, uint32_t frame, Report& ack, std::string& error);
   /// kStop: the receiver's counts for the run.
   bool stop(uint64_t sent, Report& out, std::string& error);
-  /// Sends kQuit and reaps the child; returns its exit status (0: clean).
+  /// Sends kQuit and reaps the receiver; returns its exit status (0: clean).
   int quit();
 
  private:
-  pid_t pid_ = -1;
-  ControlChannel control_;
+  pmdtest::PeerProcess process_;
 };
 
 /// Bounded waiting for a PMD that takes nothing: stuck() is true once calls
@@ -206,9 +191,8 @@ uint16_t send_raw_burst(net::Port& port, rte_mempool* pool, std::span<const std:
                         size_t frame, uint16_t n, size_t& offset, Stall& stall,
                         std::string& failure);
 
-/// The receiver's main: `argv` is "<prog> --peer <fd> <socket>". Returns the
-/// process exit code.
-int run_receiver(int argc, char** argv);
+/// Waits up to `timeout_ms` for the link of `port` to come up; throws after.
+void wait_link_up(net::Port& port, int timeout_ms = 10'000);
 
 /// Receivers look at the control socket once per this many polls: one
 /// non-blocking recv (about 1 us) per 256 polls is well under 1 % of a
@@ -277,6 +261,98 @@ int serve_commands(Rx& rx, ControlChannel& control, const char* who) {
       }
     }
   }
+}
+
+inline constexpr const char* kPeerFlag = "--peer";
+inline constexpr int kReadyTimeoutMs = 30'000;
+
+/// EAL's arguments for one side: its CPU, the memif vdevs of `b.links`.
+std::vector<std::string> eal_extra(const MemifBenchmark& b, bool receiver,
+                                   const std::string& socket, bool zero_copy);
+
+/// The receiver process: EAL on CPU 1, an `Rx` made, ready, then
+/// serve_commands(). `Rx` as serve_commands() says; made after EAL.
+template <class Rx>
+int run_receiver(int argc, char** argv, int control_fd, const MemifBenchmark& b) {
+  const bool zero_copy = argc == 5 && std::string_view(argv[4]) == kZeroCopyPeerArg;
+  if (argc != 4 && !zero_copy) {
+    std::fprintf(stderr, "usage: %s --peer <control fd> <memif socket> [%s]\n", argv[0],
+                 kZeroCopyPeerArg);
+    return 2;
+  }
+  ::prctl(PR_SET_NAME, b.peer_name);  // exec'd as /proc/self/exe, ps would say "exe"
+  ControlChannel control(control_fd);
+  int rc = 1;
+  try {
+    if (zero_copy) {
+      // Our ports are memif clients: the sender's server ports must listen first.
+      Command go;
+      if (control.receive(go, kReadyTimeoutMs) != 1 || go.kind != Command::Kind::kGo) {
+        std::fprintf(stderr, "%s receiver: no go from the sender\n", b.name);
+        return 1;
+      }
+    }
+    net::Eal eal(eal_args(b.peer_name, eal_extra(b, true, argv[3], zero_copy)));
+    Rx rx;
+    // Ready: the server ports listen, so the sender's client ports can
+    // connect (zero-copy mode: our client ports have connected).
+    if (control.send(Report{})) rc = serve_commands(rx, control, b.name);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s receiver: %s\n", b.name, e.what());
+  }
+  return rc;
+}
+
+/// Either side's main. In the benchmark process: takes --min_cpu_share=X
+/// (default 0.9) and, if offered, --memif_zero_copy out of argv, starts the
+/// receiver, EAL on CPU 0, makes a `Sender` (its ports open; a constructor
+/// taking the Peer, and wait_up()), publishes it in `current` while Google
+/// Benchmark runs with a CpuShareReporter on `b.counter` against "raw",
+/// then stops the receiver. A failure anywhere ends the benchmark with a
+/// message and exit status 1.
+template <class Rx, class Sender>
+int memif_main(int argc, char** argv, const MemifBenchmark& b, Sender*& current) {
+  if (const int fd = pmdtest::peer_control_fd(argc, argv, kPeerFlag); fd >= 0) {
+    return run_receiver<Rx>(argc, argv, fd, b);
+  }
+  const double min_share = take_flag(argc, argv, "min_cpu_share", 0.9);
+  const bool zero_copy = b.zero_copy_option && take_switch(argc, argv, "memif_zero_copy");
+  benchmark::Initialize(&argc, argv);
+  int rc = 0;
+  try {
+    const std::string socket = pmdtest::memif_socket(b.name);
+    // Before EAL: a process must not fork once EAL has started.
+    Peer peer(b, socket, zero_copy);
+    net::Eal eal(eal_args(b.name, eal_extra(b, false, socket, zero_copy)));
+    if (b.zero_copy_option) {
+      std::printf("memif: %s\n", zero_copy ? "zero-copy receiver (client, zero-copy=yes)"
+                                           : "copy mode on both sides");
+    }
+    // Copy mode: the receiver's server ports listen once it is ready. Zero-copy
+    // mode: ours are the servers, open (listening) once Sender is built.
+    if (!zero_copy) peer.wait_ready(kReadyTimeoutMs);
+    {
+      Sender sender(peer);
+      if (zero_copy) {
+        peer.go();
+        peer.wait_ready(kReadyTimeoutMs);
+      }
+      sender.wait_up();
+      current = &sender;
+      CpuShareReporter reporter(b.counter, "raw", min_share);
+      benchmark::RunSpecifiedBenchmarks(&reporter);
+      current = nullptr;
+    }
+    if (const int peer_rc = peer.quit(); peer_rc != 0) {
+      std::fprintf(stderr, "%s: the receiver process exited with %d\n", b.name, peer_rc);
+      rc = 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", b.name, e.what());
+    rc = 1;
+  }
+  benchmark::Shutdown();
+  return rc;
 }
 
 }  // namespace mercury::bench::memif

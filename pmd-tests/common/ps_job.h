@@ -17,36 +17,32 @@
 // frame to the port whose MAC it is for, a broadcast to all: the bridge of
 // the multi-host test, in one process), which several server nodes need.
 //
-// Everything is polled from the calling thread (Job::poll_until). Test-only
-// code: it allocates and throws freely.
+// Everything is polled from the calling thread (Job::poll_until). Test and
+// benchmark code (benchmarks/ps/ps_bench runs its rounds on a Job): it
+// allocates and throws freely. Its users build with pmd_job_dep, which
+// gives MERCURY_MODELS_DIR and -ffp-contract=off (the reference rounds as
+// lib/agg does).
 #pragma once
 
 #include <rte_cycles.h>
-#include <rte_eth_ring.h>
-#include <rte_ether.h>
-#include <rte_mbuf.h>
-#include <rte_ring.h>
 
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../../apps/common/synthetic.h"
 #include "agg/control.h"
 #include "agg/placement.h"
-#include "fixture.h"
+#include "endpoint_config.h"
 #include "mercury/worker.h"
 #include "net/frame.h"
 #include "net/interface.h"
-#include "net/mempool.h"
-#include "net/port.h"
+#include "ring_link.h"
 #include "server/server_node.h"
 #include "transport/endpoint.h"
 #include "worker/attach.h"
@@ -54,16 +50,13 @@
 
 namespace mercury::pstest {
 
+using pmdtest::RingLink;
 using transport::EndpointConfig;
 using transport::PeerSpec;
-using transport::testing::RingLink;
 
+/// The text of model file `name` (config/models).
 inline std::string read_model(const char* name) {
-  std::ifstream in(std::string(MERCURY_MODELS_DIR) + "/" + name);
-  if (!in) throw std::runtime_error(std::string("no model file ") + name);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return apps::read_file(std::string(MERCURY_MODELS_DIR) + "/" + name);
 }
 
 /// The model's shapes with every tensor divided by `divisor` (at least 1
@@ -73,18 +66,9 @@ inline std::vector<agg::TensorDecl> scaled(std::vector<agg::TensorDecl> d, uint6
   return d;
 }
 
-inline EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id) {
-  EndpointConfig c;
-  c.transport.tsc_hz = rte_get_tsc_hz();
-  c.transport.window_packets = 128;
-  c.transport.peer_timeout_us = 20'000'000;
-  c.local_epoch = epoch;
-  c.sender_id = sender_id;
-  // Every chunk update is one slice to each worker: many descriptors in flight.
-  c.max_messages = 1 << 17;
-  c.ingress_capacity = 1 << 17;
-  return c;
-}
+/// Every node's endpoint: every chunk update is one slice to each worker,
+/// so many descriptors are in flight.
+inline constexpr pmdtest::EndpointOptions kJobEndpoint = {.messages = 1 << 17};
 
 /// The configuration of rank `rank` of `workers`, whose servers are
 /// `servers` (job-file order), as a job file would give it.
@@ -97,7 +81,8 @@ inline worker::NetCoreConfig worker_config(uint32_t rank, uint32_t workers,
   c.servers = std::move(servers);
   c.chunk_bytes = chunk_bytes;
   // The node's index in a job file that lists the servers first.
-  c.endpoint = endpoint_config(epoch, static_cast<uint16_t>(c.servers.size() + rank));
+  c.endpoint = pmdtest::endpoint_config(epoch, static_cast<uint16_t>(c.servers.size() + rank), {},
+                                        kJobEndpoint);
   c.start_timeout_ms = 60'000;
   return c;
 }
@@ -173,10 +158,12 @@ class RawPeer final : public transport::MessageReceiver {
       table_.declare(decls[t].name, params_[t], static_cast<int>(decls[t].priority));
     }
     table_.freeze(shards, chunk_bytes);
-    EndpointConfig c = endpoint_config(static_cast<uint16_t>(0x700 + rank),
-                                       static_cast<uint16_t>(servers.size() + rank));
-    c.peers = std::move(servers);
-    endpoint_ = std::make_unique<transport::Endpoint>(iface, c, *this, now);
+    const auto sender = static_cast<uint16_t>(servers.size() + rank);
+    endpoint_ = std::make_unique<transport::Endpoint>(
+        iface,
+        pmdtest::endpoint_config(static_cast<uint16_t>(0x700 + rank), sender, std::move(servers),
+                                 kJobEndpoint),
+        *this, now);
   }
 
   uint32_t poll_st(transport::Tick now) { return endpoint_->poll_st(now); }
@@ -247,103 +234,17 @@ class RawPeer final : public transport::MessageReceiver {
   std::vector<agg::ControlMessage> control_;
 };
 
-/// Server ports then worker ports over rings, joined by forward(): every
-/// port sends into its own ring, and forward() moves each frame to the port
-/// whose MAC it is for (a broadcast to every other port).
-class Switch {
- public:
-  Switch(const std::string& name, uint32_t servers, uint32_t workers, uint32_t mtu, uint8_t net)
-      : servers_(servers), copies_("sc_" + name, 1023, 32, net::frame_bytes_for_mtu(mtu)) {
-    for (uint32_t p = 0; p < servers + workers; ++p) {
-      const bool server = p < servers;
-      const std::string id = std::to_string(p) + "_" + name;
-      pools_.emplace_back("sp" + id, server ? 8191 : 4095, 64, net::frame_bytes_for_mtu(mtu));
-      rx_.emplace_back("sr" + id, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ);
-      tx_.emplace_back("st" + id, 8192, RING_F_SP_ENQ | RING_F_SC_DEQ);
-      rte_ring* rx = rx_.back().get();
-      rte_ring* tx = tx_.back().get();
-      const std::string port = "sw" + id;
-      if (rte_eth_from_rings(port.c_str(), &rx, 1, &tx, 1, rte_socket_id()) < 0) {
-        throw std::runtime_error("switch: port " + port);
-      }
-      ports_.push_back(
-          net::Port::open("net_ring_" + port, pools_.back(), net::PortOptions{.mtu = mtu}));
-      const uint32_t ip = server ? server_ip(net, p) : worker_ip(net, p - servers);
-      const uint16_t udp = server ? 47100 : 47101;
-      ifaces_.push_back(std::make_unique<net::Interface>(
-          ports_.back(), pools_.back(), net::LocalAddr{ports_.back().mac(), ip, udp},
-          net::InterfaceOptions{}));
-    }
-  }
-  ~Switch() {
-    for (net::Ring& r : rx_) drain(r.get());
-    for (net::Ring& r : tx_) drain(r.get());
-  }
-
-  static uint32_t server_ip(uint8_t net, uint32_t s) {
-    return (0x0a010001u | uint32_t{net} << 8) + s;
-  }
-  static uint32_t worker_ip(uint8_t net, uint32_t w) {
-    return (0x0a010000u | uint32_t{net} << 8) + 10 + w;
-  }
-  net::Interface& server(uint32_t s) { return *ifaces_[s]; }
-  net::Interface& worker(uint32_t w) { return *ifaces_[servers_ + w]; }
-
-  /// Moves every frame sent so far to its port; returns how many.
-  uint32_t forward() {
-    uint32_t moved = 0;
-    rte_mbuf* m[32];
-    for (size_t from = 0; from < ports_.size(); ++from) {
-      const unsigned n =
-          rte_ring_sc_dequeue_burst(tx_[from].get(), reinterpret_cast<void**>(m), 32, nullptr);
-      moved += n;
-      for (unsigned i = 0; i < n; ++i) {
-        const auto* eth = rte_pktmbuf_mtod(m[i], const rte_ether_hdr*);
-        if (rte_is_broadcast_ether_addr(&eth->dst_addr)) {
-          for (size_t to = 0; to < ports_.size(); ++to) {
-            if (to == from) continue;
-            rte_mbuf* c = rte_pktmbuf_copy(m[i], copies_.get(), 0, UINT32_MAX);
-            if (c != nullptr && rte_ring_sp_enqueue(rx_[to].get(), c) != 0) rte_pktmbuf_free(c);
-          }
-          rte_pktmbuf_free(m[i]);
-          continue;
-        }
-        bool sent = false;
-        for (size_t to = 0; to < ports_.size() && !sent; ++to) {
-          if (std::memcmp(eth->dst_addr.addr_bytes, ports_[to].mac().bytes.data(), 6) != 0)
-            continue;
-          sent = rte_ring_sp_enqueue(rx_[to].get(), m[i]) == 0;
-          break;
-        }
-        if (!sent) rte_pktmbuf_free(m[i]);
-      }
-    }
-    return moved;
-  }
-
- private:
-  static void drain(rte_ring* r) {
-    void* m;
-    while (rte_ring_dequeue(r, &m) == 0) rte_pktmbuf_free(static_cast<rte_mbuf*>(m));
-  }
-
-  uint32_t servers_;
-  net::Mempool copies_;
-  std::deque<net::Mempool> pools_;
-  std::deque<net::Ring> rx_, tx_;
-  std::deque<net::Port> ports_;
-  std::vector<std::unique_ptr<net::Interface>> ifaces_;
-};
-
 struct JobOptions {
   const char* model = "mobilenet_v2.txt";
   uint64_t scale_down = 1;  ///< tensors divided by this
   uint32_t workers = 4;
   /// Per server node of the job, its shard count; more than one needs `hub`.
   std::vector<uint32_t> job_shards = {2};
-  bool hub = false;  ///< one port per node, all joined by a Switch (else a link per worker)
-  net::LinkParams impair;
-  std::vector<unsigned> shard_lcores;                               ///< server 0's
+  bool hub = false;  ///< one port per node, all joined by a RingSwitch (else a link per worker)
+  net::LinkParams impair;              ///< on every worker's link (not with the hub)
+  uint32_t link_mbufs = 8191;          ///< each end of each worker's link
+  uint32_t link_mbuf_cache = 64;       ///< ... and its pool's per-lcore cache
+  std::vector<unsigned> shard_lcores;  ///< server 0's
   server::ShardCoreOptions shard_core = {.ring_entries = 1 << 15};  ///< more than every RX pool
   agg::OptimizerConfig optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};
   uint32_t server_max_messages = 1 << 17;  ///< per server endpoint (descriptors and ingress)
@@ -371,16 +272,23 @@ class Job {
     std::vector<server::JobWorker> jw;
     const auto net = static_cast<uint8_t>(100 + id_);
     if (o.hub) {
-      switch_ =
-          std::make_unique<Switch>("job" + std::to_string(id_), servers, o.workers, kMtu, net);
-      for (uint32_t s = 0; s < servers; ++s) ports[s].push_back(&switch_->server(s));
+      switch_ = std::make_unique<pmdtest::RingSwitch>("job" + std::to_string(id_),
+                                                      pmdtest::SwitchOptions{.mtu = kMtu});
+      for (uint32_t s = 0; s < servers; ++s) {
+        ports[s].push_back(
+            &switch_
+                 ->attach(std::to_string(s), {.mtu = kMtu, .mbufs = 8191}, server_ip(net, s), 47100)
+                 .iface());
+      }
       for (uint32_t w = 0; w < o.workers; ++w) {
-        jw.push_back({{"w" + std::to_string(w), Switch::worker_ip(net, w), 47101}, 0});
-        worker_if_.push_back(&switch_->worker(w));
+        jw.push_back({{"w" + std::to_string(w), worker_ip(net, w), 47101}, 0});
+        worker_if_.push_back(&switch_
+                                  ->attach(std::to_string(servers + w),
+                                           {.mtu = kMtu, .mbufs = 4095}, worker_ip(net, w), 47101)
+                                  .iface());
         std::vector<worker::ServerSpec> at;
         for (uint32_t s = 0; s < servers; ++s) {
-          at.push_back(
-              {{"ps" + std::to_string(s), Switch::server_ip(net, s), 47100}, o.job_shards[s]});
+          at.push_back({{"ps" + std::to_string(s), server_ip(net, s), 47100}, o.job_shards[s]});
         }
         servers_of_.push_back(std::move(at));
       }
@@ -390,7 +298,11 @@ class Job {
         p.seed = o.impair.seed + w;
         const auto n = static_cast<uint8_t>(w);
         links_.push_back(std::make_unique<RingLink>(
-            "job" + std::to_string(id_) + "_" + std::to_string(w), n, kMtu, p, 8191));
+            "job" + std::to_string(id_) + "_" + std::to_string(w), n,
+            pmdtest::RingLinkOptions{.end = {.mtu = kMtu,
+                                             .mbufs = o.link_mbufs,
+                                             .mbuf_cache = o.link_mbuf_cache,
+                                             .impair = p}}));
         ports[0].push_back(&links_.back()->a());
         jw.push_back({{"w" + std::to_string(w), RingLink::ip_b(n), 47101}, w});
         worker_if_.push_back(&links_.back()->b());
@@ -404,7 +316,8 @@ class Job {
       sc.optimizer = o.optimizer;
       sc.layout = job::ShardLayout::of(o.job_shards);
       sc.server_index = s;
-      sc.endpoint = endpoint_config(static_cast<uint16_t>(3 + s), static_cast<uint16_t>(s));
+      sc.endpoint = pmdtest::endpoint_config(static_cast<uint16_t>(3 + s), static_cast<uint16_t>(s),
+                                             {}, kJobEndpoint);
       sc.endpoint.transport.peer_timeout_us = uint64_t{o.server_peer_timeout_ms} * 1000;
       sc.endpoint.max_messages = o.server_max_messages;
       sc.endpoint.ingress_capacity = o.server_max_messages;
@@ -434,7 +347,16 @@ class Job {
     servers_.clear();
   }
 
+  static uint32_t server_ip(uint8_t net, uint32_t s) {
+    return (0x0a010001u | uint32_t{net} << 8) + s;
+  }
+  static uint32_t worker_ip(uint8_t net, uint32_t w) {
+    return (0x0a010000u | uint32_t{net} << 8) + 10 + w;
+  }
+
   server::ServerNode& server(uint32_t s = 0) { return *servers_[s]; }
+  /// Rank `w`'s link to the server (not with the hub).
+  RingLink& link(uint32_t w) { return *links_[w]; }
   TestWorker& worker(uint32_t w) { return *workers_[w]; }
   RawPeer& raw(uint32_t w) { return *raw_[w]; }
   /// Rank `w` is no longer polled: to the others it has died.
@@ -539,6 +461,16 @@ class Job {
             options_.optimizer.kind == agg::OptimizerKind::kSumOnly ? g : reference[t][i] - lr * g;
       }
     }
+    if (std::string failed = push_pull("round " + std::to_string(r)); !failed.empty()) {
+      return failed;
+    }
+    return compare(reference, "round " + std::to_string(r));
+  }
+
+  /// Every worker's push_pull of every tensor (the gradients as they are),
+  /// polled until all have completed: "" or what went wrong (`what` first).
+  /// A benchmark's round; round() checks the result too.
+  std::string push_pull(const std::string& what) {
     const uint64_t t0 = rte_rdtsc();
     std::vector<std::vector<worker::Handle>> pending;
     for (auto& w : workers_) pending.push_back(w->push_pull_all());
@@ -553,15 +485,13 @@ class Job {
         },
         options_.round_limit_s);
     push_pull_ticks_ += rte_rdtsc() - t0;
-    if (!done) return stalled("round " + std::to_string(r), pending);
+    if (!done) return stalled(what, pending);
     for (uint32_t w = 0; w < workers(); ++w) {
       for (const worker::Handle& h : pending[w]) {
-        if (!h.ok())
-          return "round " + std::to_string(r) + ": w" + std::to_string(w) + ": " +
-                 std::string(h.error());
+        if (!h.ok()) return what + ": w" + std::to_string(w) + ": " + std::string(h.error());
       }
     }
-    return compare(reference, "round " + std::to_string(r));
+    return "";
   }
 
   /// "" when every worker's parameters equal `want` bit for bit.
@@ -633,7 +563,7 @@ class Job {
   uint32_t total_shards_ = 0;
   uint32_t incarnations_ = 0;
   std::vector<std::unique_ptr<RingLink>> links_;
-  std::unique_ptr<Switch> switch_;
+  std::unique_ptr<pmdtest::RingSwitch> switch_;
   std::vector<net::Interface*> worker_if_;  // per rank
   std::vector<std::vector<worker::ServerSpec>>
       servers_of_;  // per rank: the servers as it sees them

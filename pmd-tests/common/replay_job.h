@@ -22,7 +22,8 @@
 // (`ps-server --epoch`, or ServerNodeConfig::endpoint.local_epoch); any other
 // epoch counts every data packet as unsynced.
 //
-// Test and benchmark code: it allocates and throws freely.
+// Test and benchmark code (pmd-tests/replay, benchmarks/replay): it
+// allocates and throws freely; its users build with pmd_replay_dep.
 #pragma once
 
 #include <pcap/pcap.h>
@@ -33,10 +34,8 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -104,15 +103,6 @@ inline std::string job_yaml(const JobLayout& l) {
     y += "    lcores: [" + std::to_string(3 + w) + "]\n";
   }
   return y;
-}
-
-/// The whole of a text file (a model's shapes, say).
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 /// A small synthetic model: a few tensors of assorted sizes (one spans
