@@ -65,6 +65,33 @@ TEST(NodeNetworks, RingToANodeOfAnotherProcessIsRefused) {
   }
 }
 
+TEST(NodeNetworks, ChecksumsAutoLeavesThemOutOverSharedMemoryOnly) {
+  // kJob's link emulator loses packets but does not corrupt them.
+  auto mode = [](const std::string& network, const std::string& link) {
+    std::string yaml = kJob;
+    yaml.replace(yaml.find("network: {mtu: 9000}"), 20, network);
+    yaml.replace(yaml.find("link: {loss: 0.5, seed: 9}"), 26, link);
+    // Ring link names are process-wide: each call gets its own.
+    static int serial = 0;
+    const std::string tag = std::to_string(serial++);
+    for (const char* l : {"ring:a", "ring:b"}) {
+      for (size_t at = yaml.find(l); at != std::string::npos; at = yaml.find(l, at + 1)) {
+        yaml.insert(at + 6, "x" + tag);
+      }
+    }
+    const config::JobConfig job = config::load_string(yaml, "node.yaml");
+    NodeNetworks nets(job, {"s", "a", "b"});
+    return nets.ports_of("a")[0]->interface->checksum_mode();
+  };
+  EXPECT_EQ(mode("network: {mtu: 9000}", "link: {loss: 0.5}"), ChecksumMode::kNone);
+  EXPECT_EQ(mode("network: {mtu: 9000, udp_checksum: true}", "link: {loss: 0.5}"),
+            ChecksumMode::kSoftware);
+  // A link emulator that corrupts frames makes the ring a link that can corrupt.
+  EXPECT_EQ(mode("network: {mtu: 9000}", "link: {corrupt: 0.01}"), ChecksumMode::kSoftware);
+  EXPECT_EQ(mode("network: {mtu: 9000, udp_checksum: false}", "link: {corrupt: 0.01}"),
+            ChecksumMode::kNone);
+}
+
 }  // namespace
 }  // namespace mercury::net
 
