@@ -150,7 +150,7 @@ class Cluster {
     for (auto& t : trainers_) started.push_back(t->worker->worker().start_async());
     std::string why;
     if (!wait(started, why)) throw std::runtime_error("the job did not start: " + why);
-    for (const agg::Partition& p : server_->placement_st()->partitions()) {
+    for (const agg::Block& p : server_->placement_st()->blocks()) {
       packets_per_worker_ += (p.bytes() + chunk_ - 1) / chunk_;
     }
   }

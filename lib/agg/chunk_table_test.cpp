@@ -161,7 +161,7 @@ std::vector<std::vector<float>> run_in_order(const Placement& p,
   for (uint32_t key : p.shard_keys(0)) {
     std::vector<float> init(p.at(key).elements);
     std::iota(init.begin(), init.end(), 0.5f);
-    table.initialize_partition(key, init);
+    table.initialize_block(key, init);
   }
   sink.updates.clear();
   for (auto [i, r] : order) EXPECT_TRUE(taken(table.contribute(grads.make(chunks, i, r, 0))));
@@ -240,7 +240,7 @@ TEST(AggChunkTable, EachOptimizerMatchesAScalarReferenceOverSeveralSteps) {
     ChunkTable table(p, sc, make_bsp(), sink);
     std::vector<float> param(1000), m(1000, 0.0f), v(1000, 0.0f);
     std::iota(param.begin(), param.end(), -3.0f);
-    table.initialize_partition(0, param);
+    table.initialize_block(0, param);
     for (uint32_t t = 0; t < 4; ++t) {
       Grads grads(rng, chunks, 3);
       for (size_t i = 0; i < chunks.size(); ++i) {
@@ -332,7 +332,7 @@ TEST(AggChunkTable, HeldRanksShowTheCurrentSet) {
   EXPECT_EQ(table.held_ranks(0, 0), 0u);
   EXPECT_EQ(table.contribute(grads.make(chunks, 0, 1, 1)), Outcome::kHeld);
   EXPECT_EQ(table.held_ranks(0, 0), 0b010u);
-  // Not here: an unknown key, an offset past the partition, inside a chunk.
+  // Not here: an unknown key, an offset past the block, inside a chunk.
   EXPECT_EQ(table.held_ranks(7, 0), 0u);
   EXPECT_EQ(table.held_ranks(0, 4000), 0u);
   EXPECT_EQ(table.held_ranks(0, 4), 0u);
@@ -340,7 +340,7 @@ TEST(AggChunkTable, HeldRanksShowTheCurrentSet) {
 
 TEST(AggChunkTable, RejectsMalformedContributionsByReason) {
   const auto decls = small_model();
-  const Placement p = Placement::compute(decls, 2, {.max_partition_bytes = 4000});
+  const Placement p = Placement::compute(decls, 2, {.max_block_bytes = 4000});
   const auto mine = chunks_of(p, 0);
   const auto theirs = chunks_of(p, 1);
   ASSERT_FALSE(theirs.empty());
@@ -356,7 +356,7 @@ TEST(AggChunkTable, RejectsMalformedContributionsByReason) {
   };
   const ChunkRef& m = mine[0];
   EXPECT_EQ(c(m.key, m.offset, m.elements * 4, 4), Outcome::kBadRank);
-  EXPECT_EQ(c(uint32_t(p.partitions().size()), 0, m.elements * 4, 0), Outcome::kUnknownKey);
+  EXPECT_EQ(c(uint32_t(p.blocks().size()), 0, m.elements * 4, 0), Outcome::kUnknownKey);
   EXPECT_EQ(c(theirs[0].key, 0, theirs[0].elements * 4, 0), Outcome::kNotOwned);
   EXPECT_EQ(c(m.key, m.offset + 4, m.elements * 4, 0), Outcome::kBadOffset);
   EXPECT_EQ(c(m.key, uint32_t(p.at(m.key).bytes()) + kChunkBytes * 8, kChunkBytes, 0),
@@ -386,12 +386,12 @@ TEST(AggChunkTable, InitialParametersFromRankZero) {
   ASSERT_EQ(sink.updates.size(), 1u);
   EXPECT_EQ(sink.updates[0].u.version, 0u);
   EXPECT_EQ(sink.updates[0].values, std::vector<float>(init.begin(), init.begin() + kChunkElems));
-  table.initialize_partition(0, init);  // the rest; chunk 0 counted as a duplicate again
+  table.initialize_block(0, init);  // the rest; chunk 0 counted as a duplicate again
   EXPECT_EQ(sink.updates.size(), chunks.size());
   EXPECT_EQ(std::vector<float>(table.parameters(0).begin(), table.parameters(0).end()), init);
-  EXPECT_THROW(table.initialize_partition(0, std::span<const float>(init).first(10)),
+  EXPECT_THROW(table.initialize_block(0, std::span<const float>(init).first(10)),
                std::invalid_argument);
-  EXPECT_THROW(table.initialize_partition(1, init), std::invalid_argument);
+  EXPECT_THROW(table.initialize_block(1, init), std::invalid_argument);
   // After the first update of a chunk its initial values can no longer be changed.
   std::mt19937 rng(5);
   Grads grads(rng, chunks, 2);
@@ -532,7 +532,7 @@ TEST(AggChunkTable, RejectsBadConfiguration) {
   EXPECT_THROW(ChunkTable(p, sc, make_bsp(), sink), std::invalid_argument);
   sc = config(4);
   EXPECT_THROW(ChunkTable(p, sc, nullptr, sink), std::invalid_argument);
-  // A shard that owns nothing is legal (more shards than partitions).
+  // A shard that owns nothing is legal (more shards than blocks).
   sc.shard = 1;
   ChunkTable empty(p, sc, make_bsp(), sink);
   EXPECT_EQ(empty.chunks(), 0u);
@@ -570,7 +570,7 @@ TEST(AggChunkTable, OffsetToChunkMatchesDivisionForEveryOffset) {
     ASSERT_EQ(sink.updates.size(), 1u);
     EXPECT_EQ(sink.updates[0].u.offset, 3 * chunk_bytes);
   }
-  // Offsets near 2^32 (partitions up to the 4 GiB message cap).
+  // Offsets near 2^32 (blocks up to the 4 GiB message cap).
   const uint64_t magic = UINT64_MAX / 1416 + 1;
   for (uint64_t off = UINT32_MAX - 100000; off <= UINT32_MAX; ++off) {
     const uint64_t q = static_cast<uint64_t>((static_cast<unsigned __int128>(magic) * off) >> 64);
@@ -580,7 +580,7 @@ TEST(AggChunkTable, OffsetToChunkMatchesDivisionForEveryOffset) {
 }
 
 // Several shards, as lib/server runs them: each table takes only its own
-// partitions, and together they update every element of the model once per
+// blocks, and together they update every element of the model once per
 // iteration, each with its own ranks' average.
 TEST(AggChunkTable, ShardsTogetherCoverTheModel) {
   const std::vector<TensorDecl> decls{{"a", 20000, 0}, {"b", 300, 1}, {"c", 9000, 2}, {"d", 64, 3}};
@@ -595,7 +595,7 @@ TEST(AggChunkTable, ShardsTogetherCoverTheModel) {
   }
   // Rank r pushes the value (r + 1) x (global element index) everywhere.
   uint64_t pushed = 0;
-  for (const Partition& q : p.partitions()) {
+  for (const Block& q : p.blocks()) {
     std::vector<std::vector<float>> g(2, std::vector<float>(q.elements));
     for (uint32_t r = 0; r < 2; ++r) {
       for (uint64_t e = 0; e < q.elements; ++e) {
@@ -627,7 +627,7 @@ TEST(AggChunkTable, ShardsTogetherCoverTheModel) {
     EXPECT_EQ(tables[s]->held(), 0u);
   }
   EXPECT_EQ(updates, pushed);
-  for (const Partition& q : p.partitions()) {
+  for (const Block& q : p.blocks()) {
     const auto values = tables[q.shard]->parameters(q.key);
     ASSERT_EQ(values.size(), q.elements);
     for (uint64_t e = 0; e < q.elements; ++e) {

@@ -143,11 +143,11 @@ void ServerNode::launch_cores() {
 }
 
 void ServerNode::check_levels(const agg::Placement& placement) {
-  for (const agg::Partition& p : placement.partitions()) {
+  for (const agg::Block& p : placement.blocks()) {
     if (p.priority >= sched::kPriorityLevels) {
-      // Updates go out at the partition's priority, which must be a scheduler
+      // Updates go out at the block's priority, which must be a scheduler
       // level: build the placement from worker::TensorTable::declarations().
-      throw std::invalid_argument("server: partition " + std::to_string(p.key) + " has priority " +
+      throw std::invalid_argument("server: block " + std::to_string(p.key) + " has priority " +
                                   std::to_string(p.priority) + ", not a scheduler level (< " +
                                   std::to_string(sched::kPriorityLevels) + ")");
     }
@@ -276,7 +276,7 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
   if (!running_ || h.type != wire::PacketType::kData) return true;
   const PortFlow& f = flow_[port];
   if (f.limit == 0 || aggregation_mbufs_st(port) < f.limit) return true;
-  if (h.tensor_key >= placement_->partitions().size()) return true;
+  if (h.tensor_key >= placement_->blocks().size()) return true;
   const int32_t slot = shard_slot_[placement_->at(h.tensor_key).shard];
   if (slot < 0) return true;
   // Over the limit, a packet is admitted only if it joins a set other ranks
@@ -301,7 +301,7 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kInitNotRank0);
     return false;
   }
-  if (h.tensor_key >= placement_->partitions().size()) {
+  if (h.tensor_key >= placement_->blocks().size()) {
     count(ServerDrop::kNotOurs);
     return false;
   }

@@ -362,7 +362,7 @@ class Endpoint {
 
   /// Any thread, lock-free: like send(), for `len` bytes at `data` that are
   /// bytes [base_offset, base_offset + len) of a logical message of
-  /// `logical_len` bytes (a partition). Each packet's header carries offset =
+  /// `logical_len` bytes (a block). Each packet's header carries offset =
   /// base_offset + its offset in the part, msg_len = logical_len and
   /// wire::flags::kSlice; the receiving endpoint delivers it to its
   /// PacketReceiver. The completion means every byte of the part was

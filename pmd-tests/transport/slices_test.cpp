@@ -4,7 +4,7 @@
 // endpoint_test.cpp).
 //
 // The two halves of a parameter server's data flow ("One BSP iteration, as data flows" in
-// docs/architecture.md): four workers push partitions into a "server" whose receiver sees each
+// docs/architecture.md): four workers push blocks into a "server" whose receiver sees each
 // (tensor_key, offset, rank) packet once and holds its mbuf until all four
 // ranks' copies of that chunk are there, as lib/agg's chunk table does; and
 // the server sends every chunk of its parameter memory as a slice, out of
@@ -39,7 +39,7 @@ constexpr int kWorkers = 4;
 constexpr uint32_t kLinkMbufs = 2047;  // RingLink's default pool sizes
 constexpr uint32_t kCopyMbufs = 511;
 
-// Tensor (partition) sizes in bytes, float32: ResNet-like, a few chunks up to
+// Tensor (block) sizes in bytes, float32: ResNet-like, a few chunks up to
 // hundreds, with partial last chunks and one-packet tensors.
 const std::vector<uint32_t> kTensors = {4u << 20, 1024, (1u << 20) + 12, 37'632, 256, 2u << 20,
                                         8916,     8920, 590'000,         4};
