@@ -118,7 +118,7 @@ void raw(benchmark::State& state) {
 }
 
 // Receives on b; returns data packets received, acknowledging them into
-// `sched` when given (tensor_key indexes `msgs`) as a transport acknowledges a
+// `sched` when given (block_key indexes `msgs`) as a transport acknowledges a
 // burst: bytes summed per message, one on_acked_st() per message.
 uint16_t receive(sched::PortScheduler* sched, sched::Message** msgs) {
   net::RxPacket rx[kBurst];
@@ -134,7 +134,7 @@ uint16_t receive(sched::PortScheduler* sched, sched::Message** msgs) {
       ++data;
       continue;
     }
-    sched::Message* m = msgs[h.tensor_key % 256];
+    sched::Message* m = msgs[h.block_key % 256];
     if (m == nullptr) continue;  // not one of this run's messages
     if (h.type == wire::PacketType::kControl) {
       sched->partition_ready_st(m);
@@ -199,7 +199,7 @@ uint16_t carve(sched::PortScheduler& s, uint16_t room, int* urgent_at = nullptr)
     h.type = sl.kind == sched::SliceKind::kPartitionStart ? wire::PacketType::kControl
                                                           : wire::PacketType::kData;
     h.dtype = wire::Dtype::kBytes;
-    h.tensor_key = sl.msg->tensor_key;
+    h.block_key = sl.msg->block_key;
     h.priority = sl.msg->priority;
     h.msg_len = sl.msg->len;
     h.offset = sl.offset;
@@ -226,7 +226,7 @@ struct Feeder {
     m->len = len;
     m->peer = 0;
     m->priority = priority;
-    m->tensor_key = next_key;
+    m->block_key = next_key;
     msgs[next_key] = m;
     next_key = (next_key + 1) % 256;
     return m;

@@ -45,7 +45,7 @@ class Sink final : public MessageReceiver {
  public:
   Sink() : buffers_(16, std::vector<std::byte>(kMsgBytes)) {}
   std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    return h.msg_len <= kMsgBytes ? buffers_[h.tensor_key % 16].data() : nullptr;
+    return h.msg_len <= kMsgBytes ? buffers_[h.block_key % 16].data() : nullptr;
   }
   void on_message_complete(uint16_t, const wire::HeaderFields&, std::byte*) override {}
 
@@ -118,7 +118,7 @@ struct Bench {
     meta.dtype = wire::Dtype::kFloat32;
     const uint64_t t0 = rte_rdtsc();
     for (uint32_t i = 0; i < kMessages; ++i) {
-      meta.tensor_key = i;
+      meta.block_key = i;
       const std::byte* part = source.data() + size_t{i} * kMsgBytes;
       if (!slices) {
         if (a.send(0, part, kMsgBytes, 0, meta, {&count_ok, &done, i}) != SubmitStatus::kQueued) {
@@ -172,7 +172,7 @@ struct MessageBench {
     meta.dtype = wire::Dtype::kFloat32;
     const uint64_t t0 = rte_rdtsc();
     for (uint32_t i = 0; i < kMessages; ++i) {
-      meta.tensor_key = i;
+      meta.block_key = i;
       if (a.send(0, source.data() + size_t{i} * kMsgBytes, kMsgBytes, 0, meta,
                  {&count_ok, &done, i}) != SubmitStatus::kQueued) {
         return -1;

@@ -65,13 +65,13 @@ constexpr uint32_t kMsgBytes = 4u << 20;
 constexpr uint32_t kMessages = 8;  // per ring/... iteration: 32 MiB
 constexpr size_t kSourceBytes = 64u << 20;
 
-// Places payloads in one of 16 fixed buffers (by tensor_key): no allocation,
+// Places payloads in one of 16 fixed buffers (by block_key): no allocation,
 // no check; the PMD tests do the checking.
 class SinkReceiver final : public MessageReceiver {
  public:
   SinkReceiver() : buffers_(16, std::vector<std::byte>(kMsgBytes)) {}
   std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    return h.msg_len <= kMsgBytes ? buffers_[h.tensor_key % 16].data() : nullptr;
+    return h.msg_len <= kMsgBytes ? buffers_[h.block_key % 16].data() : nullptr;
   }
   void on_message_complete(uint16_t, const wire::HeaderFields&, std::byte*) override {
     ++completed;
@@ -192,7 +192,7 @@ bool transfer(BenchLink& l, uint32_t messages) {
   const std::byte* src = g_setup->source.data();
   for (uint32_t i = 0; i < messages; ++i) {
     MessageMeta meta;
-    meta.tensor_key = i;
+    meta.block_key = i;
     const size_t start = (size_t{i} * 7919 * 64) % (kSourceBytes - kMsgBytes);
     if (l.a.send(0, src + start, kMsgBytes, 0, meta, Completion{&count_completion, &done, i}) !=
         SubmitStatus::kQueued) {

@@ -17,7 +17,7 @@
 // [j x chunk_bytes, min((j+1) x chunk_bytes, block bytes)). Use
 // chunk_bytes = net::payload_per_packet(mtu) (1408 at MTU 1500), the same
 // value on every node, so that a packet is exactly one chunk and the wire's
-// (tensor_key, offset) name it: offset must be a multiple of chunk_bytes and
+// (block_key, offset) name it: offset must be a multiple of chunk_bytes and
 // the payload exactly the chunk's length.
 //
 // Ownership of buffers. contribute() returning kHeld or kApplied means the
@@ -112,10 +112,10 @@ struct ShardConfig {
 
 /// One gradient packet, as the server parsed it.
 struct Contribution {
-  uint32_t key = 0;                 ///< wire tensor_key: the block
+  uint32_t key = 0;                 ///< wire block_key: the block
   uint32_t offset = 0;              ///< wire offset: byte offset in the block, a chunk boundary
   uint32_t iteration = 0;           ///< wire iteration: parameter version the gradient came from
-  uint16_t rank = 0;                ///< worker rank (sender), < workers
+  uint16_t rank = 0;                ///< the sending worker's rank, < workers (from its peer)
   const std::byte* data = nullptr;  ///< payload: float32 elements, any alignment
   uint32_t bytes = 0;               ///< payload length
   void* token = nullptr;            ///< handed back to ChunkSink::release() when taken
@@ -126,7 +126,7 @@ struct Contribution {
 struct Update {
   uint32_t key = 0;
   uint32_t offset = 0;              ///< byte offset in the block
-  uint32_t version = 0;             ///< the chunk's new version (0 for initial values)
+  uint32_t version = 0;             ///< the chunk's new version (0: initial); wire param_version
   uint8_t priority = 0;             ///< the tensor's priority
   uint32_t staleness = 0;           ///< of the oldest contribution in the update
   uint64_t contributors = 0;        ///< ranks whose contributions made the update (0 for init)

@@ -12,7 +12,7 @@
 // Blocks and keys. A tensor is cut into one or more *blocks*, each a
 // contiguous range of its elements; a block is owned by exactly one shard
 // and is the unit a worker pushes and pulls as one transport message. Its
-// *key* (wire field tensor_key) is its index in the list of all blocks
+// *key* (wire field block_key) is its index in the list of all blocks
 // ordered by (tensor declaration index, range start): tensor t's blocks
 // have consecutive keys, in range order. The byte offset of a packet inside a
 // block (wire field offset) names the chunk (see chunk_table.h).
@@ -49,7 +49,7 @@ struct TensorDecl {
 
 /// A contiguous range of one tensor, owned by one shard; the unit on the wire.
 struct Block {
-  uint32_t key = 0;            ///< wire tensor_key; index in Placement::blocks()
+  uint32_t key = 0;            ///< wire block_key; index in Placement::blocks()
   uint32_t tensor = 0;         ///< index into the declaration list
   uint64_t first_element = 0;  ///< first element of the range within the tensor
   uint64_t elements = 0;       ///< > 0

@@ -77,7 +77,7 @@ class Shard final : public agg::ChunkSink {
                      std::span<const std::byte> payload, rte_mbuf* mbuf);
   bool contribute_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
                      rte_mbuf* mbuf) {
-    return contribute_st(rank, h.tensor_key, h.offset, h.iteration, payload, mbuf);
+    return contribute_st(rank, h.block_key, h.offset, h.iteration, payload, mbuf);
   }
 
   /// One chunk of rank 0's initial parameters (a kInit packet): adopted by

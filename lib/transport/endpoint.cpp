@@ -225,7 +225,7 @@ SubmitStatus Endpoint::submit(uint16_t peer, const std::byte* data, uint32_t len
   m->priority = priority;
   m->type = static_cast<uint8_t>(meta.type);
   m->dtype = static_cast<uint8_t>(meta.dtype);
-  m->tensor_key = meta.tensor_key;
+  m->block_key = meta.block_key;
   m->iteration = meta.iteration;
   m->param_version = meta.param_version;
   m->base_offset = base_offset;  // the pool does not reset these two

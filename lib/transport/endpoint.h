@@ -140,7 +140,7 @@ struct Completion {
 struct MessageMeta {
   wire::PacketType type = wire::PacketType::kData;
   wire::Dtype dtype = wire::Dtype::kBytes;
-  uint32_t tensor_key = 0;
+  uint32_t block_key = 0;
   uint32_t iteration = 0;
   uint32_t param_version = 0;
 };
@@ -159,7 +159,7 @@ enum class SubmitStatus : uint8_t {
 class MessageReceiver {
  public:
   /// The first accepted packet of a new message from `peer` (h carries the
-  /// message fields: type, dtype, tensor_key, iteration, param_version,
+  /// message fields: type, dtype, block_key, iteration, param_version,
   /// msg_id, msg_len). Return a buffer of at least h.msg_len bytes that stays
   /// valid until on_message_complete or on_message_abandoned, or null to
   /// refuse the message (counted; its bytes are acknowledged and discarded,

@@ -39,7 +39,7 @@ class Chunks final : public PacketReceiver {
   }
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
                  net::PacketBuf* buf) override {
-    ++got[{h.tensor_key, h.offset}];
+    ++got[{h.block_key, h.offset}];
     slices += (h.flags & wire::flags::kSlice) != 0;
     if (h.msg_len != logical_.size() || h.offset + payload.size() > logical_.size() ||
         !std::equal(payload.begin(), payload.end(), logical_.begin() + h.offset)) {
@@ -100,7 +100,7 @@ TEST(EndpointReceivers, SlicesGoToThePacketReceiverOnceEach) {
   // Four parts of one logical message, sent out of order.
   MessageMeta meta;
   meta.type = wire::PacketType::kAggData;
-  meta.tensor_key = 7;
+  meta.block_key = 7;
   Log log;
   const uint32_t part = 10 * kPayload;
   for (uint32_t i : {2u, 0u, 3u, 1u}) {
@@ -142,7 +142,7 @@ TEST(EndpointReceivers, RefusedPacketsAreResentAndThenDeliveredOnce) {
   Endpoint b(l.b, test::endpoint_config(5, 1, peer_at("a", kAddrA, 3)), chunks, l.now);
   Log log;
   MessageMeta meta;
-  meta.tensor_key = 1;
+  meta.block_key = 1;
   ASSERT_EQ(a.send(0, body.data(), static_cast<uint32_t>(body.size()), 0, meta, log.done(0)),
             SubmitStatus::kQueued);
   l.idle({&a, &b}, 30 * test::kMs);

@@ -298,7 +298,7 @@ inline void Endpoint::fill_header(const sched::Message& msg, bool control, uint3
   h.sender_id = config_.sender_id;
   h.priority = msg.priority;
   h.dtype = static_cast<wire::Dtype>(msg.dtype);
-  h.tensor_key = msg.tensor_key;
+  h.block_key = msg.block_key;
   h.msg_id = msg.msg_id;
   // A slice's packets are placed in its logical message (send_slice);
   // otherwise base_offset is 0 and logical_len 0.

@@ -38,7 +38,7 @@ void encode(const HeaderFields& f, Header& h) {
   h.sender_id.set(f.sender_id);
   h.priority = f.priority;
   h.dtype = static_cast<uint8_t>(f.dtype);
-  h.tensor_key.set(f.tensor_key);
+  h.block_key.set(f.block_key);
   h.msg_id.set(f.msg_id);
   h.msg_len.set(f.msg_len);
   h.offset.set(f.offset);
@@ -62,7 +62,7 @@ uint64_t header_word_sum(const HeaderFields& f) {
   };
   return (uint64_t{kVersion} << 8 | static_cast<uint8_t>(f.type)) + f.flags + w32(f.job_id) +
          f.sender_id + (uint64_t{f.priority} << 8 | static_cast<uint8_t>(f.dtype)) +
-         w32(f.tensor_key) + w32(f.msg_id) + w32(f.msg_len) + w32(f.offset) + w32(f.iteration) +
+         w32(f.block_key) + w32(f.msg_id) + w32(f.msg_len) + w32(f.offset) + w32(f.iteration) +
          w32(f.param_version) + w32(f.seq) + w32(f.ack) + f.payload_len + f.epoch + w64(f.sack);
 }
 
@@ -84,7 +84,7 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   f.job_id = h.job_id.get();
   f.sender_id = h.sender_id.get();
   f.priority = h.priority;
-  f.tensor_key = h.tensor_key.get();
+  f.block_key = h.block_key.get();
   f.msg_id = h.msg_id.get();
   f.msg_len = h.msg_len.get();
   f.offset = h.offset.get();

@@ -18,7 +18,7 @@ HeaderFields sample() {
   f.sender_id = 0x0506;
   f.priority = 7;
   f.dtype = Dtype::kFloat32;
-  f.tensor_key = 0x0a0b0c0d;
+  f.block_key = 0x0a0b0c0d;
   f.msg_id = 42;
   f.msg_len = 4096;
   f.offset = 1024;
@@ -165,7 +165,7 @@ TEST(WireHeader, EncodeSummedMatchesEncodeAndItsBytes) {
     f.sender_id = static_cast<uint16_t>(rng());
     f.priority = static_cast<uint8_t>(rng());
     f.dtype = static_cast<Dtype>(rng() % 2);
-    f.tensor_key = static_cast<uint32_t>(rng());
+    f.block_key = static_cast<uint32_t>(rng());
     f.msg_id = static_cast<uint32_t>(rng());
     f.msg_len = static_cast<uint32_t>(rng());
     f.offset = static_cast<uint32_t>(rng());

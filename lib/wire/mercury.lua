@@ -62,16 +62,20 @@ f.flag_slice = ProtoField.bool("mercury.flags.slice", "Slice", 16, nil,
 f.flag_unknown = ProtoField.uint16("mercury.flags.unknown", "Unknown flags", base.HEX, nil,
   0xfff0)
 f.job_id = ProtoField.uint32("mercury.job_id", "Job ID", base.DEC)
-f.sender_id = ProtoField.uint16("mercury.sender_id", "Sender ID", base.DEC)
+f.sender_id = ProtoField.uint16("mercury.sender_id", "Sender ID", base.DEC, nil, nil,
+  "the sending node's index in the job file (not a worker rank)")
 f.priority = ProtoField.uint8("mercury.priority", "Priority", base.DEC, nil, nil,
   "0 is the most urgent")
 f.dtype = ProtoField.uint8("mercury.dtype", "Data type", base.DEC, dtype_names)
-f.tensor_key = ProtoField.uint32("mercury.tensor_key", "Tensor key", base.DEC)
+f.block_key = ProtoField.uint32("mercury.block_key", "Block key", base.DEC, nil, nil,
+  "the block's index in the job's placement (a tensor is one or more blocks)")
 f.msg_id = ProtoField.uint32("mercury.msg_id", "Message ID", base.DEC)
 f.msg_len = ProtoField.uint32("mercury.msg_len", "Message length", base.DEC)
 f.offset = ProtoField.uint32("mercury.offset", "Offset", base.DEC)
-f.iteration = ProtoField.uint32("mercury.iteration", "Iteration", base.DEC)
-f.param_version = ProtoField.uint32("mercury.param_version", "Parameter version", base.DEC)
+f.iteration = ProtoField.uint32("mercury.iteration", "Iteration", base.DEC, nil, nil,
+  "a push (data, init): the parameter version its gradient was computed from")
+f.param_version = ProtoField.uint32("mercury.param_version", "Parameter version", base.DEC, nil,
+  nil, "an aggregated chunk (agg_data): the version its update made")
 f.seq = ProtoField.uint32("mercury.seq", "Sequence number", base.DEC)
 f.ack = ProtoField.uint32("mercury.ack", "Cumulative ACK", base.DEC)
 f.payload_len = ProtoField.uint16("mercury.payload_len", "Payload length", base.DEC)
@@ -135,7 +139,7 @@ local function add_header(tree, tvb)
   tree:add(f.sender_id, tvb(8, 2))
   tree:add(f.priority, tvb(10, 1))
   tree:add(f.dtype, tvb(11, 1))
-  tree:add(f.tensor_key, tvb(12, 4))
+  tree:add(f.block_key, tvb(12, 4))
   tree:add(f.msg_id, tvb(16, 4))
   tree:add(f.msg_len, tvb(20, 4))
   tree:add(f.offset, tvb(24, 4))

@@ -62,7 +62,7 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
   uint32_t i = p.next;
   for (; i < blocks.size(); ++i) {
     const BlockGeometry& g = blocks[i];
-    meta.tensor_key = g.key;
+    meta.block_key = g.key;
     const auto* data = reinterpret_cast<const std::byte*>(p.grad + g.first_element);
     const auto bytes = static_cast<uint32_t>(g.bytes());
     if (endpoint_->send(shard_server_[g.shard], data, bytes, level, meta,
@@ -90,7 +90,7 @@ bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const s
                         net::PacketBuf*) {
   // An aggregated chunk's `param_version` is the version its update made.
   ++chunks_received_;
-  pulls_->deliver_st(h.tensor_key, h.offset, h.param_version, payload);
+  pulls_->deliver_st(h.block_key, h.offset, h.param_version, payload);
   return false;  // copied into the trainer's buffer: the endpoint frees the mbuf
 }
 

@@ -4,7 +4,7 @@
 //
 // What it is for. The server sends each aggregated chunk on its own, as soon
 // as it is updated (docs/agg.md): one packet = one chunk, named on the wire by
-// (tensor_key, offset) and stamped with the chunk's new version. The worker's
+// (block_key, offset) and stamped with the chunk's new version. The worker's
 // net core hands every such packet to PullTracker::deliver_st(), which
 //  * checks it against the geometry (unknown key, offset not on a chunk
 //    boundary inside the block, wrong length: each counted, dropped);

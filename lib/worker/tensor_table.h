@@ -62,7 +62,7 @@ using TensorId = uint32_t;
 
 /// One block of a tensor: the unit pushed and pulled as one message.
 struct BlockGeometry {
-  uint32_t key = 0;            ///< wire tensor_key
+  uint32_t key = 0;            ///< wire block_key
   uint32_t shard = 0;          ///< global shard id that owns it
   uint64_t first_element = 0;  ///< first element of the range within the tensor
   uint64_t elements = 0;

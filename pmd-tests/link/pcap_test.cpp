@@ -94,7 +94,7 @@ std::vector<Sent> varied_frames(uint32_t count) {
     h.job_id = 0x10000000u + i * 977u;
     h.sender_id = static_cast<uint16_t>(100 + i);
     h.priority = static_cast<uint8_t>(i * 7 % 256);
-    h.tensor_key = 0xa0000000u + i;
+    h.block_key = 0xa0000000u + i;
     h.msg_id = 5000 + i * 3;
     h.iteration = 1'000'000 + i;
     h.param_version = 999'000 + i;
@@ -305,13 +305,13 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
   REQUIRE_TSHARK();
   const auto frames = varied_frames(24);
   record(frames);
-  const char* fields[] = {"mercury.version",       "mercury.type",       "mercury.flags",
-                          "mercury.job_id",        "mercury.sender_id",  "mercury.priority",
-                          "mercury.dtype",         "mercury.tensor_key", "mercury.msg_id",
-                          "mercury.msg_len",       "mercury.offset",     "mercury.iteration",
-                          "mercury.param_version", "mercury.seq",        "mercury.ack",
-                          "mercury.payload_len",   "mercury.epoch",      "mercury.sack",
-                          "mercury.float_count",   "mercury.float",      "mercury.reject"};
+  const char* fields[] = {"mercury.version",       "mercury.type",      "mercury.flags",
+                          "mercury.job_id",        "mercury.sender_id", "mercury.priority",
+                          "mercury.dtype",         "mercury.block_key", "mercury.msg_id",
+                          "mercury.msg_len",       "mercury.offset",    "mercury.iteration",
+                          "mercury.param_version", "mercury.seq",       "mercury.ack",
+                          "mercury.payload_len",   "mercury.epoch",     "mercury.sack",
+                          "mercury.float_count",   "mercury.float",     "mercury.reject"};
   std::string args = "-T fields -E occurrence=f";
   for (const char* f : fields) args += std::string(" -e ") + f;
   const auto table = rows(tshark(recording(), args));
@@ -332,7 +332,7 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
         std::to_string(h.sender_id),
         std::to_string(h.priority),
         std::to_string(static_cast<unsigned>(h.dtype)),
-        std::to_string(h.tensor_key),
+        std::to_string(h.block_key),
         std::to_string(h.msg_id),
         std::to_string(h.msg_len),
         std::to_string(h.offset),

@@ -219,7 +219,7 @@ class RawPeer final : public transport::MessageReceiver {
         transport::MessageMeta meta;
         meta.type = type;
         meta.dtype = wire::Dtype::kFloat32;
-        meta.tensor_key = p.key;
+        meta.block_key = p.key;
         meta.iteration = iteration;
         const auto* data = reinterpret_cast<const std::byte*>(params_[t].data() + p.first_element);
         if (endpoint_->send(server, data, static_cast<uint32_t>(p.bytes()), table_.tensor(t).level,

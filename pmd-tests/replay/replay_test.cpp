@@ -274,9 +274,9 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
     ++agg;
     const bool retransmit = (h.flags & wire::flags::kRetransmit) != 0;
     retransmit_flagged += retransmit ? 1 : 0;
-    Copies& copies = sent[{rank, h.tensor_key, h.offset, h.param_version}];
+    Copies& copies = sent[{rank, h.block_key, h.offset, h.param_version}];
     ++copies.sent;
-    const auto it = by_key.find(h.tensor_key);
+    const auto it = by_key.find(h.block_key);
     const Payload verdict = it == by_key.end()
                                 ? Payload::kWrong
                                 : judge(want, it->second.tensor, *it->second.p, chunk, h.offset,
@@ -287,7 +287,7 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
       ++later;
       later_original += retransmit ? 0 : 1;
     } else if (++wrong == 1) {
-      first_wrong = "to w" + std::to_string(rank) + " key " + std::to_string(h.tensor_key) +
+      first_wrong = "to w" + std::to_string(rank) + " key " + std::to_string(h.block_key) +
                     " offset " + std::to_string(h.offset) + " version " +
                     std::to_string(h.param_version) + " (" + std::to_string(pf.payload.size()) +
                     " bytes)";

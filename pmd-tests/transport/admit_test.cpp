@@ -42,7 +42,7 @@ EndpointConfig config(uint16_t epoch, uint16_t sender_id, const PeerSpec& peer) 
   return c;
 }
 
-// Refuses some (tensor_key, offset) kRefusals times each, then admits them; checks
+// Refuses some (block_key, offset) kRefusals times each, then admits them; checks
 // every delivered payload against the pattern and counts deliveries. Keeps
 // every third mbuf for a while (frees it on the next packet) so both
 // ownership paths run. Takes control messages whole.
@@ -53,8 +53,8 @@ class RefusingReceiver final : public PacketReceiver, public MessageReceiver {
 
   bool admit(uint16_t, const wire::HeaderFields& h) override {
     if (h.type == wire::PacketType::kControl) ++control_offered_;
-    uint32_t& n = offers_[{h.tensor_key, h.offset}];
-    if (!refused_here(h.tensor_key, h.offset)) return true;
+    uint32_t& n = offers_[{h.block_key, h.offset}];
+    if (!refused_here(h.block_key, h.offset)) return true;
     if (n < kRefusals) {
       ++n;
       ++refused_;
@@ -67,10 +67,10 @@ class RefusingReceiver final : public PacketReceiver, public MessageReceiver {
                  net::PacketBuf* buf) override {
     rte_mbuf* mbuf = net::mbuf_of(buf);
     release();
-    const auto key = std::make_pair(h.tensor_key, h.offset);
-    if (refused_here(h.tensor_key, h.offset) && offers_[key] != kRefusals) ++delivered_unrefused_;
+    const auto key = std::make_pair(h.block_key, h.offset);
+    if (refused_here(h.block_key, h.offset) && offers_[key] != kRefusals) ++delivered_unrefused_;
     ++delivered_[key];
-    const size_t at = size_t{h.tensor_key} * kMessageBytes + h.offset;
+    const size_t at = size_t{h.block_key} * kMessageBytes + h.offset;
     if (h.msg_len != kMessageBytes || payload.size() != h.payload_len ||
         h.offset + h.payload_len > kMessageBytes ||
         std::memcmp(payload.data(), pattern_.data() + at, payload.size()) != 0) {
@@ -143,7 +143,7 @@ void refuse_then_admit(const char* name, uint8_t net, double loss) {
   CompletionLog log(kMessages + 1);
   for (uint32_t k = 0; k < kMessages; ++k) {
     MessageMeta meta;
-    meta.tensor_key = k;
+    meta.block_key = k;
     meta.dtype = wire::Dtype::kFloat32;
     ASSERT_EQ(sender.send(0, pattern.data() + size_t{k} * kMessageBytes, kMessageBytes,
                           static_cast<uint8_t>(k % 4), meta,

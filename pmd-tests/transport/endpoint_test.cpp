@@ -210,7 +210,7 @@ class RefuseEveryThird final : public MessageReceiver {
  public:
   explicit RefuseEveryThird(CheckingReceiver& inner) : inner_(inner) {}
   std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override {
-    if (h.tensor_key % 3 == 0) {
+    if (h.block_key % 3 == 0) {
       ++refused;
       return nullptr;
     }
@@ -278,7 +278,7 @@ TEST(Endpoint, UrgentStreamDoesNotStarveLowPriorityResends) {
   uint32_t next = 0;
   auto submit = [&](uint32_t i) {
     MessageMeta meta;
-    meta.tensor_key = i;
+    meta.block_key = i;
     ASSERT_EQ(a.send(0, pattern().data() + plans[0][i].start, plans[0][i].len, plans[0][i].priority,
                      meta, Completion{&CompletionLog::callback, &log, i}),
               SubmitStatus::kQueued);
