@@ -28,7 +28,8 @@
 //                    submit and the urgent message's first packet accepted by
 //                    rte_eth_tx_burst. Modes: strict, fifo, partition with
 //                    S = 4 MiB and 1 MiB (credit 2S; each partition's start-up
-//                    control must reach the peer before its data may go).
+//                    packet, kPartitionStart, must reach the peer before its
+//                    data may go).
 // Run: build/benchmarks/sched_pmd/sched_pmd_bench --benchmark_repetitions=5
 //          --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -136,7 +137,7 @@ uint16_t receive(sched::PortScheduler* sched, sched::Message** msgs) {
     }
     sched::Message* m = msgs[h.block_key % 256];
     if (m == nullptr) continue;  // not one of this run's messages
-    if (h.type == wire::PacketType::kControl) {
+    if (h.type == wire::PacketType::kPartitionStart) {
       sched->partition_ready_st(m);
     } else {
       ++data;
@@ -196,7 +197,7 @@ uint16_t carve(sched::PortScheduler& s, uint16_t room, int* urgent_at = nullptr)
   for (size_t i = 0; i < n; ++i) {
     const sched::Slice& sl = out[i];
     wire::HeaderFields h;
-    h.type = sl.kind == sched::SliceKind::kPartitionStart ? wire::PacketType::kControl
+    h.type = sl.kind == sched::SliceKind::kPartitionStart ? wire::PacketType::kPartitionStart
                                                           : wire::PacketType::kData;
     h.dtype = wire::Dtype::kBytes;
     h.block_key = sl.msg->block_key;

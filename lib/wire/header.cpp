@@ -20,6 +20,8 @@ std::string_view reject_name(Reject r) {
       return "payload_mismatch";
     case Reject::kAckWithPayload:
       return "ack_with_payload";
+    case Reject::kStartWithPayload:
+      return "start_with_payload";
     case Reject::kBadRange:
       return "bad_range";
     case Reject::kBadAlignment:
@@ -71,7 +73,7 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   const auto& h = *reinterpret_cast<const Header*>(packet.data());
   if (h.version != kVersion) return Reject::kBadVersion;
   if (h.type < static_cast<uint8_t>(PacketType::kData) ||
-      h.type > static_cast<uint8_t>(PacketType::kInit)) {
+      h.type > static_cast<uint8_t>(PacketType::kPartitionStart)) {
     return Reject::kBadType;
   }
   f.type = static_cast<PacketType>(h.type);
@@ -97,6 +99,9 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   if (f.type == PacketType::kAck) {
     if (f.payload_len != 0) return Reject::kAckWithPayload;
   } else {
+    if (f.type == PacketType::kPartitionStart && f.payload_len != 0) {
+      return Reject::kStartWithPayload;
+    }
     // 64-bit sum: offset + payload_len cannot wrap.
     if (uint64_t{f.offset} + f.payload_len > f.msg_len) return Reject::kBadRange;
     if (f.dtype == Dtype::kFloat32 && ((f.offset | f.payload_len | f.msg_len) & 3u) != 0) {

@@ -29,7 +29,8 @@
 
 namespace mercury::wire {
 
-inline constexpr uint8_t kVersion = 1;
+/// Bumped whenever a field changes meaning or a packet type is added.
+inline constexpr uint8_t kVersion = 2;
 /// UDP port used when a configuration does not name one.
 inline constexpr uint16_t kDefaultUdpPort = 47100;
 
@@ -39,6 +40,10 @@ enum class PacketType : uint8_t {
   kAck = 3,      ///< a pure acknowledgement: no payload
   kControl = 4,  ///< control-plane message (declare, barrier, hello), carried reliably
   kInit = 5,     ///< a slice of rank 0's initial parameters, worker to server (start of a job)
+  /// The P3/ByteScheduler baseline's start-up of one partition of a message
+  /// (sched::SliceKind::kPartitionStart): no payload, carried reliably; the
+  /// receiver's ACK is the answer and nothing is delivered.
+  kPartitionStart = 6,
 };
 
 enum class Dtype : uint8_t {
@@ -139,15 +144,16 @@ struct HeaderFields {
 /// Why decode() refused a header. Every value has a drop counter.
 enum class Reject : uint8_t {
   kNone = 0,
-  kTruncated,        ///< fewer bytes than a header
-  kBadVersion,       ///< version is not kVersion
-  kBadType,          ///< type is not a PacketType
-  kBadFlags,         ///< unknown flag bits set
-  kBadDtype,         ///< dtype is not a Dtype
-  kPayloadMismatch,  ///< payload_len disagrees with the bytes that follow
-  kAckWithPayload,   ///< an ACK packet carries payload
-  kBadRange,         ///< offset + payload_len runs past msg_len
-  kBadAlignment,     ///< float32 payload or offset not a multiple of 4
+  kTruncated,         ///< fewer bytes than a header
+  kBadVersion,        ///< version is not kVersion
+  kBadType,           ///< type is not a PacketType
+  kBadFlags,          ///< unknown flag bits set
+  kBadDtype,          ///< dtype is not a Dtype
+  kPayloadMismatch,   ///< payload_len disagrees with the bytes that follow
+  kAckWithPayload,    ///< an ACK packet carries payload
+  kStartWithPayload,  ///< a kPartitionStart packet carries payload
+  kBadRange,          ///< offset + payload_len runs past msg_len
+  kBadAlignment,      ///< float32 payload or offset not a multiple of 4
   kCount,
 };
 inline constexpr size_t kRejectCount = static_cast<size_t>(Reject::kCount);

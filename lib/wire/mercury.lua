@@ -18,7 +18,7 @@
 -- preference changes it), in "Decode As...", and as a heuristic dissector on
 -- UDP so Mercury on other ports is recognised too.
 
-local VERSION = 1
+local VERSION = 2
 local HEADER_LEN = 56
 local DEFAULT_PORT = 47100
 -- Elements shown one by one under the payload; the count is always shown.
@@ -32,8 +32,10 @@ local type_names = {
   [3] = "ack",
   [4] = "control",
   [5] = "init",
+  [6] = "partition_start",
 }
 local TYPE_ACK = 3
+local TYPE_PARTITION_START = 6
 
 local dtype_names = {
   [0] = "bytes",
@@ -96,7 +98,7 @@ e.malformed = ProtoExpert.new("mercury.malformed", "Malformed Mercury header",
 local function reject_reason(tvb)
   local len = tvb:len()
   if len < HEADER_LEN then return "truncated", "fewer than 56 bytes" end
-  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not 1" end
+  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not 2" end
   local ptype = tvb(1, 1):uint()
   if type_names[ptype] == nil then return "bad_type", "unknown packet type" end
   if bit.band(tvb(2, 2):uint(), bit.bnot(FLAGS_KNOWN)) ~= 0 then
@@ -111,6 +113,9 @@ local function reject_reason(tvb)
   if ptype == TYPE_ACK then
     if payload_len ~= 0 then return "ack_with_payload", "an ACK carries payload" end
   else
+    if ptype == TYPE_PARTITION_START and payload_len ~= 0 then
+      return "start_with_payload", "a partition start-up carries payload"
+    end
     local msg_len = tvb(20, 4):uint()
     local offset = tvb(24, 4):uint()
     if offset + payload_len > msg_len then
@@ -206,7 +211,7 @@ function mercury.dissector(tvb, pinfo, tree)
   return len
 end
 
--- Recognises Mercury on any UDP port: version 1, a known type, and a
+-- Recognises Mercury on any UDP port: version 2, a known type, and a
 -- payload_len that matches the datagram exactly (so unrelated traffic is
 -- very unlikely to match).
 local function heuristic(tvb, pinfo, tree)

@@ -89,7 +89,7 @@ std::vector<Sent> varied_frames(uint32_t count) {
   for (uint32_t i = 0; i < count; ++i) {
     Sent s;
     wire::HeaderFields& h = s.h;
-    h.type = static_cast<wire::PacketType>(1 + i % 4);
+    h.type = static_cast<wire::PacketType>(1 + i % 6);
     h.flags = static_cast<uint16_t>(i % 16);
     h.job_id = 0x10000000u + i * 977u;
     h.sender_id = static_cast<uint16_t>(100 + i);
@@ -102,8 +102,8 @@ std::vector<Sent> varied_frames(uint32_t count) {
     h.ack = i * 11;
     h.epoch = static_cast<uint16_t>(i + 1);
     h.sack = 0x8000000000000001ull ^ (uint64_t{i} << 17);
-    if (h.type == wire::PacketType::kAck) {
-      h.dtype = wire::Dtype::kBytes;
+    if (h.type == wire::PacketType::kAck || h.type == wire::PacketType::kPartitionStart) {
+      h.dtype = wire::Dtype::kBytes;  // no payload
     } else if (h.type == wire::PacketType::kControl) {
       h.dtype = wire::Dtype::kBytes;
       s.payload.resize(3 + i);  // any length
@@ -375,13 +375,17 @@ TEST_F(Pcap, DissectorNamesTypesDtypesAndFlagBits) {
   ack.h.type = wire::PacketType::kAck;
   ack.h.flags = wire::flags::kAckValid | wire::flags::kRetransmit;
   build(ack);
-  record({data, ack});
+  Sent start;
+  start.h.type = wire::PacketType::kPartitionStart;
+  start.h.block_key = 9;
+  build(start);
+  record({data, ack, start});
   const std::string v = tshark(recording(), "-V");
   for (const char* expect :
        {"Mercury parameter-server protocol", "Type: agg_data (2)", "Data type: float32 (1)",
-        "Type: ack (3)", "Data type: bytes (0)", "= ACK valid: True", "= ACK request: True",
-        "= Retransmit: False", "= Retransmit: True", "= Slice: True", "= Slice: False",
-        "SACK: 0x00000000deadbeef", "Float32 elements: 100", "Element: 2.25",
+        "Type: ack (3)", "Type: partition_start (6)", "Data type: bytes (0)", "= ACK valid: True",
+        "= ACK request: True", "= Retransmit: False", "= Retransmit: True", "= Slice: True",
+        "= Slice: False", "SACK: 0x00000000deadbeef", "Float32 elements: 100", "Element: 2.25",
         "[68 more elements not shown]"}) {
     EXPECT_NE(v.find(expect), std::string::npos) << "missing \"" << expect << "\" in:\n" << v;
   }
@@ -390,6 +394,7 @@ TEST_F(Pcap, DissectorNamesTypesDtypesAndFlagBits) {
   EXPECT_NE(summary.find("agg_data seq=0 ack=0 key=0 off=0 len=400 [slice]"), std::string::npos)
       << summary;
   EXPECT_NE(summary.find("[retransmit]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("partition_start seq=0 key=9 off=0 len=0"), std::string::npos) << summary;
 }
 
 // Frames whose Mercury header breaks one rule each; their UDP checksum is
@@ -402,12 +407,13 @@ TEST_F(Pcap, DissectorRejectsWhatDecodeRejectsWithTheSameReason) {
   };
   const Case cases[] = {
       {"valid", [](wire::Header&) {}},
-      {"bad_version", [](wire::Header& h) { h.version = 2; }},
+      {"bad_version", [](wire::Header& h) { h.version = 1; }},  // the previous wire version
       {"bad_type", [](wire::Header& h) { h.type = 9; }},
       {"bad_flags", [](wire::Header& h) { h.flags.set(0x0100); }},
       {"bad_dtype", [](wire::Header& h) { h.dtype = 7; }},
       {"payload_mismatch", [](wire::Header& h) { h.payload_len.set(12); }},
       {"ack_with_payload", [](wire::Header& h) { h.type = 3; }},
+      {"start_with_payload", [](wire::Header& h) { h.type = 6; }},
       {"bad_range", [](wire::Header& h) { h.msg_len.set(4); }},
       {"bad_alignment", [](wire::Header& h) { h.offset.set(2); }},
   };

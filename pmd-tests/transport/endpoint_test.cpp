@@ -133,10 +133,10 @@ void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net
               0u);
   }
   if (ca.mode == sched::Mode::kPartition) {
-    // Every partition's start-up travelled as a control packet and its ACK
-    // released the partition.
-    EXPECT_GT(b.counters_st().control_received, 0u);
-    EXPECT_EQ(a.scheduler().stats_st().partition_starts, b.counters_st().control_received);
+    // Every partition's start-up travelled as a kPartitionStart packet and
+    // its ACK released the partition.
+    EXPECT_GT(b.counters_st().partition_starts_received, 0u);
+    EXPECT_EQ(a.scheduler().stats_st().partition_starts, b.counters_st().partition_starts_received);
   }
   // The retransmission queue was sized so that it never refused a slice.
   EXPECT_EQ(a.counters_st().requeue_stashed + b.counters_st().requeue_stashed, 0u);
