@@ -232,10 +232,10 @@ int run(const Options& o) {
   for (auto& t : trainers) t->pending = {t->worker->worker().start_async()};
   if (!wait("the start")) return 1;
   std::printf(
-      "%s: 1 server (%u shards), %u workers, %zu tensors / %zu partitions / %.1f MB "
+      "%s: 1 server (%u shards), %u workers, %zu tensors / %zu blocks / %.1f MB "
       "of float32, %u-byte chunks, %s; one lcore polls every node\n"
       "started in %.2f s: initial parameters %s\n",
-      job.name.c_str(), srv.shards, n, decls.size(), server.placement_st()->partitions().size(),
+      job.name.c_str(), srv.shards, n, decls.size(), server.placement_st()->blocks().size(),
       static_cast<double>(elements) * 4 / 1e6, chunk,
       std::string(config::to_string(job.training.optimizer)).c_str(),
       static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz),

@@ -95,7 +95,7 @@ struct Workload {
     ss << in.rdbuf();
     const auto decls = parse_model_shapes(ss.str());
     Workload w{Placement::compute(decls, 1), {}, {}, 0, {}, {}};
-    for (const Partition& p : w.placement.partitions()) {
+    for (const Block& p : w.placement.blocks()) {
       for (uint64_t b = 0; b < p.bytes(); b += kChunkBytes) {
         const auto len = static_cast<uint32_t>(std::min<uint64_t>(kChunkBytes, p.bytes() - b));
         w.chunks.push_back({p.key, static_cast<uint32_t>(b), len, w.bytes + b});

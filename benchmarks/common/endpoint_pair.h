@@ -19,13 +19,13 @@
 namespace mercury::bench {
 
 /// Places payloads of up to 4 MiB in one of 16 fixed buffers (by
-/// tensor_key): no allocation, no check (the PMD tests do the checking).
+/// block_key): no allocation, no check (the PMD tests do the checking).
 class MessageSink final : public transport::MessageReceiver {
  public:
   static constexpr uint32_t kBytes = 4u << 20;
   MessageSink() : buffers_(16, std::vector<std::byte>(kBytes)) {}
   std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    return h.msg_len <= kBytes ? buffers_[h.tensor_key % 16].data() : nullptr;
+    return h.msg_len <= kBytes ? buffers_[h.block_key % 16].data() : nullptr;
   }
   void on_message_complete(uint16_t, const wire::HeaderFields&, std::byte*) override {
     ++completed;

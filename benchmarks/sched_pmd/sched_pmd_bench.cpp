@@ -28,7 +28,8 @@
 //                    submit and the urgent message's first packet accepted by
 //                    rte_eth_tx_burst. Modes: strict, fifo, partition with
 //                    S = 4 MiB and 1 MiB (credit 2S; each partition's start-up
-//                    control must reach the peer before its data may go).
+//                    packet, kPartitionStart, must reach the peer before its
+//                    data may go).
 // Run: build/benchmarks/sched_pmd/sched_pmd_bench --benchmark_repetitions=5
 //          --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -111,7 +112,7 @@ void raw(benchmark::State& state) {
 }
 
 // Receives on b; returns data packets received, acknowledging them into
-// `sched` when given (tensor_key indexes `msgs`) as a transport acknowledges a
+// `sched` when given (block_key indexes `msgs`) as a transport acknowledges a
 // burst: bytes summed per message, one on_acked_st() per message.
 uint16_t receive(sched::PortScheduler* sched, sched::Message** msgs) {
   net::RxPacket rx[kBurst];
@@ -127,9 +128,9 @@ uint16_t receive(sched::PortScheduler* sched, sched::Message** msgs) {
       ++data;
       continue;
     }
-    sched::Message* m = msgs[h.tensor_key % 256];
+    sched::Message* m = msgs[h.block_key % 256];
     if (m == nullptr) continue;  // not one of this run's messages
-    if (h.type == wire::PacketType::kControl) {
+    if (h.type == wire::PacketType::kPartitionStart) {
       sched->partition_ready_st(m);
     } else {
       ++data;
@@ -189,10 +190,10 @@ uint16_t carve(sched::PortScheduler& s, uint16_t room, int* urgent_at = nullptr)
   for (size_t i = 0; i < n; ++i) {
     const sched::Slice& sl = out[i];
     wire::HeaderFields h;
-    h.type = sl.kind == sched::SliceKind::kPartitionStart ? wire::PacketType::kControl
+    h.type = sl.kind == sched::SliceKind::kPartitionStart ? wire::PacketType::kPartitionStart
                                                           : wire::PacketType::kData;
     h.dtype = wire::Dtype::kBytes;
-    h.tensor_key = sl.msg->tensor_key;
+    h.block_key = sl.msg->block_key;
     h.priority = sl.msg->priority;
     h.msg_len = sl.msg->len;
     h.offset = sl.offset;
@@ -219,7 +220,7 @@ struct Feeder {
     m->len = len;
     m->peer = 0;
     m->priority = priority;
-    m->tensor_key = next_key;
+    m->block_key = next_key;
     msgs[next_key] = m;
     next_key = (next_key + 1) % 256;
     return m;

@@ -215,7 +215,7 @@ struct Link {
 // The receiver process.
 
 // Places every message of the sender's endpoint into one of 8 buffers (by
-// tensor_key) and checks it against the source when it completes.
+// block_key) and checks it against the source when it completes.
 class PlacingReceiver final : public transport::MessageReceiver {
  public:
   explicit PlacingReceiver(const AlignedBytes& source)
@@ -224,23 +224,23 @@ class PlacingReceiver final : public transport::MessageReceiver {
   void reset() { completed = checked = corrupt = unexpected = bytes = 0; }
 
   std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    if (h.msg_len != kMsgBytes || h.tensor_key >= kMessages) {
+    if (h.msg_len != kMsgBytes || h.block_key >= kMessages) {
       ++unexpected;
       return nullptr;
     }
-    return buffers_.data() + size_t{h.tensor_key} * kMsgBytes;
+    return buffers_.data() + size_t{h.block_key} * kMsgBytes;
   }
   void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
     ++completed;
     bytes += kMsgBytes;
-    const std::byte* want = source_.data() + source_offset(h.iteration, h.tensor_key);
+    const std::byte* want = source_.data() + source_offset(h.iteration, h.block_key);
     bool same;
     if (h.iteration == 0) {
       same = std::memcmp(buffer, want, kMsgBytes) == 0;
       ++checked;
     } else {
       const size_t middle =
-          (uint64_t{h.iteration} * 4099 + h.tensor_key * 131) * 64 % (kMsgBytes - kSpan);
+          (uint64_t{h.iteration} * 4099 + h.block_key * 131) * 64 % (kMsgBytes - kSpan);
       same = std::memcmp(buffer, want, kSpan) == 0 &&
              std::memcmp(buffer + middle, want + middle, kSpan) == 0 &&
              std::memcmp(buffer + kMsgBytes - kSpan, want + kMsgBytes - kSpan, kSpan) == 0;
@@ -429,7 +429,7 @@ uint64_t send_messages(benchmark::State& state, Sender& s, transport::Endpoint& 
     const uint64_t target = c.ok + kMessages;
     for (uint32_t key = 0; key < kMessages; ++key) {
       transport::MessageMeta meta;
-      meta.tensor_key = key;
+      meta.block_key = key;
       meta.iteration = iteration;
       const std::byte* data = s.source.data() + source_offset(iteration, key);
       if (ep.send(0, data, kMsgBytes, 0, meta, transport::Completion{&on_sent, &c, key}) !=

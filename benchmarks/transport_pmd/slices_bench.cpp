@@ -112,7 +112,7 @@ double transfer(EndpointPair& p, bool slices, uint32_t& submissions) {
   meta.dtype = wire::Dtype::kFloat32;
   const uint64_t t0 = rte_rdtsc();
   for (uint32_t i = 0; i < kMessages; ++i) {
-    meta.tensor_key = i;
+    meta.block_key = i;
     const std::byte* part = g->source.data() + size_t{i} * kMsgBytes;
     const transport::Completion c{&count_delivered, &done, i};
     for (uint32_t off = 0; off < kMsgBytes; off += slices ? chunk : kMsgBytes) {

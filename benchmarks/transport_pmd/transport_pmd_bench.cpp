@@ -142,7 +142,7 @@ bool transfer(BenchLink& l, uint32_t messages) {
   const std::byte* src = g_setup->source.data();
   for (uint32_t i = 0; i < messages; ++i) {
     MessageMeta meta;
-    meta.tensor_key = i;
+    meta.block_key = i;
     const size_t start = (size_t{i} * 7919 * 64) % (kSourceBytes - kMsgBytes);
     if (l.a.send(0, src + start, kMsgBytes, 0, meta,
                  Completion{&mercury::bench::count_delivered, &done, i}) != SubmitStatus::kQueued) {

@@ -23,7 +23,7 @@ std::vector<HeaderFields> fields() {
     v[i].type = PacketType::kData;
     v[i].dtype = Dtype::kFloat32;
     v[i].flags = flags::kAckValid;
-    v[i].tensor_key = static_cast<uint32_t>(i);
+    v[i].block_key = static_cast<uint32_t>(i);
     v[i].msg_len = 1 << 20;
     v[i].offset = static_cast<uint32_t>(i * 1416 * 4 % (1 << 20)) & ~3u;
     v[i].payload_len = 0;

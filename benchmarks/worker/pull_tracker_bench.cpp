@@ -58,9 +58,9 @@ struct Setup {
     for (TensorId id = 0; id < table.tensors(); ++id) {
       auto* base = reinterpret_cast<std::byte*>(table.tensor(id).params.data());
       uint64_t chunks = 0;
-      for (const PartitionGeometry& p : table.partitions(id)) chunks += p.chunks;
+      for (const BlockGeometry& p : table.blocks(id)) chunks += p.chunks;
       const bool stream = net::streams_into(chunks * kChunkBytes1500);
-      for (const PartitionGeometry& p : table.partitions(id)) {
+      for (const BlockGeometry& p : table.blocks(id)) {
         for (uint32_t j = 0; j < p.chunks; ++j) {
           const uint32_t offset = j * kChunkBytes1500;
           const auto bytes =

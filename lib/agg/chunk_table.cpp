@@ -18,17 +18,17 @@ int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b)
 struct Layout {
   uint64_t elements = 0;
   uint64_t chunks = 0;
-  uint32_t partitions = 0;
+  uint32_t blocks = 0;
 };
 
 Layout layout_of(const Placement& placement, const ShardConfig& config) {
   Layout l;
   const uint32_t chunk_elements = config.chunk_bytes / kElementBytes;
-  for (const Partition& p : placement.partitions()) {
+  for (const Block& p : placement.blocks()) {
     if (p.shard != config.shard) continue;
     l.elements += p.elements;
     l.chunks += (p.elements + chunk_elements - 1) / chunk_elements;
-    ++l.partitions;
+    ++l.blocks;
   }
   return l;
 }
@@ -92,7 +92,7 @@ uint64_t ChunkTable::memory_needed(const Placement& placement, const ShardConfig
   return arrays * float_array_bytes(l.elements) + l.chunks * sizeof(Chunk) +
          l.chunks * config.workers * sizeof(Held) +
          (policy.tracks_rank_iterations() ? l.chunks * config.workers * sizeof(uint32_t) : 0) +
-         placement.partitions().size() * sizeof(KeyEntry) + l.partitions * sizeof(LocalPartition);
+         placement.blocks().size() * sizeof(KeyEntry) + l.blocks * sizeof(LocalBlock);
 }
 
 ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
@@ -134,24 +134,24 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
   state_arrays_ = state_floats_per_element(optimizer_.kind);
 
   const Layout l = layout_of(placement, config);
-  keys_.assign(placement.partitions().size(), KeyEntry{});
-  local_.reserve(l.partitions);
+  keys_.assign(placement.blocks().size(), KeyEntry{});
+  local_.reserve(l.blocks);
   chunks_.reserve(l.chunks);
   uint64_t element = 0;
-  for (const Partition& p : placement.partitions()) {
+  for (const Block& p : placement.blocks()) {
     if (p.shard != config.shard) continue;
     keys_[p.key] = KeyEntry{.first_chunk = static_cast<uint32_t>(chunks_.size()),
                             .bytes = static_cast<uint32_t>(p.bytes()),
                             .local = static_cast<int32_t>(local_.size())};
-    local_.push_back(LocalPartition{.key = p.key,
-                                    .first_chunk = static_cast<uint32_t>(chunks_.size()),
-                                    .first_element = element,
-                                    .elements = p.elements,
-                                    .priority = p.priority});
+    local_.push_back(LocalBlock{.key = p.key,
+                                .first_chunk = static_cast<uint32_t>(chunks_.size()),
+                                .first_element = element,
+                                .elements = p.elements,
+                                .priority = p.priority});
     for (uint64_t e = 0; e < p.elements; e += chunk_elements_) {
       Chunk c;
       c.first_element = element + e;
-      c.partition = static_cast<uint32_t>(local_.size() - 1);
+      c.block = static_cast<uint32_t>(local_.size() - 1);
       c.elements = static_cast<uint16_t>(std::min<uint64_t>(chunk_elements_, p.elements - e));
       chunks_.push_back(c);
     }
@@ -192,7 +192,7 @@ ChunkTable::~ChunkTable() {
 uint64_t ChunkTable::memory_bytes() const {
   return (1 + state_arrays_) * float_array_bytes(elements_) + chunks_.size() * sizeof(Chunk) +
          slots_.size() * sizeof(Held) + next_iteration_.size() * sizeof(uint32_t) +
-         keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalPartition);
+         keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalBlock);
 }
 
 Outcome ChunkTable::locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64_t& chunk) const {
@@ -310,7 +310,7 @@ void ChunkTable::complete(uint64_t index) {
 
 void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness) {
   const Chunk& ch = chunks_[index];
-  const LocalPartition& p = local_[ch.partition];
+  const LocalBlock& p = local_[ch.block];
   sink_.on_update(Update{
       .key = p.key,
       .offset = static_cast<uint32_t>((index - p.first_chunk) * chunk_bytes_),
@@ -344,14 +344,14 @@ Outcome ChunkTable::initialize(uint32_t key, uint32_t offset, const std::byte* d
   return o;
 }
 
-void ChunkTable::initialize_partition(uint32_t key, std::span<const float> values) {
+void ChunkTable::initialize_block(uint32_t key, std::span<const float> values) {
   if (key >= keys_.size() || keys_[key].local < 0) {
-    throw std::invalid_argument("chunk table: partition " + std::to_string(key) +
+    throw std::invalid_argument("chunk table: block " + std::to_string(key) +
                                 " is not owned by this shard");
   }
-  const LocalPartition& p = local_[static_cast<uint32_t>(keys_[key].local)];
+  const LocalBlock& p = local_[static_cast<uint32_t>(keys_[key].local)];
   if (values.size() != p.elements) {
-    throw std::invalid_argument("chunk table: partition " + std::to_string(key) + " has " +
+    throw std::invalid_argument("chunk table: block " + std::to_string(key) + " has " +
                                 std::to_string(p.elements) + " elements, given " +
                                 std::to_string(values.size()));
   }
@@ -372,7 +372,7 @@ uint64_t ChunkTable::held_ranks(uint32_t key, uint32_t offset) const {
 
 std::span<const float> ChunkTable::parameters(uint32_t key) const {
   if (key >= keys_.size() || keys_[key].local < 0) return {};
-  const LocalPartition& p = local_[static_cast<uint32_t>(keys_[key].local)];
+  const LocalBlock& p = local_[static_cast<uint32_t>(keys_[key].local)];
   return {params_.get() + p.first_element, p.elements};
 }
 

@@ -12,12 +12,12 @@
 // (one payload; the server fans it out to every worker). The server never
 // waits for a whole tensor: each chunk completes on its own.
 //
-// Chunks and addressing. A chunk is one packet's worth of one partition
-// (placement.h): chunk j of partition `key` covers bytes
-// [j x chunk_bytes, min((j+1) x chunk_bytes, partition bytes)). Use
+// Chunks and addressing. A chunk is one packet's worth of one block
+// (placement.h): chunk j of block `key` covers bytes
+// [j x chunk_bytes, min((j+1) x chunk_bytes, block bytes)). Use
 // chunk_bytes = net::payload_per_packet(mtu) (1408 at MTU 1500), the same
 // value on every node, so that a packet is exactly one chunk and the wire's
-// (tensor_key, offset) name it: offset must be a multiple of chunk_bytes and
+// (block_key, offset) name it: offset must be a multiple of chunk_bytes and
 // the payload exactly the chunk's length.
 //
 // Ownership of buffers. contribute() returning kHeld or kApplied means the
@@ -28,8 +28,8 @@
 // still held.
 //
 // Start. Rank 0's initial parameters are adopted with initialize() (per
-// chunk, as its packets arrive, or initialize_partition() for a whole
-// partition on the control path); each adopted chunk is handed to on_update()
+// chunk, as its packets arrive, or initialize_block() for a whole
+// block on the control path); each adopted chunk is handed to on_update()
 // at version 0 so the server can send it to every worker. After the first
 // update of a chunk, initialize() is refused as stale.
 //
@@ -50,8 +50,8 @@
 // floats) per element, each array rounded up to 64 B, or to whole 2 MB pages
 // from 2 MB up, which are asked for transparent huge pages) + 32 B per chunk +
 // 16 B x N per chunk (held slots) + 4 B x N per chunk when the policy tracks
-// rank iterations + 16 B per partition of the job + 32 B per owned
-// partition; plus, outside the table, at most max_held contributions held in
+// rank iterations + 16 B per block of the job + 32 B per owned
+// block; plus, outside the table, at most max_held contributions held in
 // the caller's buffers.
 #pragma once
 
@@ -80,9 +80,9 @@ enum class Outcome : uint8_t {
   kApplied,      ///< taken and it completed the set: the update has been applied and emitted
   kInitialized,  ///< initialize(): initial values adopted and emitted at version 0
   kBadRank,      ///< rank >= workers
-  kUnknownKey,   ///< no such partition in the placement
-  kNotOwned,     ///< the partition belongs to another shard
-  kBadOffset,    ///< offset not a chunk boundary inside the partition
+  kUnknownKey,   ///< no such block in the placement
+  kNotOwned,     ///< the block belongs to another shard
+  kBadOffset,    ///< offset not a chunk boundary inside the block
   kBadLength,    ///< payload length is not the chunk's length
   kDuplicate,    ///< this rank's contribution for this iteration was already taken
   kStale,      ///< an iteration the chunk has moved past (policy), or initialize() after an update
@@ -112,10 +112,10 @@ struct ShardConfig {
 
 /// One gradient packet, as the server parsed it.
 struct Contribution {
-  uint32_t key = 0;                 ///< wire tensor_key: the partition
-  uint32_t offset = 0;              ///< wire offset: byte offset in the partition, a chunk boundary
+  uint32_t key = 0;                 ///< wire block_key: the block
+  uint32_t offset = 0;              ///< wire offset: byte offset in the block, a chunk boundary
   uint32_t iteration = 0;           ///< wire iteration: parameter version the gradient came from
-  uint16_t rank = 0;                ///< worker rank (sender), < workers
+  uint16_t rank = 0;                ///< the sending worker's rank, < workers (from its peer)
   const std::byte* data = nullptr;  ///< payload: float32 elements, any alignment
   uint32_t bytes = 0;               ///< payload length
   void* token = nullptr;            ///< handed back to ChunkSink::release() when taken
@@ -125,8 +125,8 @@ struct Contribution {
 /// into the table's parameters, which the next update of the chunk changes.
 struct Update {
   uint32_t key = 0;
-  uint32_t offset = 0;              ///< byte offset in the partition
-  uint32_t version = 0;             ///< the chunk's new version (0 for initial values)
+  uint32_t offset = 0;              ///< byte offset in the block
+  uint32_t version = 0;             ///< the chunk's new version (0: initial); wire param_version
   uint8_t priority = 0;             ///< the tensor's priority
   uint32_t staleness = 0;           ///< of the oldest contribution in the update
   uint64_t contributors = 0;        ///< ranks whose contributions made the update (0 for init)
@@ -173,7 +173,7 @@ struct ChunkTableCounters {
 
 class ChunkTable {
  public:
-  /// Builds the table for the partitions `placement` gives config.shard.
+  /// Builds the table for the blocks `placement` gives config.shard.
   /// `sink` must outlive the table. Throws (see Costs).
   ChunkTable(const Placement& placement, const ShardConfig& config,
              std::unique_ptr<SyncPolicy> policy, ChunkSink& sink);
@@ -192,12 +192,12 @@ class ChunkTable {
   /// version 0. kDuplicate if the chunk was already initialised, kStale once
   /// it has been updated; the data is copied, the caller keeps its buffer.
   Outcome initialize(uint32_t key, uint32_t offset, const std::byte* data, uint32_t bytes);
-  /// Control path: initialize() every chunk of partition `key` from
-  /// `values` (the whole partition). Throws std::invalid_argument if the
-  /// partition is not owned here or the size is wrong.
-  void initialize_partition(uint32_t key, std::span<const float> values);
+  /// Control path: initialize() every chunk of block `key` from
+  /// `values` (the whole block). Throws std::invalid_argument if the
+  /// block is not owned here or the size is wrong.
+  void initialize_block(uint32_t key, std::span<const float> values);
 
-  /// The current parameters of an owned partition (sum-only: the last
+  /// The current parameters of an owned block (sum-only: the last
   /// averaged gradient). Empty if not owned.
   [[nodiscard]] std::span<const float> parameters(uint32_t key) const;
   /// Version of the chunk at (key, offset); UINT32_MAX if it does not exist here.
@@ -223,7 +223,7 @@ class ChunkTable {
     uint64_t first_element = 0;  // into params_ (and each state array)
     uint32_t version = 0;        // updates applied
     uint32_t oldest = 0;         // oldest iteration among the held contributions
-    uint32_t partition = 0;      // index into local_
+    uint32_t block = 0;          // index into local_
     uint16_t elements = 0;
     uint8_t initialized = 0;
     uint8_t pad = 0;
@@ -234,14 +234,14 @@ class ChunkTable {
     const std::byte* data;
     void* token;
   };
-  struct LocalPartition {
+  struct LocalBlock {
     uint32_t key;
     uint32_t first_chunk;
     uint64_t first_element;
     uint64_t elements;
     uint8_t priority;
   };
-  static_assert(sizeof(LocalPartition) == 32);
+  static_assert(sizeof(LocalBlock) == 32);
   struct FreeDeleter {
     void operator()(float* p) const;
   };
@@ -270,7 +270,7 @@ class ChunkTable {
   uint64_t max_held_ = 0;
   uint64_t held_ = 0;
 
-  // Per global key, what contribute() needs in one load: the partition's
+  // Per global key, what contribute() needs in one load: the block's
   // first chunk and length (0 = owned by another shard), and its local index.
   struct KeyEntry {
     uint32_t first_chunk = 0;
@@ -280,7 +280,7 @@ class ChunkTable {
   };
   static_assert(sizeof(KeyEntry) == 16);
   std::vector<KeyEntry> keys_;
-  std::vector<LocalPartition> local_;
+  std::vector<LocalBlock> local_;
   std::vector<Chunk> chunks_;
   std::vector<Held> slots_;               // chunks x workers
   std::vector<uint32_t> next_iteration_;  // chunks x workers, when track_ranks_

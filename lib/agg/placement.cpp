@@ -32,19 +32,19 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
     }
     total += t.elements * kElementBytes;
   }
-  uint64_t max_part = options.max_partition_bytes;
-  if (max_part == 0) max_part = shards > 1 ? ceil_div(total, uint64_t{8} * shards) : total;
-  max_part = std::min(max_part, PlacementOptions::kMaxMessageBytes);
+  uint64_t max_block = options.max_block_bytes;
+  if (max_block == 0) max_block = shards > 1 ? ceil_div(total, uint64_t{8} * shards) : total;
+  max_block = std::min(max_block, PlacementOptions::kMaxMessageBytes);
   const uint64_t align = options.align_elements;
 
   Placement p;
   p.tensor_first_.reserve(tensors.size() + 1);
   for (uint32_t t = 0; t < tensors.size(); ++t) {
     const TensorDecl& d = tensors[t];
-    p.tensor_first_.push_back(static_cast<uint32_t>(p.partitions_.size()));
+    p.tensor_first_.push_back(static_cast<uint32_t>(p.blocks_.size()));
     // k near-equal ranges; at least `align` elements each so that the aligned
     // boundaries below are strictly increasing.
-    uint64_t k = ceil_div(d.elements * kElementBytes, max_part);
+    uint64_t k = ceil_div(d.elements * kElementBytes, max_block);
     k = std::max<uint64_t>(1, std::min(k, d.elements / align));
     // Alignment could push one range past the message cap: add ranges until none does.
     while (ceil_div(d.elements, k) * kElementBytes + align * kElementBytes >
@@ -55,43 +55,43 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
     uint64_t start = 0;
     for (uint64_t j = 1; j <= k; ++j) {
       const uint64_t end = j == k ? d.elements : (d.elements * j / k) / align * align;
-      if (p.partitions_.size() >= UINT32_MAX) {
-        throw std::invalid_argument("placement: more than 2^32 - 1 partitions");
+      if (p.blocks_.size() >= UINT32_MAX) {
+        throw std::invalid_argument("placement: more than 2^32 - 1 blocks");
       }
-      p.partitions_.push_back(Partition{.key = static_cast<uint32_t>(p.partitions_.size()),
-                                        .tensor = t,
-                                        .first_element = start,
-                                        .elements = end - start,
-                                        .priority = d.priority});
+      p.blocks_.push_back(Block{.key = static_cast<uint32_t>(p.blocks_.size()),
+                                .tensor = t,
+                                .first_element = start,
+                                .elements = end - start,
+                                .priority = d.priority});
       start = end;
     }
   }
-  p.tensor_first_.push_back(static_cast<uint32_t>(p.partitions_.size()));
+  p.tensor_first_.push_back(static_cast<uint32_t>(p.blocks_.size()));
 
   // Largest first onto the least-loaded shard; every tie broken by the lower
   // index, so the result depends on nothing but the inputs.
-  std::vector<uint32_t> order(p.partitions_.size());
+  std::vector<uint32_t> order(p.blocks_.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return p.partitions_[a].elements > p.partitions_[b].elements;
+    return p.blocks_[a].elements > p.blocks_[b].elements;
   });
   p.shard_bytes_.assign(shards, 0);
   for (uint32_t key : order) {
     const auto least = std::min_element(p.shard_bytes_.begin(), p.shard_bytes_.end());
-    p.partitions_[key].shard = static_cast<uint32_t>(least - p.shard_bytes_.begin());
-    *least += p.partitions_[key].bytes();
+    p.blocks_[key].shard = static_cast<uint32_t>(least - p.shard_bytes_.begin());
+    *least += p.blocks_[key].bytes();
   }
   return p;
 }
 
-std::span<const Partition> Placement::tensor_partitions(uint32_t tensor) const {
+std::span<const Block> Placement::tensor_blocks(uint32_t tensor) const {
   const uint32_t first = tensor_first_[tensor];
-  return {partitions_.data() + first, tensor_first_[tensor + 1] - first};
+  return {blocks_.data() + first, tensor_first_[tensor + 1] - first};
 }
 
 std::vector<uint32_t> Placement::shard_keys(uint32_t shard) const {
   std::vector<uint32_t> keys;
-  for (const Partition& q : partitions_) {
+  for (const Block& q : blocks_) {
     if (q.shard == shard) keys.push_back(q.key);
   }
   return keys;
@@ -99,9 +99,9 @@ std::vector<uint32_t> Placement::shard_keys(uint32_t shard) const {
 
 uint64_t Placement::fingerprint() const {
   uint64_t h = 0xcbf29ce484222325ull;
-  fnv(h, partitions_.size());
+  fnv(h, blocks_.size());
   fnv(h, shard_bytes_.size());
-  for (const Partition& q : partitions_) {
+  for (const Block& q : blocks_) {
     fnv(h, q.key);
     fnv(h, q.tensor);
     fnv(h, q.first_element);

@@ -1,5 +1,5 @@
-// Placement: which shard owns which part of which tensor, and the key each
-// part travels under on the wire.
+// Placement: which shard owns which block of which tensor, and the key each
+// block travels under on the wire.
 //
 // What it is for. Workers declare the model's tensors (name, element count,
 // float32, priority). Every node of a job (each worker, each server) calls
@@ -9,23 +9,23 @@
 // global across the job's servers; which server process and lcore runs shard
 // s is lib/server's business, not this file's.
 //
-// Partitions and keys. A tensor is cut into one or more *partitions*, each a
-// contiguous range of its elements; a partition is owned by exactly one shard
+// Blocks and keys. A tensor is cut into one or more *blocks*, each a
+// contiguous range of its elements; a block is owned by exactly one shard
 // and is the unit a worker pushes and pulls as one transport message. Its
-// *key* (wire field tensor_key) is its index in the list of all partitions
-// ordered by (tensor declaration index, range start): tensor t's partitions
+// *key* (wire field block_key) is its index in the list of all blocks
+// ordered by (tensor declaration index, range start): tensor t's blocks
 // have consecutive keys, in range order. The byte offset of a packet inside a
-// partition (wire field offset) names the chunk (see chunk_table.h).
+// block (wire field offset) names the chunk (see chunk_table.h).
 //
-// Balance. A tensor larger than max_partition_bytes is split into near-equal
-// ranges (boundaries aligned to align_elements); partitions are then assigned
+// Balance. A tensor larger than max_block_bytes is split into near-equal
+// ranges (boundaries aligned to align_elements); blocks are then assigned
 // largest first to the least-loaded shard (ties: lower key first, lower shard
 // id first). That greedy (LPT) bound gives every shard at most
-// mean + max_partition_bytes; the default max_partition_bytes of
+// mean + max_block_bytes; the default max_block_bytes of
 // total / (8 x shards) keeps the worst shard within 12.5% of the mean.
 //
 // Threads and costs. Control path only: compute() allocates and may throw
-// std::invalid_argument; it costs O(P log P) for P partitions. A Placement is
+// std::invalid_argument; it costs O(P log P) for P blocks. A Placement is
 // immutable afterwards, so any thread may read it concurrently.
 #pragma once
 
@@ -48,8 +48,8 @@ struct TensorDecl {
 };
 
 /// A contiguous range of one tensor, owned by one shard; the unit on the wire.
-struct Partition {
-  uint32_t key = 0;            ///< wire tensor_key; index in Placement::partitions()
+struct Block {
+  uint32_t key = 0;            ///< wire block_key; index in Placement::blocks()
   uint32_t tensor = 0;         ///< index into the declaration list
   uint64_t first_element = 0;  ///< first element of the range within the tensor
   uint64_t elements = 0;       ///< > 0
@@ -61,11 +61,11 @@ struct Partition {
 struct PlacementOptions {
   /// Split tensors larger than this. 0 = automatic: ceil(total / (8 x shards))
   /// when there is more than one shard, no split with one shard.
-  uint64_t max_partition_bytes = 0;
+  uint64_t max_block_bytes = 0;
   /// Split points are multiples of this many elements (64 = 256 B = 4 lines).
   uint32_t align_elements = 64;
-  /// A partition is one transport message: its byte length is a 32-bit
-  /// field on the wire, so partitions are capped below 4 GiB regardless.
+  /// A block is one transport message: its byte length is a 32-bit
+  /// field on the wire, so blocks are capped below 4 GiB regardless.
   static constexpr uint64_t kMaxMessageBytes = (uint64_t{1} << 32) - 256;
 };
 
@@ -73,28 +73,28 @@ class Placement {
  public:
   /// Places `tensors` on `shards` global shards. Throws std::invalid_argument
   /// for no tensors, a zero-element tensor, zero shards, a zero alignment or
-  /// more than 2^32 - 1 partitions.
+  /// more than 2^32 - 1 blocks.
   static Placement compute(std::span<const TensorDecl> tensors, uint32_t shards,
                            const PlacementOptions& options = {});
 
-  /// Every partition, indexed by key.
-  [[nodiscard]] const std::vector<Partition>& partitions() const { return partitions_; }
-  /// Partition `key`; key must be < partitions().size().
-  [[nodiscard]] const Partition& at(uint32_t key) const { return partitions_[key]; }
-  /// Tensor t's partitions in range order (consecutive keys).
-  [[nodiscard]] std::span<const Partition> tensor_partitions(uint32_t tensor) const;
+  /// Every block, indexed by key.
+  [[nodiscard]] const std::vector<Block>& blocks() const { return blocks_; }
+  /// Block `key`; key must be < blocks().size().
+  [[nodiscard]] const Block& at(uint32_t key) const { return blocks_[key]; }
+  /// Tensor t's blocks in range order (consecutive keys).
+  [[nodiscard]] std::span<const Block> tensor_blocks(uint32_t tensor) const;
   [[nodiscard]] uint32_t tensors() const { return static_cast<uint32_t>(tensor_first_.size() - 1); }
   [[nodiscard]] uint32_t shards() const { return static_cast<uint32_t>(shard_bytes_.size()); }
   /// Bytes of parameters shard s owns.
   [[nodiscard]] uint64_t shard_bytes(uint32_t shard) const { return shard_bytes_[shard]; }
   /// Keys owned by shard s, ascending.
   [[nodiscard]] std::vector<uint32_t> shard_keys(uint32_t shard) const;
-  /// 64-bit FNV-1a over every partition's (key, tensor, range, shard,
+  /// 64-bit FNV-1a over every block's (key, tensor, range, shard,
   /// priority): nodes compare it at join time to prove they agree.
   [[nodiscard]] uint64_t fingerprint() const;
 
  private:
-  std::vector<Partition> partitions_;
+  std::vector<Block> blocks_;
   std::vector<uint32_t> tensor_first_;  // first key of each tensor; one past the end appended
   std::vector<uint64_t> shard_bytes_;
 };

@@ -49,14 +49,14 @@ TEST(AggPlacement, ParseErrorNamesTheLine) {
   }
 }
 
-// Each tensor is covered exactly once, in order, by partitions with
+// Each tensor is covered exactly once, in order, by blocks with
 // consecutive keys and aligned split points.
 void expect_exact_cover(const Placement& p, const std::vector<TensorDecl>& decls) {
   ASSERT_EQ(p.tensors(), decls.size());
   uint32_t key = 0;
   for (uint32_t t = 0; t < decls.size(); ++t) {
     uint64_t next = 0;
-    for (const Partition& q : p.tensor_partitions(t)) {
+    for (const Block& q : p.tensor_blocks(t)) {
       EXPECT_EQ(q.key, key++);
       EXPECT_EQ(q.tensor, t);
       EXPECT_EQ(q.first_element, next);
@@ -68,7 +68,7 @@ void expect_exact_cover(const Placement& p, const std::vector<TensorDecl>& decls
     }
     EXPECT_EQ(next, decls[t].elements) << decls[t].name;
   }
-  EXPECT_EQ(key, p.partitions().size());
+  EXPECT_EQ(key, p.blocks().size());
   uint64_t sum = 0;
   for (uint32_t s = 0; s < p.shards(); ++s) sum += p.shard_bytes(s);
   EXPECT_EQ(sum, total_elements(decls) * kElementBytes);
@@ -83,10 +83,10 @@ TEST(AggPlacement, DeterministicAndExactOnRealModels) {
       // A second node computes from its own copy of the list.
       const std::vector<TensorDecl> copy(decls.begin(), decls.end());
       const Placement b = Placement::compute(copy, shards);
-      ASSERT_EQ(a.partitions().size(), b.partitions().size());
-      for (size_t i = 0; i < a.partitions().size(); ++i) {
-        const Partition& x = a.partitions()[i];
-        const Partition& y = b.partitions()[i];
+      ASSERT_EQ(a.blocks().size(), b.blocks().size());
+      for (size_t i = 0; i < a.blocks().size(); ++i) {
+        const Block& x = a.blocks()[i];
+        const Block& y = b.blocks()[i];
         EXPECT_TRUE(x.key == y.key && x.tensor == y.tensor && x.first_element == y.first_element &&
                     x.elements == y.elements && x.shard == y.shard && x.priority == y.priority);
       }
@@ -113,7 +113,7 @@ TEST(AggPlacement, BalancedByBytesOnRealModels) {
       const double worst = static_cast<double>(most) / mean;
       RecordProperty(std::string(model) + "_shards" + std::to_string(shards) + "_max_over_mean",
                      std::to_string(worst));
-      // The LPT bound for pieces of at most mean / 8 ...
+      // The LPT bound for blocks of at most mean / 8 ...
       EXPECT_LE(worst, 1.125) << model << " shards=" << shards;
       // ... and what it achieves on these shapes.
       EXPECT_LE(worst, 1.02) << model << " shards=" << shards;
@@ -131,19 +131,19 @@ TEST(AggPlacement, LargeTensorSpreadsOverShards) {
   const uint32_t t = static_cast<uint32_t>(it - decls.begin());
   const Placement p = Placement::compute(decls, 4);
   std::set<uint32_t> shards;
-  for (const Partition& q : p.tensor_partitions(t)) shards.insert(q.shard);
+  for (const Block& q : p.tensor_blocks(t)) shards.insert(q.shard);
   EXPECT_EQ(shards.size(), 4u);
   // One shard: no split at all.
   const Placement one = Placement::compute(decls, 1);
-  EXPECT_EQ(one.partitions().size(), decls.size());
+  EXPECT_EQ(one.blocks().size(), decls.size());
 }
 
 TEST(AggPlacement, SplitsRespectTheConfiguredSize) {
   const std::vector<TensorDecl> decls{{"w", 100000, 0}, {"b", 10, 1}};
-  const Placement p = Placement::compute(decls, 3, {.max_partition_bytes = 40000});
-  EXPECT_EQ(p.tensor_partitions(0).size(), 10u);
-  for (const Partition& q : p.tensor_partitions(0)) EXPECT_LE(q.bytes(), 40000u + 256u);
-  EXPECT_EQ(p.tensor_partitions(1).size(), 1u);
+  const Placement p = Placement::compute(decls, 3, {.max_block_bytes = 40000});
+  EXPECT_EQ(p.tensor_blocks(0).size(), 10u);
+  for (const Block& q : p.tensor_blocks(0)) EXPECT_LE(q.bytes(), 40000u + 256u);
+  EXPECT_EQ(p.tensor_blocks(1).size(), 1u);
   EXPECT_EQ(p.shard_keys(0).size() + p.shard_keys(1).size() + p.shard_keys(2).size(), 11u);
 }
 

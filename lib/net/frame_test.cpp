@@ -109,7 +109,7 @@ struct Fixture : ::testing::Test {
     for (size_t i = 0; i < payload.size(); ++i) payload[i] = std::byte(i * 7 + 3);
     h.type = wire::PacketType::kData;
     h.dtype = wire::Dtype::kFloat32;
-    h.tensor_key = 17;
+    h.block_key = 17;
     h.msg_len = 1 << 20;
     h.offset = 4096;
     h.seq = 5;

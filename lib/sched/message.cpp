@@ -49,7 +49,7 @@ Message* MessagePool::alloc() {
       msg->priority = 0;
       msg->type = 0;
       msg->dtype = 0;
-      msg->tensor_key = 0;
+      msg->block_key = 0;
       msg->iteration = 0;
       msg->param_version = 0;
       msg->msg_id = 0;

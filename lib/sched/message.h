@@ -51,7 +51,7 @@ struct alignas(64) Message {
   // Opaque to the scheduler: the transport/server fill and read these.
   uint8_t type = 0;
   uint8_t dtype = 0;
-  uint32_t tensor_key = 0;
+  uint32_t block_key = 0;
   uint32_t iteration = 0;
   uint32_t param_version = 0;
   uint32_t msg_id = 0;

@@ -29,7 +29,7 @@ std::string_view node_state_name(NodeState s);
 /// Why the node itself dropped a packet or a control message.
 enum class ServerDrop : uint8_t {
   kNotRunning,      ///< a gradient or init packet while waiting or refused
-  kNotOurs,         ///< a key of no partition, or of a shard this node does not run
+  kNotOurs,         ///< a key of no block, or of a shard this node does not run
   kInitNotRank0,    ///< a kInit packet from a rank other than 0
   kBadType,         ///< a packet type a server does not take (kAggData, ...)
   kShardRingFull,   ///< a shard core's ring was full (cannot happen when sized; the chunk is lost)

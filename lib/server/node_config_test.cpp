@@ -131,7 +131,7 @@ TEST(Report, TelemetryHasTheAggregationsAndEveryCounter) {
 
 TEST(Report, PoolWarningWhenThePoolsCannotHoldTheWorstDisorder) {
   const std::vector<agg::TensorDecl> decls = {{"a", 1408 / 4 * 100, 0}, {"b", 1408 / 4 * 60, 1}};
-  const agg::Placement p = agg::Placement::compute(decls, 2, {.max_partition_bytes = 1 << 30});
+  const agg::Placement p = agg::Placement::compute(decls, 2, {.max_block_bytes = 1 << 30});
   const uint32_t a_shard = p.at(0).shard;
   // 100 chunks of "a", 3 workers: up to 200 held, 225 asked for.
   EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 225), "");

@@ -45,7 +45,7 @@ std::string stats_line(double seconds, NodeState state, const Rates& per_second,
 std::string pool_warning(const agg::Placement& placement, const std::vector<uint32_t>& own_shards,
                          uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs) {
   uint64_t chunks = 0;
-  for (const agg::Partition& p : placement.partitions()) {
+  for (const agg::Block& p : placement.blocks()) {
     for (uint32_t s : own_shards) {
       if (p.shard == s) chunks += (p.bytes() + chunk_bytes - 1) / chunk_bytes;
     }

@@ -79,8 +79,8 @@ void Runner::report_state_st(NodeState was) {
                 ": " + node_.refusal_st());
   } else if (now == NodeState::kRunning) {
     const agg::Placement& placement = *node_.placement_st();
-    output_.out(who_ + ": every worker declared; " + std::to_string(placement.partitions().size()) +
-                " partitions placed, serving");
+    output_.out(who_ + ": every worker declared; " + std::to_string(placement.blocks().size()) +
+                " blocks placed, serving");
     const std::string warning =
         pool_warning(placement, node_.own_shards(), node_.config().chunk_bytes, node_.workers(),
                      node_.config().rx_pool_mbufs);

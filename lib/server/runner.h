@@ -7,7 +7,7 @@
 // (net::IdleBackoff), and every 100 ms the slow work: publish the node's
 // counters (telemetry::Published, which the stats thread and telemetry
 // read, so neither touches the datapath), and report a change of state
-// (running: "every worker declared; N partitions placed, serving", plus the
+// (running: "every worker declared; N blocks placed, serving", plus the
 // pool warning; refused: the reason, on the error stream).
 //
 // Threads: construct, add_telemetry() and run() on the thread that owns

@@ -143,11 +143,11 @@ void ServerNode::launch_cores() {
 }
 
 void ServerNode::check_levels(const agg::Placement& placement) {
-  for (const agg::Partition& p : placement.partitions()) {
+  for (const agg::Block& p : placement.blocks()) {
     if (p.priority >= sched::kPriorityLevels) {
-      // Updates go out at the partition's priority, which must be a scheduler
+      // Updates go out at the block's priority, which must be a scheduler
       // level: build the placement from worker::TensorTable::declarations().
-      throw std::invalid_argument("server: partition " + std::to_string(p.key) + " has priority " +
+      throw std::invalid_argument("server: block " + std::to_string(p.key) + " has priority " +
                                   std::to_string(p.priority) + ", not a scheduler level (< " +
                                   std::to_string(sched::kPriorityLevels) + ")");
     }
@@ -276,14 +276,14 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
   if (!running_ || h.type != wire::PacketType::kData) return true;
   const PortFlow& f = flow_[port];
   if (f.limit == 0 || aggregation_mbufs_st(port) < f.limit) return true;
-  if (h.tensor_key >= placement_->partitions().size()) return true;
-  const int32_t slot = shard_slot_[placement_->at(h.tensor_key).shard];
+  if (h.block_key >= placement_->blocks().size()) return true;
+  const int32_t slot = shard_slot_[placement_->at(h.block_key).shard];
   if (slot < 0) return true;
   // Over the limit, a packet is admitted only if it joins a set other ranks
   // have started: with two workers it completes it, and in general refusing
   // it could leave every rank waiting for the others. The shard publishes
   // which sets are started (StartedSets: why a stale read can only refuse).
-  return started_[slot]->others_started(h.tensor_key, h.offset, rank);
+  return started_[slot]->others_started(h.block_key, h.offset, rank);
 }
 
 bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
@@ -301,11 +301,11 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kInitNotRank0);
     return false;
   }
-  if (h.tensor_key >= placement_->partitions().size()) {
+  if (h.block_key >= placement_->blocks().size()) {
     count(ServerDrop::kNotOurs);
     return false;
   }
-  const int32_t slot = shard_slot_[placement_->at(h.tensor_key).shard];
+  const int32_t slot = shard_slot_[placement_->at(h.block_key).shard];
   if (slot < 0) {
     count(ServerDrop::kNotOurs);
     return false;
@@ -317,7 +317,7 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
   if (static_cast<size_t>(slot) >= cores_.size()) {  // this shard runs inline
     Shard& shard = *shards_[slot];
     if (init) {
-      shard.initialize_st(h.tensor_key, h.offset, payload);
+      shard.initialize_st(h.block_key, h.offset, payload);
       return false;  // copied
     }
     // Counted before the call: a completed set releases its mbufs inside it.
@@ -330,7 +330,7 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
   Stage& stage = stages_[slot];
   ShardItem& it = stage.items[stage.count++];
   it.mbuf = mbuf;
-  it.key = h.tensor_key;
+  it.key = h.block_key;
   it.offset = h.offset;
   it.iteration = h.iteration;
   it.payload_at =

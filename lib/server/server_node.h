@@ -39,7 +39,7 @@
 // "Flow control").
 //
 // Costs per packet on the net core: the endpoint's, a rank lookup, a
-// partition lookup, then either the shard's contribute (inline) or a 32-byte
+// block lookup, then either the shard's contribute (inline) or a 32-byte
 // ring item (shard cores); admitting a gradient reads the releases of every
 // shard of the node (one relaxed load each) and, over the limit, the chunk's
 // byte in its shard's StartedSets (a lookup, a multiply, one relaxed load).

@@ -45,7 +45,7 @@ bool Shard::send_st(uint16_t rank, const std::byte* data, uint32_t bytes, uint32
   transport::MessageMeta meta;
   meta.type = wire::PacketType::kAggData;
   meta.dtype = wire::Dtype::kFloat32;
-  meta.tensor_key = key;
+  meta.block_key = key;
   meta.param_version = version;
   const auto logical = static_cast<uint32_t>(placement_.at(key).bytes());
   const FanOut& f = fanout_[rank];

@@ -1,13 +1,13 @@
-// One shard of a parameter server: the chunk table of the partitions it owns
+// One shard of a parameter server: the chunk table of the blocks it owns
 // (lib/agg) and the fan-out of every updated chunk to every worker.
 //
-// contribute_st() takes one worker's packet (one chunk of one partition, as
+// contribute_st() takes one worker's packet (one chunk of one block, as
 // the transport accepted it) and gives it to the ChunkTable, which holds the
 // mbuf until the chunk has every worker's contribution, then reduces them in
 // rank order, applies the optimizer and calls back on_update(): the shard
-// then submits the updated chunk to every worker as a slice of its partition
+// then submits the updated chunk to every worker as a slice of its block
 // (Endpoint::send_slice: one payload, the shard's parameter memory, N
-// headers), at the partition's priority level. The mbufs go back to their
+// headers), at the block's priority level. The mbufs go back to their
 // pool as soon as the update is applied.
 //
 // Initial parameters: initialize_st() hands one chunk of rank 0's kInit
@@ -77,7 +77,7 @@ class Shard final : public agg::ChunkSink {
                      std::span<const std::byte> payload, rte_mbuf* mbuf);
   bool contribute_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
                      rte_mbuf* mbuf) {
-    return contribute_st(rank, h.tensor_key, h.offset, h.iteration, payload, mbuf);
+    return contribute_st(rank, h.block_key, h.offset, h.iteration, payload, mbuf);
   }
 
   /// One chunk of rank 0's initial parameters (a kInit packet): adopted by

@@ -11,8 +11,8 @@ StartedSets::StartedSets(const agg::Placement& placement, uint32_t shard, uint32
                                 " is not in [4, 65532]");
   }
   div_magic_ = UINT64_MAX / chunk_bytes + 1;
-  keys_.resize(placement.partitions().size());
-  for (const agg::Partition& p : placement.partitions()) {
+  keys_.resize(placement.blocks().size());
+  for (const agg::Block& p : placement.blocks()) {
     if (p.shard != shard) continue;
     keys_[p.key] = Key{static_cast<uint32_t>(chunks_), static_cast<uint32_t>(p.bytes())};
     chunks_ += (p.bytes() + chunk_bytes - 1) / chunk_bytes;

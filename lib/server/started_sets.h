@@ -35,7 +35,7 @@
 //
 // Costs: the owner pays a key lookup, a multiply and a byte store per held
 // contribution and per update; a reader the same lookup and multiply and one
-// byte load. Memory: 1 B per chunk of the shard and 8 B per partition of the
+// byte load. Memory: 1 B per chunk of the shard and 8 B per block of the
 // job. Construction (control path) allocates and throws
 // std::invalid_argument for a chunk_bytes that is not in [4, 65532].
 #pragma once
@@ -51,7 +51,7 @@ namespace mercury::server {
 
 class StartedSets {
  public:
-  /// The chunks of the partitions `placement` gives `shard`, cut as the
+  /// The chunks of the blocks `placement` gives `shard`, cut as the
   /// chunk table cuts them (chunk_bytes each, the last one shorter).
   StartedSets(const agg::Placement& placement, uint32_t shard, uint32_t chunk_bytes);
 
@@ -95,9 +95,9 @@ class StartedSets {
 
   struct Key {
     uint32_t first_chunk = 0;
-    uint32_t bytes = 0;  // 0: another shard's partition
+    uint32_t bytes = 0;  // 0: another shard's block
   };
-  std::vector<Key> keys_;  // per partition of the job
+  std::vector<Key> keys_;  // per block of the job
   uint64_t div_magic_;
   uint64_t chunks_ = 0;
   std::unique_ptr<std::atomic<uint8_t>[]> view_;

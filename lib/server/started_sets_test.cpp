@@ -16,15 +16,15 @@ constexpr uint32_t kChunk = 1408;
 // "b" (1) on the other; every last chunk is shorter than kChunk.
 agg::Placement placement() {
   const std::vector<agg::TensorDecl> decls = {{"a", 1000, 0}, {"b", 100, 1}, {"c", 900, 2}};
-  return agg::Placement::compute(decls, 2, {.max_partition_bytes = 1 << 20});
+  return agg::Placement::compute(decls, 2, {.max_block_bytes = 1 << 20});
 }
 
 // The keys of shard `s` and their chunk counts.
 std::vector<std::pair<uint32_t, uint32_t>> chunks_of(const agg::Placement& p, uint32_t s) {
   std::vector<std::pair<uint32_t, uint32_t>> out;
-  for (const agg::Partition& part : p.partitions()) {
-    if (part.shard == s) {
-      out.emplace_back(part.key, static_cast<uint32_t>((part.bytes() + kChunk - 1) / kChunk));
+  for (const agg::Block& block : p.blocks()) {
+    if (block.shard == s) {
+      out.emplace_back(block.key, static_cast<uint32_t>((block.bytes() + kChunk - 1) / kChunk));
     }
   }
   return out;
@@ -82,8 +82,8 @@ TEST(StartedSets, WhatIsNotAChunkOfTheShardIsNeverStarted) {
   s.held_st(theirs.front().first, 0, 1);  // not ours: ignored
   EXPECT_FALSE(s.others_started(theirs.front().first, 0, 0));
   EXPECT_FALSE(s.others_started(key, 4, 0));                             // not a chunk boundary
-  EXPECT_FALSE(s.others_started(key, mine.front().second * kChunk, 0));  // past the partition
-  EXPECT_FALSE(s.others_started(static_cast<uint32_t>(p.partitions().size()), 0, 0));  // no key
+  EXPECT_FALSE(s.others_started(key, mine.front().second * kChunk, 0));  // past the block
+  EXPECT_FALSE(s.others_started(static_cast<uint32_t>(p.blocks().size()), 0, 0));  // no key
   EXPECT_TRUE(s.others_started(key, 0, 0));
   EXPECT_THROW(StartedSets(p, 0, 0), std::invalid_argument);
 }

@@ -206,11 +206,11 @@ SubmitStatus Endpoint::send_slice(uint16_t peer, const std::byte* data, uint32_t
 SubmitStatus Endpoint::submit(uint16_t peer, const std::byte* data, uint32_t len,
                               uint32_t base_offset, uint32_t logical_len, uint8_t priority,
                               const MessageMeta& meta, const Completion& done) {
-  // A zero-length kControl message is how partition start-ups travel, so the
-  // application may not send one.
+  // ACKs and partition start-ups are the endpoint's own packets, never a
+  // message's.
   if (peer >= peers_.size() || priority >= sched::kPriorityLevels ||
-      meta.type == wire::PacketType::kAck || (data == nullptr && len > 0) ||
-      (meta.type == wire::PacketType::kControl && len == 0)) {
+      meta.type == wire::PacketType::kAck || meta.type == wire::PacketType::kPartitionStart ||
+      (data == nullptr && len > 0)) {
     submit_invalid_.fetch_add(1, std::memory_order_relaxed);
     return SubmitStatus::kInvalid;
   }
@@ -225,7 +225,7 @@ SubmitStatus Endpoint::submit(uint16_t peer, const std::byte* data, uint32_t len
   m->priority = priority;
   m->type = static_cast<uint8_t>(meta.type);
   m->dtype = static_cast<uint8_t>(meta.dtype);
-  m->tensor_key = meta.tensor_key;
+  m->block_key = meta.block_key;
   m->iteration = meta.iteration;
   m->param_version = meta.param_version;
   m->base_offset = base_offset;  // the pool does not reset these two

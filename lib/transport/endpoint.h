@@ -140,7 +140,7 @@ struct Completion {
 struct MessageMeta {
   wire::PacketType type = wire::PacketType::kData;
   wire::Dtype dtype = wire::Dtype::kBytes;
-  uint32_t tensor_key = 0;
+  uint32_t block_key = 0;
   uint32_t iteration = 0;
   uint32_t param_version = 0;
 };
@@ -149,8 +149,8 @@ enum class SubmitStatus : uint8_t {
   kQueued,        ///< the completion will run exactly once
   kNoDescriptor,  ///< max_messages messages are queued or in flight: retry later
   kIngressFull,   ///< ingress_capacity reached: retry later
-  kInvalid,       ///< peer out of range, priority >= 64, a kAck type, or null data with len > 0;
-                  ///< for send_slice also: see there
+  kInvalid,       ///< peer out of range, priority >= 64, a kAck or kPartitionStart type (the
+                  ///< endpoint's own), or null data with len > 0; for send_slice also: see there
 };
 
 /// Where received messages go; implemented by the application, called on the
@@ -159,7 +159,7 @@ enum class SubmitStatus : uint8_t {
 class MessageReceiver {
  public:
   /// The first accepted packet of a new message from `peer` (h carries the
-  /// message fields: type, dtype, tensor_key, iteration, param_version,
+  /// message fields: type, dtype, block_key, iteration, param_version,
   /// msg_id, msg_len). Return a buffer of at least h.msg_len bytes that stays
   /// valid until on_message_complete or on_message_abandoned, or null to
   /// refuse the message (counted; its bytes are acknowledged and discarded,
@@ -222,6 +222,8 @@ class PacketReceiver {
 
 /// The receivers of an endpoint; at least one. A packet the transport
 /// accepted goes:
+///  * if it is a kPartitionStart, nowhere (its acknowledgement is the answer;
+///    EndpointCounters::partition_starts_received);
 ///  * if it carries wire::flags::kSlice, to `packets` (there is no message
 ///    to assemble);
 ///  * otherwise, to `packets` if set, except control packets while `messages`
@@ -254,7 +256,7 @@ std::string_view endpoint_drop_name(EndpointDrop d);
 #define MERCURY_ENDPOINT_COUNTERS(X)                                                   \
   X(passes, "poll passes")                                                             \
   X(rx_packets, "Mercury packets taken from the port")                                 \
-  X(tx_data, "first transmissions (data and control)")                                 \
+  X(tx_data, "first transmissions (data, control, partition start-ups)")               \
   X(tx_retransmits, "resends")                                                         \
   X(tx_pure_acks, "pure ACKs and probes")                                              \
   X(resends_not_needed, "Peer::resend answered kNotNeeded")                            \
@@ -267,7 +269,7 @@ std::string_view endpoint_drop_name(EndpointDrop d);
   X(messages_failed, "sends failed")                                                   \
   X(messages_received, "on_message_complete calls")                                    \
   X(messages_abandoned, "on_message_abandoned calls")                                  \
-  X(control_received, "partition start-ups and other control packets")                 \
+  X(partition_starts_received, "partition start-ups acknowledged (never delivered)")   \
   X(packets_delivered, "PacketReceiver::on_packet calls")                              \
   X(packets_kept, "PacketReceiver::on_packet calls that took the buffer")              \
   X(slices_submitted, "send_slice() calls that queued")                                \
@@ -356,13 +358,15 @@ class Endpoint {
   /// Any thread, lock-free. Queues `len` bytes at `data` (kept alive and
   /// unchanged by the caller until the completion) for peer `peer` at
   /// `priority` (0 = most urgent, < sched::kPriorityLevels). On kQueued the
-  /// completion runs exactly once, on the net core; otherwise never.
+  /// completion runs exactly once, on the net core; otherwise never. A
+  /// zero-length message (data may then be null) is an ordinary message of
+  /// its type: it travels as one empty packet and is delivered as such.
   SubmitStatus send(uint16_t peer, const std::byte* data, uint32_t len, uint8_t priority,
                     const MessageMeta& meta, const Completion& done);
 
   /// Any thread, lock-free: like send(), for `len` bytes at `data` that are
   /// bytes [base_offset, base_offset + len) of a logical message of
-  /// `logical_len` bytes (a partition). Each packet's header carries offset =
+  /// `logical_len` bytes (a block). Each packet's header carries offset =
   /// base_offset + its offset in the part, msg_len = logical_len and
   /// wire::flags::kSlice; the receiving endpoint delivers it to its
   /// PacketReceiver. The completion means every byte of the part was
@@ -428,10 +432,10 @@ class Endpoint {
   // Where a received packet goes (Receivers), decided once per packet by
   // route_of(): admission and placement both act on it.
   enum class RxRoute : uint8_t {
-    kMessage,  // assembled for the MessageReceiver
-    kPacket,   // to the PacketReceiver, admit() asked first
-    kStartup,  // a partition start-up: its ACK is the answer, nothing is delivered
-    kNone,     // no receiver for it (dropped once accepted, kNoReceiver); pure ACKs
+    kMessage,         // assembled for the MessageReceiver
+    kPacket,          // to the PacketReceiver, admit() asked first
+    kPartitionStart,  // its ACK is the answer, nothing is delivered
+    kNone,            // no receiver for it (dropped once accepted, kNoReceiver); pure ACKs
   };
 
   // endpoint.cpp: submission and completions.
@@ -480,14 +484,14 @@ class Endpoint {
   // Packets the peer may take now (>= 1 when eligible): window and cwnd
   // room, or cwnd room alone for resends when the window is full.
   uint32_t send_room(const PeerState& ps) const;
-  void fill_header(const sched::Message& msg, bool control, uint32_t offset, uint32_t len,
+  void fill_header(const sched::Message& msg, bool start, uint32_t offset, uint32_t len,
                    wire::HeaderFields& h) const;
   // The TX batch: frames are built into tx_ and handed to the port a burst
   // at a time (one virtual call), never one by one.
   wire::HeaderFields& next_frame_header_st();
   void queue_frame_st(const PeerState& ps, const std::byte* payload);
   uint16_t stage_frames_st();
-  void account_failed(sched::Message* msg, bool control, uint32_t len, SendStatus why);
+  void account_failed(sched::Message* msg, bool start, uint32_t len, SendStatus why);
 
   // SenderSink reports, through each peer's PeerState (endpoint_tx.cpp).
   void acked(const SliceRef& slice);

@@ -1,8 +1,8 @@
 // The endpoint's receivers without EAL (net::MemoryPort, fake clock): slices
 // to a PacketReceiver that keeps some buffers, admission refused then
 // granted, a MessageReceiver refusing messages, routing with both receivers,
-// a peer restart heard by the PacketReceiver, a packet from no peer, and the
-// submission refusals.
+// partition start-ups (acknowledged, never delivered), a peer restart heard by
+// the PacketReceiver, a packet from no peer, and the submission refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -39,7 +39,7 @@ class Chunks final : public PacketReceiver {
   }
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
                  net::PacketBuf* buf) override {
-    ++got[{h.tensor_key, h.offset}];
+    ++got[{h.block_key, h.offset}];
     slices += (h.flags & wire::flags::kSlice) != 0;
     if (h.msg_len != logical_.size() || h.offset + payload.size() > logical_.size() ||
         !std::equal(payload.begin(), payload.end(), logical_.begin() + h.offset)) {
@@ -100,7 +100,7 @@ TEST(EndpointReceivers, SlicesGoToThePacketReceiverOnceEach) {
   // Four parts of one logical message, sent out of order.
   MessageMeta meta;
   meta.type = wire::PacketType::kAggData;
-  meta.tensor_key = 7;
+  meta.block_key = 7;
   Log log;
   const uint32_t part = 10 * kPayload;
   for (uint32_t i : {2u, 0u, 3u, 1u}) {
@@ -142,7 +142,7 @@ TEST(EndpointReceivers, RefusedPacketsAreResentAndThenDeliveredOnce) {
   Endpoint b(l.b, test::endpoint_config(5, 1, peer_at("a", kAddrA, 3)), chunks, l.now);
   Log log;
   MessageMeta meta;
-  meta.tensor_key = 1;
+  meta.block_key = 1;
   ASSERT_EQ(a.send(0, body.data(), static_cast<uint32_t>(body.size()), 0, meta, log.done(0)),
             SubmitStatus::kQueued);
   l.idle({&a, &b}, 30 * test::kMs);
@@ -241,6 +241,45 @@ TEST(EndpointReceivers, EachPacketIsRoutedByItsFlagsAndType) {
   EXPECT_EQ(l.b.buffers_free(), l.b.buffers());
 }
 
+// In partition mode (the P3 baseline) every partition's start-up travels as
+// a kPartitionStart packet: acknowledged and counted by the receiver, never
+// delivered to either receiver. A zero-length kControl message is an
+// ordinary message: delivered whole, empty.
+TEST(EndpointReceivers, PartitionStartsAreAcknowledgedNotDeliveredAndEmptyControlIsAMessage) {
+  Link l;
+  Inbox msgs_a, msgs_b;
+  Packets pkts_b;
+  EndpointConfig ca = test::endpoint_config(3, 1, peer_at("b", kAddrB));
+  ca.mode = sched::Mode::kPartition;
+  ca.partition_bytes = 4096;
+  ca.credit_bytes = 8192;
+  Endpoint a(l.a, ca, msgs_a, l.now);
+  Endpoint b(l.b, test::endpoint_config(5, 0, peer_at("a", kAddrA)), Receivers{&msgs_b, &pkts_b},
+             l.now);
+  const std::vector<std::byte> bytes = pattern(0, 10'000);
+  Log log;
+  MessageMeta data;
+  data.block_key = 1;
+  MessageMeta control;
+  control.type = wire::PacketType::kControl;
+  control.block_key = 2;
+  ASSERT_EQ(a.send(0, bytes.data(), 10'000, 0, data, log.done(0)), SubmitStatus::kQueued);
+  ASSERT_EQ(a.send(0, nullptr, 0, 1, control, log.done(1)), SubmitStatus::kQueued);
+  ASSERT_TRUE(l.run({&a, &b}, [&] { return log.ok.size() == 2; }));
+  l.idle({&a, &b}, 10 * test::kMs);
+  // Three partitions of 4096 bytes and the empty message's one (empty)
+  // partition: four start-ups, each acknowledged once.
+  EXPECT_EQ(a.scheduler().stats_st().partition_starts, 4u);
+  EXPECT_EQ(b.counters_st().partition_starts_received, 4u);
+  ASSERT_EQ(msgs_b.messages.size(), 1u);
+  EXPECT_EQ(msgs_b.messages.at(2).type, wire::PacketType::kControl);
+  EXPECT_TRUE(msgs_b.has(2, {}));
+  EXPECT_EQ(pkts_b.types.size(), 8u);  // 10'000 bytes in 8 packets: data only
+  EXPECT_EQ(std::count(pkts_b.types.begin(), pkts_b.types.end(), wire::PacketType::kData), 8);
+  EXPECT_EQ(b.counters_st().drop(EndpointDrop::kNoReceiver), 0u);
+  EXPECT_TRUE(log.failed.empty());
+}
+
 // The sending side restarts (a new incarnation on the same port): the
 // PacketReceiver hears it once, before the new incarnation's first packet,
 // and packets from both incarnations are each delivered once.
@@ -304,8 +343,8 @@ TEST(EndpointReceivers, SubmissionsWithInvalidArgumentsAreRefused) {
   EXPECT_EQ(a.send(1, bytes.data(), 10, 0, meta, {}), SubmitStatus::kInvalid);   // no peer 1
   EXPECT_EQ(a.send(0, bytes.data(), 10, 64, meta, {}), SubmitStatus::kInvalid);  // priority
   EXPECT_EQ(a.send(0, nullptr, 10, 0, meta, {}), SubmitStatus::kInvalid);
-  meta.type = wire::PacketType::kControl;
-  EXPECT_EQ(a.send(0, bytes.data(), 0, 0, meta, {}), SubmitStatus::kInvalid);  // a start-up
+  meta.type = wire::PacketType::kPartitionStart;  // the endpoint's own
+  EXPECT_EQ(a.send(0, bytes.data(), 0, 0, meta, {}), SubmitStatus::kInvalid);
   meta.type = wire::PacketType::kAck;
   EXPECT_EQ(a.send(0, bytes.data(), 10, 0, meta, {}), SubmitStatus::kInvalid);
   EXPECT_EQ(a.counters_st().submit_invalid, 5u);

@@ -69,8 +69,8 @@ void Endpoint::receive_st(Tick now) {
 
 inline Endpoint::RxRoute Endpoint::route_of(const wire::HeaderFields& h) const {
   if (h.type == wire::PacketType::kAck) return RxRoute::kNone;  // nothing to deliver
+  if (h.type == wire::PacketType::kPartitionStart) return RxRoute::kPartitionStart;
   const bool control = h.type == wire::PacketType::kControl;
-  if (control && h.msg_len == 0) return RxRoute::kStartup;
   // A slice has no message to assemble: packets only.
   if ((h.flags & wire::flags::kSlice) != 0)
     return packets_ != nullptr ? RxRoute::kPacket : RxRoute::kNone;
@@ -126,8 +126,8 @@ inline bool Endpoint::place_st(PeerState& ps, uint16_t p, const net::RxPacket& p
     case RxRoute::kMessage:
       assemble_st(ps, p, pkt, r.message_complete);
       return false;
-    case RxRoute::kStartup:
-      ++counters_.control_received;  // its ack is the answer
+    case RxRoute::kPartitionStart:
+      ++counters_.partition_starts_received;  // its ack is the answer
       return false;
     case RxRoute::kNone:
       drop(EndpointDrop::kNoReceiver);

@@ -83,7 +83,7 @@ inline std::vector<std::byte> pattern(uint32_t key, uint32_t len) {
   return v;
 }
 
-/// Keeps every message it is given, by tensor_key; refuses those `refuse`
+/// Keeps every message it is given, by block_key; refuses those `refuse`
 /// says. Buffers are pre-filled, so a byte never written shows.
 class Inbox final : public MessageReceiver {
  public:
@@ -94,18 +94,18 @@ class Inbox final : public MessageReceiver {
     wire::PacketType type = wire::PacketType::kData;
   };
   std::byte* on_message_begin(uint16_t, const wire::HeaderFields& h) override {
-    if (refuse != nullptr && refuse(h.tensor_key)) {
+    if (refuse != nullptr && refuse(h.block_key)) {
       ++refused;
       return nullptr;
     }
-    Message& m = messages[h.tensor_key];
+    Message& m = messages[h.block_key];
     m.bytes.assign(h.msg_len == 0 ? 1 : h.msg_len, std::byte{0xEE});  // never a null buffer
     m.type = h.type;
     ++m.begun;
     return m.bytes.data();
   }
   void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte*) override {
-    ++messages[h.tensor_key].completed;
+    ++messages[h.block_key].completed;
   }
   void on_message_abandoned(uint16_t, uint32_t, std::byte*) override { ++abandoned; }
 
@@ -155,13 +155,13 @@ struct Log {
   }
 };
 
-/// Sends `bodies[i]` as message i (tensor_key i, cookie i), priority i % 8.
+/// Sends `bodies[i]` as message i (block_key i, cookie i), priority i % 8.
 inline void send_all(Endpoint& ep, const std::vector<std::vector<std::byte>>& bodies, Log& log,
                      wire::PacketType type = wire::PacketType::kData) {
   for (uint32_t i = 0; i < bodies.size(); ++i) {
     MessageMeta meta;
     meta.type = type;
-    meta.tensor_key = i;
+    meta.block_key = i;
     if (ep.send(0, bodies[i].data(), static_cast<uint32_t>(bodies[i].size()),
                 static_cast<uint8_t>(i % 8), meta, log.done(i)) != SubmitStatus::kQueued) {
       throw std::runtime_error("send refused");

@@ -108,8 +108,8 @@ void Endpoint::transmit_st(Tick now) {
 inline bool Endpoint::serve_st(const sched::Slice& s, Tick now, uint32_t& sent) {
   sched::Message* msg = s.msg;
   PeerState& ps = *peers_[msg->peer];
-  const bool control = is_control(s);
-  const uint64_t token = token_of(msg, control);
+  const bool start = is_partition_start(s);
+  const uint64_t token = token_of(msg, start);
   if (s.retransmit) {
     LostMap::Slot* e = lost_->find({token, s.offset});
     if (e == nullptr) {
@@ -145,7 +145,7 @@ inline bool Endpoint::serve_st(const sched::Slice& s, Tick now, uint32_t& sent) 
   if (rec.status != SendStatus::kDelivered) {
     // Never sent: the message already failed, and its remaining bytes would
     // be an orphan at the peer.
-    account_failed(msg, control, s.len, rec.status);
+    account_failed(msg, start, s.len, rec.status);
     return true;
   }
   if (!ps.peer.can_send()) {
@@ -159,9 +159,9 @@ inline bool Endpoint::serve_st(const sched::Slice& s, Tick now, uint32_t& sent) 
   rec.started = true;
   rec.stream = stream;
   wire::HeaderFields& h = next_frame_header_st();
-  fill_header(*msg, control, s.offset, s.len, h);
+  fill_header(*msg, start, s.offset, s.len, h);
   ps.peer.send(SliceRef{token, s.offset, s.len, msg->priority}, now, h);
-  queue_frame_st(ps, control ? nullptr : msg->data + s.offset);
+  queue_frame_st(ps, start ? nullptr : msg->data + s.offset);
   ++counters_.tx_data;
   ++sent;
   return true;
@@ -184,7 +184,7 @@ Resend Endpoint::resend_st(PeerState& ps, uint32_t seq, LostMap::Slot* entry, Ti
     return r;
   }
   sched::Message* msg = message_of(ref.msg_token);
-  fill_header(*msg, is_control(ref.msg_token), ref.offset, ref.len, h);
+  fill_header(*msg, is_partition_start(ref.msg_token), ref.offset, ref.len, h);
   queue_frame_st(ps, msg->data + ref.offset);
   ++counters_.tx_retransmits;
   return r;
@@ -232,9 +232,9 @@ void Endpoint::drain_dead_st(const sched::PeerMask& dead) {
   while (sched_->next_slice_st(dead, UINT32_MAX, s)) {
     sched::Message* msg = s.msg;
     PeerState& ps = *peers_[msg->peer];
-    const bool control = is_control(s);
+    const bool start = is_partition_start(s);
     if (s.retransmit) {
-      LostMap::Slot* e = lost_->find({token_of(msg, control), s.offset});
+      LostMap::Slot* e = lost_->find({token_of(msg, start), s.offset});
       if (e == nullptr || !e->value.deferred) {
         // Settled already: the Peer failed every packet it held when it died
         // (and with it every map entry but the deferred ones).
@@ -244,7 +244,7 @@ void Endpoint::drain_dead_st(const sched::PeerMask& dead) {
       }
       lost_->erase(e);
     }
-    account_failed(msg, control, s.len, ps.death());
+    account_failed(msg, start, s.len, ps.death());
   }
 }
 
@@ -258,8 +258,8 @@ void Endpoint::retry_stash_st() {
   size_t kept = 0;
   for (size_t i = 0; i < stash_.size(); ++i) {
     const sched::Slice s = stash_[i];
-    const bool control = is_control(s);
-    LostMap::Slot* e = lost_->find({token_of(s.msg, control), s.offset});
+    const bool start = is_partition_start(s);
+    LostMap::Slot* e = lost_->find({token_of(s.msg, start), s.offset});
     if (e == nullptr) {
       // Settled while it waited here (acked, or failed with its peer): its
       // message may even be complete and its descriptor reused, so it must
@@ -270,7 +270,7 @@ void Endpoint::retry_stash_st() {
     PeerState& ps = *peers_[s.msg->peer];
     if (e->value.deferred && ps.peer.dead()) {
       lost_->erase(e);
-      account_failed(s.msg, control, s.len, ps.death());
+      account_failed(s.msg, start, s.len, ps.death());
       continue;
     }
     if (!sched_->requeue_st(s)) stash_[kept++] = s;
@@ -291,25 +291,25 @@ inline uint32_t Endpoint::send_room(const PeerState& ps) const {
   return snd.waiting_resend() > 0 ? cwnd_room : 0;
 }
 
-inline void Endpoint::fill_header(const sched::Message& msg, bool control, uint32_t offset,
+inline void Endpoint::fill_header(const sched::Message& msg, bool start, uint32_t offset,
                                   uint32_t len, wire::HeaderFields& h) const {
-  h.type = control ? wire::PacketType::kControl : static_cast<wire::PacketType>(msg.type);
+  h.type = start ? wire::PacketType::kPartitionStart : static_cast<wire::PacketType>(msg.type);
   h.job_id = config_.job_id;
   h.sender_id = config_.sender_id;
   h.priority = msg.priority;
   h.dtype = static_cast<wire::Dtype>(msg.dtype);
-  h.tensor_key = msg.tensor_key;
+  h.block_key = msg.block_key;
   h.msg_id = msg.msg_id;
   // A slice's packets are placed in its logical message (send_slice);
   // otherwise base_offset is 0 and logical_len 0.
-  const bool slice = !control && msg.logical_len != 0;
-  h.msg_len = control ? 0 : (slice ? msg.logical_len : msg.len);
-  h.offset = control ? 0 : msg.base_offset + offset;
+  const bool slice = !start && msg.logical_len != 0;
+  h.msg_len = start ? 0 : (slice ? msg.logical_len : msg.len);
+  h.offset = start ? 0 : msg.base_offset + offset;
   // ORed: on a resend the Peer has stamped the transport flags already.
   if (slice) h.flags |= wire::flags::kSlice;
   h.iteration = msg.iteration;
   h.param_version = msg.param_version;
-  h.payload_len = static_cast<uint16_t>(control ? 0 : len);
+  h.payload_len = static_cast<uint16_t>(start ? 0 : len);
 }
 
 inline wire::HeaderFields& Endpoint::next_frame_header_st() {
@@ -337,12 +337,12 @@ inline uint16_t Endpoint::stage_frames_st() {
   return staged;
 }
 
-void Endpoint::account_failed(sched::Message* msg, bool control, uint32_t len, SendStatus why) {
+void Endpoint::account_failed(sched::Message* msg, bool start, uint32_t len, SendStatus why) {
   Record& rec = record(msg);
   if (rec.status == SendStatus::kDelivered) rec.status = why;
   // The bytes count as settled, so the scheduler completes the message once
   // everything of it is settled; the completion then reports the failure.
-  if (control) {
+  if (start) {
     sched_->partition_ready_st(msg);
   } else {
     sched_->on_acked_st(msg, len);
@@ -356,7 +356,7 @@ void Endpoint::account_failed(sched::Message* msg, bool control, uint32_t len, S
 inline void Endpoint::acked(const SliceRef& slice) {
   lost_->erase({slice.msg_token, slice.offset});
   sched::Message* msg = message_of(slice.msg_token);
-  if (is_control(slice.msg_token)) {
+  if (is_partition_start(slice.msg_token)) {
     sched_->partition_ready_st(msg);
   } else {
     sched_->on_acked_st(msg, slice.len);
@@ -366,14 +366,15 @@ inline void Endpoint::acked(const SliceRef& slice) {
 inline void Endpoint::lost(PeerState& ps, uint32_t seq, const SliceRef& slice) {
   lost_->put({slice.msg_token, slice.offset}, {seq, false});
   ps.push_hint({slice.msg_token, slice.offset, seq});
-  requeue_or_stash_st(sched::Slice{
-      message_of(slice.msg_token), slice.offset, slice.len, true,
-      is_control(slice.msg_token) ? sched::SliceKind::kPartitionStart : sched::SliceKind::kData});
+  requeue_or_stash_st(sched::Slice{message_of(slice.msg_token), slice.offset, slice.len, true,
+                                   is_partition_start(slice.msg_token)
+                                       ? sched::SliceKind::kPartitionStart
+                                       : sched::SliceKind::kData});
 }
 
 inline void Endpoint::failed(const SliceRef& slice, FailReason why) {
   lost_->erase({slice.msg_token, slice.offset});
-  account_failed(message_of(slice.msg_token), is_control(slice.msg_token), slice.len,
+  account_failed(message_of(slice.msg_token), is_partition_start(slice.msg_token), slice.len,
                  status_of(why));
 }
 

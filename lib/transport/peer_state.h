@@ -23,17 +23,17 @@
 namespace mercury::transport {
 
 // A slice's token is its Message's address (64-byte aligned, so the low bits
-// are free) with bit 0 set for a partition start-up control: the ack of a
-// control calls partition_ready_st, the ack of data on_acked_st.
-inline constexpr uint64_t kControlTag = 1;
-inline uint64_t token_of(const sched::Message* msg, bool control) {
-  return reinterpret_cast<uintptr_t>(msg) | (control ? kControlTag : 0);
+// are free) with bit 0 set for a partition start-up (wire kPartitionStart):
+// the ack of a start-up calls partition_ready_st, the ack of data on_acked_st.
+inline constexpr uint64_t kPartitionStartTag = 1;
+inline uint64_t token_of(const sched::Message* msg, bool start) {
+  return reinterpret_cast<uintptr_t>(msg) | (start ? kPartitionStartTag : 0);
 }
 inline sched::Message* message_of(uint64_t token) {
-  return reinterpret_cast<sched::Message*>(static_cast<uintptr_t>(token & ~kControlTag));
+  return reinterpret_cast<sched::Message*>(static_cast<uintptr_t>(token & ~kPartitionStartTag));
 }
-inline bool is_control(uint64_t token) { return (token & kControlTag) != 0; }
-inline bool is_control(const sched::Slice& s) {
+inline bool is_partition_start(uint64_t token) { return (token & kPartitionStartTag) != 0; }
+inline bool is_partition_start(const sched::Slice& s) {
   return s.kind == sched::SliceKind::kPartitionStart;
 }
 

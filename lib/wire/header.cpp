@@ -20,6 +20,8 @@ std::string_view reject_name(Reject r) {
       return "payload_mismatch";
     case Reject::kAckWithPayload:
       return "ack_with_payload";
+    case Reject::kStartWithPayload:
+      return "start_with_payload";
     case Reject::kBadRange:
       return "bad_range";
     case Reject::kBadAlignment:
@@ -38,7 +40,7 @@ void encode(const HeaderFields& f, Header& h) {
   h.sender_id.set(f.sender_id);
   h.priority = f.priority;
   h.dtype = static_cast<uint8_t>(f.dtype);
-  h.tensor_key.set(f.tensor_key);
+  h.block_key.set(f.block_key);
   h.msg_id.set(f.msg_id);
   h.msg_len.set(f.msg_len);
   h.offset.set(f.offset);
@@ -62,7 +64,7 @@ uint64_t header_word_sum(const HeaderFields& f) {
   };
   return (uint64_t{kVersion} << 8 | static_cast<uint8_t>(f.type)) + f.flags + w32(f.job_id) +
          f.sender_id + (uint64_t{f.priority} << 8 | static_cast<uint8_t>(f.dtype)) +
-         w32(f.tensor_key) + w32(f.msg_id) + w32(f.msg_len) + w32(f.offset) + w32(f.iteration) +
+         w32(f.block_key) + w32(f.msg_id) + w32(f.msg_len) + w32(f.offset) + w32(f.iteration) +
          w32(f.param_version) + w32(f.seq) + w32(f.ack) + f.payload_len + f.epoch + w64(f.sack);
 }
 
@@ -71,7 +73,7 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   const auto& h = *reinterpret_cast<const Header*>(packet.data());
   if (h.version != kVersion) return Reject::kBadVersion;
   if (h.type < static_cast<uint8_t>(PacketType::kData) ||
-      h.type > static_cast<uint8_t>(PacketType::kInit)) {
+      h.type > static_cast<uint8_t>(PacketType::kPartitionStart)) {
     return Reject::kBadType;
   }
   f.type = static_cast<PacketType>(h.type);
@@ -84,7 +86,7 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   f.job_id = h.job_id.get();
   f.sender_id = h.sender_id.get();
   f.priority = h.priority;
-  f.tensor_key = h.tensor_key.get();
+  f.block_key = h.block_key.get();
   f.msg_id = h.msg_id.get();
   f.msg_len = h.msg_len.get();
   f.offset = h.offset.get();
@@ -97,6 +99,9 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   if (f.type == PacketType::kAck) {
     if (f.payload_len != 0) return Reject::kAckWithPayload;
   } else {
+    if (f.type == PacketType::kPartitionStart && f.payload_len != 0) {
+      return Reject::kStartWithPayload;
+    }
     // 64-bit sum: offset + payload_len cannot wrap.
     if (uint64_t{f.offset} + f.payload_len > f.msg_len) return Reject::kBadRange;
     if (f.dtype == Dtype::kFloat32 && ((f.offset | f.payload_len | f.msg_len) & 3u) != 0) {

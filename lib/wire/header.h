@@ -4,7 +4,7 @@
 // the reference and lib/wire/mercury.lua dissects it in Wireshark):
 //
 //   0 version  1 type  2 flags(16)  4 job_id(32)
-//   8 sender_id(16) 10 priority(8) 11 dtype(8) 12 tensor_key(32)
+//   8 sender_id(16) 10 priority(8) 11 dtype(8) 12 block_key(32)
 //  16 msg_id(32) 20 msg_len(32) 24 offset(32) 28 iteration(32)
 //  32 param_version(32) 36 seq(32) 40 ack(32) 44 payload_len(16) 46 epoch(16)
 //  48 sack(64)
@@ -29,7 +29,8 @@
 
 namespace mercury::wire {
 
-inline constexpr uint8_t kVersion = 1;
+/// Bumped whenever a field changes meaning or a packet type is added.
+inline constexpr uint8_t kVersion = 2;
 /// UDP port used when a configuration does not name one.
 inline constexpr uint16_t kDefaultUdpPort = 47100;
 
@@ -39,6 +40,10 @@ enum class PacketType : uint8_t {
   kAck = 3,      ///< a pure acknowledgement: no payload
   kControl = 4,  ///< control-plane message (declare, barrier, hello), carried reliably
   kInit = 5,     ///< a slice of rank 0's initial parameters, worker to server (start of a job)
+  /// The P3/ByteScheduler baseline's start-up of one partition of a message
+  /// (sched::SliceKind::kPartitionStart): no payload, carried reliably; the
+  /// receiver's ACK is the answer and nothing is delivered.
+  kPartitionStart = 6,
 };
 
 enum class Dtype : uint8_t {
@@ -64,14 +69,20 @@ struct Header {
   uint8_t type;
   be16 flags;
   be32 job_id;
-  be16 sender_id;
+  be16 sender_id;    ///< the sending node's index in the job file (not a worker rank)
   uint8_t priority;  ///< 0 is the most urgent
   uint8_t dtype;
-  be32 tensor_key;
+  /// The block the payload belongs to: its key, i.e. its index in the job's
+  /// placement (agg/placement.h), not a tensor's index.
+  be32 block_key;
   be32 msg_id;   ///< message number, per sender and receiver
   be32 msg_len;  ///< bytes in the whole message
   be32 offset;   ///< byte offset of this payload within the message
+  /// A push (kData, kInit): the version of the parameters its gradient was
+  /// computed from (0 for kInit). Other types: 0 from Mercury's nodes.
   be32 iteration;
+  /// An aggregated chunk (kAggData): the version its update made (0 for
+  /// the initial values). Other types: 0 from Mercury's nodes.
   be32 param_version;
   be32 seq;          ///< transport sequence number of this packet
   be32 ack;          ///< cumulative: every seq below this was received
@@ -89,7 +100,7 @@ static_assert(offsetof(Header, job_id) == 4);
 static_assert(offsetof(Header, sender_id) == 8);
 static_assert(offsetof(Header, priority) == 10);
 static_assert(offsetof(Header, dtype) == 11);
-static_assert(offsetof(Header, tensor_key) == 12);
+static_assert(offsetof(Header, block_key) == 12);
 static_assert(offsetof(Header, msg_id) == 16);
 static_assert(offsetof(Header, msg_len) == 20);
 static_assert(offsetof(Header, offset) == 24);
@@ -102,7 +113,8 @@ static_assert(offsetof(Header, epoch) == 46);
 static_assert(offsetof(Header, sack) == 48);
 static_assert(alignof(Header) == 1);
 
-/// Host-order view of a header: what protocol code reads and fills.
+/// Host-order view of a header: what protocol code reads and fills. The
+/// fields mean what Header's of the same name do.
 struct HeaderFields {
   PacketType type = PacketType::kData;
   /// Unused. Named so the whole struct is initialised: it keeps the layout
@@ -114,7 +126,7 @@ struct HeaderFields {
   uint16_t sender_id = 0;
   uint8_t priority = 0;
   Dtype dtype = Dtype::kBytes;
-  uint32_t tensor_key = 0;
+  uint32_t block_key = 0;
   uint32_t msg_id = 0;
   uint32_t msg_len = 0;
   uint32_t offset = 0;
@@ -132,15 +144,16 @@ struct HeaderFields {
 /// Why decode() refused a header. Every value has a drop counter.
 enum class Reject : uint8_t {
   kNone = 0,
-  kTruncated,        ///< fewer bytes than a header
-  kBadVersion,       ///< version is not kVersion
-  kBadType,          ///< type is not a PacketType
-  kBadFlags,         ///< unknown flag bits set
-  kBadDtype,         ///< dtype is not a Dtype
-  kPayloadMismatch,  ///< payload_len disagrees with the bytes that follow
-  kAckWithPayload,   ///< an ACK packet carries payload
-  kBadRange,         ///< offset + payload_len runs past msg_len
-  kBadAlignment,     ///< float32 payload or offset not a multiple of 4
+  kTruncated,         ///< fewer bytes than a header
+  kBadVersion,        ///< version is not kVersion
+  kBadType,           ///< type is not a PacketType
+  kBadFlags,          ///< unknown flag bits set
+  kBadDtype,          ///< dtype is not a Dtype
+  kPayloadMismatch,   ///< payload_len disagrees with the bytes that follow
+  kAckWithPayload,    ///< an ACK packet carries payload
+  kStartWithPayload,  ///< a kPartitionStart packet carries payload
+  kBadRange,          ///< offset + payload_len runs past msg_len
+  kBadAlignment,      ///< float32 payload or offset not a multiple of 4
   kCount,
 };
 inline constexpr size_t kRejectCount = static_cast<size_t>(Reject::kCount);
@@ -170,7 +183,7 @@ static_assert(offsetof(HeaderFields, job_id) == offsetof(Header, job_id));
 static_assert(offsetof(HeaderFields, sender_id) == offsetof(Header, sender_id));
 static_assert(offsetof(HeaderFields, priority) == offsetof(Header, priority));
 static_assert(offsetof(HeaderFields, dtype) == offsetof(Header, dtype));
-static_assert(offsetof(HeaderFields, tensor_key) == offsetof(Header, tensor_key));
+static_assert(offsetof(HeaderFields, block_key) == offsetof(Header, block_key));
 static_assert(offsetof(HeaderFields, msg_id) == offsetof(Header, msg_id));
 static_assert(offsetof(HeaderFields, msg_len) == offsetof(Header, msg_len));
 static_assert(offsetof(HeaderFields, offset) == offsetof(Header, offset));
@@ -195,7 +208,7 @@ inline uint64_t encode_summed(const HeaderFields& f, uint16_t payload_len, Heade
                              static_cast<short>(payload_len));
   // Per 16-byte lane, the source byte of each wire byte (-1: zero). Lane 0:
   // version (0, ORed in below), type, flags, job_id, sender_id, priority,
-  // dtype, tensor_key; lane 1: four 32-bit fields; lane 2: three 32-bit and
+  // dtype, block_key; lane 1: four 32-bit fields; lane 2: three 32-bit and
   // two 16-bit fields; lane 3: sack, then 8 bytes past the header.
   const __m512i order = _mm512_set_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 2, 3, 4, 5, 6, 7,  //
                                         14, 15, 12, 13, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,    //

@@ -18,7 +18,7 @@ HeaderFields sample() {
   f.sender_id = 0x0506;
   f.priority = 7;
   f.dtype = Dtype::kFloat32;
-  f.tensor_key = 0x0a0b0c0d;
+  f.block_key = 0x0a0b0c0d;
   f.msg_id = 42;
   f.msg_len = 4096;
   f.offset = 1024;
@@ -75,12 +75,12 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     auto p = packet_of(sample());
     EXPECT_EQ(decode(std::span(p).first(kHeaderSize - 1), out), Reject::kTruncated);
   }
-  {
+  for (uint8_t v : {0, 1, 3}) {  // 1: the previous wire version
     auto p = packet_of(sample());
-    p[0] = std::byte{2};
-    EXPECT_EQ(decode(p, out), Reject::kBadVersion);
+    p[0] = std::byte{v};
+    EXPECT_EQ(decode(p, out), Reject::kBadVersion) << int{v};
   }
-  for (uint8_t t : {0, 6, 255}) {
+  for (uint8_t t : {0, 7, 255}) {
     auto p = packet_of(sample());
     p[1] = std::byte{t};
     EXPECT_EQ(decode(p, out), Reject::kBadType) << int{t};
@@ -117,6 +117,20 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     EXPECT_EQ(decode(packet_of(f), out), Reject::kAckWithPayload);
     f.payload_len = 0;
     EXPECT_EQ(decode(packet_of(f), out), Reject::kNone);
+  }
+  {
+    // A partition start-up carries nothing; without payload it is valid.
+    HeaderFields f = sample();
+    f.type = PacketType::kPartitionStart;
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kStartWithPayload);
+    f.payload_len = 0;
+    f.msg_len = 0;
+    f.offset = 0;
+    ASSERT_EQ(decode(packet_of(f), out), Reject::kNone);
+    EXPECT_EQ(out.type, PacketType::kPartitionStart);
+    // Its offset and msg_len are range-checked like any non-ACK packet's.
+    f.offset = 4;
+    EXPECT_EQ(decode(packet_of(f), out), Reject::kBadRange);
   }
   {
     HeaderFields f = sample();
@@ -159,13 +173,13 @@ TEST(WireHeader, EncodeSummedMatchesEncodeAndItsBytes) {
   std::mt19937_64 rng(11);
   for (int i = 0; i < 2000; ++i) {
     HeaderFields f;
-    f.type = static_cast<PacketType>(1 + rng() % 5);
+    f.type = static_cast<PacketType>(1 + rng() % 6);
     f.flags = static_cast<uint16_t>(rng());
     f.job_id = static_cast<uint32_t>(rng());
     f.sender_id = static_cast<uint16_t>(rng());
     f.priority = static_cast<uint8_t>(rng());
     f.dtype = static_cast<Dtype>(rng() % 2);
-    f.tensor_key = static_cast<uint32_t>(rng());
+    f.block_key = static_cast<uint32_t>(rng());
     f.msg_id = static_cast<uint32_t>(rng());
     f.msg_len = static_cast<uint32_t>(rng());
     f.offset = static_cast<uint32_t>(rng());
@@ -217,7 +231,7 @@ TEST(WireHeader, RandomBytesNeverReadOutOfBounds) {
     for (auto& b : p) b = std::byte(rng());
     if (p.size() >= 2) {  // bias towards plausible headers
       p[0] = std::byte{kVersion};
-      p[1] = std::byte(1 + rng() % 4);
+      p[1] = std::byte(1 + rng() % 6);
     }
     if (decode(p, out) == Reject::kNone) {
       ++accepted;

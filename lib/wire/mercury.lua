@@ -18,7 +18,7 @@
 -- preference changes it), in "Decode As...", and as a heuristic dissector on
 -- UDP so Mercury on other ports is recognised too.
 
-local VERSION = 1
+local VERSION = 2
 local HEADER_LEN = 56
 local DEFAULT_PORT = 47100
 -- Elements shown one by one under the payload; the count is always shown.
@@ -32,8 +32,10 @@ local type_names = {
   [3] = "ack",
   [4] = "control",
   [5] = "init",
+  [6] = "partition_start",
 }
 local TYPE_ACK = 3
+local TYPE_PARTITION_START = 6
 
 local dtype_names = {
   [0] = "bytes",
@@ -62,16 +64,20 @@ f.flag_slice = ProtoField.bool("mercury.flags.slice", "Slice", 16, nil,
 f.flag_unknown = ProtoField.uint16("mercury.flags.unknown", "Unknown flags", base.HEX, nil,
   0xfff0)
 f.job_id = ProtoField.uint32("mercury.job_id", "Job ID", base.DEC)
-f.sender_id = ProtoField.uint16("mercury.sender_id", "Sender ID", base.DEC)
+f.sender_id = ProtoField.uint16("mercury.sender_id", "Sender ID", base.DEC, nil, nil,
+  "the sending node's index in the job file (not a worker rank)")
 f.priority = ProtoField.uint8("mercury.priority", "Priority", base.DEC, nil, nil,
   "0 is the most urgent")
 f.dtype = ProtoField.uint8("mercury.dtype", "Data type", base.DEC, dtype_names)
-f.tensor_key = ProtoField.uint32("mercury.tensor_key", "Tensor key", base.DEC)
+f.block_key = ProtoField.uint32("mercury.block_key", "Block key", base.DEC, nil, nil,
+  "the block's index in the job's placement (a tensor is one or more blocks)")
 f.msg_id = ProtoField.uint32("mercury.msg_id", "Message ID", base.DEC)
 f.msg_len = ProtoField.uint32("mercury.msg_len", "Message length", base.DEC)
 f.offset = ProtoField.uint32("mercury.offset", "Offset", base.DEC)
-f.iteration = ProtoField.uint32("mercury.iteration", "Iteration", base.DEC)
-f.param_version = ProtoField.uint32("mercury.param_version", "Parameter version", base.DEC)
+f.iteration = ProtoField.uint32("mercury.iteration", "Iteration", base.DEC, nil, nil,
+  "a push (data, init): the parameter version its gradient was computed from")
+f.param_version = ProtoField.uint32("mercury.param_version", "Parameter version", base.DEC, nil,
+  nil, "an aggregated chunk (agg_data): the version its update made")
 f.seq = ProtoField.uint32("mercury.seq", "Sequence number", base.DEC)
 f.ack = ProtoField.uint32("mercury.ack", "Cumulative ACK", base.DEC)
 f.payload_len = ProtoField.uint16("mercury.payload_len", "Payload length", base.DEC)
@@ -92,7 +98,7 @@ e.malformed = ProtoExpert.new("mercury.malformed", "Malformed Mercury header",
 local function reject_reason(tvb)
   local len = tvb:len()
   if len < HEADER_LEN then return "truncated", "fewer than 56 bytes" end
-  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not 1" end
+  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not 2" end
   local ptype = tvb(1, 1):uint()
   if type_names[ptype] == nil then return "bad_type", "unknown packet type" end
   if bit.band(tvb(2, 2):uint(), bit.bnot(FLAGS_KNOWN)) ~= 0 then
@@ -107,6 +113,9 @@ local function reject_reason(tvb)
   if ptype == TYPE_ACK then
     if payload_len ~= 0 then return "ack_with_payload", "an ACK carries payload" end
   else
+    if ptype == TYPE_PARTITION_START and payload_len ~= 0 then
+      return "start_with_payload", "a partition start-up carries payload"
+    end
     local msg_len = tvb(20, 4):uint()
     local offset = tvb(24, 4):uint()
     if offset + payload_len > msg_len then
@@ -135,7 +144,7 @@ local function add_header(tree, tvb)
   tree:add(f.sender_id, tvb(8, 2))
   tree:add(f.priority, tvb(10, 1))
   tree:add(f.dtype, tvb(11, 1))
-  tree:add(f.tensor_key, tvb(12, 4))
+  tree:add(f.block_key, tvb(12, 4))
   tree:add(f.msg_id, tvb(16, 4))
   tree:add(f.msg_len, tvb(20, 4))
   tree:add(f.offset, tvb(24, 4))
@@ -202,7 +211,7 @@ function mercury.dissector(tvb, pinfo, tree)
   return len
 end
 
--- Recognises Mercury on any UDP port: version 1, a known type, and a
+-- Recognises Mercury on any UDP port: version 2, a known type, and a
 -- payload_len that matches the datagram exactly (so unrelated traffic is
 -- very unlikely to match).
 local function heuristic(tvb, pinfo, tree)

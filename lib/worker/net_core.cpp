@@ -225,11 +225,11 @@ void NetCore::fail_pending_st(const std::string& why) {
     if (!p.started) {
       p.handle.fail(why);
     } else if (pushes_) {
-      // The tracker holds it and waits for every partition: settle the ones
+      // The tracker holds it and waits for every block: settle the ones
       // never queued as failed, the queued ones settle through the endpoint.
-      const auto parts = table_.partitions(p.tensor);
-      for (uint32_t i = p.next; i < parts.size(); ++i)
-        pushes_->settled_st(parts[i].key, false, why);
+      const auto blocks = table_.blocks(p.tensor);
+      for (uint32_t i = p.next; i < blocks.size(); ++i)
+        pushes_->settled_st(blocks[i].key, false, why);
     }
   }
   push_queue_.clear();

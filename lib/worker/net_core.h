@@ -158,7 +158,7 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
     uint32_t iteration = 0;
     const float* grad = nullptr;
     wire::PacketType type = wire::PacketType::kData;
-    uint32_t next = 0;  // first partition not queued yet
+    uint32_t next = 0;  // first block not queued yet
     bool started = false;
     Handle handle;
   };
@@ -184,9 +184,9 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
                std::optional<Handle> push);
   void barrier_st(uint64_t generation, const Handle& h);
   uint32_t send_pushes_st();
-  // Queues the push's partitions from p.next on until the endpoint refuses
-  // one; returns the first not queued (the partition count when all are).
-  uint32_t send_partitions_st(const PendingPush& p);
+  // Queues the push's blocks from p.next on until the endpoint refuses
+  // one; returns the first not queued (the block count when all are).
+  uint32_t send_blocks_st(const PendingPush& p);
   uint32_t complete_pulls_st();
   void slow_st(transport::Tick now);
   void on_ready_st(uint16_t server, const agg::ControlMessage& m);

@@ -1,5 +1,5 @@
 // NetCore (net_core.h): the datapath. Pushes wait for their version and go
-// out partition by partition; aggregated chunks land in the trainer's
+// out block by block; aggregated chunks land in the trainer's
 // buffers through the PullTracker; pulls complete once their version is in;
 // barriers are control messages to server 0.
 #include "worker/net_core.h"
@@ -38,21 +38,21 @@ uint32_t NetCore::send_pushes_st() {
       p.started = true;
       in_flight_[p.tensor] = p.handle;
     }
-    const uint32_t parts = table_.tensor(p.tensor).partitions;
+    const uint32_t blocks = table_.tensor(p.tensor).blocks;
     const uint32_t before = p.next;
-    p.next = send_partitions_st(p);
+    p.next = send_blocks_st(p);
     work += p.next - before;
-    endpoint_full = p.next < parts;
+    endpoint_full = p.next < blocks;
   }
   std::erase_if(push_queue_, [&](const PendingPush& p) {
-    return p.started && p.next == table_.tensor(p.tensor).partitions;
+    return p.started && p.next == table_.tensor(p.tensor).blocks;
   });
   return work;
 }
 
-uint32_t NetCore::send_partitions_st(const PendingPush& p) {
+uint32_t NetCore::send_blocks_st(const PendingPush& p) {
   const uint8_t level = table_.tensor(p.tensor).level;
-  const std::span<const PartitionGeometry> parts = table_.partitions(p.tensor);
+  const std::span<const BlockGeometry> blocks = table_.blocks(p.tensor);
   // On the wire, a push's `iteration` is the version of the parameters it
   // was computed from (0 for rank 0's initial parameters, kInit).
   transport::MessageMeta meta;
@@ -60,9 +60,9 @@ uint32_t NetCore::send_partitions_st(const PendingPush& p) {
   meta.dtype = wire::Dtype::kFloat32;
   meta.iteration = p.iteration;
   uint32_t i = p.next;
-  for (; i < parts.size(); ++i) {
-    const PartitionGeometry& g = parts[i];
-    meta.tensor_key = g.key;
+  for (; i < blocks.size(); ++i) {
+    const BlockGeometry& g = blocks[i];
+    meta.block_key = g.key;
     const auto* data = reinterpret_cast<const std::byte*>(p.grad + g.first_element);
     const auto bytes = static_cast<uint32_t>(g.bytes());
     if (endpoint_->send(shard_server_[g.shard], data, bytes, level, meta,
@@ -90,7 +90,7 @@ bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const s
                         net::PacketBuf*) {
   // An aggregated chunk's `param_version` is the version its update made.
   ++chunks_received_;
-  pulls_->deliver_st(h.tensor_key, h.offset, h.param_version, payload);
+  pulls_->deliver_st(h.block_key, h.offset, h.param_version, payload);
   return false;  // copied into the trainer's buffer: the endpoint frees the mbuf
 }
 

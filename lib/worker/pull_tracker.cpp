@@ -39,13 +39,13 @@ PullTracker::PullTracker(const TensorTable& table, const PullTrackerConfig& conf
   }
   chunk_bytes_ = table.chunk_bytes();
   const uint32_t n = table.tensors();
-  keys_.resize(table.placement().partitions().size());
+  keys_.resize(table.placement().blocks().size());
   tensors_.resize(n);
   uint64_t words = 0;
   for (TensorId id = 0; id < n; ++id) {
     const TensorInfo& info = table.tensor(id);
     auto* base = reinterpret_cast<std::byte*>(info.params.data());
-    for (const PartitionGeometry& p : table.partitions(id)) {
+    for (const BlockGeometry& p : table.blocks(id)) {
       keys_[p.key] = {.base = base + p.first_element * agg::kElementBytes,
                       .tensor = id,
                       .first_chunk = p.first_chunk,
@@ -163,11 +163,11 @@ uint32_t PullTracker::arrived_st(TensorId tensor, uint32_t version) const {
 PushTracker::PushTracker(const TensorTable& table) {
   if (!table.frozen()) throw UsageError("PushTracker: the tensor table is not frozen");
   const uint32_t n = table.tensors();
-  key_tensor_.resize(table.placement().partitions().size());
-  partitions_.resize(n);
+  key_tensor_.resize(table.placement().blocks().size());
+  blocks_.resize(n);
   for (TensorId id = 0; id < n; ++id) {
-    partitions_[id] = table.tensor(id).partitions;
-    for (const PartitionGeometry& p : table.partitions(id)) key_tensor_[p.key] = id;
+    blocks_[id] = table.tensor(id).blocks;
+    for (const BlockGeometry& p : table.blocks(id)) key_tensor_[p.key] = id;
   }
   flights_.resize(n);
   errors_.resize(n);
@@ -177,7 +177,7 @@ StartResult PushTracker::start_st(TensorId tensor, const Handle& push) {
   Flight& f = flights_[tensor];
   if (f.handle) return StartResult::kBusy;
   f.handle = push;
-  f.remaining = partitions_[tensor];
+  f.remaining = blocks_[tensor];
   f.error_len = 0;
   ++in_flight_;
   ++counters_.pushes_started;
@@ -192,9 +192,9 @@ void PushTracker::settled_st(uint32_t key, bool delivered, std::string_view erro
   const TensorId tensor = key_tensor_[key];
   Flight& f = flights_[tensor];
   if (delivered) {
-    ++counters_.partitions_acked;
+    ++counters_.blocks_acked;
   } else {
-    ++counters_.partitions_failed;
+    ++counters_.blocks_failed;
     if (f.error_len == 0) {
       if (error.empty()) error = "push failed (no reason given)";
       f.error_len = static_cast<uint32_t>(std::min(error.size(), kMaxErrorBytes));

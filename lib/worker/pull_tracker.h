@@ -4,10 +4,10 @@
 //
 // What it is for. The server sends each aggregated chunk on its own, as soon
 // as it is updated (docs/agg.md): one packet = one chunk, named on the wire by
-// (tensor_key, offset) and stamped with the chunk's new version. The worker's
+// (block_key, offset) and stamped with the chunk's new version. The worker's
 // net core hands every such packet to PullTracker::deliver_st(), which
 //  * checks it against the geometry (unknown key, offset not on a chunk
-//    boundary inside the partition, wrong length: each counted, dropped);
+//    boundary inside the block, wrong length: each counted, dropped);
 //  * checks its version against the tensor's window of outstanding versions
 //    [awaited, awaited + window): older is stale, newer than the window is
 //    too new (both counted, dropped, the buffer untouched);
@@ -16,15 +16,15 @@
 //  * copies the payload straight into the trainer's buffer (the span given
 //    to TensorTable::declare) unless a newer version of the same chunk is
 //    already there;
-//  * and when every chunk of every partition of the tensor at the awaited
+//  * and when every chunk of every block of the tensor at the awaited
 //    version is in, moves the window on: awaited_st() then says the version
 //    is complete, which is how the net core completes pulls (net_core.h).
 // Chunks may arrive before anyone pulls (the server fans every update out to
 // every worker): they are recorded all the same. Versions start at
 // PullTrackerConfig::first_version (0: rank 0's initial parameters).
 //
-// PushTracker counts the partitions of a push that the transport has
-// settled (each partition is one message) and completes the push Handle when
+// PushTracker counts the blocks of a push that the transport has
+// settled (each block is one message) and completes the push Handle when
 // the last one is, successfully or with the first failure's text.
 //
 // Threads. Both trackers belong to the net core: every *_st method must be
@@ -42,7 +42,7 @@
 // version, a store fence and clearing that version's bitmap (chunks / 64
 // words). Memory, bounded by the table and the configuration, never by
 // traffic: window x ceil(chunks / 64) x 8 B of bitmaps per tensor, window x
-// 4 B of counts + 32 B per tensor, 24 B per partition. ResNet-50 at MTU 1500
+// 4 B of counts + 32 B per tensor, 24 B per block. ResNet-50 at MTU 1500
 // with window 2: about 20 KB of bitmaps.
 #pragma once
 
@@ -67,8 +67,8 @@ enum class ChunkVerdict : uint8_t {
   kDuplicate,   ///< this chunk of this version was already recorded
   kStale,       ///< its version is older than the one awaited (already complete)
   kTooNew,      ///< its version is past the window of outstanding versions
-  kUnknownKey,  ///< no such partition
-  kBadOffset,   ///< offset not a chunk boundary inside the partition
+  kUnknownKey,  ///< no such block
+  kBadOffset,   ///< offset not a chunk boundary inside the block
   kBadLength,   ///< payload length is not the chunk's length
 };
 inline constexpr size_t kChunkVerdictCount = static_cast<size_t>(ChunkVerdict::kBadLength) + 1;
@@ -122,10 +122,10 @@ class PullTracker {
 
  private:
   struct KeyEntry {
-    std::byte* base = nullptr;  // the partition's first byte in the trainer's buffer
+    std::byte* base = nullptr;  // the block's first byte in the trainer's buffer
     uint32_t tensor = 0;
-    uint32_t first_chunk = 0;  // the partition's first chunk among the tensor's
-    uint32_t bytes = 0;        // partition bytes
+    uint32_t first_chunk = 0;  // the block's first chunk among the tensor's
+    uint32_t bytes = 0;        // block bytes
   };
   struct TensorState {
     uint32_t awaited = 0;     // oldest incomplete version
@@ -154,7 +154,7 @@ class PullTracker {
 
 /// What PushTracker::start_st() did with a push's Handle.
 enum class StartResult : uint8_t {
-  kStarted,  ///< stored; completes when every partition is settled
+  kStarted,  ///< stored; completes when every block is settled
   kBusy,     ///< a push of this tensor is still in flight; not touched
 };
 
@@ -162,8 +162,8 @@ struct PushCounters {
   uint64_t pushes_started = 0;
   uint64_t pushes_completed = 0;
   uint64_t pushes_failed = 0;
-  uint64_t partitions_acked = 0;
-  uint64_t partitions_failed = 0;
+  uint64_t blocks_acked = 0;
+  uint64_t blocks_failed = 0;
   uint64_t unexpected = 0;  ///< settled() for a key with no push in flight (or unknown)
 };
 
@@ -172,11 +172,11 @@ class PushTracker {
   /// `table` must be frozen. Throws UsageError.
   explicit PushTracker(const TensorTable& table);
 
-  /// A push of `tensor` begins: its partitions are about to be sent.
+  /// A push of `tensor` begins: its blocks are about to be sent.
   StartResult start_st(TensorId tensor, const Handle& push);
-  /// The transport settled partition `key` of the push in flight:
+  /// The transport settled block `key` of the push in flight:
   /// `delivered`, or failed with `error` (e.g. the endpoint's text naming the
-  /// peer). The handle completes when the tensor's last partition is
+  /// peer). The handle completes when the tensor's last block is
   /// settled: ok if all were delivered, else failed with the first error.
   void settled_st(uint32_t key, bool delivered, std::string_view error = {});
   /// Pushes in flight.
@@ -187,12 +187,12 @@ class PushTracker {
   struct Flight {
     std::optional<Handle> handle;
     uint32_t remaining = 0;
-    uint32_t error_len = 0;  // > 0: a partition failed; its text is in errors_
+    uint32_t error_len = 0;  // > 0: a block failed; its text is in errors_
   };
   // Copied from the table at construction, so that the net core never calls
   // into it (its readers throw once the trainer has shut the worker down).
   std::vector<uint32_t> key_tensor_;                      // per key
-  std::vector<uint32_t> partitions_;                      // per tensor
+  std::vector<uint32_t> blocks_;                          // per tensor
   std::vector<Flight> flights_;                           // per tensor
   std::vector<std::array<char, kMaxErrorBytes>> errors_;  // per tensor, the first failure
   uint32_t in_flight_ = 0;

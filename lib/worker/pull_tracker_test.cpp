@@ -23,7 +23,7 @@ std::string read_model(const std::string& name) {
   return s.str();
 }
 
-// The value element `i` of partition `key` carries at `version`: distinct
+// The value element `i` of block `key` carries at `version`: distinct
 // per (key, element, version), so a misplaced or stale chunk shows.
 float value_of(uint32_t key, uint64_t i, uint32_t version) {
   return static_cast<float>(key) * 1e5f + static_cast<float>(i % 100000) +
@@ -39,7 +39,7 @@ struct Chunk {
   std::vector<std::byte> payload;
 };
 
-Chunk make_chunk(const PartitionGeometry& p, TensorId tensor, uint32_t index, uint32_t version,
+Chunk make_chunk(const BlockGeometry& p, TensorId tensor, uint32_t index, uint32_t version,
                  uint32_t chunk_bytes) {
   const uint32_t offset = index * chunk_bytes;
   const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(chunk_bytes, p.bytes() - offset));
@@ -67,7 +67,7 @@ struct Model {
   std::vector<Chunk> all_chunks(uint32_t version) const {
     std::vector<Chunk> out;
     for (TensorId id = 0; id < table.tensors(); ++id) {
-      for (const PartitionGeometry& p : table.partitions(id)) {
+      for (const BlockGeometry& p : table.blocks(id)) {
         for (uint32_t j = 0; j < p.chunks; ++j) {
           out.push_back(make_chunk(p, id, j, version, table.chunk_bytes()));
         }
@@ -78,7 +78,7 @@ struct Model {
 
   // Does tensor `id`'s buffer hold exactly the values of `version`?
   bool holds(TensorId id, uint32_t version) const {
-    for (const PartitionGeometry& p : table.partitions(id)) {
+    for (const BlockGeometry& p : table.blocks(id)) {
       for (uint64_t i = 0; i < p.elements; ++i) {
         if (buffers[id][p.first_element + i] != value_of(p.key, i, version)) return false;
       }
@@ -113,8 +113,7 @@ TEST(PullTrackerResnet50, EveryVersionCompletesExactlyWhenItsLastChunkLands) {
     const size_t stale = 50;
     for (size_t i = 0; i < stale; ++i) {
       const Chunk& c = feed[pick(rng)];
-      const PartitionGeometry& p =
-          m.table.partitions(c.tensor)[c.key - m.table.tensor(c.tensor).first_key];
+      const BlockGeometry& p = m.table.blocks(c.tensor)[c.key - m.table.tensor(c.tensor).first_key];
       feed.push_back(
           make_chunk(p, c.tensor, c.offset / kChunkBytes1500, version - 1, kChunkBytes1500));
     }
@@ -128,7 +127,7 @@ TEST(PullTrackerResnet50, EveryVersionCompletesExactlyWhenItsLastChunkLands) {
     uint64_t stales = 0;
     for (const Chunk& c : feed) {
       const TensorInfo& t = m.table.tensor(c.tensor);
-      const PartitionGeometry& p = m.table.partitions(c.tensor)[c.key - t.first_key];
+      const BlockGeometry& p = m.table.blocks(c.tensor)[c.key - t.first_key];
       const uint32_t chunk = p.first_chunk + c.offset / kChunkBytes1500;
       const bool complete_before = seen_chunks[c.tensor] == t.chunks;
       const ChunkVerdict v = tracker.deliver_st(c.key, c.offset, c.version, c.payload);
@@ -175,7 +174,7 @@ TEST(PullTrackerResnet50, EveryVersionCompletesExactlyWhenItsLastChunkLands) {
 }
 
 struct PullTrackerSmall : ::testing::Test {
-  // Two tensors on two shards with a tiny chunk, so that partitions have
+  // Two tensors on two shards with a tiny chunk, so that blocks have
   // several chunks and the last one is short: a = 1000 floats (4000 B),
   // b = 10 floats (40 B).
   std::vector<float> a = std::vector<float>(1000, 0.0f);
@@ -186,11 +185,11 @@ struct PullTrackerSmall : ::testing::Test {
   void SetUp() override {
     table.declare("a", a);
     table.declare("b", b);
-    table.freeze(2, kChunk, {.max_partition_bytes = 2048});
+    table.freeze(2, kChunk, {.max_block_bytes = 2048});
   }
-  const PartitionGeometry& part(TensorId id, uint32_t i) { return table.partitions(id)[i]; }
-  Chunk chunk(TensorId id, uint32_t partition, uint32_t index, uint32_t version) {
-    return make_chunk(part(id, partition), id, index, version, kChunk);
+  const BlockGeometry& block(TensorId id, uint32_t i) { return table.blocks(id)[i]; }
+  Chunk chunk(TensorId id, uint32_t b, uint32_t index, uint32_t version) {
+    return make_chunk(block(id, b), id, index, version, kChunk);
   }
 };
 
@@ -198,7 +197,7 @@ TEST_F(PullTrackerSmall, BadChunksAreCountedByReasonAndTouchNothing) {
   PullTracker tracker(table);
   const std::vector<float> before = a;
   std::vector<std::byte> payload(kChunk);
-  const uint32_t keys = static_cast<uint32_t>(table.placement().partitions().size());
+  const uint32_t keys = static_cast<uint32_t>(table.placement().blocks().size());
   EXPECT_EQ(tracker.deliver_st(keys, 0, 0, payload), ChunkVerdict::kUnknownKey);
   EXPECT_EQ(tracker.deliver_st(0, 4, 0, payload), ChunkVerdict::kBadOffset);
   EXPECT_EQ(tracker.deliver_st(0, 1 << 20, 0, payload), ChunkVerdict::kBadOffset);
@@ -213,11 +212,11 @@ TEST_F(PullTrackerSmall, BadChunksAreCountedByReasonAndTouchNothing) {
 
 TEST_F(PullTrackerSmall, DestinationIsTheTrainerBufferOrEmptyForABadChunk) {
   PullTracker tracker(table);
-  const PartitionGeometry& p = part(0, 1);
+  const BlockGeometry& p = block(0, 1);
   std::span<std::byte> d = tracker.destination_st(p.key, kChunk, kChunk);
   EXPECT_EQ(d.data(), reinterpret_cast<std::byte*>(a.data() + p.first_element) + kChunk);
   EXPECT_EQ(d.size(), kChunk);
-  // The last chunk of the partition is short.
+  // The last chunk of the block is short.
   const uint32_t last = (p.chunks - 1) * kChunk;
   EXPECT_EQ(tracker.destination_st(p.key, last, static_cast<uint32_t>(p.bytes()) - last).size(),
             p.bytes() - last);
@@ -298,7 +297,7 @@ TEST_F(PullTrackerSmall, TrackersKeepWorkingAfterTheTrainerShutsDown) {
   PushTracker pushes(table);
   Handle q;
   pushes.start_st(1, q);
-  const uint32_t key = part(1, 0).key;
+  const uint32_t key = block(1, 0).key;
   const Chunk c = chunk(1, 0, 0, 0);
   table.shutdown();
   EXPECT_EQ(pulls.deliver_st(c.key, c.offset, 0, c.payload), ChunkVerdict::kPlaced);
@@ -307,34 +306,34 @@ TEST_F(PullTrackerSmall, TrackersKeepWorkingAfterTheTrainerShutsDown) {
   EXPECT_TRUE(q.ok());
 }
 
-TEST_F(PullTrackerSmall, PushCompletesWhenEveryPartitionIsSettled) {
+TEST_F(PullTrackerSmall, PushCompletesWhenEveryBlockIsSettled) {
   PushTracker tracker(table);
-  const auto parts = table.partitions(0);
-  ASSERT_GT(parts.size(), 1u);
+  const auto blocks = table.blocks(0);
+  ASSERT_GT(blocks.size(), 1u);
   Handle h;
   EXPECT_EQ(tracker.start_st(0, h), StartResult::kStarted);
   Handle second;
   EXPECT_EQ(tracker.start_st(0, second), StartResult::kBusy);
   EXPECT_FALSE(second.ready());
-  for (size_t i = 0; i < parts.size(); ++i) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
     EXPECT_FALSE(h.ready());
-    tracker.settled_st(parts[i].key, true);
+    tracker.settled_st(blocks[i].key, true);
   }
   EXPECT_TRUE(h.ok());
   EXPECT_EQ(tracker.in_flight_st(), 0u);
-  tracker.settled_st(parts[0].key, true);  // nothing in flight
+  tracker.settled_st(blocks[0].key, true);  // nothing in flight
   EXPECT_EQ(tracker.counters_st().unexpected, 1u);
   EXPECT_EQ(tracker.counters_st().pushes_completed, 1u);
 }
 
 TEST_F(PullTrackerSmall, PushFailsWithTheFirstErrorOnceAllAreSettled) {
   PushTracker tracker(table);
-  const auto parts = table.partitions(0);
+  const auto blocks = table.blocks(0);
   Handle h;
   tracker.start_st(0, h);
-  tracker.settled_st(parts[0].key, false, "peer s0 (10.0.0.2:47100) restarted");
-  EXPECT_FALSE(h.ready());  // the other partitions still use the gradient buffer
-  for (size_t i = 1; i < parts.size(); ++i) tracker.settled_st(parts[i].key, false, "later");
+  tracker.settled_st(blocks[0].key, false, "peer s0 (10.0.0.2:47100) restarted");
+  EXPECT_FALSE(h.ready());  // the other blocks still use the gradient buffer
+  for (size_t i = 1; i < blocks.size(); ++i) tracker.settled_st(blocks[i].key, false, "later");
   EXPECT_FALSE(h.ok());
   EXPECT_EQ(h.error(), "peer s0 (10.0.0.2:47100) restarted");
   EXPECT_EQ(tracker.counters_st().pushes_failed, 1u);

@@ -96,17 +96,17 @@ void TensorTable::freeze(uint32_t shards, uint32_t chunk_bytes,
     throw UsageError(std::string("freeze: the placement refused the tensors: ") + e.what());
   }
 
-  std::vector<PartitionGeometry> geometry;
-  geometry.reserve(placement->partitions().size());
+  std::vector<BlockGeometry> geometry;
+  geometry.reserve(placement->blocks().size());
   for (uint32_t t = 0; t < tensors_.size(); ++t) {
     TensorInfo& info = tensors_[t];
-    const auto parts = placement->tensor_partitions(t);
+    const auto blocks = placement->tensor_blocks(t);
     info.level = levels[t];
-    info.first_key = parts.front().key;
-    info.partitions = static_cast<uint32_t>(parts.size());
-    info.first_partition_geometry = static_cast<uint32_t>(geometry.size());
+    info.first_key = blocks.front().key;
+    info.blocks = static_cast<uint32_t>(blocks.size());
+    info.first_block_geometry = static_cast<uint32_t>(geometry.size());
     uint64_t chunks = 0;
-    for (const agg::Partition& p : parts) {
+    for (const agg::Block& p : blocks) {
       const uint64_t n = (p.bytes() + chunk_bytes - 1) / chunk_bytes;
       geometry.push_back({.key = p.key,
                           .shard = p.shard,
@@ -158,10 +158,9 @@ TensorId TensorTable::find(std::string_view name) const {
   return it->second;
 }
 
-std::span<const PartitionGeometry> TensorTable::partitions(TensorId id) const {
-  const TensorInfo& t = checked(id, "partitions");
-  return std::span<const PartitionGeometry>(geometry_).subspan(t.first_partition_geometry,
-                                                               t.partitions);
+std::span<const BlockGeometry> TensorTable::blocks(TensorId id) const {
+  const TensorInfo& t = checked(id, "blocks");
+  return std::span<const BlockGeometry>(geometry_).subspan(t.first_block_geometry, t.blocks);
 }
 
 void TensorTable::check_size(TensorId id, size_t elements, std::string_view call) const {
@@ -208,7 +207,7 @@ uint32_t TensorTable::tensors() const {
 
 std::optional<TensorId> TensorTable::tensor_of_key(uint32_t key) const {
   check_frozen("tensor_of_key");
-  if (key >= placement_->partitions().size()) return std::nullopt;
+  if (key >= placement_->blocks().size()) return std::nullopt;
   return placement_->at(key).tensor;
 }
 

@@ -4,9 +4,9 @@
 // What it is for. The trainer declares every parameter tensor once
 // (declare(name, params, priority)); the worker then freezes the table with
 // the job's global shard count and chunk size, which computes the same
-// agg::Placement as every other node (partitions, keys, owning shards) and,
-// per tensor, the geometry the net core works with: its partitions (key,
-// element range, shard), the chunks of each partition, and the scheduler
+// agg::Placement as every other node (blocks, keys, owning shards) and,
+// per tensor, the geometry the net core works with: its blocks (key,
+// element range, shard), the chunks of each block, and the scheduler
 // level its packets travel at. After freeze() the table is immutable.
 //
 // Priorities and levels. A priority is any int >= 0, 0 the most urgent (the
@@ -33,11 +33,11 @@
 // they allocate, take an internal mutex (so several threads may declare at
 // once; the default priority is then the order in which the mutex was
 // taken) and may throw. freeze() costs the placement's O(P log P) for P
-// partitions plus O(T log T) for T tensors. After freeze() every reader
-// (tensor(), find(), partitions(), check_push(), check_pull(), placement())
+// blocks plus O(T log T) for T tensors. After freeze() every reader
+// (tensor(), find(), blocks(), check_push(), check_pull(), placement())
 // is lock-free and may run on any number of threads at once: O(1), except
 // find(), one hash lookup. Memory: the names, one TensorInfo per tensor, one
-// PartitionGeometry per partition, one key entry per partition, the
+// BlockGeometry per block, one key entry per block, the
 // placement.
 #pragma once
 
@@ -60,9 +60,9 @@ namespace mercury::worker {
 /// The index of a tensor in declaration order.
 using TensorId = uint32_t;
 
-/// One partition of a tensor: the unit pushed and pulled as one message.
-struct PartitionGeometry {
-  uint32_t key = 0;            ///< wire tensor_key
+/// One block of a tensor: the unit pushed and pulled as one message.
+struct BlockGeometry {
+  uint32_t key = 0;            ///< wire block_key
   uint32_t shard = 0;          ///< global shard id that owns it
   uint64_t first_element = 0;  ///< first element of the range within the tensor
   uint64_t elements = 0;
@@ -78,10 +78,10 @@ struct TensorInfo {
   int priority = 0;         ///< as given (or the declaration index)
   // ---- set by freeze() ----
   uint8_t level = 0;       ///< scheduler level, < sched::kPriorityLevels
-  uint32_t first_key = 0;  ///< keys first_key .. first_key + partitions - 1
-  uint32_t partitions = 0;
-  uint32_t chunks = 0;                    ///< over all its partitions
-  uint32_t first_partition_geometry = 0;  ///< index into TensorTable's partition list
+  uint32_t first_key = 0;  ///< keys first_key .. first_key + blocks - 1
+  uint32_t blocks = 0;
+  uint32_t chunks = 0;                ///< over all its blocks
+  uint32_t first_block_geometry = 0;  ///< index into TensorTable's block list
 };
 
 class TensorTable {
@@ -114,8 +114,8 @@ class TensorTable {
   [[nodiscard]] const TensorInfo& tensor(TensorId id) const;
   /// The id of the tensor declared as `name`.
   [[nodiscard]] TensorId find(std::string_view name) const;
-  /// The tensor's partitions in key order.
-  [[nodiscard]] std::span<const PartitionGeometry> partitions(TensorId id) const;
+  /// The tensor's blocks in key order.
+  [[nodiscard]] std::span<const BlockGeometry> blocks(TensorId id) const;
   /// Throws UsageError unless `grad` has the tensor's element count.
   void check_push(TensorId id, std::span<const float> grad) const;
   /// Throws UsageError unless `out` has the tensor's element count.
@@ -129,7 +129,7 @@ class TensorTable {
   [[nodiscard]] uint32_t chunk_bytes() const;
   [[nodiscard]] uint32_t shards() const;
   [[nodiscard]] uint32_t tensors() const;
-  /// The tensor owning partition `key`, or nullopt for an unknown key.
+  /// The tensor owning block `key`, or nullopt for an unknown key.
   [[nodiscard]] std::optional<TensorId> tensor_of_key(uint32_t key) const;
 
   /// The level rule (file comment): one level per entry of `priorities`
@@ -147,7 +147,7 @@ class TensorTable {
   std::atomic<bool> shut_down_{false};
   std::vector<TensorInfo> tensors_;
   std::unordered_map<std::string, TensorId> by_name_;
-  std::vector<PartitionGeometry> geometry_;
+  std::vector<BlockGeometry> geometry_;
   std::vector<agg::TensorDecl> decls_;
   std::optional<agg::Placement> placement_;
   uint32_t chunk_bytes_ = 0;

@@ -206,7 +206,7 @@ TEST(TensorTableResnet50, GeometryCoversEveryByteOnce) {
     last_level = t.level;
     uint64_t element = 0;
     uint32_t chunk = 0;
-    for (const PartitionGeometry& p : table.partitions(id)) {
+    for (const BlockGeometry& p : table.blocks(id)) {
       EXPECT_EQ(p.key, next_key++);
       EXPECT_EQ(table.tensor_of_key(p.key), id);
       EXPECT_EQ(p.first_element, element);
@@ -221,7 +221,7 @@ TEST(TensorTableResnet50, GeometryCoversEveryByteOnce) {
     EXPECT_EQ(element, t.params.size());
     EXPECT_EQ(chunk, t.chunks);
   }
-  EXPECT_EQ(next_key, table.placement().partitions().size());
+  EXPECT_EQ(next_key, table.placement().blocks().size());
   EXPECT_FALSE(table.tensor_of_key(next_key).has_value());
   EXPECT_EQ(shards.size(), 2u);
   EXPECT_EQ(table.tensor(0).level, 0);

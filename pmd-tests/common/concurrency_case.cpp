@@ -47,7 +47,7 @@ int produce(void* arg) {
   for (size_t i = 0; i < p.plan->size(); ++i) {
     const PlannedMessage& m = (*p.plan)[i];
     MessageMeta meta;
-    meta.tensor_key = static_cast<uint32_t>(i);
+    meta.block_key = static_cast<uint32_t>(i);
     meta.iteration = 0;  // sender index for CheckingReceiver
     for (;;) {
       const SubmitStatus st = p.ep->send(0, p.pattern->data() + m.start, m.len, m.priority, meta,
@@ -112,7 +112,7 @@ ConcurrencyResult run_concurrency_case(const ConcurrencyCase& k) {
          !(p.done && p.completed + p.failed == plan.size() && rx.all_exactly_once())) {
     if (k.same_thread && next < plan.size()) {
       MessageMeta meta;
-      meta.tensor_key = static_cast<uint32_t>(next);
+      meta.block_key = static_cast<uint32_t>(next);
       const PlannedMessage& m = plan[next];
       if (a.send(0, pattern.data() + m.start, m.len, m.priority, meta,
                  Completion{on_done, &p, next}) == SubmitStatus::kQueued) {

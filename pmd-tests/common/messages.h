@@ -66,7 +66,7 @@ inline std::vector<PlannedMessage> plan_messages(uint64_t total, uint32_t larges
 /// Checks every completed message against the pattern. The destination
 /// buffer is filled with the complement of the expected bytes first, so a
 /// byte the transport never wrote cannot pass. Message identity travels in
-/// tensor_key (the plan index) and iteration (the sender's index).
+/// block_key (the plan index) and iteration (the sender's index).
 class CheckingReceiver final : public transport::MessageReceiver {
  public:
   /// `plans[s]` is what sender s sends.
@@ -116,7 +116,7 @@ class CheckingReceiver final : public transport::MessageReceiver {
     } else {
       bytes_ok_ += m->len;
     }
-    ++done_[h.iteration][h.tensor_key];
+    ++done_[h.iteration][h.block_key];
     for (auto& b : buffers_) {
       if (b.bytes.data() == buffer) b.busy = false;
     }
@@ -166,8 +166,8 @@ class CheckingReceiver final : public transport::MessageReceiver {
 
  private:
   const PlannedMessage* find(const wire::HeaderFields& h) const {
-    if (h.iteration >= plans_.size() || h.tensor_key >= plans_[h.iteration].size()) return nullptr;
-    return &plans_[h.iteration][h.tensor_key];
+    if (h.iteration >= plans_.size() || h.block_key >= plans_[h.iteration].size()) return nullptr;
+    return &plans_[h.iteration][h.block_key];
   }
   const std::vector<std::byte>& pattern_;
   const std::vector<std::vector<PlannedMessage>>& plans_;
@@ -215,7 +215,7 @@ inline void submit_plan(transport::Endpoint& ep, uint16_t peer, uint32_t sender_
                         const std::vector<std::byte>& pattern, CompletionLog& log) {
   for (uint32_t i = 0; i < plan.size(); ++i) {
     transport::MessageMeta meta;
-    meta.tensor_key = i;
+    meta.block_key = i;
     meta.iteration = sender_index;
     const transport::SubmitStatus st =
         ep.send(peer, pattern.data() + plan[i].start, plan[i].len, plan[i].priority, meta,

@@ -198,15 +198,15 @@ class RawPeer final : public transport::MessageReceiver {
     m.generation = generation;
     send_control(m, server);
   }
-  /// Every partition of every tensor (zeros) as `type` packets of
+  /// Every block of every tensor (zeros) as `type` packets of
   /// `iteration`, all to `server`, whichever shard owns them.
   void push_all(wire::PacketType type, uint32_t iteration, uint16_t server = 0) {
     for (uint32_t t = 0; t < table_.tensors(); ++t) {
-      for (const worker::PartitionGeometry& p : table_.partitions(t)) {
+      for (const worker::BlockGeometry& p : table_.blocks(t)) {
         transport::MessageMeta meta;
         meta.type = type;
         meta.dtype = wire::Dtype::kFloat32;
-        meta.tensor_key = p.key;
+        meta.block_key = p.key;
         meta.iteration = iteration;
         const auto* data = reinterpret_cast<const std::byte*>(params_[t].data() + p.first_element);
         if (endpoint_->send(server, data, static_cast<uint32_t>(p.bytes()), table_.tensor(t).level,
@@ -518,7 +518,7 @@ class Job {
   /// Chunks of the whole model (every shard).
   uint64_t chunks() const {
     uint64_t n = 0;
-    for (const agg::Partition& p : servers_[0]->placement_st()->partitions()) {
+    for (const agg::Block& p : servers_[0]->placement_st()->blocks()) {
       n += (p.bytes() + chunk_ - 1) / chunk_;
     }
     return n;

@@ -106,7 +106,7 @@ inline std::string job_yaml(const JobLayout& l) {
 }
 
 /// A small synthetic model: a few tensors of assorted sizes (one spans
-/// several partitions on both shards, some are a single short chunk).
+/// several blocks on both shards, some are a single short chunk).
 inline std::vector<agg::TensorDecl> small_model() {
   return {{"conv1.weight", 1728, 0}, {"conv1.bias", 64, 1},  {"block.weight", 9216, 2},
           {"block.bias", 37, 3},     {"fc.weight", 5120, 4}, {"fc.bias", 10, 5}};
@@ -200,7 +200,7 @@ class PcapRecorder {
 /// What a capture produced.
 struct Capture {
   uint64_t frames = 0;       ///< frames written to the trace
-  uint64_t chunks = 0;       ///< chunks of the model (every partition, every shard)
+  uint64_t chunks = 0;       ///< chunks of the model (every block, every shard)
   uint64_t retransmits = 0;  ///< worker retransmissions during the capture
 };
 
@@ -330,7 +330,7 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
 
   Capture c;
   c.frames = recorder.frames();
-  for (const agg::Partition& p : server.placement_st()->partitions()) {
+  for (const agg::Block& p : server.placement_st()->blocks()) {
     c.chunks += (p.bytes() + chunk - 1) / chunk;
   }
   for (auto& t : trainers) {

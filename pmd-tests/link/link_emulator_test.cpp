@@ -103,7 +103,7 @@ wire::HeaderFields header_for(uint32_t seq) {
   h.dtype = wire::Dtype::kFloat32;
   h.job_id = 7;
   h.sender_id = 1;
-  h.tensor_key = seq / 16;
+  h.block_key = seq / 16;
   h.msg_id = seq / 16;
   h.msg_len = 16 * kPayload;
   h.offset = (seq % 16) * kPayload;

@@ -90,12 +90,12 @@ std::vector<Sent> varied_frames(uint32_t count) {
   for (uint32_t i = 0; i < count; ++i) {
     Sent s;
     wire::HeaderFields& h = s.h;
-    h.type = static_cast<wire::PacketType>(1 + i % 4);
+    h.type = static_cast<wire::PacketType>(1 + i % 6);
     h.flags = static_cast<uint16_t>(i % 16);
     h.job_id = 0x10000000u + i * 977u;
     h.sender_id = static_cast<uint16_t>(100 + i);
     h.priority = static_cast<uint8_t>(i * 7 % 256);
-    h.tensor_key = 0xa0000000u + i;
+    h.block_key = 0xa0000000u + i;
     h.msg_id = 5000 + i * 3;
     h.iteration = 1'000'000 + i;
     h.param_version = 999'000 + i;
@@ -103,8 +103,8 @@ std::vector<Sent> varied_frames(uint32_t count) {
     h.ack = i * 11;
     h.epoch = static_cast<uint16_t>(i + 1);
     h.sack = 0x8000000000000001ull ^ (uint64_t{i} << 17);
-    if (h.type == wire::PacketType::kAck) {
-      h.dtype = wire::Dtype::kBytes;
+    if (h.type == wire::PacketType::kAck || h.type == wire::PacketType::kPartitionStart) {
+      h.dtype = wire::Dtype::kBytes;  // no payload
     } else if (h.type == wire::PacketType::kControl) {
       h.dtype = wire::Dtype::kBytes;
       s.payload.resize(3 + i);  // any length
@@ -306,13 +306,13 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
   REQUIRE_TSHARK();
   const auto frames = varied_frames(24);
   record(frames);
-  const char* fields[] = {"mercury.version",       "mercury.type",       "mercury.flags",
-                          "mercury.job_id",        "mercury.sender_id",  "mercury.priority",
-                          "mercury.dtype",         "mercury.tensor_key", "mercury.msg_id",
-                          "mercury.msg_len",       "mercury.offset",     "mercury.iteration",
-                          "mercury.param_version", "mercury.seq",        "mercury.ack",
-                          "mercury.payload_len",   "mercury.epoch",      "mercury.sack",
-                          "mercury.float_count",   "mercury.float",      "mercury.reject"};
+  const char* fields[] = {"mercury.version",       "mercury.type",      "mercury.flags",
+                          "mercury.job_id",        "mercury.sender_id", "mercury.priority",
+                          "mercury.dtype",         "mercury.block_key", "mercury.msg_id",
+                          "mercury.msg_len",       "mercury.offset",    "mercury.iteration",
+                          "mercury.param_version", "mercury.seq",       "mercury.ack",
+                          "mercury.payload_len",   "mercury.epoch",     "mercury.sack",
+                          "mercury.float_count",   "mercury.float",     "mercury.reject"};
   std::string args = "-T fields -E occurrence=f";
   for (const char* f : fields) args += std::string(" -e ") + f;
   const auto table = rows(tshark(recording(), args));
@@ -333,7 +333,7 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
         std::to_string(h.sender_id),
         std::to_string(h.priority),
         std::to_string(static_cast<unsigned>(h.dtype)),
-        std::to_string(h.tensor_key),
+        std::to_string(h.block_key),
         std::to_string(h.msg_id),
         std::to_string(h.msg_len),
         std::to_string(h.offset),
@@ -376,13 +376,17 @@ TEST_F(Pcap, DissectorNamesTypesDtypesAndFlagBits) {
   ack.h.type = wire::PacketType::kAck;
   ack.h.flags = wire::flags::kAckValid | wire::flags::kRetransmit;
   build(ack);
-  record({data, ack});
+  Sent start;
+  start.h.type = wire::PacketType::kPartitionStart;
+  start.h.block_key = 9;
+  build(start);
+  record({data, ack, start});
   const std::string v = tshark(recording(), "-V");
   for (const char* expect :
        {"Mercury parameter-server protocol", "Type: agg_data (2)", "Data type: float32 (1)",
-        "Type: ack (3)", "Data type: bytes (0)", "= ACK valid: True", "= ACK request: True",
-        "= Retransmit: False", "= Retransmit: True", "= Slice: True", "= Slice: False",
-        "SACK: 0x00000000deadbeef", "Float32 elements: 100", "Element: 2.25",
+        "Type: ack (3)", "Type: partition_start (6)", "Data type: bytes (0)", "= ACK valid: True",
+        "= ACK request: True", "= Retransmit: False", "= Retransmit: True", "= Slice: True",
+        "= Slice: False", "SACK: 0x00000000deadbeef", "Float32 elements: 100", "Element: 2.25",
         "[68 more elements not shown]"}) {
     EXPECT_NE(v.find(expect), std::string::npos) << "missing \"" << expect << "\" in:\n" << v;
   }
@@ -391,6 +395,7 @@ TEST_F(Pcap, DissectorNamesTypesDtypesAndFlagBits) {
   EXPECT_NE(summary.find("agg_data seq=0 ack=0 key=0 off=0 len=400 [slice]"), std::string::npos)
       << summary;
   EXPECT_NE(summary.find("[retransmit]"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("partition_start seq=0 key=9 off=0 len=0"), std::string::npos) << summary;
 }
 
 // Frames whose Mercury header breaks one rule each; their UDP checksum is
@@ -403,12 +408,13 @@ TEST_F(Pcap, DissectorRejectsWhatDecodeRejectsWithTheSameReason) {
   };
   const Case cases[] = {
       {"valid", [](wire::Header&) {}},
-      {"bad_version", [](wire::Header& h) { h.version = 2; }},
+      {"bad_version", [](wire::Header& h) { h.version = 1; }},  // the previous wire version
       {"bad_type", [](wire::Header& h) { h.type = 9; }},
       {"bad_flags", [](wire::Header& h) { h.flags.set(0x0100); }},
       {"bad_dtype", [](wire::Header& h) { h.dtype = 7; }},
       {"payload_mismatch", [](wire::Header& h) { h.payload_len.set(12); }},
       {"ack_with_payload", [](wire::Header& h) { h.type = 3; }},
+      {"start_with_payload", [](wire::Header& h) { h.type = 6; }},
       {"bad_range", [](wire::Header& h) { h.msg_len.set(4); }},
       {"bad_alignment", [](wire::Header& h) { h.offset.set(2); }},
   };

@@ -97,7 +97,7 @@ class AheadJob {
   CopyingHub& hub() { return hub_; }
   uint64_t chunks() const {
     uint64_t n = 0;
-    for (const agg::Partition& p : server_->placement_st()->partitions()) {
+    for (const agg::Block& p : server_->placement_st()->blocks()) {
       n += (p.bytes() + chunk_ - 1) / chunk_;
     }
     return n;

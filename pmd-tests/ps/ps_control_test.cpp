@@ -325,7 +325,7 @@ TEST(PsControl, UndersizedEndpointsDeferTheFanOutAndLoseNothing) {
 
 // Two server nodes running 1 and 2 of the job's 3 shards, every node behind
 // one switch: each runs its own shards only, each worker sends each
-// partition to the server that owns it and takes the updates of both, the
+// block to the server that owns it and takes the updates of both, the
 // aggregates are exact, and server 0 alone runs the barrier.
 TEST(PsControl, TwoServerNodesEachRunTheirShards) {
   JobOptions o;
@@ -347,7 +347,7 @@ TEST(PsControl, TwoServerNodesEachRunTheirShards) {
   for (uint32_t r = 0; r < 2; ++r) ASSERT_EQ(job.round(r, reference, rng), "");
   EXPECT_EQ(job.barrier(), "");
   uint64_t chunks[2] = {0, 0};
-  for (const agg::Partition& p : job.server(0).placement_st()->partitions()) {
+  for (const agg::Block& p : job.server(0).placement_st()->blocks()) {
     chunks[p.shard == 0 ? 0 : 1] += (p.bytes() + job.chunk_bytes() - 1) / job.chunk_bytes();
   }
   ASSERT_GT(chunks[0], 0u);
@@ -361,7 +361,7 @@ TEST(PsControl, TwoServerNodesEachRunTheirShards) {
 }
 
 // What a worker must not send the second server node of such a job: rank
-// 0 (a RawPeer) sends every partition's initial values and a barrier to
+// 0 (a RawPeer) sends every block's initial values and a barrier to
 // server 1, which takes those of its own shards, drops the others' as not
 // ours, and leaves the barrier to server 0.
 TEST(PsControl, SecondServerNodeDropsWhatIsNotItsOwn) {
@@ -380,7 +380,7 @@ TEST(PsControl, SecondServerNodeDropsWhatIsNotItsOwn) {
     EXPECT_EQ(m.shards, 3u);
   }
   uint64_t theirs = 0;  // init packets for shard 0
-  for (const agg::Partition& p : job.server(1).placement_st()->partitions()) {
+  for (const agg::Block& p : job.server(1).placement_st()->blocks()) {
     if (p.shard == 0) theirs += (p.bytes() + job.chunk_bytes() - 1) / job.chunk_bytes();
   }
   ASSERT_GT(theirs, 0u);

@@ -1,10 +1,10 @@
 // The parameter server's data flow of docs/architecture.md, end to end over
 // real ports: 4 of the library's workers push every tensor of a real
-// model's gradients through their net cores, partition by partition; the
+// model's gradients through their net cores, block by block; the
 // server's endpoints hand each packet (one chunk) to the owning shard's
 // ChunkTable, which holds the mbufs until all 4 contributions of that chunk
 // are in, reduces them in rank order and emits the update at once; the
-// update goes back to every worker as a slice of its partition, from one
+// update goes back to every worker as a slice of its block, from one
 // buffer, at the tensor's level; each worker's net core places it in the
 // trainer's buffer and completes the tensor's push_pull when its last chunk
 // lands. Checked bit for bit against a rank-order reference (sum only, so

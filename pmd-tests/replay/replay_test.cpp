@@ -27,7 +27,7 @@
 // those repeats, which are counted and printed, not failed on.
 //
 // Check: out.pcap is parsed with lib/net's frame parser and wire::decode
-// (parse_frame). For every worker, every partition and chunk, every version
+// (parse_frame). For every worker, every block and chunk, every version
 // 0..kRounds, an aggregated packet (kAggData) must have been sent to that
 // worker, and every worker must have been sent kReady with the placement's
 // fingerprint. Payloads are compared with the reference bit for bit (version
@@ -136,14 +136,14 @@ struct Copies {
 
 enum class Payload { kExact, kLater, kWrong };
 
-// An aggregated packet of (tensor, partition p, byte `offset`, `version`):
+// An aggregated packet of (tensor, block p, byte `offset`, `version`):
 // kExact when its payload is that chunk of reference version `version`, bit
 // for bit; kLater when every element is that element at version `version`
 // or a later one (see the file comment: the fan-out reads the shard's live
 // parameters, which a replay can move on before the packet is built);
 // kWrong otherwise, or when the geometry (offset, length, version) is off.
 Payload judge(const std::vector<std::vector<std::vector<float>>>& want, uint32_t tensor,
-              const worker::PartitionGeometry& p, uint32_t chunk, uint32_t offset, uint32_t version,
+              const worker::BlockGeometry& p, uint32_t chunk, uint32_t offset, uint32_t version,
               std::span<const std::byte> payload) {
   if (version >= want.size() || offset % chunk != 0 || offset >= p.bytes() ||
       payload.size() != std::min<uint64_t>(chunk, p.bytes() - offset)) {
@@ -212,11 +212,11 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
   table.freeze(kShards, chunk);
   struct Where {
     uint32_t tensor;
-    const worker::PartitionGeometry* p;
+    const worker::BlockGeometry* p;
   };
   std::map<uint32_t, Where> by_key;
   for (uint32_t k = 0; k < table.tensors(); ++k) {
-    for (const worker::PartitionGeometry& p : table.partitions(k)) by_key[p.key] = {k, &p};
+    for (const worker::BlockGeometry& p : table.blocks(k)) by_key[p.key] = {k, &p};
   }
   const auto want = reference(decls, kRounds);
 
@@ -268,9 +268,9 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
     ++agg;
     const bool retransmit = (h.flags & wire::flags::kRetransmit) != 0;
     retransmit_flagged += retransmit ? 1 : 0;
-    Copies& copies = sent[{rank, h.tensor_key, h.offset, h.param_version}];
+    Copies& copies = sent[{rank, h.block_key, h.offset, h.param_version}];
     ++copies.sent;
-    const auto it = by_key.find(h.tensor_key);
+    const auto it = by_key.find(h.block_key);
     const Payload verdict = it == by_key.end()
                                 ? Payload::kWrong
                                 : judge(want, it->second.tensor, *it->second.p, chunk, h.offset,
@@ -281,7 +281,7 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
       ++later;
       later_original += retransmit ? 0 : 1;
     } else if (++wrong == 1) {
-      first_wrong = "to w" + std::to_string(rank) + " key " + std::to_string(h.tensor_key) +
+      first_wrong = "to w" + std::to_string(rank) + " key " + std::to_string(h.block_key) +
                     " offset " + std::to_string(h.offset) + " version " +
                     std::to_string(h.param_version) + " (" + std::to_string(pf.payload.size()) +
                     " bytes)";

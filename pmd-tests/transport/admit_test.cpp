@@ -37,7 +37,7 @@ constexpr uint32_t kMessageBytes = 48 * 1024 + 20;  // a partial last packet
 // Peers declared dead after 10 s without progress.
 constexpr pmdtest::EndpointOptions kEndpoint = {.peer_timeout_ms = 10'000};
 
-// Refuses some (tensor_key, offset) kRefusals times each, then admits them; checks
+// Refuses some (block_key, offset) kRefusals times each, then admits them; checks
 // every delivered payload against the pattern and counts deliveries. Keeps
 // every third mbuf for a while (frees it on the next packet) so both
 // ownership paths run. Takes control messages whole.
@@ -48,8 +48,8 @@ class RefusingReceiver final : public PacketReceiver, public MessageReceiver {
 
   bool admit(uint16_t, const wire::HeaderFields& h) override {
     if (h.type == wire::PacketType::kControl) ++control_offered_;
-    uint32_t& n = offers_[{h.tensor_key, h.offset}];
-    if (!refused_here(h.tensor_key, h.offset)) return true;
+    uint32_t& n = offers_[{h.block_key, h.offset}];
+    if (!refused_here(h.block_key, h.offset)) return true;
     if (n < kRefusals) {
       ++n;
       ++refused_;
@@ -62,10 +62,10 @@ class RefusingReceiver final : public PacketReceiver, public MessageReceiver {
                  net::PacketBuf* buf) override {
     rte_mbuf* mbuf = net::mbuf_of(buf);
     release();
-    const auto key = std::make_pair(h.tensor_key, h.offset);
-    if (refused_here(h.tensor_key, h.offset) && offers_[key] != kRefusals) ++delivered_unrefused_;
+    const auto key = std::make_pair(h.block_key, h.offset);
+    if (refused_here(h.block_key, h.offset) && offers_[key] != kRefusals) ++delivered_unrefused_;
     ++delivered_[key];
-    const size_t at = size_t{h.tensor_key} * kMessageBytes + h.offset;
+    const size_t at = size_t{h.block_key} * kMessageBytes + h.offset;
     if (h.msg_len != kMessageBytes || payload.size() != h.payload_len ||
         h.offset + h.payload_len > kMessageBytes ||
         std::memcmp(payload.data(), pattern_.data() + at, payload.size()) != 0) {
@@ -139,7 +139,7 @@ void refuse_then_admit(const char* name, uint8_t net, double loss) {
   CompletionLog log(kMessages + 1);
   for (uint32_t k = 0; k < kMessages; ++k) {
     MessageMeta meta;
-    meta.tensor_key = k;
+    meta.block_key = k;
     meta.dtype = wire::Dtype::kFloat32;
     ASSERT_EQ(sender.send(0, pattern.data() + size_t{k} * kMessageBytes, kMessageBytes,
                           static_cast<uint8_t>(k % 4), meta,

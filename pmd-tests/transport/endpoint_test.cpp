@@ -128,10 +128,10 @@ void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net
               0u);
   }
   if (ca.mode == sched::Mode::kPartition) {
-    // Every partition's start-up travelled as a control packet and its ACK
-    // released the partition.
-    EXPECT_GT(b.counters_st().control_received, 0u);
-    EXPECT_EQ(a.scheduler().stats_st().partition_starts, b.counters_st().control_received);
+    // Every partition's start-up travelled as a kPartitionStart packet and
+    // its ACK released the partition.
+    EXPECT_GT(b.counters_st().partition_starts_received, 0u);
+    EXPECT_EQ(a.scheduler().stats_st().partition_starts, b.counters_st().partition_starts_received);
   }
   // The retransmission queue was sized so that it never refused a slice.
   EXPECT_EQ(a.counters_st().requeue_stashed + b.counters_st().requeue_stashed, 0u);
@@ -205,7 +205,7 @@ class RefuseEveryThird final : public MessageReceiver {
  public:
   explicit RefuseEveryThird(CheckingReceiver& inner) : inner_(inner) {}
   std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override {
-    if (h.tensor_key % 3 == 0) {
+    if (h.block_key % 3 == 0) {
       ++refused;
       return nullptr;
     }
@@ -276,7 +276,7 @@ TEST(Endpoint, UrgentStreamDoesNotStarveLowPriorityResends) {
   uint32_t next = 0;
   auto submit = [&](uint32_t i) {
     MessageMeta meta;
-    meta.tensor_key = i;
+    meta.block_key = i;
     ASSERT_EQ(a.send(0, pattern().data() + plans[0][i].start, plans[0][i].len, plans[0][i].priority,
                      meta, Completion{&CompletionLog::callback, &log, i}),
               SubmitStatus::kQueued);

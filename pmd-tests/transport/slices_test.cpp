@@ -4,12 +4,12 @@
 // endpoint_test.cpp).
 //
 // The two halves of a parameter server's data flow ("One BSP iteration, as data flows" in
-// docs/architecture.md): four workers push partitions into a "server" whose receiver sees each
-// (tensor_key, offset, rank) packet once and holds its mbuf until all four
+// docs/architecture.md): four workers push blocks into a "server" whose receiver sees each
+// (block_key, offset, rank) packet once and holds its mbuf until all four
 // ranks' copies of that chunk are there, as lib/agg's chunk table does; and
 // the server sends every chunk of its parameter memory as a slice, out of
 // order and at mixed priorities, to four workers that place each packet by
-// (tensor_key, offset). Every byte is checked, every mbuf is counted back.
+// (block_key, offset). Every byte is checked, every mbuf is counted back.
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 #include <rte_mbuf.h>
@@ -42,7 +42,7 @@ constexpr int kWorkers = 4;
 constexpr uint32_t kLinkMbufs = 2047;  // LinkEnd's default pool sizes
 constexpr uint32_t kCopyMbufs = 511;
 
-// Tensor (partition) sizes in bytes, float32: ResNet-like, a few chunks up to
+// Tensor (block) sizes in bytes, float32: ResNet-like, a few chunks up to
 // hundreds, with partial last chunks and one-packet tensors.
 const std::vector<uint32_t> kTensors = {4u << 20, 1024, (1u << 20) + 12, 37'632, 256, 2u << 20,
                                         8916,     8920, 590'000,         4};
@@ -91,7 +91,7 @@ struct NoPackets final : PacketReceiver {
 // Workers push, the server receives per packet.
 
 // The server's shard core, reduced to what the transport owes it: each
-// (tensor_key, offset, rank) exactly once with the right bytes; the mbuf of
+// (block_key, offset, rank) exactly once with the right bytes; the mbuf of
 // each contribution held until the chunk's set of four is complete (then all
 // four are freed), except every third chunk, whose mbufs the endpoint frees
 // (on_packet returns false), so both ownership paths run.
@@ -110,24 +110,24 @@ class ChunkServer final : public PacketReceiver {
                  net::PacketBuf* buf) override {
     rte_mbuf* mbuf = net::mbuf_of(buf);
     const int rank = h.sender_id - 1;
-    if (rank < 0 || rank >= kWorkers || h.tensor_key >= kTensors.size() ||
-        h.msg_len != kTensors[h.tensor_key] || h.offset % chunk_ != 0 ||
+    if (rank < 0 || rank >= kWorkers || h.block_key >= kTensors.size() ||
+        h.msg_len != kTensors[h.block_key] || h.offset % chunk_ != 0 ||
         payload.size() != h.payload_len || (h.flags & wire::flags::kSlice) != 0) {
       ++unexpected_;
       return false;
     }
     const uint32_t c = h.offset / chunk_;
-    ++seen_[rank][h.tensor_key][c];
+    ++seen_[rank][h.block_key][c];
     const uint32_t want = std::min(chunk_, h.msg_len - h.offset);
     if (h.payload_len != want ||
-        std::memcmp(payload.data(), grads_[rank].data() + offset_of(h.tensor_key) + h.offset,
+        std::memcmp(payload.data(), grads_[rank].data() + offset_of(h.block_key) + h.offset,
                     want) != 0) {
       ++corrupt_;
     } else {
       bytes_ok_ += want;
     }
     if (c % 3 == 0) return false;  // the endpoint frees it
-    Set& s = sets_[h.tensor_key][c];
+    Set& s = sets_[h.block_key][c];
     s.held[s.count++] = mbuf;
     ++held_;
     if (s.count == kWorkers) {  // aggregated: release every contribution
@@ -177,7 +177,7 @@ size_t total_bytes() { return ChunkServer::offset_of(static_cast<uint32_t>(kTens
 
 // Four workers, each on its own ring link to the server's core (four
 // Interfaces, four server Endpoints, one PacketReceiver); each pushes every
-// tensor as one message (float32, tensor_key = the tensor, sender_id = rank
+// tensor as one message (float32, block_key = the tensor, sender_id = rank
 // + 1), `rounds` times over.
 void workers_push(const char* name, uint8_t net, const net::LinkParams& lp, int rounds) {
   std::vector<std::unique_ptr<RingLink>> links;
@@ -217,7 +217,7 @@ void workers_push(const char* name, uint8_t net, const net::LinkParams& lp, int 
       for (uint32_t k = 0; k < kTensors.size(); ++k) {
         MessageMeta meta;
         meta.dtype = wire::Dtype::kFloat32;
-        meta.tensor_key = k;
+        meta.block_key = k;
         meta.iteration = static_cast<uint32_t>(round);
         ASSERT_EQ(workers[w]->send(0, grads[w].data() + ChunkServer::offset_of(k), kTensors[k],
                                    static_cast<uint8_t>(k % 8), meta,
@@ -300,7 +300,7 @@ TEST(Slices, PacketModeServerGetsEveryChunkOnceUnderLossReorderDuplication) {
 // The server sends slices, the workers place them.
 
 // A worker's pull side: a buffer per tensor, filled with the complement of
-// the expected bytes first; every packet placed by (tensor_key, offset) and
+// the expected bytes first; every packet placed by (block_key, offset) and
 // counted per (key, offset).
 class PullWorker final : public PacketReceiver {
  public:
@@ -317,14 +317,14 @@ class PullWorker final : public PacketReceiver {
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte> payload,
                  net::PacketBuf*) override {
     if ((h.flags & wire::flags::kSlice) == 0 || h.type != wire::PacketType::kAggData ||
-        h.tensor_key >= kTensors.size() || h.msg_len != kTensors[h.tensor_key] ||
-        h.param_version != version_ + h.tensor_key || h.dtype != wire::Dtype::kFloat32) {
+        h.block_key >= kTensors.size() || h.msg_len != kTensors[h.block_key] ||
+        h.param_version != version_ + h.block_key || h.dtype != wire::Dtype::kFloat32) {
       ++unexpected_;
       return false;
     }
-    ++seen_[{h.tensor_key, h.offset}];
+    ++seen_[{h.block_key, h.offset}];
     // wire::decode checked offset + payload_len <= msg_len.
-    std::memcpy(buffers_[h.tensor_key].data() + h.offset, payload.data(), payload.size());
+    std::memcpy(buffers_[h.block_key].data() + h.offset, payload.data(), payload.size());
     bytes_ += payload.size();
     return false;
   }
@@ -405,7 +405,7 @@ void server_sends_slices(const char* name, uint8_t net, const net::LinkParams& l
     MessageMeta meta;
     meta.type = wire::PacketType::kAggData;
     meta.dtype = wire::Dtype::kFloat32;
-    meta.tensor_key = s.key;
+    meta.block_key = s.key;
     meta.param_version = kVersion + s.key;
     for (int w = 0; w < kWorkers; ++w) {
       // One payload buffer (the "parameter memory") for every worker.

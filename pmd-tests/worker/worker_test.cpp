@@ -39,7 +39,7 @@ constexpr uint32_t kShards = 2;
 constexpr float kLr = 0.01f;
 const uint32_t kChunk = net::payload_per_packet(kMtu);
 
-// Tensor sizes around the chunk (354 floats) and partition boundaries, one
+// Tensor sizes around the chunk (354 floats) and block boundaries, one
 // large enough to be split across both shards.
 const std::vector<uint32_t> kSizes = {1,    3,     353,   354,    355,    708,     1000,
                                       4096, 10000, 65536, 100003, 250000, 1u << 20};

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Writes the fuzz seed frames in this folder: one valid frame of each kind
-(float32 data, bytes aggregate, ack, ARP request) addressed to the fuzz
-target's local endpoint 02:00:00:00:00:01 / 10.0.0.1:47100, with correct
-IPv4 and UDP checksums. Run from this folder."""
+(float32 data, bytes aggregate, ack, partition start-up, ARP request)
+addressed to the fuzz target's local endpoint 02:00:00:00:00:01 /
+10.0.0.1:47100, with correct IPv4 and UDP checksums. Run from this folder."""
 import struct
 
 
@@ -17,12 +17,13 @@ def csum(b):
 
 OURS = bytes([2, 0, 0, 0, 0, 1])
 PEER = bytes([2, 0, 0, 0, 0, 2])
+VERSION = 2  # wire::kVersion
 
 
 def frame(typ, payload, dtype=1, offset=0, msg_len=None):
     if msg_len is None:
         msg_len = len(payload) + offset
-    mh = struct.pack("!BBHIHBBIIIIIIIIHHQ", 1, typ, 1, 7, 2, 3, dtype, 42, 1, msg_len, offset,
+    mh = struct.pack("!BBHIHBBIIIIIIIIHHQ", VERSION, typ, 1, 7, 2, 3, dtype, 42, 1, msg_len, offset,
                      5, 4, 100, 90, len(payload), 1, 0x5)
     assert len(mh) == 56
     udp_len = 8 + len(mh) + len(payload)
@@ -39,6 +40,7 @@ def frame(typ, payload, dtype=1, offset=0, msg_len=None):
 open("data_float32", "wb").write(frame(1, bytes(range(64)) * 4 + b"\x01\x00\x00\x01"))
 open("agg_bytes", "wb").write(frame(2, b"hello mercury!!", dtype=0, offset=16, msg_len=64))
 open("ack", "wb").write(frame(3, b"", dtype=0))
+open("partition_start", "wb").write(frame(6, b"", dtype=0, msg_len=0))
 arp = (b"\xff" * 6 + PEER + b"\x08\x06" +
        struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, PEER, bytes([10, 0, 0, 2]), b"\0" * 6,
                    bytes([10, 0, 0, 1])))

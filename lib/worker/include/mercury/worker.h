@@ -23,7 +23,7 @@
 // start() (or start_async()), or implicitly by the first push(), pull(),
 // push_pull() or barrier(). start() sends the declarations (rank, every
 // tensor in declaration order) to every server of the job, waits until each
-// answers Ready, agreeing with this worker on where every piece of every
+// answers Ready, agreeing with this worker on where every block of every
 // tensor lives (the placement fingerprint), and then waits for version 0 of
 // every tensor: rank 0's buffers as they are at start() (rank 0 pushes
 // them), so every rank starts from the same model and every rank's declared
