@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "../common/args.h"
+#include "../common/main.h"
 #include "../common/synthetic.h"
 #include "agg/placement.h"
 #include "config/config.h"
@@ -46,8 +47,7 @@ namespace {
 
 using namespace mercury;
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
+using apps::g_stop;
 
 struct Options {
   std::string config = "config/memif.yaml";
@@ -107,8 +107,7 @@ int run(const Options& o) {
     for (const auto& p : n.ports) rings = rings || p.kind == config::PortSpec::kRing;
   }
   if (!rings) {
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    apps::stop_on_signals();
     std::vector<std::string> worker_args;
     if (!o.verify.empty()) worker_args = {"--verify", o.verify};
     if (o.timestamps) worker_args.push_back("--timestamps");
@@ -136,8 +135,7 @@ int run(const Options& o) {
   std::vector<std::string> names;
   for (const auto& n : job.nodes) names.push_back(n.name);
   net::Eal eal(config::eal_args(job, names, eo));
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  apps::stop_on_signals();
   net::NodeNetworks nets(job, names);
 
   // The server: one port per worker link, its shards inline, waiting for
@@ -302,10 +300,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ps-demo: %s\n", e.what());
-    return 1;
-  }
+  return mercury::apps::guarded_main("ps-demo", [&] { return run(parse(argc, argv)); });
 }

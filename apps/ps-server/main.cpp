@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../common/args.h"
+#include "../common/main.h"
 #include "config/config.h"
 #include "job/job.h"
 #include "net/eal.h"
@@ -37,8 +38,7 @@ namespace {
 
 using namespace mercury;
 
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+using apps::g_stop;
 
 struct Options {
   std::string config;
@@ -98,8 +98,7 @@ int run(const Options& o) {
   if (!notice.empty()) std::printf("%s\n", notice.c_str());
 
   net::Eal eal(eal_argv);
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  apps::stop_on_signals();
   net::NodeNetworks nets(job, names);
   const std::vector<net::NodePort*> ports = nets.ports_of(me.name);
   for (const std::string& line : server::start_lines(job, me, ports)) {
@@ -132,10 +131,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ps-server: %s\n", e.what());
-    return 1;
-  }
+  return mercury::apps::guarded_main("ps-server", [&] { return run(parse(argc, argv)); });
 }

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../common/args.h"
+#include "../common/main.h"
 #include "../common/synthetic.h"
 #include "agg/placement.h"
 #include "config/config.h"
@@ -246,10 +247,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ps-worker: %s\n", e.what());
-    return 1;
-  }
+  return mercury::apps::guarded_main("ps-worker", [&] { return run(parse(argc, argv)); });
 }

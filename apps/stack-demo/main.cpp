@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../common/args.h"
+#include "../common/main.h"
 #include "config/config.h"
 #include "net/eal.h"
 #include "net/node.h"
@@ -29,9 +30,7 @@ namespace {
 
 using namespace mercury;
 
-std::atomic<bool> g_stop{false};
-
-void on_signal(int) { g_stop = true; }
+using apps::g_stop;
 
 struct Options {
   std::string config = "config/ring-demo.yaml";
@@ -106,7 +105,7 @@ int sender_main(void* arg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return mercury::apps::guarded_main("stack-demo", [&] {
     Options o = parse(argc, argv);
     config::JobConfig job = config::load_file(o.config);
     if (o.check) {
@@ -134,8 +133,7 @@ int main(int argc, char** argv) {
       if (n.name != peer.name) names.push_back(n.name);
     }
     net::Eal eal(config::eal_args(job, names, eo));
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    apps::stop_on_signals();
 
     net::NodeNetworks nets(job, names);
     net::NodePort* rx_port = nullptr;
@@ -222,8 +220,5 @@ int main(int argc, char** argv) {
         static_cast<double>(bytes) * 8 / 1e9 / secs);
     const bool lossless = !job.link.enabled();
     return lossless && (sent != received || gaps != 0) ? 1 : 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "stack-demo: %s\n", e.what());
-    return 1;
-  }
+  });
 }
