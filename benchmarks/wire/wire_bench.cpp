@@ -1,6 +1,6 @@
 // Mercury header encode and decode, in ns per header. Decode includes every
-// validation rule (what the receive path pays); encode writes all 56 bytes.
-// The limit beside them is a plain 56-byte copy of the same memory.
+// validation rule (what the receive path pays); encode writes all kHeaderSize (64) bytes.
+// The limit beside them is a plain header-sized copy of the same memory.
 //   build/benchmarks/wire/wire_bench --benchmark_repetitions=7
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -79,7 +79,7 @@ void decode_bench(benchmark::State& state) {
   per_header(state);
 }
 
-BENCHMARK(copy)->Name("header/copy56");
+BENCHMARK(copy)->Name("header/copy_header");
 BENCHMARK(encode_bench)->Name("header/encode");
 BENCHMARK(decode_bench)->Name("header/decode");
 
@@ -88,7 +88,7 @@ BENCHMARK(decode_bench)->Name("header/decode");
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  mercury::bench::RatioReporter reporter("headers_per_s", "copy56");
+  mercury::bench::RatioReporter reporter("headers_per_s", "copy_header");
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

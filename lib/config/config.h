@@ -41,7 +41,7 @@ inline constexpr uint32_t kMaxShards = 64;
 /// lcore ids must be below DPDK's RTE_MAX_LCORE (128 in Debian 12's build).
 inline constexpr uint32_t kMaxLcore = 127;
 /// Bytes the Mercury header takes in each packet (wire::kHeaderSize).
-inline constexpr uint32_t kMercuryHeaderBytes = 56;
+inline constexpr uint32_t kMercuryHeaderBytes = 64;
 inline constexpr uint32_t kIpv4HeaderBytes = 20;
 inline constexpr uint32_t kUdpHeaderBytes = 8;
 /// What hugepages_available() needs free before `auto` chooses hugepages.

@@ -196,11 +196,10 @@ TEST(ConfigLoad, PayloadPerPacketIsMtuLessHeadersRoundedToCacheLines) {
     return load_string(doc("network: {mtu: " + std::to_string(mtu) + "}\n"))
         .payload_bytes_per_packet();
   };
-  EXPECT_EQ(payload(1500), 1408u);  // 1500 - 20 - 8 - 56 = 1416, down to 22 lines
-  EXPECT_EQ(payload(9000), 8896u);
-  EXPECT_EQ(payload(1491), 1344u);  // 1407: 21 lines and 63 bytes
-  EXPECT_EQ(payload(1492), 1408u);  // exactly 22 lines
-  EXPECT_EQ(payload(1556), 1472u);  // exactly 23 lines
+  EXPECT_EQ(payload(1500), 1408u);  // 1500 - 20 - 8 - 64 = 1408: exactly 22 lines
+  EXPECT_EQ(payload(9000), 8896u);  // 8908, down to 139 lines
+  EXPECT_EQ(payload(1499), 1344u);  // 1407: 21 lines and 63 bytes
+  EXPECT_EQ(payload(1564), 1472u);  // exactly 23 lines
   EXPECT_EQ(payload(576), 448u);
 }
 

@@ -7,7 +7,7 @@
 // on mbuf data in the datapath, in the unit tests and under libFuzzer.
 //
 // Costs: building a frame is one pass over the payload (copy fused with the
-// UDP checksum when it is computed in software); parsing touches the 98
+// UDP checksum when it is computed in software); parsing touches the 106
 // header bytes plus one read-only pass over the payload to verify a software
 // UDP checksum. Neither allocates, throws nor logs. Thread safety: none
 // needed; functions only touch the memory they are given.

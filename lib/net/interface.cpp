@@ -1,6 +1,7 @@
 #include "net/interface.h"
 
 #include <rte_cycles.h>
+#include <rte_mempool.h>
 
 #include <numeric>
 
@@ -193,6 +194,15 @@ uint16_t Interface::stage_burst_st(const TxFrame* frames, uint16_t n) {
     staged += stage_data_st(*f.route, f.header, {f.payload, f.header.payload_len}) ? 1 : 0;
   }
   return staged;
+}
+
+uint32_t Interface::rx_room() const {
+  // Free mbufs of the pool this port receives into (a NIC's RX ring holds its
+  // own; memif and af_packet allocate per frame), less what our send path
+  // may take from it at once: a stage and a burst of spares.
+  const unsigned free = rte_mempool_avail_count(pool_.get());
+  constexpr unsigned kKept = kStage + kBurst;
+  return free > kKept ? free - kKept : 0;
 }
 
 uint16_t Interface::flush_st(uint64_t now) {

@@ -117,6 +117,7 @@ class Interface final : public PacketPort {
   /// Hands staged frames to the PMD (or the emulator); returns how many went.
   uint16_t flush_st(uint64_t now) override;
   [[nodiscard]] uint32_t mtu() const override { return port_.mtu(); }
+  [[nodiscard]] uint32_t rx_room() const override;
 
   /// Installs `tap` (nullptr removes it), called with `context` once per
   /// non-empty received burst. Set it from the interface's core, or before

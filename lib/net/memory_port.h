@@ -105,6 +105,9 @@ class MemoryPort final : public PacketPort {
   uint16_t stage_burst_st(const TxFrame* frames, uint16_t n) override;
   uint16_t flush_st(uint64_t now) override;
   [[nodiscard]] uint32_t mtu() const override { return mtu_; }
+  /// Its own free buffers (a frame arrives in its sender's buffer, as over
+  /// net_ring, so this is an approximation, as it is there).
+  [[nodiscard]] uint32_t rx_room() const override { return buffers_free(); }
 
   /// Puts a raw frame into this port's RX queue, as if it came off the link
   /// (a test's synthetic packet). False when no buffer is free or it does

@@ -76,6 +76,11 @@ class PacketPort {
   virtual uint16_t flush_st(uint64_t now) = 0;
   /// The IP MTU: a data frame carries payload_per_packet(mtu()) bytes at most.
   [[nodiscard]] virtual uint32_t mtu() const = 0;
+  /// Frames the port has room to receive now: its pool's free buffers less
+  /// what its own send path keeps (the TX stage and a burst of spares). The
+  /// endpoint shares it among its peers as their credit (flow control). A
+  /// rough figure (it may walk per-core caches): call it every few passes.
+  [[nodiscard]] virtual uint32_t rx_room() const = 0;
 
  protected:
   ~PacketPort() = default;

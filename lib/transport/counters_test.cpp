@@ -92,17 +92,20 @@ TEST(Counters, PeerCountersSumAndVisitBothHalves) {
   a.tx = distinct_words<SenderCounters>(9);
   a.rx = distinct_words<ReceiverCounters>(900);
   a.probes_sent = 77;
+  a.persist_probes = 5;
   PeerCounters sum = a;
   sum += a;
   EXPECT_EQ(sum.tx.rtt_samples, 2 * a.tx.rtt_samples);
   EXPECT_EQ(sum.tx.cwnd, a.tx.cwnd);
   EXPECT_EQ(words(sum.rx), words(ReceiverCounters(a.rx) += a.rx));
   EXPECT_EQ(sum.probes_sent, 154u);
+  EXPECT_EQ(sum.persist_probes, 10u);
   const auto v = visited(a);
-  EXPECT_EQ(v.size(), kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 1);
+  EXPECT_EQ(v.size(), kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 2);
   EXPECT_EQ(v.at("tx_packets_sent"), a.tx.packets_sent);
   EXPECT_EQ(v.at("rx_acks_sent"), a.rx.acks_sent);
   EXPECT_EQ(v.at("probes_sent"), 77u);
+  EXPECT_EQ(v.at("persist_probes"), 5u);
 }
 
 TEST(Counters, EveryEndpointCounterIsSummedAndVisited) {
@@ -143,7 +146,7 @@ TEST(Counters, EndpointPeerStatsSumCountersAndKeepGauges) {
     EXPECT_EQ(vs.at(name), kept.count(name) != 0 ? value : 2 * value) << name;
   }
   EXPECT_EQ(va.size(),
-            kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 1 + 7 + 4);
+            kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 2 + 7 + 4);
   EXPECT_EQ(va.at("bytes_received"), 7u);
   EXPECT_EQ(va.at("dead"), 1u);
 }

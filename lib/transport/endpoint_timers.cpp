@@ -1,5 +1,6 @@
 // Endpoint, the slow work of a pass (every EndpointConfig::timer_every
-// passes): the route of peers that have none yet, and each Peer's timers
+// passes): each peer's credit (its share of the port's receive room), the
+// route of peers that have none yet, and each Peer's timers
 // (RTO, tail probe, liveness, connect timeout), whose losses and failures come
 // back through the SenderSink reports (endpoint_tx.cpp). See endpoint.h.
 #include "transport/endpoint.h"
@@ -8,7 +9,12 @@
 namespace mercury::transport {
 
 void Endpoint::run_timers_st(Tick now) {
+  if (peers_.empty()) return;
+  // Flow control: each peer's credit is its share of the port's room to
+  // receive, so no peer is sent more than the receiver can take.
+  const uint32_t share = port_.rx_room() / static_cast<uint32_t>(peers_.size());
   for (auto& ptr : peers_) {
+    ptr->peer.set_credit(share);
     PeerState& ps = *ptr;
     if (!ps.resolved) {
       ps.resolved = port_.resolve_st(ps.spec.ip, ps.spec.udp_port, ps.route, now);

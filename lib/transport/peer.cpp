@@ -56,7 +56,7 @@ Resend Peer::resend(uint32_t seq, Tick now, SliceRef& slice, wire::HeaderFields&
 bool Peer::ack_due(Tick now) const {
   if (connect_failed_) return false;
   if (!peer_known()) return now >= next_probe_;
-  return owe_epoch_ || receiver_.ack_due(now);
+  return owe_epoch_ || receiver_.ack_due(now) || (persisting() && now >= next_persist_);
 }
 
 void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
@@ -69,6 +69,11 @@ void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
   // While we do not know the peer, ask it to answer (kAckRequest); an answer
   // never asks back, so probes do not ping-pong.
   h.flags = peer_known() ? 0 : wf::kAckRequest;
+  if (persisting() && now >= next_persist_) {
+    h.flags = wf::kAckRequest;  // the answer brings the peer's credit
+    next_persist_ = now + sender_.rto();
+    ++persist_probes_;
+  }
   owe_epoch_ = false;
   if (!receiver_.fill_ack(h)) {
     // A probe: nothing to acknowledge yet, but the peer learns our epoch.
@@ -107,7 +112,13 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
     sender_.restart(stream_origin(), now, FailReason::kPeerRestarted, sink);
     owe_epoch_ = true;
   }
-  if ((h.flags & wf::kAckValid) != 0) sender_.on_ack(h.ack, h.sack, now, sink);
+  if ((h.flags & wf::kAckValid) != 0) {
+    const bool was_persisting = persisting();
+    sender_.on_ack(h.ack, h.sack, now, sink, h.credit);
+    // Stopped by this ACK's credit: the first probe waits one RTO for the
+    // window update the receiver sends by itself.
+    if (!was_persisting && persisting()) next_persist_ = now + sender_.rto();
+  }
   return RxResult::of(verdict, complete, ec == EpochCheck::kRestarted);
 }
 
@@ -122,7 +133,9 @@ Tick Peer::next_deadline() const {
   const auto earliest = [](Tick a, Tick b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); };
   if (!peer_known()) return earliest(next_probe_ == 0 ? 1 : next_probe_, connect_deadline_);
   const Tick owed = owe_epoch_ ? 1 : 0;
-  return earliest(earliest(sender_.next_deadline(), receiver_.ack_deadline()), owed);
+  const Tick persist = persisting() ? std::max<Tick>(next_persist_, 1) : 0;
+  return earliest(earliest(earliest(sender_.next_deadline(), receiver_.ack_deadline()), owed),
+                  persist);
 }
 
 void Peer::reincarnate(uint16_t new_local_epoch, Tick now, SenderSink& sink) {

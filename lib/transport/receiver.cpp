@@ -34,7 +34,9 @@ PeerReceiver::PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t 
       ring_mask_(ring_bits(params.rx_window) - 1),
       got_(ring_bits(params.rx_window) / 64),
       rtx_(ring_bits(params.rx_window) / 64),
-      msgs_(2 * uint64_t{checked_rx_messages(params)}, params.rx_messages) {}
+      msgs_(2 * uint64_t{checked_rx_messages(params)}, params.rx_messages),
+      credit_(std::min<uint32_t>(params.rx_window, UINT16_MAX)),
+      advertised_(credit_) {}
 
 EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
   if (epoch == 0) {  // no sender uses it: a corrupt or foreign packet
@@ -213,11 +215,23 @@ Tick PeerReceiver::ack_deadline() const {
   return unacked_ != 0 ? ack_deadline_ : 0;
 }
 
+void PeerReceiver::set_credit(uint32_t packets) {
+  // The wire field is 16 bits; the receive window bounds what is accepted.
+  credit_ = std::min({packets, p_.rx_window, uint32_t{UINT16_MAX}});
+  const uint32_t w = std::min<uint32_t>(p_.rx_window, UINT16_MAX);
+  if (synced_ && advertised_ < w / 2 && credit_ >= advertised_ + std::max(w / 4, 1u) && !ack_now_) {
+    ack_now_ = true;
+    ++counters_.window_updates;
+  }
+}
+
 bool PeerReceiver::fill_ack(wire::HeaderFields& h) {
   if (!synced_) return false;
   h.flags |= wf::kAckValid;
   h.ack = rcv_nxt_;
   h.sack = sack_bits();
+  h.credit = static_cast<uint16_t>(credit_);
+  advertised_ = credit_;
   unacked_ = 0;
   ack_now_ = false;
   ++counters_.acks_sent;

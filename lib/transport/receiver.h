@@ -83,7 +83,8 @@ enum class EpochCheck : uint8_t {
   X(messages_completed, "messages whose every byte arrived")                              \
   X(messages_abandoned, "in progress when the peer restarted")                            \
   X(peer_restarts, "the peer came back with a newer epoch")                               \
-  X(acks_sent, "acknowledgements written (piggybacked or pure)")
+  X(acks_sent, "acknowledgements written (piggybacked or pure)")                          \
+  X(window_updates, "ACKs made due because the credit grew for a sender it had stopped")
 
 struct ReceiverCounters {
   MERCURY_RECEIVER_COUNTERS(MERCURY_COUNTER_DECLARE)
@@ -120,9 +121,18 @@ class PeerReceiver {
   /// When ack_due() turns true if nothing else arrives: 0 if nothing is
   /// waiting to be acknowledged, 1 if it is due already.
   Tick ack_deadline() const;
-  /// Writes ack/sack and sets kAckValid in `h`, clearing the due state.
-  /// Returns false (h untouched) if there is no stream to acknowledge yet.
+  /// Writes ack/sack/credit and sets kAckValid in `h`, clearing the due
+  /// state. Returns false (h untouched) if there is no stream to acknowledge yet.
   bool fill_ack(wire::HeaderFields& h);
+
+  /// The room the glue has for this peer's packets now (e.g. its share of
+  /// the free RX buffers), in packets: the credit the next ACKs advertise,
+  /// at most the receive window. When it has grown enough that a sender
+  /// stopped by the last credit may go on (from below half the window by a
+  /// quarter of it or more), an ACK is due at once (a window update).
+  void set_credit(uint32_t packets);
+  /// The credit the last ACK advertised.
+  uint32_t advertised_credit() const { return advertised_; }
 
   /// Next cumulative ack value (every seq below was received); meaningful
   /// once synced(), i.e. once a packet of the peer's stream has arrived.
@@ -182,6 +192,9 @@ class PeerReceiver {
   uint32_t unacked_ = 0;
   bool ack_now_ = false;
   Tick ack_deadline_ = 0;
+  // Flow control: the room the glue reports, and what the last ACK said.
+  uint32_t credit_;
+  uint32_t advertised_;
   ReceiverCounters counters_;
 };
 

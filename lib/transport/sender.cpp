@@ -16,6 +16,7 @@ PeerSender::PeerSender(const Params& params, uint32_t initial_seq, Tick now)
       window_(params.window),
       una_(initial_seq),
       nxt_(initial_seq),
+      credit_edge_(initial_seq + params.window),
       cwnd_(params.window),
       reorder_threshold_(params.reorder_threshold),
       rto_(params.initial_rto),
@@ -23,10 +24,12 @@ PeerSender::PeerSender(const Params& params, uint32_t initial_seq, Tick now)
   counters_.rto = rto_;
   counters_.cwnd = cwnd_;
   counters_.reorder_threshold = reorder_threshold_;
+  counters_.credit = window_;
 }
 
 bool PeerSender::can_send() const {
-  return !dead_ && outstanding() < window_ && in_flight_ < cwnd_;
+  return !dead_ && outstanding() < window_ && in_flight_ < cwnd_ &&
+         seq_diff(nxt_, credit_edge_) < 0;
 }
 
 bool PeerSender::can_resend() const { return !dead_ && in_flight_ < cwnd_; }
@@ -280,7 +283,8 @@ uint32_t PeerSender::detect_losses(SenderSink& sink) {
   return n;
 }
 
-AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink) {
+AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink,
+                             uint32_t credit) {
   AckResult r;
   if (dead_) {
     r.ignored = true;
@@ -303,6 +307,13 @@ AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSi
     }
   } else if (seq_diff(cum_ack, una_) < 0) {
     ++counters_.acks_old;  // reordered ACK: its SACK bits are still true
+  }
+  if (seq_diff(cum_ack, una_) >= 0) {
+    // The newest ACK's credit rules (a reordered older one's is out of date).
+    // It may shrink the room: what was sent beyond stays sent.
+    const uint32_t room = credit == kNoCredit ? window_ : std::min(credit, window_);
+    credit_edge_ = cum_ack + room;
+    counters_.credit = room;
   }
   for (uint64_t bits = sack; bits != 0; bits &= bits - 1) {
     const uint32_t s = cum_ack + 1 + static_cast<uint32_t>(std::countr_zero(bits));
@@ -409,11 +420,13 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
 void PeerSender::rebase(uint32_t initial_seq) {
   assert(outstanding() == 0 && counters_.packets_sent == 0);
   una_ = nxt_ = initial_seq;
+  credit_edge_ = initial_seq + window_;
 }
 
 void PeerSender::restart(uint32_t initial_seq, Tick now, FailReason why, SenderSink& sink) {
   fail_all(why, sink);
   una_ = nxt_ = initial_seq;
+  credit_edge_ = initial_seq + window_;  // the new incarnation has told us nothing yet
   dead_ = false;
   backoff_ = 0;
   cwnd_ = window_;

@@ -113,14 +113,15 @@ struct AckResult {
   X(restarts, "send streams restarted (the peer came back with a new epoch)")  \
   X(rtt_samples, "RTT samples taken")
 // Its estimates: current values (ticks / packets), never summed.
-#define MERCURY_SENDER_ESTIMATES(X)                      \
-  X(Tick, srtt, "smoothed RTT, ticks")                   \
-  X(Tick, rttvar, "RTT variation, ticks")                \
-  X(Tick, min_rtt, "smallest RTT sample, ticks")         \
-  X(Tick, rto, "retransmission timeout before back-off") \
-  X(uint32_t, backoff, "RTO doublings in force")         \
-  X(uint32_t, cwnd, "congestion window, packets")        \
-  X(uint32_t, reorder_threshold, "adaptive reordering threshold, packets")
+#define MERCURY_SENDER_ESTIMATES(X)                                        \
+  X(Tick, srtt, "smoothed RTT, ticks")                                     \
+  X(Tick, rttvar, "RTT variation, ticks")                                  \
+  X(Tick, min_rtt, "smallest RTT sample, ticks")                           \
+  X(Tick, rto, "retransmission timeout before back-off")                   \
+  X(uint32_t, backoff, "RTO doublings in force")                           \
+  X(uint32_t, cwnd, "congestion window, packets")                          \
+  X(uint32_t, reorder_threshold, "adaptive reordering threshold, packets") \
+  X(uint32_t, credit, "the peer's last credit, packets from its cumulative ack")
 
 /// Per-peer send-side counters and estimates (plain values, read by telemetry
 /// on the owning core or copied out).
@@ -147,9 +148,14 @@ class PeerSender {
   /// Control path: allocates the in-flight table (pow2 >= params.window).
   PeerSender(const Params& params, uint32_t initial_seq, Tick now);
 
-  /// Room for a new packet: fewer than `window` sequence numbers outstanding
-  /// and fewer than `cwnd` packets in flight, and the peer is not dead.
+  /// Room for a new packet: fewer than `window` sequence numbers outstanding,
+  /// fewer than `cwnd` packets in flight, the next sequence number inside the
+  /// peer's credit, and the peer is not dead.
   bool can_send() const;
+  /// Nothing more may be sent because the peer's credit is used up (and
+  /// nothing is in flight to bring a new one when it is zero: the glue then
+  /// probes with a pure ACK asking for an answer, Peer::ack_due).
+  bool credit_exhausted() const { return !dead_ && seq_diff(nxt_, credit_edge_) >= 0; }
   /// Room to resend a lost packet: fewer than `cwnd` in flight, peer not dead.
   /// (A resend reuses its sequence number, so the window does not limit it.)
   /// The left edge (see left_edge_lost) may be resent even without room.
@@ -185,9 +191,13 @@ class PeerSender {
 
   /// Feeds an acknowledgement (a pure ACK or one piggybacked on data):
   /// `cum_ack` = every seq below it was received; bit i of `sack` = seq
-  /// cum_ack+1+i was received. Reports newly delivered slices (on_acked) and
-  /// newly lost ones (on_lost), takes an RTT sample, adjusts cwnd.
-  AckResult on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink);
+  /// cum_ack+1+i was received; `credit` = the receiver's room, seqs from
+  /// cum_ack on (kNoCredit: the ACK says nothing of it, the window applies).
+  /// Reports newly delivered slices (on_acked) and newly lost ones
+  /// (on_lost), takes an RTT sample, adjusts cwnd and the credit edge.
+  static constexpr uint32_t kNoCredit = UINT32_MAX;
+  AckResult on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink,
+                   uint32_t credit = kNoCredit);
 
   /// Slow work, every few poll passes: the tail probe (a resent left edge
   /// unanswered for the probe timeout is declared lost again, kProbe), RTO
@@ -257,6 +267,9 @@ class PeerSender {
   uint32_t window_;
   uint32_t una_;
   uint32_t nxt_;
+  // First seq the peer's credit does not cover: cum_ack + credit of the
+  // newest ACK (una_ + window until the first one).
+  uint32_t credit_edge_;
   uint32_t in_flight_ = 0;  // entries in kInFlight (the "pipe")
   uint32_t lost_ = 0;       // entries in kLost (handed to the glue, not yet resent)
   uint32_t cwnd_;

@@ -51,20 +51,23 @@ namespace mercury::transport {
 struct PeerCounters {
   SenderCounters tx;
   ReceiverCounters rx;
-  uint64_t probes_sent = 0;  ///< pure ACKs sent without an ACK, to announce our epoch
+  uint64_t probes_sent = 0;     ///< pure ACKs sent without an ACK, to announce our epoch
+  uint64_t persist_probes = 0;  ///< pure ACKs asking for the peer's credit (it had stopped us)
 
   /// f(prefix, name, value): the sender's fields as tx_<name>, the
-  /// receiver's as rx_<name>, then probes_sent.
+  /// receiver's as rx_<name>, then probes_sent and persist_probes.
   template <class F>
   void for_each(F&& f) const {
     tx.for_each([&](std::string_view, std::string_view name, uint64_t v) { f("tx_", name, v); });
     rx.for_each([&](std::string_view, std::string_view name, uint64_t v) { f("rx_", name, v); });
     f(std::string_view{}, std::string_view{"probes_sent"}, probes_sent);
+    f(std::string_view{}, std::string_view{"persist_probes"}, persist_probes);
   }
   PeerCounters& operator+=(const PeerCounters& o) {
     tx += o.tx;
     rx += o.rx;
     probes_sent += o.probes_sent;
+    persist_probes += o.persist_probes;
     return *this;
   }
 };
@@ -103,8 +106,12 @@ class Peer {
   Resend resend(uint32_t seq, Tick now, SliceRef& slice, wire::HeaderFields& h);
 
   /// A pure ACK (or a probe) should go out now: the receiver's ACK policy
-  /// says so, the peer has not seen our epoch yet, or a probe is due.
+  /// says so, the peer has not seen our epoch yet, or a probe is due: of
+  /// our epoch, or of the peer's credit when it has stopped us with nothing
+  /// in flight (a persist probe, every RTO, asking for an answer).
   bool ack_due(Tick now) const;
+  /// The room we have for the peer's packets (PeerReceiver::set_credit).
+  void set_credit(uint32_t packets) { receiver_.set_credit(packets); }
   /// Fills `h` as a pure ACK: type kAck, payload_len/offset/msg_len 0, seq,
   /// epoch, flags, and ack/sack with kAckValid when there is a stream to
   /// acknowledge (a probe otherwise). Leaves job_id, sender_id and the other
@@ -138,11 +145,18 @@ class Peer {
   uint16_t peer_epoch() const { return receiver_.peer_epoch(); }
   const PeerSender& sender() const { return sender_; }
   const PeerReceiver& receiver() const { return receiver_; }
-  PeerCounters counters() const { return {sender_.counters(), receiver_.counters(), probes_sent_}; }
+  PeerCounters counters() const {
+    return {sender_.counters(), receiver_.counters(), probes_sent_, persist_probes_};
+  }
 
  private:
   void stamp(const TxStamp& st, wire::HeaderFields& h);
   uint32_t stream_origin() const;
+  // The peer's credit stopped us with nothing in flight: nothing will bring
+  // a new one unless we ask (its window update may have been lost).
+  bool persisting() const {
+    return sender_.credit_exhausted() && sender_.outstanding() == 0 && peer_known();
+  }
 
   Params p_;
   uint16_t local_epoch_;
@@ -152,8 +166,10 @@ class Peer {
   Tick next_probe_;
   Tick probe_interval_;
   Tick connect_deadline_;  // 0: none
+  Tick next_persist_ = 0;  // the next persist probe, while persisting()
   bool connect_failed_ = false;
   uint64_t probes_sent_ = 0;
+  uint64_t persist_probes_ = 0;
 };
 
 }  // namespace mercury::transport

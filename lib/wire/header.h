@@ -1,13 +1,13 @@
 // The Mercury header: what follows UDP in every Mercury packet.
 //
-// Layout (56 bytes, all multi-byte fields big-endian; docs/wire-format.md is
+// Layout (64 bytes, all multi-byte fields big-endian; docs/wire-format.md is
 // the reference and lib/wire/mercury.lua dissects it in Wireshark):
 //
 //   0 version  1 type  2 flags(16)  4 job_id(32)
 //   8 sender_id(16) 10 priority(8) 11 dtype(8) 12 block_key(32)
 //  16 msg_id(32) 20 msg_len(32) 24 offset(32) 28 iteration(32)
 //  32 param_version(32) 36 seq(32) 40 ack(32) 44 payload_len(16) 46 epoch(16)
-//  48 sack(64)
+//  48 sack(64) 56 credit(16) 58 reserved(16) 60 reserved(32)
 //
 // The codec is pure: it does not depend on DPDK and never allocates, so it is
 // used alike by the datapath, the unit tests and the fuzz target. decode()
@@ -30,7 +30,7 @@
 namespace mercury::wire {
 
 /// Bumped whenever a field changes meaning or a packet type is added.
-inline constexpr uint8_t kVersion = 2;
+inline constexpr uint8_t kVersion = 3;
 /// UDP port used when a configuration does not name one.
 inline constexpr uint16_t kDefaultUdpPort = 47100;
 
@@ -89,10 +89,16 @@ struct Header {
   be16 payload_len;  ///< bytes of payload after the header
   be16 epoch;        ///< sender's incarnation; a restart bumps it
   be64 sack;         ///< bit i set: seq ack+1+i was received
+  /// With kAckValid: the receiver's credit, how many sequence numbers from
+  /// `ack` on the sender may have sent (flow control: it never sends what
+  /// the receiver has no room for).
+  be16 credit;
+  be16 reserved16;  ///< sent as 0, ignored on receipt
+  be32 reserved32;  ///< sent as 0, ignored on receipt
 };
 #pragma pack(pop)
 
-inline constexpr size_t kHeaderSize = 56;
+inline constexpr size_t kHeaderSize = 64;
 static_assert(sizeof(Header) == kHeaderSize);
 static_assert(offsetof(Header, type) == 1);
 static_assert(offsetof(Header, flags) == 2);
@@ -111,6 +117,7 @@ static_assert(offsetof(Header, ack) == 40);
 static_assert(offsetof(Header, payload_len) == 44);
 static_assert(offsetof(Header, epoch) == 46);
 static_assert(offsetof(Header, sack) == 48);
+static_assert(offsetof(Header, credit) == 56);
 static_assert(alignof(Header) == 1);
 
 /// Host-order view of a header: what protocol code reads and fills. The
@@ -137,6 +144,9 @@ struct HeaderFields {
   uint16_t payload_len = 0;
   uint16_t epoch = 0;
   uint64_t sack = 0;
+  uint16_t credit = 0;
+  uint16_t reserved16 = 0;  ///< the wire's reserved fields: sent as 0, ignored on receipt
+  uint32_t reserved32 = 0;
 
   bool operator==(const HeaderFields&) const = default;
 };
@@ -194,14 +204,17 @@ static_assert(offsetof(HeaderFields, ack) == offsetof(Header, ack));
 static_assert(offsetof(HeaderFields, payload_len) == offsetof(Header, payload_len));
 static_assert(offsetof(HeaderFields, epoch) == offsetof(Header, epoch));
 static_assert(offsetof(HeaderFields, sack) == offsetof(Header, sack));
+static_assert(offsetof(HeaderFields, credit) == offsetof(Header, credit));
+static_assert(offsetof(HeaderFields, reserved32) == offsetof(Header, reserved32));
 
 /// encode(f, out) with out.payload_len = payload_len, in a few vector
 /// instructions: one load of `f`, one byte shuffle, one masked store. Returns
-/// the header's partial ones'-complement sum as net::partial_sum over the 56
+/// the header's partial ones'-complement sum as net::partial_sum over the 64
 /// written bytes would give it (native 16-bit words, unfolded), taken from
 /// the register, not read back from memory.
 inline uint64_t encode_summed(const HeaderFields& f, uint16_t payload_len, Header& out) {
-  constexpr __mmask64 kHeaderBytes = (uint64_t{1} << kHeaderSize) - 1;
+  static_assert(kHeaderSize == 64, "the header is one 64-byte register");
+  constexpr __mmask64 kHeaderBytes = ~__mmask64{0};
   __m512i v = _mm512_maskz_loadu_epi8(kHeaderBytes, &f);
   // 16-bit word 22 is payload_len.
   v = _mm512_mask_set1_epi16(v, __mmask32{1} << (offsetof(HeaderFields, payload_len) / 2),
@@ -209,10 +222,10 @@ inline uint64_t encode_summed(const HeaderFields& f, uint16_t payload_len, Heade
   // Per 16-byte lane, the source byte of each wire byte (-1: zero). Lane 0:
   // version (0, ORed in below), type, flags, job_id, sender_id, priority,
   // dtype, block_key; lane 1: four 32-bit fields; lane 2: three 32-bit and
-  // two 16-bit fields; lane 3: sack, then 8 bytes past the header.
-  const __m512i order = _mm512_set_epi8(-1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 2, 3, 4, 5, 6, 7,  //
-                                        14, 15, 12, 13, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,    //
-                                        12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,    //
+  // two 16-bit fields; lane 3: sack, credit and the reserved fields.
+  const __m512i order = _mm512_set_epi8(12, 13, 14, 15, 10, 11, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7,  //
+                                        14, 15, 12, 13, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,  //
+                                        12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,  //
                                         12, 13, 14, 15, 11, 10, 8, 9, 4, 5, 6, 7, 2, 3, 0, -1);
   v = _mm512_or_si512(_mm512_shuffle_epi8(v, order), _mm512_maskz_set1_epi8(1, kVersion));
   _mm512_mask_storeu_epi8(&out, kHeaderBytes, v);

@@ -29,6 +29,7 @@ HeaderFields sample() {
   f.payload_len = 8;
   f.epoch = 3;
   f.sack = 0x8000000000000001ull;
+  f.credit = 0x0708;
   return f;
 }
 
@@ -67,6 +68,17 @@ TEST(WireHeader, FieldsAreBigEndianAtDocumentedOffsets) {
   EXPECT_EQ(byte(45), 8u);
   EXPECT_EQ(byte(48), 0x80u);
   EXPECT_EQ(byte(55), 0x01u);
+  EXPECT_EQ(byte(56), 0x07u);
+  EXPECT_EQ(byte(57), 0x08u);
+  for (size_t i = 58; i < kHeaderSize; ++i) EXPECT_EQ(byte(i), 0u) << i;  // reserved
+}
+
+TEST(WireHeader, ReservedFieldsAreIgnoredOnReceipt) {
+  auto p = packet_of(sample());
+  for (size_t i = 58; i < kHeaderSize; ++i) p[i] = std::byte{0xa5};
+  HeaderFields g;
+  ASSERT_EQ(decode(p, g), Reject::kNone);
+  EXPECT_EQ(g, sample());
 }
 
 TEST(WireHeader, RejectsEachBrokenRule) {
@@ -75,7 +87,7 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     auto p = packet_of(sample());
     EXPECT_EQ(decode(std::span(p).first(kHeaderSize - 1), out), Reject::kTruncated);
   }
-  for (uint8_t v : {0, 1, 3}) {  // 1: the previous wire version
+  for (uint8_t v : {0, 2, 4}) {  // 2: the previous wire version (56-byte header)
     auto p = packet_of(sample());
     p[0] = std::byte{v};
     EXPECT_EQ(decode(p, out), Reject::kBadVersion) << int{v};
@@ -190,12 +202,13 @@ TEST(WireHeader, EncodeSummedMatchesEncodeAndItsBytes) {
     f.payload_len = static_cast<uint16_t>(rng());
     f.epoch = static_cast<uint16_t>(rng());
     f.sack = rng();
+    f.credit = static_cast<uint16_t>(rng());
     const auto payload_len = static_cast<uint16_t>(rng());
     HeaderFields g = f;
     g.payload_len = payload_len;
     Header want;
     encode(g, want);
-    // Bytes around the header must survive: the store is masked to 56.
+    // Bytes after the header must survive: the store is exactly the header.
     std::array<uint8_t, kHeaderSize + 16> buf;
     buf.fill(0x5a);
     const uint64_t sum = encode_summed(f, payload_len, *reinterpret_cast<Header*>(buf.data()));

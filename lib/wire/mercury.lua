@@ -1,7 +1,7 @@
 -- Wireshark dissector for the Mercury header (lib/wire/header.h; the field
 -- reference is docs/wire-format.md).
 --
--- Mercury rides on UDP: Ethernet | IPv4 | UDP | Mercury header (56 bytes,
+-- Mercury rides on UDP: Ethernet | IPv4 | UDP | Mercury header (64 bytes,
 -- big-endian fields) | payload. This dissector shows every header field by
 -- name (type and dtype as names, flags as bits, sack in hex), the payload
 -- and, for float32 payloads, the element count and the first elements. It
@@ -18,8 +18,8 @@
 -- preference changes it), in "Decode As...", and as a heuristic dissector on
 -- UDP so Mercury on other ports is recognised too.
 
-local VERSION = 2
-local HEADER_LEN = 56
+local VERSION = 3
+local HEADER_LEN = 64
 local DEFAULT_PORT = 47100
 -- Elements shown one by one under the payload; the count is always shown.
 local MAX_FLOATS_SHOWN = 32
@@ -84,6 +84,8 @@ f.payload_len = ProtoField.uint16("mercury.payload_len", "Payload length", base.
 f.epoch = ProtoField.uint16("mercury.epoch", "Epoch", base.DEC)
 f.sack = ProtoField.uint64("mercury.sack", "SACK", base.HEX, nil, nil,
   "bit i set: seq ack+1+i was received")
+f.credit = ProtoField.uint16("mercury.credit", "Credit", base.DEC, nil, nil,
+  "with ack_valid: sequence numbers from ack on the sender may have sent")
 f.payload = ProtoField.bytes("mercury.payload", "Payload")
 f.float_count = ProtoField.uint32("mercury.float_count", "Float32 elements", base.DEC)
 f.float_value = ProtoField.float("mercury.float", "Element")
@@ -97,8 +99,8 @@ e.malformed = ProtoExpert.new("mercury.malformed", "Malformed Mercury header",
 -- decode()'s reason name for the first rule broken, or nil.
 local function reject_reason(tvb)
   local len = tvb:len()
-  if len < HEADER_LEN then return "truncated", "fewer than 56 bytes" end
-  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not 2" end
+  if len < HEADER_LEN then return "truncated", "fewer than 64 bytes" end
+  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not 3" end
   local ptype = tvb(1, 1):uint()
   if type_names[ptype] == nil then return "bad_type", "unknown packet type" end
   if bit.band(tvb(2, 2):uint(), bit.bnot(FLAGS_KNOWN)) ~= 0 then
@@ -155,6 +157,7 @@ local function add_header(tree, tvb)
   tree:add(f.payload_len, tvb(44, 2))
   tree:add(f.epoch, tvb(46, 2))
   tree:add(f.sack, tvb(48, 8))
+  tree:add(f.credit, tvb(56, 2))
 end
 
 local function add_payload(tree, tvb)
@@ -211,7 +214,7 @@ function mercury.dissector(tvb, pinfo, tree)
   return len
 end
 
--- Recognises Mercury on any UDP port: version 2, a known type, and a
+-- Recognises Mercury on any UDP port: version 3, a known type, and a
 -- payload_len that matches the datagram exactly (so unrelated traffic is
 -- very unlikely to match).
 local function heuristic(tvb, pinfo, tree)

@@ -335,9 +335,9 @@ TEST_F(LinkEmulatorPmd, DelayAndRateReleaseFramesExactlyWhenDue) {
     frames.push_back(make_frame(pools().frames.get(), i));
     due.push_back(twin.schedule(rte_pktmbuf_pkt_len(frames.back()), 0));
   }
-  // (354 + 24) bytes * 8 / 1 Gbit/s = 3024 ns apart, the first after 20 us.
-  EXPECT_EQ(due[0], 3024u + 20'000u);
-  EXPECT_EQ(due[1] - due[0], 3024u);
+  // (362 + 24) bytes * 8 / 1 Gbit/s = 3088 ns apart, the first after 20 us.
+  EXPECT_EQ(due[0], 3088u + 20'000u);
+  EXPECT_EQ(due[1] - due[0], 3088u);
   ASSERT_EQ(e.tx_burst(frames.data(), kCount, 0), kCount);
   EXPECT_EQ(e.queued(), kCount);
   EXPECT_EQ(e.next_due(), due[0]);
