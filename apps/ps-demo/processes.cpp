@@ -159,8 +159,7 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
   // be up (printing their first stats line) before the workers connect.
   std::vector<Child> srv;
   for (const config::NodeConfig* s : servers) {
-    srv.push_back(spawn(s->name, {server_bin, "--config", config_file, "--node", s->name,
-                                  "--idle-sleep-us", "50"}));
+    srv.push_back(spawn(s->name, {server_bin, "--config", config_file, "--node", s->name}));
   }
   std::vector<Child*> all;
   for (Child& c : srv) all.push_back(&c);

@@ -1,6 +1,6 @@
 // ps-server: one parameter-server node of a job, on NIC-bound cores.
 //
-//   ps-server --config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--epoch N]
+//   ps-server --config FILE [--node NAME] [--seconds N] [--epoch N]
 //             [--check] [-- EAL args...]
 //
 // A thin main over lib/server: reads the job file, starts EAL for this node
@@ -45,24 +45,20 @@ struct Options {
   std::string node;
   double seconds = 0;  // 0: until a signal
   bool check = false;
-  uint32_t idle_sleep_us = 0;  // 0: pure polling
-  uint16_t epoch = 0;          // 0: job::fresh_epoch()
+  uint16_t epoch = 0;  // 0: job::fresh_epoch()
   std::vector<std::string> eal_extra;
 };
 
 Options parse(int argc, char** argv) {
   Options o;
   apps::Args args("ps-server",
-                  "--config FILE [--node NAME] [--seconds N] [--idle-sleep-us N] [--epoch N]\n"
+                  "--config FILE [--node NAME] [--seconds N] [--epoch N]\n"
                   "                 [--check] [-- EAL args...]");
   args.text("--config", "FILE", &o.config, "the job file (docs/config.md)", apps::Args::kRequired);
   args.text("--node", "NAME", &o.node,
             "which server node of the job this process runs (default: the only one)");
   args.positive("--seconds", "N", &o.seconds,
                 "stop after N seconds (default: run until SIGINT or SIGTERM)");
-  args.whole("--idle-sleep-us", "N", &o.idle_sleep_us, 0, 100000,
-             "after 256 empty polls, sleep N us per empty poll (default 0: poll without\n"
-             "                     sleeping, for a dedicated core; use ~20 on shared CPUs)");
   args.whole("--epoch", "N", &o.epoch, 1, 65535,
              "pin this node's transport incarnation (default: from the clock, so a\n"
              "                     restart is told apart); to replay a captured trace");
@@ -117,8 +113,7 @@ int run(const Options& o) {
                            .tsc_hz = rte_get_tsc_hz(),
                            .rx_pool_mbufs = pool_mbufs});
   server::ServerNode node(ifaces, workers, sc, rte_rdtsc());
-  server::Runner runner(
-      node, {.node = me.name, .idle = {.sleep_us = o.idle_sleep_us}, .seconds = o.seconds});
+  server::Runner runner(node, {.node = me.name, .idle = {.mode = me.poll}, .seconds = o.seconds});
   telemetry::Registry registry;
   runner.add_telemetry(registry);
   registry.expose();

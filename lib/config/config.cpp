@@ -107,6 +107,16 @@ std::string_view to_string(Scheduler v) {
   return "?";
 }
 
+std::string_view to_string(Poll v) {
+  switch (v) {
+    case Poll::kAdaptive:
+      return "adaptive";
+    case Poll::kBusy:
+      return "busy";
+  }
+  return "?";
+}
+
 std::string_view to_string(Checksum v) {
   switch (v) {
     case Checksum::kAuto:

@@ -100,6 +100,11 @@ enum class Scheduler : uint8_t {
 };
 enum class Hugepages : uint8_t { kAuto, kOn, kOff };
 enum class Checksum : uint8_t { kAuto, kOn, kOff };
+/// How a node's poll loops wait when they find nothing to do (net/idle_backoff.h).
+enum class Poll : uint8_t {
+  kAdaptive,  ///< yield the CPU to runnable threads, then sleep: CPUs shared with others
+  kBusy,      ///< spin without yielding or sleeping: dedicated cores
+};
 enum class Role : uint8_t { kServer, kWorker };
 enum class Sync : uint8_t { kBsp, kAsp, kSsp, kPsPlus };
 enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
@@ -108,6 +113,7 @@ enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
 std::string_view to_string(Scheduler v);
 std::string_view to_string(Hugepages v);
 std::string_view to_string(Checksum v);  ///< "auto", "true", "false"
+std::string_view to_string(Poll v);
 std::string_view to_string(Role v);
 std::string_view to_string(Sync v);
 std::string_view to_string(Optimizer v);
@@ -119,6 +125,8 @@ struct NetworkConfig {
   /// PMD can) except on ports that move frames through shared memory
   /// (net_memif, ring links), which cannot corrupt them, as Linux's loopback.
   Checksum udp_checksum = Checksum::kAuto;
+  /// Every node's poll loops (a node's own `poll` overrides it).
+  Poll poll = Poll::kAdaptive;
   uint32_t window = 0;  ///< packets in flight per peer; 0 = derive from rate x RTT
   uint32_t peer_timeout_ms = 5000;
   Scheduler scheduler = Scheduler::kStrict;
@@ -195,6 +203,7 @@ struct NodeConfig {
   std::vector<PortSpec> ports;
   std::vector<uint32_t> lcores;  ///< lcores[0] is the net core
   uint32_t shards = 0;           ///< servers only; 0 for workers
+  Poll poll = Poll::kAdaptive;   ///< its poll loops: its own `poll`, else network.poll
 
   uint32_t net_lcore() const { return lcores.front(); }
   /// Servers: the lcores after the net core, which run the shards.

@@ -213,6 +213,9 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
     n.lcores.push_back(id);
   }
 
+  n.poll = net.poll;
+  if (auto v = s.get("poll")) n.poll = parse_poll(*v);
+
   auto shards = s.get("shards");
   if (n.role == Role::kWorker) {
     if (shards) shards->fail("only servers have shards (this node is a worker)");

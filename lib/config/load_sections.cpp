@@ -36,16 +36,21 @@ void parse_job(const Section& root, JobConfig& job) {
   if (!is_name(job.name)) name.fail(quoted(job.name) + " " + name_rule());
 }
 
+Poll parse_poll(const Value& v) {
+  return v.choice<Poll>({{"adaptive", Poll::kAdaptive}, {"busy", Poll::kBusy}});
+}
+
 void parse_network(const Section& root, NetworkConfig& net) {
   Section s = optional_section(root, "network",
-                               {"mtu", "udp_port", "udp_checksum", "window", "peer_timeout_ms",
-                                "scheduler", "partition_bytes", "credit_bytes"});
+                               {"mtu", "udp_port", "udp_checksum", "poll", "window",
+                                "peer_timeout_ms", "scheduler", "partition_bytes", "credit_bytes"});
   if (auto v = s.get("mtu")) net.mtu = static_cast<uint32_t>(v->integer(576, 9000));
   if (auto v = s.get("udp_port")) net.udp_port = static_cast<uint16_t>(v->integer(1, 65535));
   if (auto v = s.get("udp_checksum")) {
     const std::optional<bool> on = v->boolean_or_auto();
     net.udp_checksum = !on ? Checksum::kAuto : *on ? Checksum::kOn : Checksum::kOff;
   }
+  if (auto v = s.get("poll")) net.poll = parse_poll(*v);
   if (auto v = s.get("window")) net.window = static_cast<uint32_t>(v->integer(0, kU32Max));
   if (auto v = s.get("peer_timeout_ms")) {
     net.peer_timeout_ms = static_cast<uint32_t>(v->integer(100, 600000));

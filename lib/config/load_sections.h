@@ -21,12 +21,14 @@ void parse_job(const Section& root, JobConfig& job);
 /// Reads network.scheduler before the partition keys, which only it admits.
 void parse_network(const Section& root, NetworkConfig& net);
 void parse_mempool(const Section& root, MempoolConfig& pool);
+/// network.poll and a node's own poll: "adaptive" or "busy".
+Poll parse_poll(const Value& v);
 void parse_eal(const Section& root, EalConfig& eal);
 void parse_link(const Section& root, LinkConfig& link);
 void parse_training(const Section& root, TrainingConfig& t);
 
 // load_nodes.cpp: the node list, ranks and the rules across nodes. Needs
-// job.network (the default udp_port).
+// job.network (the default udp_port and poll mode).
 void parse_nodes(const Section& root, JobConfig& job);
 
 // What the cross-node checks need to point back at the file.

@@ -233,6 +233,24 @@ TEST(ConfigLoad, SameAddressOnAnotherUdpPortIsAnotherEndpoint) {
   EXPECT_EQ(job.node("w1").udp_port, 47101u);
 }
 
+// network.poll is every node's poll mode unless the node sets its own.
+TEST(ConfigLoad, PollModeFromTheNetworkOrTheNode) {
+  EXPECT_EQ(load_string(doc("")).network.poll, Poll::kAdaptive);
+  EXPECT_EQ(load_string(doc("")).node("s0").poll, Poll::kAdaptive);
+  const JobConfig busy = load_string(doc("network: {poll: busy}\n"));
+  EXPECT_EQ(busy.network.poll, Poll::kBusy);
+  EXPECT_EQ(busy.node("s0").poll, Poll::kBusy);
+  EXPECT_EQ(busy.node("w0").poll, Poll::kBusy);
+  // The server on dedicated cores, its workers sharing theirs with trainers.
+  std::string nodes(kNodes);
+  nodes.insert(nodes.find("  - name: w0"), "    poll: busy\n");
+  const JobConfig mixed = load_string(doc("", nodes));
+  EXPECT_EQ(mixed.node("s0").poll, Poll::kBusy);
+  EXPECT_EQ(mixed.node("w0").poll, Poll::kAdaptive);
+  EXPECT_EQ(to_string(Poll::kAdaptive), "adaptive");
+  EXPECT_EQ(to_string(Poll::kBusy), "busy");
+}
+
 TEST(ConfigLoad, LargestCacheFitsTheSmallestPool) {
   // DPDK refuses cache * 1.5 > mbufs; the ranges (cache <= 512, mbufs >=
   // 1023) make that impossible, so the extremes together must load.

@@ -138,6 +138,10 @@ TEST(ConfigRefuse, ListExpected) {
 TEST(ConfigRefuse, NotOneOfTheChoices) {
   EXPECT_TRUE(refused(doc("network:\n  scheduler: prio\n"), 5, "network.scheduler",
                       "\"prio\" is not one of strict, fifo, partition"));
+  EXPECT_TRUE(refused(doc("network:\n  poll: sleepy\n"), 5, "network.poll",
+                      "\"sleepy\" is not one of adaptive, busy"));
+  EXPECT_TRUE(refused(doc("", std::string(kNodes) + "    poll: spin\n"), 16, "nodes[1].poll",
+                      "\"spin\" is not one of adaptive, busy"));
   EXPECT_TRUE(refused(doc("eal:\n  hugepages: yes\n"), 5, "eal.hugepages",
                       "\"yes\" is not one of auto, on, off"));
   EXPECT_TRUE(refused(doc("training:\n  sync: bulk\n"), 5, "training.sync",

@@ -1,67 +1,104 @@
 // The idle back-off every poll loop of Mercury shares: the server's net core,
 // its shard cores and the worker's net core.
 //
-// What it is for. A poll loop that found nothing to do spins a little (a
-// pause instruction per pass: work that arrives within microseconds is
-// caught at once), then sleeps a short while per further empty pass, so that
-// a loop on a shared CPU gives the CPU back to the trainer and to its peers.
-// sleep_us = 0 is pure polling, for a dedicated core. One set of defaults
-// (IdleOptions) serves every loop; the apps and the job file override them.
+// What it is for. A poll loop that finds nothing to do must not keep a CPU
+// that another thread needs: on a machine where the nodes, their shard cores
+// and the trainers outnumber the CPUs, a loop that spins while it waits for a
+// packet holds the CPU for its whole time slice, and the thread that would
+// send that packet (a peer's net core, a shard core, the trainer) waits behind
+// it. Timed sleeps are no answer either: the kernel rounds a 20 us sleep up to
+// 80-120 us in this VM, so a loop that sleeps finds a full ring on waking.
 //
-// How a loop uses it: once per pass, `if (backoff.after_pass(work))` sleep
-// for backoff.sleep_us() on whatever can wake it early (the worker's
-// doorbell), or call backoff.idle(work), which sleeps with nanosleep.
+// The two modes (config::Poll, the job file's `network.poll` or a node's own
+// `poll`):
+//   * busy: spin with a pause per empty pass, never give the CPU up. For a
+//     node on dedicated cores (isolated, one poller per CPU).
+//   * adaptive (the default): after `spins` empty passes, give the CPU to any
+//     runnable thread (sched_yield) on each further empty pass; the loop runs
+//     again as soon as nothing else wants the CPU, so a packet is seen within
+//     microseconds of its arrival whenever a CPU is free. After `yield_us` of
+//     nothing but empty passes (the job is idle: between rounds, a trainer
+//     computing), it sleeps `sleep_us` per empty pass, on whatever can wake it
+//     early (the worker's doorbell) or with nanosleep.
+// benchmarks/README.md ("Measured design decisions") has the measurement that
+// chose these defaults over spinning and over timed sleeps.
+//
+// How a loop uses it: once per pass, `if (backoff.after_pass(work, now))`
+// sleep for sleep_us() on whatever can wake it early, or call
+// backoff.idle(work, now), which sleeps with nanosleep. `now` is the loop's
+// clock in ticks of `tick_hz` (the TSC in the datapath; any clock in tests).
 //
 // Threads: an IdleBackoff belongs to its loop's thread. Costs: a compare and
-// a pause per empty pass; nothing allocates, locks or logs.
+// a pause per empty pass while it spins, a sched_yield system call per empty
+// pass while it yields; nothing allocates, locks or logs.
 #pragma once
 
 #include <rte_cycles.h>
 #include <rte_pause.h>
+#include <sched.h>
 
 #include <cstdint>
+
+#include "config/config.h"
 
 namespace mercury::net {
 
 struct IdleOptions {
-  uint32_t spins = 256;    ///< empty passes with a pause before the loop sleeps
-  uint32_t sleep_us = 20;  ///< per empty pass after that; 0 = never sleep (dedicated core)
+  config::Poll mode = config::Poll::kAdaptive;
+  uint32_t spins = 16;       ///< adaptive: empty passes with a pause before the loop yields
+  uint32_t yield_us = 2000;  ///< adaptive: then it yields per empty pass for this long
+  uint32_t sleep_us = 20;    ///< adaptive: then it sleeps this long per empty pass
 };
 
 class IdleBackoff {
  public:
-  explicit IdleBackoff(const IdleOptions& options = {}) : options_(options) {}
+  /// `tick_hz`: the rate of the clock after_pass() is given.
+  IdleBackoff(const IdleOptions& options, uint64_t tick_hz)
+      : options_(options), yield_ticks_(tick_hz * options.yield_us / 1000000) {}
 
-  /// After a pass that did `work` (packets, requests, items: 0 = nothing).
-  /// Returns true when the loop should sleep now, for sleep_us(); otherwise
-  /// it has paused (or, after work, returned at once).
-  bool after_pass(uint32_t work) {
+  /// After a pass that did `work` (packets, requests, items: 0 = nothing),
+  /// at `now`. Returns true when the loop should sleep now, for sleep_us();
+  /// otherwise it has paused or yielded (or, after work, returned at once).
+  bool after_pass(uint32_t work, uint64_t now) {
     if (work != 0) {
       empty_ = 0;
       return false;
     }
-    if (options_.sleep_us == 0 || empty_ < options_.spins) {
-      ++empty_;
+    if (options_.mode == config::Poll::kBusy || empty_ < options_.spins) {
+      if (empty_ < options_.spins) ++empty_;
       rte_pause();
+      return false;
+    }
+    if (empty_ == options_.spins) {  // the first pass past the spins
+      ++empty_;
+      idle_since_ = now;
+    }
+    if (now - idle_since_ < yield_ticks_) {
+      ++yields_;
+      sched_yield();
       return false;
     }
     ++sleeps_;
     return true;
   }
 
-  /// after_pass(work), sleeping sleep_us() in the kernel when it says so.
-  void idle(uint32_t work) {
-    if (after_pass(work)) rte_delay_us_sleep(options_.sleep_us);
+  /// after_pass(work, now), sleeping sleep_us() in the kernel when it says so.
+  void idle(uint32_t work, uint64_t now) {
+    if (after_pass(work, now)) rte_delay_us_sleep(options_.sleep_us);
   }
 
   [[nodiscard]] uint32_t sleep_us() const { return options_.sleep_us; }
-  /// Times the loop was told to sleep.
+  /// Times the loop gave its CPU up (sched_yield), and was told to sleep.
+  [[nodiscard]] uint64_t yields() const { return yields_; }
   [[nodiscard]] uint64_t sleeps() const { return sleeps_; }
   [[nodiscard]] const IdleOptions& options() const { return options_; }
 
  private:
   IdleOptions options_;
+  uint64_t yield_ticks_;
   uint32_t empty_ = 0;
+  uint64_t idle_since_ = 0;
+  uint64_t yields_ = 0;
   uint64_t sleeps_ = 0;
 };
 

@@ -28,6 +28,7 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
       job::endpoint_config(job, static_cast<uint16_t>(node.index), start.epoch, start.tsc_hz);
   c.endpoint.max_messages = kServerEndpointMessages;
   c.endpoint.ingress_capacity = kServerEndpointMessages;
+  c.shard_core.idle.mode = node.poll;
   const auto lcores = node.shard_lcores();
   c.shard_lcores.assign(lcores.begin(),
                         lcores.begin() + std::min<size_t>(lcores.size(), node.shards));

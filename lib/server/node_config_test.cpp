@@ -46,6 +46,7 @@ TEST(NodeConfig, EverythingComesFromTheJobFile) {
   EXPECT_EQ(c.endpoint.ingress_capacity, kServerEndpointMessages);
   EXPECT_EQ(c.shard_lcores, (std::vector<unsigned>{3, 4}));
   EXPECT_EQ(c.shard_core.ring_entries, 8192u);  // more than every pool mbuf, a power of two
+  EXPECT_EQ(c.shard_core.idle.mode, config::Poll::kAdaptive);  // the default
   EXPECT_EQ(c.rx_pool_mbufs, 8191u);
   EXPECT_EQ(c.flow_limit, 0u);
 

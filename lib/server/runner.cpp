@@ -39,6 +39,9 @@ std::vector<std::string> start_lines(const config::JobConfig& job, const config:
   const unsigned net_lcore = rte_lcore_id();
   out.push_back("  lcore " + std::to_string(net_lcore) + " (cpu " + cpu(net_lcore) +
                 "): net core, polls every port");
+  out.push_back("  poll mode " + std::string(config::to_string(node.poll)) +
+                (node.poll == config::Poll::kBusy ? " (spins when idle: dedicated cores)"
+                                                  : " (gives the CPU up when idle: shared CPUs)"));
   const job::ShardLayout layout = job::shard_layout(job);
   const uint32_t first = layout.first[job.rank_of(node.name)];
   const auto shard_lcores = node.shard_lcores();
@@ -132,11 +135,11 @@ void Runner::run(const std::atomic<bool>& stop) {
           ? start + static_cast<uint64_t>(options_.seconds * static_cast<double>(hz))
           : UINT64_MAX;
   uint64_t last_publish = start;
-  net::IdleBackoff backoff(options_.idle);
+  net::IdleBackoff backoff(options_.idle, hz);
   NodeState last_state = node_.state_st();
   while (!stop.load(std::memory_order_relaxed)) {
     const uint64_t now = rte_rdtsc();
-    backoff.idle(node_.poll_st(now));
+    backoff.idle(node_.poll_st(now), now);
     if (now - last_publish < publish_every) continue;
     published_.publish_st(node_.counters_st());
     last_publish = now;

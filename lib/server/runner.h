@@ -42,10 +42,10 @@ struct Output {
 };
 
 struct RunnerOptions {
-  std::string program = "ps-server";     ///< starts the warning line
-  std::string node;                      ///< the node's name: "<program> <node>: ..." lines
-  net::IdleOptions idle{.sleep_us = 0};  ///< the net core's back-off (0: pure polling)
-  double seconds = 0;                    ///< stop after this long; 0: only when asked
+  std::string program = "ps-server";  ///< starts the warning line
+  std::string node;                   ///< the node's name: "<program> <node>: ..." lines
+  net::IdleOptions idle;              ///< the net core's back-off (the node's poll mode)
+  double seconds = 0;                 ///< stop after this long; 0: only when asked
 };
 
 /// The lines ps-server prints before it starts a node: the job, the node's

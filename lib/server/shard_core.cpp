@@ -94,7 +94,7 @@ void ShardCore::run() {
   const std::string name = "mercury-shard" + std::to_string(shard_id_);
   pthread_setname_np(pthread_self(), name.c_str());
   ShardItem items[kBurst];
-  net::IdleBackoff backoff(options_.idle);
+  net::IdleBackoff backoff(options_.idle, rte_get_tsc_hz());
   while (!stop_.load(std::memory_order_acquire)) {
     // Acquire: pairs with attach()'s release, so the shard's table is built.
     Shard* shard = shard_.load(std::memory_order_acquire);
@@ -105,7 +105,7 @@ void ShardCore::run() {
     const unsigned n = shard == nullptr ? 0
                                         : rte_ring_sc_dequeue_burst_elem(
                                               ring_, items, sizeof(ShardItem), kBurst, nullptr);
-    backoff.idle(n);
+    backoff.idle(n, rte_rdtsc());
     sleeps_ = backoff.sleeps();
     if (n == 0) continue;
     for (unsigned i = 0; i < n; ++i) {

@@ -24,9 +24,8 @@
 // field has one writer and is read as a monotonic value), so stats() may be
 // read from any thread.
 //
-// Idle back-off: net::IdleBackoff with ShardCoreOptions::idle (sleep_us 0:
-// pure polling, for a dedicated core); the project's machines have 2 cores
-// shared by everything.
+// Idle back-off: net::IdleBackoff with ShardCoreOptions::idle (the node's
+// poll mode: busy for a dedicated core, adaptive where CPUs are shared).
 #pragma once
 
 #include <rte_mbuf.h>

@@ -70,10 +70,11 @@ uint32_t NetCore::poll_st(transport::Tick now) {
 }
 
 void NetCore::run() {
-  net::IdleBackoff backoff(config_.idle);
+  net::IdleBackoff backoff(config_.idle, rte_get_tsc_hz());
   while (!stopped_) {
-    const uint32_t work = poll_st(rte_rdtsc());
-    if (stopped_ || !backoff.after_pass(work)) continue;
+    const uint64_t now = rte_rdtsc();
+    const uint32_t work = poll_st(now);
+    if (stopped_ || !backoff.after_pass(work, now)) continue;
     const uint32_t ticket = doorbell_.arm();
     if (queue_.empty_sc()) {
       doorbell_.sleep(ticket, backoff.sleep_us());  // a trainer's request wakes it at once

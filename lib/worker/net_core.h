@@ -71,7 +71,7 @@ struct NetCoreConfig {
   transport::EndpointConfig endpoint;  ///< peers: set from `servers`
   PullTrackerConfig pulls;
   uint32_t start_timeout_ms = 30'000;
-  net::IdleOptions idle;             ///< the idle back-off; sleep_us 0 = pure polling
+  net::IdleOptions idle;             ///< the idle back-off (the node's poll mode)
   uint32_t request_capacity = 4096;  // cells of ~100 B; a full queue makes callers yield
 
   [[nodiscard]] uint32_t total_shards() const {

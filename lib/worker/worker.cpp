@@ -166,6 +166,7 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   if (me->ports.empty()) throw WorkerError(job.source + ": worker '" + me->name + "' has no port");
   NetCoreConfig c;
   c.rank = me->rank;
+  c.idle.mode = me->poll;
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
     c.servers.push_back(ServerSpec{{s->name, s->ipv4.value, s->udp_port, 0}, s->shards});
@@ -191,7 +192,7 @@ Worker::Worker(const WorkerOptions& options) {
   }
   NetCoreConfig c = net_core_config(job, options.node);
   c.start_timeout_ms = options.start_timeout_ms;
-  if (!options.idle_backoff) c.idle.sleep_us = 0;
+  if (!options.idle_backoff) c.idle.mode = config::Poll::kBusy;
   impl_ = std::make_unique<Impl>(c);
   impl_->node = options.node;
   bool own = options.eal == EalMode::kStart;

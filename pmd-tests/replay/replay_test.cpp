@@ -188,7 +188,7 @@ TEST(PcapReplay, CapturedFourWorkerTraceReplayedIntoPsServerGivesEveryAggregate)
   const std::string job_file = scratch_dir + "/replay.yaml";
   std::ofstream(job_file) << job_yaml(replay);
   const Process r = run({ps_server(), "--config", job_file, "--epoch", std::to_string(kServerEpoch),
-                         "--seconds", "1", "--idle-sleep-us", "50"},
+                         "--seconds", "1"},
                         60);
   std::error_code ignored;
   std::filesystem::remove_all("/var/run/dpdk/" + replay.name + "-server0", ignored);

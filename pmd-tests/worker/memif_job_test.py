@@ -28,8 +28,7 @@ def main():
         with open(job, "w") as f:
             f.write(text)
         model = os.path.join(config_dir, "models", "mobilenet_v2.txt")
-        server = subprocess.Popen([ps_server, "--config", job, "--seconds", "100",
-                                   "--idle-sleep-us", "50"],
+        server = subprocess.Popen([ps_server, "--config", job, "--seconds", "100"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # The workers' memif clients need the server's sockets: wait for its
         # first stats line (it prints one once its ports are up).

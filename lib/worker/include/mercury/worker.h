@@ -95,8 +95,10 @@ struct WorkerOptions {
   std::vector<std::string> eal_args;  ///< appended to the EAL argv the job generates
   EalMode eal = EalMode::kAuto;
   uint32_t start_timeout_ms = 30'000;  ///< start(): every server Ready, version 0 in
-  /// The net core sleeps a few microseconds when it has nothing to do (the
-  /// default: it shares CPUs with the trainer); false = pure polling.
+  /// true (the default): the net core waits as the job file's poll mode says
+  /// for this node (`adaptive` unless set: it gives its CPU to the trainer
+  /// and to other processes when it has nothing to do); false = busy polling
+  /// whatever the job file says.
   bool idle_backoff = true;
 };
 

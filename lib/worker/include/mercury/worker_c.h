@@ -60,7 +60,7 @@ typedef struct mercury_worker_options {
   size_t eal_argc;
   int eal_mode;              /* a mercury_eal_mode */
   uint32_t start_timeout_ms; /* default 30000 */
-  int idle_backoff;          /* default 1: the net core sleeps briefly when idle */
+  int idle_backoff;          /* default 1: the job file's poll mode; 0: busy polling */
 } mercury_worker_options;
 
 /* Runs on completion: `status` is MERCURY_OK or MERCURY_E_FAILED, `error`
