@@ -2,11 +2,25 @@
 
 #include <algorithm>
 #include <bit>
+#include <set>
 #include <string>
 
 #include "job/job.h"
 
 namespace mercury::server {
+
+std::vector<unsigned> shard_core_lcores(const config::NodeConfig& node,
+                                        const std::function<unsigned(unsigned)>& cpu_of_lcore) {
+  std::vector<unsigned> out;
+  std::set<unsigned> taken;
+  if (cpu_of_lcore) taken.insert(cpu_of_lcore(node.net_lcore()));
+  for (const uint32_t lcore : node.shard_lcores()) {
+    if (out.size() == node.shards) break;
+    if (cpu_of_lcore && !taken.insert(cpu_of_lcore(lcore)).second) break;
+    out.push_back(lcore);
+  }
+  return out;
+}
 
 ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeConfig& node,
                              const NodeStart& start) {
@@ -29,9 +43,7 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   c.endpoint.max_messages = kServerEndpointMessages;
   c.endpoint.ingress_capacity = kServerEndpointMessages;
   c.shard_core.idle.mode = node.poll;
-  const auto lcores = node.shard_lcores();
-  c.shard_lcores.assign(lcores.begin(),
-                        lcores.begin() + std::min<size_t>(lcores.size(), node.shards));
+  c.shard_lcores = shard_core_lcores(node, start.cpu_of_lcore);
   // A shard core's ring must hold every mbuf the node's RX pools have: an
   // item the net core hands over has been acknowledged already, so the ring
   // may never refuse one.

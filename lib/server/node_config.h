@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "config/config.h"
@@ -33,7 +34,20 @@ struct NodeStart {
   uint16_t epoch = 1;          ///< the node's transport incarnation (non-zero)
   uint64_t tsc_hz = 0;         ///< rte_get_tsc_hz()
   uint64_t rx_pool_mbufs = 0;  ///< mbufs of the RX pools of the node's ports, summed
+  /// The CPU an lcore runs on (rte_lcore_to_cpu_id once EAL is up); empty:
+  /// every lcore on a CPU of its own.
+  std::function<unsigned(unsigned)> cpu_of_lcore;
 };
+
+/// The lcores that run `node`'s shards as shard cores, in shard order: its
+/// lcores after the net core, up to its shard count, stopping at the first
+/// one on a CPU that the net core or an earlier shard core already runs on.
+/// Two pollers of one node on one CPU only take turns at it, and a shard that
+/// shares the net core's CPU does better inline on the net core (it then
+/// aggregates when the net core hands it a packet, without a ring or a
+/// context switch between them). The node's remaining shards run inline.
+std::vector<unsigned> shard_core_lcores(const config::NodeConfig& node,
+                                        const std::function<unsigned(unsigned)>& cpu_of_lcore);
 
 /// The configuration of server `node` of `job`.
 ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeConfig& node,

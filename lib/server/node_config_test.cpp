@@ -56,6 +56,26 @@ TEST(NodeConfig, EverythingComesFromTheJobFile) {
   EXPECT_EQ(c0.shard_core.ring_entries, ShardCoreOptions{}.ring_entries);  // pools unknown
 }
 
+// A shard core never shares a CPU with the net core or another shard core of
+// its node: from the first lcore that would, the node's shards run inline.
+TEST(NodeConfig, ShardCoresOneToACpuTheRestInline) {
+  const config::JobConfig job = config::load_string(kJob);
+  const config::NodeConfig& s1 = job.node("s1");  // net core 2, shard lcores 3 and 4
+  auto on = [](std::vector<unsigned> cpus) {
+    return [cpus](unsigned lcore) { return cpus[lcore % cpus.size()]; };
+  };
+  // Every lcore its own CPU (no mapping given, or enough CPUs): both shard cores.
+  EXPECT_EQ(shard_core_lcores(s1, nullptr), (std::vector<unsigned>{3, 4}));
+  EXPECT_EQ(shard_core_lcores(s1, on({0, 1, 2, 3, 4})), (std::vector<unsigned>{3, 4}));
+  // 2 CPUs: lcore 3 on CPU 1, lcore 4 on CPU 0 with the net core (lcore 2).
+  EXPECT_EQ(shard_core_lcores(s1, on({0, 1})), (std::vector<unsigned>{3}));
+  // 1 CPU: every shard inline.
+  EXPECT_EQ(shard_core_lcores(s1, on({5})), (std::vector<unsigned>{}));
+  // What node_config gives the node.
+  const ServerNodeConfig c = node_config(job, s1, {.cpu_of_lcore = on({0, 1})});
+  EXPECT_EQ(c.shard_lcores, (std::vector<unsigned>{3}));
+}
+
 TEST(NodeConfig, AWorkerIsNotAServer) {
   const config::JobConfig job = config::load_string(kJob);
   EXPECT_THROW(node_config(job, job.node("w0"), {}), config::ConfigError);

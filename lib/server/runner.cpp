@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "job/job.h"
+#include "server/node_config.h"
 #include "server/report.h"
 #include "telemetry/net_counters.h"
 
@@ -44,14 +45,19 @@ std::vector<std::string> start_lines(const config::JobConfig& job, const config:
                                                   : " (gives the CPU up when idle: shared CPUs)"));
   const job::ShardLayout layout = job::shard_layout(job);
   const uint32_t first = layout.first[job.rank_of(node.name)];
-  const auto shard_lcores = node.shard_lcores();
+  const std::vector<unsigned> shard_lcores =
+      shard_core_lcores(node, [](unsigned l) { return rte_lcore_to_cpu_id(static_cast<int>(l)); });
   for (uint32_t s = 0; s < node.shards; ++s) {
     const std::string shard = "shard " + std::to_string(first + s);
     if (s < shard_lcores.size()) {
       out.push_back("  lcore " + std::to_string(shard_lcores[s]) + " (cpu " + cpu(shard_lcores[s]) +
                     "): " + shard);
     } else {
-      out.push_back("  " + shard + ": inline on the net core");
+      out.push_back("  " + shard + ": inline on the net core" +
+                    (s < node.shard_lcores().size()
+                         ? " (lcore " + std::to_string(node.shard_lcores()[s]) +
+                               " would share a CPU with the net core or another shard core)"
+                         : ""));
     }
   }
   return out;
