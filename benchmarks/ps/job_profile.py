@@ -140,8 +140,9 @@ def main():
            iteration / limit_s))
     if stopped:
         print("server: %s aggregations, %s retransmissions, drops:%s" % stopped.groups())
-    print("samples: %d in %.2f s of rounds on %d CPUs (%.0f possible)\n" %
-          (total, window_s, os.cpu_count(), possible))
+    print("samples: %d in %.2f s of rounds on %d CPUs (%.0f possible: %.1f%% of the CPUs' time "
+          "ran no thread at all)\n" % (total, window_s, os.cpu_count(), possible,
+                                       100.0 * max(possible - total, 0) / max(possible, 1)))
     print("| thread | share of all CPUs | top functions (share of the thread) |")
     print("| --- | --- | --- |")
     for role, n in by_thread.most_common():
