@@ -14,6 +14,7 @@ namespace {
 
 using test::kMs;
 using test::kUs;
+using test::over_the_wire;
 using test::RecordingSink;
 using test::slice_of;
 namespace wf = wire::flags;
@@ -23,14 +24,6 @@ struct Side {
   Peer peer;
   RecordingSink sink;
 };
-
-wire::HeaderFields over_the_wire(const wire::HeaderFields& h) {
-  std::vector<std::byte> pkt(wire::kHeaderSize + h.payload_len);
-  wire::encode(h, std::span<std::byte, wire::kHeaderSize>(pkt.data(), wire::kHeaderSize));
-  wire::HeaderFields out;
-  EXPECT_EQ(wire::decode(pkt, out), wire::Reject::kNone);
-  return out;
-}
 
 wire::HeaderFields pure_ack(Side& from, Tick now) {
   wire::HeaderFields h;

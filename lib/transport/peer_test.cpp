@@ -13,6 +13,7 @@ namespace {
 
 using test::kMs;
 using test::kUs;
+using test::over_the_wire;
 using test::RecordingSink;
 using test::slice_of;
 namespace wf = wire::flags;
@@ -22,15 +23,6 @@ struct Endpoint {
   Peer peer;
   RecordingSink sink;
 };
-
-// Encodes and decodes h (with a zero payload of h.payload_len bytes).
-wire::HeaderFields over_the_wire(const wire::HeaderFields& h) {
-  std::vector<std::byte> pkt(wire::kHeaderSize + h.payload_len);
-  wire::encode(h, std::span<std::byte, wire::kHeaderSize>(pkt.data(), wire::kHeaderSize));
-  wire::HeaderFields out;
-  EXPECT_EQ(wire::decode(pkt, out), wire::Reject::kNone);
-  return out;
-}
 
 // A data header for single-packet message msg_id (100 bytes).
 wire::HeaderFields data_header(uint32_t msg_id) {

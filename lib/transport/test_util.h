@@ -1,12 +1,27 @@
 // Helpers shared by the transport unit tests: a recording sink and configs.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "transport/transport.h"
+#include "wire/header.h"
 
 namespace mercury::transport::test {
+
+/// `h` encoded and decoded again (with a zero payload of h.payload_len
+/// bytes): what the peer reads off the wire. The decode must accept it.
+inline wire::HeaderFields over_the_wire(const wire::HeaderFields& h) {
+  std::vector<std::byte> pkt(wire::kHeaderSize + h.payload_len);
+  wire::encode(h, std::span<std::byte, wire::kHeaderSize>(pkt.data(), wire::kHeaderSize));
+  wire::HeaderFields out;
+  EXPECT_EQ(wire::decode(pkt, out), wire::Reject::kNone);
+  return out;
+}
 
 /// One tick per nanosecond keeps test arithmetic readable.
 inline constexpr uint64_t kHz = 1'000'000'000;
