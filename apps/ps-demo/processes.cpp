@@ -149,7 +149,8 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
   const std::string server_bin = find_sibling("ps-server");
   const std::string worker_bin = find_sibling("ps-worker");
   std::printf(
-      "ps-demo: %s in %zu processes: %zu ps-server (%u shards; its start lines say on which lcores) and %zu "
+      "ps-demo: %s in %zu processes: %zu ps-server (%u shards; its start lines say on which "
+      "lcores) and %zu "
       "ps-worker, %u rounds of push_pull over %s; each worker checks every aggregate\n",
       job.source.c_str(), servers.size() + workers.size(), servers.size(), servers[0]->shards,
       workers.size(), rounds, model.c_str());
