@@ -4,6 +4,7 @@ machine, interleaved (benchmarks/README.md, "peers").
 
   benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
                                   [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]
+                                  [--loss P]
 
 For each model and worker count, each trial runs three variants in random order:
   mercury     ps-demo on a memif job like config/memif.yaml (one ps-server, N ps-worker
@@ -14,6 +15,10 @@ For each model and worker count, each trial runs three variants in random order:
   gloo        torch.distributed all_reduce over gloo (TCP on loopback), N processes, one
               call per tensor, last layer first, issued at once and then waited for.
   gloo_fused  the same with one all_reduce of one flat buffer of every tensor.
+With --loss P (e.g. 0.01), a fourth variant, mercury_loss: the mercury job with the link
+emulator dropping a fraction P of the frames on every TX queue of every process (the job
+file's `link: {loss: P}`), to compare with the loss-free mercury of the same trials (gloo
+runs over the kernel's loopback, which has no loss to inject).
 An iteration's time is the slowest rank's (from the barrier to its last completion); a
 trial's figure is the median over `iters` iterations after `warmup`. The table gives, per
 variant, the median [min, max] over the trials and the ratio to gloo_fused taken per
@@ -37,19 +42,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def memif_job(workers, name):
-    """A job file like config/memif.yaml (MTU 9000) with `workers` workers and optimizer sum."""
+def memif_job(workers, name, loss=0.0):
+    """A job file like config/memif.yaml (MTU 9000) with `workers` workers and optimizer sum;
+    with `loss`, the link emulator drops that fraction of the frames."""
     y = ["job: {id: 12, name: %s}" % name,
          "network: {mtu: 9000, peer_timeout_ms: 5000}",
          "mempool: {mbufs: 8191, cache: 256}",
          "eal: {memory_mb: 1024, hugepages: auto}",
-         "training: {sync: bsp, optimizer: sum}",
-         "nodes:",
-         "  - name: server0",
-         "    role: server",
-         "    ipv4: 10.0.0.1",
-         "    mac: 02:00:00:00:00:01",
-         "    ports:"]
+         "training: {sync: bsp, optimizer: sum}"]
+    if loss > 0:
+        y.append("link: {loss: %g, seed: 3}" % loss)
+    y += ["nodes:",
+          "  - name: server0",
+          "    role: server",
+          "    ipv4: 10.0.0.1",
+          "    mac: 02:00:00:00:00:01",
+          "    ports:"]
     for w in range(workers):
         y.append("      - net_memif%d,role=server,id=0,socket=/tmp/mercury-peers/%s-w%d.sock,"
                  "bsize=9216"
@@ -67,9 +75,9 @@ def memif_job(workers, name):
     return "\n".join(y) + "\n"
 
 
-def mercury(build, model, workers, iters, warmup):
+def mercury(build, model, workers, iters, warmup, loss=0.0):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(memif_job(workers, "peers%d" % workers))
+        f.write(memif_job(workers, "peers%d" % workers, loss))
         job = f.name
     try:
         r = subprocess.run(
@@ -133,12 +141,14 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--csv", help="also write every trial's figures here")
+    ap.add_argument("--loss", type=float, default=0.0,
+                    help="also run mercury_loss: the mercury job at this frame loss rate")
     a = ap.parse_args()
     try:
         import torch  # noqa: F401  (only to fail early with a clear message)
     except ImportError:
         sys.exit("peers_bench: needs Debian's python3-torch, run with /usr/bin/python3")
-    variants = ["mercury", "gloo", "gloo_fused"]
+    variants = ["mercury", "gloo", "gloo_fused"] + (["mercury_loss"] if a.loss > 0 else [])
     rows = []
     for m in a.models.split(","):
         model = os.path.join(ROOT, "config/models", m + ".txt")
@@ -149,8 +159,9 @@ def main():
                 random.shuffle(order)
                 trial = {}
                 for v in order:
-                    if v == "mercury":
-                        trial[v] = mercury(a.build, model, n, a.iters, a.warmup)
+                    if v.startswith("mercury"):
+                        trial[v] = mercury(a.build, model, n, a.iters, a.warmup,
+                                           a.loss if v == "mercury_loss" else 0.0)
                     else:
                         mode = "fused" if v == "gloo_fused" else "per_tensor"
                         trial[v] = gloo(model, n, mode, a.iters, a.warmup)
