@@ -107,12 +107,12 @@ int run(const Options& o) {
     ifaces.push_back(p->interface.get());
     pool_mbufs += p->pool->get()->size;
   }
-  const server::ServerNodeConfig sc = server::node_config(
-      job, me,
-      {.epoch = o.epoch != 0 ? o.epoch : job::fresh_epoch(),
-       .tsc_hz = rte_get_tsc_hz(),
-       .rx_pool_mbufs = pool_mbufs,
-       .cpu_of_lcore = [](unsigned l) { return rte_lcore_to_cpu_id(static_cast<int>(l)); }});
+  const server::ServerNodeConfig sc =
+      server::node_config(job, me,
+                          {.epoch = o.epoch != 0 ? o.epoch : job::fresh_epoch(),
+                           .tsc_hz = rte_get_tsc_hz(),
+                           .rx_pool_mbufs = pool_mbufs,
+                           .cpu_of_lcore = server::eal_cpu_of_lcore});
   server::ServerNode node(ifaces, workers, sc, rte_rdtsc());
   server::Runner runner(node, {.node = me.name, .idle = {.mode = me.poll}, .seconds = o.seconds});
   telemetry::Registry registry;

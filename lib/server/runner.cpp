@@ -26,6 +26,8 @@ Output Output::stdio() {
   return Output{print(stdout), print(stderr)};
 }
 
+unsigned eal_cpu_of_lcore(unsigned lcore) { return rte_lcore_to_cpu_id(static_cast<int>(lcore)); }
+
 std::vector<std::string> start_lines(const config::JobConfig& job, const config::NodeConfig& node,
                                      const std::vector<net::NodePort*>& ports) {
   std::vector<std::string> out;
@@ -34,9 +36,7 @@ std::vector<std::string> start_lines(const config::JobConfig& job, const config:
                 std::string(config::to_string(job.network.scheduler)) + " scheduler, " +
                 std::string(config::to_string(job.training.sync)));
   for (const net::NodePort* p : ports) out.push_back("  " + p->port->describe());
-  auto cpu = [](unsigned lcore) {
-    return std::to_string(rte_lcore_to_cpu_id(static_cast<int>(lcore)));
-  };
+  auto cpu = [](unsigned lcore) { return std::to_string(eal_cpu_of_lcore(lcore)); };
   const unsigned net_lcore = rte_lcore_id();
   out.push_back("  lcore " + std::to_string(net_lcore) + " (cpu " + cpu(net_lcore) +
                 "): net core, polls every port");
@@ -45,8 +45,7 @@ std::vector<std::string> start_lines(const config::JobConfig& job, const config:
                                                   : " (gives the CPU up when idle: shared CPUs)"));
   const job::ShardLayout layout = job::shard_layout(job);
   const uint32_t first = layout.first[job.rank_of(node.name)];
-  const std::vector<unsigned> shard_lcores =
-      shard_core_lcores(node, [](unsigned l) { return rte_lcore_to_cpu_id(static_cast<int>(l)); });
+  const std::vector<unsigned> shard_lcores = shard_core_lcores(node, eal_cpu_of_lcore);
   for (uint32_t s = 0; s < node.shards; ++s) {
     const std::string shard = "shard " + std::to_string(first + s);
     if (s < shard_lcores.size()) {

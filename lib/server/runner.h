@@ -48,6 +48,10 @@ struct RunnerOptions {
   double seconds = 0;                 ///< stop after this long; 0: only when asked
 };
 
+/// The CPU EAL runs `lcore` on (NodeStart::cpu_of_lcore for a node of this
+/// process). EAL must be up.
+unsigned eal_cpu_of_lcore(unsigned lcore);
+
 /// The lines ps-server prints before it starts a node: the job, the node's
 /// ports (`ports`, opened), and what runs on each of its lcores (the net
 /// core is the calling thread's lcore). EAL must be up.

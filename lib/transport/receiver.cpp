@@ -35,7 +35,7 @@ PeerReceiver::PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t 
       got_(ring_bits(params.rx_window) / 64),
       rtx_(ring_bits(params.rx_window) / 64),
       msgs_(2 * uint64_t{checked_rx_messages(params)}, params.rx_messages),
-      credit_(std::min<uint32_t>(params.rx_window, UINT16_MAX)),
+      credit_(credit_cap()),
       advertised_(credit_) {}
 
 EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
@@ -216,9 +216,8 @@ Tick PeerReceiver::ack_deadline() const {
 }
 
 void PeerReceiver::set_credit(uint32_t packets) {
-  // The wire field is 16 bits; the receive window bounds what is accepted.
-  credit_ = std::min({packets, p_.rx_window, uint32_t{UINT16_MAX}});
-  const uint32_t w = std::min<uint32_t>(p_.rx_window, UINT16_MAX);
+  const uint32_t w = credit_cap();
+  credit_ = std::min(packets, w);
   if (synced_ && advertised_ < w / 2 && credit_ >= advertised_ + std::max(w / 4, 1u) && !ack_now_) {
     ack_now_ = true;
     ++counters_.window_updates;

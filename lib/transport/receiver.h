@@ -4,6 +4,7 @@
 // costs; docs/transport.md gives the protocol. Implemented in receiver.cpp.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -193,6 +194,9 @@ class PeerReceiver {
   bool ack_now_ = false;
   Tick ack_deadline_ = 0;
   // Flow control: the room the glue reports, and what the last ACK said.
+  // The most a credit says: the receive window bounds what is accepted, and
+  // the wire field is 16 bits.
+  uint32_t credit_cap() const { return std::min<uint32_t>(p_.rx_window, UINT16_MAX); }
   uint32_t credit_;
   uint32_t advertised_;
   ReceiverCounters counters_;
