@@ -1,5 +1,6 @@
 #include "job/job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 
@@ -18,6 +19,11 @@ transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t
     c.transport.link_bits_per_sec = static_cast<uint64_t>(job.link.rate_gbps * 1e9);
   }
   c.transport.peer_timeout_us = uint64_t{job.network.peer_timeout_ms} * 1000;
+  if (std::any_of(job.nodes.begin(), job.nodes.end(),
+                  [](const config::NodeConfig& n) { return n.poll == config::Poll::kAdaptive; })) {
+    c.transport.min_rto_us = kAdaptiveMinRtoUs;
+    c.transport.initial_rto_us = std::max(c.transport.initial_rto_us, kAdaptiveMinRtoUs);
+  }
   switch (job.network.scheduler) {
     case config::Scheduler::kStrict:
       c.mode = sched::Mode::kStrict;

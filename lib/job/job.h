@@ -19,12 +19,19 @@
 
 namespace mercury::job {
 
+/// The transport's RTO floor when any node of the job polls adaptively
+/// (`network.poll` or a node's `poll`): such a node yields its CPU, and an
+/// RTT now and then is then a scheduler time slice (docs/transport.md,
+/// "Retransmission timer").
+inline constexpr uint32_t kAdaptiveMinRtoUs = 10'000;
+
 /// The endpoint settings of one node: `network.scheduler` (strict, fifo,
 /// partition with its partition and credit bytes), `network.window`,
-/// `network.peer_timeout_ms`, the job id, the MTU's packet size, the TSC
-/// rate; `sender_id` is the node's index in the job file, and `epoch` its
-/// incarnation (non-zero; e.g. derived from the start time so that a
-/// restarted node is told apart). The peers are left to the caller.
+/// `network.peer_timeout_ms`, the RTO floor (kAdaptiveMinRtoUs when any node
+/// polls adaptively, else the transport's 1 ms), the job id, the MTU's packet
+/// size, the TSC rate; `sender_id` is the node's index in the job file, and
+/// `epoch` its incarnation (non-zero; e.g. derived from the start time so that
+/// a restarted node is told apart). The peers are left to the caller.
 transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t sender_id,
                                           uint16_t epoch, uint64_t tsc_hz);
 

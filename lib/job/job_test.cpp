@@ -36,6 +36,27 @@ TEST(Job, EndpointConfigFollowsTheNetworkSection) {
   EXPECT_THROW(endpoint_config(j, 3, 0, 1), config::ConfigError);
 }
 
+TEST(Job, RtoFloorCoversASchedulerSliceWhenAnyNodePollsAdaptively) {
+  // kJob leaves network.poll at its default, adaptive.
+  const transport::EndpointConfig adaptive =
+      endpoint_config(config::load_string(kJob), 3, 77, 2'000'000'000);
+  EXPECT_EQ(adaptive.transport.min_rto_us, kAdaptiveMinRtoUs);
+  EXPECT_GE(adaptive.transport.initial_rto_us, kAdaptiveMinRtoUs);
+  EXPECT_NO_THROW(transport::resolve(adaptive.transport));
+  // Every node busy: the transport's own floor.
+  std::string busy = kJob;
+  busy.replace(busy.find("peer_timeout_ms: 1500}"), 22, "peer_timeout_ms: 1500, poll: busy}");
+  const transport::EndpointConfig dedicated =
+      endpoint_config(config::load_string(busy), 3, 77, 2'000'000'000);
+  EXPECT_EQ(dedicated.transport.min_rto_us, transport::Config{}.min_rto_us);
+  EXPECT_LT(dedicated.transport.min_rto_us, kAdaptiveMinRtoUs);
+  // One node adaptive is enough: its peers may wait a time slice for it.
+  std::string one = busy;
+  one.replace(one.find("lcores: [6]}"), 12, "lcores: [6], poll: adaptive}");
+  EXPECT_EQ(endpoint_config(config::load_string(one), 3, 77, 1).transport.min_rto_us,
+            kAdaptiveMinRtoUs);
+}
+
 TEST(Job, OptimizerAndSyncFollowTheTrainingSection) {
   const config::JobConfig j = config::load_string(kJob);
   const agg::OptimizerConfig o = optimizer_config(j.training);
