@@ -46,9 +46,13 @@ TEST(PsControl, DeclareReadyInitRoundsAndBarrier) {
     for (float& p : job.worker(0).params()[t]) p = dist(rng);
     reference[t] = job.worker(0).params()[t];
   }
-  // Three of four ranks declared: no answer yet.
+  // Three of four ranks declared: no answer yet. The declares arrive once
+  // each worker's transport has met the server's (epoch probes from
+  // initial_rto, doubling; 10 ms in this adaptively polling job), so wait
+  // for them, boundedly, then a while longer for an answer that must not come.
   std::vector<Handle> started;
   for (uint32_t w = 0; w < 3; ++w) started.push_back(job.worker(w).start());
+  job.poll_until([&] { return job.server().counters_st().control.declares >= 3; }, 5.0);
   idle(job, 0.2);
   EXPECT_TRUE(none_ready(started));
   EXPECT_EQ(job.server().state_st(), server::NodeState::kWaiting);
