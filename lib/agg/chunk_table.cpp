@@ -41,12 +41,23 @@ uint64_t float_array_bytes(uint64_t elements) {
   return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
 }
 
+uint64_t staging_stride(uint32_t chunk_bytes) { return (uint64_t{chunk_bytes} + 63) / 64 * 64; }
+
+uint64_t staging_bytes(uint64_t chunks, uint32_t chunk_bytes) {
+  if (chunks == 0) return 0;
+  const uint64_t bytes = chunks * staging_stride(chunk_bytes);
+  return (bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes) +
+         chunks * sizeof(uint32_t);
+}
+
 }  // namespace
 
 std::string_view outcome_name(Outcome outcome) {
   switch (outcome) {
     case Outcome::kHeld:
       return "held";
+    case Outcome::kCopied:
+      return "copied";
     case Outcome::kApplied:
       return "applied";
     case Outcome::kInitialized:
@@ -81,18 +92,48 @@ uint64_t ChunkTableCounters::rejected() const {
 
 void ChunkTable::FreeDeleter::operator()(float* p) const { std::free(p); }
 
-uint64_t ChunkTable::memory_needed(const Placement& placement, const ShardConfig& config,
-                                   const SyncPolicy& policy) {
+namespace {
+
+// Everything but the staging chunks.
+uint64_t base_memory(const Placement& placement, const ShardConfig& config,
+                     const SyncPolicy& policy, uint64_t key_entry, uint64_t chunk, uint64_t held,
+                     uint64_t local_block) {
   if (config.chunk_bytes < 4 || config.chunk_bytes > 65532 || config.chunk_bytes % 4 != 0) {
     throw std::invalid_argument("chunk table: chunk_bytes " + std::to_string(config.chunk_bytes) +
                                 " is not a multiple of 4 in [4, 65532]");
   }
   const Layout l = layout_of(placement, config);
   const uint64_t arrays = 1 + state_floats_per_element(config.optimizer.kind);
-  return arrays * float_array_bytes(l.elements) + l.chunks * sizeof(Chunk) +
-         l.chunks * config.workers * sizeof(Held) +
+  return arrays * float_array_bytes(l.elements) + l.chunks * chunk +
+         l.chunks * config.workers * held +
          (policy.tracks_rank_iterations() ? l.chunks * config.workers * sizeof(uint32_t) : 0) +
-         placement.blocks().size() * sizeof(KeyEntry) + l.blocks * sizeof(LocalBlock);
+         placement.blocks().size() * key_entry + l.blocks * local_block;
+}
+
+}  // namespace
+
+uint64_t ChunkTable::staging_for(const Placement& placement, const ShardConfig& config,
+                                 const SyncPolicy& policy) {
+  if (config.staging_chunks == 0 || config.workers == 0) return 0;
+  const uint32_t quorum = policy.quorum(config.workers);
+  const uint64_t most = std::min<uint64_t>(
+      layout_of(placement, config).chunks * (quorum > 0 ? quorum - 1 : 0), UINT32_MAX);
+  if (config.staging_chunks != kStagingMost) return std::min(config.staging_chunks, most);
+  const uint64_t base = base_memory(placement, config, policy, sizeof(KeyEntry), sizeof(Chunk),
+                                    sizeof(Held), sizeof(LocalBlock));
+  if (base >= config.memory_limit_bytes) return 0;
+  const uint64_t room = config.memory_limit_bytes - base;
+  if (staging_bytes(most, config.chunk_bytes) <= room) return most;
+  // Trimmed: whole stride plus index per chunk, less a huge page of rounding.
+  const uint64_t per = staging_stride(config.chunk_bytes) + sizeof(uint32_t);
+  return room > kHugePage ? (room - kHugePage) / per : 0;
+}
+
+uint64_t ChunkTable::memory_needed(const Placement& placement, const ShardConfig& config,
+                                   const SyncPolicy& policy) {
+  return base_memory(placement, config, policy, sizeof(KeyEntry), sizeof(Chunk), sizeof(Held),
+                     sizeof(LocalBlock)) +
+         staging_bytes(staging_for(placement, config, policy), config.chunk_bytes);
 }
 
 ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
@@ -179,12 +220,31 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
 
   const uint64_t most = chunks_.size() * (quorum_ - 1);
   max_held_ = config.max_held == 0 ? most : std::min(config.max_held, most);
+
+  staging_capacity_ = staging_for(placement, config, *policy_);
+  if (staging_capacity_ != 0) {
+    // Not zeroed: a staging chunk is always written before it is read, so
+    // its pages are touched only when a copy first needs them.
+    const uint64_t bytes =
+        staging_bytes(staging_capacity_, chunk_bytes_) - staging_capacity_ * sizeof(uint32_t);
+    const bool huge = bytes >= kHugePage;
+    void* p = std::aligned_alloc(huge ? kHugePage : 64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+    staging_.reset(static_cast<float*>(p));
+    // Popped from the back: chunk 0 first, so reuse stays in the chunks already touched.
+    staging_free_.resize(staging_capacity_);
+    for (uint64_t i = 0; i < staging_capacity_; ++i) {
+      staging_free_[i] = static_cast<uint32_t>(staging_capacity_ - 1 - i);
+    }
+  }
 }
 
 ChunkTable::~ChunkTable() {
   for (uint64_t i = 0; i < chunks_.size(); ++i) {
     for (uint64_t have = chunks_[i].have; have != 0; have &= have - 1) {
-      sink_.release(&slots_[i * workers_ + std::countr_zero(have)].token, 1);
+      void* const* token = &slots_[i * workers_ + std::countr_zero(have)].token;
+      if (*token != staged_token()) sink_.release(token, 1);
     }
   }
 }
@@ -192,7 +252,8 @@ ChunkTable::~ChunkTable() {
 uint64_t ChunkTable::memory_bytes() const {
   return (1 + state_arrays_) * float_array_bytes(elements_) + chunks_.size() * sizeof(Chunk) +
          slots_.size() * sizeof(Held) + next_iteration_.size() * sizeof(uint32_t) +
-         keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalBlock);
+         keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalBlock) +
+         staging_bytes(staging_capacity_, chunk_bytes_);
 }
 
 Outcome ChunkTable::locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64_t& chunk) const {
@@ -246,7 +307,8 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
   if (a != Admission::kAccept) return a == Admission::kStale ? Outcome::kStale : Outcome::kFuture;
   if ((ch.have & bit) != 0) return Outcome::kDuplicate;
   const bool completes = static_cast<uint32_t>(std::popcount(ch.have)) + 1 >= quorum_;
-  if (!completes && held_ >= max_held_) return Outcome::kHoldLimit;
+  const bool stage = !completes && c.copy && !staging_free_.empty();
+  if (!completes && !stage && held_ >= max_held_) return Outcome::kHoldLimit;
   if (next != nullptr) *next = c.iteration + 1;
   if (ch.have == 0 && quorum_ > 1) {
     // First contribution of a set: start pulling the chunk's parameters into
@@ -261,7 +323,19 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
   }
   if (ch.have == 0 || serial_diff(c.iteration, ch.oldest) < 0) ch.oldest = c.iteration;
   ch.have |= bit;
-  slots_[index * workers_ + c.rank] = Held{c.data, c.token};
+  Held& slot = slots_[index * workers_ + c.rank];
+  if (!completes && c.copy) {
+    if (stage) {
+      auto* dst = reinterpret_cast<std::byte*>(staging_.get()) +
+                  uint64_t{staging_free_.back()} * staging_stride(chunk_bytes_);
+      staging_free_.pop_back();
+      std::memcpy(dst, c.data, c.bytes);
+      slot = Held{dst, staged_token()};
+      return Outcome::kCopied;
+    }
+    ++counters_.staging_full;
+  }
+  slot = Held{c.data, c.token};
   ++held_;
   if (!completes) return Outcome::kHeld;
   complete(index);
@@ -287,20 +361,33 @@ void ChunkTable::complete(uint64_t index) {
   std::array<const std::byte*, kMaxWorkers> src;
   std::array<void*, kMaxWorkers> tokens;
   uint32_t n = 0;
+  uint32_t buffers = 0;
   const uint64_t contributors = ch.have;
   // Ascending bit order is rank order: the reduction does not depend on arrival.
   for (uint64_t have = ch.have; have != 0; have &= have - 1) {
     const Held& h = slots[std::countr_zero(have)];
-    src[n] = h.data;
-    tokens[n++] = h.token;
+    src[n++] = h.data;
+    if (h.token != staged_token()) tokens[buffers++] = h.token;
   }
   const uint32_t staleness = static_cast<uint32_t>(serial_diff(ch.version, ch.oldest));
   const StepParams& step = step_for(n, uint64_t{ch.version} + 1, staleness);
   const uint64_t e = ch.first_element;
   reduce_apply(optimizer_.kind, simd_, src.data(), n, ch.elements, params_.get() + e,
                state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr, step);
-  sink_.release(tokens.data(), n);
-  held_ -= n;
+  if (buffers != 0) sink_.release(tokens.data(), buffers);
+  held_ -= buffers;
+  if (buffers != n) {
+    // Staged copies (reduced above): their chunks are free again.
+    const auto base = reinterpret_cast<uintptr_t>(staging_.get());
+    const uint64_t stride = staging_stride(chunk_bytes_);
+    for (uint64_t have = contributors; have != 0; have &= have - 1) {
+      const Held& h = slots[std::countr_zero(have)];
+      if (h.token != staged_token()) continue;
+      staging_free_.push_back(
+          static_cast<uint32_t>((reinterpret_cast<uintptr_t>(h.data) - base) / stride));
+      ++staging_released_;
+    }
+  }
   ch.have = 0;
   ++ch.version;
   ++counters_.updates;

@@ -27,6 +27,18 @@
 // readable and unchanged until released. ~ChunkTable releases whatever is
 // still held.
 //
+// Staging. A contribution marked `copy` that the set would hold is copied
+// into one of the table's staging chunks instead (kCopied: the caller keeps
+// its buffer and may free it at once); the staging chunk is free again when
+// the set completes. The server marks the packets that arrive while a port's
+// pool is nearly all held (docs/server.md, "Flow control"), so a worker that
+// runs ahead costs a copy, not a refusal. ShardConfig::staging_chunks sets
+// how many there are (kStagingMost: every held contribution of every set,
+// chunks x (quorum - 1), trimmed to memory_limit_bytes); the memory is
+// reserved at construction and touched (page-faulted) only as it is first
+// used, most recently freed first. With none free, a marked contribution is
+// held as usual (counted as staging_full).
+//
 // Start. Rank 0's initial parameters are adopted with initialize() (per
 // chunk, as its packets arrive, or initialize_block() for a whole
 // block on the control path); each adopted chunk is handed to on_update()
@@ -51,8 +63,9 @@
 // from 2 MB up, which are asked for transparent huge pages) + 32 B per chunk +
 // 16 B x N per chunk (held slots) + 4 B x N per chunk when the policy tracks
 // rank iterations + 16 B per block of the job + 32 B per owned
-// block; plus, outside the table, at most max_held contributions held in
-// the caller's buffers.
+// block + (chunk_bytes + 4 B) per staging chunk; plus, outside the table, at
+// most max_held contributions held in the caller's buffers. A staged copy
+// costs one memcpy of the chunk.
 #pragma once
 
 #include <array>
@@ -77,6 +90,7 @@ inline constexpr uint32_t kMaxWorkers = 64;
 /// rejection: the caller keeps (and frees) the buffer, and it is counted.
 enum class Outcome : uint8_t {
   kHeld,         ///< taken and held; the set is not complete yet
+  kCopied,       ///< taken as a copy in a staging chunk; the caller keeps (and frees) the buffer
   kApplied,      ///< taken and it completed the set: the update has been applied and emitted
   kInitialized,  ///< initialize(): initial values adopted and emitted at version 0
   kBadRank,      ///< rank >= workers
@@ -91,7 +105,7 @@ enum class Outcome : uint8_t {
 };
 inline constexpr size_t kOutcomeCount = static_cast<size_t>(Outcome::kHoldLimit) + 1;
 std::string_view outcome_name(Outcome outcome);
-/// True for kHeld, kApplied, kInitialized.
+/// True for kHeld, kCopied, kApplied, kInitialized.
 constexpr bool taken(Outcome o) { return o <= Outcome::kInitialized; }
 
 struct ShardConfig {
@@ -108,7 +122,12 @@ struct ShardConfig {
   /// server leaves it at 0 and bounds the held buffers before its transport acknowledges
   /// them instead (docs/server.md "Flow control").
   uint64_t max_held = 0;
+  /// Staging chunks for contributions marked `copy` (see Staging): 0 = none,
+  /// kStagingMost = chunks x (quorum - 1), as many as fit in memory_limit_bytes
+  /// next to the rest of the table; other values are capped at chunks x (quorum - 1).
+  uint64_t staging_chunks = 0;
 };
+inline constexpr uint64_t kStagingMost = UINT64_MAX;
 
 /// One gradient packet, as the server parsed it.
 struct Contribution {
@@ -119,6 +138,7 @@ struct Contribution {
   const std::byte* data = nullptr;  ///< payload: float32 elements, any alignment
   uint32_t bytes = 0;               ///< payload length
   void* token = nullptr;            ///< handed back to ChunkSink::release() when taken
+  bool copy = false;                ///< stage a copy rather than hold the buffer (see Staging)
 };
 
 /// An updated chunk, valid only during ChunkSink::on_update(): `data` points
@@ -149,7 +169,8 @@ class ChunkSink {
 // Every chunk table counter, once (telemetry/counter_list.h).
 #define MERCURY_CHUNK_TABLE_COUNTERS(X)                          \
   X(updates, "chunk updates applied (excluding initial values)") \
-  X(gradient_bytes, "contribution bytes reduced")
+  X(gradient_bytes, "contribution bytes reduced")                \
+  X(staging_full, "contributions marked copy held as buffers: no staging chunk was free")
 
 struct ChunkTableCounters {
   std::array<uint64_t, kOutcomeCount> outcomes{};  ///< per Outcome, indexed by its value
@@ -184,6 +205,10 @@ class ChunkTable {
   /// Bytes the table would allocate for this placement, configuration and policy.
   static uint64_t memory_needed(const Placement& placement, const ShardConfig& config,
                                 const SyncPolicy& policy);
+  /// The staging chunks a table built with these arguments has (ShardConfig::staging_chunks
+  /// resolved: capped, and kStagingMost trimmed to the memory limit).
+  static uint64_t staging_for(const Placement& placement, const ShardConfig& config,
+                              const SyncPolicy& policy);
 
   /// Records one contribution (see the file comment). Never throws.
   Outcome contribute(const Contribution& c);
@@ -210,8 +235,13 @@ class ChunkTable {
   [[nodiscard]] const SyncPolicy& policy() const { return *policy_; }
   [[nodiscard]] uint32_t workers() const { return workers_; }
   [[nodiscard]] uint64_t chunks() const { return chunks_.size(); }
-  /// Contributions currently held (buffers not yet released).
+  /// Contributions currently held in the caller's buffers (not yet released).
   [[nodiscard]] uint64_t held() const { return held_; }
+  /// Staging chunks: how many there are, how many hold a copy now, and how
+  /// many have been freed since construction (monotonic).
+  [[nodiscard]] uint64_t staging_chunks() const { return staging_capacity_; }
+  [[nodiscard]] uint64_t staged() const { return staging_capacity_ - staging_free_.size(); }
+  [[nodiscard]] uint64_t staging_released() const { return staging_released_; }
   [[nodiscard]] uint64_t max_held() const { return max_held_; }
   /// Bytes allocated by the table; equals memory_needed().
   [[nodiscard]] uint64_t memory_bytes() const;
@@ -253,6 +283,8 @@ class ChunkTable {
                                                             uint64_t& index) const;
   [[gnu::always_inline]] inline Outcome record(const Contribution& c, uint64_t index);
   void complete(uint64_t index);
+  // The token of a staged copy: the table's own address, never a caller's buffer.
+  [[nodiscard]] void* staged_token() const { return const_cast<ChunkTable*>(this); }
   const StepParams& step_for(uint32_t n, uint64_t step, uint32_t staleness);
   void emit(uint64_t index, uint64_t contributors, uint32_t staleness);
 
@@ -289,6 +321,11 @@ class ChunkTable {
   std::unique_ptr<float[], FreeDeleter> params_;  // 64-byte aligned
   std::unique_ptr<float[], FreeDeleter> state0_;
   std::unique_ptr<float[], FreeDeleter> state1_;
+  // Staging: capacity x chunk_bytes_, 64-byte aligned; the free chunks' indices, a stack.
+  uint64_t staging_capacity_ = 0;
+  uint64_t staging_released_ = 0;
+  std::unique_ptr<float[], FreeDeleter> staging_;
+  std::vector<uint32_t> staging_free_;
   ChunkTableCounters counters_;
   // The last update's scalars: in BSP every chunk update of an iteration
   // has the same (n, step, scale), so they are computed once per iteration.

@@ -154,13 +154,18 @@ TEST(Report, PoolWarningWhenThePoolsCannotHoldTheWorstDisorder) {
   const std::vector<agg::TensorDecl> decls = {{"a", 1408 / 4 * 100, 0}, {"b", 1408 / 4 * 60, 1}};
   const agg::Placement p = agg::Placement::compute(decls, 2, {.max_block_bytes = 1 << 30});
   const uint32_t a_shard = p.at(0).shard;
-  // 100 chunks of "a", 3 workers: up to 200 held, 225 asked for.
-  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 225), "");
-  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 224),
+  // 100 chunks of "a", 3 workers, no staging: up to 200 held, 225 asked for.
+  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 225, 0), "");
+  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 224, 0),
             "warning: the RX pools hold 224 mbufs; this node's 100 chunks may need up to 200 held "
-            "at once when workers send in different orders (flow control can then stall): raise "
-            "mempool.mbufs so the pools hold at least 225");
-  EXPECT_NE(pool_warning(p, {0, 1}, 1408, 3, 225), "");  // both shards: 160 chunks
+            "at once beyond its 0 staging chunks when workers send in different orders (flow "
+            "control can then stall): raise mempool.mbufs so the pools hold at least 225");
+  EXPECT_NE(pool_warning(p, {0, 1}, 1408, 3, 225, 0), "");  // both shards: 160 chunks
+  // Staging for every set (the server's default): no pool is too small.
+  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 1, 200), "");
+  // Staging for half: the other half must fit in the pools.
+  EXPECT_EQ(pool_warning(p, {a_shard}, 1408, 3, 112, 100), "");
+  EXPECT_NE(pool_warning(p, {a_shard}, 1408, 3, 111, 100), "");
 }
 
 }  // namespace

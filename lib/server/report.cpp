@@ -43,20 +43,24 @@ std::string stats_line(double seconds, NodeState state, const Rates& per_second,
 }
 
 std::string pool_warning(const agg::Placement& placement, const std::vector<uint32_t>& own_shards,
-                         uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs) {
+                         uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs,
+                         uint64_t staging_chunks) {
   uint64_t chunks = 0;
   for (const agg::Block& p : placement.blocks()) {
     for (uint32_t s : own_shards) {
       if (p.shard == s) chunks += (p.bytes() + chunk_bytes - 1) / chunk_bytes;
     }
   }
-  const uint64_t worst = chunks * (workers > 0 ? workers - 1 : 0);
+  const uint64_t sets = chunks * (workers > 0 ? workers - 1 : 0);
+  if (staging_chunks >= sets) return {};
+  const uint64_t worst = sets - staging_chunks;
   const uint64_t enough = worst + worst / 8;
   if (pool_mbufs >= enough) return {};
   return "warning: the RX pools hold " + std::to_string(pool_mbufs) + " mbufs; this node's " +
          std::to_string(chunks) + " chunks may need up to " + std::to_string(worst) +
-         " held at once when workers send in different orders (flow control can then stall): "
-         "raise mempool.mbufs so the pools hold at least " +
+         " held at once beyond its " + std::to_string(staging_chunks) +
+         " staging chunks when workers send in different orders (flow control can then "
+         "stall): raise mempool.mbufs so the pools hold at least " +
          std::to_string(enough);
 }
 

@@ -39,15 +39,19 @@ struct Rates {
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,
                        const ServerCounters& c);
 
-/// Flow control (docs/server.md) refuses a packet that would start a
-/// chunk's set while a port's pool is nearly all held and admits those that
-/// join a started set. When workers send a round in different orders, the
-/// sets they start before meeting can need up to chunks x (workers - 1)
-/// held mbufs; with smaller pools the round can stall. The warning for
-/// that ("" when the pools are large enough): `own_shards` are the global
+/// Flow control (docs/server.md) copies a gradient its set would hold into
+/// a staging chunk while a port's pool is nearly all held; without a free
+/// staging chunk it refuses a packet that would start a chunk's set and
+/// admits those that join a started set. When workers send a round in
+/// different orders, the sets they start before meeting can need up to
+/// chunks x (workers - 1) held contributions; beyond the staging chunks
+/// (`staging_chunks`, summed over the node's shards) they are mbufs, and with
+/// smaller pools the round can stall. The warning for that ("" when the
+/// pools and the staging are large enough): `own_shards` are the global
 /// shard ids the node runs, `pool_mbufs` the mbufs of its RX pools.
 std::string pool_warning(const agg::Placement& placement, const std::vector<uint32_t>& own_shards,
-                         uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs);
+                         uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs,
+                         uint64_t staging_chunks);
 
 /// The telemetry group "server": `aggregations` (the operator's word for
 /// shard_updates), then every counter of ServerCounters::for_each as

@@ -89,9 +89,11 @@ void Runner::report_state_st(NodeState was) {
     const agg::Placement& placement = *node_.placement_st();
     output_.out(who_ + ": every worker declared; " + std::to_string(placement.blocks().size()) +
                 " blocks placed, serving");
+    uint64_t staging = 0;
+    for (uint32_t id : node_.own_shards()) staging += node_.shard(id)->table().staging_chunks();
     const std::string warning =
         pool_warning(placement, node_.own_shards(), node_.config().chunk_bytes, node_.workers(),
-                     node_.config().rx_pool_mbufs);
+                     node_.config().rx_pool_mbufs, staging);
     if (!warning.empty()) output_.out(options_.program + ": " + warning);
   }
 }

@@ -168,6 +168,8 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     sc.chunk_bytes = config_.chunk_bytes;
     sc.optimizer = config_.optimizer;
     sc.memory_limit_bytes = config_.shard_memory_limit;
+    // Flow control copies what a port over its limit would hold (docs/server.md).
+    sc.staging_chunks = config_.staging_chunks;
     // max_held stays 0 (no cap beyond the structural one): the transport has
     // acknowledged a packet before the table sees it, so a kHoldLimit refusal
     // would lose the contribution for good (docs/agg.md).
@@ -232,8 +234,12 @@ void ServerNode::derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) {
   // there). Ports whose packets come from one pool share what is left
   // equally. A config value (ServerNodeConfig::flow_limit) is kept as is.
   f.pool = mbuf->pool;
+  const bool staging = std::any_of(shards_.begin(), shards_.end(), [](const auto& sh) {
+    return sh->table().staging_chunks() != 0;
+  });
   if (config_.flow_limit != 0) {
     f.limit = config_.flow_limit;
+    f.copies = staging ? net::Interface::kBurst : 0;
     return;
   }
   uint64_t headroom = 4 * uint64_t{net::Interface::kBurst} +
@@ -253,12 +259,23 @@ void ServerNode::derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) {
   // them can deadlock, see admit_st): each set started under the limit may
   // still take one packet from each other worker behind the port, up to
   // N - 1 in all. Dividing by that depth keeps starts plus joins within the
-  // pool. One worker per port: depth 1, the whole share.
+  // pool. One worker per port: depth 1, the whole share. So does a node
+  // whose shards can stage every set: over the limit it copies every packet
+  // a set would hold, and none joins as an mbuf.
+  const bool staged = std::all_of(shards_.begin(), shards_.end(),
+                                  [](const auto& sh) { return sh->stages_every_set(); });
+  // Marked copies wait in a shard core's ring until it copies them: a
+  // quarter of the share is kept for them (inline shards free them at once).
+  const uint64_t share = usable / sharing;
+  const uint64_t copies = !staging ? 0 : cores_.empty() ? net::Interface::kBurst : share / 4;
   for (PortFlow& q : flow_) {
     if (q.pool != f.pool) continue;
     const uint64_t depth =
-        std::max<uint64_t>(1, std::min<uint64_t>(q.workers, workers() > 1 ? workers() - 1 : 1));
-    q.limit = std::max<uint64_t>(1, usable / sharing / depth);
+        staged ? 1
+               : std::max<uint64_t>(
+                     1, std::min<uint64_t>(q.workers, workers() > 1 ? workers() - 1 : 1));
+    q.limit = std::max<uint64_t>(1, (share - std::min(share, copies)) / depth);
+    q.copies = copies;
   }
 }
 
@@ -275,14 +292,20 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
   // by on_packet_st (init packets are copied and freed at once).
   if (!running_ || h.type != wire::PacketType::kData) return true;
   const PortFlow& f = flow_[port];
-  if (f.limit == 0 || aggregation_mbufs_st(port) < f.limit) return true;
+  if (f.limit == 0) return true;
+  const uint64_t owned = aggregation_mbufs_st(port);
+  if (owned < f.limit) return true;
   if (h.block_key >= placement_->blocks().size()) return true;
   const int32_t slot = shard_slot_[placement_->at(h.block_key).shard];
   if (slot < 0) return true;
-  // Over the limit, a packet is admitted only if it joins a set other ranks
-  // have started: with two workers it completes it, and in general refusing
-  // it could leave every rank waiting for the others. The shard publishes
-  // which sets are started (StartedSets: why a stale read can only refuse).
+  // Over the limit, a packet is admitted if its shard can stage a copy
+  // (on_packet_st marks it and takes the credit): its mbuf is freed once
+  // copied. At most f.copies such mbufs wait for a shard core.
+  if (owned < f.limit + f.copies && shards_[slot]->staging_room_st() > 0) return true;
+  // Otherwise only if it joins a set other ranks have started: with two
+  // workers it completes it, and in general refusing it could leave every
+  // rank waiting for the others. The shard publishes which sets are started
+  // (StartedSets: why a stale read can only refuse).
   return started_[slot]->others_started(h.block_key, h.offset, rank);
 }
 
@@ -314,15 +337,24 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
   if (flow.pool == nullptr) derive_flow_limit(flow, mbuf);
   // Counted under the receiving port (net_ring leaves mbuf->port unset).
   mbuf->port = flow.port_id;
+  Shard& shard = *shards_[slot];
+  // Over the limit, a gradient the shard has a staging credit for is marked
+  // to be copied rather than held (admit_st let it in on that credit, or as
+  // a join; the room can only have grown since).
+  bool copy = false;
+  if (!init && flow.limit != 0) {
+    const uint64_t owned = aggregation_mbufs_st(port);
+    copy = owned >= flow.limit && owned < flow.limit + flow.copies && shard.staging_room_st() > 0;
+  }
+  if (copy) shard.reserve_staging_st();
   if (static_cast<size_t>(slot) >= cores_.size()) {  // this shard runs inline
-    Shard& shard = *shards_[slot];
     if (init) {
       shard.initialize_st(h.block_key, h.offset, payload);
       return false;  // copied
     }
     // Counted before the call: a completed set releases its mbufs inside it.
     ++flow.handed;
-    if (shard.contribute_st(rank, h, payload, mbuf)) return true;
+    if (shard.contribute_st(rank, h, payload, mbuf, copy)) return true;
     --flow.handed;
     return false;
   }
@@ -338,6 +370,7 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
   it.payload_len = static_cast<uint16_t>(payload.size());
   it.rank = rank;
   it.init = init ? 1 : 0;
+  it.copy = copy ? 1 : 0;
   if (stage.count == stage.items.size()) flush_st(static_cast<uint32_t>(slot));
   return true;
 }
@@ -350,6 +383,7 @@ void ServerNode::flush_st(uint32_t slot) {
     // Already acknowledged: this contribution is lost, and its chunk's set
     // will not complete. Only an undersized ring gets here.
     releases_.free_st(stage.items[i].mbuf);
+    if (stage.items[i].copy != 0) shards_[slot]->unreserve_staging_st();
     count(ServerDrop::kShardRingFull);
   }
   stage.count = 0;
@@ -362,8 +396,20 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
   for (size_t i = cores_.size(); i < shards_.size(); ++i) {
     if (shards_[i]->fanout_pending()) work += shards_[i]->retry_fanout_st();
   }
-  for (auto& e : endpoints_) {
-    work += e->poll_st(now);
+  uint64_t marks = 0;  // marked copies queued to shard cores, not yet taken
+  for (size_t i = 0; i < cores_.size() && i < shards_.size(); ++i) {
+    marks += shards_[i]->marks_in_flight_st();
+  }
+  for (uint32_t p = 0; p < endpoints_.size(); ++p) {
+    // A port whose copy budget a burst could exceed while its copies wait
+    // for a shard core leaves its packets in its RX queue for this pass
+    // rather than have them refused (they drain: a shard core always takes
+    // its ring). Held mbufs alone never pause a port: completing packets
+    // must get in.
+    const PortFlow& f = flow_[p];
+    const bool receive = marks == 0 || f.limit == 0 ||
+                         aggregation_mbufs_st(p) + net::Interface::kBurst < f.limit + f.copies;
+    work += endpoints_[p]->poll_st(now, receive);
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
   }
   if (running_ && (++passes_ & (kLivenessEvery - 1)) == 0) check_liveness_st();

@@ -119,6 +119,11 @@ struct ServerNodeConfig {
   /// started. 0 = derived from the pool the port's first gradient or init
   /// packet arrived in (flow_limit_st() gives the value).
   uint64_t flow_limit = 0;
+  /// Per shard, staging chunks (agg::ShardConfig::staging_chunks): over a
+  /// port's limit, a gradient its set would hold is copied into one and its
+  /// mbuf freed, instead of being refused. The default stages every set
+  /// (chunks x (N - 1)) within shard_memory_limit; 0 = none (refusals).
+  uint64_t staging_chunks = agg::kStagingMost;
   /// The mbufs of the RX pools of the node's ports, when known (0: not
   /// known): what node_config() sizes the shard rings by, and what the
   /// runner's warning about small pools compares with.
@@ -228,6 +233,10 @@ class ServerNode {
   /// path owns now, and the limit (0 until derived, see ServerNodeConfig).
   [[nodiscard]] uint64_t aggregation_mbufs_st(uint32_t port) const;
   [[nodiscard]] uint64_t flow_limit_st(uint32_t port) const { return flow_[port].limit; }
+  /// Over a port's limit, the most mbufs marked to be copied that may be
+  /// owned on top of it, waiting for a shard core (inline shards copy and
+  /// free each at once).
+  [[nodiscard]] uint64_t copy_budget_st(uint32_t port) const { return flow_[port].copies; }
 
  private:
   class PortReceiver;
@@ -244,6 +253,7 @@ class ServerNode {
   struct PortFlow {
     uint64_t handed = 0;
     uint64_t limit = 0;                 // 0: not derived yet
+    uint64_t copies = 0;                // marked copies allowed over the limit
     const rte_mempool* pool = nullptr;  // where its packets arrive, once seen
     uint16_t port_id = 0;
     uint32_t workers = 1;  // workers behind the port

@@ -12,18 +12,30 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
       chunk_bytes_(config.chunk_bytes),
       started_(placement, config.shard, config.chunk_bytes) {
   table_ = std::make_unique<agg::ChunkTable>(placement, config, std::move(policy), *this);
+  staging_chunks_ = table_->staging_chunks();
   backlog_.resize(fanout_backlog != 0 ? fanout_backlog : table_->chunks() * fanout_.size());
 }
 
 bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
-                          std::span<const std::byte> payload, rte_mbuf* mbuf) {
-  const agg::Outcome o = table_->contribute(agg::Contribution{
-      key, offset, iteration, rank, payload.data(), static_cast<uint32_t>(payload.size()), mbuf});
+                          std::span<const std::byte> payload, rte_mbuf* mbuf, bool copy) {
+  const uint64_t released = table_->staging_released();
+  const agg::Outcome o =
+      table_->contribute(agg::Contribution{key, offset, iteration, rank, payload.data(),
+                                           static_cast<uint32_t>(payload.size()), mbuf, copy});
+  if (copy) {
+    marks_done_.store(marks_done_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (o != agg::Outcome::kCopied) ++marks_returned_;
+  }
+  if (copy || table_->staging_released() != released) {
+    // The credits back: unused marks, and the staging chunks the update freed.
+    staging_returned_.store(marks_returned_ + table_->staging_released(),
+                            std::memory_order_relaxed);
+  }
   if (agg::taken(o)) {
     // kApplied cleared the chunk's view in on_update, inside contribute().
-    if (o == agg::Outcome::kHeld) started_.held_st(key, offset, rank);
+    if (o == agg::Outcome::kHeld || o == agg::Outcome::kCopied) started_.held_st(key, offset, rank);
     ++counters_.contributions;
-    return true;
+    return o != agg::Outcome::kCopied;
   }
   ++counters_.refused;
   return false;

@@ -33,15 +33,17 @@
 // has received this update (docs/server.md). Asynchronous policies will need
 // a copy per in-flight version.
 //
-// Flow control (docs/server.md) reads two things the shard publishes for
+// Flow control (docs/server.md) reads three things the shard publishes for
 // other cores: every mbuf it frees (the table's releases, free_st), counted
-// by port in releases(), and which chunks' sets other ranks have started,
+// by port in releases(), which chunks' sets other ranks have started,
 // in started() (server/started_sets.h: set when the table takes a
-// contribution, cleared in on_update before the fan-out).
+// contribution, cleared in on_update before the fan-out), and the staging
+// credits it has given back (staging_room_st()).
 #pragma once
 
 #include <rte_mbuf.h>
 
+#include <atomic>
 #include <memory>
 #include <span>
 #include <vector>
@@ -72,12 +74,38 @@ class Shard final : public agg::ChunkSink {
         uint64_t fanout_backlog = 0);
 
   /// One chunk of worker `rank`'s gradient. True when the table took the
-  /// mbuf (it frees it later); false leaves the mbuf with the caller.
+  /// mbuf (it frees it later); false leaves the mbuf with the caller, also
+  /// when the table took a copy. `copy`: the packet came with a staging
+  /// credit (reserve_staging_st): the table copies it rather than hold the
+  /// mbuf, and the credit comes back when the copy's set completes, or at
+  /// once if no copy was made.
   bool contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
-                     std::span<const std::byte> payload, rte_mbuf* mbuf);
+                     std::span<const std::byte> payload, rte_mbuf* mbuf, bool copy = false);
   bool contribute_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                     rte_mbuf* mbuf) {
-    return contribute_st(rank, h.block_key, h.offset, h.iteration, payload, mbuf);
+                     rte_mbuf* mbuf, bool copy = false) {
+    return contribute_st(rank, h.block_key, h.offset, h.iteration, payload, mbuf, copy);
+  }
+
+  /// Staging credits (flow control, docs/server.md): one per staging chunk
+  /// of the table. The node's net core takes one for each packet it marks
+  /// `copy`, and only while staging_room_st() > 0, so a marked packet always
+  /// finds a free staging chunk. Net core only.
+  [[nodiscard]] uint64_t staging_room_st() const {
+    const uint64_t out = staging_taken_ - staging_returned_.load(std::memory_order_relaxed);
+    return staging_chunks_ > out ? staging_chunks_ - out : 0;
+  }
+  void reserve_staging_st() { ++staging_taken_; }
+  /// The net core gives a credit back for a marked packet it never handed over.
+  void unreserve_staging_st() { --staging_taken_; }
+  /// Net core: marked packets handed over that the shard has not taken yet
+  /// (queued to its shard core; 0 for an inline shard between packets).
+  [[nodiscard]] uint64_t marks_in_flight_st() const {
+    return staging_taken_ - marks_done_.load(std::memory_order_relaxed);
+  }
+  /// True when the table can stage every contribution a set may hold
+  /// (chunks x (N - 1)): then a marked packet never holds an mbuf.
+  [[nodiscard]] bool stages_every_set() const {
+    return staging_chunks_ != 0 && staging_chunks_ == table_->chunks() * (table_->workers() - 1);
   }
 
   /// One chunk of rank 0's initial parameters (a kInit packet): adopted by
@@ -128,6 +156,14 @@ class Shard final : public agg::ChunkSink {
   uint64_t backlog_head_ = 0;
   uint64_t backlog_count_ = 0;
   StartedSets started_;
+  // Staging credits: taken by the net core (its own counter), returned by
+  // the shard's owner (one writer, relaxed: a stale read sees fewer returns,
+  // so it can only underestimate the room).
+  uint64_t staging_chunks_ = 0;
+  alignas(64) uint64_t staging_taken_ = 0;
+  alignas(64) std::atomic<uint64_t> staging_returned_{0};
+  uint64_t marks_returned_ = 0;             // marked packets the table did not copy (owner)
+  std::atomic<uint64_t> marks_done_{0};     // marked packets contributed (owner writes)
   MbufReleases releases_;                   // before table_: its destructor releases into it
   std::unique_ptr<agg::ChunkTable> table_;  // last: its destructor releases through this sink
 };

@@ -248,10 +248,14 @@ SubmitStatus Endpoint::submit(uint16_t peer, const std::byte* data, uint32_t len
 // ---------------------------------------------------------------------------
 // The pass (net core).
 
-uint32_t Endpoint::poll_st(Tick now) {
+uint32_t Endpoint::poll_st(Tick now, bool receive) {
   const uint64_t rx_before = counters_.rx_packets;
   const uint64_t tx_before = counters_.tx_data + counters_.tx_retransmits + counters_.tx_pure_acks;
-  receive_st(now);
+  if (receive) {
+    receive_st(now);
+  } else {
+    ++counters_.rx_paused;
+  }
   if (passes_ % config_.timer_every == 0) run_timers_st(now);
   ++passes_;
   transmit_st(now);

@@ -272,6 +272,7 @@ std::string_view endpoint_drop_name(EndpointDrop d);
   X(partition_starts_received, "partition start-ups acknowledged (never delivered)")   \
   X(packets_delivered, "PacketReceiver::on_packet calls")                              \
   X(packets_kept, "PacketReceiver::on_packet calls that took the buffer")              \
+  X(rx_paused, "passes whose receive burst the caller skipped (poll_st(now, false))")  \
   X(slices_submitted, "send_slice() calls that queued")                                \
   X(submit_no_descriptor, "send() refused: max_messages queued or in flight")          \
   X(submit_ingress_full, "send() refused: ingress_capacity reached")                   \
@@ -379,7 +380,10 @@ class Endpoint {
 
   /// Net core: one pass of the poll loop at TSC `now`. Returns the packets
   /// received plus sent, so an idle loop can back off when it returns 0.
-  uint32_t poll_st(Tick now);
+  /// `receive` false skips the receive burst (the packets wait in the
+  /// port's RX queue): a receiver that cannot take more for a moment says so
+  /// this way rather than refuse packets that then must be resent.
+  uint32_t poll_st(Tick now, bool receive = true);
 
   /// Net core: nothing is queued, in flight or waiting to be acknowledged.
   bool idle_st() const;

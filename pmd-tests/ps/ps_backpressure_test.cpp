@@ -2,14 +2,17 @@
 // a whole round ahead of the other, as separate hosts at different speeds
 // are. The server's port receives into its own small pool (frames are copied
 // into it, as net_af_packet and net_memif do), much smaller than what the
-// fast worker's round would have the chunk tables hold. Before the flow
-// control this deadlocked: the held contributions emptied the pool, the slow
-// worker's packets (which complete the sets) could no longer be received,
-// nor anything sent. Now the fast worker's packets beyond the limit are
-// refused unacknowledged and resent, every round completes bit for bit, and
-// the aggregation path never owns more than the limit while only one worker
-// pushes. The workers are the library's (ps_job.h); inline shards and shard
-// cores (lcores 1 and 2).
+// fast worker's round would have the chunk tables hold. Without flow
+// control this deadlocks: the held contributions empty the pool, the slow
+// worker's packets (which complete the sets) can no longer be received, nor
+// anything sent. With the server's default staging, the fast worker's
+// packets beyond the limit are copied into the chunk tables' staging chunks
+// and their mbufs freed: nothing is refused. Without staging (or with too
+// little), they are refused unacknowledged and resent. Either way every
+// round completes bit for bit, and the aggregation path never owns more than
+// the limit (plus the copies on their way to a shard core) while only one
+// worker pushes. The workers are the library's (ps_job.h); inline shards
+// and shard cores (lcores 1 and 2).
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 
@@ -67,7 +70,8 @@ class CopyingHub {
 
 class AheadJob {
  public:
-  AheadJob(const std::string& name, uint32_t workers, std::vector<unsigned> shard_lcores)
+  AheadJob(const std::string& name, uint32_t workers, std::vector<unsigned> shard_lcores,
+           uint64_t staging)
       : hub_(name, workers) {
     decls_ = agg::parse_model_shapes(pstest::read_model("mobilenet_v2.txt"));
     chunk_ = net::payload_per_packet(kMtu);
@@ -82,6 +86,7 @@ class AheadJob {
     sc.endpoint = pmdtest::endpoint_config(3, 0, {}, pstest::kJobEndpoint);
     sc.shard_lcores = std::move(shard_lcores);
     sc.shard_core = {.ring_entries = 1 << 15};
+    sc.staging_chunks = staging;
     server_ = std::make_unique<server::ServerNode>(std::vector<net::Interface*>{&hub_.server()}, jw,
                                                    sc, rte_rdtsc());
     for (uint32_t w = 0; w < workers; ++w) {
@@ -147,9 +152,9 @@ class AheadJob {
   }
 
   // Round r: worker 0 push_pulls the whole round and runs until the server
-  // refuses its packets; only then do the others. Returns "" or what went
-  // wrong.
-  std::string round(uint32_t r, std::mt19937& rng) {
+  // refuses its packets, or with `whole` until the server took all of them;
+  // only then do the others. Returns "" or what went wrong.
+  std::string round(uint32_t r, std::mt19937& rng, bool whole) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     const float inv_n = 1.0f / static_cast<float>(workers_.size());
     for (size_t t = 0; t < decls_.size(); ++t) {
@@ -163,8 +168,17 @@ class AheadJob {
       }
     }
     const uint64_t refused_before = backpressure();
+    const uint64_t taken_before = server_->counters_st().shards.contributions;
     std::vector<worker::Handle> pending = workers_[0]->push_pull_all();
-    if (!poll_until([&] { return backpressure() > refused_before; }, true)) {
+    if (whole) {
+      if (!poll_until(
+              [&] {
+                return server_->counters_st().shards.contributions >= taken_before + chunks();
+              },
+              true)) {
+        return "round " + std::to_string(r) + ": the server never took worker 0's whole round";
+      }
+    } else if (!poll_until([&] { return backpressure() > refused_before; }, true)) {
       return "round " + std::to_string(r) + ": worker 0 alone was never refused";
     }
     for (size_t k = 1; k < workers_.size(); ++k) {
@@ -203,9 +217,12 @@ class AheadJob {
   uint64_t most_owned_alone_ = 0;
 };
 
-void run_ahead(const std::string& name, uint32_t workers, std::vector<unsigned> lcores) {
+// `staging`: the server's staging chunks per shard (ServerNodeConfig::staging_chunks).
+void run_ahead(const std::string& name, uint32_t workers, std::vector<unsigned> lcores,
+               uint64_t staging) {
   const bool cores = !lcores.empty();
-  AheadJob job(name, workers, std::move(lcores));
+  const bool stages_all = staging == agg::kStagingMost;
+  AheadJob job(name, workers, std::move(lcores), staging);
   job.start();
   if (::testing::Test::HasFatalFailure()) return;
   const uint64_t limit = job.server().flow_limit_st(0);
@@ -217,16 +234,30 @@ void run_ahead(const std::string& name, uint32_t workers, std::vector<unsigned> 
   std::mt19937 rng(5);
   constexpr uint32_t kRounds = 3;
   const uint64_t t0 = rte_rdtsc();
-  for (uint32_t r = 0; r < kRounds; ++r) ASSERT_EQ(job.round(r, rng), "");
+  for (uint32_t r = 0; r < kRounds; ++r) ASSERT_EQ(job.round(r, rng, stages_all), "");
   const double s = static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(rte_get_tsc_hz());
   // While worker 0 pushed alone, the aggregation path never owned more than
-  // the limit (nothing could join its sets).
-  EXPECT_LE(job.most_owned_alone(), limit);
+  // the limit (nothing could join its sets), but for copies on their way.
+  const uint64_t in_flight = job.server().copy_budget_st(0);
+  EXPECT_LE(job.most_owned_alone(), limit + in_flight);
   EXPECT_GE(job.most_owned_alone(), limit);  // ... and it did reach it
   const uint64_t refused = job.backpressure();
-  EXPECT_GT(refused, 0u);
   job.server().stop();
   const server::ServerCounters c = job.server().counters_st();
+  const uint64_t copied = c.table.count(agg::Outcome::kCopied);
+  if (stages_all) {
+    // Worker 0's whole round was taken, the part over the limit as copies.
+    EXPECT_EQ(refused, 0u);
+    EXPECT_GT(copied, 0u);
+    EXPECT_EQ(c.table.staging_full, 0u);
+  } else {
+    EXPECT_GT(refused, 0u);
+    if (staging == 0) {
+      EXPECT_EQ(copied, 0u);
+    } else {
+      EXPECT_GT(copied, 0u);
+    }
+  }
   EXPECT_EQ(c.shards.updates, job.chunks() * (kRounds + 1));
   EXPECT_EQ(c.held, 0u);
   EXPECT_EQ(c.aggregation_mbufs, 0u);  // every handed mbuf counted back
@@ -235,22 +266,43 @@ void run_ahead(const std::string& name, uint32_t workers, std::vector<unsigned> 
   std::printf(
       "%u workers, %s: %u rounds of mobilenet_v2 (%lu chunks), server pool %u, flow limit %lu: "
       "%.2f s; "
-      "%lu packets refused (backpressure), %lu frames dropped for an empty pool, %lu "
+      "%lu packets refused (backpressure), %lu copied, %lu frames dropped for an empty pool, %lu "
       "server retransmissions\n",
       workers, cores ? "shard cores" : "inline shards", kRounds,
       static_cast<unsigned long>(job.chunks()), kServerPool, static_cast<unsigned long>(limit), s,
-      static_cast<unsigned long>(refused), static_cast<unsigned long>(job.hub().rx_pool_empty()),
+      static_cast<unsigned long>(refused), static_cast<unsigned long>(copied),
+      static_cast<unsigned long>(job.hub().rx_pool_empty()),
       static_cast<unsigned long>(c.net.tx_retransmits));
 }
 
-TEST(PsBackpressure, WorkerARoundAheadInlineShards) { run_ahead("in", 2, {}); }
+// The default: every set can be staged, nothing is refused.
+TEST(PsBackpressure, WorkerARoundAheadIsCopiedNotRefusedInlineShards) {
+  run_ahead("si", 2, {}, agg::kStagingMost);
+}
 
-TEST(PsBackpressure, WorkerARoundAheadShardCores) { run_ahead("co", 2, {1, 2}); }
+TEST(PsBackpressure, WorkerARoundAheadIsCopiedNotRefusedShardCores) {
+  run_ahead("sc", 2, {1, 2}, agg::kStagingMost);
+}
+
+TEST(PsBackpressure, WorkerARoundAheadOfTwoOthersIsCopiedNotRefusedShardCores) {
+  run_ahead("s3", 3, {1, 2}, agg::kStagingMost);
+}
+
+// No staging: over the limit, refusals.
+TEST(PsBackpressure, WorkerARoundAheadInlineShards) { run_ahead("in", 2, {}, 0); }
+
+TEST(PsBackpressure, WorkerARoundAheadShardCores) { run_ahead("co", 2, {1, 2}, 0); }
 
 // Three workers: the two that follow join worker 0's sets (admitted over
 // the limit, which is half the pool's share here so that the joins fit), one
 // of them completes each.
-TEST(PsBackpressure, WorkerARoundAheadOfTwoOthersShardCores) { run_ahead("c3", 3, {1, 2}); }
+TEST(PsBackpressure, WorkerARoundAheadOfTwoOthersShardCores) { run_ahead("c3", 3, {1, 2}, 0); }
+
+// Too little staging (a tenth of one worker's round): copies until it is
+// used up, then refusals; still no deadlock and every round exact.
+TEST(PsBackpressure, WorkerARoundAheadWithLittleStagingInlineShards) {
+  run_ahead("li", 2, {}, 1000);
+}
 
 }  // namespace
 }  // namespace mercury
