@@ -96,7 +96,8 @@ def mercury(build, model, workers, iters, warmup, loss=0.0):
         sys.exit("peers_bench: the Mercury job failed:\n" + r.stdout[-4000:] + r.stderr[-2000:])
     # Loss-free runs should resend and refuse nothing: the server's last line
     # counts its retransmissions and its drops by reason (backpressure=...).
-    stopped = re.search(r"stopped; \d+ aggregations, (\d+) retransmissions, drops:(.*)", r.stdout)
+    stopped = re.search(r"stopped; \d+ aggregations, (\d+) retransmissions(?: \([^)]*\))?, "
+                        r"drops:(.*)", r.stdout)
     resent = int(stopped.group(1)) if stopped else -1
     refused = re.search(r"backpressure=(\d+)", stopped.group(2)) if stopped else None
     worker_resent = sum(int(x) for x in re.findall(r"round +%d: .* retransmissions (\d+)" %

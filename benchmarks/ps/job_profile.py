@@ -122,8 +122,8 @@ def main():
     possible = window_s * a.freq * os.cpu_count()
 
     # The server's own counters, from its last line.
-    stopped = re.search(r"stopped; (\d+) aggregations, (\d+) retransmissions, drops:(.*)",
-                        stdout)
+    stopped = re.search(r"stopped; (\d+) aggregations, (\d+) retransmissions"
+                        r"(?: \([^)]*\))?, drops:(.*)", stdout)
     model_bytes = sum(int(l.split()[1]) * 4 for l in open(model)
                       if l.split("#", 1)[0].strip())
     through_server = 2 * a.workers * model_bytes  # every gradient in, every update out

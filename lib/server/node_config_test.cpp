@@ -150,6 +150,19 @@ TEST(Report, TelemetryHasTheAggregationsAndEveryCounter) {
   EXPECT_TRUE(found);
 }
 
+TEST(Report, RetransmissionsByCause) {
+  transport::PeerCounters t;
+  EXPECT_EQ(retransmission_text(t), "");
+  t.tx.retransmits_timeout = 390;
+  t.tx.tail_probes = 10;
+  t.tx.rto_expirations = 25;
+  t.tx.retransmits_fast = 20;
+  t.rx.spurious_retransmits = 12;
+  EXPECT_EQ(retransmission_text(t),
+            " (RTO 380 in 25 expiries, SACK 20, tail probes 10; 12 of the workers' resends "
+            "arrived twice)");
+}
+
 TEST(Report, PoolWarningWhenThePoolsCannotHoldTheWorstDisorder) {
   const std::vector<agg::TensorDecl> decls = {{"a", 1408 / 4 * 100, 0}, {"b", 1408 / 4 * 60, 1}};
   const agg::Placement p = agg::Placement::compute(decls, 2, {.max_block_bytes = 1 << 30});

@@ -64,6 +64,17 @@ std::string pool_warning(const agg::Placement& placement, const std::vector<uint
          std::to_string(enough);
 }
 
+std::string retransmission_text(const transport::PeerCounters& t) {
+  if (t.tx.retransmits_fast + t.tx.retransmits_timeout + t.rx.spurious_retransmits == 0) return {};
+  // The timer's resends are RTO and tail-probe losses; split them by the losses declared.
+  const uint64_t rto =
+      t.tx.retransmits_timeout > t.tx.tail_probes ? t.tx.retransmits_timeout - t.tx.tail_probes : 0;
+  return " (RTO " + std::to_string(rto) + " in " + std::to_string(t.tx.rto_expirations) +
+         " expiries, SACK " + std::to_string(t.tx.retransmits_fast) + ", tail probes " +
+         std::to_string(t.tx.retransmits_timeout - rto) + "; " +
+         std::to_string(t.rx.spurious_retransmits) + " of the workers' resends arrived twice)";
+}
+
 void telemetry_values(const ServerCounters& c, telemetry::Values& v) {
   v.emplace_back("aggregations", c.shards.updates);
   c.for_each([&v](std::string_view prefix, std::string_view name, uint64_t n) {

@@ -166,7 +166,8 @@ void Runner::run(const std::atomic<bool>& stop) {
   stats.join();
   const ServerCounters c = node_.counters_st();
   output_.out(who_ + ": stopped; " + std::to_string(c.shards.updates) + " aggregations, " +
-              std::to_string(c.net.tx_retransmits) + " retransmissions, drops:" + drops_text(c));
+              std::to_string(c.net.tx_retransmits) + " retransmissions" +
+              retransmission_text(node_.peer_totals_st()) + ", drops:" + drops_text(c));
 }
 
 }  // namespace mercury::server

@@ -451,6 +451,14 @@ ServerCounters ServerNode::counters_st() const {
   return c;
 }
 
+transport::PeerCounters ServerNode::peer_totals_st() const {
+  transport::PeerCounters t;
+  for (const auto& e : endpoints_) {
+    for (uint16_t p = 0; p < e->num_peers(); ++p) t += e->peer_stats_st(p).transport;
+  }
+  return t;
+}
+
 const Shard* ServerNode::shard(uint32_t global_id) const {
   if (global_id >= shard_slot_.size() || shard_slot_[global_id] < 0) return nullptr;
   return shards_[shard_slot_[global_id]].get();

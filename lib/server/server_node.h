@@ -215,6 +215,8 @@ class ServerNode {
   /// The placement once running (null before).
   [[nodiscard]] const agg::Placement* placement_st() const { return control_->placement(); }
   [[nodiscard]] ServerCounters counters_st() const;
+  /// Every worker's transport counters (both directions), summed.
+  [[nodiscard]] transport::PeerCounters peer_totals_st() const;
   [[nodiscard]] const ServerNodeConfig& config() const { return config_; }
   [[nodiscard]] uint32_t workers() const { return static_cast<uint32_t>(rank_at_.size()); }
   [[nodiscard]] uint32_t ports() const { return static_cast<uint32_t>(endpoints_.size()); }
