@@ -77,8 +77,9 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       w.be(m.rank, 4);
       w.be(m.tensors.size(), 4);
       for (const TensorDecl& t : m.tensors) {
-        if (t.name.size() > UINT16_MAX) {
-          throw std::invalid_argument("declare: tensor name longer than 65535 bytes");
+        if (t.name.size() > kMaxTensorNameBytes) {
+          throw std::invalid_argument("declare: tensor name longer than " +
+                                      std::to_string(kMaxTensorNameBytes) + " bytes");
         }
         w.be(t.elements, 8);
         w.u8(t.priority);
@@ -133,6 +134,15 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
         t.elements = r.be(8, "tensor elements");
         t.priority = static_cast<uint8_t>(r.be(1, "tensor priority"));
         t.name = r.text(2, "tensor name");
+        if (t.name.size() > kMaxTensorNameBytes) {
+          throw std::invalid_argument("control message: a tensor name of " +
+                                      std::to_string(t.name.size()) + " bytes (at most " +
+                                      std::to_string(kMaxTensorNameBytes) + ")");
+        }
+        if (t.elements > kMaxTensorElements) {
+          throw std::invalid_argument("control message: tensor '" + t.name + "' has " +
+                                      std::to_string(t.elements) + " elements (at most 2^36)");
+        }
         if (t.elements == 0) {
           throw std::invalid_argument("control message: tensor '" + t.name + "' has no elements");
         }

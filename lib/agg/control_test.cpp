@@ -91,6 +91,21 @@ TEST(Control, ZeroElementTensorIsRefused) {
   EXPECT_THROW(decode_control(bytes), std::invalid_argument);
 }
 
+TEST(Control, OversizedTensorsAndNamesAreRefused) {
+  ControlMessage d;
+  d.kind = ControlKind::kDeclare;
+  d.tensors = {{"big", kMaxTensorElements, 0}};
+  EXPECT_NO_THROW(decode_control(encode_control(d)));
+  d.tensors = {{"big", kMaxTensorElements + 1, 0}};
+  EXPECT_THROW(decode_control(encode_control(d)), std::invalid_argument);
+  d.tensors = {{"max", UINT64_MAX, 0}};
+  EXPECT_THROW(decode_control(encode_control(d)), std::invalid_argument);
+  d.tensors = {{std::string(kMaxTensorNameBytes, 'n'), 1, 0}};
+  EXPECT_NO_THROW(decode_control(encode_control(d)));
+  d.tensors = {{std::string(kMaxTensorNameBytes + 1, 'n'), 1, 0}};
+  EXPECT_THROW(encode_control(d), std::invalid_argument);
+}
+
 TEST(Control, FirstDifferenceNamesTheTensor) {
   std::vector<TensorDecl> a = sample();
   std::vector<TensorDecl> b = sample();

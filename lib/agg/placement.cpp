@@ -30,6 +30,12 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
     if (t.elements == 0) {
       throw std::invalid_argument("placement: tensor '" + t.name + "' has no elements");
     }
+    if (t.elements > kMaxTensorElements) {
+      throw std::invalid_argument("placement: tensor '" + t.name + "' has " +
+                                  std::to_string(t.elements) + " elements, more than 2^36");
+    }
+    // At most 2^38 bytes a tensor: the sum of 2^25 of them still fits.
+    if (total > (uint64_t{1} << 62)) throw std::invalid_argument("placement: too many tensors");
     total += t.elements * kElementBytes;
   }
   uint64_t max_block = options.max_block_bytes;

@@ -41,9 +41,16 @@ namespace mercury::agg {
 inline constexpr uint32_t kElementBytes = 4;
 
 /// One tensor as a worker declares it.
+/// Largest tensor a job may declare, in elements (2^36: 256 GiB of float32),
+/// and longest tensor name, in bytes. Beyond them a declaration is refused
+/// (by the worker's declare, the control decoder and Placement::compute), so
+/// no size computation downstream can overflow.
+inline constexpr uint64_t kMaxTensorElements = uint64_t{1} << 36;
+inline constexpr size_t kMaxTensorNameBytes = 1024;
+
 struct TensorDecl {
   std::string name;
-  uint64_t elements = 0;  ///< > 0
+  uint64_t elements = 0;  ///< 1..kMaxTensorElements
   uint8_t priority = 0;   ///< 0 is the most urgent (first layer of the forward pass)
 };
 

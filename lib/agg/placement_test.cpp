@@ -122,6 +122,15 @@ TEST(AggPlacement, BalancedByBytesOnRealModels) {
   }
 }
 
+TEST(AggPlacement, OversizedTensorsAreRefusedNotOverflowed) {
+  // SIZE_MAX x 4 bytes wraps to a small size: it must never get that far.
+  EXPECT_THROW(Placement::compute(std::vector<TensorDecl>{{"max", UINT64_MAX, 0}}, 2),
+               std::invalid_argument);
+  EXPECT_THROW(Placement::compute(
+                   std::vector<TensorDecl>{{"a", 10, 0}, {"b", kMaxTensorElements + 1, 1}}, 2),
+               std::invalid_argument);
+}
+
 TEST(AggPlacement, LargeTensorSpreadsOverShards) {
   const auto decls = load_model("vgg16");
   // classifier.0.weight: 25088 x 4096, 74% of the model.

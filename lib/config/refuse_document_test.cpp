@@ -46,6 +46,14 @@ TEST(ConfigRefuse, YamlSyntaxErrorNamesLine) {
   EXPECT_TRUE(refused("job:\n  id: 7\n  name: [demo\nnodes: []\n", 4, "", "YAML syntax error"));
 }
 
+// yaml-cpp 0.7's LoadAll never returns on these (empty documents without
+// end, memory growing): refused at once, with the line.
+TEST(ConfigRefuse, AStrayCommaIsASyntaxErrorNotAHang) {
+  EXPECT_TRUE(refused(",", 1, "", "YAML syntax error: unexpected ',' (column 1"));
+  EXPECT_TRUE(refused(",,\n", 1, "", "YAML syntax error: unexpected ','"));
+  EXPECT_TRUE(refused(doc("") + ",\n", 16, "", "YAML syntax error"));
+}
+
 TEST(ConfigRefuse, EmptyDocument) {
   EXPECT_TRUE(refused("", 1, "", "the document is empty"));
   EXPECT_TRUE(refused("# just a comment\n", 1, "", "the document is empty"));

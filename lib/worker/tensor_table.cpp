@@ -33,7 +33,15 @@ TensorId TensorTable::declare(std::string_view name, std::span<float> params, in
                      "pull or freeze");
   }
   if (name.empty()) throw UsageError("declare: a tensor needs a non-empty name");
+  if (name.size() > agg::kMaxTensorNameBytes) {
+    throw UsageError("declare: a tensor name of " + std::to_string(name.size()) +
+                     " bytes; at most " + std::to_string(agg::kMaxTensorNameBytes));
+  }
   if (params.empty()) throw UsageError("declare: tensor " + quoted(name) + " has no elements");
+  if (params.size() > agg::kMaxTensorElements) {
+    throw UsageError("declare: tensor " + quoted(name) + " has " + std::to_string(params.size()) +
+                     " elements; at most 2^36 (" + std::to_string(agg::kMaxTensorElements) + ")");
+  }
   if (priority < -1) {
     throw UsageError("declare: tensor " + quoted(name) + " has priority " +
                      std::to_string(priority) + "; use >= 0 (0 = most urgent) or -1 (default)");

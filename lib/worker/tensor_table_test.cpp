@@ -76,6 +76,20 @@ TEST_F(TensorTableMisuse, EmptyNameIsRefused) {
   EXPECT_EQ(usage_error([&] { table.declare("", a); }), "declare: a tensor needs a non-empty name");
 }
 
+TEST_F(TensorTableMisuse, OverlongNameIsRefused) {
+  const std::string name(agg::kMaxTensorNameBytes + 1, 'n');
+  EXPECT_EQ(usage_error([&] { table.declare(name, a); }),
+            "declare: a tensor name of 1025 bytes; at most 1024");
+  EXPECT_NO_THROW(table.declare(std::string(agg::kMaxTensorNameBytes, 'n'), a));
+}
+
+TEST_F(TensorTableMisuse, OversizedTensorIsRefusedBeforeAnySizeIsComputed) {
+  // Only the count is looked at: the span is never read.
+  const std::span<float> huge(a.data(), agg::kMaxTensorElements + 1);
+  EXPECT_NE(usage_error([&] { table.declare("huge", huge); }).find("elements; at most 2^36"),
+            std::string::npos);
+}
+
 TEST_F(TensorTableMisuse, NegativePriorityIsRefused) {
   EXPECT_NE(usage_error([&] { table.declare("a", a, -2); }).find("tensor 'a' has priority -2"),
             std::string::npos);

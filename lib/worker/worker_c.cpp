@@ -100,6 +100,16 @@ int mercury_worker_connect(const mercury_worker_options* o, mercury_worker** out
   if (out == nullptr) return null_argument("mercury_worker_connect", "out");
   if (o->job_file == nullptr) return null_argument("mercury_worker_connect", "options->job_file");
   if (o->node == nullptr) return null_argument("mercury_worker_connect", "options->node");
+  if (o->eal_argc != 0 && o->eal_args == nullptr) {
+    return null_argument("mercury_worker_connect", "options->eal_args (eal_argc is not 0)");
+  }
+  for (size_t i = 0; i < o->eal_argc; ++i) {
+    if (o->eal_args[i] == nullptr) {
+      return fail(
+          MERCURY_E_USAGE,
+          ("mercury_worker_connect: options->eal_args[" + std::to_string(i) + "] is NULL").c_str());
+    }
+  }
   *out = nullptr;
   return guarded([&] {
     mercury::worker::WorkerOptions wo;

@@ -596,6 +596,15 @@ TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
   EXPECT_EQ(key, 0u);
   EXPECT_EQ(mercury_worker_declare(w, "p", p.data(), p.size(), -1, &key), MERCURY_E_USAGE);
   EXPECT_STREQ(mercury_last_error(), "declare: tensor 'p' is already declared (id 0)");
+  // Refused at declare, not later across the C boundary (issue: a 65 536-byte
+  // name aborted the process at start; SIZE_MAX elements overflowed sizes).
+  const std::string long_name(65536, 'n');
+  EXPECT_EQ(mercury_worker_declare(w, long_name.c_str(), p.data(), p.size(), -1, &key),
+            MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "declare: a tensor name of 65536 bytes; at most 1024");
+  EXPECT_EQ(mercury_worker_declare(w, "huge", p.data(), SIZE_MAX, -1, &key), MERCURY_E_USAGE);
+  EXPECT_NE(std::string(mercury_last_error()).find("elements; at most 2^36"), std::string::npos)
+      << mercury_last_error();
   mercury_handle* started = nullptr;
   ASSERT_EQ(mercury_worker_start_async(w, &started), MERCURY_OK) << mercury_last_error();
   EXPECT_EQ(mercury_handle_wait(started), MERCURY_OK) << mercury_handle_error(started);
@@ -649,6 +658,18 @@ TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
   EXPECT_STREQ(mercury_last_error(), "mercury_worker_connect: options->job_file is NULL");
   o.job_file = "/nonexistent/job.yaml";
   o.node = "w0";
+  // Inconsistent EAL arguments are refused, not dereferenced.
+  o.eal_argc = 1;
+  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(),
+               "mercury_worker_connect: options->eal_args (eal_argc is not 0) is NULL");
+  const char* args[] = {"--no-huge", nullptr};
+  o.eal_args = args;
+  o.eal_argc = 2;
+  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_connect: options->eal_args[1] is NULL");
+  o.eal_argc = 0;
+  o.eal_args = nullptr;
   EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_WORKER);
   EXPECT_NE(std::string(mercury_last_error()).find("/nonexistent/job.yaml"), std::string::npos)
       << mercury_last_error();

@@ -56,11 +56,11 @@ typedef enum mercury_eal_mode {
 typedef struct mercury_worker_options {
   const char* job_file;        /* the job's YAML */
   const char* node;            /* this worker's node name */
-  const char* const* eal_args; /* extra EAL arguments, may be NULL */
-  size_t eal_argc;
-  int eal_mode;              /* a mercury_eal_mode */
-  uint32_t start_timeout_ms; /* default 30000 */
-  int idle_backoff;          /* default 1: the job file's poll mode; 0: busy polling */
+  const char* const* eal_args; /* extra EAL arguments: eal_argc non-NULL strings, */
+  size_t eal_argc;             /* or NULL with eal_argc 0 (else MERCURY_E_USAGE)  */
+  int eal_mode;                /* a mercury_eal_mode */
+  uint32_t start_timeout_ms;   /* default 30000 */
+  int idle_backoff;            /* default 1: the job file's poll mode; 0: busy polling */
 } mercury_worker_options;
 
 /* Runs on completion: `status` is MERCURY_OK or MERCURY_E_FAILED, `error`
