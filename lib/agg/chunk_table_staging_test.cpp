@@ -94,14 +94,26 @@ TEST(AggChunkTableStaging, CopiesAreBitIdenticalToHeldBuffersAndLeaveBuffersWith
   }
 }
 
-TEST(AggChunkTableStaging, WithNoChunkFreeAMarkedContributionIsHeldAndCounted) {
-  const std::vector<TensorDecl> decls{{"w", kChunkElems * 3, 0}};
-  const Placement p = Placement::compute(decls, 1);
-  const auto chunks = chunks_of(p, 0);
-  std::mt19937 rng(4);
-  Grads grads(rng, chunks, 2);
+// One tensor of `n` chunks on one shard, gradients for `workers` ranks, a sink.
+struct OneTensor {
+  Placement p;
+  std::vector<ChunkRef> chunks;
+  std::mt19937 rng;
+  Grads grads;
   RecordingSink sink;
-  ChunkTable table(p, staged(2, 2), make_bsp(), sink);
+  OneTensor(uint32_t n, uint32_t workers, uint32_t seed)
+      : p(Placement::compute(std::vector<TensorDecl>{{"w", kChunkElems * n, 0}}, 1)),
+        chunks(chunks_of(p, 0)),
+        rng(seed),
+        grads(rng, chunks, workers) {}
+};
+
+TEST(AggChunkTableStaging, WithNoChunkFreeAMarkedContributionIsHeldAndCounted) {
+  OneTensor t(3, 2, 4);
+  const auto& chunks = t.chunks;
+  Grads& grads = t.grads;
+  RecordingSink& sink = t.sink;
+  ChunkTable table(t.p, staged(2, 2), make_bsp(), sink);
   ASSERT_EQ(table.staging_chunks(), 2u);
   for (size_t i = 0; i < 3; ++i) {
     Contribution c = grads.make(chunks, i, 0, 0);
@@ -130,14 +142,12 @@ TEST(AggChunkTableStaging, WithNoChunkFreeAMarkedContributionIsHeldAndCounted) {
 }
 
 TEST(AggChunkTableStaging, TheDestructorReleasesHeldBuffersButNotStagedCopies) {
-  const std::vector<TensorDecl> decls{{"w", kChunkElems * 2, 0}};
-  const Placement p = Placement::compute(decls, 1);
-  const auto chunks = chunks_of(p, 0);
-  std::mt19937 rng(6);
-  Grads grads(rng, chunks, 3);
-  RecordingSink sink;
+  OneTensor t(2, 3, 6);
+  const auto& chunks = t.chunks;
+  Grads& grads = t.grads;
+  RecordingSink& sink = t.sink;
   {
-    ChunkTable table(p, staged(3, kStagingMost), make_bsp(), sink);
+    ChunkTable table(t.p, staged(3, kStagingMost), make_bsp(), sink);
     Contribution c = grads.make(chunks, 0, 0, 0);
     c.copy = true;
     EXPECT_EQ(table.contribute(c), Outcome::kCopied);
