@@ -29,14 +29,15 @@
 //
 // Flow control. A worker's gradient packet is admitted by the transport
 // (PacketReceiver::admit, before it is acknowledged) while the mbufs its
-// port's packets keep in the aggregation path are below flow_limit, or when
-// it joins a chunk's set that other ranks have started (completing it, with
-// two workers): those never wait, so every started set can complete and
-// free its mbufs. A refused packet is resent by its worker later. So a
-// worker running ahead cannot exhaust the pool the slower ones' packets
-// need. The net core reads only what each shard publishes for it (its
-// MbufReleases and StartedSets), never a shard's table (docs/server.md,
-// "Flow control").
+// port's packets keep in the aggregation path are below flow_limit; over
+// it, when its shard has a free staging chunk (the packet is then copied
+// into the chunk table and its mbuf freed), or when it joins a chunk's set
+// that other ranks have started (completing it, with two workers): those
+// never wait, so every started set can complete and free its mbufs. A
+// refused packet is resent by its worker later. So a worker running ahead
+// cannot exhaust the pool the slower ones' packets need. The net core reads
+// only what each shard publishes for it (its MbufReleases, StartedSets and
+// staging credits), never a shard's table (docs/server.md, "Flow control").
 //
 // Costs per packet on the net core: the endpoint's, a rank lookup, a
 // block lookup, then either the shard's contribute (inline) or a 32-byte
