@@ -36,18 +36,35 @@ Layout layout_of(const Placement& placement, const ShardConfig& config) {
 // Parameter and state arrays are cache-line aligned and padded to whole
 // lines; from kHugePage up they are whole 2 MB pages (see zeroed() below).
 constexpr uint64_t kHugePage = 2u << 20;
-uint64_t float_array_bytes(uint64_t elements) {
-  const uint64_t bytes = std::max<uint64_t>(64, (elements * 4 + 63) / 64 * 64);
+uint64_t page_rounded(uint64_t bytes) {
   return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
+}
+uint64_t float_array_bytes(uint64_t elements) {
+  return page_rounded(std::max<uint64_t>(64, (elements * 4 + 63) / 64 * 64));
+}
+
+// An array of `bytes` (page_rounded), 64-byte aligned; from 2 MB up it is
+// asked for transparent huge pages: the reduction walks parameters at
+// memory speed, and with 4 KB pages every 3rd chunk would start with a TLB
+// miss. A hint only; refused is fine. Zeroed only when asked: untouched
+// pages cost nothing until first written.
+void* allocate_array(uint64_t bytes, bool zero) {
+  const bool huge = bytes >= kHugePage;
+  void* p = std::aligned_alloc(huge ? kHugePage : 64, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+  if (zero) std::memset(p, 0, bytes);
+  return p;
 }
 
 uint64_t staging_stride(uint32_t chunk_bytes) { return (uint64_t{chunk_bytes} + 63) / 64 * 64; }
 
+// The staging array, then its free-list indices.
+uint64_t staging_array_bytes(uint64_t chunks, uint32_t chunk_bytes) {
+  return chunks == 0 ? 0 : page_rounded(chunks * staging_stride(chunk_bytes));
+}
 uint64_t staging_bytes(uint64_t chunks, uint32_t chunk_bytes) {
-  if (chunks == 0) return 0;
-  const uint64_t bytes = chunks * staging_stride(chunk_bytes);
-  return (bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes) +
-         chunks * sizeof(uint32_t);
+  return staging_array_bytes(chunks, chunk_bytes) + chunks * sizeof(uint32_t);
 }
 
 }  // namespace
@@ -92,25 +109,19 @@ uint64_t ChunkTableCounters::rejected() const {
 
 void ChunkTable::FreeDeleter::operator()(float* p) const { std::free(p); }
 
-namespace {
-
-// Everything but the staging chunks.
-uint64_t base_memory(const Placement& placement, const ShardConfig& config,
-                     const SyncPolicy& policy, uint64_t key_entry, uint64_t chunk, uint64_t held,
-                     uint64_t local_block) {
+uint64_t ChunkTable::base_memory(const Placement& placement, const ShardConfig& config,
+                                 const SyncPolicy& policy) {
   if (config.chunk_bytes < 4 || config.chunk_bytes > 65532 || config.chunk_bytes % 4 != 0) {
     throw std::invalid_argument("chunk table: chunk_bytes " + std::to_string(config.chunk_bytes) +
                                 " is not a multiple of 4 in [4, 65532]");
   }
   const Layout l = layout_of(placement, config);
   const uint64_t arrays = 1 + state_floats_per_element(config.optimizer.kind);
-  return arrays * float_array_bytes(l.elements) + l.chunks * chunk +
-         l.chunks * config.workers * held +
+  return arrays * float_array_bytes(l.elements) + l.chunks * sizeof(Chunk) +
+         l.chunks * config.workers * sizeof(Held) +
          (policy.tracks_rank_iterations() ? l.chunks * config.workers * sizeof(uint32_t) : 0) +
-         placement.blocks().size() * key_entry + l.blocks * local_block;
+         placement.blocks().size() * sizeof(KeyEntry) + l.blocks * sizeof(LocalBlock);
 }
-
-}  // namespace
 
 uint64_t ChunkTable::staging_for(const Placement& placement, const ShardConfig& config,
                                  const SyncPolicy& policy) {
@@ -119,8 +130,7 @@ uint64_t ChunkTable::staging_for(const Placement& placement, const ShardConfig& 
   const uint64_t most = std::min<uint64_t>(
       layout_of(placement, config).chunks * (quorum > 0 ? quorum - 1 : 0), UINT32_MAX);
   if (config.staging_chunks != kStagingMost) return std::min(config.staging_chunks, most);
-  const uint64_t base = base_memory(placement, config, policy, sizeof(KeyEntry), sizeof(Chunk),
-                                    sizeof(Held), sizeof(LocalBlock));
+  const uint64_t base = base_memory(placement, config, policy);
   if (base >= config.memory_limit_bytes) return 0;
   const uint64_t room = config.memory_limit_bytes - base;
   if (staging_bytes(most, config.chunk_bytes) <= room) return most;
@@ -131,8 +141,7 @@ uint64_t ChunkTable::staging_for(const Placement& placement, const ShardConfig& 
 
 uint64_t ChunkTable::memory_needed(const Placement& placement, const ShardConfig& config,
                                    const SyncPolicy& policy) {
-  return base_memory(placement, config, policy, sizeof(KeyEntry), sizeof(Chunk), sizeof(Held),
-                     sizeof(LocalBlock)) +
+  return base_memory(placement, config, policy) +
          staging_bytes(staging_for(placement, config, policy), config.chunk_bytes);
 }
 
@@ -203,16 +212,8 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
   if (track_ranks_) next_iteration_.assign(chunks_.size() * workers_, 0);
 
   auto zeroed = [](uint64_t elements) {
-    const uint64_t bytes = float_array_bytes(elements);
-    // Arrays of 2 MB and more are asked for transparent huge pages: the
-    // reduction walks them at memory speed, and with 4 KB pages every 3rd
-    // chunk would start with a TLB miss. A hint only; refused is fine.
-    const bool huge = bytes >= kHugePage;
-    void* p = std::aligned_alloc(huge ? kHugePage : 64, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
-    std::memset(p, 0, bytes);
-    return std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(p));
+    return std::unique_ptr<float[], FreeDeleter>(
+        static_cast<float*>(allocate_array(float_array_bytes(elements), true)));
   };
   params_ = zeroed(elements_);
   if (state_arrays_ >= 1) state0_ = zeroed(elements_);
@@ -225,13 +226,8 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
   if (staging_capacity_ != 0) {
     // Not zeroed: a staging chunk is always written before it is read, so
     // its pages are touched only when a copy first needs them.
-    const uint64_t bytes =
-        staging_bytes(staging_capacity_, chunk_bytes_) - staging_capacity_ * sizeof(uint32_t);
-    const bool huge = bytes >= kHugePage;
-    void* p = std::aligned_alloc(huge ? kHugePage : 64, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
-    staging_.reset(static_cast<float*>(p));
+    staging_.reset(static_cast<float*>(
+        allocate_array(staging_array_bytes(staging_capacity_, chunk_bytes_), false)));
     // Popped from the back: chunk 0 first, so reuse stays in the chunks already touched.
     staging_free_.resize(staging_capacity_);
     for (uint64_t i = 0; i < staging_capacity_; ++i) {
@@ -363,11 +359,19 @@ void ChunkTable::complete(uint64_t index) {
   uint32_t n = 0;
   uint32_t buffers = 0;
   const uint64_t contributors = ch.have;
+  const auto staging_base = reinterpret_cast<uintptr_t>(staging_.get());
   // Ascending bit order is rank order: the reduction does not depend on arrival.
   for (uint64_t have = ch.have; have != 0; have &= have - 1) {
     const Held& h = slots[std::countr_zero(have)];
     src[n++] = h.data;
-    if (h.token != staged_token()) tokens[buffers++] = h.token;
+    if (h.token != staged_token()) {
+      tokens[buffers++] = h.token;
+    } else {
+      // Its chunk is free again; nothing takes it before the reduction below.
+      staging_free_.push_back(static_cast<uint32_t>(
+          (reinterpret_cast<uintptr_t>(h.data) - staging_base) / staging_stride(chunk_bytes_)));
+      ++staging_released_;
+    }
   }
   const uint32_t staleness = static_cast<uint32_t>(serial_diff(ch.version, ch.oldest));
   const StepParams& step = step_for(n, uint64_t{ch.version} + 1, staleness);
@@ -376,18 +380,6 @@ void ChunkTable::complete(uint64_t index) {
                state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr, step);
   if (buffers != 0) sink_.release(tokens.data(), buffers);
   held_ -= buffers;
-  if (buffers != n) {
-    // Staged copies (reduced above): their chunks are free again.
-    const auto base = reinterpret_cast<uintptr_t>(staging_.get());
-    const uint64_t stride = staging_stride(chunk_bytes_);
-    for (uint64_t have = contributors; have != 0; have &= have - 1) {
-      const Held& h = slots[std::countr_zero(have)];
-      if (h.token != staged_token()) continue;
-      staging_free_.push_back(
-          static_cast<uint32_t>((reinterpret_cast<uintptr_t>(h.data) - base) / stride));
-      ++staging_released_;
-    }
-  }
   ch.have = 0;
   ++ch.version;
   ++counters_.updates;

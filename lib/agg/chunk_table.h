@@ -276,6 +276,9 @@ class ChunkTable {
     void operator()(float* p) const;
   };
 
+  // memory_needed() without the staging chunks (throws for a bad chunk_bytes).
+  static uint64_t base_memory(const Placement& placement, const ShardConfig& config,
+                              const SyncPolicy& policy);
   // Finds the chunk for (key, offset, bytes) or says why not.
   [[gnu::always_inline]] inline Outcome locate(uint32_t key, uint32_t offset, uint32_t bytes,
                                                uint64_t& chunk) const;
