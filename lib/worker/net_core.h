@@ -73,6 +73,10 @@ struct NetCoreConfig {
   uint32_t start_timeout_ms = 30'000;
   net::IdleOptions idle;             ///< the idle back-off (the node's poll mode)
   uint32_t request_capacity = 4096;  // cells of ~100 B; a full queue makes callers yield
+  /// The job's training.optimizer as the YAML spells it: whether the servers'
+  /// versions are parameters (sgd, momentum, adam) or the averaged gradient
+  /// (sum). The net core does not use it; Worker::optimizer() reports it.
+  std::string optimizer = "sgd";
 
   [[nodiscard]] uint32_t total_shards() const {
     uint32_t n = 0;

@@ -167,6 +167,7 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   NetCoreConfig c;
   c.rank = me->rank;
   c.idle.mode = me->poll;
+  c.optimizer = std::string(config::to_string(job.training.optimizer));
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
     c.servers.push_back(ServerSpec{{s->name, s->ipv4.value, s->udp_port, 0}, s->shards});
@@ -404,6 +405,7 @@ Key Worker::key(std::string_view name) const {
 uint32_t Worker::rank() const { return impl_->core.rank; }
 uint32_t Worker::workers() const { return impl_->core.workers; }
 uint32_t Worker::tensors() const { return impl_->table.size(); }
+std::string_view Worker::optimizer() const { return impl_->core.optimizer; }
 bool Worker::started() const {
   const Impl& i = *impl_;
   if (i.started.load(std::memory_order_acquire)) return true;

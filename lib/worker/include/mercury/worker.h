@@ -182,6 +182,11 @@ class Worker {
   [[nodiscard]] uint32_t rank() const;     ///< among the job's workers, file order
   [[nodiscard]] uint32_t workers() const;  ///< in the job
   [[nodiscard]] uint32_t tensors() const;  ///< declared so far
+  /// The job's training.optimizer as the job file spells it ("sgd",
+  /// "momentum", "adam" or "sum"). With "sum" every version of a tensor is
+  /// the workers' averaged gradient, for the trainer's own optimizer; with
+  /// the others it is the parameters, updated by the servers.
+  [[nodiscard]] std::string_view optimizer() const;
   [[nodiscard]] bool started() const;
   [[nodiscard]] WorkerStats stats() const;
 

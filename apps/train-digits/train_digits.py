@@ -1,0 +1,296 @@
+#!/usr/bin/python3
+"""train-digits: a real model trained through Mercury, end to end.
+
+A small CNN learns scikit-learn's bundled digits set (1797 8x8 images, no
+download) in 4 worker processes and one ps-server over shared memory, BSP,
+with the optimizer the job file names applied by the server (mercury.torch).
+
+    /usr/bin/python3 apps/train-digits/train_digits.py [--job config/digits.yaml]
+        [--epochs N] [--batch B] [--losses DIR]
+
+launches the job (ps-server, then this script once per worker node) and
+prints, per epoch, the training loss, the test accuracy, the time and the
+images per second, then a one-line verdict. The other modes are what it runs:
+
+    --node wN        one worker of the job (the launcher starts these)
+    --single         the same training in this one process with the same global
+                     batches and torch's optimizer of the same kind (the
+                     reference the test compares the distributed loss curve with)
+    --single --exact the job's arithmetic in one process: each worker's local
+                     gradient, summed in rank order, times 1/W, and the server's
+                     update formula (docs/agg.md), so every step's losses are
+                     the distributed run's bit for bit
+
+Data: the 1797 images, scaled to [0, 1], split once (seed 0) into 1437 for
+training and 360 for testing. Worker r of W owns training samples r, r+W,
+r+2W, ... (its shard) and reshuffles it every epoch; step k of an epoch is
+every worker's k-th local batch of B/W images, and the global batch of step k
+is those local batches in rank order, which is what --single trains on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_job(job: str) -> Dict:
+    import yaml
+
+    with open(job) as f:
+        return yaml.safe_load(f)
+
+
+def dataset() -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None, :, :]  # N x 1 x 8 x 8
+    y = d.target.astype(np.int64)
+    order = np.random.default_rng(0).permutation(len(y))
+    train, test = order[:1437], order[1437:]
+    return x[train], y[train], x[test], y[test]
+
+
+def make_model():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),    # 16 x 4 x 4
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),   # 32 x 2 x 2
+        nn.Flatten(), nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def local_batches(rank: int, workers: int, epoch: int, local: int, n: int) -> List[np.ndarray]:
+    """Worker `rank`'s batches of `epoch`: indices into the training set."""
+    shard = np.arange(rank, n, workers)
+    shard = shard[np.random.default_rng(1000 * epoch + rank).permutation(len(shard))]
+    steps = (n // workers) // local
+    return [shard[k * local:(k + 1) * local] for k in range(steps)]
+
+
+def local_optimizer(training: Dict, params):
+    """The job's optimizer as torch runs it (for --single), or None (server-side)."""
+    import torch
+
+    kind = training.get("optimizer", "sgd")
+    lr = float(training.get("learning_rate", 0.01))
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if kind == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=float(training.get("momentum", 0.9)))
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=(float(training.get("beta1", 0.9)),
+                                                      float(training.get("beta2", 0.999))),
+                                eps=float(training.get("epsilon", 1e-8)))
+    raise SystemExit(f"train-digits: --single cannot reproduce optimizer {kind!r}")
+
+
+class ServerArithmetic:
+    """The update the servers apply to one parameter (lib/agg/optimizer.h),
+    one float32 operation at a time as the server rounds them: g = sum of the
+    local gradients in rank order times 1/W; sgd p = p - lr * g; momentum
+    u = mu * u + g, p = p - lr * u."""
+
+    def __init__(self, training: Dict, params, workers: int) -> None:
+        import torch
+
+        self.kind = training.get("optimizer", "sgd")
+        if self.kind not in ("sgd", "momentum"):
+            raise SystemExit(f"train-digits: --exact reproduces sgd and momentum, not {self.kind}")
+        self.params = list(params)
+        self.lr = torch.tensor(float(training.get("learning_rate", 0.01)), dtype=torch.float32)
+        self.mu = torch.tensor(float(training.get("momentum", 0.9)), dtype=torch.float32)
+        self.inv_n = torch.tensor(1.0, dtype=torch.float32) / workers
+        self.u = [torch.zeros_like(p) for p in self.params]
+
+    def step(self, grads_by_rank) -> None:
+        import torch
+
+        with torch.no_grad():
+            for i, p in enumerate(self.params):
+                g = grads_by_rank[0][i].clone()
+                for r in range(1, len(grads_by_rank)):
+                    g = g + grads_by_rank[r][i]
+                g = g * self.inv_n
+                if self.kind == "momentum":
+                    self.u[i] = self.u[i] * self.mu + g
+                    g = self.u[i]
+                p.copy_(p - self.lr * g)
+
+
+def evaluate(model, x: np.ndarray, y: np.ndarray, xt: np.ndarray, yt: np.ndarray):
+    import torch
+    import torch.nn.functional as F
+
+    with torch.no_grad():
+        loss = F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).item()
+        acc = (model(torch.from_numpy(xt)).argmax(1).numpy() == yt).mean()
+    return loss, float(acc)
+
+
+def train(args, node: str = "") -> int:
+    """One worker of the job (node set) or the whole job in one process."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(1)  # 4 trainers and a server share this machine's CPUs
+    job = load_job(args.job)
+    workers = sum(1 for n in job["nodes"] if n.get("role") == "worker")
+    if args.batch % workers:
+        raise SystemExit(f"train-digits: --batch {args.batch} is not a multiple of the "
+                         f"{workers} workers")
+    local = args.batch // workers
+    x, y, xt, yt = dataset()
+    model = make_model()
+    losses: List[float] = []
+
+    if node:
+        import mercury
+        import mercury.torch
+
+        worker = mercury.Worker(args.job, node)
+        rank = worker.rank
+        opt = None
+        if worker.optimizer == "sum":
+            opt = local_optimizer(dict(job["training"], optimizer="sgd"), model.parameters())
+        net = mercury.torch.DistributedModel(model, worker, opt)
+    else:
+        rank, worker = 0, None
+        if args.exact:
+            opt = ServerArithmetic(job["training"], model.parameters(), workers)
+        else:
+            opt = local_optimizer(job["training"], model.parameters())
+        net = model
+    rank_losses: List[List[float]] = [[] for _ in range(workers)]  # --exact
+
+    quiet = node and rank != 0
+    t_start = time.monotonic()
+    for epoch in range(args.epochs):
+        t0 = time.monotonic()
+        batches = [local_batches(r, workers, epoch, local, len(y)) for r in range(workers)]
+        steps = len(batches[0])
+        for k in range(steps):
+            if args.exact:
+                grads = []
+                for r in range(workers):
+                    xb = torch.from_numpy(x[batches[r][k]])
+                    yb = torch.from_numpy(y[batches[r][k]])
+                    model.zero_grad()
+                    loss = F.cross_entropy(model(xb), yb)
+                    loss.backward()
+                    grads.append([p.grad.clone() for p in model.parameters()])
+                    rank_losses[r].append(loss.item())
+                opt.step(grads)
+                continue
+            idx = batches[rank][k] if node else np.concatenate([b[k] for b in batches])
+            xb, yb = torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
+            net.zero_grad()
+            loss = F.cross_entropy(net(xb), yb)
+            loss.backward()
+            if node:
+                net.step()
+            else:
+                opt.step()
+            losses.append(loss.item())
+        if node:
+            net.synchronize()  # the epoch's last update is in the parameters
+        secs = time.monotonic() - t0
+        if not quiet:
+            train_loss, acc = evaluate(model, x, y, xt, yt)
+            print(f"epoch {epoch + 1:3d}/{args.epochs}: train loss {train_loss:.4f}  "
+                  f"test accuracy {acc:.4f}  {secs:6.2f} s  "
+                  f"{steps * args.batch / secs:8.0f} images/s", flush=True)
+
+    total = time.monotonic() - t_start
+    train_loss, acc = evaluate(model, x, y, xt, yt)
+    if args.losses:
+        os.makedirs(args.losses, exist_ok=True)
+        # --exact writes each emulated worker's losses as that worker would.
+        curves = {f"w{r}": rank_losses[r] for r in range(workers)} if args.exact else \
+            {node or "single": losses}
+        for name, curve in curves.items():
+            np.savetxt(os.path.join(args.losses, f"{name}.txt"), np.array(curve), fmt="%.9e")
+            with open(os.path.join(args.losses, f"{name}.result"), "w") as f:
+                f.write(f"{acc:.6f} {train_loss:.9e} {total:.3f}\n")
+    if worker is not None:
+        s = worker.stats()
+        worker.barrier()  # nobody leaves before every rank has its last version
+        worker.shutdown()
+        if not quiet:
+            print(f"{node}: {s['pushes']} pushes, {s['retransmits']} retransmissions", flush=True)
+    if not quiet:
+        verdict = "PASS" if acc >= 0.95 else "FAIL"
+        print(f"train-digits: {verdict}: test accuracy {acc:.4f} (target 0.95) after "
+              f"{args.epochs} epochs in {total:.1f} s ({total / args.epochs:.2f} s per epoch), "
+              f"{workers} workers" + ("" if node else " emulated in one process"), flush=True)
+    return 0 if acc >= 0.95 else 1
+
+
+def launch(args) -> int:
+    sys.path.insert(0, str(args.python_path))
+    from mercury.launch import run_job
+
+    def echo(node: str, line: str) -> None:
+        # Rank 0's progress speaks for the job; any process's trouble is shown.
+        if node == "w0" and line.startswith(("epoch", "train-digits", "w0:")):
+            print(line, flush=True)
+        elif "rror" in line or "FAIL" in line or "Traceback" in line:
+            print(f"{node}: {line}", flush=True)
+
+    script = [sys.executable, str(Path(__file__).resolve()), "--job", args.job,
+              "--epochs", str(args.epochs), "--batch", str(args.batch)]
+    if args.losses:
+        script += ["--losses", args.losses]
+    print(f"train-digits: {args.job}: ps-server and one trainer process per worker, "
+          f"{args.epochs} epochs, global batch {args.batch}", flush=True)
+    status = run_job(args.job, lambda node, rank: [*script, "--node", node],
+                     server_bin=str(args.server), echo=echo,
+                     env=dict(os.environ, PYTHONPATH=str(args.python_path)))
+    failed = {n: s for n, s in status.items() if s != 0}
+    for n, s in failed.items():
+        print(f"train-digits: {n} exited with status {s}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--job", default=str(ROOT / "config" / "digits.yaml"))
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--batch", type=int, default=64, help="global batch (default 64)")
+    p.add_argument("--losses", default="", help="write each process's per-step losses here")
+    p.add_argument("--node", default="", help="run as this worker of the job")
+    p.add_argument("--single", action="store_true", help="train in this one process")
+    p.add_argument("--exact", action="store_true",
+                   help="with --single: the servers' arithmetic, bit for bit")
+    p.add_argument("--build", default=str(ROOT / "build"), help="Mercury's build directory")
+    args = p.parse_args()
+    if args.epochs < 1 or args.batch < 1:
+        p.error("--epochs and --batch must be positive")
+    build = Path(args.build)
+    args.server = build / "apps" / "ps-server"
+    args.python_path = build / "lib" / "python"
+    if args.exact and not args.single:
+        p.error("--exact goes with --single")
+    if args.single:
+        return train(args)
+    if args.node:
+        return train(args, args.node)
+    if not args.server.exists():
+        p.error(f"no ps-server in {build}/apps: build first (make build) or pass --build")
+    return launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""Mercury's worker library for Python: push gradients to Mercury's parameter
+servers and pull the aggregated parameters back, over DPDK.
+
+The same worker as the C++ API (``mercury/worker.h``, docs/worker.md), with
+the same semantics, threads and errors::
+
+    import numpy as np
+    import mercury
+
+    params = np.zeros(1000, dtype=np.float32)
+    grad = np.ones(1000, dtype=np.float32)
+    with mercury.Worker("config/memif.yaml", "w0") as w:
+        key = w.declare("fc.weight", params, priority=0)
+        w.start()                        # every rank now holds rank 0's params
+        w.push_pull(key, grad).wait()    # params now hold version 1
+        w.barrier()
+
+Buffers are the caller's float32, C-contiguous numpy arrays or CPU torch
+tensors, used in place: a declared buffer receives every new version of its
+tensor, chunk by chunk, straight from the network; nothing is copied. The
+worker keeps a declared buffer alive; a transfer's Handle keeps its buffers
+alive, and a pushed gradient must not change until its handle completes.
+
+Every call that can block releases the GIL. Errors are exceptions carrying
+the library's text: :class:`UsageError` for misuse (a ``ValueError``),
+:class:`WorkerError` when the worker cannot run (a ``RuntimeError``), and
+:class:`TransferError` from :meth:`Handle.wait` when a transfer failed.
+
+``mercury.torch`` wraps a ``torch.nn.Module`` on top of this.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from . import _mercury
+
+__all__ = ["Worker", "Handle", "UsageError", "WorkerError", "TransferError"]
+
+UsageError = _mercury.UsageError
+WorkerError = _mercury.WorkerError
+
+
+class TransferError(WorkerError):
+    """A push, pull, push_pull or barrier failed; the text names the server
+    or says why (a server stopped answering, the worker was shut down)."""
+
+
+Key = Union[int, str]
+"""A declared tensor: the int declare() returned, or its name."""
+
+
+def _as_buffer(x: Any, what: str) -> Any:
+    """The object whose buffer the library reads or writes in place: a numpy
+    array as it is, a CPU torch tensor as its numpy view (same memory)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":
+            raise UsageError(
+                f"{what}: the tensor is on {x.device}; Mercury reads and writes host memory "
+                "(stage it through a pinned CPU tensor, docs/python.md)")
+        if x.dtype != torch.float32:
+            raise UsageError(f"{what}: the tensor is {x.dtype}, Mercury moves float32")
+        if not x.is_contiguous():
+            raise UsageError(f"{what}: the tensor is not contiguous (use .contiguous() and "
+                             "declare that one)")
+        return x.detach().numpy()
+    return x
+
+
+_dispatcher_lock = threading.Lock()
+_dispatcher: Optional[threading.Thread] = None
+
+
+def _run_dispatcher() -> None:
+    while True:
+        _mercury.run_callbacks()
+
+
+def _ensure_dispatcher() -> None:
+    global _dispatcher
+    with _dispatcher_lock:
+        if _dispatcher is None:
+            _dispatcher = threading.Thread(target=_run_dispatcher, name="mercury-callbacks",
+                                           daemon=True)
+            _dispatcher.start()
+
+
+class Handle:
+    """The result of a push, pull, push_pull or barrier_async: complete once
+    the transfer is. Any thread may wait on it."""
+
+    __slots__ = ("_handle", "__weakref__")
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def wait(self) -> None:
+        """Blocks (GIL released) until the transfer completes; raises
+        TransferError with the library's text if it failed. Once it returns,
+        the pulled bytes are in the output buffer."""
+        if not self._handle.wait():
+            raise TransferError(self._handle.error())
+
+    def ready(self) -> bool:
+        """True once complete, ok or failed; never blocks."""
+        return self._handle.ready()
+
+    @property
+    def ok(self) -> bool:
+        """True if complete and successful."""
+        return self._handle.ok()
+
+    @property
+    def error(self) -> str:
+        """Why it failed; empty unless it did."""
+        return self._handle.error()
+
+    def add_done_callback(self, fn: Callable[["Handle"], None]) -> None:
+        """Calls ``fn(handle)`` once the transfer completes (at once if it
+        has). Callbacks run on one dispatcher thread of the process, in
+        completion order, holding the GIL; an exception from one is reported
+        as unraisable and does not stop the others."""
+        _ensure_dispatcher()
+        self._handle.add_done_callback(lambda _: fn(self))
+
+
+class Worker:
+    """One worker node of a Mercury job: connects at construction (loads the
+    job file, starts DPDK's EAL on the worker's own net core thread, opens
+    the node's port). Usable as a context manager, which shuts it down.
+
+    Args:
+        job: the job's YAML file (docs/config.md), the same for every node.
+        node: this worker's node name in it; its rank is its place among the
+            job's workers.
+        eal_args: extra EAL arguments, appended to those the job generates.
+        start_timeout_ms: how long start() waits for every server and for
+            version 0 of every tensor.
+        idle_backoff: True (the default) waits as the job file's poll mode
+            says (``adaptive`` gives the CPU back to the trainer when idle);
+            False polls busily whatever the file says.
+
+    Raises:
+        WorkerError: the job file, EAL or the port failed (the text says which).
+        UsageError: an empty node name.
+    """
+
+    def __init__(self, job: Union[str, os.PathLike], node: str, *,
+                 eal_args: Sequence[str] = (), start_timeout_ms: int = 30_000,
+                 idle_backoff: bool = True) -> None:
+        self._w = _mercury.Worker(os.fspath(job), node, list(eal_args), int(start_timeout_ms),
+                                  bool(idle_backoff))
+        self._keys: Dict[str, int] = {}
+        self._buffers: List[Any] = []
+
+    # ---- declarations ----
+
+    def declare(self, name: str, params: Any, priority: int = -1) -> int:
+        """Declares a tensor whose parameters live in ``params`` (float32,
+        C-contiguous, kept alive by the worker). ``priority`` >= 0, 0 the most
+        urgent (the first layer of the forward pass), or -1 for the
+        declaration index. Returns its key. Raises UsageError: duplicate or
+        empty name, empty tensor, bad priority, after start."""
+        buf = _as_buffer(params, f"declare {name!r}")
+        key = self._w.declare(name, buf, int(priority))
+        self._keys[name] = key
+        self._buffers.append(buf)
+        return key
+
+    def start(self) -> None:
+        """Freezes the declarations and joins the job: every server agrees on
+        the tensors and version 0 (rank 0's buffers as they are now) is in
+        every declared buffer when it returns. Implicit in the first push,
+        pull, push_pull or barrier. Raises WorkerError naming the server that
+        refused or never answered."""
+        self._w.start()
+
+    # ---- transfers ----
+
+    def _key(self, key: Key) -> int:
+        if isinstance(key, str):
+            found = self._keys.get(key)
+            if found is None:
+                raise UsageError(f"no tensor is declared as {key!r}")
+            return found
+        return int(key)
+
+    def push(self, key: Key, grad: Any) -> Handle:
+        """Pushes the next iteration's gradient of ``key`` (the whole tensor).
+        Completes when the servers have acknowledged every byte; ``grad``
+        must not change until then."""
+        return Handle(self._w.push(self._key(key), _as_buffer(grad, "push")))
+
+    def pull(self, key: Key, out: Any = None) -> Handle:
+        """Pulls the newest version this worker's pushes of ``key`` lead to,
+        into ``out`` (default: the declared buffer, with no copy)."""
+        k = self._key(key)
+        target = self._buffers[k] if out is None else _as_buffer(out, "pull")
+        return Handle(self._w.pull(k, target))
+
+    def push_pull(self, key: Key, grad: Any, out: Any = None) -> Handle:
+        """push(key, grad), then pull of the version it leads to into ``out``
+        (default: the declared buffer); completes when both have."""
+        k = self._key(key)
+        target = self._buffers[k] if out is None else _as_buffer(out, "push_pull (out)")
+        return Handle(self._w.push_pull(k, _as_buffer(grad, "push_pull (grad)"), target))
+
+    def barrier(self) -> None:
+        """Blocks until every rank has called barrier() as often as this one.
+        Raises WorkerError if it cannot complete."""
+        self._w.barrier()
+
+    def barrier_async(self) -> Handle:
+        """barrier() without waiting."""
+        return Handle(self._w.barrier_async())
+
+    def shutdown(self) -> None:
+        """Stops the net core; pending handles fail. Idempotent."""
+        self._w.shutdown()
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    # ---- what the worker knows ----
+
+    def key(self, name: str) -> int:
+        """The key of the tensor declared as ``name``."""
+        return self._key(name)
+
+    @property
+    def rank(self) -> int:
+        """This worker's place among the job's workers (file order)."""
+        return self._w.rank()
+
+    @property
+    def workers(self) -> int:
+        """The number of workers in the job."""
+        return self._w.workers()
+
+    @property
+    def tensors(self) -> int:
+        """Tensors declared so far."""
+        return self._w.tensors()
+
+    @property
+    def started(self) -> bool:
+        """True once start() has succeeded."""
+        return self._w.started()
+
+    @property
+    def optimizer(self) -> str:
+        """The job's ``training.optimizer``: with ``sum`` each version is the
+        workers' averaged gradient (for the trainer's own optimizer),
+        otherwise the parameters, updated by the servers."""
+        return self._w.optimizer()
+
+    def stats(self) -> Dict[str, int]:
+        """The worker's counters (pushes, pulls, bytes, retransmits, drops),
+        published by the net core every few milliseconds."""
+        return dict(self._w.stats())

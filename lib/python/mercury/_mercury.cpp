@@ -1,0 +1,368 @@
+// mercury._mercury: the worker library (mercury/worker.h) for Python, as a
+// pybind11 extension. The public, typed Python API is mercury/__init__.py,
+// which wraps these classes; nothing else should import this module.
+//
+// Buffers. declare(), push(), pull() and push_pull() take any object with
+// the buffer protocol (numpy arrays; torch tensors go through
+// tensor.numpy() in __init__.py) holding C-contiguous float32, and use its
+// memory in place: nothing is copied. The objects are kept alive as long as
+// the library may touch them: declared buffers by the Worker, a transfer's
+// buffers by its Handle (a push reads its gradient until the handle
+// completes).
+//
+// The GIL. Every call that can block (connect, start, barrier, shutdown,
+// Handle.wait, and push/pull when the request queue is full) releases it,
+// so trainer threads, the autograd engine and completion callbacks keep
+// running meanwhile.
+//
+// Completion callbacks. A Handle completes on the worker's net core, which
+// must never block, so it cannot take the GIL to call Python. Instead
+// add_done_callback() allocates a node (on the caller's thread, GIL held)
+// holding the Python callable and the handle; the net core's completion
+// links the node onto a lock-free stack and wakes the dispatcher, a daemon
+// Python thread (started by __init__.py) that waits in
+// wait_for_callbacks() with the GIL released and calls the callables in
+// completion order, holding the GIL.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mercury/worker.h"
+
+namespace py = pybind11;
+namespace mw = mercury::worker;
+
+namespace {
+
+// Python's exceptions for the library's two C++ ones and a failed transfer
+// (created at import; __init__.py re-exports them).
+PyObject* usage_error = nullptr;
+PyObject* worker_error = nullptr;
+
+// A float32, C-contiguous view of a Python buffer, and the object that owns
+// it. Refuses anything else with a TypeError/ValueError naming `what`.
+struct FloatBuffer {
+  py::object owner;
+  float* data = nullptr;
+  size_t elements = 0;
+};
+
+FloatBuffer float_buffer(const py::object& obj, bool writable, const char* what) {
+  if (!PyObject_CheckBuffer(obj.ptr())) {
+    throw py::type_error(std::string(what) + ": expected a float32 array (numpy or torch), got " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  py::buffer buffer = py::reinterpret_borrow<py::buffer>(obj);
+  py::buffer_info info = buffer.request(writable);
+  if (info.itemsize != 4 || (info.format != "f" && info.format != "<f" && info.format != "=f")) {
+    throw py::type_error(std::string(what) + ": expected float32 elements, got format '" +
+                         info.format + "' of " + std::to_string(info.itemsize) + " bytes");
+  }
+  // C-contiguous: strides are those of a dense row-major array.
+  py::ssize_t expected = info.itemsize;
+  for (py::ssize_t d = info.ndim; d-- > 0;) {
+    if (info.shape[d] != 1 && info.strides[d] != expected) {
+      throw py::value_error(std::string(what) +
+                            ": the array is not contiguous (use numpy.ascontiguousarray or "
+                            "tensor.contiguous(), and declare that copy)");
+    }
+    expected *= info.shape[d];
+  }
+  return FloatBuffer{obj, static_cast<float*>(info.ptr), static_cast<size_t>(info.size)};
+}
+
+// ---- completion callbacks (see the file comment) ----
+
+struct CallbackNode {
+  CallbackNode* next = nullptr;
+  py::object fn;      // the Python callable
+  py::object handle;  // the Python Handle passed to it
+};
+
+class CallbackQueue {
+ public:
+  // Net core: links a node allocated by the registering thread. Lock-free,
+  // no allocation; the futex wake happens only when the dispatcher waits.
+  void push(CallbackNode* node) noexcept {
+    CallbackNode* head = head_.load(std::memory_order_relaxed);
+    do {
+      node->next = head;
+      // Release: the dispatcher's acquire exchange in take() sees the node's
+      // fields as the registering thread wrote them.
+    } while (!head_.compare_exchange_weak(head, node, std::memory_order_release,
+                                          std::memory_order_relaxed));
+    sequence_.fetch_add(1, std::memory_order_release);
+    sequence_.notify_one();
+  }
+
+  // Dispatcher, GIL released: blocks until at least one node is queued,
+  // then returns them all, oldest first.
+  CallbackNode* take() noexcept {
+    for (;;) {
+      const uint32_t seen = sequence_.load(std::memory_order_acquire);
+      // Acquire pairs with push()'s release CAS.
+      CallbackNode* list = head_.exchange(nullptr, std::memory_order_acquire);
+      if (list != nullptr) {
+        CallbackNode* ordered = nullptr;  // the stack is newest first: reverse it
+        while (list != nullptr) {
+          CallbackNode* next = list->next;
+          list->next = ordered;
+          ordered = list;
+          list = next;
+        }
+        return ordered;
+      }
+      sequence_.wait(seen, std::memory_order_acquire);
+    }
+  }
+
+ private:
+  std::atomic<CallbackNode*> head_{nullptr};
+  std::atomic<uint32_t> sequence_{0};
+};
+
+CallbackQueue& callbacks() {
+  // Never destroyed: the net core of a worker the interpreter leaks at exit
+  // may still complete a handle after static destructors would have run.
+  static CallbackQueue* queue = new CallbackQueue;  // NOLINT: intentionally leaked
+  return *queue;
+}
+
+// Runs every queued callback; returns how many ran. Called in a loop by the
+// dispatcher thread of __init__.py. An exception from a callback is printed
+// (as Python does for a thread's) and does not stop the others.
+int run_callbacks() {
+  CallbackNode* list = nullptr;
+  {
+    py::gil_scoped_release release;
+    list = callbacks().take();
+  }
+  int ran = 0;
+  while (list != nullptr) {
+    std::unique_ptr<CallbackNode> node(list);
+    list = node->next;
+    try {
+      node->fn(node->handle);
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("mercury Handle callback");
+    }
+    ++ran;
+  }
+  return ran;
+}
+
+// ---- Handle ----
+
+struct PyHandle {
+  mw::Handle handle;
+  std::vector<py::object> keep;  // the buffers the transfer reads or writes
+
+  bool wait() {
+    bool ok = false;
+    {
+      py::gil_scoped_release release;
+      ok = handle.wait();
+    }
+    return ok;
+  }
+};
+
+void add_done_callback(const std::shared_ptr<PyHandle>& self, py::object self_obj, py::object fn) {
+  if (!PyCallable_Check(fn.ptr())) throw py::type_error("add_done_callback: fn is not callable");
+  auto node = std::make_unique<CallbackNode>();
+  node->fn = std::move(fn);
+  node->handle = std::move(self_obj);
+  CallbackNode* raw = node.release();
+  // The C++ callback runs once, on the net core or here; either way it only
+  // links the node (the dispatcher calls Python).
+  self->handle.on_complete([raw](const mw::Handle&) { callbacks().push(raw); });
+}
+
+// ---- Worker ----
+
+class PyWorker {
+ public:
+  PyWorker(const std::string& job_file, const std::string& node, std::vector<std::string> eal_args,
+           uint32_t start_timeout_ms, bool idle_backoff) {
+    mw::WorkerOptions o;
+    o.job_file = job_file;
+    o.node = node;
+    o.eal_args = std::move(eal_args);
+    o.start_timeout_ms = start_timeout_ms;
+    o.idle_backoff = idle_backoff;
+    py::gil_scoped_release release;
+    worker_ = std::make_unique<mw::Worker>(o);
+  }
+  PyWorker(const PyWorker&) = delete;
+  PyWorker& operator=(const PyWorker&) = delete;
+  // Shutting down waits for the net core: not with the GIL held. The
+  // declared buffers are released after (members go after the body).
+  ~PyWorker() {
+    py::gil_scoped_release release;
+    worker_.reset();
+  }
+
+  uint32_t declare(const std::string& name, const py::object& params, int priority) {
+    FloatBuffer b = float_buffer(params, true, "declare");
+    const mw::Key key = live().declare(name, std::span<float>(b.data, b.elements), priority);
+    declared_.push_back(std::move(b.owner));
+    return key;
+  }
+
+  void start() {
+    mw::Worker& w = live();
+    py::gil_scoped_release release;
+    w.start();
+  }
+
+  std::shared_ptr<PyHandle> push(mw::Key key, const py::object& grad) {
+    FloatBuffer g = float_buffer(grad, false, "push");
+    mw::Worker& w = live();
+    auto h = std::make_shared<PyHandle>();
+    {
+      py::gil_scoped_release release;
+      h->handle = w.push(key, std::span<const float>(g.data, g.elements));
+    }
+    h->keep.push_back(std::move(g.owner));
+    return h;
+  }
+
+  std::shared_ptr<PyHandle> pull(mw::Key key, const py::object& out) {
+    FloatBuffer o = float_buffer(out, true, "pull");
+    mw::Worker& w = live();
+    auto h = std::make_shared<PyHandle>();
+    {
+      py::gil_scoped_release release;
+      h->handle = w.pull(key, std::span<float>(o.data, o.elements));
+    }
+    h->keep.push_back(std::move(o.owner));
+    return h;
+  }
+
+  std::shared_ptr<PyHandle> push_pull(mw::Key key, const py::object& grad, const py::object& out) {
+    FloatBuffer g = float_buffer(grad, false, "push_pull (grad)");
+    FloatBuffer o = float_buffer(out, true, "push_pull (out)");
+    mw::Worker& w = live();
+    auto h = std::make_shared<PyHandle>();
+    {
+      py::gil_scoped_release release;
+      h->handle = w.push_pull(key, std::span<const float>(g.data, g.elements),
+                              std::span<float>(o.data, o.elements));
+    }
+    h->keep.push_back(std::move(g.owner));
+    h->keep.push_back(std::move(o.owner));
+    return h;
+  }
+
+  void barrier() {
+    mw::Worker& w = live();
+    py::gil_scoped_release release;
+    w.barrier();
+  }
+
+  std::shared_ptr<PyHandle> barrier_async() {
+    auto h = std::make_shared<PyHandle>();
+    h->handle = live().barrier_async();
+    return h;
+  }
+
+  void shutdown() {
+    if (!worker_) return;
+    {
+      py::gil_scoped_release release;
+      worker_->shutdown();
+    }
+  }
+
+  mw::Key key(const std::string& name) const { return live().key(name); }
+  uint32_t rank() const { return live().rank(); }
+  uint32_t workers() const { return live().workers(); }
+  uint32_t tensors() const { return live().tensors(); }
+  bool started() const { return live().started(); }
+  std::string optimizer() const { return std::string(live().optimizer()); }
+
+  py::dict stats() const {
+    const mw::WorkerStats s = live().stats();
+    py::dict d;
+    d["pushes"] = s.pushes;
+    d["pulls"] = s.pulls;
+    d["bytes_pushed"] = s.bytes_pushed;
+    d["chunks_received"] = s.chunks_received;
+    d["bytes_placed"] = s.bytes_placed;
+    d["versions_completed"] = s.versions_completed;
+    d["retransmits"] = s.retransmits;
+    d["chunks_dropped"] = s.chunks_dropped;
+    d["control_dropped"] = s.control_dropped;
+    return d;
+  }
+
+ private:
+  mw::Worker& live() const {
+    if (!worker_) throw mw::UsageError("the worker is not connected");
+    return *worker_;
+  }
+
+  std::unique_ptr<mw::Worker> worker_;
+  // Declared buffers: the net core writes into them until the worker is
+  // destroyed, which happens before this vector is (member order).
+  std::vector<py::object> declared_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_mercury, m) {
+  m.doc() = "Mercury's worker library (internal: use the mercury package)";
+
+  usage_error = PyErr_NewException("mercury.UsageError", PyExc_ValueError, nullptr);
+  worker_error = PyErr_NewException("mercury.WorkerError", PyExc_RuntimeError, nullptr);
+  m.attr("UsageError") = py::handle(usage_error);
+  m.attr("WorkerError") = py::handle(worker_error);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const mw::UsageError& e) {
+      PyErr_SetString(usage_error, e.what());
+    } catch (const mw::WorkerError& e) {
+      PyErr_SetString(worker_error, e.what());
+    }
+  });
+
+  py::class_<PyHandle, std::shared_ptr<PyHandle>>(m, "Handle")
+      .def("wait", &PyHandle::wait)
+      .def("ready", [](const PyHandle& h) { return h.handle.ready(); })
+      .def("ok", [](const PyHandle& h) { return h.handle.ok(); })
+      .def("error", [](const PyHandle& h) { return std::string(h.handle.error()); })
+      .def("add_done_callback", [](py::object self, py::object fn) {
+        add_done_callback(self.cast<std::shared_ptr<PyHandle>>(), self, std::move(fn));
+      });
+
+  py::class_<PyWorker>(m, "Worker")
+      .def(py::init<const std::string&, const std::string&, std::vector<std::string>, uint32_t,
+                    bool>(),
+           py::arg("job_file"), py::arg("node"), py::arg("eal_args"), py::arg("start_timeout_ms"),
+           py::arg("idle_backoff"))
+      .def("declare", &PyWorker::declare)
+      .def("start", &PyWorker::start)
+      .def("push", &PyWorker::push)
+      .def("pull", &PyWorker::pull)
+      .def("push_pull", &PyWorker::push_pull)
+      .def("barrier", &PyWorker::barrier)
+      .def("barrier_async", &PyWorker::barrier_async)
+      .def("shutdown", &PyWorker::shutdown)
+      .def("key", &PyWorker::key)
+      .def("rank", &PyWorker::rank)
+      .def("workers", &PyWorker::workers)
+      .def("tensors", &PyWorker::tensors)
+      .def("started", &PyWorker::started)
+      .def("optimizer", &PyWorker::optimizer)
+      .def("stats", &PyWorker::stats);
+
+  m.def("run_callbacks", &run_callbacks);
+}

@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""The mercury Python package against a real job: ps-server and two Python
+worker processes over net_memif, optimizer sum.
+
+Each worker declares numpy arrays and torch tensors, checks that the package
+refuses what it must (wrong dtype, strided views, duplicates, unknown keys,
+wrong sizes, calls after shutdown), that version 0 is rank 0's buffers bit for
+bit, that every push_pull, push + pull and pull into another buffer delivers
+the rank-order average bit for bit, that completion callbacks run once each on
+the dispatcher thread even when one raises, and that a transfer failed by
+shutdown raises TransferError with the library's text.
+
+Usage: worker_api_test.py BUILD_DIR
+(in worker mode: worker_api_test.py BUILD_DIR --worker JOB NODE)
+"""
+import os
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+BUILD = None
+
+JOB = """
+job: {{id: 7, name: {name}}}
+network: {{mtu: 9000, peer_timeout_ms: 5000}}
+mempool: {{mbufs: 4095, cache: 128}}
+eal: {{memory_mb: 512, hugepages: "off"}}
+training: {{sync: bsp, optimizer: sum}}
+nodes:
+  - name: server0
+    role: server
+    ipv4: 10.0.0.1
+    mac: 02:00:00:00:00:01
+    ports:
+      - net_memif0,role=server,id=0,socket={tmp}/w0.sock,bsize=9216
+      - net_memif1,role=server,id=0,socket={tmp}/w1.sock,bsize=9216
+    lcores: [0, 1]
+    shards: 1
+  - name: w0
+    role: worker
+    ipv4: 10.0.0.11
+    mac: 02:00:00:00:00:11
+    ports: [ "net_memif10,role=client,id=0,socket={tmp}/w0.sock,bsize=9216" ]
+    lcores: [2]
+  - name: w1
+    role: worker
+    ipv4: 10.0.0.12
+    mac: 02:00:00:00:00:12
+    ports: [ "net_memif11,role=client,id=0,socket={tmp}/w1.sock,bsize=9216" ]
+    lcores: [3]
+"""
+
+ROUNDS = 3
+
+
+def gradient(np, rank, rnd, tensor, n):
+    rng = np.random.default_rng(1_000_003 * rnd + 1009 * tensor + rank)
+    return rng.standard_normal(n).astype(np.float32)
+
+
+def average(np, rnd, tensor, n):
+    """What the server returns with optimizer sum and 2 workers: (g0 + g1) * (1/2)."""
+    return (gradient(np, 0, rnd, tensor, n) + gradient(np, 1, rnd, tensor, n)) * np.float32(0.5)
+
+
+def worker_main(job, node):
+    """One worker: raises AssertionError on the first wrong thing."""
+    import numpy as np
+    import torch
+
+    import mercury
+
+    w = mercury.Worker(job, node)
+    rank = w.rank
+    assert w.workers == 2 and rank == int(node[1:]), (w.workers, rank)
+    assert w.optimizer == "sum", w.optimizer
+
+    a = np.arange(1000, dtype=np.float32) if rank == 0 else np.full(1000, -1, np.float32)
+    b = torch.arange(3 * 50 * 7, dtype=torch.float32).reshape(3, 50, 7) * 0.5
+    if rank != 0:
+        b.fill_(-1)
+    c = np.linspace(0, 1, 20_000, dtype=np.float32) if rank == 0 else np.zeros(20_000, np.float32)
+    expect0 = [np.arange(1000, dtype=np.float32),
+               (torch.arange(3 * 50 * 7, dtype=torch.float32) * 0.5).numpy(),
+               np.linspace(0, 1, 20_000, dtype=np.float32)]
+
+    def refused(exc, fn, text):
+        try:
+            fn()
+        except exc as e:
+            assert text in str(e), f"{exc.__name__} without {text!r}: {e}"
+            return
+        raise AssertionError(f"not refused ({exc.__name__}, {text!r})")
+
+    refused(TypeError, lambda: w.declare("f64", np.zeros(4)), "float32")
+    refused(ValueError, lambda: w.declare("strided", np.zeros(8, np.float32)[::2]), "contiguous")
+    refused(mercury.UsageError, lambda: w.declare("i32", torch.zeros(4, dtype=torch.int32)),
+            "float32")
+    refused(TypeError, lambda: w.declare("list", [1.0, 2.0]), "float32 array")
+
+    ka = w.declare("a", a, priority=0)
+    kb = w.declare("b", b, priority=1)
+    kc = w.declare("c", c)
+    assert (ka, kb, kc) == (0, 1, 2) and w.tensors == 3
+    refused(mercury.UsageError, lambda: w.declare("a", np.zeros(4, np.float32)), "a")
+    refused(mercury.UsageError, lambda: w.push("nope", a), "nope")
+
+    w.start()
+    assert w.started
+    refused(mercury.UsageError, lambda: w.declare("late", np.zeros(4, np.float32)), "start")
+    bufs = [a, b.numpy().reshape(-1), c]
+    for k, (got, want) in enumerate(zip(bufs, expect0)):
+        assert np.array_equal(got, want), f"version 0 of tensor {k} is not rank 0's buffer"
+
+    sizes = [1000, 1050, 20_000]
+    refused(mercury.UsageError, lambda: w.push_pull(ka, np.zeros(999, np.float32)), "")
+    other = np.zeros(20_000, np.float32)
+    for rnd in range(ROUNDS):
+        grads = [gradient(np, rank, rnd, k, n) for k, n in enumerate(sizes)]
+        if rnd == 0:    # push_pull into the declared buffers, by key and by name
+            hs = [w.push_pull(ka, grads[0]), w.push_pull("b", torch.from_numpy(grads[1])),
+                  w.push_pull(kc, grads[2])]
+        elif rnd == 1:  # push, then pull
+            pushes = [w.push(k, g) for k, g in enumerate(grads)]
+            hs = [w.pull(k) for k in range(3)] + pushes
+        else:           # c pulled into another buffer (a copy of the version)
+            hs = [w.push_pull(ka, grads[0]), w.push_pull(kb, grads[1]),
+                  w.push_pull(kc, grads[2], out=other)]
+        for h in hs:
+            h.wait()
+            assert h.ready() and h.ok and h.error == ""
+        for k, n in enumerate(sizes):
+            got = other if (rnd == 2 and k == 2) else bufs[k]
+            assert np.array_equal(got, average(np, rnd, k, n)), \
+                f"round {rnd}: tensor {k} is not the rank-order average"
+
+    # Callbacks: once each, on the dispatcher thread, in spite of one raising.
+    ran = []
+    done = threading.Event()
+
+    def record(tag):
+        def fn(h):
+            ran.append((tag, threading.current_thread().name, h.ok))
+            if tag == "raises":
+                raise RuntimeError("a callback that raises")
+            if len(ran) == 3:
+                done.set()
+        return fn
+
+    g = gradient(np, rank, ROUNDS, 0, 1000)
+    h = w.push_pull(ka, g)
+    h.add_done_callback(record("raises"))
+    h.add_done_callback(record("pending"))
+    h.wait()
+    h.add_done_callback(record("complete"))
+    assert done.wait(10), f"callbacks did not run: {ran}"
+    assert sorted(t for t, _, _ in ran) == ["complete", "pending", "raises"], ran
+    assert all(name == "mercury-callbacks" and ok for _, name, ok in ran), ran
+
+    # The counters are published every few milliseconds.
+    for _ in range(200):
+        s = w.stats()
+        if s["pushes"] == 3 * ROUNDS + 1:
+            break
+        time.sleep(0.01)
+    assert s["pushes"] == 3 * ROUNDS + 1 and s["pulls"] == 3 * ROUNDS + 1, s
+    assert s["versions_completed"] >= 3 * ROUNDS + 1, s
+    w.barrier()
+    if rank == 1:
+        # Rank 0 has left: this push_pull can never complete, and shutdown fails it.
+        h = w.push_pull(ka, g)
+        w.shutdown()
+        try:
+            h.wait()
+            raise AssertionError("a transfer failed by shutdown did not raise")
+        except mercury.TransferError as e:
+            assert "shut down" in str(e), str(e)
+    w.shutdown()
+    refused(mercury.UsageError, lambda: w.push(ka, g), "shut down")
+    print(f"{node}: every check passed", flush=True)
+
+
+class PythonWorker(unittest.TestCase):
+    def test_errors_before_eal(self):
+        import mercury
+
+        with self.assertRaises(mercury.WorkerError) as e:
+            mercury.Worker("/nonexistent/job.yaml", "w0")
+        self.assertIn("/nonexistent/job.yaml", str(e.exception))
+        with tempfile.TemporaryDirectory() as tmp:
+            job = os.path.join(tmp, "job.yaml")
+            with open(job, "w") as f:
+                f.write(JOB.format(name="pyapi-bad", tmp=tmp))
+            with self.assertRaises(mercury.WorkerError) as e:
+                mercury.Worker(job, "server0")
+            self.assertIn("server", str(e.exception))
+            with self.assertRaises(mercury.WorkerError) as e:
+                mercury.Worker(job, "w9")
+            self.assertIn("w9", str(e.exception))
+
+    def test_two_workers_over_memif(self):
+        from mercury.launch import run_job
+
+        with tempfile.TemporaryDirectory() as tmp:
+            job = os.path.join(tmp, "job.yaml")
+            with open(job, "w") as f:
+                f.write(JOB.format(name="pyapi", tmp=tmp))
+            lines = []
+            status = run_job(
+                job, lambda node, rank: [sys.executable, __file__, BUILD, "--worker", job, node],
+                server_bin=os.path.join(BUILD, "apps", "ps-server"),
+                echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120)
+            out = "\n".join(lines)
+            self.assertEqual(status, {"w0": 0, "w1": 0, "server0": 0}, out)
+            self.assertIn("w0: w0: every check passed", out)
+            self.assertIn("w1: w1: every check passed", out)
+
+
+if __name__ == "__main__":
+    BUILD = os.path.abspath(sys.argv[1])
+    sys.path.insert(0, os.path.join(BUILD, "lib", "python"))
+    if len(sys.argv) > 2 and sys.argv[2] == "--worker":
+        worker_main(sys.argv[3], sys.argv[4])
+        sys.exit(0)
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
