@@ -133,6 +133,8 @@ void NetCore::take_st(Request& r, transport::Tick now) {
   switch (r.kind) {
     case Kind::kPush:
       ++pushes_taken_;
+      if (config_.timeline)
+        config_.timeline->mark_st(r.tensor, r.iteration, Timeline::Mark::kRequested);
       push_st(r.tensor, r.iteration, r.grad, wire::PacketType::kData, r.handle);
       break;
     case Kind::kPull:
@@ -142,6 +144,8 @@ void NetCore::take_st(Request& r, transport::Tick now) {
     case Kind::kPushPull:
       ++pushes_taken_;
       ++pulls_taken_;
+      if (config_.timeline)
+        config_.timeline->mark_st(r.tensor, r.iteration, Timeline::Mark::kRequested);
       push_st(r.tensor, r.iteration, r.grad, wire::PacketType::kData, *r.push);
       pull_st(r.tensor, r.version, r.out, r.handle, r.push);
       break;
@@ -173,6 +177,10 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
                        " shards, the tensors were placed on " + std::to_string(table_.shards()));
     }
     pulls_ = std::make_unique<PullTracker>(table_, config_.pulls);
+    if (config_.timeline) {
+      timeline_push_.assign(table_.tensors(), 0);
+      timeline_first_.assign(table_.tensors(), 0);
+    }
     pushes_ = std::make_unique<PushTracker>(table_);
     endpoint_ = std::make_unique<transport::Endpoint>(iface_, config_.endpoint,
                                                       transport::Receivers{this, this}, now);

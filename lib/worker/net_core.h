@@ -54,6 +54,7 @@
 #include "worker/pull_tracker.h"
 #include "worker/request_queue.h"
 #include "worker/tensor_table.h"
+#include "worker/timeline.h"
 
 namespace mercury::worker {
 
@@ -77,6 +78,9 @@ struct NetCoreConfig {
   /// versions are parameters (sgd, momentum, adam) or the averaged gradient
   /// (sum). The net core does not use it; Worker::optimizer() reports it.
   std::string optimizer = "sgd";
+  /// Non-null: the net core marks every data push's and version's phases
+  /// there (timeline.h). Owned by the Worker, outlives the core.
+  Timeline* timeline = nullptr;
 
   [[nodiscard]] uint32_t total_shards() const {
     uint32_t n = 0;
@@ -204,6 +208,7 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   std::string server_name(uint16_t server) const;
 
   static void on_push_sent(void* self, const transport::SendResult& r);
+  void mark_chunk_st(uint32_t key, uint32_t version);
   static void on_control_sent(void* self, const transport::SendResult& r);
 
   const TensorTable& table_;
@@ -235,6 +240,10 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   uint64_t seen_settled_ = 0;        // pushes settled at the last pull scan
   bool pulls_dirty_ = false;
   size_t list_capacity_ = 0;
+  // With a timeline, per tensor: the data push in flight (iteration + 1, 0 =
+  // none) and the version whose first chunk was marked.
+  std::vector<uint32_t> timeline_push_;
+  std::vector<uint32_t> timeline_first_;
 
   uint64_t next_control_ = 0;
   std::unordered_map<uint64_t, std::vector<std::byte>> control_out_;  // by cookie

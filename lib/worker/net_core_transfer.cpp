@@ -37,6 +37,10 @@ uint32_t NetCore::send_pushes_st() {
       if (pushes_->start_st(p.tensor, p.handle) == StartResult::kBusy) continue;
       p.started = true;
       in_flight_[p.tensor] = p.handle;
+      if (config_.timeline && p.type == wire::PacketType::kData) {
+        config_.timeline->mark_st(p.tensor, p.iteration, Timeline::Mark::kSending);
+        timeline_push_[p.tensor] = p.iteration + 1;
+      }
     }
     const uint32_t blocks = table_.tensor(p.tensor).blocks;
     const uint32_t before = p.next;
@@ -78,7 +82,15 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
 void NetCore::on_push_sent(void* self, const transport::SendResult& r) {
   auto& core = *static_cast<NetCore*>(self);
   if (core.stopped_) return;
-  core.pushes_->settled_st(static_cast<uint32_t>(r.cookie), r.ok(), r.error);
+  const auto key = static_cast<uint32_t>(r.cookie);
+  core.pushes_->settled_st(key, r.ok(), r.error);
+  if (core.config_.timeline) {
+    const TensorId t = core.pushes_->tensor_of_st(key);
+    if (t != PushTracker::kNoTensor && core.timeline_push_[t] != 0 && !core.pushes_->busy_st(t)) {
+      core.config_.timeline->mark_st(t, core.timeline_push_[t] - 1, Timeline::Mark::kPushed);
+      core.timeline_push_[t] = 0;
+    }
+  }
   core.pulls_dirty_ = true;
   if (!r.ok()) core.break_st(std::string(r.error));
 }
@@ -90,8 +102,22 @@ bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const s
                         net::PacketBuf*) {
   // An aggregated chunk's `param_version` is the version its update made.
   ++chunks_received_;
-  pulls_->deliver_st(h.block_key, h.offset, h.param_version, payload);
+  const ChunkVerdict v = pulls_->deliver_st(h.block_key, h.offset, h.param_version, payload);
+  // Version 0 is rank 0's initial parameters: no iteration's result.
+  if (config_.timeline && v == ChunkVerdict::kPlaced && h.param_version != 0) {
+    mark_chunk_st(h.block_key, h.param_version);
+  }
   return false;  // copied into the trainer's buffer: the endpoint frees the mbuf
+}
+
+void NetCore::mark_chunk_st(uint32_t key, uint32_t version) {
+  const TensorId t = pulls_->tensor_of_st(key);
+  if (timeline_first_[t] != version) {
+    timeline_first_[t] = version;
+    config_.timeline->mark_st(t, version - 1, Timeline::Mark::kFirstChunk);
+  }
+  if (version_in_st(t, version))
+    config_.timeline->mark_st(t, version - 1, Timeline::Mark::kComplete);
 }
 
 void NetCore::pull_st(TensorId t, uint32_t version, float* out, const Handle& h,

@@ -116,6 +116,8 @@ class PullTracker {
   [[nodiscard]] uint32_t awaited_st(TensorId tensor) const { return tensors_[tensor].awaited; }
   /// Chunks of `version` of `tensor` recorded so far (0 outside the window).
   [[nodiscard]] uint32_t arrived_st(TensorId tensor, uint32_t version) const;
+  /// The tensor of block `key`, which deliver_st() has just placed (so valid).
+  [[nodiscard]] TensorId tensor_of_st(uint32_t key) const { return keys_[key].tensor; }
   [[nodiscard]] const PullCounters& counters_st() const { return counters_; }
   /// Bytes of bitmaps, counts and geometry allocated at construction.
   [[nodiscard]] uint64_t memory_bytes() const;
@@ -181,6 +183,13 @@ class PushTracker {
   void settled_st(uint32_t key, bool delivered, std::string_view error = {});
   /// Pushes in flight.
   [[nodiscard]] uint32_t in_flight_st() const { return in_flight_; }
+  /// The tensor of block `key`, or kNoTensor for a key no tensor has.
+  static constexpr TensorId kNoTensor = UINT32_MAX;
+  [[nodiscard]] TensorId tensor_of_st(uint32_t key) const {
+    return key < key_tensor_.size() ? key_tensor_[key] : kNoTensor;
+  }
+  /// Whether a push of `tensor` is in flight (started, not every block settled).
+  [[nodiscard]] bool busy_st(TensorId tensor) const { return flights_[tensor].handle.has_value(); }
   [[nodiscard]] const PushCounters& counters_st() const { return counters_; }
 
  private:

@@ -7,6 +7,9 @@
 #include <rte_cycles.h>
 #include <rte_lcore.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -18,6 +21,7 @@
 #include "worker/net_core.h"
 #include "worker/request_queue.h"
 #include "worker/tensor_table.h"
+#include "worker/timeline.h"
 
 namespace mercury::worker {
 
@@ -33,6 +37,7 @@ struct Worker::Impl {
   net::Interface* iface = nullptr;  // attach_worker(), PolledWorker: the caller's port
 
   TensorTable table;
+  std::unique_ptr<Timeline> timeline;  // core.timeline points here
   RequestQueue<Request> queue;
   Doorbell doorbell;
   PublishedStats stats;
@@ -209,6 +214,16 @@ Worker::Worker(const WorkerOptions& options) {
     } catch (const std::exception& e) {
       throw WorkerError(e.what());
     }
+  }
+  std::string dir = options.timeline;
+  if (const char* env = std::getenv("MERCURY_TIMELINE"); dir.empty() && env != nullptr) dir = env;
+  if (!dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw WorkerError("timeline: cannot create " + dir + ": " + ec.message());
+    impl_->timeline =
+        std::make_unique<Timeline>(dir + "/" + options.node + ".json", options.node, c.rank);
+    impl_->core.timeline = impl_->timeline.get();
   }
   impl_->job = std::move(job);
   start_thread(*impl_);
@@ -387,6 +402,22 @@ void Worker::shutdown() {
     stopped.wait();
     i.thread.join();
   }
+  if (i.timeline) {
+    // The net core has stopped: its events are complete and this thread's.
+    std::string failed;
+    try {
+      failed = i.timeline->write(i.table);
+    } catch (const std::exception& e) {
+      failed = i.timeline->path() + ": " + e.what();
+    }
+    if (!failed.empty())
+      std::fprintf(stderr, "mercury: timeline not written: %s\n", failed.c_str());
+    if (i.timeline->dropped() != 0) {
+      std::fprintf(stderr, "mercury: timeline %s: %llu events did not fit and are missing\n",
+                   i.timeline->path().c_str(),
+                   static_cast<unsigned long long>(i.timeline->dropped()));
+    }
+  }
   i.table.shutdown();
   i.down.store(true, std::memory_order_release);
   i.down.notify_all();
@@ -406,6 +437,11 @@ uint32_t Worker::rank() const { return impl_->core.rank; }
 uint32_t Worker::workers() const { return impl_->core.workers; }
 uint32_t Worker::tensors() const { return impl_->table.size(); }
 std::string_view Worker::optimizer() const { return impl_->core.optimizer; }
+bool Worker::timeline_enabled() const { return impl_->timeline != nullptr; }
+void Worker::timeline_span(std::string_view name, std::string_view track, uint64_t begin_ns,
+                           uint64_t end_ns) {
+  if (impl_->timeline) impl_->timeline->span(name, track, begin_ns, end_ns);
+}
 bool Worker::started() const {
   const Impl& i = *impl_;
   if (i.started.load(std::memory_order_acquire)) return true;

@@ -131,6 +131,7 @@ int mercury_worker_connect(const mercury_worker_options* o, mercury_worker** out
     }
     wo.start_timeout_ms = o->start_timeout_ms;
     wo.idle_backoff = o->idle_backoff != 0;
+    if (o->timeline != nullptr) wo.timeline = o->timeline;
     *out = std::make_unique<mercury_worker>(mercury::worker::Worker(wo)).release();
   });
 }
@@ -213,6 +214,15 @@ int mercury_worker_key(mercury_worker* w, const char* name, uint32_t* key_out) {
 
 uint32_t mercury_worker_rank(const mercury_worker* w) { return w ? w->worker.rank() : 0; }
 uint32_t mercury_worker_workers(const mercury_worker* w) { return w ? w->worker.workers() : 0; }
+
+int mercury_worker_timeline_span(mercury_worker* w, const char* name, const char* track,
+                                 uint64_t begin_ns, uint64_t end_ns) {
+  if (w == nullptr) return null_argument("mercury_worker_timeline_span", "worker");
+  if (name == nullptr || track == nullptr) {
+    return null_argument("mercury_worker_timeline_span", name == nullptr ? "name" : "track");
+  }
+  return guarded([&] { w->worker.timeline_span(name, track, begin_ns, end_ns); });
+}
 
 int mercury_handle_wait(mercury_handle* h) {
   if (h == nullptr) return null_argument("mercury_handle_wait", "handle");

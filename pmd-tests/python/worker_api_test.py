@@ -7,8 +7,10 @@ refuses what it must (wrong dtype, strided views, duplicates, unknown keys,
 wrong sizes, calls after shutdown), that version 0 is rank 0's buffers bit for
 bit, that every push_pull, push + pull and pull into another buffer delivers
 the rank-order average bit for bit, that completion callbacks run once each on
-the dispatcher thread even when one raises, and that a transfer failed by
-shutdown raises TransferError with the library's text.
+the dispatcher thread even when one raises, that a transfer failed by
+shutdown raises TransferError with the library's text, and that each worker's
+timeline holds every iteration's phases of every tensor, in order, with the
+trainer's spans.
 
 Usage: worker_api_test.py BUILD_DIR
 (in worker mode: worker_api_test.py BUILD_DIR --worker JOB NODE)
@@ -72,7 +74,8 @@ def worker_main(job, node):
 
     import mercury
 
-    w = mercury.Worker(job, node)
+    w = mercury.Worker(job, node, timeline=os.path.join(os.path.dirname(job), "timeline"))
+    assert w.timeline_enabled
     rank = w.rank
     assert w.workers == 2 and rank == int(node[1:]), (w.workers, rank)
     assert w.optimizer == "sum", w.optimizer
@@ -114,6 +117,8 @@ def worker_main(job, node):
     for k, (got, want) in enumerate(zip(bufs, expect0)):
         assert np.array_equal(got, want), f"version 0 of tensor {k} is not rank 0's buffer"
 
+    t0 = time.monotonic_ns()
+    w.timeline_span("setup", "trainer", t0 - 1000, t0)
     sizes = [1000, 1050, 20_000]
     refused(mercury.UsageError, lambda: w.push_pull(ka, np.zeros(999, np.float32)), "")
     other = np.zeros(20_000, np.float32)
@@ -216,6 +221,48 @@ class PythonWorker(unittest.TestCase):
             self.assertEqual(status, {"w0": 0, "w1": 0, "server0": 0}, out)
             self.assertIn("w0: w0: every check passed", out)
             self.assertIn("w1: w1: every check passed", out)
+            self.check_timelines(os.path.join(tmp, "timeline"))
+
+    def check_timelines(self, directory):
+        import json
+
+        from mercury.timeline import merge
+
+        files = [os.path.join(directory, f"w{r}.json") for r in range(2)]
+        merged = merge(files, os.path.join(directory, "timeline.json"))
+        names = {(e["pid"], e["args"]["name"]) for e in merged["traceEvents"]
+                 if e["name"] == "process_name"}
+        self.assertEqual(names, {(0, "w0"), (1, "w1")})
+        for rank, f in enumerate(files):
+            with open(f) as fh:
+                events = json.load(fh)["traceEvents"]
+            rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+            self.assertEqual(sorted(rows.values()), ["a", "b", "c", "trainer"])
+            self.assertIn("setup", [e["name"] for e in events
+                                    if e["ph"] == "X" and rows[e["tid"]] == "trainer"])
+            phases = {}
+            for e in events:
+                if e["ph"] == "X" and rows[e["tid"]] != "trainer":
+                    self.assertGreaterEqual(e["dur"], 0)
+                    key = (rows[e["tid"]], e["args"]["iteration"])
+                    phases.setdefault(key, {})[e["name"]] = (e["ts"], e["ts"] + e["dur"])
+            # a: ROUNDS + 1 iterations (the callbacks' push_pull), b and c: ROUNDS; each
+            # complete one has its push and pull, queued -> push -> ... in time order.
+            self.assertEqual(sorted(i for t, i in phases if t == "a")[:ROUNDS + 1],
+                             list(range(ROUNDS + 1)))
+            self.assertEqual(sorted(i for t, i in phases if t == "c"), list(range(ROUNDS)))
+            for (tensor, it), p in phases.items():
+                if rank == 1 and tensor == "a" and it == ROUNDS + 1:
+                    continue  # the push_pull that shutdown failed
+                self.assertIn("push", p, (tensor, it, p))
+                self.assertIn("pull", p, (tensor, it, p))
+                # The version needs this worker's gradient: sending began before it arrived.
+                self.assertLessEqual(p["push"][0], p["pull"][0], (tensor, it, p))
+                if "queued" in p:
+                    self.assertAlmostEqual(p["queued"][1], p["push"][0], places=3)
+                if "aggregate" in p:
+                    self.assertAlmostEqual(p["aggregate"][0], p["push"][1], places=3)
+                    self.assertAlmostEqual(p["aggregate"][1], p["pull"][0], places=3)
 
 
 if __name__ == "__main__":

@@ -143,6 +143,9 @@ class Worker:
         idle_backoff: True (the default) waits as the job file's poll mode
             says (``adaptive`` gives the CPU back to the trainer when idle);
             False polls busily whatever the file says.
+        timeline: a directory: at shutdown the worker writes a Chrome trace
+            of every tensor's push, aggregation and pull and of the trainer's
+            spans to ``DIR/<node>.json``. None: ``$MERCURY_TIMELINE`` if set.
 
     Raises:
         WorkerError: the job file, EAL or the port failed (the text says which).
@@ -151,9 +154,11 @@ class Worker:
 
     def __init__(self, job: Union[str, os.PathLike], node: str, *,
                  eal_args: Sequence[str] = (), start_timeout_ms: int = 30_000,
-                 idle_backoff: bool = True) -> None:
+                 idle_backoff: bool = True,
+                 timeline: Optional[Union[str, os.PathLike]] = None) -> None:
         self._w = _mercury.Worker(os.fspath(job), node, list(eal_args), int(start_timeout_ms),
-                                  bool(idle_backoff))
+                                  bool(idle_backoff),
+                                  "" if timeline is None else os.fspath(timeline))
         self._keys: Dict[str, int] = {}
         self._buffers: List[Any] = []
 
@@ -260,6 +265,17 @@ class Worker:
         workers' averaged gradient (for the trainer's own optimizer),
         otherwise the parameters, updated by the servers."""
         return self._w.optimizer()
+
+    @property
+    def timeline_enabled(self) -> bool:
+        """Whether this worker records a timeline."""
+        return self._w.timeline_enabled()
+
+    def timeline_span(self, name: str, track: str, begin_ns: int, end_ns: int) -> None:
+        """Records a span of the trainer's own work (e.g. a layer's forward
+        pass) on row ``track`` of the timeline, in ``time.monotonic_ns()``
+        nanoseconds. Does nothing when the timeline is off."""
+        self._w.timeline_span(name, track, int(begin_ns), int(end_ns))
 
     def stats(self) -> Dict[str, int]:
         """The worker's counters (pushes, pulls, bytes, retransmits, drops),

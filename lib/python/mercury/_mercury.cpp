@@ -190,13 +190,14 @@ void add_done_callback(const std::shared_ptr<PyHandle>& self, py::object self_ob
 class PyWorker {
  public:
   PyWorker(const std::string& job_file, const std::string& node, std::vector<std::string> eal_args,
-           uint32_t start_timeout_ms, bool idle_backoff) {
+           uint32_t start_timeout_ms, bool idle_backoff, const std::string& timeline) {
     mw::WorkerOptions o;
     o.job_file = job_file;
     o.node = node;
     o.eal_args = std::move(eal_args);
     o.start_timeout_ms = start_timeout_ms;
     o.idle_backoff = idle_backoff;
+    o.timeline = timeline;
     py::gil_scoped_release release;
     worker_ = std::make_unique<mw::Worker>(o);
   }
@@ -287,6 +288,11 @@ class PyWorker {
   uint32_t tensors() const { return live().tensors(); }
   bool started() const { return live().started(); }
   std::string optimizer() const { return std::string(live().optimizer()); }
+  bool timeline_enabled() const { return live().timeline_enabled(); }
+  void timeline_span(const std::string& name, const std::string& track, uint64_t begin_ns,
+                     uint64_t end_ns) {
+    live().timeline_span(name, track, begin_ns, end_ns);
+  }
 
   py::dict stats() const {
     const mw::WorkerStats s = live().stats();
@@ -345,9 +351,9 @@ PYBIND11_MODULE(_mercury, m) {
 
   py::class_<PyWorker>(m, "Worker")
       .def(py::init<const std::string&, const std::string&, std::vector<std::string>, uint32_t,
-                    bool>(),
+                    bool, const std::string&>(),
            py::arg("job_file"), py::arg("node"), py::arg("eal_args"), py::arg("start_timeout_ms"),
-           py::arg("idle_backoff"))
+           py::arg("idle_backoff"), py::arg("timeline"))
       .def("declare", &PyWorker::declare)
       .def("start", &PyWorker::start)
       .def("push", &PyWorker::push)
@@ -362,6 +368,8 @@ PYBIND11_MODULE(_mercury, m) {
       .def("tensors", &PyWorker::tensors)
       .def("started", &PyWorker::started)
       .def("optimizer", &PyWorker::optimizer)
+      .def("timeline_enabled", &PyWorker::timeline_enabled)
+      .def("timeline_span", &PyWorker::timeline_span)
       .def("stats", &PyWorker::stats);
 
   m.def("run_callbacks", &run_callbacks);

@@ -32,6 +32,9 @@ What happens:
 * With ``training.optimizer: sum``, the servers send back the averaged
   gradient; ``step()`` waits for it, writes it into each ``.grad`` and runs
   the local optimizer given to the constructor.
+* With a timeline (``MERCURY_TIMELINE=DIR`` or ``Worker(timeline=DIR)``), each
+  module's forward pass, each wait for parameters and the backward pass
+  between gradients are recorded beside the tensors' transfers.
 
 Limits (refused with an error where they can be detected): CPU float32
 parameters only (a CUDA tensor would be staged through pinned host memory:
@@ -44,6 +47,7 @@ servers run today.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -115,6 +119,11 @@ class DistributedModel(torch.nn.Module):
         self._pass_open = False
         self._hooks: List[Any] = []
         self._grad_accumulators: List[Any] = []     # kept alive: hooks live on them
+        self._timeline = False
+        self._module_names = {id(m): (n or type(m).__name__) for n, m in module.named_modules()}
+        self._forward_begin: Dict[int, int] = {}    # id(module) -> ns, with a timeline
+        self._last_gradient_ns = 0
+        self._forward_done_ns = 0
 
     # ---- the forward pass ----
 
@@ -182,21 +191,43 @@ class DistributedModel(torch.nn.Module):
             acc.register_hook(self._gradient_hook(p))
             self._grad_accumulators.append(acc)
         # Parameters: each module waits for its own before it runs.
-        if not self._sum:
-            for m in self.module.modules():
-                keys = [self._keys[id(p)] for p in m.parameters(recurse=False)
-                        if id(p) in self._keys]
-                if keys:
-                    self._hooks.append(m.register_forward_pre_hook(self._waiter(keys)))
+        self._timeline = w.timeline_enabled
+        for m in self.module.modules():
+            keys = [self._keys[id(p)] for p in m.parameters(recurse=False) if id(p) in self._keys]
+            if keys and not self._sum:
+                self._hooks.append(m.register_forward_pre_hook(self._waiter(keys)))
+            if self._timeline and (keys or m is self.module):
+                if self._sum or not keys:
+                    self._hooks.append(m.register_forward_pre_hook(self._forward_began))
+                self._hooks.append(m.register_forward_hook(self._forward_ended))
         self._declared = True
 
     def _waiter(self, keys: List[int]) -> Any:
-        def wait(_mod: torch.nn.Module, _inputs: Any) -> None:
+        def wait(mod: torch.nn.Module, _inputs: Any) -> None:
+            begin = time.monotonic_ns() if self._timeline else 0
+            waited = False
             for k in keys:
                 h = self._pending.pop(k, None)
                 if h is not None:
                     h.wait()
+                    waited = True
+            if self._timeline:
+                now = time.monotonic_ns()
+                if waited:
+                    self._worker.timeline_span(self._module_names[id(mod)], "wait", begin, now)
+                self._forward_begin[id(mod)] = now
         return wait
+
+    def _forward_began(self, mod: torch.nn.Module, _inputs: Any) -> None:
+        self._forward_begin[id(mod)] = time.monotonic_ns()
+
+    def _forward_ended(self, mod: torch.nn.Module, _inputs: Any, _output: Any) -> None:
+        begin = self._forward_begin.pop(id(mod), None)
+        if begin is not None:
+            now = time.monotonic_ns()
+            self._worker.timeline_span(self._module_names[id(mod)], "forward", begin, now)
+            if mod is self.module:
+                self._forward_done_ns = now
 
     # ---- the backward pass ----
 
@@ -207,6 +238,9 @@ class DistributedModel(torch.nn.Module):
             if not self._pass_open:
                 self._pass_open = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_of_pass)
+                # The first gradient's span starts where the forward pass
+                # ended (it includes the loss).
+                self._last_gradient_ns = self._forward_done_ns or time.monotonic_ns()
             if key in self._pushed:
                 raise UsageError(
                     f"mercury.torch: {self._names[id(p)]} received a second gradient in one "
@@ -214,6 +248,12 @@ class DistributedModel(torch.nn.Module):
                     "call step() between backward passes)")
             self._grad[key].copy_(p.grad)
             self._push(key)
+            if self._timeline:
+                # The backward work since the previous gradient produced this one.
+                now = time.monotonic_ns()
+                self._worker.timeline_span(self._names[id(p)], "backward",
+                                           self._last_gradient_ns, now)
+                self._last_gradient_ns = now
         return on_gradient
 
     def _push(self, key: int) -> None:

@@ -100,6 +100,11 @@ struct WorkerOptions {
   /// and to other processes when it has nothing to do); false = busy polling
   /// whatever the job file says.
   bool idle_backoff = true;
+  /// A directory: at shutdown the worker writes a Chrome trace of every
+  /// tensor's push, aggregation and pull, and of the trainer's spans
+  /// (timeline_span), to DIR/<node>.json (docs/worker.md, "Timeline").
+  /// Empty: the environment variable MERCURY_TIMELINE, if set; else none.
+  std::string timeline;
 };
 
 /// A snapshot of the worker's counters (published by the net core every
@@ -187,6 +192,16 @@ class Worker {
   /// the workers' averaged gradient, for the trainer's own optimizer; with
   /// the others it is the parameters, updated by the servers.
   [[nodiscard]] std::string_view optimizer() const;
+
+  /// Whether this worker records a timeline (WorkerOptions::timeline).
+  [[nodiscard]] bool timeline_enabled() const;
+  /// Records a span of the trainer's own work (a layer's forward pass, a
+  /// backward pass, compute) on row `track` of the timeline, from `begin_ns`
+  /// to `end_ns` on CLOCK_MONOTONIC (std::chrono::steady_clock, Python's
+  /// time.monotonic_ns()). Any thread; a mutex and an allocation per call;
+  /// nothing when the timeline is off.
+  void timeline_span(std::string_view name, std::string_view track, uint64_t begin_ns,
+                     uint64_t end_ns);
   [[nodiscard]] bool started() const;
   [[nodiscard]] WorkerStats stats() const;
 

@@ -61,6 +61,7 @@ typedef struct mercury_worker_options {
   int eal_mode;                /* a mercury_eal_mode */
   uint32_t start_timeout_ms;   /* default 30000 */
   int idle_backoff;            /* default 1: the job file's poll mode; 0: busy polling */
+  const char* timeline;        /* NULL (default): $MERCURY_TIMELINE; else a directory */
 } mercury_worker_options;
 
 /* Runs on completion: `status` is MERCURY_OK or MERCURY_E_FAILED, `error`
@@ -98,6 +99,11 @@ int mercury_worker_shutdown(mercury_worker* worker);
 int mercury_worker_key(mercury_worker* worker, const char* name, uint32_t* key_out);
 uint32_t mercury_worker_rank(const mercury_worker* worker);
 uint32_t mercury_worker_workers(const mercury_worker* worker);
+/* A span of the trainer's work on row `track` of the timeline, in
+ * CLOCK_MONOTONIC nanoseconds (Worker::timeline_span); nothing when the
+ * worker records no timeline. */
+int mercury_worker_timeline_span(mercury_worker* worker, const char* name, const char* track,
+                                 uint64_t begin_ns, uint64_t end_ns);
 
 /* Blocks until complete: MERCURY_OK or MERCURY_E_FAILED. */
 int mercury_handle_wait(mercury_handle* handle);
