@@ -45,8 +45,8 @@ using Mark = Timeline::Mark;
 TEST_F(TimelineTest, EachIterationsMarksBecomeItsFourPhasesOnTheTensorsRow) {
   Timeline t(path, "w3", 3);
   for (uint32_t it = 0; it < 2; ++it) {
-    for (Mark m : {Mark::kRequested, Mark::kSending, Mark::kPushed, Mark::kFirstChunk,
-                   Mark::kComplete}) {
+    for (Mark m :
+         {Mark::kRequested, Mark::kSending, Mark::kPushed, Mark::kFirstChunk, Mark::kComplete}) {
       t.mark_st(1, it, m);
     }
   }

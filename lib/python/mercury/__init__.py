@@ -31,9 +31,11 @@ the library's text: :class:`UsageError` for misuse (a ``ValueError``),
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _mercury
@@ -71,22 +73,29 @@ def _as_buffer(x: Any, what: str) -> Any:
     return x
 
 
-_dispatcher_lock = threading.Lock()
-_dispatcher: Optional[threading.Thread] = None
-
-
 def _run_dispatcher() -> None:
     while True:
         _mercury.run_callbacks()
 
 
-def _ensure_dispatcher() -> None:
-    global _dispatcher
-    with _dispatcher_lock:
-        if _dispatcher is None:
-            _dispatcher = threading.Thread(target=_run_dispatcher, name="mercury-callbacks",
-                                           daemon=True)
-            _dispatcher.start()
+# One per process, from import on: it runs completion callbacks and releases
+# the buffers of handles dropped before their transfer completed.
+_dispatcher = threading.Thread(target=_run_dispatcher, name="mercury-callbacks", daemon=True)
+_dispatcher.start()
+
+# Workers still connected when the interpreter exits are shut down first, so
+# their net cores stop, their pending handles fail (and their callbacks
+# run) and their timelines are written while Python still runs.
+_live_workers: "weakref.WeakSet[Worker]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live_workers() -> None:
+    for w in list(_live_workers):
+        try:
+            w.shutdown()
+        except Exception:  # exiting anyway: a worker that cannot stop is not worth a traceback
+            pass
 
 
 class Handle:
@@ -124,7 +133,6 @@ class Handle:
         has). Callbacks run on one dispatcher thread of the process, in
         completion order, holding the GIL; an exception from one is reported
         as unraisable and does not stop the others."""
-        _ensure_dispatcher()
         self._handle.add_done_callback(lambda _: fn(self))
 
 
@@ -161,6 +169,7 @@ class Worker:
                                   "" if timeline is None else os.fspath(timeline))
         self._keys: Dict[str, int] = {}
         self._buffers: List[Any] = []
+        _live_workers.add(self)
 
     # ---- declarations ----
 

@@ -5,10 +5,12 @@
 // Buffers. declare(), push(), pull() and push_pull() take any object with
 // the buffer protocol (numpy arrays; torch tensors go through
 // tensor.numpy() in __init__.py) holding C-contiguous float32, and use its
-// memory in place: nothing is copied. The objects are kept alive as long as
-// the library may touch them: declared buffers by the Worker, a transfer's
-// buffers by its Handle (a push reads its gradient until the handle
-// completes).
+// memory in place: nothing is copied. A memoryview of each is held (so a
+// resizable exporter cannot move its memory) as long as the library may
+// touch it: declared buffers by the Worker; a transfer's buffers by its
+// Handle until the transfer completes, even when the Python Handle is
+// dropped before (its destructor hands them to the completion, and the
+// dispatcher thread releases them).
 //
 // The GIL. Every call that can block (connect, start, barrier, shutdown,
 // Handle.wait, and push/pull when the request queue is full) releases it,
@@ -20,11 +22,15 @@
 // add_done_callback() allocates a node (on the caller's thread, GIL held)
 // holding the Python callable and the handle; the net core's completion
 // links the node onto a lock-free stack and wakes the dispatcher, a daemon
-// Python thread (started by __init__.py) that waits in
-// wait_for_callbacks() with the GIL released and calls the callables in
-// completion order, holding the GIL.
+// Python thread (started by __init__.py at import) that waits in
+// run_callbacks() with the GIL released and calls the callables in
+// completion order, holding the GIL. Once the interpreter is finalizing,
+// the dispatcher never takes the GIL again (a daemon thread that does is
+// ended by Python, which would terminate the process): it blocks for good.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -59,8 +65,9 @@ FloatBuffer float_buffer(const py::object& obj, bool writable, const char* what)
     throw py::type_error(std::string(what) + ": expected a float32 array (numpy or torch), got " +
                          std::string(py::str(py::type::of(obj).attr("__name__"))));
   }
-  py::buffer buffer = py::reinterpret_borrow<py::buffer>(obj);
-  py::buffer_info info = buffer.request(writable);
+  // The memoryview holds the buffer export for as long as it lives.
+  py::memoryview view = py::memoryview(obj);
+  py::buffer_info info = py::reinterpret_borrow<py::buffer>(view).request(writable);
   if (info.itemsize != 4 || (info.format != "f" && info.format != "<f" && info.format != "=f")) {
     throw py::type_error(std::string(what) + ": expected float32 elements, got format '" +
                          info.format + "' of " + std::to_string(info.itemsize) + " bytes");
@@ -75,15 +82,17 @@ FloatBuffer float_buffer(const py::object& obj, bool writable, const char* what)
     }
     expected *= info.shape[d];
   }
-  return FloatBuffer{obj, static_cast<float*>(info.ptr), static_cast<size_t>(info.size)};
+  return FloatBuffer{std::move(view), static_cast<float*>(info.ptr),
+                     static_cast<size_t>(info.size)};
 }
 
 // ---- completion callbacks (see the file comment) ----
 
 struct CallbackNode {
   CallbackNode* next = nullptr;
-  py::object fn;      // the Python callable
-  py::object handle;  // the Python Handle passed to it
+  py::object fn;                 // the Python callable (none: only release `keep`)
+  py::object handle;             // the Python Handle passed to it
+  std::vector<py::object> keep;  // buffers of a dropped Handle, released here
 };
 
 class CallbackQueue {
@@ -143,11 +152,16 @@ int run_callbacks() {
   {
     py::gil_scoped_release release;
     list = callbacks().take();
+    if (_Py_IsFinalizing()) {
+      release.disarm();  // never take the GIL back (see the file comment)
+      for (;;) pause();
+    }
   }
   int ran = 0;
   while (list != nullptr) {
     std::unique_ptr<CallbackNode> node(list);
     list = node->next;
+    if (!node->fn) continue;
     try {
       node->fn(node->handle);
     } catch (py::error_already_set& e) {
@@ -163,6 +177,20 @@ int run_callbacks() {
 struct PyHandle {
   mw::Handle handle;
   std::vector<py::object> keep;  // the buffers the transfer reads or writes
+
+  PyHandle() = default;
+  PyHandle(const PyHandle&) = delete;
+  PyHandle& operator=(const PyHandle&) = delete;
+  // Runs with the GIL held (the Python object is being freed). A transfer
+  // still running keeps its buffers: they go to the dispatcher with the
+  // completion.
+  ~PyHandle() {
+    if (keep.empty() || handle.ready()) return;
+    auto node = std::make_unique<CallbackNode>();
+    node->keep = std::move(keep);
+    CallbackNode* raw = node.release();
+    handle.on_complete([raw](const mw::Handle&) { callbacks().push(raw); });
+  }
 
   bool wait() {
     bool ok = false;
@@ -269,8 +297,10 @@ class PyWorker {
   }
 
   std::shared_ptr<PyHandle> barrier_async() {
+    mw::Worker& w = live();
     auto h = std::make_shared<PyHandle>();
-    h->handle = live().barrier_async();
+    py::gil_scoped_release release;  // it may start the worker, or wait for queue room
+    h->handle = w.barrier_async();
     return h;
   }
 

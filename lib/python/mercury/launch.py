@@ -5,7 +5,7 @@ is listening, then starts one trainer process per worker node, streams every
 process's output, and stops the servers (SIGINT) once every worker has exited::
 
     /usr/bin/python3 -m mercury.launch --job config/digits.yaml \\
-        --server build/apps/ps-server/ps-server -- train.py --epochs 5
+        --server build/apps/ps-server -- train.py --epochs 5
 
 runs ``train.py --epochs 5 --job config/digits.yaml --node wN`` for each
 worker ``wN``. :func:`run_job` is the same from Python.
@@ -80,7 +80,9 @@ def run_job(job: str, worker_argv: Callable[[str, int], Sequence[str]], *,
     worker. Returns every process's exit status by node name (0 = clean).
     ``echo(node, line)`` receives each output line (default: printed as
     ``node: line``). A worker still running after ``timeout_s`` is killed
-    (status -9), as are servers that do not stop within 30 s of SIGINT."""
+    (status -9), as are servers that do not stop within 30 s of SIGINT. Once
+    a worker has failed, the others get 15 s to notice (the servers end the
+    job for every rank) before they are killed too."""
     if echo is None:
         lock = threading.Lock()
 
@@ -103,12 +105,17 @@ def run_job(job: str, worker_argv: Callable[[str, int], Sequence[str]], *,
         workers = [_Child(w, worker_argv(w, rank), echo, env)
                    for rank, w in enumerate(nodes["worker"])]
         deadline = time.monotonic() + timeout_s
-        for w in workers:
-            try:
-                status[w.name] = w.finish(max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
+        running = list(workers)
+        while running and time.monotonic() < deadline:
+            for w in list(running):
+                rc = w.proc.poll()
+                if rc is None:
+                    continue
                 status[w.name] = w.finish(None)
+                running.remove(w)
+                if rc != 0:
+                    deadline = min(deadline, time.monotonic() + 15.0)
+            time.sleep(0.05)
     finally:
         for w in workers:
             if w.proc.poll() is None:

@@ -40,14 +40,21 @@ Limits (refused with an error where they can be detected): CPU float32
 parameters only (a CUDA tensor would be staged through pinned host memory:
 docs/python.md); one ``backward()`` per step (no gradient accumulation over
 several passes, no gradient clipping: the gradient leaves when autograd
-produces it); buffers such as BatchNorm's running statistics are not
-synchronised (each rank keeps its own); BSP only, the one sync mode the
-servers run today.
+produces it; a second backward() in one step raises UsageError, and a pass
+that raised is completed with zeros at the next forward, with a warning);
+buffers such as BatchNorm's running statistics are not synchronised (each
+rank keeps its own); a parameter's arrival is waited for by the module that
+owns it, so one used elsewhere too (weights tied across modules,
+F.linear(x, other.weight)) needs synchronize() before that use; a parameter
+that got no gradient pushes zeros, which momentum and Adam on the server
+still apply (torch's optimizers skip a None gradient); BSP only, the one
+sync mode the servers run today.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -115,8 +122,8 @@ class DistributedModel(torch.nn.Module):
         self._pending: Dict[int, Handle] = {}       # key -> the step's push_pull
         self._grad: Dict[int, torch.Tensor] = {}    # key -> push buffer
         self._out: Dict[int, torch.Tensor] = {}     # key -> what the servers return
-        self._pushed: set = set()                   # keys pushed in this backward pass
-        self._pass_open = False
+        self._pushed: set = set()                   # keys pushed in this step
+        self._pass_open = False                     # a backward pass has pushed, not ended
         self._hooks: List[Any] = []
         self._grad_accumulators: List[Any] = []     # kept alive: hooks live on them
         self._timeline = False
@@ -130,6 +137,14 @@ class DistributedModel(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if not self._declared:
             self._declare(args, kwargs)
+        if self._pass_open:
+            # The last backward pass raised before it ended: what it did not
+            # push goes as zeros, or every rank's next step would wait for it.
+            warnings.warn("mercury.torch: the previous backward pass did not finish; its "
+                          "missing gradients were pushed as zeros", RuntimeWarning)
+            self._end_of_pass()
+        if not self._sum:
+            self._pushed.clear()  # a forward pass starts the next step
         return self.module(*args, **kwargs)
 
     def _declare(self, args: Any, kwargs: Any) -> None:
@@ -186,10 +201,11 @@ class DistributedModel(torch.nn.Module):
 
         # Gradients: a hook on each parameter's AccumulateGrad node runs once
         # its gradient is complete in .grad for this pass.
-        for p in self._params:
-            acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            acc.register_hook(self._gradient_hook(p))
-            self._grad_accumulators.append(acc)
+        with torch.enable_grad():  # the first call may come under no_grad
+            for p in self._params:
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(self._gradient_hook(p))
+                self._grad_accumulators.append(acc)
         # Parameters: each module waits for its own before it runs.
         self._timeline = w.timeline_enabled
         for m in self.module.modules():
@@ -235,17 +251,18 @@ class DistributedModel(torch.nn.Module):
         key = self._keys[id(p)]
 
         def on_gradient(*_unused: Any) -> None:
+            if key in self._pushed:
+                raise UsageError(
+                    f"mercury.torch: {self._names[id(p)]} received a second gradient in one "
+                    "step: one backward pass per step (a forward pass starts the next step; "
+                    "with optimizer sum, step() does)")
             if not self._pass_open:
                 self._pass_open = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_of_pass)
                 # The first gradient's span starts where the forward pass
                 # ended (it includes the loss).
                 self._last_gradient_ns = self._forward_done_ns or time.monotonic_ns()
-            if key in self._pushed:
-                raise UsageError(
-                    f"mercury.torch: {self._names[id(p)]} received a second gradient in one "
-                    "backward pass (a parameter used twice is pushed once, when complete; "
-                    "call step() between backward passes)")
+            self._settle(key)
             self._grad[key].copy_(p.grad)
             self._push(key)
             if self._timeline:
@@ -255,6 +272,13 @@ class DistributedModel(torch.nn.Module):
                                            self._last_gradient_ns, now)
                 self._last_gradient_ns = now
         return on_gradient
+
+    def _settle(self, key: int) -> None:
+        """Waits for the key's previous transfer, if still in flight (its
+        module did not run since), before its push buffer is overwritten."""
+        h = self._pending.pop(key, None)
+        if h is not None:
+            h.wait()
 
     def _push(self, key: int) -> None:
         self._pushed.add(key)
@@ -266,9 +290,9 @@ class DistributedModel(torch.nn.Module):
         for p in self._params:
             key = self._keys[id(p)]
             if key not in self._pushed:
+                self._settle(key)
                 self._grad[key].zero_()
                 self._push(key)
-        self._pushed.clear()
         self._pass_open = False
 
     # ---- the step ----
@@ -291,12 +315,12 @@ class DistributedModel(torch.nn.Module):
                     p.grad = self._out[key].clone()
                 else:
                     p.grad.copy_(self._out[key])
+        self._pushed.clear()
         self._optimizer.step()
 
     def synchronize(self) -> None:
         """Waits for every transfer in flight, so the parameters (with a
         server-side optimizer) are the newest version: before evaluating on
         another thread, saving a checkpoint, or leaving."""
-        for key in list(self._pending):
-            h = self._pending.pop(key)
-            h.wait()
+        for h in list(self._pending.values()):
+            h.wait()  # kept: a forward pre-hook or step() still takes it
