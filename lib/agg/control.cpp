@@ -101,6 +101,8 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
     case ControlKind::kBarrierDone:
       w.be(m.generation, 8);
       break;
+    case ControlKind::kHeartbeat:
+      break;
     default:
       throw std::invalid_argument("control message: unknown kind " +
                                   std::to_string(static_cast<int>(m.kind)));
@@ -163,6 +165,8 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
       break;
     case ControlKind::kBarrierDone:
       m.generation = r.be(8, "generation");
+      break;
+    case ControlKind::kHeartbeat:
       break;
     default:
       throw std::invalid_argument("control message: unknown kind " + std::to_string(kind));

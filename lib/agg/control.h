@@ -42,6 +42,11 @@ enum class ControlKind : uint8_t {
   kRefused = 3,      ///< server -> worker: the job cannot start; text says why
   kBarrier = 4,      ///< worker -> server 0: rank arrived at barrier `generation`
   kBarrierDone = 5,  ///< server 0 -> worker: every rank arrived at `generation`
+  /// Either way, every heartbeat interval while the job runs: nothing to
+  /// do on receipt. Its point is the sender's: a reliable message in flight
+  /// keeps the transport's liveness clock running, so a peer that died while
+  /// nothing else was outstanding is still named within the peer timeout.
+  kHeartbeat = 6,
 };
 
 struct ControlMessage {

@@ -48,6 +48,15 @@ TEST(Control, EveryKindRoundTrips) {
   bd.kind = ControlKind::kBarrierDone;
   bd.generation = 9;
   EXPECT_EQ(decode_control(encode_control(bd)).generation, 9u);
+
+  ControlMessage hb;
+  hb.kind = ControlKind::kHeartbeat;
+  const std::vector<std::byte> hb_bytes = encode_control(hb);
+  EXPECT_EQ(hb_bytes.size(), 6u);  // magic, version, kind: nothing else
+  EXPECT_EQ(decode_control(hb_bytes).kind, ControlKind::kHeartbeat);
+  std::vector<std::byte> hb_longer = hb_bytes;
+  hb_longer.push_back(std::byte{0});
+  EXPECT_THROW(decode_control(hb_longer), std::invalid_argument);
 }
 
 TEST(Control, EveryTruncationIsRefused) {

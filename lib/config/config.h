@@ -128,7 +128,7 @@ struct NetworkConfig {
   /// Every node's poll loops (a node's own `poll` overrides it).
   Poll poll = Poll::kAdaptive;
   uint32_t window = 0;  ///< packets in flight per peer; 0 = derive from rate x RTT
-  uint32_t peer_timeout_ms = 5000;
+  uint32_t peer_timeout_ms = 1500;
   Scheduler scheduler = Scheduler::kStrict;
   uint32_t partition_bytes = 4194304;  ///< meaningful for kPartition only
   uint32_t credit_bytes = 8388608;     ///< meaningful for kPartition only

@@ -24,7 +24,7 @@ TEST(ConfigLoad, MinimalJobGetsDocumentedDefaults) {
   EXPECT_EQ(job.network.udp_port, 47100u);
   EXPECT_EQ(job.network.udp_checksum, Checksum::kAuto);
   EXPECT_EQ(job.network.window, 0u);
-  EXPECT_EQ(job.network.peer_timeout_ms, 5000u);
+  EXPECT_EQ(job.network.peer_timeout_ms, 1500u);
   EXPECT_EQ(job.network.scheduler, Scheduler::kStrict);
   EXPECT_EQ(job.network.partition_bytes, 4194304u);
   EXPECT_EQ(job.network.credit_bytes, 8388608u);

@@ -42,6 +42,8 @@ ControlVerdict ControlPlane::on_message_st(uint16_t rank, agg::ControlMessage m,
       return ControlVerdict::kTaken;
     case agg::ControlKind::kBarrier:
       return on_barrier(rank, m);
+    case agg::ControlKind::kHeartbeat:
+      return ControlVerdict::kTaken;  // its acknowledgement was the point (agg/control.h)
     default:
       return ControlVerdict::kBadControl;  // kReady, kRefused, kBarrierDone go to workers
   }

@@ -412,8 +412,19 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
     work += endpoints_[p]->poll_st(now, receive);
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
   }
-  if (running_ && (++passes_ & (kLivenessEvery - 1)) == 0) check_liveness_st();
+  if (running_ && (++passes_ & (kLivenessEvery - 1)) == 0) {
+    check_liveness_st();
+    if (running_ && now >= heartbeat_at_) send_heartbeats_st();
+  }
   return work;
+}
+
+void ServerNode::send_heartbeats_st() {
+  const transport::Config& t = config_.endpoint.transport;
+  heartbeat_at_ = now_ + t.peer_timeout_us / 8 * (t.tsc_hz / 1'000'000);
+  agg::ControlMessage m;
+  m.kind = agg::ControlKind::kHeartbeat;
+  for (uint32_t rank = 0; rank < workers(); ++rank) send_control_st(rank, m);
 }
 
 void ServerNode::check_liveness_st() {
@@ -517,20 +528,22 @@ void ServerNode::control_complete(uint16_t rank, std::byte* buffer, uint32_t len
 }
 
 void ServerNode::send_replies() {
-  for (const ControlReply& r : control_->take_replies_st()) {
-    const uint64_t cookie = next_cookie_++;
-    std::vector<std::byte>& bytes = outbox_[cookie] = agg::encode_control(r.message);
-    transport::MessageMeta meta;
-    meta.type = wire::PacketType::kControl;
-    meta.dtype = wire::Dtype::kBytes;
-    const Address a = rank_at_[r.rank];
-    const transport::SubmitStatus st =
-        endpoints_[a.port]->send(a.peer, bytes.data(), static_cast<uint32_t>(bytes.size()), 0, meta,
-                                 transport::Completion{&ServerNode::on_reply_done, this, cookie});
-    if (st != transport::SubmitStatus::kQueued) {
-      outbox_.erase(cookie);
-      count(ServerDrop::kReplyNotQueued);
-    }
+  for (const ControlReply& r : control_->take_replies_st()) send_control_st(r.rank, r.message);
+}
+
+void ServerNode::send_control_st(uint32_t rank, const agg::ControlMessage& m) {
+  const uint64_t cookie = next_cookie_++;
+  std::vector<std::byte>& bytes = outbox_[cookie] = agg::encode_control(m);
+  transport::MessageMeta meta;
+  meta.type = wire::PacketType::kControl;
+  meta.dtype = wire::Dtype::kBytes;
+  const Address a = rank_at_[rank];
+  const transport::SubmitStatus st =
+      endpoints_[a.port]->send(a.peer, bytes.data(), static_cast<uint32_t>(bytes.size()), 0, meta,
+                               transport::Completion{&ServerNode::on_reply_done, this, cookie});
+  if (st != transport::SubmitStatus::kQueued) {
+    outbox_.erase(cookie);
+    count(ServerDrop::kReplyNotQueued);
   }
 }
 

@@ -284,15 +284,22 @@ class ServerNode {
   void control_complete(uint16_t rank, std::byte* buffer, uint32_t len);
   void control_abandoned(std::byte* buffer);
   void check_liveness_st();
+  // Every peer_timeout / 8 while the job runs: a reliable kHeartbeat to every
+  // worker, so that a worker that dies while nothing is outstanding towards
+  // it is still named by the transport's liveness (agg/control.h).
+  void send_heartbeats_st();
   void sync_state();
   void send_replies();
+  // One control message to `rank` (control path: encodes into the outbox).
+  void send_control_st(uint32_t rank, const agg::ControlMessage& m);
   static void on_reply_done(void* self, const transport::SendResult& r);
   static constexpr uint64_t kLivenessEvery = 1024;  // poll passes between liveness checks
 
   ServerNodeConfig config_;
   std::vector<uint32_t> own_shards_;  // the global ids this node runs
   uint32_t total_shards_ = 0;
-  transport::Tick now_ = 0;  // the current poll pass's time
+  transport::Tick now_ = 0;           // the current poll pass's time
+  transport::Tick heartbeat_at_ = 0;  // the next send_heartbeats_st()
   uint64_t passes_ = 0;
   std::optional<ControlPlane> control_;  // set by the constructors
   // The control plane's state as the datapath reads it per packet (after

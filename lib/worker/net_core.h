@@ -205,6 +205,10 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   bool send_control_st(uint16_t server, const agg::ControlMessage& m);
   bool version_in_st(TensorId t, uint32_t version) const;
   void publish_st();
+  // Every peer_timeout / 8 while the job runs: a reliable kHeartbeat to
+  // every server, so that the transport's liveness names a dead server even
+  // when nothing else is outstanding.
+  void send_heartbeats_st(transport::Tick now);
   std::string server_name(uint16_t server) const;
 
   static void on_push_sent(void* self, const transport::SendResult& r);
@@ -245,6 +249,7 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   std::vector<uint32_t> timeline_push_;
   std::vector<uint32_t> timeline_first_;
 
+  transport::Tick heartbeat_at_ = 0;  // the next send_heartbeats_st()
   uint64_t next_control_ = 0;
   std::unordered_map<uint64_t, std::vector<std::byte>> control_out_;  // by cookie
   std::unordered_map<uint64_t, std::vector<std::byte>> control_in_;   // by peer << 32 | msg_id

@@ -116,6 +116,8 @@ void NetCore::on_message_complete(uint16_t peer, const wire::HeaderFields& h, st
         return true;
       });
       break;
+    case agg::ControlKind::kHeartbeat:
+      break;  // its acknowledgement was the point (agg/control.h)
     default:
       ++control_malformed_;  // a worker is never sent declarations or barriers
       break;

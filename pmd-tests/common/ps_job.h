@@ -170,8 +170,10 @@ class RawPeer final : public transport::MessageReceiver {
   /// What an honest worker would declare (priorities mapped onto levels).
   const std::vector<agg::TensorDecl>& declarations() const { return table_.declarations(); }
   const worker::TensorTable& table() const { return table_; }
-  /// Control messages received so far, decoded, per server.
+  /// Control messages received so far, decoded, per server; the servers'
+  /// heartbeats are only counted (heartbeats()), as a worker ignores them.
   std::vector<agg::ControlMessage>& control() { return control_; }
+  [[nodiscard]] uint64_t heartbeats() const { return heartbeats_; }
 
   void send_control(const agg::ControlMessage& m, uint16_t server = 0) {
     out_.push_back(agg::encode_control(m));
@@ -222,11 +224,17 @@ class RawPeer final : public transport::MessageReceiver {
     return in_.back().data();
   }
   void on_message_complete(uint16_t, const wire::HeaderFields& h, std::byte* buffer) override {
-    control_.push_back(agg::decode_control({buffer, h.msg_len}));
+    agg::ControlMessage m = agg::decode_control({buffer, h.msg_len});
+    if (m.kind == agg::ControlKind::kHeartbeat) {
+      ++heartbeats_;
+      return;
+    }
+    control_.push_back(std::move(m));
   }
 
  private:
   uint32_t rank_;
+  uint64_t heartbeats_ = 0;
   std::vector<std::vector<float>> params_;
   worker::TensorTable table_;
   std::unique_ptr<transport::Endpoint> endpoint_;

@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Failures named fast, with nothing outstanding: ps-server and two Python
+workers over net_memif, peer timeout 1500 ms.
+
+* A worker killed (SIGKILL) while the other waits in a barrier and nothing
+  else is in flight: the server names the dead worker, and the survivor's
+  barrier fails with the server's text, within 1.125 x the peer timeout plus
+  scheduling slack (the heartbeats of agg/control.h keep the transport's
+  liveness clock running).
+* The server killed while one worker waits in a barrier and the other is idle:
+  the waiting worker's barrier fails naming the server within the same bound,
+  and the idle worker's next call fails at once with the same text.
+
+Each scenario runs TRIALS times; the detection times are printed (median,
+spread) for the record. Usage: failure_test.py BUILD_DIR
+(in worker mode: failure_test.py BUILD_DIR --worker JOB NODE ROLE)
+"""
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from worker_api_test import JOB  # noqa: E402  (the two-worker memif job)
+
+BUILD = None
+TIMEOUT_MS = 1500
+TRIALS = int(os.environ.get("MERCURY_FAILURE_TRIALS", "3"))
+# Heartbeats every timeout / 8, the liveness check, and this 2-CPU machine's
+# scheduling under 3 busy processes.
+BOUND_S = TIMEOUT_MS / 1000 * 1.125 + 1.0
+
+
+def worker_main(job, node, role):
+    import numpy as np
+
+    import mercury
+
+    w = mercury.Worker(job, node)
+    params = np.zeros(1000, np.float32)
+    w.declare("p", params)
+    w.start()
+    w.push_pull(0, np.ones(1000, np.float32)).wait()
+    print("ready", flush=True)
+    if role == "wait":  # in a barrier the other rank never reaches
+        try:
+            w.barrier()
+            print("barrier returned", flush=True)
+        except mercury.WorkerError as e:
+            print(f"failed: {e}", flush=True)
+    elif role == "idle":  # nothing in flight; then a call after the failure
+        time.sleep(float(os.environ.get("IDLE_S", "3600")))
+        try:
+            w.push_pull(0, np.ones(1000, np.float32)).wait()
+            print("push_pull returned", flush=True)
+        except mercury.WorkerError as e:
+            print(f"later call failed: {e}", flush=True)
+    w.shutdown()
+
+
+class Lines:
+    """A process's output lines with the monotonic time each arrived."""
+
+    def __init__(self, argv, env=None):
+        import subprocess
+
+        self.lines = []
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1, env=env)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.monotonic(), line.rstrip("\n")))
+
+    def wait_for(self, text, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for t, line in list(self.lines):
+                if text in line:
+                    return t, line
+            time.sleep(0.01)
+        raise AssertionError(f"no line with {text!r} in {timeout} s:\n" +
+                             "\n".join(l for _, l in self.lines[-30:]))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.thread.join(timeout=5)
+        self.proc.stdout.close()
+
+
+class Failures(unittest.TestCase):
+    def start(self, tmp, name, roles, env=None):
+        job = os.path.join(tmp, name + ".yaml")
+        with open(job, "w") as f:
+            f.write(JOB.format(name=name, tmp=tmp).replace("peer_timeout_ms: 5000",
+                                                           f"peer_timeout_ms: {TIMEOUT_MS}"))
+        server = Lines([os.path.join(BUILD, "apps", "ps-server"), "--config", job,
+                        "--node", "server0"])
+        server.wait_for("] waiting", 30)
+        workers = [Lines([sys.executable, __file__, BUILD, "--worker", job, f"w{r}", role],
+                         env=env) for r, role in enumerate(roles)]
+        for w in workers:
+            w.wait_for("ready", 60)
+        time.sleep(0.5)  # every transfer settled: nothing outstanding anywhere
+        return server, workers
+
+    def test_a_dead_worker_is_named_by_the_server_and_the_survivor(self):
+        times = []
+        for trial in range(TRIALS):
+            with tempfile.TemporaryDirectory() as tmp:
+                server, (w0, w1) = self.start(tmp, f"fail-worker{trial}", ["wait", "idle"])
+                try:
+                    killed = time.monotonic()
+                    w1.proc.send_signal(signal.SIGKILL)
+                    t_w0, line = w0.wait_for("failed:", 30)
+                    self.assertIn("w1", line)
+                    t_srv, srv_line = server.wait_for("w1", 30)
+                    times.append((t_w0 - killed, t_srv - killed))
+                    if trial == 0:
+                        print(f"\n  server: {srv_line}\n  w0: {line}", file=sys.stderr)
+                    self.assertLess(t_w0 - killed, BOUND_S, line)
+                finally:
+                    for p in (w0, w1, server):
+                        p.stop()
+        print(f"\nworker killed while idle: the survivor's barrier failed after "
+              f"{statistics.median(t for t, _ in times):.2f} s (median of {TRIALS}; "
+              f"{min(t for t, _ in times):.2f}-{max(t for t, _ in times):.2f}), the server "
+              f"named it after {statistics.median(s for _, s in times):.2f} s", file=sys.stderr)
+
+    def test_a_dead_server_fails_the_waiting_and_the_idle_worker(self):
+        times = []
+        for trial in range(TRIALS):
+            with tempfile.TemporaryDirectory() as tmp:
+                env = dict(os.environ, IDLE_S=str(BOUND_S + 1))
+                server, (w0, w1) = self.start(tmp, f"fail-server{trial}", ["wait", "idle"], env)
+                try:
+                    killed = time.monotonic()
+                    server.proc.send_signal(signal.SIGKILL)
+                    t_w0, line = w0.wait_for("failed:", 30)
+                    self.assertIn("server0", line)
+                    times.append(t_w0 - killed)
+                    if trial == 0:
+                        print(f"\n  w0: {line}", file=sys.stderr)
+                    self.assertLess(t_w0 - killed, BOUND_S, line)
+                    _, later = w1.wait_for("later call failed:", 30)
+                    self.assertIn("server0", later)
+                finally:
+                    for p in (w0, w1, server):
+                        p.stop()
+        print(f"\nserver killed while workers idle: a waiting worker failed after "
+              f"{statistics.median(times):.2f} s (median of {TRIALS}; {min(times):.2f}-"
+              f"{max(times):.2f})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    BUILD = os.path.abspath(sys.argv[1])
+    sys.path.insert(0, os.path.join(BUILD, "lib", "python"))
+    if len(sys.argv) > 2 and sys.argv[2] == "--worker":
+        worker_main(sys.argv[3], sys.argv[4], sys.argv[5])
+        sys.exit(0)
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
