@@ -85,6 +85,10 @@ uint64_t Timeline::now_ns() noexcept {
 void Timeline::span(std::string_view name, std::string_view track, uint64_t begin_ns,
                     uint64_t end_ns) {
   std::lock_guard lock(mutex_);
+  if (spans_.size() >= kMaxSpans) {
+    ++dropped_spans_;
+    return;
+  }
   auto it = std::find(tracks_.begin(), tracks_.end(), track);
   const auto index = static_cast<uint32_t>(it - tracks_.begin());
   if (it == tracks_.end()) tracks_.emplace_back(track);

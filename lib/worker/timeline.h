@@ -22,7 +22,8 @@
 // to a buffer reserved at construction and reads CLOCK_MONOTONIC (vDSO); no
 // allocation, no lock; when the buffer is full the event is counted in
 // dropped() instead. span() is for trainer threads: a mutex and an
-// allocation per call (control path). write() runs once the net core has
+// allocation per call (control path), at most kMaxSpans kept (then counted
+// in dropped()). write() runs once the net core has
 // stopped. Timestamps are CLOCK_MONOTONIC, the clock of Python's
 // time.monotonic_ns() and of std::chrono::steady_clock on Linux, so traces of
 // processes on one machine line up; across machines they do not.
@@ -45,6 +46,8 @@ class Timeline {
 
   /// Events reserved by default: 1 M (24 MB), about 200 k tensor-iterations.
   static constexpr size_t kDefaultEvents = size_t{1} << 20;
+  /// Trainer spans kept at most (about 100 MB); later ones are counted.
+  static constexpr size_t kMaxSpans = size_t{1} << 21;
 
   /// A timeline written to `path` at the end, for worker `node` (rank
   /// `rank`: its process id in the trace). Reserves `events` events.
@@ -71,8 +74,11 @@ class Timeline {
   [[nodiscard]] std::string write(const TensorTable& table) const;
 
   [[nodiscard]] const std::string& path() const { return path_; }
-  /// Net core events that did not fit.
-  [[nodiscard]] uint64_t dropped() const { return dropped_; }
+  /// Events and spans that did not fit. After the net core has stopped.
+  [[nodiscard]] uint64_t dropped() const {
+    std::lock_guard lock(mutex_);
+    return dropped_ + dropped_spans_;
+  }
 
  private:
   struct Event {
@@ -94,6 +100,7 @@ class Timeline {
   uint64_t dropped_ = 0;       // net core
   mutable std::mutex mutex_;   // the trainer's spans and tracks
   std::vector<Span> spans_;
+  uint64_t dropped_spans_ = 0;
   std::vector<std::string> tracks_;
 };
 
