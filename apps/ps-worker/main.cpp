@@ -32,6 +32,7 @@
 #include "agg/placement.h"
 #include "config/config.h"
 #include "mercury/worker.h"
+#include "reference.h"
 
 namespace {
 
@@ -77,34 +78,10 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-using apps::Noise;
 using apps::read_file;
-
-void gradient(std::vector<float>& g, uint32_t rank, uint32_t round, size_t tensor) {
-  Noise n{0x9e3779b97f4a7c15ull * ((uint64_t{round} * 131 + rank + 1) * 1009 + tensor)};
-  for (float& x : g) x = n.next();
-}
-
-void initial(std::vector<float>& p, size_t tensor) {
-  Noise n{0x5eed0000ull + tensor};
-  for (float& x : p) x = n.next();
-}
-
-// The update the servers apply, as lib/agg computes it (-ffp-contract=off).
-struct Update {
-  bool sum_only = false;
-  float lr = 0;
-  static Update of(const config::TrainingConfig& t) {
-    if (t.sync != config::Sync::kBsp) {
-      throw std::runtime_error("ps-worker checks BSP jobs (training.sync: bsp)");
-    }
-    if (t.optimizer != config::Optimizer::kSgd && t.optimizer != config::Optimizer::kSum) {
-      throw std::runtime_error("ps-worker checks the sgd and sum optimizers; the job asks for " +
-                               std::string(config::to_string(t.optimizer)));
-    }
-    return Update{t.optimizer == config::Optimizer::kSum, static_cast<float>(t.learning_rate)};
-  }
-};
+using trainer::gradient;
+using trainer::initial;
+using trainer::Update;
 
 int run(const Options& o) {
   const config::JobConfig job = config::load_file(o.config);
@@ -166,7 +143,7 @@ int run(const Options& o) {
   std::fflush(stdout);
   if (wrong != 0) return 1;
 
-  std::vector<float> other;
+  std::vector<float> avg;
   std::vector<worker::Handle> pending(decls.size());
   double total_s = 0;
   for (uint32_t round = 0; round < o.rounds; ++round) {
@@ -195,22 +172,8 @@ int run(const Options& o) {
     // rank order, times 1/N, then the optimizer.
     wrong = 0;
     for (size_t k = 0; k < decls.size() && verify; ++k) {
-      other.resize(decls[k].elements);
-      std::vector<float> sum = rank == 0 ? grads[k] : std::vector<float>(decls[k].elements);
-      if (rank != 0) gradient(sum, 0, round, k);
-      for (uint32_t r = 1; r < n; ++r) {
-        const std::vector<float>* g = &grads[k];
-        if (r != rank) {
-          gradient(other, r, round, k);
-          g = &other;
-        }
-        for (size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + (*g)[i];
-      }
-      const float scale = 1.0f / static_cast<float>(n);
-      for (size_t i = 0; i < sum.size(); ++i) {
-        const float avg = sum[i] * scale;
-        reference[k][i] = update.sum_only ? avg : reference[k][i] - update.lr * avg;
-      }
+      trainer::average(avg, n, round, k, grads[k], rank);
+      trainer::apply(reference[k], avg, update);
       wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
     }
     const worker::WorkerStats s = w.stats();
