@@ -22,9 +22,10 @@
 // communication = the median of the comm-only rounds after the first).
 //
 // Gradients alternate between two precomputed sets (round parity), so
-// nothing is generated while the clock runs. Checks: every comm-only round's
-// aggregate bit for bit (off the clock), and after the trace rounds the final
-// parameters against every trace round's update replayed here.
+// nothing is generated while the clock runs. Checks, after the trace rounds
+// (the references cost far more CPU than a round): every comm-only round's
+// aggregates against the 64-bit digests taken after it, and the final
+// parameters bit for bit against every round's update replayed here.
 #pragma once
 
 #include <cstdint>

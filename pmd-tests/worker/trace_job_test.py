@@ -3,8 +3,8 @@
 `ps-worker --trace` processes over net_memif (config/memif.yaml with sockets
 and the EAL file prefix made unique to this run, optimizer sum), on
 MobileNet-v2's tensors and compute trace scaled down, 2 comm-only and 3 trace
-rounds. Every worker must report every comm-only round's aggregate and its
-final parameters exact, and an iteration time no shorter than its compute
+rounds. Every worker must report every comm-only round's aggregates (their
+digests) and its final parameters exact, and an iteration time no shorter than its compute
 time (compute is part of every round: a correctness bound, not a speed
 target); ps-demo must print the job's line. Then the refusals that need no
 EAL: a trace that does not match the model (file and line named), and
@@ -60,9 +60,16 @@ def main():
         check(code == 0, "ps-demo exit %d" % code, failures)
         for r in range(4):
             w = "w%d" % r
-            comm = re.findall(r"\[%s\] %s comm round +\d+: .* every aggregate exact" % (w, w), out)
+            comm = re.findall(r"\[%s\] %s comm round +\d+: +%s s" % (w, w, NUM), out)
             check(len(comm) == COMM_ROUNDS,
-                  "%s: %d of %d comm-only rounds exact" % (w, len(comm), COMM_ROUNDS), failures)
+                  "%s: %d of %d comm-only rounds" % (w, len(comm), COMM_ROUNDS), failures)
+            streamed = re.findall(r"\[%s\] %s streamed comm round +\d+: +%s s" % (w, w, NUM), out)
+            check(len(streamed) == COMM_ROUNDS,
+                  "%s: %d of %d streamed comm-only rounds" % (w, len(streamed), COMM_ROUNDS),
+                  failures)
+            check("[%s] %s: comm-only rounds 1-%d and the last streamed round: every aggregate "
+                  "exact" % (w, w, COMM_ROUNDS) in out, "%s: the comm-only rounds exact" % w,
+                  failures)
             rounds = re.findall(r"\[%s\] %s trace round +\d+: +%s s" % (w, w, NUM), out)
             check(len(rounds) == ROUNDS, "%s: %d of %d trace rounds" % (w, len(rounds), ROUNDS),
                   failures)
