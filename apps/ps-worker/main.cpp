@@ -93,8 +93,8 @@ Options parse(int argc, char** argv) {
   args.positive("--compute-scale", "F", &o.compute_scale,
                 "with --trace: multiply every compute time by F (default 1)");
   args.whole("--comm-rounds", "N", &o.comm_rounds, 1, UINT32_MAX,
-             "with --trace: communication-only rounds first, measuring the\n"
-             "                     communication time (default 5; the first is a warm-up)");
+             "with --trace: N burst and N streamed communication-only rounds\n"
+             "                     first, measuring the communication time (default 5)");
   args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
   args.parse(argc, argv);
   if (o.verify != "every" && o.verify != "last") {

@@ -13,13 +13,16 @@
 // overshoot does not add up, and a layer starts late only when it had to
 // wait for its parameters.
 //
-// A run: `comm_rounds` communication-only rounds (a barrier, then one
-// push_pull of every tensor, no compute: the communication time), then
-// `rounds` trace rounds. A trace round lasts from the start of its forward
-// pass to the start of the next one; the iteration time is the median of
-// the trace rounds after the first (which starts with every parameter in
-// place). The lower bound is max(compute = the trace's sum x scale,
-// communication = the median of the comm-only rounds after the first).
+// A run: `comm_rounds` burst rounds (a barrier, then one push_pull of every
+// tensor, no compute), `comm_rounds` streamed rounds (no barrier: each
+// tensor, in forward order, waits for its previous aggregate and is pushed
+// again at once), then `rounds` trace rounds. A trace round lasts from the
+// start of its forward pass to the start of the next one; the iteration
+// time is the median of the trace rounds after the first (which starts with
+// every parameter in place). The lower bound is max(compute = the trace's
+// sum x scale, communication = the faster of the burst rounds' median after
+// the first and the streamed rounds' median without their first and last
+// passes).
 //
 // Gradients alternate between two precomputed sets (round parity), so
 // nothing is generated while the clock runs. Checks, after the trace rounds
