@@ -3,13 +3,16 @@
 // checking every aggregate against a reference.
 //
 //   ps-demo [--config FILE] [--model FILE] [--rounds N] [--check]
+//           [--trace FILE [--compute-scale F] [--comm-rounds N]]
 //
 // Two ways to run, chosen by the job's ports:
 //  * vdev ports (config/memif.yaml, the default): the job as on a cluster.
 //    One ps-server process per server node (shards on their own lcores) and
 //    one ps-worker process per worker node, which trains through the public
 //    worker API, declares the model, starts from rank 0's parameters and
-//    checks every aggregate itself (processes.cpp).
+//    checks every aggregate itself (processes.cpp). With --trace, every
+//    ps-worker is a trace-driven trainer (ps-worker --trace) and the demo
+//    ends with the job's iteration time beside its lower bound.
 //  * ring: ports (config/ring-demo.yaml): every node in this process and one
 //    lcore polling them all: the server node as ps-server builds it, and
 //    the workers as ps-worker runs them (the public worker API, their net
@@ -32,6 +35,7 @@
 #include "../common/args.h"
 #include "../common/main.h"
 #include "../common/synthetic.h"
+#include "../common/trace.h"
 #include "agg/placement.h"
 #include "config/config.h"
 #include "job/job.h"
@@ -56,6 +60,9 @@ struct Options {
   bool check = false;
   std::string verify;  // passed to ps-worker (process mode)
   bool timestamps = false;
+  std::string trace;          // passed to ps-worker (process mode), with the two below
+  std::string compute_scale;  // as given
+  std::string comm_rounds;    // as given
 };
 
 Options parse(int argc, char** argv) {
@@ -73,7 +80,17 @@ Options parse(int argc, char** argv) {
             "process mode: every ps-worker's --verify (every, the default, or last)");
   args.flag("--timestamps", &o.timestamps,
             "process mode: every ps-worker's round lines carry their start and end");
+  args.text("--trace", "FILE", &o.trace,
+            "process mode: every ps-worker trains on this compute trace\n"
+            "                     (config/traces/*.txt, matching --model; ps-worker --trace)");
+  args.text("--compute-scale", "F", &o.compute_scale, "with --trace: ps-worker's --compute-scale");
+  args.text("--comm-rounds", "N", &o.comm_rounds, "with --trace: ps-worker's --comm-rounds");
   args.parse(argc, argv);
+  if (o.trace.empty() && (!o.compute_scale.empty() || !o.comm_rounds.empty())) {
+    throw std::runtime_error(
+        std::string(!o.compute_scale.empty() ? "--compute-scale" : "--comm-rounds") +
+        " needs --trace");
+  }
   return o;
 }
 
@@ -111,12 +128,34 @@ int run(const Options& o) {
     std::vector<std::string> worker_args;
     if (!o.verify.empty()) worker_args = {"--verify", o.verify};
     if (o.timestamps) worker_args.push_back("--timestamps");
-    return demo::run_processes(o.config, job, o.model, o.rounds, worker_args, g_stop);
+    // Rounds of push_pull take seconds each on this machine; trace rounds
+    // add their compute.
+    double timeout_s = 60.0 + 30.0 * o.rounds;
+    if (!o.trace.empty()) {
+      // Refused here, once, rather than by every worker.
+      const std::string model_text = read_file(o.model);
+      const trace::Trace t =
+          trace::parse_trace({o.trace, read_file(o.trace)}, {o.model, model_text},
+                             agg::parse_model_shapes(model_text));
+      worker_args.insert(worker_args.end(), {"--trace", o.trace});
+      double scale = 1.0;
+      if (!o.compute_scale.empty()) {
+        worker_args.insert(worker_args.end(), {"--compute-scale", o.compute_scale});
+        scale = std::strtod(o.compute_scale.c_str(), nullptr);  // ps-worker checks it
+      }
+      uint32_t comm_rounds = 5;
+      if (!o.comm_rounds.empty()) {
+        worker_args.insert(worker_args.end(), {"--comm-rounds", o.comm_rounds});
+        comm_rounds = static_cast<uint32_t>(std::strtoul(o.comm_rounds.c_str(), nullptr, 10));
+      }
+      timeout_s += 30.0 * comm_rounds + 2.0 * o.rounds * t.compute_us() * scale / 1e6;
+    }
+    return demo::run_processes(o.config, job, o.model, o.rounds, worker_args, timeout_s, g_stop);
   }
-  if (!o.verify.empty() || o.timestamps) {
+  if (!o.verify.empty() || o.timestamps || !o.trace.empty()) {
     throw std::runtime_error(
-        "--verify and --timestamps are ps-worker's, for process mode; ring mode (" + job.source +
-        ") checks every round itself");
+        "--verify, --timestamps and --trace are ps-worker's, for process mode; ring mode (" +
+        job.source + ") checks every round itself");
   }
   const auto servers = job.servers();
   const auto workers = job.workers();

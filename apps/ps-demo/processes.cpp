@@ -36,6 +36,7 @@ struct Child {
   std::string partial;  // output not yet ended by a newline
   int status = -1;      // exit status once reaped
   bool saw_waiting = false;
+  std::string result;  // a trace-driven worker's summary ("w0: iteration ... ratio ...")
 };
 
 // ps-server and ps-worker beside this executable: build/apps/ps-demo next to
@@ -101,6 +102,7 @@ bool pump(Child& c) {
       continue;
     }
     if (line.find("] waiting") != std::string::npos) c.saw_waiting = true;
+    if (line.rfind(c.name + ": iteration ", 0) == 0) c.result = line;
     std::printf("[%s] %s\n", c.name.c_str(), line.c_str());
   }
   std::fflush(stdout);
@@ -143,7 +145,8 @@ bool reap(Child& c, bool block) {
 
 int run_processes(const std::string& config_file, const config::JobConfig& job,
                   const std::string& model, uint32_t rounds,
-                  const std::vector<std::string>& worker_args, const std::atomic<bool>& stop) {
+                  const std::vector<std::string>& worker_args, double timeout_s,
+                  const std::atomic<bool>& stop) {
   const auto servers = job.servers();
   const auto workers = job.workers();
   const std::string server_bin = find_sibling("ps-server");
@@ -213,7 +216,7 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
         }
         return true;
       },
-      60.0 + 30.0 * rounds);
+      timeout_s);
   for (Child& c : wk) {
     if (!reap(c, false)) {
       kill(c.pid, SIGINT);
@@ -239,8 +242,38 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
   }
   const bool last_only =
       std::find(worker_args.begin(), worker_args.end(), "last") != worker_args.end();
-  std::printf("ps-demo: done: %zu workers, %u rounds, %s\n", wk.size(), rounds,
-              last_only ? "the last round's aggregate exact" : "every aggregate exact");
+  const bool traced =
+      std::find(worker_args.begin(), worker_args.end(), "--trace") != worker_args.end();
+  std::printf(
+      "ps-demo: done: %zu workers, %u %srounds, %s\n", wk.size(), rounds, traced ? "trace " : "",
+      last_only ? (traced ? "the final parameters exact" : "the last round's aggregate exact")
+                : "every aggregate exact");
+  if (traced) {
+    // The job goes at its slowest rank's pace. Each rank times a comm-only
+    // round from its own release from the barrier, and the releases reach
+    // the ranks at different moments while the round ends for all at about
+    // the same one (the last aggregate): the rank released last waited least
+    // for the others, so the job's communication time is the smallest.
+    double iteration = 0, compute = 0, communication = 1e300;
+    for (const Child& c : wk) {
+      double it = 0, cp = 0, cm = 0;
+      if (std::sscanf(c.result.c_str() + c.name.size(),
+                      ": iteration %lf s, compute %lf s, communication %lf s", &it, &cp,
+                      &cm) != 3) {
+        std::fprintf(stderr, "ps-demo: %s printed no iteration line\n", c.name.c_str());
+        return 1;
+      }
+      iteration = std::max(iteration, it);
+      compute = std::max(compute, cp);
+      communication = std::min(communication, cm);
+    }
+    const double bound = std::max(compute, communication);
+    std::printf(
+        "ps-demo: job: iteration %.3f s, compute %.3f s, communication %.3f s, lower bound %.3f "
+        "s, ratio %.3f (iteration: the slowest rank's; communication: the least any rank "
+        "measured)\n",
+        iteration, compute, communication, bound, iteration / bound);
+  }
   return 0;
 }
 

@@ -2,6 +2,7 @@
 // public worker API (mercury/worker.h) the way a real trainer would.
 //
 //   ps-worker --config FILE --node NAME [--model FILE] [--rounds N] [--check]
+//             [--trace FILE [--compute-scale F] [--comm-rounds N]]
 //             [-- EAL args...]
 //
 // It declares a model's tensors (config/models/*.txt: the real layer sizes),
@@ -15,9 +16,14 @@
 // checks every tensor of every round bit for bit. It prints progress and
 // throughput and exits non-zero on the first mismatch or failure.
 //
+// With --trace it is a trace-driven trainer instead (trace_rounds.h): the
+// model's measured per-layer compute times (config/traces/*.txt) around
+// push_pull, each layer's forward waiting for its parameters; it prints the
+// iteration time beside its lower bound, max(compute, communication).
+//
 // The worker library starts EAL on its own thread for this node (its lcore,
-// its ports); `--check` validates the job file, the node and the model and
-// exits without starting anything.
+// its ports); `--check` validates the job file, the node and the model (and
+// the trace) and exits without starting anything.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,9 +35,12 @@
 #include "../common/args.h"
 #include "../common/main.h"
 #include "../common/synthetic.h"
+#include "../common/trace.h"
 #include "agg/placement.h"
 #include "config/config.h"
 #include "mercury/worker.h"
+#include "reference.h"
+#include "trace_rounds.h"
 
 namespace {
 
@@ -46,6 +55,9 @@ struct Options {
   bool check = false;
   std::string verify = "every";
   bool timestamps = false;
+  std::string trace;
+  double compute_scale = 0;  // 0: not given (1 with --trace)
+  uint32_t comm_rounds = 0;  // 0: not given (5 with --trace)
   std::vector<std::string> eal;
 };
 
@@ -53,6 +65,7 @@ Options parse(int argc, char** argv) {
   Options o;
   apps::Args args("ps-worker",
                   "--config FILE --node NAME [--model FILE] [--rounds N] [--check]\n"
+                  "                 [--trace FILE [--compute-scale F] [--comm-rounds N]]\n"
                   "                 [-- EAL args...]");
   args.text("--config", "FILE", &o.config,
             "the job file (every node of the job reads the same one)", apps::Args::kRequired);
@@ -61,50 +74,48 @@ Options parse(int argc, char** argv) {
             apps::Args::kRequired);
   args.text("--model", "FILE", &o.model,
             "tensor shapes, one per line (default config/models/resnet50.txt)");
-  args.whole("--rounds", "N", &o.rounds, 1, UINT32_MAX, "push_pull rounds (default 10)");
-  args.flag("--check", &o.check, "validate the job file, the node and the model, then exit");
+  args.whole("--rounds", "N", &o.rounds, 1, UINT32_MAX,
+             "push_pull rounds, or with --trace trace rounds (default 10)");
+  args.flag("--check", &o.check,
+            "validate the job file, the node and the model (and the trace), then exit");
   args.text("--verify", "WHEN", &o.verify,
             "every (default): check every round's aggregate bit for bit; last: only\n"
             "                     the last round's (optimizer sum only), so that nothing but\n"
-            "                     push_pull runs between rounds (benchmarks, profiles)");
+            "                     push_pull runs between rounds (benchmarks, profiles); with\n"
+            "                     --trace, only the final parameters (any optimizer)");
   args.flag("--timestamps", &o.timestamps,
             "end each round's line with its start and end on CLOCK_MONOTONIC (ns)");
+  args.text("--trace", "FILE", &o.trace,
+            "train on this compute trace (config/traces/*.txt, matching --model):\n"
+            "                     each layer's forward waits for its parameters, each layer's\n"
+            "                     backward pushes its gradients; prints the iteration time\n"
+            "                     beside max(compute, communication)");
+  args.positive("--compute-scale", "F", &o.compute_scale,
+                "with --trace: multiply every compute time by F (default 1)");
+  args.whole("--comm-rounds", "N", &o.comm_rounds, 1, UINT32_MAX,
+             "with --trace: N burst and N streamed communication-only rounds\n"
+             "                     first, measuring the communication time (default 5)");
   args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
   args.parse(argc, argv);
   if (o.verify != "every" && o.verify != "last") {
     throw std::runtime_error("--verify wants every or last, not '" + o.verify + "'");
   }
+  if (o.trace.empty() && (o.compute_scale != 0 || o.comm_rounds != 0)) {
+    throw std::runtime_error(
+        std::string(o.compute_scale != 0 ? "--compute-scale" : "--comm-rounds") + " needs --trace");
+  }
+  if (!o.trace.empty() && o.timestamps) {
+    throw std::runtime_error("--timestamps is for the synthetic rounds, not --trace");
+  }
+  if (o.compute_scale == 0) o.compute_scale = 1.0;
+  if (o.comm_rounds == 0) o.comm_rounds = 5;
   return o;
 }
 
-using apps::Noise;
 using apps::read_file;
-
-void gradient(std::vector<float>& g, uint32_t rank, uint32_t round, size_t tensor) {
-  Noise n{0x9e3779b97f4a7c15ull * ((uint64_t{round} * 131 + rank + 1) * 1009 + tensor)};
-  for (float& x : g) x = n.next();
-}
-
-void initial(std::vector<float>& p, size_t tensor) {
-  Noise n{0x5eed0000ull + tensor};
-  for (float& x : p) x = n.next();
-}
-
-// The update the servers apply, as lib/agg computes it (-ffp-contract=off).
-struct Update {
-  bool sum_only = false;
-  float lr = 0;
-  static Update of(const config::TrainingConfig& t) {
-    if (t.sync != config::Sync::kBsp) {
-      throw std::runtime_error("ps-worker checks BSP jobs (training.sync: bsp)");
-    }
-    if (t.optimizer != config::Optimizer::kSgd && t.optimizer != config::Optimizer::kSum) {
-      throw std::runtime_error("ps-worker checks the sgd and sum optimizers; the job asks for " +
-                               std::string(config::to_string(t.optimizer)));
-    }
-    return Update{t.optimizer == config::Optimizer::kSum, static_cast<float>(t.learning_rate)};
-  }
-};
+using trainer::gradient;
+using trainer::initial;
+using trainer::Update;
 
 int run(const Options& o) {
   const config::JobConfig job = config::load_file(o.config);
@@ -113,19 +124,29 @@ int run(const Options& o) {
     throw std::runtime_error(o.config + ": node " + o.node + " is a server, not a worker");
   }
   const Update update = Update::of(job.training);
-  if (o.verify == "last" && !update.sum_only) {
+  if (o.verify == "last" && !update.sum_only && o.trace.empty()) {
     throw std::runtime_error(
         "--verify last needs training.optimizer sum: with another optimizer every round's "
         "aggregate is needed to know the last one");
   }
-  const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(read_file(o.model));
+  const std::string model_text = read_file(o.model);
+  const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(model_text);
   uint64_t elements = 0;
   for (const auto& d : decls) elements += d.elements;
+  trace::Trace compute;
+  if (!o.trace.empty()) {
+    const std::string trace_text = read_file(o.trace);
+    compute = trace::parse_trace({o.trace, trace_text}, {o.model, model_text}, decls);
+  }
   if (o.check) {
     std::printf(
         "%s: ok (job %s, node %s = worker rank %u of %zu, model %s: %zu tensors, %.1f MB)\n",
         o.config.c_str(), job.name.c_str(), o.node.c_str(), me.rank, job.workers().size(),
         o.model.c_str(), decls.size(), static_cast<double>(elements) * 4 / 1e6);
+    if (!o.trace.empty()) {
+      std::printf("%s: ok (%zu layers, %.1f ms of compute per round)\n", o.trace.c_str(),
+                  compute.layers.size(), compute.compute_us() / 1e3);
+    }
     return 0;
   }
 
@@ -149,7 +170,7 @@ int run(const Options& o) {
     } else {
       params[k].assign(decls[k].elements, -1.0e30f);
     }
-    grads[k].resize(decls[k].elements);
+    if (o.trace.empty()) grads[k].resize(decls[k].elements);  // the trace rounds have their own
     w.declare(decls[k].name, params[k], static_cast<int>(decls[k].priority));
   }
   const auto t0 = Clock::now();
@@ -166,7 +187,24 @@ int run(const Options& o) {
   std::fflush(stdout);
   if (wrong != 0) return 1;
 
-  std::vector<float> other;
+  if (!o.trace.empty()) {
+    const trainer::TraceOptions to{.node = o.node,
+                                   .scale = o.compute_scale,
+                                   .comm_rounds = o.comm_rounds,
+                                   .rounds = o.rounds,
+                                   .check_comm_rounds = o.verify == "every"};
+    if (trainer::run_trace_rounds(w, compute, decls, params, reference, update, to) != 0) {
+      return 1;
+    }
+    w.barrier();  // nobody leaves before every rank has its last aggregate
+    w.shutdown();
+    std::printf("%s: done, %u comm-only and %u trace rounds, %s\n", o.node.c_str(), o.comm_rounds,
+                o.rounds,
+                o.verify == "every" ? "every aggregate exact" : "the final parameters exact");
+    return 0;
+  }
+
+  std::vector<float> avg;
   std::vector<worker::Handle> pending(decls.size());
   double total_s = 0;
   for (uint32_t round = 0; round < o.rounds; ++round) {
@@ -195,22 +233,8 @@ int run(const Options& o) {
     // rank order, times 1/N, then the optimizer.
     wrong = 0;
     for (size_t k = 0; k < decls.size() && verify; ++k) {
-      other.resize(decls[k].elements);
-      std::vector<float> sum = rank == 0 ? grads[k] : std::vector<float>(decls[k].elements);
-      if (rank != 0) gradient(sum, 0, round, k);
-      for (uint32_t r = 1; r < n; ++r) {
-        const std::vector<float>* g = &grads[k];
-        if (r != rank) {
-          gradient(other, r, round, k);
-          g = &other;
-        }
-        for (size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + (*g)[i];
-      }
-      const float scale = 1.0f / static_cast<float>(n);
-      for (size_t i = 0; i < sum.size(); ++i) {
-        const float avg = sum[i] * scale;
-        reference[k][i] = update.sum_only ? avg : reference[k][i] - update.lr * avg;
-      }
+      trainer::average(avg, n, round, k, grads[k], rank);
+      trainer::apply(reference[k], avg, update);
       wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
     }
     const worker::WorkerStats s = w.stats();

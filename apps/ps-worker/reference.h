@@ -1,0 +1,42 @@
+// What ps-worker trains with and how it checks the servers: deterministic
+// initial parameters and gradients that depend only on (rank, seed, tensor),
+// so any rank can generate every rank's gradients and compute, bit for bit,
+// the aggregate the servers must return (rank-order sum, times 1/N, then the
+// job's optimizer, as lib/agg computes it).
+//
+// Control path, one trainer thread. Built with -ffp-contract=off (like
+// lib/agg), or the reference would round differently.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "config/config.h"
+
+namespace mercury::trainer {
+
+/// Rank 0's initial values of tensor `tensor`.
+void initial(std::span<float> p, size_t tensor);
+
+/// Rank `rank`'s gradient of `tensor` for gradient seed `seed`.
+void gradient(std::span<float> g, uint32_t rank, uint32_t seed, size_t tensor);
+
+/// The update the servers apply: BSP with sgd or sum only.
+struct Update {
+  bool sum_only = false;
+  float lr = 0;
+  /// Throws std::runtime_error for a job ps-worker cannot check.
+  static Update of(const config::TrainingConfig& t);
+};
+
+/// The rank-order average over `workers` ranks of gradient(r, seed, tensor),
+/// as the servers compute it, into `avg`. `own` is rank `own_rank`'s
+/// gradient, already generated (it is used instead of generating it again).
+void average(std::vector<float>& avg, uint32_t workers, uint32_t seed, size_t tensor,
+             std::span<const float> own, uint32_t own_rank);
+
+/// `params` after the servers applied `avg` (an average()).
+void apply(std::span<float> params, std::span<const float> avg, const Update& u);
+
+}  // namespace mercury::trainer

@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""The trace-driven trainer end to end: ps-demo runs ps-server and four
+`ps-worker --trace` processes over net_memif (config/memif.yaml with sockets
+and the EAL file prefix made unique to this run, optimizer sum), on
+MobileNet-v2's tensors and compute trace scaled down, 2 comm-only and 3 trace
+rounds. Every worker must report every comm-only round's aggregates (their
+digests) and its final parameters exact, and an iteration time no shorter than its compute
+time (compute is part of every round: a correctness bound, not a speed
+target); ps-demo must print the job's line. Then the refusals that need no
+EAL: a trace that does not match the model (file and line named), and
+--compute-scale without --trace.
+
+  trace_job_test.py PS_DEMO PS_WORKER CONFIG_DIR
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+COMM_ROUNDS = 2
+ROUNDS = 3
+SCALE = "0.05"
+NUM = r"([0-9.]+)"
+
+
+def check(cond, what, failures):
+    if not cond:
+        print("FAILED: " + what)
+        failures.append(what)
+
+
+def main():
+    ps_demo, ps_worker, config_dir = sys.argv[1:4]
+    model = os.path.join(config_dir, "models", "mobilenet_v2.txt")
+    trace = os.path.join(config_dir, "traces", "mobilenet_v2.txt")
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="trace-memif-") as tmp:
+        text = open(os.path.join(config_dir, "memif.yaml")).read()
+        text = text.replace("/tmp/mercury/", tmp + "/")
+        text = re.sub(r"(\n  name:) memif", r"\1 trmemif%d" % os.getpid(), text)
+        text = re.sub(r"(\n  optimizer:) sgd", r"\1 sum", text)
+        text = re.sub(r"\n  learning_rate: [^\n]*", "", text)  # sum has none
+        job = os.path.join(tmp, "job.yaml")
+        with open(job, "w") as f:
+            f.write(text)
+        cmd = [ps_demo, "--config", job, "--model", model, "--trace", trace, "--compute-scale",
+               SCALE, "--comm-rounds", str(COMM_ROUNDS), "--rounds", str(ROUNDS)]
+        print(" ".join(cmd))
+        try:
+            run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 timeout=240)
+            out, code = run.stdout, run.returncode
+        except subprocess.TimeoutExpired as e:
+            # (bytes even with text=True)
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            code = -1
+            print("ps-demo timed out")
+        print(out, end="")
+        check(code == 0, "ps-demo exit %d" % code, failures)
+        for r in range(4):
+            w = "w%d" % r
+            comm = re.findall(r"\[%s\] %s comm round +\d+: +%s s" % (w, w, NUM), out)
+            check(len(comm) == COMM_ROUNDS,
+                  "%s: %d of %d comm-only rounds" % (w, len(comm), COMM_ROUNDS), failures)
+            streamed = re.findall(r"\[%s\] %s streamed comm round +\d+: +%s s" % (w, w, NUM), out)
+            check(len(streamed) == COMM_ROUNDS,
+                  "%s: %d of %d streamed comm-only rounds" % (w, len(streamed), COMM_ROUNDS),
+                  failures)
+            check("[%s] %s: comm-only rounds 1-%d and the last streamed round: every aggregate "
+                  "exact" % (w, w, COMM_ROUNDS) in out, "%s: the comm-only rounds exact" % w,
+                  failures)
+            rounds = re.findall(r"\[%s\] %s trace round +\d+: +%s s" % (w, w, NUM), out)
+            check(len(rounds) == ROUNDS, "%s: %d of %d trace rounds" % (w, len(rounds), ROUNDS),
+                  failures)
+            check("[%s] %s: final parameters exact" % (w, w) in out,
+                  "%s: final parameters exact" % w, failures)
+            m = re.search(r"\[%s\] %s: iteration %s s, compute %s s, communication %s s, lower "
+                          r"bound %s s, ratio %s" % (w, w, NUM, NUM, NUM, NUM, NUM), out)
+            check(m is not None, "%s: the iteration line" % w, failures)
+            if m:
+                iteration, compute = float(m.group(1)), float(m.group(2))
+                check(compute > 0, "%s: compute %s > 0" % (w, compute), failures)
+                # Printed to the millisecond: allow the rounding.
+                check(iteration >= compute - 0.0015,
+                      "%s: iteration %.3f s >= compute %.3f s" % (w, iteration, compute), failures)
+                for t in rounds:
+                    check(float(t) >= compute - 0.0015,
+                          "%s: a trace round of %s s >= compute %.3f s" % (w, t, compute), failures)
+        check(re.search(r"ps-demo: job: iteration %s s, compute %s s, communication %s s, lower "
+                        r"bound %s s, ratio %s" % (NUM, NUM, NUM, NUM, NUM), out) is not None,
+              "ps-demo's job line", failures)
+
+    # Refusals, before anything starts.
+    resnet_trace = os.path.join(config_dir, "traces", "resnet50.txt")
+    bad = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
+                          "--node", "w0", "--model", model, "--trace", resnet_trace],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(bad.stdout, end="")
+    check(bad.returncode == 1 and re.search(
+        r"resnet50\.txt:\d+: tensor 'conv1\.weight' is not the model's next, "
+        r"'features\.0\.0\.weight' at .*mobilenet_v2\.txt:2", bad.stdout) is not None,
+          "a mismatched trace refused naming file and line", failures)
+    bad = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
+                          "--node", "w0", "--compute-scale", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(bad.stdout, end="")
+    check(bad.returncode == 1 and "--compute-scale needs --trace" in bad.stdout,
+          "--compute-scale without --trace refused", failures)
+    good = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
+                           "--node", "w0", "--model", model, "--trace", trace],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(good.stdout, end="")
+    check(good.returncode == 0 and re.search(r"mobilenet_v2\.txt: ok \(\d+ layers", good.stdout),
+          "--check accepts the matching trace", failures)
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
