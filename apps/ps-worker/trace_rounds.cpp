@@ -30,13 +30,17 @@ double seconds(int64_t ns) { return static_cast<double>(ns) / 1e9; }
 class ComputeStream {
  public:
   void restart() { end_ = now_ns(); }
-  void run(int64_t ns, bool after_wait) {
-    end_ = (after_wait ? std::max(end_, now_ns()) : end_) + ns;
+  /// Returns when the piece began (its end is end()).
+  int64_t run(int64_t ns, bool after_wait) {
+    const int64_t begin = after_wait ? std::max(end_, now_ns()) : end_;
+    end_ = begin + ns;
     const timespec until{static_cast<time_t>(end_ / 1'000'000'000),
                          static_cast<long>(end_ % 1'000'000'000)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, nullptr) == EINTR) {
     }
+    return begin;
   }
+  [[nodiscard]] int64_t end() const { return end_; }
 
  private:
   int64_t end_ = 0;
@@ -198,6 +202,9 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   // The trace rounds. Nothing but waits, sleeps and push_pull calls runs on
   // the clock; every rank starts together.
   w.barrier();
+  // With a timeline (MERCURY_TIMELINE), each layer's compute and each wait
+  // for parameters become the trainer's rows, beside the tensors' phases.
+  const bool timeline = w.timeline_enabled();
   ComputeStream gpu;
   gpu.restart();
   std::vector<double> round_s, waited_s;
@@ -211,16 +218,28 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
         if (!pending[k].ready()) {
           const int64_t from = now_ns();
           pending[k].wait();
-          waited += now_ns() - from;
+          const int64_t to = now_ns();
+          waited += to - from;
           blocked = true;
+          if (timeline) {
+            w.timeline_span(l.name, "wait", static_cast<uint64_t>(from), static_cast<uint64_t>(to));
+          }
         }
         if (failed(pending[k], o.node, "trace", i + 1, decls[k].name)) return 1;
       }
-      gpu.run(static_cast<int64_t>(l.forward_us * o.scale * 1e3), blocked);
+      const int64_t began = gpu.run(static_cast<int64_t>(l.forward_us * o.scale * 1e3), blocked);
+      if (timeline) {
+        w.timeline_span(l.name, "forward", static_cast<uint64_t>(began),
+                        static_cast<uint64_t>(gpu.end()));
+      }
     }
     for (size_t j = t.layers.size(); j-- > 0;) {
       const trace::Layer& l = t.layers[j];
-      gpu.run(static_cast<int64_t>(l.backward_us * o.scale * 1e3), false);
+      const int64_t began = gpu.run(static_cast<int64_t>(l.backward_us * o.scale * 1e3), false);
+      if (timeline) {
+        w.timeline_span(l.name, "backward", static_cast<uint64_t>(began),
+                        static_cast<uint64_t>(gpu.end()));
+      }
       for (uint32_t k = l.first_tensor + l.tensors; k-- > l.first_tensor;) {
         pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[round % 2][k], params[k]);
       }
