@@ -24,7 +24,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from worker_api_test import JOB  # noqa: E402  (the two-worker memif job)
+from worker_api_test import JOB, test_main  # noqa: E402  (the two-worker memif job)
 
 BUILD = None
 LR = 0.125  # a power of two: lr * g is exact
@@ -221,9 +221,4 @@ class TorchIntegration(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    BUILD = os.path.abspath(sys.argv[1])
-    sys.path.insert(0, os.path.join(BUILD, "lib", "python"))
-    if len(sys.argv) > 2 and sys.argv[2] == "--worker":
-        worker_main(sys.argv[3], sys.argv[4], sys.argv[5])
-        sys.exit(0)
-    unittest.main(argv=[sys.argv[0]], verbosity=2)
+    test_main(sys.modules[__name__], worker_main)

@@ -267,10 +267,17 @@ class PythonWorker(unittest.TestCase):
                     self.assertAlmostEqual(p["aggregate"][1], p["pull"][0], places=3)
 
 
-if __name__ == "__main__":
-    BUILD = os.path.abspath(sys.argv[1])
-    sys.path.insert(0, os.path.join(BUILD, "lib", "python"))
+def test_main(module, worker_main):
+    """The command line of this directory's tests: BUILD_DIR, then either the
+    tests of `module` or, after --worker, one worker process (worker_main's
+    arguments)."""
+    module.BUILD = os.path.abspath(sys.argv[1])
+    sys.path.insert(0, os.path.join(module.BUILD, "lib", "python"))
     if len(sys.argv) > 2 and sys.argv[2] == "--worker":
-        worker_main(sys.argv[3], sys.argv[4])
+        worker_main(*sys.argv[3:])
         sys.exit(0)
-    unittest.main(argv=[sys.argv[0]], verbosity=2)
+    unittest.main(module=module, argv=[sys.argv[0]], verbosity=2)
+
+
+if __name__ == "__main__":
+    test_main(sys.modules[__name__], worker_main)
