@@ -420,8 +420,7 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
 }
 
 void ServerNode::send_heartbeats_st() {
-  const transport::Config& t = config_.endpoint.transport;
-  heartbeat_at_ = now_ + t.peer_timeout_us / 8 * (t.tsc_hz / 1'000'000);
+  heartbeat_at_ = now_ + transport::keepalive_interval(config_.endpoint.transport);
   agg::ControlMessage m;
   m.kind = agg::ControlKind::kHeartbeat;
   for (uint32_t rank = 0; rank < workers(); ++rank) send_control_st(rank, m);

@@ -284,7 +284,7 @@ class ServerNode {
   void control_complete(uint16_t rank, std::byte* buffer, uint32_t len);
   void control_abandoned(std::byte* buffer);
   void check_liveness_st();
-  // Every peer_timeout / 8 while the job runs: a reliable kHeartbeat to every
+  // Every transport::keepalive_interval() while the job runs: a reliable kHeartbeat to every
   // worker, so that a worker that dies while nothing is outstanding towards
   // it is still named by the transport's liveness (agg/control.h).
   void send_heartbeats_st();

@@ -47,6 +47,8 @@ uint32_t bdp_window(uint64_t link_bits_per_sec, uint32_t base_rtt_us, uint32_t p
   return static_cast<uint32_t>(w);
 }
 
+Tick keepalive_interval(const Config& c) { return us_to_ticks(c.peer_timeout_us / 8, c.tsc_hz); }
+
 Params resolve(const Config& c) {
   if (c.tsc_hz == 0) bad("tsc_hz", "must be > 0");
   if (c.window_floor == 0) bad("window_floor", "must be >= 1");

@@ -110,4 +110,11 @@ uint32_t bdp_window(uint64_t link_bits_per_sec, uint32_t base_rtt_us, uint32_t p
 /// the offending field.
 Params resolve(const Config& config);
 
+/// How often a user of the transport sends each peer something (Mercury's
+/// nodes: a heartbeat control message) so that a peer dying while nothing
+/// else is outstanding is still declared dead: liveness only runs with data
+/// out. An eighth of peer_timeout, so a peer is named at most 1.125 x the
+/// timeout after it died, idle or not.
+Tick keepalive_interval(const Config& config);
+
 }  // namespace mercury::transport

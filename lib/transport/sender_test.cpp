@@ -36,6 +36,12 @@ TEST(SeqArithmetic, ComparesAcrossTheWrap) {
   EXPECT_FALSE(epoch_newer(7, 7));
 }
 
+TEST(Keepalive, AnEighthOfThePeerTimeout) {
+  Config c = test::test_config();
+  c.peer_timeout_us = 1'500'000;
+  EXPECT_EQ(keepalive_interval(c), Tick{187'500} * (c.tsc_hz / 1'000'000));
+}
+
 TEST(PeerSender, NumbersPacketsAndStopsAtTheWindow) {
   RecordingSink sink;
   PeerSender s(test_params(16), kIsn, 0);

@@ -294,11 +294,7 @@ void NetCore::slow_st(transport::Tick now) {
 }
 
 void NetCore::send_heartbeats_st(transport::Tick now) {
-  // An eighth of the peer timeout: a server that dies while nothing else is
-  // outstanding is named at most an eighth later than one that dies
-  // mid-transfer (agg/control.h, kHeartbeat).
-  const transport::Config& t = config_.endpoint.transport;
-  heartbeat_at_ = now + t.peer_timeout_us / 8 * (t.tsc_hz / 1'000'000);
+  heartbeat_at_ = now + transport::keepalive_interval(config_.endpoint.transport);
   agg::ControlMessage m;
   m.kind = agg::ControlKind::kHeartbeat;
   for (uint16_t s = 0; s < endpoint_->num_peers(); ++s) send_control_st(s, m);

@@ -205,7 +205,7 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   bool send_control_st(uint16_t server, const agg::ControlMessage& m);
   bool version_in_st(TensorId t, uint32_t version) const;
   void publish_st();
-  // Every peer_timeout / 8 while the job runs: a reliable kHeartbeat to
+  // Every transport::keepalive_interval() while the job runs: a reliable kHeartbeat to
   // every server, so that the transport's liveness names a dead server even
   // when nothing else is outstanding.
   void send_heartbeats_st(transport::Tick now);
