@@ -8,6 +8,9 @@
 //                       Interface::poll_rx_st (parse and verify every header
 //                       and checksum; drops must be 0) on the other.
 //   memif/stack_nocsum/<size>  the same with UDP checksums off.
+//   memif/stack_nocsum_copy/<size>  the same with every payload copied into
+//                       its mbuf (InterfaceOptions::tx_by_reference off): what
+//                       sending payloads by reference saves (docs/net.md).
 //
 // <size> has net_rate_bench's meaning: 1500 and 9000 give Ethernet frames of
 // 1514 and 9014 bytes on every variant; 64 gives 64-byte raw frames and the
@@ -163,6 +166,7 @@ struct Sender {
     // Static ARP, as NodeNetworks configures it: the run measures data only.
     stack.add_static_arp(kReceiverIp, kReceiverMac);
     stack_nocsum.add_static_arp(kReceiverIp, kReceiverMac);
+    stack_nocsum_copy.add_static_arp(kReceiverIp, kReceiverMac);
     if (!stack.resolve_st(kReceiverIp, kUdpPort, route, rte_rdtsc())) {
       throw std::runtime_error("no route to the receiver");
     }
@@ -175,6 +179,9 @@ struct Sender {
   net::Interface stack{port, pool, net::LocalAddr{kSenderMac, kSenderIp, kUdpPort}, {}};
   net::Interface stack_nocsum{port, pool, stack.local(),
                               net::InterfaceOptions{.udp_checksum = false}};
+  net::Interface stack_nocsum_copy{
+      port, pool, stack.local(),
+      net::InterfaceOptions{.udp_checksum = false, .tx_by_reference = false}};
   std::vector<std::byte> source = std::vector<std::byte>(64 << 20);
   net::Route route;
 };
@@ -244,11 +251,12 @@ uint64_t send_stack(benchmark::State& state, Sender& s, net::Interface& a, size_
 // 1.7.1 aborts in its statistics when a skipped repetition ran a different
 // iteration count than the others (fixed upstream by its PR #2199), and a
 // run that loses frames or the receiver is a fault to look at, not a figure.
-void run(benchmark::State& state, Variant v) {
+void run(benchmark::State& state, Variant v, bool copy = false) {
   Sender& s = *g_sender;
   const size_t frame = frame_len(state.range(0), v != Variant::kRaw);
   const std::string name = std::string(v == Variant::kRaw     ? "memif/raw/"
                                        : v == Variant::kStack ? "memif/stack/"
+                                       : copy                 ? "memif/stack_nocsum_copy/"
                                                               : "memif/stack_nocsum/") +
                            std::to_string(state.range(0));
   std::string failure;
@@ -258,10 +266,11 @@ void run(benchmark::State& state, Variant v) {
   }
   const uint64_t wall = clock_ns(CLOCK_MONOTONIC);
   const uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
-  const uint64_t sent = v == Variant::kRaw ? send_raw(state, s, frame, failure)
-                        : v == Variant::kStack
-                            ? send_stack(state, s, s.stack, frame, failure)
-                            : send_stack(state, s, s.stack_nocsum, frame, failure);
+  const uint64_t sent =
+      v == Variant::kRaw ? send_raw(state, s, frame, failure)
+      : v == Variant::kStack
+          ? send_stack(state, s, s.stack, frame, failure)
+          : send_stack(state, s, copy ? s.stack_nocsum_copy : s.stack_nocsum, frame, failure);
   const double tx_cpu = static_cast<double>(clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu) /
                         static_cast<double>(clock_ns(CLOCK_MONOTONIC) - wall);
   Report r;
@@ -298,11 +307,18 @@ void run(benchmark::State& state, Variant v) {
 void raw(benchmark::State& state) { run(state, Variant::kRaw); }
 void stack(benchmark::State& state) { run(state, Variant::kStack); }
 void stack_nocsum(benchmark::State& state) { run(state, Variant::kStackNoChecksum); }
+void stack_nocsum_copy(benchmark::State& state) { run(state, Variant::kStackNoChecksum, true); }
 
 // Real time: the sender may wait on memif, and the figures are per second.
 BENCHMARK(raw)->Name("memif/raw")->Arg(64)->Arg(1500)->Arg(9000)->UseRealTime();
 BENCHMARK(stack)->Name("memif/stack")->Arg(64)->Arg(1500)->Arg(9000)->UseRealTime();
 BENCHMARK(stack_nocsum)->Name("memif/stack_nocsum")->Arg(64)->Arg(1500)->Arg(9000)->UseRealTime();
+BENCHMARK(stack_nocsum_copy)
+    ->Name("memif/stack_nocsum_copy")
+    ->Arg(64)
+    ->Arg(1500)
+    ->Arg(9000)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace mercury::bench::memif

@@ -187,9 +187,14 @@ size_t build_data_frame(std::span<std::byte> out, const LocalAddr& local, const 
   return build_data_frame(out, make_frame_template(local, route), h, payload, mode);
 }
 
-size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
-                        const wire::HeaderFields& h, std::span<const std::byte> payload,
-                        ChecksumMode mode) {
+namespace {
+
+// The frame's headers, and its payload after them when `copy` (otherwise
+// the payload stays where it is, summed for the UDP checksum if need be, and
+// travels as a second segment).
+template <bool copy>
+size_t build_data(std::span<std::byte> out, const FrameTemplate& t, const wire::HeaderFields& h,
+                  std::span<const std::byte> payload, ChecksumMode mode) {
   const auto udp_len = static_cast<uint16_t>(kL4Len + wire::kHeaderSize + payload.size());
   const auto ip_len = static_cast<uint16_t>(kL3Len + udp_len);
   std::byte* p = out.data();
@@ -212,10 +217,14 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
   // cache, and the destination mbuf, recycled through the pool's per-core
   // cache, usually is.
   uint64_t payload_sum = 0;
-  if (mode == ChecksumMode::kSoftware) {
-    payload_sum = copy_partial_sum(data, payload.data(), payload.size());
-  } else {
-    copy_payload(data, payload.data(), payload.size());
+  if constexpr (copy) {
+    if (mode == ChecksumMode::kSoftware) {
+      payload_sum = copy_partial_sum(data, payload.data(), payload.size());
+    } else {
+      copy_payload(data, payload.data(), payload.size());
+    }
+  } else if (mode == ChecksumMode::kSoftware) {
+    payload_sum = partial_sum(payload.data(), payload.size());
   }
 #if defined(__AVX512BW__)
   // One load, shuffle and store, and the header's sum from the register.
@@ -255,12 +264,30 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
     case ChecksumMode::kNone:
       break;
   }
-  size_t len = kL2Len + ip_len;
-  if (len < kMinFrame) {
-    std::memset(p + len, 0, kMinFrame - len);
-    len = kMinFrame;
+  if constexpr (!copy) {
+    return kFrameOverhead;
+  } else {
+    size_t len = kL2Len + ip_len;
+    if (len < kMinFrame) {
+      std::memset(p + len, 0, kMinFrame - len);
+      len = kMinFrame;
+    }
+    return len;
   }
-  return len;
+}
+
+}  // namespace
+
+size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
+                        const wire::HeaderFields& h, std::span<const std::byte> payload,
+                        ChecksumMode mode) {
+  return build_data<true>(out, t, h, payload, mode);
+}
+
+size_t build_data_headers(std::span<std::byte> out, const FrameTemplate& t,
+                          const wire::HeaderFields& h, std::span<const std::byte> payload,
+                          ChecksumMode mode) {
+  return build_data<false>(out, t, h, payload, mode);
 }
 
 size_t build_arp_frame(std::span<std::byte> out, uint16_t oper, const LocalAddr& local,

@@ -208,6 +208,16 @@ size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
                         const wire::HeaderFields& h, std::span<const std::byte> payload,
                         ChecksumMode mode);
 
+/// The headers of that frame alone, for a payload sent from where it lies
+/// as the frame's second segment: writes kFrameOverhead bytes into `out`
+/// (Ethernet, IPv4, UDP, Mercury; lengths and checksums covering `payload`,
+/// which is read, not copied, and only for a software UDP checksum) and
+/// returns kFrameOverhead. kFrameOverhead + payload.size() must be at least
+/// kMinFrame: such a frame has no room for padding.
+size_t build_data_headers(std::span<std::byte> out, const FrameTemplate& t,
+                          const wire::HeaderFields& h, std::span<const std::byte> payload,
+                          ChecksumMode mode);
+
 /// Writes an ARP request (oper 1, broadcast) or reply (oper 2) frame of
 /// kMinFrame bytes into `out`. Returns its length.
 size_t build_arp_frame(std::span<std::byte> out, uint16_t oper, const LocalAddr& local,

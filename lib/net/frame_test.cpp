@@ -141,6 +141,22 @@ TEST_F(Fixture, RoundTripsHeadersAndPayload) {
   }
 }
 
+TEST_F(Fixture, HeadersAlonePlusThePayloadAreTheWholeFrame) {
+  // The by-reference send path writes the headers into one segment and
+  // leaves the payload where it is: the two together must be byte for byte
+  // the frame the copying path builds, checksums included.
+  const FrameTemplate t = make_frame_template(a, Route{b.mac, b.ip, b.udp_port});
+  for (auto mode : {ChecksumMode::kSoftware, ChecksumMode::kNone, ChecksumMode::kOffload}) {
+    for (size_t n : {size_t{18}, size_t{1024}, size_t{1399}, payload.size()}) {
+      std::vector<std::byte> headers(kFrameOverhead);
+      const auto part = std::span(payload).first(n);
+      ASSERT_EQ(build_data_headers(headers, t, h, part, mode), kFrameOverhead);
+      headers.insert(headers.end(), part.begin(), part.end());
+      EXPECT_EQ(headers, frame_to_b(mode, n)) << "mode " << static_cast<int>(mode) << ", " << n;
+    }
+  }
+}
+
 TEST_F(Fixture, ShortFramesArePaddedAndStillParse) {
   h.dtype = wire::Dtype::kBytes;
   auto f = frame_to_b(ChecksumMode::kSoftware, 0);

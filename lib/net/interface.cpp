@@ -3,9 +3,12 @@
 #include <rte_cycles.h>
 #include <rte_mempool.h>
 
+#include <atomic>
 #include <numeric>
+#include <string>
 
 #include "net/link_emulator.h"
+#include "net/payload_ref.h"
 
 namespace mercury::net {
 
@@ -24,7 +27,15 @@ Interface::Interface(Port& port, Mempool& pool, const LocalAddr& local,
                                             : ChecksumMode::kSoftware),
       verify_udp_(opts.udp_checksum),
       arp_(opts.arp_capacity,
-           opts.arp_retry_ticks != 0 ? opts.arp_retry_ticks : rte_get_tsc_hz() / 10) {}
+           opts.arp_retry_ticks != 0 ? opts.arp_retry_ticks : rte_get_tsc_hz() / 10) {
+  if (opts.tx_by_reference && port.tx_by_reference()) {
+    // Pool names are process-wide, and a port may have several interfaces.
+    static std::atomic<uint32_t> serial{0};
+    shells_.emplace("shells" + std::to_string(serial++), kShells, 32, 0);
+    shared_.free_cb = [](void*, void*) {};
+    rte_mbuf_ext_refcnt_set(&shared_, 1);
+  }
+}
 
 Interface::~Interface() {
   if (staged_ > 0) rte_pktmbuf_free_bulk(stage_.data(), staged_);
@@ -163,6 +174,24 @@ bool Interface::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t 
   return false;
 }
 
+bool Interface::chain_payload_st(rte_mbuf* m, std::span<const std::byte> payload) {
+  rte_mbuf* shell = rte_pktmbuf_alloc(shells_->get());
+  if (shell == nullptr) {
+    ++counters_.tx_no_shell;
+    return false;
+  }
+  // The PMD only reads the payload (it copies it out within tx_burst), so
+  // the const is safe to drop; no IOVA, as nothing DMAs from it.
+  rte_mbuf_ext_refcnt_update(&shared_, 1);
+  rte_pktmbuf_attach_extbuf(shell, const_cast<std::byte*>(payload.data()), RTE_BAD_IOVA,
+                            static_cast<uint16_t>(payload.size()), &shared_);
+  shell->data_len = static_cast<uint16_t>(payload.size());
+  m->next = shell;
+  m->nb_segs = 2;
+  ++counters_.tx_by_reference;
+  return true;
+}
+
 bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
                               std::span<const std::byte> payload) {
   rte_mbuf* m = mbuf_for_stage_st();
@@ -173,10 +202,22 @@ bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
   m->data_off = RTE_PKTMBUF_HEADROOM + kPayloadAlignPad;
   auto* p = rte_pktmbuf_mtod(m, std::byte*);
   const std::span<std::byte> room{p, rte_pktmbuf_tailroom(m)};
-  const size_t len = route.frame.valid
-                         ? build_data_frame(room, route.frame, h, payload, tx_mode_)
-                         : build_data_frame(room, local_, route, h, payload, tx_mode_);
-  m->data_len = m->pkt_len = static_cast<uint32_t>(len);
+  size_t len;
+  if (shells_ && payload.size() >= kByReferenceMin && chain_payload_st(m, payload)) {
+    FrameTemplate made;
+    const FrameTemplate* t = &route.frame;
+    if (!route.frame.valid) {
+      made = make_frame_template(local_, route);
+      t = &made;
+    }
+    m->data_len = static_cast<uint16_t>(build_data_headers(room, *t, h, payload, tx_mode_));
+    len = m->data_len + payload.size();
+  } else {
+    len = route.frame.valid ? build_data_frame(room, route.frame, h, payload, tx_mode_)
+                            : build_data_frame(room, local_, route, h, payload, tx_mode_);
+    m->data_len = static_cast<uint16_t>(len);
+  }
+  m->pkt_len = static_cast<uint32_t>(len);
   if (tx_mode_ == ChecksumMode::kOffload) {
     m->l2_len = kL2Len;
     m->l3_len = kL3Len;
@@ -215,8 +256,14 @@ uint16_t Interface::flush_st(uint64_t now) {
   // them already): their lengths come from stage_len_, not from the mbufs.
   for (uint16_t i = 0; i < sent; ++i) counters_.tx_bytes += stage_len_[i];
   counters_.tx_frames += sent;
-  // Keep the refused ones, in order, at the front of the stage.
+  // Keep the refused ones, in order, at the front of the stage, each with
+  // its payload in its own mbuf now: the sender's memory may change or go
+  // before the next flush (payload_ref.h).
   for (uint16_t i = sent; i < staged_; ++i) {
+    if (payload_by_reference(stage_[i])) {
+      take_payload_in(stage_[i]);
+      ++counters_.tx_taken_in;
+    }
     stage_[i - sent] = stage_[i];
     stage_len_[i - sent] = stage_len_[i];
   }

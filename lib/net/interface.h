@@ -10,7 +10,9 @@
 // by whoever consumes it. An RxPacket's PacketBuf is the mbuf (mbuf_of());
 // the caller frees it afterwards, with release_st() or rte_pktmbuf_free.
 // Send: stage_data_st() builds a frame in a fresh mbuf (headers + one pass
-// over the payload, checksum fused or offloaded) into a TX stage of one burst;
+// over the payload, checksum fused or offloaded; or, where the port allows
+// it, the headers alone with the payload chained by reference: payload_ref.h)
+// into a TX stage of one burst;
 // stage_burst_st() does it for a burst of frames; flush_st() hands the stage
 // to the PMD (through the link emulator when one is attached), keeping what
 // the PMD refuses for the next flush.
@@ -30,6 +32,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "net/arp.h"
@@ -48,8 +51,11 @@ struct InterfaceCounters {
   uint64_t rx_bytes = 0;    ///< bytes of those frames
   uint64_t tx_frames = 0;   ///< frames accepted by the PMD (or the emulator)
   uint64_t tx_bytes = 0;
-  uint64_t tx_no_mbuf = 0;     ///< stage_data_st() found the mempool empty
-  uint64_t tx_stage_full = 0;  ///< stage_data_st() found the stage full (back-pressure)
+  uint64_t tx_no_mbuf = 0;       ///< stage_data_st() found the mempool empty
+  uint64_t tx_stage_full = 0;    ///< stage_data_st() found the stage full (back-pressure)
+  uint64_t tx_by_reference = 0;  ///< frames staged with their payload by reference
+  uint64_t tx_no_shell = 0;      ///< payloads copied because every shell mbuf was out
+  uint64_t tx_taken_in = 0;      ///< by-reference payloads copied in: refused by the PMD
   uint64_t arp_requests_sent = 0;
   uint64_t arp_replies_sent = 0;
   uint64_t arp_learned = 0;
@@ -74,6 +80,9 @@ struct InterfaceOptions {
   uint16_t rx_queue = 0;
   uint16_t tx_queue = 0;
   bool udp_checksum = true;  ///< false: send 0, do not verify
+  /// Send payloads by reference where the port allows it (payload_ref.h);
+  /// false copies every payload into the frame's mbuf.
+  bool tx_by_reference = true;
   size_t arp_capacity = 256;
   uint64_t arp_retry_ticks = 0;  ///< 0: 100 ms at the TSC rate
 };
@@ -85,6 +94,12 @@ class Interface final : public PacketPort {
   static constexpr uint16_t kPayloadAlignPad = (64 - kFrameOverhead % 64) % 64;
   /// How many packets ahead the send path warms a frame's header lines.
   static constexpr uint16_t kPrefetchAhead = 4;
+  /// Payloads from this size up go by reference (payload_ref.h) on ports
+  /// that allow it; below it a copy costs less than a second segment.
+  static constexpr uint16_t kByReferenceMin = 1024;
+  /// Shell mbufs for by-reference payloads: the TX stage is all that holds
+  /// them past a send, so a few stages' worth never runs out.
+  static constexpr uint32_t kShells = 511;
   // kBurst and kStage: PacketPort's.
 
   Interface(Port& port, Mempool& pool, const LocalAddr& local, const InterfaceOptions& opts);
@@ -134,6 +149,12 @@ class Interface final : public PacketPort {
   [[nodiscard]] const InterfaceCounters& counters() const { return counters_; }
   /// mbufs of this interface's pool it holds (staged or spare): for leak checks.
   [[nodiscard]] uint32_t mbufs_held() const { return staged_ + spare_; }
+  /// Frames whose payload still refers to its sender's memory (staged, or
+  /// handed to the PMD and not yet freed): 0 after every flush_st() that
+  /// emptied the stage, since these PMDs copy within tx_burst.
+  [[nodiscard]] uint32_t payloads_by_reference() const {
+    return shells_ ? rte_mbuf_ext_refcnt_read(&shared_) - 1u : 0u;
+  }
   [[nodiscard]] const LocalAddr& local() const { return local_; }
   [[nodiscard]] Port& port() { return port_; }
   [[nodiscard]] ChecksumMode checksum_mode() const { return tx_mode_; }
@@ -154,6 +175,9 @@ class Interface final : public PacketPort {
   RxTap rx_tap_ = nullptr;
   void* rx_tap_context_ = nullptr;
   rte_mbuf* take_mbuf_st();
+  /// Attaches `payload` to a shell chained after the headers in `m`; false
+  /// (nothing changed) when no shell is free.
+  bool chain_payload_st(rte_mbuf* m, std::span<const std::byte> payload);
   /// An mbuf for the next staged frame, or nullptr (counted) when the stage
   /// is full or the pool is dry.
   rte_mbuf* mbuf_for_stage_st();
@@ -166,6 +190,11 @@ class Interface final : public PacketPort {
   uint16_t spare_ = 0;
   std::array<rte_mbuf*, kBurst> spares_{};
   InterfaceCounters counters_;
+  // By-reference payloads: a pool of data-less shell mbufs, and the shared
+  // info of their external buffers, whose count the interface keeps above 0
+  // (the memory is never freed through it).
+  std::optional<Mempool> shells_;
+  rte_mbuf_ext_shared_info shared_{};
 };
 
 }  // namespace mercury::net

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "net/payload_ref.h"
+
 namespace mercury::net {
 
 namespace {
@@ -205,6 +207,10 @@ uint16_t LinkEmulator::tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t n
       rte_pktmbuf_free(m);
       continue;
     }
+    // The frame now outlives the caller's send: a payload still in the
+    // sender's memory comes in first (payload_ref.h), which also keeps a
+    // corruption below off the sender's memory.
+    take_payload_in(m);
     rte_mbuf* copy = nullptr;
     if (fate.duplicate) {
       // A deep copy: the stack may reuse or modify the original's data, and

@@ -1,5 +1,7 @@
 #include "net/port.h"
 
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_eth_ring.h>
 
@@ -40,6 +42,24 @@ constexpr uint32_t kEthOverhead = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
 // mbuf of the RX pool's data room (chaining only past it), so a frame of the
 // pool's size arrives whole: NodeNetworks sizes the pools for the job's MTU.
 bool carries_any_frame(const std::string& driver) { return driver == "net_memif"; }
+
+// The arguments the device was created with ("role=server,id=0,..."), or "".
+std::string devargs_of(const rte_eth_dev_info& info) {
+  const rte_devargs* d = info.device != nullptr ? rte_dev_devargs(info.device) : nullptr;
+  return d != nullptr && d->args != nullptr ? d->args : "";
+}
+
+// PMDs whose tx_burst copies every segment of a frame out of its mbufs (into
+// shared memory, a kernel ring or a file) and frees them before returning, so
+// a frame may end in a segment that refers to memory the sender keeps:
+// net_memif in copy mode (a memif in zero-copy mode hands the buffers
+// themselves to its peer), net_af_packet, net_pcap (which gathers a chain
+// into a bounce buffer). A NIC reads its segments
+// by DMA after tx_burst returns and needs their IOVA: not one of these.
+bool copies_at_tx(const std::string& driver, const std::string& devargs) {
+  if (driver == "net_memif") return devargs.find("zero-copy=yes") == std::string::npos;
+  return driver == "net_af_packet" || driver == "net_pcap";
+}
 
 // Two rings per direction would be one per queue; a link uses queue 0 only.
 struct RingPair {
@@ -92,7 +112,15 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
     conf.rxmode.offloads |= kRxCksum;
     rx_cksum_ = true;
   }
-  if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
+  if (copies_at_tx(driver_, devargs_of(info))) {
+    // Frames may be chains whose payload segment refers to the sender's
+    // memory (Interface): fast free, which wants direct single-pool mbufs, is
+    // then off. net_pcap (22.11) reads chains without announcing it.
+    if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) {
+      conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
+    }
+    tx_by_reference_ = true;
+  } else if (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) {
     conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
   }
   if (opts.rx_queues > 1 && (info.flow_type_rss_offloads & RTE_ETH_RSS_UDP) != 0) {
@@ -168,6 +196,7 @@ Port::Port(Port&& o) noexcept
       rss_(o.rss_),
       tx_cksum_(o.tx_cksum_),
       rx_cksum_(o.rx_cksum_),
+      tx_by_reference_(o.tx_by_reference_),
       rings_(std::move(o.rings_)) {
   o.id_ = RTE_MAX_ETHPORTS;
 }
@@ -214,6 +243,7 @@ std::string Port::describe() const {
                   std::to_string(rx_queues_) + " rx / " + std::to_string(tx_queues_) + " tx queues";
   if (rss_) s += ", rss";
   s += tx_cksum_ ? ", tx checksum offload" : ", software checksums";
+  if (tx_by_reference_) s += ", payloads sent by reference";
   return s;
 }
 

@@ -66,6 +66,11 @@ class Port {
   [[nodiscard]] bool tx_checksum_offload() const { return tx_cksum_; }
   /// The PMD reports RX checksum verdicts in mbuf flags.
   [[nodiscard]] bool rx_checksum_offload() const { return rx_cksum_; }
+  /// The PMD copies each frame out of its mbufs, chains included, within
+  /// tx_burst and frees them there (memif in copy mode, af_packet, pcap):
+  /// a frame's payload may be a segment that refers to the sender's memory,
+  /// which the PMD reads before tx_burst returns. Multi-segment TX is on.
+  [[nodiscard]] bool tx_by_reference() const { return tx_by_reference_; }
   /// One-line description for start-up output.
   [[nodiscard]] std::string describe() const;
 
@@ -88,6 +93,7 @@ class Port {
   bool rss_ = false;
   bool tx_cksum_ = false;
   bool rx_cksum_ = false;
+  bool tx_by_reference_ = false;
   std::shared_ptr<void> rings_;  // ring links: the rings outlive both ports
 };
 

@@ -12,6 +12,9 @@ void add_interface(Registry& registry, const std::string& group, const net::Inte
     v.emplace_back("tx_bytes", read_counter(c.tx_bytes));
     v.emplace_back("tx_no_mbuf", read_counter(c.tx_no_mbuf));
     v.emplace_back("tx_stage_full", read_counter(c.tx_stage_full));
+    v.emplace_back("tx_by_reference", read_counter(c.tx_by_reference));
+    v.emplace_back("tx_no_shell", read_counter(c.tx_no_shell));
+    v.emplace_back("tx_taken_in", read_counter(c.tx_taken_in));
     v.emplace_back("arp_requests_sent", read_counter(c.arp_requests_sent));
     v.emplace_back("arp_replies_sent", read_counter(c.arp_replies_sent));
     v.emplace_back("arp_learned", read_counter(c.arp_learned));
