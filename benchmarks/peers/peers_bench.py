@@ -1,21 +1,24 @@
 #!/usr/bin/python3
-"""Mercury's push_pull beside PyTorch's gloo all_reduce of the same tensors, on the same
-machine, interleaved (benchmarks/README.md, "peers").
+"""Mercury's push_pull beside a TCP parameter server and PyTorch's gloo all_reduce of the
+same tensors, on the same machine, interleaved (benchmarks/README.md, "peers").
 
   benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
                                   [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]
                                   [--loss P]
 
-For each model and worker count, each trial runs three variants in random order:
+For each model and worker count, each trial runs four variants in random order:
   mercury     ps-demo on a memif job like config/memif.yaml (one ps-server, N ps-worker
               processes, optimizer sum): each round is a barrier of every rank, then
               push_pull of every tensor, last layer first, through the public worker API;
               every worker checks the last round's aggregate bit for bit (ps-worker
               --verify last: nothing but push_pull runs between rounds).
+  tcp_ps      a classical parameter server over TCP on loopback (tcp_ps.py: one server
+              process and N worker processes, synchronous push and pull per tensor, last
+              layer first, each sum sent as soon as every worker's push of it arrived).
   gloo        torch.distributed all_reduce over gloo (TCP on loopback), N processes, one
               call per tensor, last layer first, issued at once and then waited for.
   gloo_fused  the same with one all_reduce of one flat buffer of every tensor.
-With --loss P (e.g. 0.01), a fourth variant, mercury_loss: the mercury job with the link
+With --loss P (e.g. 0.01), a fifth variant, mercury_loss: the mercury job with the link
 emulator dropping a fraction P of the frames on every TX queue of every process (the job
 file's `link: {loss: P}`), to compare with the loss-free mercury of the same trials (gloo
 runs over the kernel's loopback, which has no loss to inject).
@@ -62,7 +65,9 @@ def memif_job(workers, name, loss=0.0):
         y.append("      - net_memif%d,role=server,id=0,socket=/tmp/mercury-peers/%s-w%d.sock,"
                  "bsize=9216"
                  % (w, name, w))
-    y += ["    lcores: [0, 1, 2]", "    shards: 2"]
+    # config/memif.yaml's layout: the server on the even lcores (alone on CPU 0 of a 2-CPU
+    # machine, its shards inline), the workers on the odd ones.
+    y += ["    lcores: [0, 2, 4]", "    shards: 2"]
     for w in range(workers):
         y += ["  - name: w%d" % w,
               "    role: worker",
@@ -71,7 +76,7 @@ def memif_job(workers, name, loss=0.0):
               "    ports: [ \"net_memif1%d,role=client,id=0,socket=/tmp/mercury-peers/%s-w%d.sock,"
               "bsize=9216\" ]"
               % (w, name, w),
-              "    lcores: [%d]" % (3 + w)]
+              "    lcores: [%d]" % (1 + 2 * w)]
     return "\n".join(y) + "\n"
 
 
@@ -129,6 +134,28 @@ def gloo(model, workers, mode, iters, warmup):
     return statistics.median(per_iter), all(r["exact"] for r in results), 0, 0
 
 
+def tcp_ps(model, workers, iters, warmup):
+    port = free_port()
+    common = ["--world", str(workers), "--port", str(port), "--model", model, "--iters",
+              str(iters), "--warmup", str(warmup)]
+    script = os.path.join(HERE, "tcp_ps.py")
+    server = subprocess.Popen(["/usr/bin/python3", script, "server"] + common, cwd=ROOT)
+    procs = [subprocess.Popen(["/usr/bin/python3", script, "worker", "--rank", str(r)] + common,
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+             for r in range(workers)]
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=1800)
+        if p.returncode != 0:
+            server.kill()
+            sys.exit("peers_bench: a tcp_ps worker failed")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    if server.wait(timeout=60) != 0:
+        sys.exit("peers_bench: the tcp_ps server failed")
+    per_iter = [max(r["times"][i] for r in results) for i in range(iters)]
+    return statistics.median(per_iter), all(r["exact"] for r in results), 0, 0
+
+
 def summary(xs):
     return "%.3f [%.3f, %.3f]" % (statistics.median(xs), min(xs), max(xs))
 
@@ -149,7 +176,8 @@ def main():
         import torch  # noqa: F401  (only to fail early with a clear message)
     except ImportError:
         sys.exit("peers_bench: needs Debian's python3-torch, run with /usr/bin/python3")
-    variants = ["mercury", "gloo", "gloo_fused"] + (["mercury_loss"] if a.loss > 0 else [])
+    variants = ["mercury", "tcp_ps", "gloo", "gloo_fused"] + (["mercury_loss"] if a.loss > 0
+                                                                 else [])
     rows = []
     for m in a.models.split(","):
         model = os.path.join(ROOT, "config/models", m + ".txt")
@@ -163,6 +191,8 @@ def main():
                     if v.startswith("mercury"):
                         trial[v] = mercury(a.build, model, n, a.iters, a.warmup,
                                            a.loss if v == "mercury_loss" else 0.0)
+                    elif v == "tcp_ps":
+                        trial[v] = tcp_ps(model, n, a.iters, a.warmup)
                     else:
                         mode = "fused" if v == "gloo_fused" else "per_tensor"
                         trial[v] = gloo(model, n, mode, a.iters, a.warmup)
