@@ -2,8 +2,11 @@
 // address and MAC, the port forms (ring link, vdev, PCI address, normalised),
 // lcores and shards, with the rules within one node (no port or lcore twice,
 // enough lcores for the shards). The rules across nodes are load_nodes.cpp's.
+#include <algorithm>
 #include <cctype>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "config/load_sections.h"
@@ -110,6 +113,60 @@ PortSpec parse_port(const Value& v) {
   return p;
 }
 
+// The device arguments DPDK 22.11's PMDs accept, for the drivers Mercury
+// uses; a PMD rejects any other key only when EAL probes it, with a message
+// that names neither the file nor the line. Drivers not listed are left to
+// their PMD.
+constexpr std::string_view kMemifKeys[] = {
+    "id",  "role",      "bsize",     "rsize",     "socket", "socket-abstract",
+    "mac", "zero-copy", "owner-uid", "owner-gid", "secret"};
+constexpr std::string_view kAfPacketKeys[] = {"iface",   "qpairs",   "blocksz",
+                                              "framesz", "framecnt", "qdisc_bypass"};
+constexpr std::string_view kPcapKeys[] = {"rx_pcap",  "tx_pcap", "rx_iface", "rx_iface_in",
+                                          "tx_iface", "iface",   "phy_mac",  "infinite_rx"};
+constexpr std::string_view kNullKeys[] = {"size", "copy", "no-rx"};
+constexpr std::string_view kTapKeys[] = {"iface", "mac", "remote", "persist"};
+
+// The driver of a vdev is its name less the instance number: net_memif12 -> net_memif.
+std::string_view driver_of(std::string_view vdev_name) {
+  return vdev_name.substr(0, vdev_name.find_last_not_of("0123456789") + 1);
+}
+
+std::span<const std::string_view> known_keys(std::string_view vdev_name) {
+  const std::string_view driver = driver_of(vdev_name);
+  if (driver == "net_memif") return kMemifKeys;
+  if (driver == "net_af_packet") return kAfPacketKeys;
+  if (driver == "net_pcap") return kPcapKeys;
+  if (driver == "net_null") return kNullKeys;
+  if (driver == "net_tap") return kTapKeys;
+  return {};
+}
+
+// Every key=value of a vdev string of a known driver must be one its PMD
+// takes, and net_memif's role one of its two.
+void check_vdev_args(const Value& v, const PortSpec& port) {
+  if (port.kind != PortSpec::kVdev) return;
+  const std::span<const std::string_view> keys = known_keys(port.vdev_name());
+  if (keys.empty()) return;
+  std::string_view args(port.text);
+  for (size_t at = args.find(','); at != std::string_view::npos; at = args.find(',', at + 1)) {
+    const std::string_view arg = args.substr(at + 1, args.find(',', at + 1) - at - 1);
+    const std::string_view key = arg.substr(0, arg.find('='));
+    const std::string_view value = arg.substr(key.size() + 1);
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      std::string known;
+      for (std::string_view k : keys)
+        known += std::string(known.empty() ? "" : ", ") + std::string(k);
+      v.fail(quoted(port.text) + ": " + quoted(std::string(key)) + " is not an argument of " +
+             std::string(driver_of(port.vdev_name())) + " (it takes " + known + ")");
+    }
+    if (key == "role" && value != "server" && value != "client") {
+      v.fail(quoted(port.text) + ": role " + quoted(std::string(value)) +
+             " is neither server nor client");
+    }
+  }
+}
+
 // A net_memif port carries each frame in one buffer of the vdev's bsize
 // (2048 unless given): DPDK 22.11's memif (copy mode) splits a larger frame
 // over several buffers but does not clear the continuation flag of the first
@@ -185,6 +242,7 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
   for (size_t i = 0; i < src.ports.size(); ++i) {
     n.ports.push_back(parse_port(src.ports[i]));
     const PortSpec& port = n.ports.back();
+    check_vdev_args(src.ports[i], port);
     check_memif_bsize(src.ports[i], port, net);
     for (size_t j = 0; j < i; ++j) {
       if (port.kind == PortSpec::kPci && n.ports[j].kind == PortSpec::kPci &&

@@ -266,5 +266,25 @@ TEST(ConfigRefuse, MemifFramesMustFitOneBuffer) {
                       "bsize \"lots\" is not a buffer size (1..65535 bytes)"));
 }
 
+TEST(ConfigRefuse, VdevArgumentsThePmdDoesNotTake) {
+  const auto nodes = [](std::string_view server_port) {
+    return "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [\"" +
+           std::string(server_port) + "\"]\n    lcores: [0, 1]\n    shards: 1\n" +
+           worker("w0", "10.0.0.2", "net_memif1,role=client");
+  };
+  EXPECT_NO_THROW(load_string(doc("", nodes("net_memif0,role=server,id=0,socket=/tmp/x.sock,"
+                                            "socket-abstract=no,zero-copy=no,rsize=10"))));
+  EXPECT_TRUE(refused(doc("", nodes("net_memif0,zole=server")), 8, "nodes[0].ports[0]",
+                      "\"net_memif0,zole=server\": \"zole\" is not an argument of net_memif "
+                      "(it takes id, role, bsize, rsize, socket, socket-abstract, mac, zero-copy, "
+                      "owner-uid, owner-gid, secret)"));
+  EXPECT_TRUE(refused(doc("", nodes("net_memif0,role=master")), 8, "nodes[0].ports[0]",
+                      "role \"master\" is neither server nor client"));
+  EXPECT_TRUE(refused(doc("", nodes("net_af_packet0,iface=veth0,queues=2")), 8, "nodes[0].ports[0]",
+                      "\"queues\" is not an argument of net_af_packet"));
+  // Drivers Mercury does not know are left to their PMD.
+  EXPECT_NO_THROW(load_string(doc("", nodes("net_vhost0,iface=/tmp/v.sock,queues=1"))));
+}
+
 }  // namespace
 }  // namespace mercury::config
