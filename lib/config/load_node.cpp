@@ -237,6 +237,7 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
   }
 
   Value ports = s.require("ports");
+  src.port_list = ports;
   src.ports = ports.sequence();
   if (src.ports.empty()) ports.fail("the list is empty (a node needs at least one port)");
   for (size_t i = 0; i < src.ports.size(); ++i) {

@@ -111,6 +111,27 @@ void parse_nodes(const Section& root, JobConfig& job) {
 
   if (servers == 0) list.fail("no server (a job needs at least one server and one worker)");
   if (workers == 0) list.fail("no worker (a job needs at least one server and one worker)");
+
+  // Every server reaches every worker: through a ring link to it, through its
+  // only port, or through the port of the worker's rank when it has one port
+  // per worker (job::port_of_worker, which the server uses, follows the same
+  // rule).
+  for (size_t i = 0; i < job.nodes.size(); ++i) {
+    const NodeConfig& server = job.nodes[i];
+    if (server.role != Role::kServer || server.ports.size() == 1) continue;
+    for (const NodeConfig& w : job.nodes) {
+      if (w.role != Role::kWorker) continue;
+      bool ring = false;
+      for (const PortSpec& p : server.ports) ring = ring || p.ring_peer == w.name;
+      if (ring) continue;
+      if (server.ports.size() == workers && server.ports[w.rank].kind != PortSpec::kRing) continue;
+      sources[i].port_list->fail(
+          "no port of server " + server.name + " leads to worker " + w.name + " (rank " +
+          std::to_string(w.rank) +
+          "): give the server one port for all workers, one port per worker in rank order, or "
+          "a ring: link to it");
+    }
+  }
 }
 
 }  // namespace mercury::config::detail

@@ -37,6 +37,7 @@ struct NodeSource {
   Value role;
   Value ipv4;
   std::optional<Value> mac;
+  std::optional<Value> port_list;  ///< the `ports` key itself
   std::vector<Value> ports;
 };
 

@@ -266,6 +266,20 @@ TEST(ConfigRefuse, MemifFramesMustFitOneBuffer) {
                       "bsize \"lots\" is not a buffer size (1..65535 bytes)"));
 }
 
+TEST(ConfigRefuse, ServerWithNoPortToAWorker) {
+  // Two ports, three workers: neither one port for all nor one per worker.
+  const std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n"
+      "    ports: [\"net_memif0,role=server\", \"net_memif1,role=server\"]\n"
+      "    lcores: [0, 1]\n    shards: 1\n" +
+      worker("w0", "10.0.0.2", "net_memif10,role=client") +
+      worker("w1", "10.0.0.3", "net_memif11,role=client") +
+      worker("w2", "10.0.0.4", "net_memif12,role=client");
+  EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports",
+                      "no port of server s0 leads to worker w0 (rank 0): give the server one port "
+                      "for all workers, one port per worker in rank order, or a ring: link to it"));
+}
+
 TEST(ConfigRefuse, VdevArgumentsThePmdDoesNotTake) {
   const auto nodes = [](std::string_view server_port) {
     return "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [\"" +
