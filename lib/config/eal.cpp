@@ -76,11 +76,18 @@ std::vector<std::string> eal_args(const JobConfig& job, std::span<const std::str
       argv.push_back(addr);
     }
   }
+  bool zero_copy = false;
   for (const NodeConfig* n : nodes) {
     for (const PortSpec& p : n->ports) {
-      if (p.kind == PortSpec::kVdev) argv.push_back("--vdev=" + p.text);
+      if (p.kind != PortSpec::kVdev) continue;
+      argv.push_back("--vdev=" + p.text);
+      zero_copy = zero_copy || (p.vdev_name().starts_with("net_memif") &&
+                                p.text.find(",zero-copy=yes") != std::string::npos);
     }
   }
+  // A zero-copy memif client shares EAL's memory with its peer by file
+  // descriptor, one per memseg list: EAL must keep each list in one file.
+  if (zero_copy) argv.emplace_back("--single-file-segments");
   // Without hugepages there is nothing to share with secondary processes,
   // and the shared config file would only be litter in the runtime dir.
   if (!options.hugepages) argv.emplace_back("--no-shconf");

@@ -1,6 +1,7 @@
 // EAL argument generation and the hugepage probe.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -67,6 +68,16 @@ TEST(EalArgs, ServerMixesVdevAndPciWithHugepages) {
             (Argv{"mercury", "--file-prefix=mix-ps", "--lcores=0@0,1@1,2@0", "--huge-unlink", "-a",
                   "0000:03:00.0", "--vdev=net_memif0,role=server,socket=/tmp/mercury/w1.sock",
                   "--log-level=7"}));
+}
+
+TEST(EalArgs, ZeroCopyMemifKeepsEachMemsegListInOneFile) {
+  std::string yaml(kMixed);
+  yaml.replace(yaml.find("net_memif1,role=client,"), 23, "net_memif1,role=client,zero-copy=yes,");
+  JobConfig job = load_string(yaml);
+  const Argv a = args(job, {"w1"}, on_cpus({0, 1}));
+  EXPECT_EQ(std::count(a.begin(), a.end(), "--single-file-segments"), 1) << a.back();
+  const Argv server = args(job, {"ps"}, on_cpus({0, 1}));
+  EXPECT_EQ(std::count(server.begin(), server.end(), "--single-file-segments"), 0);
 }
 
 TEST(EalArgs, SeveralNodesInOneProcessShareTheUnionOfLcoresAndAllDevices) {

@@ -164,6 +164,17 @@ void check_vdev_args(const Value& v, const PortSpec& port) {
       v.fail(quoted(port.text) + ": role " + quoted(std::string(value)) +
              " is neither server nor client");
     }
+    if (key == "zero-copy" && value != "yes" && value != "no") {
+      v.fail(quoted(port.text) + ": zero-copy " + quoted(std::string(value)) +
+             " is neither yes nor no");
+    }
+  }
+  // memif copies on its server side: only a client can be zero-copy.
+  if (port.text.find(",zero-copy=yes") != std::string::npos &&
+      port.text.find(",role=client") == std::string::npos) {
+    v.fail(quoted(port.text) +
+           ": zero-copy=yes needs role=client (net_memif's server side "
+           "always copies)");
   }
 }
 

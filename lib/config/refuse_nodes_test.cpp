@@ -294,6 +294,10 @@ TEST(ConfigRefuse, VdevArgumentsThePmdDoesNotTake) {
                       "owner-uid, owner-gid, secret)"));
   EXPECT_TRUE(refused(doc("", nodes("net_memif0,role=master")), 8, "nodes[0].ports[0]",
                       "role \"master\" is neither server nor client"));
+  EXPECT_TRUE(refused(doc("", nodes("net_memif0,role=server,zero-copy=yes")), 8,
+                      "nodes[0].ports[0]", "zero-copy=yes needs role=client"));
+  EXPECT_TRUE(refused(doc("", nodes("net_memif0,role=client,zero-copy=1")), 8, "nodes[0].ports[0]",
+                      "zero-copy \"1\" is neither yes nor no"));
   EXPECT_TRUE(refused(doc("", nodes("net_af_packet0,iface=veth0,queues=2")), 8, "nodes[0].ports[0]",
                       "\"queues\" is not an argument of net_af_packet"));
   // Drivers Mercury does not know are left to their PMD.
