@@ -24,17 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
-
-def read_model(path):
-    sizes = []
-    with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].split()
-            if line:
-                sizes.append(int(line[1]))
-    if not sizes:
-        raise SystemExit("gloo_rank: no tensors in " + path)
-    return sizes
+from model_file import read_model
 
 
 def main():
@@ -51,7 +41,7 @@ def main():
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(a.port)
     dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
-    sizes = read_model(a.model)
+    sizes = read_model(a.model, "gloo_rank")
     if a.mode == "fused":
         tensors = [torch.empty(sum(sizes), dtype=torch.float32)]
     else:

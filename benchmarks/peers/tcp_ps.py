@@ -30,20 +30,10 @@ import time
 
 import numpy as np
 
+from model_file import read_model
+
 HEADER = struct.Struct("<II")  # tensor index, iteration
 BARRIER = 0xFFFFFFFF
-
-
-def read_model(path):
-    sizes = []
-    with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].split()
-            if line:
-                sizes.append(int(line[1]))
-    if not sizes:
-        raise SystemExit("tcp_ps: no tensors in " + path)
-    return sizes
 
 
 def recv_exact(sock, view):
@@ -67,7 +57,7 @@ def tune(sock):
 
 
 def serve(a):
-    sizes = read_model(a.model)
+    sizes = read_model(a.model, "tcp_ps")
     rounds = a.warmup + a.iters
     listener = socket.create_server(("127.0.0.1", a.port), backlog=a.world)
     conns = [None] * a.world
@@ -130,7 +120,7 @@ def serve(a):
 
 
 def work(a):
-    sizes = read_model(a.model)
+    sizes = read_model(a.model, "tcp_ps")
     tensors = [np.empty(n, dtype=np.float32) for n in sizes]
     pulled = [np.empty(n, dtype=np.float32) for n in sizes]
     want = np.float32(a.world * (a.world + 1) // 2)
