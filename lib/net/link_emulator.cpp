@@ -1,5 +1,6 @@
 #include "net/link_emulator.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <stdexcept>
@@ -207,10 +208,6 @@ uint16_t LinkEmulator::tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t n
       rte_pktmbuf_free(m);
       continue;
     }
-    // The frame now outlives the caller's send: a payload still in the
-    // sender's memory comes in first (payload_ref.h), which also keeps a
-    // corruption below off the sender's memory.
-    take_payload_in(m);
     rte_mbuf* copy = nullptr;
     if (fate.duplicate) {
       // A deep copy: the stack may reuse or modify the original's data, and
@@ -223,10 +220,13 @@ uint16_t LinkEmulator::tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t n
       }
     }
     if (fate.corrupt) {
+      // Never a bit of the sender's memory (payload_ref.h).
+      take_payload_in(m);
       flip_bit(m, fate.corrupt_offset, fate.corrupt_mask);
       ++counters_.corrupted;
     }
     if (fate.reorder) {
+      take_payload_in(m);  // held past this call
       ++counters_.reordered;
       const uint32_t slot = (held_head_ + held_count_) & held_mask_;
       held_[slot] = Held{m, taken_ - 1 + reorder_gap, now + hold_ticks_};
@@ -240,6 +240,15 @@ uint16_t LinkEmulator::tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t n
   counters_.queue_full += n - taken;
   if (held_count_ != 0) release_held(now);
   poll_emulated(now);
+  // What this call put on the line and the PMD has not taken stays past it:
+  // a payload still in the sender's memory comes in now (payload_ref.h). The
+  // line is FIFO, so those frames are its newest `appended_` at most; frames
+  // sent at once (no delay, no rate limit) keep their payload by reference.
+  const uint32_t kept = std::min(appended_, line_count_);
+  for (uint32_t i = 0; i < kept; ++i) {
+    take_payload_in(line_mbufs_[(line_head_ + line_count_ - 1 - i) & line_mask_]);
+  }
+  appended_ = 0;
   return taken;
 }
 

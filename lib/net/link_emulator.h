@@ -259,6 +259,7 @@ class LinkEmulator {
   LinkCounters counters_;
   uint32_t line_head_ = 0;
   uint32_t line_count_ = 0;
+  uint32_t appended_ = 0;    ///< frames put on the line since tx_burst_emulated last looked
   uint32_t line_limit_ = 0;  ///< queue_packets: frames the line may hold
   uint32_t line_mask_ = 0;   ///< capacity - 1 (capacity a power of two >= limit)
   uint32_t held_head_ = 0;
@@ -331,6 +332,7 @@ inline void LinkEmulator::enqueue(rte_mbuf* m, uint64_t now) {
   line_mbufs_[slot] = m;
   line_due_[slot] = due;
   ++line_count_;
+  ++appended_;
   ++queued_;
   counters_.delayed += due > now;
 }

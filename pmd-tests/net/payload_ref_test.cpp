@@ -33,7 +33,7 @@ namespace {
 
 // A Port closes its device when it goes, so each test that writes a
 // recording has its own net_pcap_ref<i> and file.
-constexpr int kPcapPorts = 3;
+constexpr int kPcapPorts = 4;
 constexpr uint16_t kMemifIndex = 9;
 std::string g_scratch;  // set by main() before EAL starts
 std::string g_memif_socket;
@@ -196,6 +196,34 @@ TEST(PayloadByReference, TheEmulatorCorruptsItsOwnCopyNeverTheSendersMemory) {
     }
     EXPECT_EQ(bits, 1) << "frame " << i;
   }
+}
+
+TEST(PayloadByReference, FramesTheEmulatorKeepsTakeTheirPayloadIn) {
+  // A 2 ms delay: every frame stays on the emulator's line past the send.
+  PcapSide s(3);
+  LinkParams p;
+  p.delay_us = 2000;
+  LinkEmulator emulator(s.port->id(), 0, p, s.copies.get(), rte_get_tsc_hz());
+  s.iface->attach_emulator(&emulator);
+  std::vector<std::vector<std::byte>> payloads, want;
+  for (uint32_t i = 0; i < 6; ++i) {
+    payloads.push_back(pattern(5000, 20 + i));
+    want.push_back(
+        copied_frame(header(i, payloads[i].size()), payloads[i], ChecksumMode::kSoftware));
+    ASSERT_TRUE(s.iface->stage_data_st(kRoute, header(i, payloads[i].size()), payloads[i]));
+  }
+  EXPECT_EQ(s.iface->counters().tx_by_reference, 6u);
+  s.iface->flush_st(rte_rdtsc());
+  EXPECT_EQ(emulator.counters().sent, 0u) << "the delay did not hold the frames";
+  EXPECT_EQ(s.iface->payloads_by_reference(), 0u);
+  // The sender's memory changes while the frames wait: what goes out is
+  // what was staged.
+  for (auto& q : payloads) std::memset(q.data(), 0x5a, q.size());
+  const uint64_t until = rte_rdtsc() + rte_get_tsc_hz();
+  while (emulator.counters().sent < 6 && rte_rdtsc() < until) emulator.poll(rte_rdtsc());
+  EXPECT_EQ(emulator.counters().sent, 6u);
+  s.iface->attach_emulator(nullptr);
+  EXPECT_EQ(s.close(), want);
 }
 
 TEST(PayloadByReference, FramesThePmdRefusesTakeTheirPayloadIn) {
