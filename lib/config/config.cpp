@@ -184,6 +184,17 @@ std::string_view PortSpec::vdev_name() const {
   return t.substr(0, t.find(','));
 }
 
+std::optional<std::string_view> PortSpec::vdev_arg(std::string_view key) const {
+  const std::string_view t = text;
+  for (size_t at = t.find(','); at != std::string_view::npos; at = t.find(',', at + 1)) {
+    const std::string_view arg = t.substr(at + 1, t.find(',', at + 1) - at - 1);
+    if (arg.size() > key.size() && arg.starts_with(key) && arg[key.size()] == '=') {
+      return arg.substr(key.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
 const NodeConfig* JobConfig::find_node(std::string_view name) const {
   for (const NodeConfig& n : nodes) {
     if (n.name == name) return &n;

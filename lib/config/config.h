@@ -190,6 +190,9 @@ struct PortSpec {
 
   /// kVdev: the device name before the first comma ("net_memif0").
   std::string_view vdev_name() const;
+  /// kVdev: the value of the first `key=value` argument with this key, or
+  /// nullopt when there is none.
+  std::optional<std::string_view> vdev_arg(std::string_view key) const;
 };
 
 struct NodeConfig {

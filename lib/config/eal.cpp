@@ -81,8 +81,8 @@ std::vector<std::string> eal_args(const JobConfig& job, std::span<const std::str
     for (const PortSpec& p : n->ports) {
       if (p.kind != PortSpec::kVdev) continue;
       argv.push_back("--vdev=" + p.text);
-      zero_copy = zero_copy || (p.vdev_name().starts_with("net_memif") &&
-                                p.text.find(",zero-copy=yes") != std::string::npos);
+      zero_copy =
+          zero_copy || (p.vdev_name().starts_with("net_memif") && p.vdev_arg("zero-copy") == "yes");
     }
   }
   // A zero-copy memif client shares EAL's memory with its peer by file

@@ -170,8 +170,7 @@ void check_vdev_args(const Value& v, const PortSpec& port) {
     }
   }
   // memif copies on its server side: only a client can be zero-copy.
-  if (port.text.find(",zero-copy=yes") != std::string::npos &&
-      port.text.find(",role=client") == std::string::npos) {
+  if (port.vdev_arg("zero-copy") == "yes" && port.vdev_arg("role") != "client") {
     v.fail(quoted(port.text) +
            ": zero-copy=yes needs role=client (net_memif's server side "
            "always copies)");
