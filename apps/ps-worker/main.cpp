@@ -24,6 +24,9 @@
 // The worker library starts EAL on its own thread for this node (its lcore,
 // its ports); `--check` validates the job file, the node and the model (and
 // the trace) and exits without starting anything.
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -80,7 +83,8 @@ Options parse(int argc, char** argv) {
             "validate the job file, the node and the model (and the trace), then exit");
   args.text("--verify", "WHEN", &o.verify,
             "every (default): check every round's aggregate bit for bit; last: only\n"
-            "                     the last round's (optimizer sum only), so that nothing but\n"
+            "                     the last round's (optimizer sum only), whose gradients are\n"
+            "                     computed once and pushed every round, so that nothing but\n"
             "                     push_pull runs between rounds (benchmarks, profiles); with\n"
             "                     --trace, only the final parameters (any optimizer)");
   args.flag("--timestamps", &o.timestamps,
@@ -150,11 +154,26 @@ int run(const Options& o) {
     return 0;
   }
 
+  // The CPUs of this node's lcores, as EAL maps them (lcore i on the i-th
+  // allowed CPU, modulo their number), read before EAL pins anything.
+  cpu_set_t own_cpus;
+  CPU_ZERO(&own_cpus);
+  const std::vector<uint32_t> cpus = config::allowed_cpus();
+  for (uint32_t l : me.lcores) CPU_SET(cpus[l % cpus.size()], &own_cpus);
+
   worker::WorkerOptions wo;
   wo.job_file = o.config;
   wo.node = o.node;
   wo.eal_args = o.eal;
   worker::Worker w(wo);
+  // The trainer (this thread) runs where its net core does: left to roam, it
+  // lands on other nodes' CPUs (a server's), and each time it is woken there
+  // it can hold that CPU for milliseconds while the node sleeps between
+  // polls (docs/performance.md, "Where the nodes run").
+  if (const int e = pthread_setaffinity_np(pthread_self(), sizeof own_cpus, &own_cpus); e != 0) {
+    std::fprintf(stderr, "ps-worker: cannot keep the trainer on its node's CPUs: %s\n",
+                 std::strerror(e));
+  }
   const uint32_t rank = w.rank();
   const uint32_t n = w.workers();
 
@@ -207,8 +226,19 @@ int run(const Options& o) {
   std::vector<float> avg;
   std::vector<worker::Handle> pending(decls.size());
   double total_s = 0;
+  // With --verify last only the last round's aggregate is checked (and the
+  // sum optimizer keeps no state), so its gradients are computed once, before
+  // the first round, and pushed every round: nothing but push_pull runs
+  // between rounds (the gradients are 4 bytes of PRNG output per parameter,
+  // tens of milliseconds of CPU per round for ResNet-50).
+  const bool gradients_once = o.verify == "last";
+  if (gradients_once) {
+    for (size_t k = 0; k < decls.size(); ++k) gradient(grads[k], rank, o.rounds - 1, k);
+  }
   for (uint32_t round = 0; round < o.rounds; ++round) {
-    for (size_t k = 0; k < decls.size(); ++k) gradient(grads[k], rank, round, k);
+    if (!gradients_once) {
+      for (size_t k = 0; k < decls.size(); ++k) gradient(grads[k], rank, round, k);
+    }
     // Every rank starts the round together (the check of the previous
     // round takes each rank its own time), so a round's time is its
     // push_pull alone, and the slowest rank's is the job's iteration.

@@ -1,7 +1,12 @@
 #include "mercury/handle.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cassert>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -13,9 +18,12 @@ struct Handle::CallbackNode {
 };
 
 struct Handle::State {
-  // The word waiters sleep on: Status, published with release after the
-  // error text, read with acquire by wait()/ready()/ok()/error().
+  // The word waiters sleep on (a futex): Status, published with release
+  // after the error text, read with acquire by wait()/ready()/ok()/error().
   std::atomic<uint32_t> status{static_cast<uint32_t>(Status::kPending)};
+  // Threads asleep (or about to sleep) on `status` in wait(); finish() makes
+  // the wake-up system call only when there are any.
+  std::atomic<uint32_t> sleepers{0};
   // Exactly-once guard: the first finish() exchanges 0 -> 1; later ones are
   // counted in `extra` and refused, so a double completion never rewrites the
   // error text a reader may be reading.
@@ -52,14 +60,51 @@ Handle Handle::completed() {
   return h;
 }
 
+namespace {
+
+constexpr auto kPending = static_cast<uint32_t>(Handle::Status::kPending);
+
+// A few microseconds of pause instructions before sleeping: a completion that
+// close costs no system call.
+constexpr int kSpins = 64;
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
+  // Returns at once (EAGAIN) unless the word still holds `expected`: the
+  // check and the sleep are one step, so a wake-up cannot fall between them.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+}  // namespace
+
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                  std::atomic<uint32_t>::is_always_lock_free,
+              "the futex word is the atomic's storage");
+
 bool Handle::wait() const {
-  uint32_t s = state_->status.load(std::memory_order_acquire);
-  while (s == static_cast<uint32_t>(Status::kPending)) {
-    // Sleeps in the kernel unless the status already changed: the value
-    // check and the sleep are one step, so a completion between the load and
-    // the wait is never lost.
-    state_->status.wait(s, std::memory_order_acquire);
-    s = state_->status.load(std::memory_order_acquire);
+  // Not std::atomic::wait: libstdc++'s spins on sched_yield before it
+  // sleeps, and on a CPU shared with a node's poll loop (a worker's net
+  // core) every yield is a context switch that takes the CPU from the loop
+  // for as long as the scheduler lets the trainer keep it.
+  State& st = *state_;
+  uint32_t s = st.status.load(std::memory_order_acquire);
+  for (int i = 0; i < kSpins && s == kPending; ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    s = st.status.load(std::memory_order_acquire);
+  }
+  if (s == kPending) {
+    // seq_cst with finish()'s store-then-load: either this load sees the
+    // new status or finish() sees a sleeper and wakes it.
+    st.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    while ((s = st.status.load(std::memory_order_seq_cst)) == kPending) futex_wait(st.status, s);
+    st.sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
   return s == static_cast<uint32_t>(Status::kOk);
 }
@@ -119,8 +164,10 @@ bool Handle::finish(Status status, std::string_view message) const noexcept {
   // Release: the error text (and, for the caller, the bytes it placed in the
   // trainer's buffer before completing) happen-before any acquire load that
   // sees the new status.
-  s.status.store(static_cast<uint32_t>(status), std::memory_order_release);
-  s.status.notify_all();
+  // seq_cst (a release too): ordered before the load of `sleepers` below,
+  // as wait() needs.
+  s.status.store(static_cast<uint32_t>(status), std::memory_order_seq_cst);
+  if (s.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(s.status);
   // Close the list and run what was registered, oldest first.
   CallbackNode* list = s.callbacks.exchange(State::closed(), std::memory_order_acq_rel);
   CallbackNode* oldest_first = nullptr;

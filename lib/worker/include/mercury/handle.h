@@ -10,8 +10,8 @@
 // compare equal and see the same outcome). Any number of trainer threads may
 // call wait(), ready(), ok(), error() and on_complete() on copies of the same
 // handle at once, while the net core completes it. wait() blocks the calling
-// thread in the kernel (std::atomic::wait, a futex on Linux): it never spins
-// a core. Callbacks run exactly once each: at once on the registering
+// thread in the kernel (a futex) after a few microseconds of pauses: it
+// never spins a core. Callbacks run exactly once each: at once on the registering
 // thread if the handle is already complete, otherwise on the completing
 // thread (the net core), which is shared by every tensor of the process, so
 // a callback must be short and must not block, wait on another handle, or
