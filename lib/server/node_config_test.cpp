@@ -157,10 +157,11 @@ TEST(Report, RetransmissionsByCause) {
   t.tx.tail_probes = 10;
   t.tx.rto_expirations = 25;
   t.tx.retransmits_fast = 20;
+  t.tx.spurious_timeouts = 7;
   t.rx.spurious_retransmits = 12;
   EXPECT_EQ(retransmission_text(t),
-            " (RTO 380 in 25 expiries, SACK 20, tail probes 10; 12 of the workers' resends "
-            "arrived twice)");
+            " (RTO 380 in 25 expiries, 7 shown spurious, SACK 20, tail probes 10; 12 of the "
+            "workers' resends arrived twice)");
 }
 
 TEST(Report, PoolWarningWhenThePoolsCannotHoldTheWorstDisorder) {

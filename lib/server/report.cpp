@@ -70,7 +70,8 @@ std::string retransmission_text(const transport::PeerCounters& t) {
   const uint64_t rto =
       t.tx.retransmits_timeout > t.tx.tail_probes ? t.tx.retransmits_timeout - t.tx.tail_probes : 0;
   return " (RTO " + std::to_string(rto) + " in " + std::to_string(t.tx.rto_expirations) +
-         " expiries, SACK " + std::to_string(t.tx.retransmits_fast) + ", tail probes " +
+         " expiries, " + std::to_string(t.tx.spurious_timeouts) + " shown spurious, SACK " +
+         std::to_string(t.tx.retransmits_fast) + ", tail probes " +
          std::to_string(t.tx.retransmits_timeout - rto) + "; " +
          std::to_string(t.rx.spurious_retransmits) + " of the workers' resends arrived twice)";
 }

@@ -502,6 +502,11 @@ void ServerNode::control_complete(uint16_t rank, std::byte* buffer, uint32_t len
   if (it == inbox_.end()) return;
   const std::unique_ptr<std::byte[]> owned = std::move(it->second);
   inbox_.erase(it);
+  // What arrived is acknowledged before the message is handled, in order
+  // with the packets around it: the job's start builds the shards on this
+  // core for a few hundred milliseconds, and the workers would resend
+  // declarations whose ACK waited for the ACK delay meanwhile.
+  for (auto& e : endpoints_) e->flush_acks_st(now_);
   agg::ControlMessage m;
   try {
     m = agg::decode_control({owned.get(), len});

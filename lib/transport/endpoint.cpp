@@ -251,12 +251,26 @@ SubmitStatus Endpoint::submit(uint16_t peer, const std::byte* data, uint32_t len
 uint32_t Endpoint::poll_st(Tick now, bool receive) {
   const uint64_t rx_before = counters_.rx_packets;
   const uint64_t tx_before = counters_.tx_data + counters_.tx_retransmits + counters_.tx_pure_acks;
+  bool drained = false;
   if (receive) {
-    receive_st(now);
+    drained = receive_st(now) < net::PacketPort::kBurst;
   } else {
     ++counters_.rx_paused;
   }
-  if (passes_ % config_.timer_every == 0) run_timers_st(now);
+  // The timers judge a peer by its silence, so they run once the RX queue is
+  // drained: a core that was off its CPU for longer than an RTO finds the
+  // ACKs that arrived meanwhile queued, and reads them before any timer
+  // declares their packets lost. A burst less than full means drained (a
+  // paused receive drains nothing); a flood or a long pause holds the timers
+  // off for at most kMaxTimerDeferral passes.
+  if (++passes_since_timers_ >= config_.timer_every) {
+    if (!drained && passes_since_timers_ < kMaxTimerDeferral) {
+      ++counters_.timers_deferred;
+    } else {
+      passes_since_timers_ = 0;
+      run_timers_st(now);
+    }
+  }
   ++passes_;
   transmit_st(now);
   return static_cast<uint32_t>(counters_.rx_packets - rx_before + counters_.tx_data +

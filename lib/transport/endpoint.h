@@ -273,6 +273,7 @@ std::string_view endpoint_drop_name(EndpointDrop d);
   X(packets_delivered, "PacketReceiver::on_packet calls")                              \
   X(packets_kept, "PacketReceiver::on_packet calls that took the buffer")              \
   X(rx_paused, "passes whose receive burst the caller skipped (poll_st(now, false))")  \
+  X(timers_deferred, "passes that put the timers off: the RX queue not drained")       \
   X(slices_submitted, "send_slice() calls that queued")                                \
   X(submit_no_descriptor, "send() refused: max_messages queued or in flight")          \
   X(submit_ingress_full, "send() refused: ingress_capacity reached")                   \
@@ -385,6 +386,11 @@ class Endpoint {
   /// this way rather than refuse packets that then must be resent.
   uint32_t poll_st(Tick now, bool receive = true);
 
+  /// Net core, before it stops polling: acknowledges at once everything
+  /// received and not yet acknowledged (the delayed ACK would never go out),
+  /// so no peer resends what arrived. Returns the pure ACKs sent.
+  uint32_t flush_acks_st(Tick now);
+
   /// Net core: nothing is queued, in flight or waiting to be acknowledged.
   bool idle_st() const;
   /// Net core: the earliest TSC at which a Peer's timer or delayed ACK has
@@ -451,7 +457,8 @@ class Endpoint {
   void drop(EndpointDrop d) { ++counters_.drops[static_cast<size_t>(d)]; }
 
   // endpoint_rx.cpp: route once, admit, place, reassemble.
-  void receive_st(Tick now);
+  // Returns the packets taken from the port (a full burst: more may wait).
+  uint16_t receive_st(Tick now);
   RxRoute route_of(const wire::HeaderFields& h) const;
   // False when PacketReceiver::admit refused a packet the transport would
   // take as new (see there).
@@ -518,6 +525,10 @@ class Endpoint {
   std::vector<sched::Slice> stash_;  // requeues the scheduler refused (never when sized)
   std::vector<uint32_t> room_;       // [peer]: send_room() for next_slices_st
   uint64_t passes_ = 0;
+  // Passes since the timers last ran; due from the first pass.
+  uint32_t passes_since_timers_ = UINT32_MAX / 2;
+  // The most passes the timers wait for the RX queue to drain.
+  static constexpr uint32_t kMaxTimerDeferral = 1024;
   // The RX burst and the TX batch live here, not on the stack:
   // value-initialising 32 parsed frames on every pass cost more than the
   // rest of an idle pass.

@@ -16,7 +16,7 @@ namespace mercury::transport {
 // the library is built position-independent, where GCC does not inline a
 // function that could be interposed.
 
-void Endpoint::receive_st(Tick now) {
+uint16_t Endpoint::receive_st(Tick now) {
   net::RxPacket* rx = rx_.data();
   net::PacketBuf* release[net::PacketPort::kBurst];
   const uint16_t n = port_.poll_rx_st(rx, net::PacketPort::kBurst, now);
@@ -65,6 +65,7 @@ void Endpoint::receive_st(Tick now) {
   } else if (n > 0) {
     port_.release_st(release, n);
   }
+  return n;
 }
 
 inline Endpoint::RxRoute Endpoint::route_of(const wire::HeaderFields& h) const {

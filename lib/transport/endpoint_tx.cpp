@@ -105,6 +105,23 @@ void Endpoint::transmit_st(Tick now) {
   port_.flush_st(now);
 }
 
+uint32_t Endpoint::flush_acks_st(Tick now) {
+  for (auto& ptr : peers_) {
+    PeerState& ps = *ptr;
+    if (!ps.resolved || port_.tx_room() <= tx_count_) continue;
+    if (ps.peer.receiver().ack_deadline() == 0) continue;  // nothing waits for an ACK
+    wire::HeaderFields& h = next_frame_header_st();
+    ps.peer.fill_pure_ack(now, h);
+    h.job_id = config_.job_id;
+    h.sender_id = config_.sender_id;
+    queue_frame_st(ps, nullptr);
+  }
+  const uint16_t sent = stage_frames_st();
+  counters_.tx_pure_acks += sent;
+  port_.flush_st(now);
+  return sent;
+}
+
 inline bool Endpoint::serve_st(const sched::Slice& s, Tick now, uint32_t& sent) {
   sched::Message* msg = s.msg;
   PeerState& ps = *peers_[msg->peer];

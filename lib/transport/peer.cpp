@@ -35,7 +35,8 @@ uint32_t Peer::stream_origin() const {
 void Peer::stamp(const TxStamp& st, wire::HeaderFields& h) {
   h.seq = st.seq;
   h.epoch = local_epoch_;
-  h.flags = static_cast<uint16_t>((h.flags & ~(wf::kAckValid | wf::kRetransmit)) | st.flags);
+  h.flags = static_cast<uint16_t>((h.flags & ~(wf::kAckValid | wf::kRetransmit | wf::kDuplicate)) |
+                                  st.flags);
   receiver_.fill_ack(h);  // piggyback: every data packet carries our latest ACK
   owe_epoch_ = false;
 }
@@ -114,7 +115,7 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
   }
   if ((h.flags & wf::kAckValid) != 0) {
     const bool was_persisting = persisting();
-    sender_.on_ack(h.ack, h.sack, now, sink, h.credit);
+    sender_.on_ack(h.ack, h.sack, now, sink, h.credit, (h.flags & wf::kDuplicate) != 0);
     // Stopped by this ACK's credit: the first probe waits one RTO for the
     // window update the receiver sends by itself.
     if (!was_persisting && persisting()) next_persist_ = now + sender_.rto();

@@ -55,6 +55,7 @@ EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
     synced_ = false;
     unacked_ = 0;
     ack_now_ = false;
+    report_duplicate_ = false;
     peer_epoch_ = epoch;
     ++counters_.peer_restarts;
     return EpochCheck::kRestarted;
@@ -75,6 +76,7 @@ void PeerReceiver::sync(uint32_t base) {
   synced_ = true;
   unacked_ = 0;
   ack_now_ = false;
+  report_duplicate_ = false;
 }
 
 void PeerReceiver::reincarnate(uint16_t new_local_epoch) {
@@ -84,6 +86,7 @@ void PeerReceiver::reincarnate(uint16_t new_local_epoch) {
   synced_ = false;
   unacked_ = 0;
   ack_now_ = false;
+  report_duplicate_ = false;
 }
 
 bool PeerReceiver::try_sync(uint32_t seq) {
@@ -121,7 +124,13 @@ void PeerReceiver::duplicate(const wire::HeaderFields& h, bool history_known) {
   // retransmission was not needed. (Two retransmissions of a lost original
   // are not told apart from a link duplicate, so this undercounts then.)
   const bool rtx = (h.flags & wf::kRetransmit) != 0;
-  if (history_known && bit(rtx_, h.seq) != rtx) ++counters_.spurious_retransmits;
+  if (history_known && bit(rtx_, h.seq) != rtx) {
+    ++counters_.spurious_retransmits;
+    // A resend behind its original (not an original that reordering held
+    // back behind its resend): the sender resent too early. The next ACK
+    // says so (kDuplicate).
+    if (rtx) report_duplicate_ = true;
+  }
 }
 
 RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
@@ -227,12 +236,14 @@ void PeerReceiver::set_credit(uint32_t packets) {
 bool PeerReceiver::fill_ack(wire::HeaderFields& h) {
   if (!synced_) return false;
   h.flags |= wf::kAckValid;
+  if (report_duplicate_) h.flags |= wf::kDuplicate;
   h.ack = rcv_nxt_;
   h.sack = sack_bits();
   h.credit = static_cast<uint16_t>(credit_);
   advertised_ = credit_;
   unacked_ = 0;
   ack_now_ = false;
+  report_duplicate_ = false;
   ++counters_.acks_sent;
   return true;
 }

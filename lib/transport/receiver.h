@@ -192,6 +192,7 @@ class PeerReceiver {
   // ACK policy.
   uint32_t unacked_ = 0;
   bool ack_now_ = false;
+  bool report_duplicate_ = false;  // a spurious resend arrived: the next ACK says so
   Tick ack_deadline_ = 0;
   // Flow control: the room the glue reports, and what the last ACK said.
   // The most a credit says: the receive window bounds what is accepted, and

@@ -268,6 +268,32 @@ TEST_F(ReceiverTest, CountsSpuriousRetransmissions) {
   EXPECT_EQ(r.counters().duplicates, 3u);
 }
 
+TEST_F(ReceiverTest, AResendBehindItsOriginalIsReportedInTheNextAck) {
+  PeerReceiver r(params_, kLocal, kPeerEpoch);
+  wire::HeaderFields ack;
+  r.on_data(packet(base_), 0);
+  ASSERT_TRUE(r.fill_ack(ack));
+  EXPECT_EQ(ack.flags & wf::kDuplicate, 0);
+  // The resend comes behind the original: the sender resent too early.
+  r.on_data(packet(base_, kPeerEpoch, wf::kRetransmit), 0);
+  ack = {};
+  ASSERT_TRUE(r.fill_ack(ack));
+  EXPECT_NE(ack.flags & wf::kDuplicate, 0);
+  ack = {};
+  ASSERT_TRUE(r.fill_ack(ack));  // once
+  EXPECT_EQ(ack.flags & wf::kDuplicate, 0);
+  // An original that reordering held behind its resend, and a plain link
+  // duplicate, say nothing of the sender's timing.
+  r.on_data(packet(base_ + 1, kPeerEpoch, wf::kRetransmit), 0);
+  r.on_data(packet(base_ + 1), 0);
+  r.on_data(packet(base_ + 1), 0);
+  ack = {};
+  ASSERT_TRUE(r.fill_ack(ack));
+  EXPECT_EQ(ack.flags & wf::kDuplicate, 0);
+  // (Counted: each copy unlike the first one accepted.)
+  EXPECT_EQ(r.counters().spurious_retransmits, 3u);
+}
+
 TEST_F(ReceiverTest, StaleEpochIsRejectedAndANewerOneResets) {
   PeerReceiver r(params_, kLocal, kPeerEpoch);
   EXPECT_EQ(r.on_data(part_of(base_, 5, 0, 3), 0).verdict, RxVerdict::kNew);

@@ -54,7 +54,11 @@ Tick PeerSender::probe_timeout(uint8_t transmissions) const {
 Tick PeerSender::probe_deadline() const {
   if (dead_ || !has_rtt_ || una_ == nxt_) return 0;
   const Entry& e = at(una_);
-  if (e.state != State::kInFlight || e.transmissions < 2) return 0;
+  // A left edge the timer resent is left to the timer: the silence that
+  // fired it (a peer off its CPU) may not be over, and a probe after a few
+  // RTTs would resend it again for nothing.
+  if (e.state != State::kInFlight || e.transmissions < 2 || e.loss_kind == LossKind::kTimeout)
+    return 0;
   return e.sent_at + probe_timeout(e.transmissions);
 }
 
@@ -101,9 +105,14 @@ Resend PeerSender::on_resend(uint32_t seq, Tick now, SliceRef& slice, TxStamp& s
     return Resend::kNotNeeded;
   }
   // The left edge is exempt from cwnd (see left_edge_lost): packets beyond
-  // the SACK horizon can hold cwnd full for ever while it waits.
-  if (!can_resend() && (dead_ || seq != una_)) return Resend::kNoRoom;
+  // the SACK horizon can hold cwnd full for ever while it waits. So are the
+  // few the timer declares lost (at most reorder_threshold per expiry): the
+  // packets it left in flight hold the pipe until these resends show them
+  // lost.
   Entry& e = at(seq);
+  if (!can_resend() && (dead_ || (seq != una_ && e.loss_kind != LossKind::kTimeout))) {
+    return Resend::kNoRoom;
+  }
   e.state = State::kInFlight;
   e.sent_at = now;
   e.tx_order = next_tx_order_++;
@@ -112,6 +121,9 @@ Resend PeerSender::on_resend(uint32_t seq, Tick now, SliceRef& slice, TxStamp& s
   ++in_flight_;
   if (e.loss_kind == LossKind::kFast) {
     ++counters_.retransmits_fast;
+    // A duplicate report could now be this resend's (reordering, not loss):
+    // it no longer tells anything of the expiry.
+    timeout_unverified_ = false;
   } else {
     ++counters_.retransmits_timeout;  // the timer's: RTO or tail probe
   }
@@ -192,6 +204,18 @@ void PeerSender::deliver(Entry& e, Tick now, SenderSink& sink, RttCandidate& rtt
   e.state = State::kSacked;
   ++counters_.slices_acked;
   sink.on_acked(e.slice);
+}
+
+void PeerSender::on_spurious_timeout() {
+  // The expiry was a slow peer (off its CPU, say), not a loss: undo its
+  // response, as RFC 4015's Eifel response does, the congestion window it
+  // halved and the back-off it doubled.
+  timeout_unverified_ = false;
+  ++counters_.spurious_timeouts;
+  cwnd_ = std::max(cwnd_, timeout_cwnd_);
+  counters_.cwnd = cwnd_;
+  backoff_ = 0;
+  counters_.backoff = 0;
 }
 
 void PeerSender::rtt_sample(Tick r) {
@@ -284,7 +308,7 @@ uint32_t PeerSender::detect_losses(SenderSink& sink) {
 }
 
 AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink,
-                             uint32_t credit) {
+                             uint32_t credit, bool duplicate) {
   AckResult r;
   if (dead_) {
     r.ignored = true;
@@ -322,6 +346,20 @@ AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSi
     Entry& e = at(s);
     if (e.state == State::kInFlight || e.state == State::kLost) {
       deliver(e, now, sink, rtt);
+    }
+  }
+  if (timeout_unverified_) {
+    // The receiver got a resend of a packet it had. After an expiry, that
+    // resend was the timer's: the report comes with the ACK of the
+    // originals or soon after it (the resends arrive behind them). Once
+    // every packet the expiry declared lost is acked, a report has one RTO
+    // to come; after that the expiry counts as a real loss.
+    if (duplicate) {
+      on_spurious_timeout();
+    } else if (verify_by_ == 0) {
+      if (seq_diff(una_, timeout_until_) >= 0) verify_by_ = now + timeout_rto_;
+    } else if (now > verify_by_) {
+      timeout_unverified_ = false;
     }
   }
   r.newly_acked = static_cast<uint32_t>(counters_.slices_acked - acked_before);
@@ -387,8 +425,12 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
     mark_lost(una_, at(una_), LossKind::kProbe, sink);
   }
   if (!timer_armed_ || now < rto_deadline_) return;
-  // Every packet in flight for a full RTO is presumed lost (not only the
-  // oldest: after a burst loss, waiting one RTO per packet would be slow).
+  // The oldest packets in flight for a full RTO are presumed lost, at most
+  // reorder_threshold of them (RFC 6298 resends only the first): once their
+  // resends are delivered, the loss rule declares every older transmission
+  // still unacknowledged lost, so a burst loss is recovered one RTT after
+  // the timer, while an expiry that was only a slow peer costs a few
+  // duplicate packets, not a window of them.
   const Tick rto_now = rto();
   Tick oldest = 0;
   bool any_left = false;
@@ -396,8 +438,9 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
   for (uint32_t s = una_; s != nxt_; ++s) {
     Entry& e = at(s);
     if (e.state != State::kInFlight) continue;
-    if (now - e.sent_at >= rto_now) {
+    if (n < reorder_threshold_ && now - e.sent_at >= rto_now) {
       mark_lost(s, e, LossKind::kTimeout, sink);
+      timeout_until_ = s + 1;
       ++n;
     } else if (!any_left || e.sent_at < oldest) {
       oldest = e.sent_at;
@@ -407,6 +450,10 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
   timer_armed_ = false;
   if (n != 0) {
     ++counters_.rto_expirations;
+    timeout_cwnd_ = cwnd_;
+    timeout_rto_ = rto_now;
+    verify_by_ = 0;
+    timeout_unverified_ = true;
     if (rto() < p_.max_rto) ++backoff_;
     counters_.backoff = backoff_;
     on_losses(n, LossKind::kTimeout);
@@ -429,6 +476,7 @@ void PeerSender::restart(uint32_t initial_seq, Tick now, FailReason why, SenderS
   credit_edge_ = initial_seq + window_;  // the new incarnation has told us nothing yet
   dead_ = false;
   backoff_ = 0;
+  timeout_unverified_ = false;
   cwnd_ = window_;
   cwnd_acked_ = 0;
   in_recovery_ = false;

@@ -106,6 +106,7 @@ struct AckResult {
   X(acks_old, "cumulative ack below ours (reordered ACK); SACK still used")    \
   X(acks_invalid, "ack beyond anything sent: ignored")                         \
   X(rto_expirations, "retransmission timer expiries")                          \
+  X(spurious_timeouts, "expiries undone: a resend acked sooner than any RTT")  \
   X(loss_episodes, "loss episodes (each reduces cwnd, see docs/transport.md)") \
   X(slices_acked, "slices delivered")                                          \
   X(slices_failed, "slices failed")                                            \
@@ -195,9 +196,11 @@ class PeerSender {
   /// cum_ack on (kNoCredit: the ACK says nothing of it, the window applies).
   /// Reports newly delivered slices (on_acked) and newly lost ones
   /// (on_lost), takes an RTT sample, adjusts cwnd and the credit edge.
+  /// `duplicate`: the ACK carries wire::flags::kDuplicate (a resend of ours
+  /// was not needed); after a timeout it proves the timeout spurious.
   static constexpr uint32_t kNoCredit = UINT32_MAX;
   AckResult on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink,
-                   uint32_t credit = kNoCredit);
+                   uint32_t credit = kNoCredit, bool duplicate = false);
 
   /// Slow work, every few poll passes: the tail probe (a resent left edge
   /// unanswered for the probe timeout is declared lost again, kProbe), RTO
@@ -253,6 +256,8 @@ class PeerSender {
   uint32_t detect_losses(SenderSink& sink);
   void mark_lost(uint32_t seq, Entry& e, LossKind kind, SenderSink& sink);
   void on_losses(uint32_t lost, LossKind kind);
+  // The last expiry's resends were not needed: undo its response.
+  void on_spurious_timeout();
   void rtt_sample(Tick rtt);
   void fail_all(FailReason why, SenderSink& sink);
   void arm_timer(Tick now);
@@ -291,7 +296,13 @@ class PeerSender {
   uint32_t backoff_ = 0;
   bool timer_armed_ = false;
   Tick rto_deadline_ = 0;
-  Tick progress_at_;  // last delivery, or when data became outstanding
+  // The last expiry has not been shown genuine or spurious yet; cwnd before it.
+  bool timeout_unverified_ = false;
+  uint32_t timeout_cwnd_ = 0;
+  Tick timeout_rto_ = 0;        // the effective RTO that fired
+  uint32_t timeout_until_ = 0;  // seq after the last packet it declared lost
+  Tick verify_by_ = 0;          // once all are acked, a duplicate report comes by then
+  Tick progress_at_;            // last delivery, or when data became outstanding
   bool dead_ = false;
   SenderCounters counters_;
 };

@@ -111,9 +111,10 @@ TEST(PeerSender, LostAcksAreRecoveredByTheTimerWithoutDoubleReports) {
   RecordingSink sink;
   PeerSender s(test_params(), kIsn, 0);
   send_n(s, 4, 0);
-  // The receiver got all four, but every ACK was lost.
+  // The receiver got all four, but every ACK was lost. The timer declares
+  // the oldest reorder_threshold (3) lost; the fourth stays in flight.
   s.on_timer(5 * kMs, sink);
-  ASSERT_EQ(sink.lost.size(), 4u);
+  ASSERT_EQ(sink.lost.size(), 3u);
   for (const auto& l : sink.lost) {
     SliceRef again;
     TxStamp st;
@@ -178,11 +179,12 @@ TEST(PeerSender, EachTimeoutHalvesDownToTheFloor) {
     const uint32_t first = s.next_seq();
     send_n(s, n, now, next);
     next += n;
-    // Every packet and every ACK lost: the timer finds them.
+    // Every packet and every ACK lost: the timer declares the oldest
+    // reorder_threshold (3) of them lost.
     sink.lost.clear();
     now += s.rto();
     s.on_timer(now, sink);
-    ASSERT_EQ(sink.lost.size(), n);
+    ASSERT_EQ(sink.lost.size(), std::min(n, 3u));
     EXPECT_EQ(s.cwnd(), std::max(2u, n / 2)) << "round " << round;  // cwnd_floor 2
     cwnds.push_back(s.cwnd());
     for (const auto& l : sink.lost) {
@@ -190,8 +192,11 @@ TEST(PeerSender, EachTimeoutHalvesDownToTheFloor) {
       TxStamp st;
       if (s.on_resend(l.seq, now, again, st) != Resend::kSend) break;  // cwnd is full
     }
-    s.on_ack(first + n, 0, now + 20 * kUs, sink);  // all arrived: the episode ends
-    now += 100 * kUs;
+    // All arrived, one RTT after the resends (sooner would prove the
+    // timeout spurious): the episode ends.
+    const Tick rtt = std::max<Tick>(20 * kUs, s.counters().min_rtt);
+    s.on_ack(first + n, 0, now + rtt, sink);
+    now += rtt + 100 * kUs;
   }
   EXPECT_EQ(cwnds.front(), 8u);
   EXPECT_EQ(cwnds.back(), 2u);
@@ -303,13 +308,13 @@ TEST(PeerSender, OnlyTheLeftEdgeMayBeResentWithoutRoom) {
   send_n(s, 4, 0);
   uint32_t edge = 0;
   EXPECT_FALSE(s.left_edge_lost(edge));  // nothing lost yet
-  s.on_timer(5 * kMs, sink);             // all four lost
+  s.on_timer(5 * kMs, sink);             // the oldest three lost
   ASSERT_TRUE(s.left_edge_lost(edge));
   EXPECT_EQ(edge, kIsn);
   SliceRef again;
   TxStamp st;
   // The RTO halved cwnd to 8: fill it with the other resends and new data.
-  for (uint32_t seq = kIsn + 1; seq < kIsn + 4; ++seq) {
+  for (uint32_t seq = kIsn + 1; seq < kIsn + 3; ++seq) {
     ASSERT_EQ(s.on_resend(seq, 5 * kMs, again, st), Resend::kSend);
   }
   while (s.can_send()) s.on_send(slice_of(10 + s.next_seq()), 5 * kMs);
@@ -373,14 +378,119 @@ TEST(PeerSender, AnUnansweredLeftEdgeResendIsProbedBeforeTheRto) {
   EXPECT_TRUE(sink.lost.empty());
 }
 
+// A sender that has one RTT sample (50 us) and then `n` packets in flight
+// from `at`.
+PeerSender sampled_sender(RecordingSink& sink, uint32_t n, Tick at) {
+  PeerSender s(test_params(16), kIsn, 0);
+  send_n(s, 1, 0);
+  s.on_ack(kIsn + 1, 0, 50 * kUs, sink);
+  EXPECT_EQ(s.counters().min_rtt, 50 * kUs);
+  send_n(s, n, at, 1);
+  return s;
+}
+
+TEST(PeerSender, TheTimerDeclaresTheOldestLostAndTheLossRuleTheRestOfABurst) {
+  RecordingSink sink;
+  PeerSender s = sampled_sender(sink, 10, 1 * kMs);
+  const Tick t = 1 * kMs + s.rto();
+  s.on_timer(t, sink);
+  // The oldest reorder_threshold (3) only, not the 10 in flight.
+  EXPECT_EQ(sink.lost_seqs(), (std::vector<uint32_t>{kIsn + 1, kIsn + 2, kIsn + 3}));
+  EXPECT_EQ(s.in_flight(), 7u);
+  for (uint32_t seq = kIsn + 1; seq <= kIsn + 3; ++seq) {
+    SliceRef again;
+    TxStamp st;
+    ASSERT_EQ(s.on_resend(seq, t, again, st), Resend::kSend);
+  }
+  // The whole burst was lost; the three resends arrive, an RTT later. Sent
+  // after the seven others, they show those lost by the loss rule.
+  sink.clear();
+  const AckResult r = s.on_ack(kIsn + 4, 0, t + 60 * kUs, sink);
+  EXPECT_EQ(r.newly_acked, 3u);
+  EXPECT_EQ(r.newly_lost, 7u);
+  for (const auto& l : sink.lost) EXPECT_EQ(l.kind, LossKind::kFast);
+  EXPECT_EQ(s.counters().spurious_timeouts, 0u);
+}
+
+TEST(PeerSender, ADuplicateReportProvesATimeoutSpuriousAndUndoesItsResponse) {
+  RecordingSink sink;
+  PeerSender s = sampled_sender(sink, 4, 1 * kMs);
+  const uint32_t cwnd = s.cwnd();
+  const Tick fired = s.rto();
+  const Tick t = 1 * kMs + fired;
+  s.on_timer(t, sink);
+  ASSERT_EQ(sink.lost.size(), 3u);
+  EXPECT_LT(s.cwnd(), cwnd);
+  EXPECT_EQ(s.counters().backoff, 1u);
+  for (uint32_t seq = kIsn + 1; seq <= kIsn + 3; ++seq) {
+    SliceRef again;
+    TxStamp st;
+    ASSERT_EQ(s.on_resend(seq, t, again, st), Resend::kSend);
+  }
+  // The peer was only slow: its ACK of the originals comes 2 ms later, and
+  // the one after the resends says they arrived twice.
+  s.on_ack(kIsn + 5, 0, t + 2 * kMs, sink);
+  EXPECT_EQ(s.counters().spurious_timeouts, 0u);  // nothing proves it yet
+  s.on_ack(kIsn + 5, 0, t + 2 * kMs + 10 * kUs, sink, PeerSender::kNoCredit, true);
+  EXPECT_EQ(s.counters().spurious_timeouts, 1u);
+  EXPECT_EQ(s.cwnd(), cwnd);            // the halving undone
+  EXPECT_EQ(s.counters().backoff, 0u);  // and the back-off
+}
+
+TEST(PeerSender, ADuplicateReportWithoutATimeoutChangesNothing) {
+  RecordingSink sink;
+  PeerSender s = sampled_sender(sink, 4, 1 * kMs);
+  const uint32_t cwnd = s.cwnd();
+  // A link duplicate, no expiry: not a spurious timeout.
+  s.on_ack(kIsn + 5, 0, 1 * kMs + 50 * kUs, sink, PeerSender::kNoCredit, true);
+  EXPECT_EQ(s.counters().spurious_timeouts, 0u);
+  EXPECT_EQ(s.cwnd(), cwnd);
+  // An expiry whose resends are acked without the report was a real loss:
+  // a duplicate report after that proves nothing about it.
+  send_n(s, 2, 2 * kMs, 10);
+  const Tick t = 2 * kMs + s.rto();
+  s.on_timer(t, sink);
+  for (uint32_t seq = kIsn + 5; seq <= kIsn + 6; ++seq) {
+    SliceRef again;
+    TxStamp st;
+    ASSERT_EQ(s.on_resend(seq, t, again, st), Resend::kSend);
+  }
+  s.on_ack(kIsn + 7, 0, t + 60 * kUs, sink);
+  s.on_ack(kIsn + 7, 0, t + 2 * s.rto() + 70 * kUs, sink);
+  s.on_ack(kIsn + 7, 0, t + 2 * s.rto() + 80 * kUs, sink, PeerSender::kNoCredit, true);
+  EXPECT_EQ(s.counters().spurious_timeouts, 0u);
+}
+
+TEST(PeerSender, ALeftEdgeTheTimerResentIsLeftToTheTimer) {
+  RecordingSink sink;
+  PeerSender s = sampled_sender(sink, 1, 1 * kMs);
+  const Tick t = 1 * kMs + s.rto();
+  s.on_timer(t, sink);
+  ASSERT_EQ(sink.lost.size(), 1u);
+  SliceRef again;
+  TxStamp st;
+  ASSERT_EQ(s.on_resend(kIsn + 1, t, again, st), Resend::kSend);
+  // The silence that fired the timer may go on: no probe after a few RTTs,
+  // the next expiry (backed off) is the next resend.
+  sink.clear();
+  s.on_timer(t + 500 * kUs, sink);
+  EXPECT_TRUE(sink.lost.empty());
+  EXPECT_EQ(s.next_deadline(), t + s.rto());
+  s.on_timer(t + s.rto(), sink);
+  ASSERT_EQ(sink.lost.size(), 1u);
+  EXPECT_EQ(sink.lost[0].kind, LossKind::kTimeout);
+  EXPECT_EQ(s.counters().tail_probes, 0u);
+}
+
 TEST(PeerSender, DeadPeerFailsEveryPendingSliceOnce) {
   RecordingSink sink;
   PeerSender s(test_params(), kIsn, 0);
   send_n(s, 6, 0);
-  // kIsn+5 was SACKed (acked, not failed later); the timer marks the rest lost.
+  // kIsn+5 was SACKed (acked, not failed later); the timer marks the oldest
+  // three lost, two stay in flight.
   s.on_ack(kIsn, sack_range(kIsn, kIsn + 5, kIsn + 5), 10 * kUs, sink);
   s.on_timer(5 * kMs, sink);
-  EXPECT_EQ(sink.lost.size(), 5u);
+  EXPECT_EQ(sink.lost.size(), 3u);
   // One resend is in flight, the others wait in the glue's queue.
   SliceRef again;
   TxStamp st;

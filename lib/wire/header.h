@@ -60,7 +60,11 @@ inline constexpr uint16_t kAckRequest = 1u << 2;  ///< receiver should ack at on
 /// length, offset the byte offset in it): the receiver's transport does no
 /// per-msg_id byte counting for it and hands it up packet by packet.
 inline constexpr uint16_t kSlice = 1u << 3;
-inline constexpr uint16_t kKnown = kAckValid | kRetransmit | kAckRequest | kSlice;
+/// With kAckValid: since its previous ACK, the receiver got a packet twice,
+/// once sent as a retransmission and once not, so a resend was not needed
+/// (a one-bit D-SACK). The sender uses it to prove a timeout spurious.
+inline constexpr uint16_t kDuplicate = 1u << 4;
+inline constexpr uint16_t kKnown = kAckValid | kRetransmit | kAckRequest | kSlice | kDuplicate;
 }  // namespace flags
 
 #pragma pack(push, 1)

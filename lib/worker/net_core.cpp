@@ -90,7 +90,7 @@ uint32_t NetCore::take_requests_st(transport::Tick now) {
     std::optional<Request> r = queue_.try_pop_sc();
     if (!r) break;
     if (r->kind == Request::Kind::kStop) {
-      stop_st(r->handle);
+      stop_st(r->handle, now);
       return taken + 1;
     }
     take_st(*r, now);
@@ -98,8 +98,11 @@ uint32_t NetCore::take_requests_st(transport::Tick now) {
   return taken;
 }
 
-void NetCore::stop_st(const Handle& stopped) {
+void NetCore::stop_st(const Handle& stopped, transport::Tick now) {
   stopped_ = true;
+  // What arrived and waits for a delayed ACK is acknowledged now: the server
+  // would otherwise resend it to a worker that no longer polls.
+  if (endpoint_) endpoint_->flush_acks_st(now);
   // Requests queued behind the stop cannot exist (Worker::shutdown waits for
   // every caller to leave before it enqueues the stop), but fail any that
   // raced in so that no handle is left pending.

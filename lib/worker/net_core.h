@@ -183,7 +183,7 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   };
 
   uint32_t take_requests_st(transport::Tick now);
-  void stop_st(const Handle& stopped);
+  void stop_st(const Handle& stopped, transport::Tick now);
   void take_st(Request& r, transport::Tick now);
   void start_st(const Handle& h, transport::Tick now);
   void push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,

@@ -52,7 +52,7 @@ void print_stats(const char* what, const Endpoint& tx, double seconds, uint64_t 
   std::printf(
       "[ %s ] %.1f MiB in %.2f s (%.2f Gbit/s); sent %llu, resent %llu (fast %llu, rto %llu), "
       "rto expiries %llu, deferred %llu, stale %llu, no room %llu, not needed %llu, false losses "
-      "%llu, cwnd %u\n",
+      "%llu, cwnd %u, spurious timeouts %llu\n",
       what, bytes / double(kMiB), seconds, bytes * 8 / seconds / 1e9,
       (unsigned long long)s.transport.tx.packets_sent, (unsigned long long)c.tx_retransmits,
       (unsigned long long)s.transport.tx.retransmits_fast,
@@ -60,7 +60,8 @@ void print_stats(const char* what, const Endpoint& tx, double seconds, uint64_t 
       (unsigned long long)s.transport.tx.rto_expirations, (unsigned long long)c.deferred,
       (unsigned long long)c.drops[static_cast<size_t>(EndpointDrop::kRetransmitStale)],
       (unsigned long long)c.resends_no_room, (unsigned long long)c.resends_not_needed,
-      (unsigned long long)s.transport.tx.false_losses, s.transport.tx.cwnd);
+      (unsigned long long)s.transport.tx.false_losses, s.transport.tx.cwnd,
+      (unsigned long long)s.transport.tx.spurious_timeouts);
 }
 
 // A sends `forward` bytes to B, B sends `back` bytes to A, over one link.
@@ -570,6 +571,38 @@ TEST(Endpoint, PeerRestartFailsPendingThenNewMessagesFlow) {
 
 // A peer that never answers (nothing runs behind its address) is declared
 // unreachable after connect_timeout_us: queued messages fail with that reason.
+// A node about to stop polling acknowledges what waits for its delayed ACK
+// (Endpoint::flush_acks_st): the clock is held still, so the ACK delay never
+// expires and only the flush can answer.
+TEST(Endpoint, FlushAcksAnswersWhatTheDelayedAckHolds) {
+  RingLink link("flush", 46, {.end = {.mtu = kMtu, .impair = faults(0, 22)}});
+  std::vector<std::vector<PlannedMessage>> plans = {{{1024, 0, 0}}};
+  CheckingReceiver rx_a(pattern(), plans), rx_b(pattern(), plans);
+  const uint64_t t = rte_rdtsc();
+  Endpoint a(link.a(), endpoint_config(3, 0, {{"b", RingLink::ip_b(46), 47101, 5}}, kEndpoint),
+             rx_a, t);
+  Endpoint b(link.b(), endpoint_config(5, 1, {{"a", RingLink::ip_a(46), 47100, 3}}, kEndpoint),
+             rx_b, t);
+  CompletionLog log(plans[0].size());
+  pmdtest::submit_plan(a, 0, 0, plans[0], pattern(), log);
+  for (int i = 0; i < 100 && rx_b.bytes_ok() != 1024; ++i) {
+    a.poll_st(t);
+    b.poll_st(t);
+  }
+  ASSERT_EQ(rx_b.bytes_ok(), 1024u);
+  for (int i = 0; i < 10; ++i) {
+    a.poll_st(t);
+    b.poll_st(t);
+  }
+  // One packet, no ACK request, no time passing: b owes the ACK.
+  EXPECT_EQ(a.peer_stats_st(0).outstanding, 1u);
+  EXPECT_EQ(b.flush_acks_st(t), 1u);
+  EXPECT_EQ(b.flush_acks_st(t), 0u);  // nothing owed any more
+  a.poll_st(t);
+  EXPECT_EQ(a.peer_stats_st(0).outstanding, 0u);
+  EXPECT_EQ(log.total_ok(), 1u);
+}
+
 TEST(Endpoint, UnreachablePeerFailsAfterConnectTimeout) {
   RingLink link("unreach", 45, {.end = {.mtu = kMtu, .impair = faults(0, 21)}});
   std::vector<std::vector<PlannedMessage>> plans = {
