@@ -502,6 +502,9 @@ class Endpoint {
   wire::HeaderFields& next_frame_header_st();
   void queue_frame_st(const PeerState& ps, const std::byte* payload);
   uint16_t stage_frames_st();
+  // Pure ACKs (and probes) to the peers whose ACK is due, or with
+  // `every_owed` to every peer owed one; staged and flushed. Returns them.
+  uint32_t send_pure_acks_st(Tick now, bool every_owed);
   void account_failed(sched::Message* msg, bool start, uint32_t len, SendStatus why);
 
   // SenderSink reports, through each peer's PeerState (endpoint_tx.cpp).

@@ -91,25 +91,17 @@ void Endpoint::transmit_st(Tick now) {
   }
   stage_frames_st();
   // Pure ACKs (and probes) for peers that no data piggybacked them to.
-  for (auto& ptr : peers_) {
-    PeerState& ps = *ptr;
-    if (!ps.resolved || port_.tx_room() <= tx_count_) continue;
-    if (!ps.peer.ack_due(now)) continue;
-    wire::HeaderFields& h = next_frame_header_st();
-    ps.peer.fill_pure_ack(now, h);
-    h.job_id = config_.job_id;
-    h.sender_id = config_.sender_id;
-    queue_frame_st(ps, nullptr);
-  }
-  counters_.tx_pure_acks += stage_frames_st();
-  port_.flush_st(now);
+  send_pure_acks_st(now, false);
 }
 
-uint32_t Endpoint::flush_acks_st(Tick now) {
+uint32_t Endpoint::flush_acks_st(Tick now) { return send_pure_acks_st(now, true); }
+
+uint32_t Endpoint::send_pure_acks_st(Tick now, bool every_owed) {
   for (auto& ptr : peers_) {
     PeerState& ps = *ptr;
     if (!ps.resolved || port_.tx_room() <= tx_count_) continue;
-    if (ps.peer.receiver().ack_deadline() == 0) continue;  // nothing waits for an ACK
+    // ack_deadline() != 0: something waits for an ACK, due or not.
+    if (every_owed ? ps.peer.receiver().ack_deadline() == 0 : !ps.peer.ack_due(now)) continue;
     wire::HeaderFields& h = next_frame_header_st();
     ps.peer.fill_pure_ack(now, h);
     h.job_id = config_.job_id;
