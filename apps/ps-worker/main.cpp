@@ -154,12 +154,12 @@ int run(const Options& o) {
     return 0;
   }
 
-  // The CPUs of this node's lcores, as EAL maps them (lcore i on the i-th
-  // allowed CPU, modulo their number), read before EAL pins anything.
+  // The CPUs of this node's lcores, as EAL maps them, read before EAL pins
+  // anything.
   cpu_set_t own_cpus;
   CPU_ZERO(&own_cpus);
   const std::vector<uint32_t> cpus = config::allowed_cpus();
-  for (uint32_t l : me.lcores) CPU_SET(cpus[l % cpus.size()], &own_cpus);
+  for (uint32_t l : me.lcores) CPU_SET(config::cpu_of_lcore(l, cpus), &own_cpus);
 
   worker::WorkerOptions wo;
   wo.job_file = o.config;

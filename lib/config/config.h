@@ -276,6 +276,12 @@ std::vector<std::string> eal_args(const JobConfig& job, std::span<const std::str
 /// The CPUs this process may run on (sched_getaffinity), ascending.
 std::vector<uint32_t> allowed_cpus();
 
+/// The CPU eal_args() maps `lcore` to: cpus[lcore % cpus.size()] (cpus not
+/// empty).
+inline uint32_t cpu_of_lcore(uint32_t lcore, std::span<const uint32_t> cpus) {
+  return cpus[lcore % cpus.size()];
+}
+
 /// True when at least kMinHugepageBytes of hugepages are free and a
 /// hugetlbfs file system is mounted (e.g. on /dev/hugepages).
 bool hugepages_available();

@@ -41,7 +41,7 @@ std::vector<std::string> eal_args(const JobConfig& job, std::span<const std::str
   std::string lcore_map;
   for (uint32_t l : lcores) {
     if (!lcore_map.empty()) lcore_map += ',';
-    lcore_map += std::to_string(l) + "@" + std::to_string(cpus[l % cpus.size()]);
+    lcore_map += std::to_string(l) + "@" + std::to_string(cpu_of_lcore(l, cpus));
   }
   argv.push_back("--lcores=" + lcore_map);
 

@@ -53,9 +53,7 @@ EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
     counters_.messages_abandoned += msgs_.size();
     reset_messages();
     synced_ = false;
-    unacked_ = 0;
-    ack_now_ = false;
-    report_duplicate_ = false;
+    forget_owed_ack();
     peer_epoch_ = epoch;
     ++counters_.peer_restarts;
     return EpochCheck::kRestarted;
@@ -74,9 +72,7 @@ void PeerReceiver::sync(uint32_t base) {
   counters_.messages_abandoned += msgs_.size();
   reset_messages();
   synced_ = true;
-  unacked_ = 0;
-  ack_now_ = false;
-  report_duplicate_ = false;
+  forget_owed_ack();
 }
 
 void PeerReceiver::reincarnate(uint16_t new_local_epoch) {
@@ -84,9 +80,7 @@ void PeerReceiver::reincarnate(uint16_t new_local_epoch) {
   counters_.messages_abandoned += msgs_.size();
   reset_messages();
   synced_ = false;
-  unacked_ = 0;
-  ack_now_ = false;
-  report_duplicate_ = false;
+  forget_owed_ack();
 }
 
 bool PeerReceiver::try_sync(uint32_t seq) {
@@ -241,9 +235,7 @@ bool PeerReceiver::fill_ack(wire::HeaderFields& h) {
   h.sack = sack_bits();
   h.credit = static_cast<uint16_t>(credit_);
   advertised_ = credit_;
-  unacked_ = 0;
-  ack_now_ = false;
-  report_duplicate_ = false;
+  forget_owed_ack();
   ++counters_.acks_sent;
   return true;
 }

@@ -193,6 +193,12 @@ class PeerReceiver {
   uint32_t unacked_ = 0;
   bool ack_now_ = false;
   bool report_duplicate_ = false;  // a spurious resend arrived: the next ACK says so
+  // Nothing is owed to the peer any more (an ACK went out, or the stream restarted).
+  void forget_owed_ack() {
+    unacked_ = 0;
+    ack_now_ = false;
+    report_duplicate_ = false;
+  }
   Tick ack_deadline_ = 0;
   // Flow control: the room the glue reports, and what the last ACK said.
   // The most a credit says: the receive window bounds what is accepted, and

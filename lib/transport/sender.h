@@ -93,25 +93,25 @@ struct AckResult {
 };
 
 // Per-peer send-side counters: events, summed by operator+=.
-#define MERCURY_SENDER_COUNTERS(X)                                             \
-  X(packets_sent, "first transmissions")                                       \
-  X(retransmits_fast, "resends of packets lost by the SACK rule")              \
-  X(retransmits_timeout, "resends of packets lost by RTO or the tail probe")   \
-  X(losses_fast, "packets declared lost by the SACK rule")                     \
-  X(losses_timeout, "packets declared lost by RTO")                            \
-  X(tail_probes, "left-edge resends declared lost by the probe timeout")       \
-  X(false_losses, "declared lost, then acked before being resent")             \
-  X(resends_skipped, "on_resend() refused: already acked, failed or unknown")  \
-  X(acks_received, "ACKs processed")                                           \
-  X(acks_old, "cumulative ack below ours (reordered ACK); SACK still used")    \
-  X(acks_invalid, "ack beyond anything sent: ignored")                         \
-  X(rto_expirations, "retransmission timer expiries")                          \
-  X(spurious_timeouts, "expiries undone: a resend acked sooner than any RTT")  \
-  X(loss_episodes, "loss episodes (each reduces cwnd, see docs/transport.md)") \
-  X(slices_acked, "slices delivered")                                          \
-  X(slices_failed, "slices failed")                                            \
-  X(peer_timeouts, "peer declared dead: nothing acked for peer_timeout")       \
-  X(restarts, "send streams restarted (the peer came back with a new epoch)")  \
+#define MERCURY_SENDER_COUNTERS(X)                                              \
+  X(packets_sent, "first transmissions")                                        \
+  X(retransmits_fast, "resends of packets lost by the SACK rule")               \
+  X(retransmits_timeout, "resends of packets lost by RTO or the tail probe")    \
+  X(losses_fast, "packets declared lost by the SACK rule")                      \
+  X(losses_timeout, "packets declared lost by RTO")                             \
+  X(tail_probes, "left-edge resends declared lost by the probe timeout")        \
+  X(false_losses, "declared lost, then acked before being resent")              \
+  X(resends_skipped, "on_resend() refused: already acked, failed or unknown")   \
+  X(acks_received, "ACKs processed")                                            \
+  X(acks_old, "cumulative ack below ours (reordered ACK); SACK still used")     \
+  X(acks_invalid, "ack beyond anything sent: ignored")                          \
+  X(rto_expirations, "retransmission timer expiries")                           \
+  X(spurious_timeouts, "expiries undone: the receiver got their resends twice") \
+  X(loss_episodes, "loss episodes (each reduces cwnd, see docs/transport.md)")  \
+  X(slices_acked, "slices delivered")                                           \
+  X(slices_failed, "slices failed")                                             \
+  X(peer_timeouts, "peer declared dead: nothing acked for peer_timeout")        \
+  X(restarts, "send streams restarted (the peer came back with a new epoch)")   \
   X(rtt_samples, "RTT samples taken")
 // Its estimates: current values (ticks / packets), never summed.
 #define MERCURY_SENDER_ESTIMATES(X)                                        \

@@ -192,8 +192,7 @@ TEST(PeerSender, EachTimeoutHalvesDownToTheFloor) {
       TxStamp st;
       if (s.on_resend(l.seq, now, again, st) != Resend::kSend) break;  // cwnd is full
     }
-    // All arrived, one RTT after the resends (sooner would prove the
-    // timeout spurious): the episode ends.
+    // All arrived, one RTT after the resends: the episode ends.
     const Tick rtt = std::max<Tick>(20 * kUs, s.counters().min_rtt);
     s.on_ack(first + n, 0, now + rtt, sink);
     now += rtt + 100 * kUs;

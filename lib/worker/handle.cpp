@@ -163,9 +163,8 @@ bool Handle::finish(Status status, std::string_view message) const noexcept {
   }
   // Release: the error text (and, for the caller, the bytes it placed in the
   // trainer's buffer before completing) happen-before any acquire load that
-  // sees the new status.
-  // seq_cst (a release too): ordered before the load of `sleepers` below,
-  // as wait() needs.
+  // sees the new status. seq_cst as well: ordered before the load of
+  // `sleepers` below, as wait() needs.
   s.status.store(static_cast<uint32_t>(status), std::memory_order_seq_cst);
   if (s.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(s.status);
   // Close the list and run what was registered, oldest first.
