@@ -156,12 +156,14 @@ TEST(Report, RetransmissionsByCause) {
   t.tx.retransmits_timeout = 390;
   t.tx.tail_probes = 10;
   t.tx.rto_expirations = 25;
+  t.tx.rto_probes = 40;
+  t.tx.probe_answers = 38;
   t.tx.retransmits_fast = 20;
   t.tx.spurious_timeouts = 7;
   t.rx.spurious_retransmits = 12;
   EXPECT_EQ(retransmission_text(t),
-            " (RTO 380 in 25 expiries, 7 shown spurious, SACK 20, tail probes 10; 12 of the "
-            "workers' resends arrived twice)");
+            " (RTO 380 after 40 probes, 38 answered, and 25 expiries, 7 shown spurious, SACK 20, "
+            "tail probes 10; 12 of the workers' resends arrived twice)");
 }
 
 TEST(Report, PoolWarningWhenThePoolsCannotHoldTheWorstDisorder) {

@@ -69,8 +69,11 @@ std::string retransmission_text(const transport::PeerCounters& t) {
   // The timer's resends are RTO and tail-probe losses; split them by the losses declared.
   const uint64_t rto =
       t.tx.retransmits_timeout > t.tx.tail_probes ? t.tx.retransmits_timeout - t.tx.tail_probes : 0;
-  return " (RTO " + std::to_string(rto) + " in " + std::to_string(t.tx.rto_expirations) +
-         " expiries, " + std::to_string(t.tx.spurious_timeouts) + " shown spurious, SACK " +
+  // RTO resends follow an expiry with its probe unanswered, or an answer.
+  return " (RTO " + std::to_string(rto) + " after " + std::to_string(t.tx.rto_probes) +
+         " probes, " + std::to_string(t.tx.probe_answers) + " answered, and " +
+         std::to_string(t.tx.rto_expirations) + " expiries, " +
+         std::to_string(t.tx.spurious_timeouts) + " shown spurious, SACK " +
          std::to_string(t.tx.retransmits_fast) + ", tail probes " +
          std::to_string(t.tx.retransmits_timeout - rto) + "; " +
          std::to_string(t.rx.spurious_retransmits) + " of the workers' resends arrived twice)";

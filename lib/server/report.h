@@ -28,9 +28,9 @@ std::string check_line(const config::JobConfig& job, const config::NodeConfig& n
 std::string drops_text(const ServerCounters& c);
 
 /// Where a node's retransmissions came from, summed over its peers:
-/// " (RTO 380 in 25 expiries, 7 shown spurious, SACK 20, tail probes 10; 12
-/// of the workers' resends arrived twice)", or "" when nothing was resent
-/// either way.
+/// " (RTO 380 after 40 probes, 38 answered, and 25 expiries, 7 shown
+/// spurious, SACK 20, tail probes 10; 12 of the workers' resends arrived
+/// twice)", or "" when nothing was resent either way.
 std::string retransmission_text(const transport::PeerCounters& t);
 
 /// What changed over the last second, for stats_line().

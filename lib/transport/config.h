@@ -99,6 +99,12 @@ struct Params {
   Tick peer_timeout = 0;
   Tick connect_timeout = 0;  ///< 0: none
   Tick ack_delay = 0;
+  /// The first expiry of the retransmission timer asks the peer for an
+  /// answer (a pure ACK with kAckRequest and a token) instead of resending;
+  /// only what the answer shows missing, or a second expiry, is resent.
+  /// resolve() sets it: the Peer sends the probe. A PeerSender alone has no
+  /// way to send one, so its unit tests of the resend path turn it off.
+  bool rto_probe = true;
 };
 
 /// Window in packets for a link: the bandwidth-delay product in packets,

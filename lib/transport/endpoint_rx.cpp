@@ -41,7 +41,8 @@ uint16_t Endpoint::receive_st(Tick now) {
       // nothing new).
       wire::HeaderFields ack = f.header;
       ack.type = wire::PacketType::kAck;
-      ack.flags = static_cast<uint16_t>(ack.flags & ~wire::flags::kAckRequest);
+      ack.flags =
+          static_cast<uint16_t>(ack.flags & ~(wire::flags::kAckRequest | wire::flags::kAnswer));
       ps.peer.on_packet(ack, now, ps);
       ++ps.stats.packets_refused;
       drop(EndpointDrop::kBackpressure);

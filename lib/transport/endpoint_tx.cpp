@@ -101,7 +101,7 @@ uint32_t Endpoint::send_pure_acks_st(Tick now, bool every_owed) {
     PeerState& ps = *ptr;
     if (!ps.resolved || port_.tx_room() <= tx_count_) continue;
     // ack_deadline() != 0: something waits for an ACK, due or not.
-    if (every_owed ? ps.peer.receiver().ack_deadline() == 0 : !ps.peer.ack_due(now)) continue;
+    if (!ps.peer.ack_due(now) && (!every_owed || ps.peer.receiver().ack_deadline() == 0)) continue;
     wire::HeaderFields& h = next_frame_header_st();
     ps.peer.fill_pure_ack(now, h);
     h.job_id = config_.job_id;

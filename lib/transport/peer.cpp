@@ -57,7 +57,8 @@ Resend Peer::resend(uint32_t seq, Tick now, SliceRef& slice, wire::HeaderFields&
 bool Peer::ack_due(Tick now) const {
   if (connect_failed_) return false;
   if (!peer_known()) return now >= next_probe_;
-  return owe_epoch_ || receiver_.ack_due(now) || (persisting() && now >= next_persist_);
+  return owe_epoch_ || answer_token_ != 0 || sender_.probe_due() || receiver_.ack_due(now) ||
+         (persisting() && now >= next_persist_);
 }
 
 void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
@@ -74,6 +75,18 @@ void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
     h.flags = wf::kAckRequest;  // the answer brings the peer's credit
     next_persist_ = now + sender_.rto();
     ++persist_probes_;
+  }
+  if (answer_token_ != 0) {
+    // The answer to the peer's timer probe: `offset` echoes its token, and
+    // the ACK below covers everything we had when we read the probe.
+    h.flags |= wf::kAnswer;
+    h.offset = answer_token_;
+    answer_token_ = 0;
+  } else if (peer_known() && sender_.probe_due()) {
+    // Our timer's probe: where does the peer stand? (An answer cannot carry
+    // one, `offset` holds the echo; it goes with the next pure ACK.)
+    h.flags |= wf::kAckRequest;
+    h.offset = sender_.on_probe_sent(now);
   }
   owe_epoch_ = false;
   if (!receiver_.fill_ack(h)) {
@@ -92,8 +105,13 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
   RxVerdict verdict = RxVerdict::kAckOnly;
   bool complete = false;
   if (h.type == wire::PacketType::kAck) {
-    // A probe from a peer that does not know us yet asks for an answer.
-    if ((h.flags & wf::kAckRequest) != 0) owe_epoch_ = true;
+    // A probe asks for an answer: from a peer that does not know us yet, a
+    // persist probe, or a timer's probe carrying a token to echo (never one
+    // in an answer, whose offset is an echo itself).
+    if ((h.flags & wf::kAckRequest) != 0) {
+      owe_epoch_ = true;
+      if ((h.flags & wf::kAnswer) == 0 && h.offset != 0) answer_token_ = h.offset;
+    }
   } else {
     // Its own epoch check now says kCurrent. Fields read one by one, as
     // RxResult::of() explains.
@@ -120,6 +138,10 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
     // window update the receiver sends by itself.
     if (!was_persisting && persisting()) next_persist_ = now + sender_.rto();
   }
+  // After its ACK part: the answer's ACK is what the peer had at the probe.
+  if (h.type == wire::PacketType::kAck && (h.flags & wf::kAnswer) != 0) {
+    sender_.on_answer(h.offset, now, sink);
+  }
   return RxResult::of(verdict, complete, ec == EpochCheck::kRestarted);
 }
 
@@ -133,7 +155,7 @@ Tick Peer::next_deadline() const {
   // 0 means "nothing armed" in every source.
   const auto earliest = [](Tick a, Tick b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); };
   if (!peer_known()) return earliest(next_probe_ == 0 ? 1 : next_probe_, connect_deadline_);
-  const Tick owed = owe_epoch_ ? 1 : 0;
+  const Tick owed = owe_epoch_ || answer_token_ != 0 || sender_.probe_due() ? 1 : 0;
   const Tick persist = persisting() ? std::max<Tick>(next_persist_, 1) : 0;
   return earliest(earliest(earliest(sender_.next_deadline(), receiver_.ack_deadline()), owed),
                   persist);
@@ -147,6 +169,7 @@ void Peer::reincarnate(uint16_t new_local_epoch, Tick now, SenderSink& sink) {
   receiver_.reincarnate(local_epoch_);
   sender_.restart(stream_origin(), now, FailReason::kReset, sink);
   owe_epoch_ = true;
+  answer_token_ = 0;
   connect_failed_ = false;
 }
 

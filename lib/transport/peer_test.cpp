@@ -210,6 +210,119 @@ TEST(Peer, ADeadPeerCanBeReachedAgainByReincarnating) {
   EXPECT_THROW(a.peer.reincarnate(2, 0, a.sink), std::invalid_argument);
 }
 
+TEST(Peer, ATimerExpiryAsksThePeerAndAnAnswerOfEverythingResendsNothing) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  // B is off its CPU: A's four packets wait in its receive queue.
+  std::vector<wire::HeaderFields> queued;
+  for (uint32_t i = 0; i < 4; ++i) queued.push_back(send_data(a, i, 0));
+  const Tick expiry = a.peer.next_deadline();
+  ASSERT_EQ(expiry, 5 * kMs);  // initial_rto
+  a.peer.on_timer(expiry, a.sink);
+  EXPECT_TRUE(a.sink.lost.empty());  // nothing declared lost: first, ask
+  ASSERT_TRUE(a.peer.ack_due(expiry));
+  const wire::HeaderFields probe = pure_ack(a, expiry);
+  EXPECT_EQ(probe.type, wire::PacketType::kAck);
+  EXPECT_NE(probe.flags & wf::kAckRequest, 0);
+  EXPECT_EQ(probe.flags & wf::kAnswer, 0);
+  EXPECT_NE(probe.offset, 0u);  // its token
+  EXPECT_FALSE(a.peer.ack_due(expiry));
+  EXPECT_EQ(a.peer.counters().tx.rto_probes, 1u);
+  // B wakes 15 ms later and reads the data, then the probe behind it.
+  const Tick wake = expiry + 15 * kMs;
+  for (const auto& h : queued) b.peer.on_packet(h, wake, b.sink);
+  b.peer.on_packet(probe, wake, b.sink);
+  ASSERT_TRUE(b.peer.ack_due(wake));
+  const wire::HeaderFields answer = pure_ack(b, wake);
+  EXPECT_EQ(answer.flags & (wf::kAnswer | wf::kAckValid), wf::kAnswer | wf::kAckValid);
+  EXPECT_EQ(answer.flags & wf::kAckRequest, 0);  // an answer never asks back
+  EXPECT_EQ(answer.offset, probe.offset);
+  EXPECT_FALSE(b.peer.ack_due(wake));
+  a.peer.on_packet(answer, wake, a.sink);
+  EXPECT_EQ(a.sink.acked.size(), 4u);
+  EXPECT_TRUE(a.sink.lost.empty());
+  const SenderCounters& c = a.peer.counters().tx;
+  EXPECT_EQ(c.probe_answers, 1u);
+  EXPECT_EQ(c.retransmits_timeout + c.retransmits_fast, 0u);
+  EXPECT_EQ(c.rto_expirations, 0u);
+  EXPECT_EQ(c.backoff, 0u);
+  EXPECT_EQ(a.peer.next_deadline(), 0u);  // nothing outstanding, nothing armed
+}
+
+TEST(Peer, AnAnswerDeclaresLostWhatWasSentBeforeTheProbeAndNotAcknowledged) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  std::vector<wire::HeaderFields> sent;
+  for (uint32_t i = 0; i < 4; ++i) sent.push_back(send_data(a, i, 0));
+  a.peer.on_timer(5 * kMs, a.sink);
+  const wire::HeaderFields probe = pure_ack(a, 5 * kMs);
+  const wire::HeaderFields after = send_data(a, 4, 5 * kMs);  // sent after the probe
+  // The path lost the third packet (and A's fifth is still on its way).
+  const Tick t = 5 * kMs + 50 * kUs;
+  for (uint32_t i : {0u, 1u, 3u}) b.peer.on_packet(sent[i], t, b.sink);
+  b.peer.on_packet(probe, t, b.sink);
+  a.peer.on_packet(pure_ack(b, t), t, a.sink);
+  ASSERT_EQ(a.sink.lost.size(), 1u);
+  EXPECT_EQ(a.sink.lost[0].seq, sent[2].seq);
+  EXPECT_EQ(a.sink.lost[0].kind, LossKind::kAnswered);
+  EXPECT_EQ(a.peer.sender().in_flight(), 1u);  // the one sent after the probe
+  // Its resend completes the stream; the packet after the probe arrives too.
+  SliceRef again;
+  wire::HeaderFields r = data_header(2);
+  ASSERT_EQ(a.peer.resend(sent[2].seq, t, again, r), Resend::kSend);
+  b.peer.on_packet(over_the_wire(r), t + 10 * kUs, b.sink);
+  b.peer.on_packet(after, t + 10 * kUs, b.sink);
+  a.peer.on_packet(pure_ack(b, t + 10 * kUs), t + 10 * kUs, a.sink);
+  EXPECT_EQ(a.sink.acked.size(), 5u);
+  EXPECT_EQ(a.peer.sender().outstanding(), 0u);
+  EXPECT_EQ(a.peer.counters().tx.retransmits_timeout, 1u);
+  EXPECT_EQ(a.peer.counters().tx.losses_timeout, 1u);
+}
+
+TEST(Peer, AnUnansweredProbeLeavesTheResendToTheNextExpiry) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  send_data(a, 0, 0);
+  a.peer.on_timer(5 * kMs, a.sink);
+  const wire::HeaderFields probe = pure_ack(a, 5 * kMs);
+  // The RTO backed off: the resend waits twice as long for the answer.
+  EXPECT_EQ(a.peer.next_deadline(), 15 * kMs);
+  a.peer.on_timer(15 * kMs - 1, a.sink);
+  EXPECT_TRUE(a.sink.lost.empty());
+  a.peer.on_timer(15 * kMs, a.sink);
+  ASSERT_EQ(a.sink.lost.size(), 1u);
+  EXPECT_EQ(a.sink.lost[0].kind, LossKind::kTimeout);
+  EXPECT_FALSE(a.peer.ack_due(15 * kMs));  // the resend asks now, not another probe
+  // A late answer to the old probe (B read nothing: the packet was lost)
+  // declares nothing twice.
+  b.peer.on_packet(probe, 16 * kMs, b.sink);
+  a.peer.on_packet(pure_ack(b, 16 * kMs), 16 * kMs, a.sink);
+  EXPECT_EQ(a.sink.lost.size(), 1u);
+  EXPECT_EQ(a.peer.counters().tx.probe_answers, 0u);
+}
+
+TEST(Peer, OnlyAProbeWithATokenGetsAnAnswer) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  // An answer carrying kAckRequest (a persist probe at once) is not a probe
+  // to echo, and an answer nobody asked for changes nothing.
+  wire::HeaderFields h = pure_ack(a, 0);
+  h.flags |= wf::kAckRequest | wf::kAnswer;
+  h.offset = 77;
+  b.peer.on_packet(h, 0, b.sink);
+  ASSERT_TRUE(b.peer.ack_due(0));
+  const wire::HeaderFields reply = pure_ack(b, 0);
+  EXPECT_EQ(reply.flags & wf::kAnswer, 0);
+  EXPECT_EQ(reply.offset, 0u);
+  send_data(a, 0, 0);
+  h = pure_ack(b, 0);
+  h.flags |= wf::kAnswer;
+  h.offset = 1;
+  a.peer.on_packet(h, 0, a.sink);
+  EXPECT_TRUE(a.sink.lost.empty());
+  EXPECT_EQ(a.peer.counters().tx.probe_answers, 0u);
+}
+
 TEST(Peer, RejectsAZeroLocalEpoch) {
   EXPECT_THROW(Peer(test::test_config(), 0, 0), std::invalid_argument);
 }

@@ -274,7 +274,7 @@ void PeerSender::mark_lost(uint32_t seq, Entry& e, LossKind kind, SenderSink& si
   ++lost_;
   if (kind == LossKind::kFast) {
     ++counters_.losses_fast;
-  } else if (kind == LossKind::kTimeout) {
+  } else if (kind == LossKind::kTimeout || kind == LossKind::kAnswered) {
     ++counters_.losses_timeout;
   } else {
     ++counters_.tail_probes;
@@ -390,6 +390,42 @@ AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSi
   return r;
 }
 
+uint32_t PeerSender::on_probe_sent(Tick /*now*/) {
+  probe_due_ = false;
+  if (++last_token_ == 0) last_token_ = 1;  // 0 means "no token" on the wire
+  probe_token_ = last_token_;
+  probe_order_ = next_tx_order_;  // every later transmission orders after the probe
+  return probe_token_;
+}
+
+void PeerSender::on_answer(uint32_t token, Tick now, SenderSink& sink) {
+  if (dead_ || token == 0 || token != probe_token_) return;
+  probe_token_ = 0;
+  ++counters_.probe_answers;
+  // The peer is alive and reachable: the back-off the expiry began ends.
+  backoff_ = 0;
+  counters_.backoff = 0;
+  // The peer read the probe after every packet sent before it (the path
+  // keeps order, short of the link's reordering), so its answer's ACK
+  // (on_ack has taken it) covers each of them it received, as far as an ACK
+  // reaches: the cumulative ack and the 64 sequence numbers its SACK
+  // reports. Packets further on stay in flight; the left edge's resend
+  // moves the horizon, and the timer covers the rest.
+  uint32_t n = 0;
+  const uint32_t horizon = seq_diff(nxt_, una_) > 65 ? una_ + 65 : nxt_;
+  for (uint32_t s = una_; s != horizon; ++s) {
+    Entry& e = at(s);
+    if (e.state == State::kInFlight && e.tx_order < probe_order_) {
+      mark_lost(s, e, LossKind::kAnswered, sink);
+      ++n;
+    }
+  }
+  if (n != 0) on_losses(n, LossKind::kAnswered);
+  // The timer ran from the expiry; the resends re-arm it from now.
+  timer_armed_ = false;
+  if (in_flight_ != 0) arm_timer(now);
+}
+
 void PeerSender::fail_all(FailReason why, SenderSink& sink) {
   for (uint32_t s = una_; s != nxt_; ++s) {
     Entry& e = at(s);
@@ -403,6 +439,8 @@ void PeerSender::fail_all(FailReason why, SenderSink& sink) {
   in_flight_ = 0;
   lost_ = 0;
   timer_armed_ = false;
+  probe_due_ = false;
+  probe_token_ = 0;
 }
 
 void PeerSender::on_timer(Tick now, SenderSink& sink) {
@@ -425,13 +463,47 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
     mark_lost(una_, at(una_), LossKind::kProbe, sink);
   }
   if (!timer_armed_ || now < rto_deadline_) return;
+  const Tick rto_now = rto();
+  if (p_.rto_probe && !probe_due_ && probe_token_ == 0) {
+    // The first expiry of a silence asks before it resends: a peer off its
+    // CPU for longer than the RTO (10-25 ms seen on a shared VM) has every
+    // packet and will acknowledge them all when it reads the probe behind
+    // them, while a packet really lost shows in the answer one RTT later.
+    // Nothing is declared lost yet; the RTO backs off, so an unanswered
+    // probe leaves the peer twice as long before the resends below.
+    Tick oldest = 0;
+    bool any = false;
+    for (uint32_t s = una_; s != nxt_; ++s) {
+      const Entry& e = at(s);
+      if (e.state == State::kInFlight && (!any || e.sent_at < oldest)) {
+        oldest = e.sent_at;
+        any = true;
+      }
+    }
+    timer_armed_ = false;
+    if (!any) return;
+    if (now - oldest < rto_now) {
+      timer_armed_ = true;
+      rto_deadline_ = oldest + rto_now;
+      return;
+    }
+    probe_due_ = true;
+    ++counters_.rto_probes;
+    if (rto() < p_.max_rto) ++backoff_;
+    counters_.backoff = backoff_;
+    arm_timer(now);
+    return;
+  }
+  // The probe went unanswered for the backed-off RTO (or there is none):
+  // the resends below take its place, and a late answer to it is ignored.
+  probe_due_ = false;
+  probe_token_ = 0;
   // The oldest packets in flight for a full RTO are presumed lost, at most
   // reorder_threshold of them (RFC 6298 resends only the first): once their
   // resends are delivered, the loss rule declares every older transmission
   // still unacknowledged lost, so a burst loss is recovered one RTT after
   // the timer, while an expiry that was only a slow peer costs a few
   // duplicate packets, not a window of them.
-  const Tick rto_now = rto();
   Tick oldest = 0;
   bool any_left = false;
   uint32_t n = 0;

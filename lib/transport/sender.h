@@ -41,6 +41,11 @@ enum class LossKind : uint8_t {
   /// may itself have been lost, and nothing sent after it would show that;
   /// no congestion signal (cwnd unchanged).
   kProbe,
+  /// The peer answered the timer's probe (see PeerSender::probe_due) without
+  /// acknowledging this packet, sent before the probe: the answer's ACK
+  /// covers everything the peer had received when it read the probe. A loss
+  /// signal like the SACK rule's (cwnd decreases by the packets lost).
+  kAnswered,
 };
 
 enum class FailReason : uint8_t {
@@ -98,14 +103,16 @@ struct AckResult {
   X(retransmits_fast, "resends of packets lost by the SACK rule")               \
   X(retransmits_timeout, "resends of packets lost by RTO or the tail probe")    \
   X(losses_fast, "packets declared lost by the SACK rule")                      \
-  X(losses_timeout, "packets declared lost by RTO")                             \
+  X(losses_timeout, "packets declared lost by RTO or the answer to its probe")  \
   X(tail_probes, "left-edge resends declared lost by the probe timeout")        \
   X(false_losses, "declared lost, then acked before being resent")              \
   X(resends_skipped, "on_resend() refused: already acked, failed or unknown")   \
   X(acks_received, "ACKs processed")                                            \
   X(acks_old, "cumulative ack below ours (reordered ACK); SACK still used")     \
   X(acks_invalid, "ack beyond anything sent: ignored")                          \
-  X(rto_expirations, "retransmission timer expiries")                           \
+  X(rto_expirations, "retransmission timer expiries that declared losses")      \
+  X(rto_probes, "timer expiries that asked the peer for an answer instead")     \
+  X(probe_answers, "answers to those probes (the rest were overtaken)")         \
   X(spurious_timeouts, "expiries undone: the receiver got their resends twice") \
   X(loss_episodes, "loss episodes (each reduces cwnd, see docs/transport.md)")  \
   X(slices_acked, "slices delivered")                                           \
@@ -201,6 +208,22 @@ class PeerSender {
   static constexpr uint32_t kNoCredit = UINT32_MAX;
   AckResult on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSink& sink,
                    uint32_t credit = kNoCredit, bool duplicate = false);
+
+  /// The timer expired with nothing heard from the peer for an RTO: before
+  /// resending anything it asks the peer where it stands. The owner sends a
+  /// pure ACK with kAckRequest whose `offset` carries on_probe_sent()'s
+  /// token; the peer answers with kAnswer echoing it. A peer that was only
+  /// off its CPU answers with an ACK of everything (no resend); what a live
+  /// peer's answer does not acknowledge is lost (LossKind::kAnswered). An
+  /// expiry while the probe is unanswered resends (kTimeout).
+  bool probe_due() const { return probe_due_ && !dead_; }
+  /// The probe asked for went out now: its token (non-zero) for the header.
+  uint32_t on_probe_sent(Tick now);
+  /// The peer answered the probe carrying `token` (an ACK with kAnswer, its
+  /// ACK part already fed to on_ack). Declares lost every packet still in
+  /// flight that was last sent before the probe. Another token (a late
+  /// answer, or one to a probe that was not ours) changes nothing.
+  void on_answer(uint32_t token, Tick now, SenderSink& sink);
 
   /// Slow work, every few poll passes: the tail probe (a resent left edge
   /// unanswered for the probe timeout is declared lost again, kProbe), RTO
@@ -303,6 +326,13 @@ class PeerSender {
   uint32_t timeout_until_ = 0;  // seq after the last packet it declared lost
   Tick verify_by_ = 0;          // once all are acked, a duplicate report comes by then
   Tick progress_at_;            // last delivery, or when data became outstanding
+  // The timer's probe (probe_due): wanted, then out with probe_token_ (0:
+  // none unanswered); packets whose tx_order is below probe_order_ were last
+  // sent before it.
+  bool probe_due_ = false;
+  uint32_t probe_token_ = 0;
+  uint32_t last_token_ = 0;
+  uint64_t probe_order_ = 0;
   bool dead_ = false;
   SenderCounters counters_;
 };

@@ -18,9 +18,9 @@ namespace {
 using test::kMs;
 using test::kUs;
 using test::RecordingSink;
+using test::resend_params;
 using test::sack_range;
 using test::slice_of;
-using test::test_params;
 namespace wf = wire::flags;
 using test::all_distinct;
 using test::kIsn;
@@ -44,7 +44,7 @@ TEST(Keepalive, AnEighthOfThePeerTimeout) {
 
 TEST(PeerSender, NumbersPacketsAndStopsAtTheWindow) {
   RecordingSink sink;
-  PeerSender s(test_params(16), kIsn, 0);
+  PeerSender s(resend_params(16), kIsn, 0);
   for (uint32_t i = 0; i < 16; ++i) {
     ASSERT_TRUE(s.can_send());
     const TxStamp st = s.on_send(slice_of(i), 0);
@@ -63,7 +63,7 @@ TEST(PeerSender, NumbersPacketsAndStopsAtTheWindow) {
 
 TEST(PeerSender, CumulativeAckReportsEachSliceOnce) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 8, 0);
   AckResult r = s.on_ack(kIsn + 4, 0, 10 * kUs, sink);
   EXPECT_EQ(r.newly_acked, 4u);
@@ -83,7 +83,7 @@ TEST(PeerSender, CumulativeAckReportsEachSliceOnce) {
 
 TEST(PeerSender, SackedSlicesAreNotReportedAgainByTheCumulativeAck) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 4, 0);
   // kIsn+1 and kIsn+2 arrived out of order; kIsn is still missing.
   AckResult r = s.on_ack(kIsn, sack_range(kIsn, kIsn + 1, kIsn + 2), 10 * kUs, sink);
@@ -96,7 +96,7 @@ TEST(PeerSender, SackedSlicesAreNotReportedAgainByTheCumulativeAck) {
 
 TEST(PeerSender, IgnoresAnAckForSomethingNeverSent) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 3, 0);
   const AckResult r = s.on_ack(kIsn + 10, ~0ull, 10 * kUs, sink);
   EXPECT_TRUE(r.ignored);
@@ -108,7 +108,7 @@ TEST(PeerSender, IgnoresAnAckForSomethingNeverSent) {
 
 TEST(PeerSender, FastRetransmitResendsExactlyTheLostPacket) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 10, 0);
   // kIsn+3 lost: the receiver acks kIsn+3 and SACKs kIsn+4..kIsn+9.
   const AckResult r = s.on_ack(kIsn + 3, sack_range(kIsn + 3, kIsn + 4, kIsn + 9), 20 * kUs, sink);
@@ -138,7 +138,7 @@ TEST(PeerSender, FastRetransmitResendsExactlyTheLostPacket) {
 
 TEST(PeerSender, FindsEachOfSeveralHoles) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 12, 0);
   uint64_t sack = sack_range(kIsn + 2, kIsn + 3, kIsn + 11);
   sack &= ~(uint64_t{1} << (kIsn + 6 - kIsn - 2 - 1));  // kIsn+6 missing too
@@ -152,7 +152,7 @@ TEST(PeerSender, FindsEachOfSeveralHoles) {
 
 TEST(PeerSender, ReorderingBelowTheThresholdIsNotALoss) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 10, 0);
   // kIsn+3 overtaken by two later packets (depth 2 < threshold 3).
   s.on_ack(kIsn + 3, sack_range(kIsn + 3, kIsn + 4, kIsn + 5), 20 * kUs, sink);
@@ -166,7 +166,7 @@ TEST(PeerSender, ReorderingBelowTheThresholdIsNotALoss) {
 
 TEST(PeerSender, ReorderingAtTheThresholdIsALoss) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 10, 0);
   s.on_ack(kIsn + 3, sack_range(kIsn + 3, kIsn + 4, kIsn + 6), 20 * kUs, sink);
   EXPECT_EQ(sink.lost_seqs(), std::vector<uint32_t>{kIsn + 3});
@@ -174,7 +174,7 @@ TEST(PeerSender, ReorderingAtTheThresholdIsALoss) {
 
 TEST(PeerSender, LateOriginalCancelsTheResendAndRaisesTheThreshold) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 10, 0);
   s.on_ack(kIsn + 3, sack_range(kIsn + 3, kIsn + 4, kIsn + 6), 20 * kUs, sink);
   ASSERT_EQ(sink.lost.size(), 1u);
@@ -198,7 +198,7 @@ TEST(PeerSender, LateOriginalCancelsTheResendAndRaisesTheThreshold) {
 
 TEST(PeerSender, AResentPacketIsJudgedOnlyByLaterTransmissions) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 8, 0);
   const uint64_t sack = sack_range(kIsn, kIsn + 1, kIsn + 7);
   s.on_ack(kIsn, sack, 20 * kUs, sink);

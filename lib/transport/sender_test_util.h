@@ -14,6 +14,15 @@ namespace mercury::transport::test {
 
 inline constexpr uint32_t kIsn = 1000;
 
+// Params for the tests of the resend path: a PeerSender alone has nobody to
+// send the timer's probe (Params::rto_probe), so its expiries resend at once.
+// The probe's own tests use test_params().
+inline Params resend_params(uint32_t window = 16) {
+  Params p = test_params(window);
+  p.rto_probe = false;
+  return p;
+}
+
 // Sends n slices (slice_of(first..first+n-1)) at time `now`; returns their seqs.
 inline std::vector<uint32_t> send_n(PeerSender& s, uint32_t n, Tick now, uint32_t first = 0) {
   std::vector<uint32_t> seqs;

@@ -19,6 +19,7 @@ using test::kIsn;
 using test::kMs;
 using test::kUs;
 using test::RecordingSink;
+using test::resend_params;
 using test::sack_range;
 using test::send_n;
 using test::slice_of;
@@ -27,7 +28,7 @@ namespace wf = wire::flags;
 
 TEST(PeerSender, RttEstimateFollowsRfc6298) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   EXPECT_EQ(s.rto(), 5 * kMs);  // initial_rto before any sample
   send_n(s, 1, 0);
   s.on_ack(kIsn + 1, 0, 2 * kMs, sink);  // R = 2 ms
@@ -50,7 +51,7 @@ TEST(PeerSender, RttEstimateFollowsRfc6298) {
 
 TEST(PeerSender, RtoBacksOffDoublingAndResetsOnAFreshSample) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 1, 0);
   EXPECT_EQ(s.next_deadline(), 5 * kMs);
   s.on_timer(5 * kMs - 1, sink);
@@ -83,7 +84,7 @@ TEST(PeerSender, RtoBacksOffDoublingAndResetsOnAFreshSample) {
 
 TEST(PeerSender, BackOffSaturatesAtMaxRto) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 1, 0);
   Tick now = 0;
   for (int i = 0; i < 12; ++i) {
@@ -99,7 +100,7 @@ TEST(PeerSender, BackOffSaturatesAtMaxRto) {
 
 TEST(PeerSender, RtoMarksOnlyPacketsOutstandingForAFullRto) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 1, 0);
   send_n(s, 1, 3 * kMs, 1);
   s.on_timer(5 * kMs, sink);
@@ -109,7 +110,7 @@ TEST(PeerSender, RtoMarksOnlyPacketsOutstandingForAFullRto) {
 
 TEST(PeerSender, LostAcksAreRecoveredByTheTimerWithoutDoubleReports) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 4, 0);
   // The receiver got all four, but every ACK was lost. The timer declares
   // the oldest reorder_threshold (3) lost; the fourth stays in flight.
@@ -129,7 +130,7 @@ TEST(PeerSender, LostAcksAreRecoveredByTheTimerWithoutDoubleReports) {
 
 TEST(PeerSender, CwndShrinksByThePacketsLostAtMostHalfPerEpisodeAndGrowsBack) {
   RecordingSink sink;
-  PeerSender s(test_params(16), kIsn, 0);
+  PeerSender s(resend_params(16), kIsn, 0);
   EXPECT_EQ(s.cwnd(), 16u);
   send_n(s, 16, 0);
   // Two random losses in one window: one episode, cwnd one packet less per loss.
@@ -170,7 +171,7 @@ TEST(PeerSender, CwndShrinksByThePacketsLostAtMostHalfPerEpisodeAndGrowsBack) {
 
 TEST(PeerSender, EachTimeoutHalvesDownToTheFloor) {
   RecordingSink sink;
-  PeerSender s(test_params(16), kIsn, 0);
+  PeerSender s(resend_params(16), kIsn, 0);
   Tick now = 0;
   uint32_t next = 0;
   std::vector<uint32_t> cwnds;
@@ -214,7 +215,7 @@ TEST(PeerSender, EachTimeoutHalvesDownToTheFloor) {
 // delivered.
 TEST(PeerSender, ALostLeftEdgeIsResentWhenPacketsPastTheSackHorizonFillCwnd) {
   RecordingSink sink;
-  PeerSender s(test_params(128), kIsn, 0);
+  PeerSender s(resend_params(128), kIsn, 0);
   constexpr uint32_t kSlices = 600;
   // Slice i is one packet; every 150th is at priority 7 and its first
   // transmission is lost, with those of the 40 urgent (priority 0) ones after
@@ -303,7 +304,7 @@ TEST(PeerSender, ALostLeftEdgeIsResentWhenPacketsPastTheSackHorizonFillCwnd) {
 
 TEST(PeerSender, OnlyTheLeftEdgeMayBeResentWithoutRoom) {
   RecordingSink sink;
-  PeerSender s(test_params(16), kIsn, 0);
+  PeerSender s(resend_params(16), kIsn, 0);
   send_n(s, 4, 0);
   uint32_t edge = 0;
   EXPECT_FALSE(s.left_edge_lost(edge));  // nothing lost yet
@@ -328,7 +329,7 @@ TEST(PeerSender, OnlyTheLeftEdgeMayBeResentWithoutRoom) {
 
 TEST(PeerSender, AnUnansweredLeftEdgeResendIsProbedBeforeTheRto) {
   RecordingSink sink;
-  PeerSender s(test_params(16), kIsn, 0);
+  PeerSender s(resend_params(16), kIsn, 0);
   send_n(s, 16, 0);
   // kIsn lost; the rest arrive 20 us later (SRTT 20 us): fast loss, window full.
   s.on_ack(kIsn, sack_range(kIsn, kIsn + 1, kIsn + 15), 20 * kUs, sink);
@@ -380,7 +381,7 @@ TEST(PeerSender, AnUnansweredLeftEdgeResendIsProbedBeforeTheRto) {
 // A sender that has one RTT sample (50 us) and then `n` packets in flight
 // from `at`.
 PeerSender sampled_sender(RecordingSink& sink, uint32_t n, Tick at) {
-  PeerSender s(test_params(16), kIsn, 0);
+  PeerSender s(resend_params(16), kIsn, 0);
   send_n(s, 1, 0);
   s.on_ack(kIsn + 1, 0, 50 * kUs, sink);
   EXPECT_EQ(s.counters().min_rtt, 50 * kUs);
@@ -481,9 +482,39 @@ TEST(PeerSender, ALeftEdgeTheTimerResentIsLeftToTheTimer) {
   EXPECT_EQ(s.counters().tail_probes, 0u);
 }
 
+TEST(PeerSender, AnAnswerJudgesOnlyWhatItsAckCanReport) {
+  RecordingSink sink;
+  PeerSender s(test_params(128), kIsn, 0);
+  send_n(s, 100, 0);
+  s.on_timer(5 * kMs, sink);
+  ASSERT_TRUE(s.probe_due());
+  EXPECT_TRUE(sink.lost.empty());
+  const uint32_t token = s.on_probe_sent(5 * kMs);
+  EXPECT_NE(token, 0u);
+  EXPECT_FALSE(s.probe_due());
+  // The answer acknowledges nothing: an ACK reports the cumulative ack and
+  // the 64 seqs after it, so only those 65 are known lost; the 35 beyond
+  // wait for the left edge's resend to move the horizon.
+  s.on_ack(kIsn, 0, 6 * kMs, sink);
+  s.on_answer(token + 1, 6 * kMs, sink);  // not our token: nothing
+  EXPECT_TRUE(sink.lost.empty());
+  s.on_answer(token, 6 * kMs, sink);
+  ASSERT_EQ(sink.lost.size(), 65u);
+  EXPECT_EQ(sink.lost.front().seq, kIsn);
+  EXPECT_EQ(sink.lost.back().seq, kIsn + 64);
+  EXPECT_EQ(sink.lost.back().kind, LossKind::kAnswered);
+  EXPECT_EQ(s.in_flight(), 35u);
+  EXPECT_EQ(s.counters().losses_timeout, 65u);
+  EXPECT_EQ(s.counters().probe_answers, 1u);
+  // An answer is a loss signal like the SACK rule's: at most half per episode.
+  EXPECT_EQ(s.cwnd(), 64u);
+  s.on_answer(token, 6 * kMs, sink);  // answered already
+  EXPECT_EQ(sink.lost.size(), 65u);
+}
+
 TEST(PeerSender, DeadPeerFailsEveryPendingSliceOnce) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 6, 0);
   // kIsn+5 was SACKed (acked, not failed later); the timer marks the oldest
   // three lost, two stay in flight.
@@ -515,7 +546,7 @@ TEST(PeerSender, DeadPeerFailsEveryPendingSliceOnce) {
 
 TEST(PeerSender, IdlePeerIsNotDeclaredDeadAndTheClockStartsWithData) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   s.on_timer(10'000 * kMs, sink);
   EXPECT_FALSE(s.dead());
   EXPECT_EQ(s.next_deadline(), 0u);
@@ -530,7 +561,7 @@ TEST(PeerSender, IdlePeerIsNotDeclaredDeadAndTheClockStartsWithData) {
 TEST(PeerSender, SequenceNumbersWrapAround) {
   RecordingSink sink;
   const uint32_t isn = 0xfffffff8u;
-  PeerSender s(test_params(16), isn, 0);
+  PeerSender s(resend_params(16), isn, 0);
   const auto seqs = send_n(s, 16, 0);
   EXPECT_EQ(seqs.front(), 0xfffffff8u);
   EXPECT_EQ(seqs.back(), 0x00000007u);
@@ -551,7 +582,7 @@ TEST(PeerSender, SequenceNumbersWrapAround) {
 
 TEST(PeerSender, RestartFailsPendingAndStartsAFreshStream) {
   RecordingSink sink;
-  PeerSender s(test_params(), kIsn, 0);
+  PeerSender s(resend_params(), kIsn, 0);
   send_n(s, 3, 0);
   s.on_ack(kIsn + 1, 0, 10 * kUs, sink);
   s.restart(5000, 20 * kUs, FailReason::kPeerRestarted, sink);

@@ -162,7 +162,8 @@ class Peer {
   uint16_t local_epoch_;
   PeerSender sender_;
   PeerReceiver receiver_;
-  bool owe_epoch_;  // the peer may not know our epoch yet: tell it with the next packet
+  bool owe_epoch_;             // the peer may not know our epoch yet: tell it with the next packet
+  uint32_t answer_token_ = 0;  // the peer's timer probe to answer (its token; 0: none)
   Tick next_probe_;
   Tick probe_interval_;
   Tick connect_deadline_;  // 0: none

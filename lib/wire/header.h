@@ -64,7 +64,13 @@ inline constexpr uint16_t kSlice = 1u << 3;
 /// once sent as a retransmission and once not, so a resend was not needed
 /// (a one-bit D-SACK). The sender uses it to prove a timeout spurious.
 inline constexpr uint16_t kDuplicate = 1u << 4;
-inline constexpr uint16_t kKnown = kAckValid | kRetransmit | kAckRequest | kSlice | kDuplicate;
+/// On a pure ACK: it answers a probe of the sender's retransmission timer
+/// (a pure ACK with kAckRequest and a non-zero `offset`, its token), and its
+/// `offset` echoes that token. Its ACK covers everything the answering
+/// receiver had when it read the probe.
+inline constexpr uint16_t kAnswer = 1u << 5;
+inline constexpr uint16_t kKnown =
+    kAckValid | kRetransmit | kAckRequest | kSlice | kDuplicate | kAnswer;
 }  // namespace flags
 
 #pragma pack(push, 1)

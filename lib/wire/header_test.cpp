@@ -103,9 +103,9 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     EXPECT_EQ(decode(p, out), Reject::kBadFlags);
   }
   {
-    // Bit 5, the first reserved bit above kDuplicate, is refused...
+    // Bit 6, the first reserved bit above kAnswer, is refused...
     auto p = packet_of(sample());
-    p[3] = std::byte{0x20};
+    p[3] = std::byte{0x40};
     EXPECT_EQ(decode(p, out), Reject::kBadFlags);
     // ... and kSlice (bit 3) is known: the slice's offset and msg_len are
     // range-checked like any message's.

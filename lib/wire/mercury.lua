@@ -48,7 +48,8 @@ local FLAG_RETRANSMIT = 0x0002
 local FLAG_ACK_REQUEST = 0x0004
 local FLAG_SLICE = 0x0008
 local FLAG_DUPLICATE = 0x0010
-local FLAGS_KNOWN = 0x001f
+local FLAG_ANSWER = 0x0020
+local FLAGS_KNOWN = 0x003f
 
 local f = mercury.fields
 f.version = ProtoField.uint8("mercury.version", "Version", base.DEC)
@@ -64,8 +65,10 @@ f.flag_slice = ProtoField.bool("mercury.flags.slice", "Slice", 16, nil,
   FLAG_SLICE, "one packet of a slice of a larger message: offset and msg_len are logical, no per-message byte counting")
 f.flag_duplicate = ProtoField.bool("mercury.flags.duplicate", "Duplicate", 16, nil,
   FLAG_DUPLICATE, "the receiver got a packet and a resend of it since its last ACK: the resend was not needed")
+f.flag_answer = ProtoField.bool("mercury.flags.answer", "Answer", 16, nil,
+  FLAG_ANSWER, "a pure ACK answering a retransmission-timer probe: offset echoes the probe's token")
 f.flag_unknown = ProtoField.uint16("mercury.flags.unknown", "Unknown flags", base.HEX, nil,
-  0xffe0)
+  0xffc0)
 f.job_id = ProtoField.uint32("mercury.job_id", "Job ID", base.DEC)
 f.sender_id = ProtoField.uint16("mercury.sender_id", "Sender ID", base.DEC, nil, nil,
   "the sending node's index in the job file (not a worker rank)")
@@ -143,6 +146,7 @@ local function add_header(tree, tvb)
   flags_item:add(f.flag_ack_request, tvb(2, 2))
   flags_item:add(f.flag_slice, tvb(2, 2))
   flags_item:add(f.flag_duplicate, tvb(2, 2))
+  flags_item:add(f.flag_answer, tvb(2, 2))
   if bit.band(tvb(2, 2):uint(), bit.bnot(FLAGS_KNOWN)) ~= 0 then
     flags_item:add(f.flag_unknown, tvb(2, 2))
   end

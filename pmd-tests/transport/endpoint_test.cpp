@@ -51,13 +51,15 @@ void print_stats(const char* what, const Endpoint& tx, double seconds, uint64_t 
   const EndpointCounters c = tx.counters_st();
   std::printf(
       "[ %s ] %.1f MiB in %.2f s (%.2f Gbit/s); sent %llu, resent %llu (fast %llu, rto %llu), "
-      "rto expiries %llu, deferred %llu, stale %llu, no room %llu, not needed %llu, false losses "
-      "%llu, cwnd %u, spurious timeouts %llu\n",
+      "rto expiries %llu, probes %llu (answered %llu), deferred %llu, stale %llu, no room %llu, "
+      "not needed %llu, false losses %llu, cwnd %u, spurious timeouts %llu\n",
       what, bytes / double(kMiB), seconds, bytes * 8 / seconds / 1e9,
       (unsigned long long)s.transport.tx.packets_sent, (unsigned long long)c.tx_retransmits,
       (unsigned long long)s.transport.tx.retransmits_fast,
       (unsigned long long)s.transport.tx.retransmits_timeout,
-      (unsigned long long)s.transport.tx.rto_expirations, (unsigned long long)c.deferred,
+      (unsigned long long)s.transport.tx.rto_expirations,
+      (unsigned long long)s.transport.tx.rto_probes,
+      (unsigned long long)s.transport.tx.probe_answers, (unsigned long long)c.deferred,
       (unsigned long long)c.drops[static_cast<size_t>(EndpointDrop::kRetransmitStale)],
       (unsigned long long)c.resends_no_room, (unsigned long long)c.resends_not_needed,
       (unsigned long long)s.transport.tx.false_losses, s.transport.tx.cwnd,
