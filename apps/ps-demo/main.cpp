@@ -228,6 +228,23 @@ int run(const Options& o) {
     }
     trainers.push_back(std::move(t));
   }
+  // At the end the workers leave one at a time while the server and the
+  // others run on (each waits for the server to acknowledge its leave; the
+  // one stopping is null in the vector meanwhile), before the server goes.
+  struct LeaveInTurn {
+    std::vector<std::unique_ptr<Trainer>>& trainers;
+    ~LeaveInTurn() {
+      for (auto& t : trainers) t.reset();
+    }
+  } leave_in_turn{trainers};
+  for (uint32_t r = 0; r < n; ++r) {
+    trainers[r]->worker->set_beside([&server, &trainers, r](transport::Tick now) {
+      server.poll_st(now);
+      for (uint32_t k = 0; k < trainers.size(); ++k) {
+        if (k != r && trainers[k]) trainers[k]->worker->poll_st(now);
+      }
+    });
+  }
 
   // Polls every node until every handle is complete (or a signal, or the
   // time runs out); throws on a failed handle.

@@ -103,6 +103,9 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       break;
     case ControlKind::kHeartbeat:
       break;
+    case ControlKind::kLeave:
+      w.be(m.rank, 4);
+      break;
     default:
       throw std::invalid_argument("control message: unknown kind " +
                                   std::to_string(static_cast<int>(m.kind)));
@@ -167,6 +170,9 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
       m.generation = r.be(8, "generation");
       break;
     case ControlKind::kHeartbeat:
+      break;
+    case ControlKind::kLeave:
+      m.rank = static_cast<uint32_t>(r.be(4, "rank"));
       break;
     default:
       throw std::invalid_argument("control message: unknown kind " + std::to_string(kind));

@@ -16,6 +16,11 @@
 //   4. kBarrier / kBarrierDone implement Worker::barrier(): a worker sends
 //      kBarrier(generation) to server 0, which answers every worker with
 //      kBarrierDone(generation) once all ranks have arrived.
+//   5. A worker that stops sends kLeave(rank) to every server and stops
+//      polling once it is acknowledged (or after a keepalive interval): the
+//      server sends it nothing more. Under BSP a push from any rank after
+//      a rank left can never be aggregated, so it ends the job naming both;
+//      once every rank has left the job is finished.
 //
 // Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
 // kind's fields, all big-endian. decode() validates every length against the
@@ -47,11 +52,12 @@ enum class ControlKind : uint8_t {
   /// keeps the transport's liveness clock running, so a peer that died while
   /// nothing else was outstanding is still named within the peer timeout.
   kHeartbeat = 6,
+  kLeave = 7,  ///< worker -> every server: this rank is done with the job
 };
 
 struct ControlMessage {
   ControlKind kind = ControlKind::kDeclare;
-  uint32_t rank = 0;                ///< kDeclare, kBarrier: the sender's rank
+  uint32_t rank = 0;                ///< kDeclare, kBarrier, kLeave: the sender's rank
   std::vector<TensorDecl> tensors;  ///< kDeclare
   uint64_t fingerprint = 0;         ///< kReady: Placement::fingerprint()
   uint32_t shards = 0;              ///< kReady: global shard count of the job

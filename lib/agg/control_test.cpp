@@ -57,6 +57,16 @@ TEST(Control, EveryKindRoundTrips) {
   std::vector<std::byte> hb_longer = hb_bytes;
   hb_longer.push_back(std::byte{0});
   EXPECT_THROW(decode_control(hb_longer), std::invalid_argument);
+
+  ControlMessage leave;
+  leave.kind = ControlKind::kLeave;
+  leave.rank = 3;
+  const std::vector<std::byte> leave_bytes = encode_control(leave);
+  EXPECT_EQ(leave_bytes.size(), 10u);  // magic, version, kind, rank
+  const ControlMessage leave2 = decode_control(leave_bytes);
+  EXPECT_EQ(leave2.kind, ControlKind::kLeave);
+  EXPECT_EQ(leave2.rank, 3u);
+  EXPECT_THROW(decode_control(std::span(leave_bytes).first(9)), std::invalid_argument);
 }
 
 TEST(Control, EveryTruncationIsRefused) {

@@ -44,6 +44,11 @@ ControlVerdict ControlPlane::on_message_st(uint16_t rank, agg::ControlMessage m,
       return on_barrier(rank, m);
     case agg::ControlKind::kHeartbeat:
       return ControlVerdict::kTaken;  // its acknowledgement was the point (agg/control.h)
+    case agg::ControlKind::kLeave:
+      ++counters_.leaves;
+      if (!sender_is(rank, m.rank, "leave")) return ControlVerdict::kWrongRank;
+      on_leave(rank, now);
+      return ControlVerdict::kTaken;
     default:
       return ControlVerdict::kBadControl;  // kReady, kRefused, kBarrierDone go to workers
   }
@@ -66,6 +71,10 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
   if (declared_[rank].has_value()) ++counters_.declares_repeated;
   switch (state_) {
     case NodeState::kStopped:
+      return;
+    case NodeState::kFinished:
+      ++counters_.declares_refused;
+      reply_refused(rank, "server: the job is finished: every worker left");
       return;
     case NodeState::kRefused:
       ++counters_.declares_refused;
@@ -134,6 +143,27 @@ void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
   refuse_all("worker " + names_[rank] + " (rank " + std::to_string(rank) +
                  ") stopped answering and its transport gave up on it "
                  "(network.peer_timeout_ms): the job cannot continue without its gradients",
+             false, now);
+}
+
+void ControlPlane::on_leave(uint16_t rank, Tick now) {
+  if (state_ == NodeState::kWaiting) {
+    declared_[rank].reset();  // stopped before the job started: it must declare again
+    return;
+  }
+  if (state_ != NodeState::kRunning) return;
+  left_ |= uint64_t{1} << rank;
+  if (static_cast<uint32_t>(std::popcount(left_)) == workers()) enter(NodeState::kFinished, now);
+}
+
+void ControlPlane::on_push_after_leave_st(uint16_t rank, Tick now) {
+  if (state_ != NodeState::kRunning || rank >= workers() || left_ == 0) return;
+  ++counters_.pushes_after_leave;
+  const auto gone = static_cast<uint32_t>(std::countr_zero(left_));
+  refuse_all("worker " + names_[gone] + " (rank " + std::to_string(gone) + ") left the job, and " +
+                 names_[rank] + " (rank " + std::to_string(rank) +
+                 ") pushed gradients after it: under BSP every round needs every rank's (did "
+                 "the workers run different numbers of rounds?)",
              false, now);
 }
 

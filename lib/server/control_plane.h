@@ -20,7 +20,15 @@
 //    transport declared dead ends the job for every rank (kRefused naming
 //    it, counted as workers_lost): under BSP the others would wait for its
 //    gradients for ever.
+//    A rank's kLeave (it stops; the node sends it nothing more) marks it
+//    left; once every rank has left the state is kFinished. Under BSP a rank
+//    that left is needed by every later round, so a push from any rank after
+//    a leave (on_push_after_leave_st) ends the job for every rank (kRefused
+//    naming both: they ran different numbers of rounds).
+//  * kWaiting, kLeave: the rank's declare is withdrawn (the job waits for it
+//    again).
 //  * kRefused: every later declare is answered kRefused with the reason.
+//  * kFinished: every rank left; declares are refused (the job is done).
 //  * kStopped: the node stopped (its shard cores are gone); declares get no
 //    answer.
 // In every state, a declare or barrier whose rank field is not the sender's
@@ -90,6 +98,13 @@ class ControlPlane {
   /// rank. Otherwise nothing changes (a worker that has not declared yet
   /// holds up no gradient).
   void on_worker_lost_st(uint16_t rank, Tick now);
+  /// While running, a push (a gradient packet) arrived from `rank` after
+  /// another rank had left: the job ends for every rank (kRefused). Under
+  /// BSP such a push can never be aggregated: the rank that left was done
+  /// with every round it will take part in.
+  void on_push_after_leave_st(uint16_t rank, Tick now);
+  /// The ranks that left (bit r: rank r sent kLeave while running).
+  [[nodiscard]] uint64_t left() const { return left_; }
   /// The node stopped serving (its shard cores are gone): a running job
   /// becomes kStopped.
   void on_stopped_st(Tick now);
@@ -110,6 +125,7 @@ class ControlPlane {
  private:
   void on_declare(uint16_t rank, agg::ControlMessage& m, Tick now);
   ControlVerdict on_barrier(uint16_t rank, const agg::ControlMessage& m);
+  void on_leave(uint16_t rank, Tick now);
   bool sender_is(uint16_t rank, uint32_t claimed, const char* what);
   void start(Tick now);
   void refuse_all(std::string why, bool answering_declares, Tick now);
@@ -131,6 +147,7 @@ class ControlPlane {
   std::optional<std::vector<agg::TensorDecl>> job_tensors_;  // the list the placement came from
   std::map<uint64_t, uint64_t> barrier_arrived_;             // incomplete generation -> rank bitmap
   uint64_t barrier_floor_ = 0;                               // every generation below is complete
+  uint64_t left_ = 0;                                        // bit r: rank r left while running
   std::set<uint64_t> barrier_completed_;                     // complete generations >= the floor
   std::vector<ControlReply> replies_;
   ControlCounters counters_;

@@ -33,6 +33,13 @@ ControlMessage barrier(uint32_t rank, uint64_t generation) {
   return m;
 }
 
+ControlMessage leave(uint32_t rank) {
+  ControlMessage m;
+  m.kind = ControlKind::kLeave;
+  m.rank = rank;
+  return m;
+}
+
 std::vector<std::string> names(uint32_t n) {
   std::vector<std::string> out;
   for (uint32_t r = 0; r < n; ++r) out.push_back(std::string("w").append(std::to_string(r)));
@@ -295,6 +302,69 @@ TEST(ControlPlane, AWorkerTheTransportGaveUpOnEndsTheJobForEveryRank) {
   // A worker that declares again learns why.
   p.cp.on_message_st(0, declare(0), 7000);
   EXPECT_EQ(p.cp.take_replies_st().at(0).message.text, why);
+}
+
+TEST(ControlPlane, EveryRankLeavingFinishesTheJob) {
+  Plane p(3);
+  p.declare_all(3, 20);
+  p.cp.take_replies_st();
+  EXPECT_EQ(p.cp.on_message_st(0, leave(0), 100), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.on_message_st(2, leave(2), 110), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.left(), 0b101u);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  p.cp.on_message_st(2, leave(2), 115);  // again: nothing more
+  EXPECT_EQ(p.cp.left(), 0b101u);
+  EXPECT_EQ(p.cp.on_message_st(1, leave(1), 120), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.state(), NodeState::kFinished);
+  EXPECT_EQ(p.cp.since(), 120u);
+  EXPECT_EQ(p.cp.counters().leaves, 4u);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());  // a leave is not answered
+  // The job is done: a late declare learns so, and nothing else changes it.
+  p.cp.on_message_st(1, declare(1), 130);
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].message.kind, ControlKind::kRefused);
+  EXPECT_EQ(r[0].message.text, "server: the job is finished: every worker left");
+  p.cp.on_worker_lost_st(1, 140);
+  p.cp.on_push_after_leave_st(1, 150);
+  EXPECT_EQ(p.cp.state(), NodeState::kFinished);
+  EXPECT_EQ(p.cp.counters().workers_lost + p.cp.counters().pushes_after_leave, 0u);
+}
+
+TEST(ControlPlane, APushAfterALeaveEndsTheJobNamingBoth) {
+  Plane p(3);
+  p.declare_all(3, 20);
+  p.cp.take_replies_st();
+  p.cp.on_push_after_leave_st(0, 50);  // nobody left: nothing
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  p.cp.on_message_st(2, leave(2), 100);
+  p.cp.on_push_after_leave_st(0, 200);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.counters().pushes_after_leave, 1u);
+  const std::string why = p.cp.refusal();
+  EXPECT_EQ(why,
+            "worker w2 (rank 2) left the job, and w0 (rank 0) pushed gradients after it: under "
+            "BSP every round needs every rank's (did the workers run different numbers of "
+            "rounds?)");
+  const std::vector<ControlReply> replies = p.cp.take_replies_st();
+  ASSERT_EQ(replies.size(), 3u);
+  for (const ControlReply& r : replies) EXPECT_EQ(r.message.text, why);
+}
+
+TEST(ControlPlane, ALeaveBeforeTheStartWithdrawsTheDeclareAndAWrongRankIsRefused) {
+  Plane p(2);
+  p.cp.on_message_st(0, declare(0), 10);
+  EXPECT_EQ(p.cp.on_message_st(0, leave(0), 20), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.left(), 0u);
+  p.cp.on_message_st(1, declare(1), 30);
+  EXPECT_EQ(p.cp.state(), NodeState::kWaiting);  // rank 0 must declare again
+  p.cp.on_message_st(0, declare(0), 40);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  p.cp.take_replies_st();
+  EXPECT_EQ(p.cp.on_message_st(1, leave(0), 50), ControlVerdict::kWrongRank);
+  EXPECT_EQ(p.cp.left(), 0u);
+  EXPECT_EQ(kinds(p.cp.take_replies_st()),
+            (std::vector<std::pair<uint16_t, ControlKind>>{{1, ControlKind::kRefused}}));
 }
 
 TEST(ControlPlane, ARunningJobAnswersARepeatedDeclareReadyAndRefusesAnotherList) {

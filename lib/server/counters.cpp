@@ -12,6 +12,8 @@ std::string_view node_state_name(NodeState s) {
       return "refused";
     case NodeState::kStopped:
       return "stopped";
+    case NodeState::kFinished:
+      return "finished";
   }
   return "?";
 }
@@ -38,6 +40,8 @@ std::string_view server_drop_name(ServerDrop d) {
       return "barrier_not_here";
     case ServerDrop::kReplyNotQueued:
       return "reply_not_queued";
+    case ServerDrop::kAfterLeave:
+      return "after_leave";
     case ServerDrop::kCount:
       break;
   }

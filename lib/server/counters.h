@@ -19,10 +19,11 @@
 namespace mercury::server {
 
 enum class NodeState : uint8_t {
-  kWaiting,  ///< waiting for every rank's declare
-  kRunning,  ///< placement built, shards serving
-  kRefused,  ///< the job cannot start or cannot go on: the refusal says why
-  kStopped,  ///< stopped with shard cores: nothing is served any more
+  kWaiting,   ///< waiting for every rank's declare
+  kRunning,   ///< placement built, shards serving
+  kRefused,   ///< the job cannot start or cannot go on: the refusal says why
+  kStopped,   ///< stopped with shard cores: nothing is served any more
+  kFinished,  ///< every rank left (kLeave) after its last round: the job is done
 };
 std::string_view node_state_name(NodeState s);
 
@@ -38,6 +39,7 @@ enum class ServerDrop : uint8_t {
   kWrongRank,       ///< a declare/barrier whose rank is not the sender's (answered kRefused)
   kBarrierNotHere,  ///< a barrier sent to a server other than server 0
   kReplyNotQueued,  ///< the endpoint did not queue a control answer
+  kAfterLeave,      ///< a gradient from any rank after a rank left (BSP: the job ends)
   kCount,
 };
 inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
@@ -74,7 +76,9 @@ struct ShardCounters {
   X(barriers_repeated, "barrier arrivals for a generation the rank had reached")        \
   X(barriers_completed, "generations every rank reached")                               \
   X(replies, "answers the control plane produced (each queued, or a reply_not_queued)") \
-  X(workers_lost, "ranks the transport declared dead while running")
+  X(workers_lost, "ranks the transport declared dead while running")                    \
+  X(leaves, "kLeave messages taken (a worker stopping)")                                \
+  X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")
 
 struct ControlCounters {
   MERCURY_CONTROL_COUNTERS(MERCURY_COUNTER_DECLARE)

@@ -85,6 +85,8 @@ void Runner::report_state_st(NodeState was) {
   if (now == NodeState::kRefused) {
     output_.err(who_ + ": the job " + (was == NodeState::kRunning ? "stopped" : "cannot start") +
                 ": " + node_.refusal_st());
+  } else if (now == NodeState::kFinished) {
+    output_.out(who_ + ": every worker left; the job is done");
   } else if (now == NodeState::kRunning) {
     const agg::Placement& placement = *node_.placement_st();
     output_.out(who_ + ": every worker declared; " + std::to_string(placement.blocks().size()) +

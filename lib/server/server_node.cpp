@@ -219,6 +219,7 @@ void ServerNode::stop() {
 
 void ServerNode::sync_state() {
   running_ = control_->state() == NodeState::kRunning;
+  any_left_ = control_->left() != 0;
   placement_ = control_->placement();
 }
 
@@ -324,6 +325,13 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kInitNotRank0);
     return false;
   }
+  if (any_left_) {
+    // A rank left after its last round: this gradient's set can never be
+    // complete. The slow path ends the job for every rank.
+    if (push_after_leave_ == 0) push_after_leave_ = uint32_t{rank} + 1;
+    count(ServerDrop::kAfterLeave);
+    return false;
+  }
   if (h.block_key >= placement_->blocks().size()) {
     count(ServerDrop::kNotOurs);
     return false;
@@ -412,6 +420,12 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
     work += endpoints_[p]->poll_st(now, receive);
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
   }
+  if (push_after_leave_ != 0 && running_) {
+    control_->on_push_after_leave_st(static_cast<uint16_t>(push_after_leave_ - 1), now_);
+    push_after_leave_ = 0;
+    sync_state();
+    send_replies();
+  }
   if (running_ && (++passes_ & (kLivenessEvery - 1)) == 0) {
     check_liveness_st();
     if (running_ && now >= heartbeat_at_) send_heartbeats_st();
@@ -423,12 +437,17 @@ void ServerNode::send_heartbeats_st() {
   heartbeat_at_ = now_ + transport::keepalive_interval(config_.endpoint.transport);
   agg::ControlMessage m;
   m.kind = agg::ControlKind::kHeartbeat;
-  for (uint32_t rank = 0; rank < workers(); ++rank) send_control_st(rank, m);
+  for (uint32_t rank = 0; rank < workers(); ++rank) {
+    // A rank that left stops polling once its leave is acknowledged: nothing
+    // more is sent to it, so nothing waits for its acknowledgement.
+    if ((control_->left() >> rank & 1) == 0) send_control_st(rank, m);
+  }
 }
 
 void ServerNode::check_liveness_st() {
   for (uint32_t rank = 0; rank < workers(); ++rank) {
     const Address a = rank_at_[rank];
+    if ((control_->left() >> rank & 1) != 0) continue;  // it left: it owes nothing more
     if (!endpoints_[a.port]->peer_stats_st(a.peer).dead) continue;
     // Under BSP every other rank waits for this one's gradients: the
     // control plane ends the job for all of them, with the reason.

@@ -7,6 +7,7 @@
 // Not installed: trainers use mercury/worker.h.
 #pragma once
 
+#include <functional>
 #include <string_view>
 
 #include "config/config.h"
@@ -35,7 +36,11 @@ Worker attach_worker(net::Interface& iface, const NetCoreConfig& config);
 /// (start() unless already started, barrier(): UsageError), so the owner
 /// calls start_async() / barrier_async() and polls until the handle is
 /// ready; and shutdown() (or the destructor) must run on the polling thread,
-/// which it uses to run the net core until it has stopped. Handles
+/// which it uses to run the net core until it has stopped. A worker stopping
+/// tells the servers it leaves and waits for their acknowledgement
+/// (docs/server.md, "The end of a job"); a PolledWorker does so only once
+/// set_beside() said what else its owner polls (the servers among it), and
+/// otherwise stops at once, as a worker that crashed would. Handles
 /// complete, and callbacks run, inside poll_st(). `iface` must outlive the
 /// worker and be polled by no one else; EAL must be up.
 class PolledWorker {
@@ -49,6 +54,10 @@ class PolledWorker {
   /// The net core, for the owner's diagnostics on the polling thread; null
   /// after shutdown.
   NetCore* net_core();
+  /// What the owner's thread polls besides this worker (its server nodes,
+  /// other workers), run between the net core's passes while shutdown()
+  /// waits for the stop. It must not poll this worker.
+  void set_beside(std::function<void(transport::Tick)> poll_others);
 
  private:
   Worker::Impl* impl_ = nullptr;  // owned by worker_ (stable across moves); set first

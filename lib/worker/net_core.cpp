@@ -48,8 +48,19 @@ std::string NetCore::server_name(uint16_t server) const {
 
 uint32_t NetCore::poll_st(transport::Tick now) {
   if (stopped_) return 0;
+  if (stop_) {
+    // Leaving: only the endpoint runs, until the servers acknowledged kLeave
+    // (every control message is then settled) or the deadline.
+    const uint32_t work = endpoint_->poll_st(now);
+    if (control_out_.empty() || now >= leave_deadline_) {
+      const Handle stopped = *stop_;
+      stop_.reset();
+      finish_stop_st(stopped, now);
+    }
+    return work;
+  }
   uint32_t work = take_requests_st(now);
-  if (stopped_) return work;
+  if (stopped_ || stop_) return work;
   if (endpoint_) {
     work += endpoint_->poll_st(now);
     if (!push_queue_.empty()) work += send_pushes_st();
@@ -99,10 +110,16 @@ uint32_t NetCore::take_requests_st(transport::Tick now) {
 }
 
 void NetCore::stop_st(const Handle& stopped, transport::Tick now) {
-  stopped_ = true;
-  // What arrived and waits for a delayed ACK is acknowledged now: the server
-  // would otherwise resend it to a worker that no longer polls.
-  if (endpoint_) endpoint_->flush_acks_st(now);
+  // A worker with nothing in flight tells every server it leaves and polls
+  // until they acknowledged it: a server sends a rank that left nothing more,
+  // and everything it sent before is acknowledged here (docs/server.md, "The
+  // end of a job"). With pushes or pulls pending it stops at once (no
+  // endpoint may read a buffer whose handle failed), as when broken.
+  bool idle = push_queue_.empty() && pull_queue_.empty();
+  for (const std::optional<Handle>& h : in_flight_) idle = idle && (!h || h->ready());
+  const bool leave =
+      leave_on_stop_ && endpoint_ && idle && broken_.empty() &&
+      (phase_ == Phase::kDeclaring || phase_ == Phase::kInitialising || phase_ == Phase::kRunning);
   // Requests queued behind the stop cannot exist (Worker::shutdown waits for
   // every caller to leave before it enqueues the stop), but fail any that
   // raced in so that no handle is left pending.
@@ -117,6 +134,27 @@ void NetCore::stop_st(const Handle& stopped, transport::Tick now) {
     if (h && !h->ready()) h->fail(kShutDown);
     h.reset();
   }
+  if (leave) {
+    agg::ControlMessage m;
+    m.kind = agg::ControlKind::kLeave;
+    m.rank = config_.rank;
+    phase_ = Phase::kLeaving;
+    bool queued = true;
+    for (uint16_t s = 0; s < endpoint_->num_peers(); ++s) queued = send_control_st(s, m) && queued;
+    if (queued) {
+      stop_ = stopped;
+      leave_deadline_ = now + transport::keepalive_interval(config_.endpoint.transport);
+      return;
+    }
+  }
+  finish_stop_st(stopped, now);
+}
+
+void NetCore::finish_stop_st(const Handle& stopped, transport::Tick now) {
+  stopped_ = true;
+  // What arrived and waits for a delayed ACK is acknowledged now: the server
+  // would otherwise resend it to a worker that no longer polls.
+  if (endpoint_) endpoint_->flush_acks_st(now);
   publish_st();
   stopped.complete();
 }

@@ -139,10 +139,15 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   ~NetCore();
 
   /// One pass (see the file comment) at TSC `now`; returns the work done
-  /// (requests, packets, pushes queued, pulls completed: 0 = idle). After
-  /// the kStop request has been taken (everything pending failed, the stop
-  /// request completed) it does nothing and stopped_st() is true.
+  /// (requests, packets, pushes queued, pulls completed: 0 = idle). The
+  /// kStop request fails everything pending; a worker with nothing in flight
+  /// then sends kLeave to every server and goes on polling its endpoint
+  /// until they acknowledged it (at most a keepalive interval). Once the
+  /// stop request has completed it does nothing and stopped_st() is true.
   uint32_t poll_st(transport::Tick now);
+  /// Whether a stop sends kLeave and waits for it (default true); false for
+  /// a net core whose servers nobody polls while it stops.
+  void set_leave_on_stop(bool leave) { leave_on_stop_ = leave; }
   /// poll_st() until the kStop request, with the idle back-off.
   void run();
   [[nodiscard]] bool stopped_st() const { return stopped_; }
@@ -160,7 +165,8 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
                  net::PacketBuf* buf) override;
 
  private:
-  enum class Phase : uint8_t { kIdle, kDeclaring, kInitialising, kRunning, kFailed };
+  // kLeaving: stopped, waiting for the servers to acknowledge kLeave.
+  enum class Phase : uint8_t { kIdle, kDeclaring, kInitialising, kRunning, kLeaving, kFailed };
   struct PendingPush {
     TensorId tensor = 0;
     uint32_t iteration = 0;
@@ -184,6 +190,8 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
 
   uint32_t take_requests_st(transport::Tick now);
   void stop_st(const Handle& stopped, transport::Tick now);
+  // The stop is done: acknowledges what arrived, publishes, completes `stopped`.
+  void finish_stop_st(const Handle& stopped, transport::Tick now);
   void take_st(Request& r, transport::Tick now);
   void start_st(const Handle& h, transport::Tick now);
   void push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,
@@ -233,7 +241,12 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   transport::Tick start_deadline_ = 0;
   std::vector<bool> ready_;  // per server
   std::string broken_;       // non-empty: a failure every later request gets
-  bool stopped_ = false;     // the kStop request was taken
+  bool stopped_ = false;     // the kStop request was taken and the stop is done
+  // While leaving: the kStop request's handle, completed once every server
+  // acknowledged kLeave or at leave_deadline_.
+  std::optional<Handle> stop_;
+  transport::Tick leave_deadline_ = 0;
+  bool leave_on_stop_ = true;
 
   std::vector<PendingPush> push_queue_;           // not (fully) queued in the endpoint yet
   std::vector<std::optional<Handle>> in_flight_;  // per tensor: the push the tracker holds

@@ -64,7 +64,7 @@ bool NetCore::send_control_st(uint16_t server, const agg::ControlMessage& m) {
 void NetCore::on_control_sent(void* self, const transport::SendResult& r) {
   auto& core = *static_cast<NetCore*>(self);
   core.control_out_.erase(r.cookie);
-  if (core.stopped_ || r.ok()) return;
+  if (core.stopped_ || core.stop_ || r.ok()) return;
   if (core.phase_ == Phase::kDeclaring) {
     core.fail_start_st("start: the declarations did not reach " + core.server_name(r.peer) + ": " +
                        std::string(r.error));

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -46,6 +47,9 @@ struct Worker::Impl {
   // destroyed by shutdown(), which runs it until it has taken the stop.
   std::unique_ptr<NetCore> polled;
   bool owner_polls = false;
+  // PolledWorker::set_beside: what the owner's thread also polls, run between
+  // the net core's passes while shutdown() waits for the stop.
+  std::function<void(transport::Tick)> beside;
 
   // ---- trainer side ----
   std::unique_ptr<std::atomic<uint32_t>[]> iterations;  // per tensor: pushes so far
@@ -249,6 +253,9 @@ std::unique_ptr<Worker::Impl> polled_impl(net::Interface& iface, const NetCoreCo
   impl->core.endpoint.transport.tsc_hz = rte_get_tsc_hz();
   impl->polled = std::make_unique<NetCore>(impl->table, impl->core, iface, impl->queue,
                                            impl->doorbell, impl->stats);
+  // Nobody polls the servers while shutdown() runs this net core, unless the
+  // owner says what to poll besides (set_beside): until then it stops at once.
+  impl->polled->set_leave_on_stop(false);
   out = impl.get();
   return impl;
 }
@@ -263,6 +270,11 @@ uint32_t PolledWorker::poll_st(transport::Tick now) {
 }
 
 NetCore* PolledWorker::net_core() { return impl_->polled.get(); }
+
+void PolledWorker::set_beside(std::function<void(transport::Tick)> poll_others) {
+  impl_->beside = std::move(poll_others);
+  if (impl_->polled) impl_->polled->set_leave_on_stop(impl_->beside != nullptr);
+}
 
 Worker::~Worker() {
   if (!impl_) return;
@@ -396,7 +408,11 @@ void Worker::shutdown() {
   i.doorbell.ring();
   if (i.polled) {
     // The owner's thread runs the net core until it has taken the stop.
-    while (!stopped.ready()) i.polled->poll_st(rte_rdtsc());
+    while (!stopped.ready()) {
+      const uint64_t now = rte_rdtsc();
+      i.polled->poll_st(now);
+      if (i.beside) i.beside(now);
+    }
     i.polled.reset();
   } else {
     stopped.wait();

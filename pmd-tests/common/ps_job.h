@@ -348,8 +348,10 @@ class Job {
     }
   }
   ~Job() {
-    // The workers first (their shutdown polls their net cores), then the
-    // servers, then the ports.
+    // The workers first, one by one (a worker's shutdown polls its net core
+    // and, while it waits for its leave to be acknowledged, everything else:
+    // set_beside), then the servers, then the ports.
+    for (auto& w : workers_) w.reset();
     workers_.clear();
     raw_.clear();
     servers_.clear();
@@ -385,6 +387,20 @@ class Job {
     std::vector<agg::TensorDecl> decls = decls_;
     if (options_.model_of) options_.model_of(w, decls);
     workers_[w] = std::make_unique<TestWorker>(decls, *worker_if_[w], config);
+    // While it stops, the rest of the job runs on (it waits for the servers
+    // to acknowledge its leave); the one being reset is null meanwhile.
+    workers_[w]->polled().set_beside([this, w](transport::Tick now) { poll_others(w, now); });
+  }
+
+  /// One pass of everything but worker `except`.
+  void poll_others(uint32_t except, transport::Tick now) {
+    for (auto& s : servers_) s->poll_st(now);
+    if (switch_) switch_->forward();
+    for (uint32_t w = 0; w < workers_.size(); ++w) {
+      if (w == except || silent_[w]) continue;
+      if (workers_[w]) workers_[w]->polled().poll_st(now);
+      if (raw_[w]) raw_[w]->poll_st(now);
+    }
   }
 
   /// Polls everything until `done()` or `limit_s` seconds; false on time out.

@@ -293,6 +293,60 @@ TEST(PsControl, ALostWorkerEndsTheJobForEveryRank) {
   EXPECT_EQ(job.server().counters_st().control.declares_refused, 0u);
 }
 
+// A worker that stops says so (kLeave) and waits for the acknowledgement:
+// the server sends it nothing more, so with a liveness timeout of 800 ms
+// nothing names it lost. Under BSP the others' next push can never be
+// aggregated without it: the job ends for them, naming both, instead of
+// leaving them waiting.
+TEST(PsControl, AWorkerThatLeavesEarlyEndsTheJobNamingIt) {
+  JobOptions o;
+  o.server_peer_timeout_ms = 800;  // heartbeats every 100 ms
+  Job job(o);
+  std::vector<std::vector<float>> reference = job.start();
+  std::mt19937 rng(5);
+  ASSERT_EQ(job.round(0, reference, rng), "");
+  job.worker(3).api().shutdown();
+  EXPECT_EQ(job.server().counters_st().control.leaves, 1u);
+  idle(job, 1.5);
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
+  EXPECT_EQ(job.server().counters_st().control.workers_lost, 0u);
+  std::vector<std::vector<Handle>> rounds(3);
+  for (uint32_t w = 0; w < 3; ++w) rounds[w] = job.worker(w).push_pull_all();
+  for (uint32_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(job.wait(rounds[w], 10));
+    for (const Handle& h : rounds[w]) {
+      ASSERT_FALSE(h.ok());
+      const std::string error(h.error());
+      EXPECT_NE(error.find("stopped the job: worker w3 (rank 3) left the job, and w"),
+                std::string::npos)
+          << error;
+    }
+  }
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.control.pushes_after_leave, 1u);
+  EXPECT_GE(c.drops[static_cast<size_t>(server::ServerDrop::kAfterLeave)], 1u);
+}
+
+// Every worker leaving after its last round finishes the job.
+TEST(PsControl, EveryWorkerLeavingFinishesTheJob) {
+  Job job(JobOptions{});
+  std::vector<std::vector<float>> reference = job.start();
+  std::mt19937 rng(6);
+  ASSERT_EQ(job.round(0, reference, rng), "");
+  for (uint32_t w = 0; w < job.workers(); ++w) {
+    EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning) << w;
+    job.worker(w).api().shutdown();
+  }
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kFinished);
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.control.leaves, job.workers());
+  EXPECT_EQ(c.control.workers_lost, 0u);
+  for (size_t d = 0; d < server::kServerDropCount; ++d) {
+    EXPECT_EQ(c.drops[d], 0u) << server::server_drop_name(static_cast<server::ServerDrop>(d));
+  }
+}
+
 TEST(PsControl, SeveralWorkersOnOnePort) {
   JobOptions o;
   o.hub = true;

@@ -263,6 +263,9 @@ void four_workers_two_threads_each(const net::LinkParams& impair) {
     const WorkerStats s = stats_after(job.worker(r), uint64_t{kRounds} * tensors);
     EXPECT_EQ(s.pushes, uint64_t{kRounds} * tensors) << "rank " << r;
   }
+  // The workers leave while the server still runs (they wait for it to
+  // acknowledge their leave), then the server stops and can be read.
+  for (Worker& w : job.workers()) w.shutdown();
   job.stop_server();
   if (!impair.impairs()) {
     EXPECT_EQ(job.server_refusals(), 0u);  // faults make duplicates, refused as such
