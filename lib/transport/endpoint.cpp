@@ -48,6 +48,8 @@ std::string_view endpoint_drop_name(EndpointDrop d) {
       return "retransmit_stale";
     case EndpointDrop::kNoReceiver:
       return "no_receiver";
+    case EndpointDrop::kWrongJob:
+      return "wrong_job";
     case EndpointDrop::kBackpressure:
       return "backpressure";
     case EndpointDrop::kCount:

@@ -99,7 +99,7 @@ struct EndpointConfig {
   uint32_t max_messages = 4096;        ///< message descriptors (queued + in flight)
   uint32_t ingress_capacity = 4096;    ///< submitted and not yet drained
   uint16_t local_epoch = 1;            ///< our incarnation (non-zero)
-  uint32_t job_id = 0;                 ///< written in every header
+  uint32_t job_id = 0;                 ///< written in every header; others' are dropped on receipt
   uint16_t sender_id = 0;              ///< our id in the job, written in every header
   uint32_t timer_every = 16;           ///< poll passes between timer runs (>= 1)
   uint32_t tx_burst = 32;              ///< data packets carved per pass (<= PacketPort::kBurst)
@@ -247,6 +247,7 @@ enum class EndpointDrop : uint8_t {
   kRetransmitStale,  ///< a queued retransmission no longer needed (acked or failed meanwhile)
   kNoReceiver,       ///< accepted, but no receiver for it (a slice without a PacketReceiver)
   kBackpressure,     ///< PacketReceiver::admit refused a new packet: not acknowledged, resent later
+  kWrongJob,         ///< a Mercury packet whose job_id is not this endpoint's (another job's)
   kCount,
 };
 inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::kCount);

@@ -334,6 +334,37 @@ TEST(EndpointReceivers, APacketFromNoPeerIsDroppedAndCounted) {
   EXPECT_EQ(l.b.buffers_free() + l.b.counters().tx_frames, l.b.buffers());
 }
 
+// A packet of another job from a peer's own address (jobs may share hosts
+// and ports): dropped and counted before the transport sees it; the same
+// header with this job's id is taken.
+TEST(EndpointReceivers, APacketOfAnotherJobIsDroppedAndCounted) {
+  Link l;
+  Inbox in;
+  EndpointConfig config = test::endpoint_config(5, 1, peer_at("a", kAddrA));
+  config.job_id = 7;
+  constexpr auto kAckOnly = static_cast<size_t>(RxVerdict::kAckOnly);
+  Endpoint b(l.b, config, in, l.now);
+  net::Route to_b{kAddrB.mac, kAddrB.ip, kAddrB.udp_port};
+  wire::HeaderFields h;
+  h.type = wire::PacketType::kAck;
+  h.epoch = 3;
+  h.job_id = 8;
+  std::vector<std::byte> frame(net::kFrameOverhead + 64);
+  size_t len = net::build_data_frame(frame, kAddrA, to_b, h, {}, net::ChecksumMode::kSoftware);
+  ASSERT_TRUE(l.b.inject_st({frame.data(), len}));
+  l.idle({&b}, 3 * test::kUs);
+  EXPECT_EQ(b.counters_st().drop(EndpointDrop::kWrongJob), 1u);
+  EXPECT_EQ(b.counters_st().verdicts[kAckOnly], 0u);  // the transport never saw it
+  h.job_id = 7;
+  len = net::build_data_frame(frame, kAddrA, to_b, h, {}, net::ChecksumMode::kSoftware);
+  ASSERT_TRUE(l.b.inject_st({frame.data(), len}));
+  l.idle({&b}, 3 * test::kUs);
+  const EndpointCounters c = b.counters_st();
+  EXPECT_EQ(c.drop(EndpointDrop::kWrongJob), 1u);
+  EXPECT_EQ(c.drop(EndpointDrop::kUnknownPeer), 0u);
+  EXPECT_EQ(c.verdicts[kAckOnly], 1u);  // this job's: the transport took it
+}
+
 TEST(EndpointReceivers, SubmissionsWithInvalidArgumentsAreRefused) {
   Link l;
   Inbox in;

@@ -25,6 +25,12 @@ uint16_t Endpoint::receive_st(Tick now) {
   for (uint16_t i = 0; i < n; ++i) {
     release[i] = rx[i].buf;
     const net::ParsedFrame& f = rx[i].parsed;
+    if (f.header.job_id != config_.job_id) {
+      // Another job's packet (jobs may share hosts and ports): it must not
+      // reach a stream of ours, whatever address it comes from.
+      drop(EndpointDrop::kWrongJob);
+      continue;
+    }
     const uint64_t key = addr_key(f.src_ip, f.src_port);
     const auto it = std::lower_bound(by_addr_.begin(), by_addr_.end(), key);
     if (it == by_addr_.end() || (*it & ~uint64_t{0xffff}) != key) {
