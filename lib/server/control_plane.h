@@ -105,6 +105,7 @@ class ControlPlane {
   void on_push_after_leave_st(uint16_t rank, Tick now);
   /// The ranks that left (bit r: rank r sent kLeave while running).
   [[nodiscard]] uint64_t left() const { return left_; }
+  [[nodiscard]] bool has_left(uint32_t rank) const { return (left_ >> rank & 1) != 0; }
   /// The node stopped serving (its shard cores are gone): a running job
   /// becomes kStopped.
   void on_stopped_st(Tick now);

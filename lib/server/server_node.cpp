@@ -440,14 +440,14 @@ void ServerNode::send_heartbeats_st() {
   for (uint32_t rank = 0; rank < workers(); ++rank) {
     // A rank that left stops polling once its leave is acknowledged: nothing
     // more is sent to it, so nothing waits for its acknowledgement.
-    if ((control_->left() >> rank & 1) == 0) send_control_st(rank, m);
+    if (!control_->has_left(rank)) send_control_st(rank, m);
   }
 }
 
 void ServerNode::check_liveness_st() {
   for (uint32_t rank = 0; rank < workers(); ++rank) {
     const Address a = rank_at_[rank];
-    if ((control_->left() >> rank & 1) != 0) continue;  // it left: it owes nothing more
+    if (control_->has_left(rank)) continue;  // it left: it owes nothing more
     if (!endpoints_[a.port]->peer_stats_st(a.peer).dead) continue;
     // Under BSP every other rank waits for this one's gradients: the
     // control plane ends the job for all of them, with the reason.

@@ -464,29 +464,37 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
   }
   if (!timer_armed_ || now < rto_deadline_) return;
   const Tick rto_now = rto();
-  if (p_.rto_probe && !probe_due_ && probe_token_ == 0) {
-    // The first expiry of a silence asks before it resends: a peer off its
-    // CPU for longer than the RTO (10-25 ms seen on a shared VM) has every
-    // packet and will acknowledge them all when it reads the probe behind
-    // them, while a packet really lost shows in the answer one RTT later.
+  // The first expiry of a silence asks before it resends: a peer off its CPU
+  // for longer than the RTO (10-25 ms seen on a shared VM) has every packet
+  // and will acknowledge them all when it reads the probe behind them, while
+  // a packet really lost shows in the answer one RTT later. An expiry with
+  // the probe unanswered for the backed-off RTO (or none) resends instead,
+  // and a late answer to that probe is ignored.
+  const bool ask = p_.rto_probe && !probe_due_ && probe_token_ == 0;
+  if (!ask) {
+    probe_due_ = false;
+    probe_token_ = 0;
+  }
+  timer_armed_ = false;
+  Tick oldest = 0;
+  bool any = false;
+  for (uint32_t s = una_; s != nxt_; ++s) {
+    const Entry& e = at(s);
+    if (e.state == State::kInFlight && (!any || e.sent_at < oldest)) {
+      oldest = e.sent_at;
+      any = true;
+    }
+  }
+  if (!any) return;
+  if (now - oldest < rto_now) {
+    // Nothing has been in flight for a whole RTO: wait for the oldest.
+    timer_armed_ = true;
+    rto_deadline_ = oldest + rto_now;
+    return;
+  }
+  if (ask) {
     // Nothing is declared lost yet; the RTO backs off, so an unanswered
     // probe leaves the peer twice as long before the resends below.
-    Tick oldest = 0;
-    bool any = false;
-    for (uint32_t s = una_; s != nxt_; ++s) {
-      const Entry& e = at(s);
-      if (e.state == State::kInFlight && (!any || e.sent_at < oldest)) {
-        oldest = e.sent_at;
-        any = true;
-      }
-    }
-    timer_armed_ = false;
-    if (!any) return;
-    if (now - oldest < rto_now) {
-      timer_armed_ = true;
-      rto_deadline_ = oldest + rto_now;
-      return;
-    }
     probe_due_ = true;
     ++counters_.rto_probes;
     if (rto() < p_.max_rto) ++backoff_;
@@ -494,46 +502,29 @@ void PeerSender::on_timer(Tick now, SenderSink& sink) {
     arm_timer(now);
     return;
   }
-  // The probe went unanswered for the backed-off RTO (or there is none):
-  // the resends below take its place, and a late answer to it is ignored.
-  probe_due_ = false;
-  probe_token_ = 0;
   // The oldest packets in flight for a full RTO are presumed lost, at most
-  // reorder_threshold of them (RFC 6298 resends only the first): once their
-  // resends are delivered, the loss rule declares every older transmission
-  // still unacknowledged lost, so a burst loss is recovered one RTT after
-  // the timer, while an expiry that was only a slow peer costs a few
-  // duplicate packets, not a window of them.
-  Tick oldest = 0;
-  bool any_left = false;
+  // reorder_threshold of them (RFC 6298 resends only the first; the oldest
+  // qualifies, so at least one): once their resends are delivered, the loss
+  // rule declares every older transmission still unacknowledged lost, so a
+  // burst loss is recovered one RTT after the timer, while an expiry that
+  // was only a slow peer costs a few duplicate packets, not a window of them.
   uint32_t n = 0;
-  for (uint32_t s = una_; s != nxt_; ++s) {
+  for (uint32_t s = una_; s != nxt_ && n < reorder_threshold_; ++s) {
     Entry& e = at(s);
-    if (e.state != State::kInFlight) continue;
-    if (n < reorder_threshold_ && now - e.sent_at >= rto_now) {
-      mark_lost(s, e, LossKind::kTimeout, sink);
-      timeout_until_ = s + 1;
-      ++n;
-    } else if (!any_left || e.sent_at < oldest) {
-      oldest = e.sent_at;
-      any_left = true;
-    }
+    if (e.state != State::kInFlight || now - e.sent_at < rto_now) continue;
+    mark_lost(s, e, LossKind::kTimeout, sink);
+    timeout_until_ = s + 1;
+    ++n;
   }
-  timer_armed_ = false;
-  if (n != 0) {
-    ++counters_.rto_expirations;
-    timeout_cwnd_ = cwnd_;
-    timeout_rto_ = rto_now;
-    verify_by_ = 0;
-    timeout_unverified_ = true;
-    if (rto() < p_.max_rto) ++backoff_;
-    counters_.backoff = backoff_;
-    on_losses(n, LossKind::kTimeout);
-    if (in_flight_ != 0) arm_timer(now);
-  } else if (any_left) {
-    timer_armed_ = true;
-    rto_deadline_ = oldest + rto_now;
-  }
+  ++counters_.rto_expirations;
+  timeout_cwnd_ = cwnd_;
+  timeout_rto_ = rto_now;
+  verify_by_ = 0;
+  timeout_unverified_ = true;
+  if (rto() < p_.max_rto) ++backoff_;
+  counters_.backoff = backoff_;
+  on_losses(n, LossKind::kTimeout);
+  if (in_flight_ != 0) arm_timer(now);
 }
 
 void PeerSender::rebase(uint32_t initial_seq) {

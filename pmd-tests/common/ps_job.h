@@ -392,7 +392,8 @@ class Job {
     workers_[w]->polled().set_beside([this, w](transport::Tick now) { poll_others(w, now); });
   }
 
-  /// One pass of everything but worker `except`.
+  /// One pass of everything but worker `except` (kEveryone: everything).
+  static constexpr uint32_t kEveryone = UINT32_MAX;
   void poll_others(uint32_t except, transport::Tick now) {
     for (auto& s : servers_) s->poll_st(now);
     if (switch_) switch_->forward();
@@ -408,13 +409,7 @@ class Job {
     const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
     for (;;) {
       const uint64_t now = rte_rdtsc();
-      for (auto& s : servers_) s->poll_st(now);
-      if (switch_) switch_->forward();
-      for (uint32_t w = 0; w < workers_.size(); ++w) {
-        if (silent_[w]) continue;
-        if (workers_[w]) workers_[w]->polled().poll_st(now);
-        if (raw_[w]) raw_[w]->poll_st(now);
-      }
+      poll_others(kEveryone, now);
       if (done()) return true;
       if (now > deadline) return false;
     }
