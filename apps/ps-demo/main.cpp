@@ -63,6 +63,8 @@ struct Options {
   std::string trace;          // passed to ps-worker (process mode), with the two below
   std::string compute_scale;  // as given
   std::string comm_rounds;    // as given
+  std::string compute_ms;     // passed to ps-worker (process mode), with the one below
+  std::string straggler;
 };
 
 Options parse(int argc, char** argv) {
@@ -85,7 +87,15 @@ Options parse(int argc, char** argv) {
             "                     (config/traces/*.txt, matching --model; ps-worker --trace)");
   args.text("--compute-scale", "F", &o.compute_scale, "with --trace: ps-worker's --compute-scale");
   args.text("--comm-rounds", "N", &o.comm_rounds, "with --trace: ps-worker's --comm-rounds");
+  args.text("--compute-ms", "MS", &o.compute_ms,
+            "process mode: every ps-worker runs free-running rounds with this compute\n"
+            "                     (ps-worker --compute-ms; what the sync modes are compared on)");
+  args.text("--straggler", "RANK,F", &o.straggler,
+            "with --compute-ms: ps-worker's --straggler (rank RANK computes F times longer)");
   args.parse(argc, argv);
+  if (o.compute_ms.empty() && !o.straggler.empty()) {
+    throw std::runtime_error("--straggler needs --compute-ms");
+  }
   if (o.trace.empty() && (!o.compute_scale.empty() || !o.comm_rounds.empty())) {
     throw std::runtime_error(
         std::string(!o.compute_scale.empty() ? "--compute-scale" : "--comm-rounds") +
@@ -131,6 +141,17 @@ int run(const Options& o) {
     // Rounds of push_pull take seconds each on this machine; trace rounds
     // add their compute.
     double timeout_s = 60.0 + 30.0 * o.rounds;
+    if (!o.compute_ms.empty()) {
+      worker_args.insert(worker_args.end(), {"--compute-ms", o.compute_ms});
+      if (!o.straggler.empty()) worker_args.insert(worker_args.end(), {"--straggler", o.straggler});
+      // Free-running rounds add their compute, the straggler's at the most
+      // (ps-worker checks both numbers).
+      double factor = 1.0;
+      if (const size_t comma = o.straggler.find(','); comma != std::string::npos) {
+        factor = std::max(1.0, std::strtod(o.straggler.c_str() + comma + 1, nullptr));
+      }
+      timeout_s += 2.0 * o.rounds * std::strtod(o.compute_ms.c_str(), nullptr) / 1e3 * factor;
+    }
     if (!o.trace.empty()) {
       // Refused here, once, rather than by every worker.
       const std::string model_text = read_file(o.model);
@@ -152,9 +173,10 @@ int run(const Options& o) {
     }
     return demo::run_processes(o.config, job, o.model, o.rounds, worker_args, timeout_s, g_stop);
   }
-  if (!o.verify.empty() || o.timestamps || !o.trace.empty()) {
+  if (!o.verify.empty() || o.timestamps || !o.trace.empty() || !o.compute_ms.empty()) {
     throw std::runtime_error(
-        "--verify, --timestamps and --trace are ps-worker's, for process mode; ring mode (" +
+        "--verify, --timestamps, --trace and --compute-ms are ps-worker's, for process mode; "
+        "ring mode (" +
         job.source + ") checks every round itself");
   }
   const auto servers = job.servers();
@@ -162,7 +184,9 @@ int run(const Options& o) {
   if (servers.size() != 1) throw std::runtime_error(job.source + ": ps-demo runs one server");
   const config::NodeConfig& srv = *servers.front();
   if (job.training.sync != config::Sync::kBsp) {
-    throw std::runtime_error(job.source + ": ps-demo runs BSP (training.sync: bsp)");
+    throw std::runtime_error(job.source + ": ps-demo's ring mode runs bsp (training.sync: " +
+                             std::string(config::to_string(job.training.sync)) +
+                             "); the other modes run in process mode (e.g. over memif)");
   }
   const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(read_file(o.model));
 

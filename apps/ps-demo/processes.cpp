@@ -244,10 +244,17 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
       std::find(worker_args.begin(), worker_args.end(), "last") != worker_args.end();
   const bool traced =
       std::find(worker_args.begin(), worker_args.end(), "--trace") != worker_args.end();
-  std::printf(
-      "ps-demo: done: %zu workers, %u %srounds, %s\n", wk.size(), rounds, traced ? "trace " : "",
-      last_only ? (traced ? "the final parameters exact" : "the last round's aggregate exact")
-                : "every aggregate exact");
+  const bool free_running =
+      std::find(worker_args.begin(), worker_args.end(), "--compute-ms") != worker_args.end() ||
+      job.training.sync != config::Sync::kBsp;
+  std::printf("ps-demo: done: %zu workers, %u %srounds, %s\n", wk.size(), rounds,
+              traced         ? "trace "
+              : free_running ? "free-running "
+                             : "",
+              free_running ? "each worker's final check is in its last line"
+              : last_only
+                  ? (traced ? "the final parameters exact" : "the last round's aggregate exact")
+                  : "every aggregate exact");
   if (traced) {
     // The job goes at its slowest rank's pace. Each rank times a comm-only
     // round from its own release from the barrier, and the releases reach

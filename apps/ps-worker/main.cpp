@@ -21,12 +21,19 @@
 // push_pull, each layer's forward waiting for its parameters; it prints the
 // iteration time beside its lower bound, max(compute, communication).
 //
+// With --compute-ms (and always when training.sync is not bsp) it runs
+// free-running rounds instead (free_rounds.h): compute stood for by a sleep,
+// push_pull, no barrier between rounds, one rank optionally a straggler
+// (--straggler RANK,F), so that the synchronisation modes can be compared;
+// the final parameters are checked bit for bit.
+//
 // The worker library starts EAL on its own thread for this node (its lcore,
 // its ports); `--check` validates the job file, the node and the model (and
 // the trace) and exits without starting anything.
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +48,7 @@
 #include "../common/trace.h"
 #include "agg/placement.h"
 #include "config/config.h"
+#include "free_rounds.h"
 #include "mercury/worker.h"
 #include "reference.h"
 #include "trace_rounds.h"
@@ -61,6 +69,8 @@ struct Options {
   std::string trace;
   double compute_scale = 0;  // 0: not given (1 with --trace)
   uint32_t comm_rounds = 0;  // 0: not given (5 with --trace)
+  double compute_ms = -1;    // < 0: not given
+  std::string straggler;     // "RANK,F"
   std::vector<std::string> eal;
 };
 
@@ -69,7 +79,7 @@ Options parse(int argc, char** argv) {
   apps::Args args("ps-worker",
                   "--config FILE --node NAME [--model FILE] [--rounds N] [--check]\n"
                   "                 [--trace FILE [--compute-scale F] [--comm-rounds N]]\n"
-                  "                 [-- EAL args...]");
+                  "                 [--compute-ms MS [--straggler RANK,F]] [-- EAL args...]");
   args.text("--config", "FILE", &o.config,
             "the job file (every node of the job reads the same one)", apps::Args::kRequired);
   args.text("--node", "NAME", &o.node,
@@ -99,6 +109,14 @@ Options parse(int argc, char** argv) {
   args.whole("--comm-rounds", "N", &o.comm_rounds, 1, UINT32_MAX,
              "with --trace: N burst and N streamed communication-only rounds\n"
              "                     first, measuring the communication time (default 5)");
+  std::string compute_ms;
+  args.text("--compute-ms", "MS", &compute_ms,
+            "free-running rounds (the default when training.sync is not bsp): each\n"
+            "                     round sleeps MS milliseconds standing for compute, then\n"
+            "                     push_pulls every tensor; no barrier between rounds; the\n"
+            "                     final parameters are checked bit for bit");
+  args.text("--straggler", "RANK,F", &o.straggler,
+            "with --compute-ms: the worker of rank RANK computes F times longer");
   args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
   args.parse(argc, argv);
   if (o.verify != "every" && o.verify != "last") {
@@ -110,6 +128,20 @@ Options parse(int argc, char** argv) {
   }
   if (!o.trace.empty() && o.timestamps) {
     throw std::runtime_error("--timestamps is for the synthetic rounds, not --trace");
+  }
+  if (!compute_ms.empty()) {
+    char* end = nullptr;
+    o.compute_ms = std::strtod(compute_ms.c_str(), &end);
+    if (end == compute_ms.c_str() || *end != '\0' || !(o.compute_ms >= 0) || o.compute_ms > 1e6) {
+      throw std::runtime_error("--compute-ms wants milliseconds in [0, 1e6], not '" + compute_ms +
+                               "'");
+    }
+  }
+  if (!o.straggler.empty() && o.compute_ms < 0) {
+    throw std::runtime_error("--straggler needs --compute-ms");
+  }
+  if (o.compute_ms >= 0 && !o.trace.empty()) {
+    throw std::runtime_error("--compute-ms and --trace are two different trainers: pick one");
   }
   if (o.compute_scale == 0) o.compute_scale = 1.0;
   if (o.comm_rounds == 0) o.comm_rounds = 5;
@@ -127,8 +159,33 @@ int run(const Options& o) {
   if (me.role != config::Role::kWorker) {
     throw std::runtime_error(o.config + ": node " + o.node + " is a server, not a worker");
   }
-  const Update update = Update::of(job.training);
-  if (o.verify == "last" && !update.sum_only && o.trace.empty()) {
+  // Free-running rounds: asked for, or the only ones an asynchronous mode has.
+  const bool free = o.compute_ms >= 0 || job.training.sync != config::Sync::kBsp;
+  trainer::FreeOptions fo{
+      .node = o.node, .rounds = o.rounds, .compute_ms = std::max(o.compute_ms, 0.0)};
+  if (!o.straggler.empty()) {
+    unsigned rank = 0;
+    double factor = 0;
+    char tail = 0;
+    if (std::sscanf(o.straggler.c_str(), "%u,%lf%c", &rank, &factor, &tail) != 2 ||
+        !(factor >= 1) || factor > 1000) {
+      throw std::runtime_error("--straggler wants RANK,F with F in [1, 1000], not '" + o.straggler +
+                               "'");
+    }
+    if (rank >= job.workers().size()) {
+      throw std::runtime_error("--straggler: rank " + std::to_string(rank) + " but the job has " +
+                               std::to_string(job.workers().size()) + " workers");
+    }
+    fo.straggler_rank = rank;
+    fo.straggler_factor = factor;
+  }
+  if (free && !o.trace.empty()) {
+    throw std::runtime_error("--trace runs bsp jobs; training.sync is " +
+                             std::string(config::to_string(job.training.sync)));
+  }
+  if (free) trainer::free_rounds_checkable(job.training);  // refuses what it cannot check
+  const Update update = free ? Update{} : Update::of(job.training);
+  if (o.verify == "last" && !update.sum_only && o.trace.empty() && !free) {
     throw std::runtime_error(
         "--verify last needs training.optimizer sum: with another optimizer every round's "
         "aggregate is needed to know the last one");
@@ -183,28 +240,51 @@ int run(const Options& o) {
       reference(decls.size());
   for (size_t k = 0; k < decls.size(); ++k) {
     reference[k].resize(decls[k].elements);
-    initial(reference[k], k);
+    if (free) {
+      trainer::grid_initial(reference[k], k);
+    } else {
+      initial(reference[k], k);
+    }
     if (rank == 0) {
       params[k] = reference[k];
     } else {
       params[k].assign(decls[k].elements, -1.0e30f);
     }
-    if (o.trace.empty()) grads[k].resize(decls[k].elements);  // the trace rounds have their own
+    // The trace and free-running rounds have their own.
+    if (o.trace.empty() && !free) grads[k].resize(decls[k].elements);
     w.declare(decls[k].name, params[k], static_cast<int>(decls[k].priority));
   }
+  // On every way out, the worker stops before the buffers it writes into are
+  // freed (they are declared after it): its net core places chunks as they
+  // come, and under psplus they keep coming.
+  struct StopFirst {
+    worker::Worker& w;
+    ~StopFirst() { w.shutdown(); }
+  } stop_first{w};
   const auto t0 = Clock::now();
   w.start();
   const double start_s = std::chrono::duration<double>(Clock::now() - t0).count();
   uint64_t wrong = 0;
-  for (size_t k = 0; k < decls.size(); ++k) {
+  // Under psplus the servers send every version to every worker: a rank that
+  // starts later may already hold a newer version than 0 (checked at the end).
+  const bool eager = job.training.sync == config::Sync::kPsPlus;
+  for (size_t k = 0; k < decls.size() && !eager; ++k) {
     wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
   }
   std::printf(
       "%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: initial parameters %s\n",
       o.node.c_str(), rank, n, decls.size(), static_cast<double>(elements) * 4 / 1e6, start_s,
-      wrong == 0 ? "exact" : "MISMATCH");
+      eager        ? "in (psplus: version 0 or newer)"
+      : wrong == 0 ? "exact"
+                   : "MISMATCH");
   std::fflush(stdout);
   if (wrong != 0) return 1;
+
+  if (free) {
+    if (trainer::run_free_rounds(w, job.training, decls, params, fo) != 0) return 1;
+    w.shutdown();
+    return 0;
+  }
 
   if (!o.trace.empty()) {
     const trainer::TraceOptions to{.node = o.node,

@@ -209,7 +209,7 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
   }
   elements_ = element;
   slots_.assign(chunks_.size() * workers_, Held{nullptr, nullptr});
-  if (track_ranks_) next_iteration_.assign(chunks_.size() * workers_, 0);
+  if (track_ranks_) next_clock_.assign(chunks_.size() * workers_, 0);
 
   auto zeroed = [](uint64_t elements) {
     return std::unique_ptr<float[], FreeDeleter>(
@@ -247,7 +247,7 @@ ChunkTable::~ChunkTable() {
 
 uint64_t ChunkTable::memory_bytes() const {
   return (1 + state_arrays_) * float_array_bytes(elements_) + chunks_.size() * sizeof(Chunk) +
-         slots_.size() * sizeof(Held) + next_iteration_.size() * sizeof(uint32_t) +
+         slots_.size() * sizeof(Held) + next_clock_.size() * sizeof(uint32_t) +
          keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalBlock) +
          staging_bytes(staging_capacity_, chunk_bytes_);
 }
@@ -293,11 +293,12 @@ Outcome ChunkTable::contribute(const Contribution& c) {
 Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
   Chunk& ch = chunks_[index];
   const uint64_t bit = uint64_t{1} << c.rank;
-  uint32_t* next = track_ranks_ ? &next_iteration_[index * workers_ + c.rank] : nullptr;
-  // A replay of an iteration this rank already gave is a duplicate; then the
-  // policy judges the iteration; a second copy for the current set is a
-  // duplicate too (in BSP the bit can only be set for the current version).
-  if (next != nullptr && serial_diff(c.iteration, *next) < 0) return Outcome::kDuplicate;
+  uint32_t* next = track_ranks_ ? &next_clock_[index * workers_ + c.rank] : nullptr;
+  // A replay of a push this rank already gave (its clock is behind) is a
+  // duplicate; then the policy judges the iteration; a second copy for the
+  // current set is a duplicate too (in BSP the bit can only be set for the
+  // current version).
+  if (next != nullptr && serial_diff(c.clock, *next) < 0) return Outcome::kDuplicate;
   const Admission a = bsp_ ? BspPolicy::admit_bsp(ch.version, c.iteration)
                            : policy_->admit(ch.version, c.iteration);
   if (a != Admission::kAccept) return a == Admission::kStale ? Outcome::kStale : Outcome::kFuture;
@@ -305,7 +306,7 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
   const bool completes = static_cast<uint32_t>(std::popcount(ch.have)) + 1 >= quorum_;
   const bool stage = !completes && c.copy && !staging_free_.empty();
   if (!completes && !stage && held_ >= max_held_) return Outcome::kHoldLimit;
-  if (next != nullptr) *next = c.iteration + 1;
+  if (next != nullptr) *next = c.clock + 1;
   if (ch.have == 0 && quorum_ > 1) {
     // First contribution of a set: start pulling the chunk's parameters into
     // L2 now, so the reduction at the set's last arrival does not wait for
@@ -387,6 +388,16 @@ void ChunkTable::complete(uint64_t index) {
   emit(index, contributors, staleness);
 }
 
+uint32_t ChunkTable::slowest_clock(uint64_t index) const {
+  if (!track_ranks_) return 0;
+  const uint32_t* next = &next_clock_[index * workers_];
+  uint32_t slowest = next[0];
+  for (uint32_t r = 1; r < workers_; ++r) {
+    if (serial_diff(next[r], slowest) < 0) slowest = next[r];
+  }
+  return slowest;
+}
+
 void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness) {
   const Chunk& ch = chunks_[index];
   const LocalBlock& p = local_[ch.block];
@@ -397,6 +408,7 @@ void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness)
       .priority = p.priority,
       .staleness = staleness,
       .contributors = contributors,
+      .slowest = slowest_clock(index),
       .data = reinterpret_cast<const std::byte*>(params_.get() + ch.first_element),
       .bytes = uint32_t{ch.elements} * kElementBytes,
   });
@@ -447,6 +459,22 @@ uint64_t ChunkTable::held_ranks(uint32_t key, uint32_t offset) const {
   const Outcome o = locate(key, offset, 0, index);
   if (o != Outcome::kHeld && o != Outcome::kBadLength) return 0;
   return chunks_[index].have;
+}
+
+uint32_t ChunkTable::clock(uint32_t key, uint32_t offset, uint32_t rank) const {
+  uint64_t index = 0;
+  const Outcome o = locate(key, offset, 0, index);
+  if (!track_ranks_ || rank >= workers_ || (o != Outcome::kHeld && o != Outcome::kBadLength)) {
+    return 0;
+  }
+  return next_clock_[index * workers_ + rank];
+}
+
+uint32_t ChunkTable::slowest(uint32_t key, uint32_t offset) const {
+  uint64_t index = 0;
+  const Outcome o = locate(key, offset, 0, index);
+  if (o != Outcome::kHeld && o != Outcome::kBadLength) return 0;
+  return slowest_clock(index);
 }
 
 std::span<const float> ChunkTable::parameters(uint32_t key) const {

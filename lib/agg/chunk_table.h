@@ -131,10 +131,15 @@ inline constexpr uint64_t kStagingMost = UINT64_MAX;
 
 /// One gradient packet, as the server parsed it.
 struct Contribution {
-  uint32_t key = 0;                 ///< wire block_key: the block
-  uint32_t offset = 0;              ///< wire offset: byte offset in the block, a chunk boundary
-  uint32_t iteration = 0;           ///< wire iteration: parameter version the gradient came from
-  uint16_t rank = 0;                ///< the sending worker's rank, < workers (from its peer)
+  uint32_t key = 0;        ///< wire block_key: the block
+  uint32_t offset = 0;     ///< wire offset: byte offset in the block, a chunk boundary
+  uint32_t iteration = 0;  ///< wire iteration: parameter version the gradient came from
+  uint16_t rank = 0;       ///< the sending worker's rank, < workers (from its peer)
+  /// Asynchronous policies (SyncPolicy::tracks_rank_iterations): the rank's
+  /// clock, how many pushes of this tensor it made before this one (wire
+  /// param_version of a push). Per (chunk, rank) a clock below the next one
+  /// expected is a replay (kDuplicate); BSP ignores it.
+  uint32_t clock = 0;
   const std::byte* data = nullptr;  ///< payload: float32 elements, any alignment
   uint32_t bytes = 0;               ///< payload length
   void* token = nullptr;            ///< handed back to ChunkSink::release() when taken
@@ -145,11 +150,15 @@ struct Contribution {
 /// into the table's parameters, which the next update of the chunk changes.
 struct Update {
   uint32_t key = 0;
-  uint32_t offset = 0;              ///< byte offset in the block
-  uint32_t version = 0;             ///< the chunk's new version (0: initial); wire param_version
-  uint8_t priority = 0;             ///< the tensor's priority
-  uint32_t staleness = 0;           ///< of the oldest contribution in the update
-  uint64_t contributors = 0;        ///< ranks whose contributions made the update (0 for init)
+  uint32_t offset = 0;        ///< byte offset in the block
+  uint32_t version = 0;       ///< the chunk's new version (0: initial); wire param_version
+  uint8_t priority = 0;       ///< the tensor's priority
+  uint32_t staleness = 0;     ///< of the oldest contribution in the update
+  uint64_t contributors = 0;  ///< ranks whose contributions made the update (0 for init)
+  /// Asynchronous policies: the chunk's slowest clock, the fewest
+  /// contributions of any rank applied to it so far (0 under BSP). A rank
+  /// whose own count is c is c - slowest iterations ahead of the slowest.
+  uint32_t slowest = 0;
   const std::byte* data = nullptr;  ///< the chunk's parameters (sum-only: averaged gradient)
   uint32_t bytes = 0;
 };
@@ -230,6 +239,12 @@ class ChunkTable {
   /// The ranks whose contributions the chunk at (key, offset) holds now
   /// (bit r = rank r), 0 if it does not exist here.
   [[nodiscard]] uint64_t held_ranks(uint32_t key, uint32_t offset) const;
+  /// Asynchronous policies: the next clock the chunk at (key, offset)
+  /// accepts from `rank` (its pushes applied, when it never skipped one),
+  /// and the least of them over the ranks (Update::slowest). 0 under BSP
+  /// or for a chunk that does not exist here.
+  [[nodiscard]] uint32_t clock(uint32_t key, uint32_t offset, uint32_t rank) const;
+  [[nodiscard]] uint32_t slowest(uint32_t key, uint32_t offset) const;
 
   [[nodiscard]] const ChunkTableCounters& counters() const { return counters_; }
   [[nodiscard]] const SyncPolicy& policy() const { return *policy_; }
@@ -290,6 +305,7 @@ class ChunkTable {
   [[nodiscard]] void* staged_token() const { return const_cast<ChunkTable*>(this); }
   const StepParams& step_for(uint32_t n, uint64_t step, uint32_t staleness);
   void emit(uint64_t index, uint64_t contributors, uint32_t staleness);
+  [[nodiscard]] uint32_t slowest_clock(uint64_t index) const;
 
   ChunkSink& sink_;
   std::unique_ptr<SyncPolicy> policy_;
@@ -317,8 +333,8 @@ class ChunkTable {
   std::vector<KeyEntry> keys_;
   std::vector<LocalBlock> local_;
   std::vector<Chunk> chunks_;
-  std::vector<Held> slots_;               // chunks x workers
-  std::vector<uint32_t> next_iteration_;  // chunks x workers, when track_ranks_
+  std::vector<Held> slots_;           // chunks x workers
+  std::vector<uint32_t> next_clock_;  // chunks x workers, when track_ranks_: next clock accepted
   uint64_t elements_ = 0;
   uint32_t state_arrays_ = 0;
   std::unique_ptr<float[], FreeDeleter> params_;  // 64-byte aligned

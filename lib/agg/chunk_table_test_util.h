@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 #include <vector>
@@ -85,12 +86,14 @@ struct Grads {
       for (uint32_t r = 0; r < workers; ++r) g.back().push_back(gradient(rng, c.elements, r));
     }
   }
+  // The clock defaults to the iteration: a rank that pushes once per version.
   Contribution make(const std::vector<ChunkRef>& chunks, size_t i, uint16_t rank,
-                    uint32_t iteration) {
+                    uint32_t iteration, std::optional<uint32_t> clock = std::nullopt) {
     return Contribution{.key = chunks[i].key,
                         .offset = chunks[i].offset,
                         .iteration = iteration,
                         .rank = rank,
+                        .clock = clock.value_or(iteration),
                         .data = reinterpret_cast<const std::byte*>(g[i][rank].data()),
                         .bytes = chunks[i].elements * 4,
                         .token = &g[i][rank]};

@@ -209,6 +209,33 @@ TEST(AggChunkTable, AspAppliesEachContributionAndRejectsReplays) {
   EXPECT_EQ(table.parameters(0)[5], want);
 }
 
+// The per-rank clocks: a push behind its rank's clock is a replay, a gap is
+// accepted (the clock moves past it), and every update says the chunk's
+// slowest clock, which the workers' SSP wait reads.
+TEST(AggChunkTable, AsyncUpdatesCarryTheSlowestClock) {
+  const std::vector<TensorDecl> decls{{"w", 354, 0}};
+  const Placement p = Placement::compute(decls, 1);
+  const auto chunks = chunks_of(p, 0);
+  std::mt19937 rng(11);
+  Grads grads(rng, chunks, 3);
+  RecordingSink sink;
+  ChunkTable table(p, config(3), make_asp(), sink);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 0, 0, 0)), Outcome::kApplied);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 0, 1, 1)), Outcome::kApplied);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 1, 0, 0)), Outcome::kApplied);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 1, 3, 0)), Outcome::kDuplicate);  // replay
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 2, 2, 0)), Outcome::kApplied);
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 2, 4, 5)), Outcome::kApplied);  // a gap
+  EXPECT_EQ(table.contribute(grads.make(chunks, 0, 2, 5, 3)), Outcome::kDuplicate);
+  ASSERT_EQ(sink.updates.size(), 5u);
+  // Clocks after each update (ranks 0, 1, 2): 1 0 0 | 2 0 0 | 2 1 0 | 2 1 1 | 2 1 6.
+  const uint32_t want[] = {0, 0, 0, 1, 1};
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(sink.updates[i].u.slowest, want[i]) << i;
+  EXPECT_EQ(sink.updates[4].u.contributors, 4u);
+  EXPECT_EQ(sink.updates[4].u.staleness, 0u);
+  EXPECT_EQ(sink.updates[3].u.staleness, 1u);  // computed from version 2, applied at 3
+}
+
 TEST(AggChunkTable, SspBoundAndStalenessScaledStep) {
   const std::vector<TensorDecl> decls{{"w", 354, 0}};
   const Placement p = Placement::compute(decls, 1);

@@ -1,5 +1,7 @@
 #include "agg/sync_policy.h"
 
+#include <cmath>
+
 namespace mercury::agg {
 
 namespace {
@@ -7,7 +9,7 @@ int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b)
 }  // namespace
 
 std::string_view AsyncPolicy::name() const {
-  if (options_.staleness_scaled) return "staleness-scaled";
+  if (options_.lr != StalenessLr::kNone) return "staleness-scaled";
   return options_.max_staleness == UINT32_MAX ? "asp" : "ssp";
 }
 
@@ -18,7 +20,16 @@ Admission AsyncPolicy::admit(uint32_t version, uint32_t iteration) const {
 }
 
 float AsyncPolicy::lr_scale(uint32_t staleness) const {
-  return options_.staleness_scaled ? 1.0f / (1.0f + static_cast<float>(staleness)) : 1.0f;
+  const float n = 1.0f + static_cast<float>(staleness);
+  switch (options_.lr) {
+    case StalenessLr::kNone:
+      return 1.0f;
+    case StalenessLr::kInverse:
+      return 1.0f / n;
+    case StalenessLr::kInverseSqrt:
+      return 1.0f / std::sqrt(n);
+  }
+  return 1.0f;
 }
 
 std::unique_ptr<SyncPolicy> make_bsp() { return std::make_unique<BspPolicy>(); }
@@ -26,9 +37,9 @@ std::unique_ptr<SyncPolicy> make_asp() { return std::make_unique<AsyncPolicy>();
 std::unique_ptr<SyncPolicy> make_ssp(uint32_t max_staleness) {
   return std::make_unique<AsyncPolicy>(AsyncPolicy::Options{.max_staleness = max_staleness});
 }
-std::unique_ptr<SyncPolicy> make_staleness_scaled(uint32_t max_staleness) {
+std::unique_ptr<SyncPolicy> make_staleness_scaled(uint32_t max_staleness, StalenessLr lr) {
   return std::make_unique<AsyncPolicy>(
-      AsyncPolicy::Options{.max_staleness = max_staleness, .staleness_scaled = true});
+      AsyncPolicy::Options{.max_staleness = max_staleness, .lr = lr});
 }
 
 }  // namespace mercury::agg

@@ -48,12 +48,13 @@ class SyncPolicy {
   /// `version`? (The duplicate check is the table's, before this.)
   [[nodiscard]] virtual Admission admit(uint32_t version, uint32_t iteration) const = 0;
   /// Learning-rate multiplier for an update whose oldest contribution is
-  /// `staleness` versions behind. BSP, ASP, SSP: 1.
+  /// `staleness` versions behind. BSP, ASP, SSP: 1; PS+: its StalenessLr rule.
   [[nodiscard]] virtual float lr_scale(uint32_t staleness) const = 0;
   /// True when versions advance without every rank contributing (quorum < N):
-  /// then the per-chunk bitmap cannot tell a replay of an older iteration,
-  /// and the table keeps, per chunk and rank, the next iteration it accepts
-  /// (4 bytes x N per chunk).
+  /// then the per-chunk bitmap cannot tell a replay of an older push, and
+  /// the table keeps, per chunk and rank, the next clock it accepts
+  /// (Contribution::clock; 4 bytes x N per chunk), which also gives each
+  /// update the chunk's slowest clock (Update::slowest).
   [[nodiscard]] virtual bool tracks_rank_iterations() const = 0;
 };
 
@@ -75,16 +76,24 @@ class BspPolicy final : public SyncPolicy {
   [[nodiscard]] bool tracks_rank_iterations() const override { return false; }
 };
 
+/// How PS+ modulates the learning rate of an update `s` versions stale.
+enum class StalenessLr : uint8_t {
+  kNone,         ///< lr
+  kInverse,      ///< lr / (1 + s), as in staleness-aware async SGD
+  kInverseSqrt,  ///< lr / sqrt(1 + s)
+};
+
 /// Asynchronous family: each admitted contribution is applied on its own at
 /// once (quorum 1, the gradient unaveraged). With max_staleness = UINT32_MAX
-/// it is ASP; with a bound s it is SSP's server side (a gradient more than s
-/// versions behind is refused as stale); with staleness_scaled it is the
-/// PS+-style modulation, lr x 1 / (1 + staleness).
+/// it is ASP (and the server side of SSP, whose bound the workers keep: they
+/// wait rather than push too far ahead); a finite bound refuses a gradient
+/// more than that many versions behind as stale; with a StalenessLr rule it
+/// is PS+'s modulation.
 class AsyncPolicy final : public SyncPolicy {
  public:
   struct Options {
     uint32_t max_staleness = UINT32_MAX;
-    bool staleness_scaled = false;
+    StalenessLr lr = StalenessLr::kNone;
   };
   AsyncPolicy() = default;
   explicit AsyncPolicy(Options options) : options_(options) {}
@@ -101,6 +110,7 @@ class AsyncPolicy final : public SyncPolicy {
 std::unique_ptr<SyncPolicy> make_bsp();
 std::unique_ptr<SyncPolicy> make_asp();
 std::unique_ptr<SyncPolicy> make_ssp(uint32_t max_staleness);
-std::unique_ptr<SyncPolicy> make_staleness_scaled(uint32_t max_staleness = UINT32_MAX);
+std::unique_ptr<SyncPolicy> make_staleness_scaled(uint32_t max_staleness = UINT32_MAX,
+                                                  StalenessLr lr = StalenessLr::kInverse);
 
 }  // namespace mercury::agg

@@ -165,6 +165,18 @@ std::string_view to_string(Sync v) {
   return "?";
 }
 
+std::string_view to_string(StalenessLr v) {
+  switch (v) {
+    case StalenessLr::kInverse:
+      return "inverse";
+    case StalenessLr::kInverseSqrt:
+      return "inverse_sqrt";
+    case StalenessLr::kNone:
+      return "none";
+  }
+  return "?";
+}
+
 std::string_view to_string(Optimizer v) {
   switch (v) {
     case Optimizer::kSgd:

@@ -108,6 +108,9 @@ enum class Poll : uint8_t {
 enum class Role : uint8_t { kServer, kWorker };
 enum class Sync : uint8_t { kBsp, kAsp, kSsp, kPsPlus };
 enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
+/// PS+'s learning rate for an update s versions stale: lr / (1 + s),
+/// lr / sqrt(1 + s), or lr.
+enum class StalenessLr : uint8_t { kInverse, kInverseSqrt, kNone };
 
 /// The YAML spelling of each enum value ("strict", "psplus", ...).
 std::string_view to_string(Scheduler v);
@@ -117,6 +120,7 @@ std::string_view to_string(Poll v);
 std::string_view to_string(Role v);
 std::string_view to_string(Sync v);
 std::string_view to_string(Optimizer v);
+std::string_view to_string(StalenessLr v);
 
 struct NetworkConfig {
   uint32_t mtu = 1500;        ///< IP MTU, 576..9000
@@ -165,7 +169,10 @@ struct LinkConfig {
 /// the others keep their defaults (the loader refuses setting them).
 struct TrainingConfig {
   Sync sync = Sync::kBsp;
-  uint32_t staleness = 0;  ///< >= 1 for ssp and psplus, 0 otherwise
+  /// ssp: how many iterations a worker may be ahead of the slowest (0 for the others).
+  uint32_t staleness_bound = 0;
+  /// psplus: the learning rate of an update s versions stale.
+  StalenessLr staleness_lr = StalenessLr::kInverse;
   Optimizer optimizer = Optimizer::kSgd;
   double learning_rate = 0.01;
   double momentum = 0.9;

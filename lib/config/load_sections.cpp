@@ -129,19 +129,13 @@ void parse_link(const Section& root, LinkConfig& link) {
 }
 
 void parse_training(const Section& root, TrainingConfig& t) {
-  Section s = optional_section(
-      root, "training",
-      {"sync", "staleness", "optimizer", "learning_rate", "momentum", "beta1", "beta2", "epsilon"});
-  if (auto v = s.get("sync")) {
-    t.sync = v->choice<Sync>(
+  Section s = optional_section(root, "training",
+                               {"sync", "staleness_bound", "staleness_lr", "optimizer",
+                                "learning_rate", "momentum", "beta1", "beta2", "epsilon"});
+  const std::optional<Value> sync = s.get("sync");
+  if (sync) {
+    t.sync = sync->choice<Sync>(
         {{"bsp", Sync::kBsp}, {"asp", Sync::kAsp}, {"ssp", Sync::kSsp}, {"psplus", Sync::kPsPlus}});
-    if (t.sync != Sync::kBsp) {
-      // lib/agg has these policies, but the server and the worker run BSP
-      // only: accepting the key would silently train with BSP.
-      v->fail(v->text() +
-              " is not run end to end yet: the server and the worker library run bsp only "
-              "(use sync: bsp)");
-    }
   }
   if (auto v = s.get("optimizer")) {
     t.optimizer = v->choice<Optimizer>({{"sgd", Optimizer::kSgd},
@@ -150,11 +144,34 @@ void parse_training(const Section& root, TrainingConfig& t) {
                                         {"sum", Optimizer::kSum}});
   }
   const std::string opt_name(to_string(t.optimizer));
-  if (auto v = s.get("staleness")) {
-    if (v->integer(0, kU32Max) != 0) {
-      v->fail(v->text() + " must be 0 or absent with training.sync " +
-              std::string(to_string(t.sync)) + " (a staleness bound belongs to ssp and psplus)");
+  const std::string sync_name(to_string(t.sync));
+  if (t.sync == Sync::kSsp) {
+    // The bound is the point of SSP: no silent default.
+    const std::optional<Value> v = s.get("staleness_bound");
+    if (!v) {
+      sync->fail(
+          "ssp needs training.staleness_bound: how many iterations a worker may run "
+          "ahead of the slowest");
     }
+    t.staleness_bound = static_cast<uint32_t>(v->integer(0, 1u << 30));
+  } else if (auto v = s.get("staleness_bound")) {
+    v->fail("only used by training.sync ssp (training.sync is " + sync_name + ")");
+  }
+  if (auto v = s.get("staleness_lr")) {
+    if (t.sync != Sync::kPsPlus) {
+      v->fail("only used by training.sync psplus (training.sync is " + sync_name + ")");
+    }
+    t.staleness_lr = v->choice<StalenessLr>({{"inverse", StalenessLr::kInverse},
+                                             {"inverse_sqrt", StalenessLr::kInverseSqrt},
+                                             {"none", StalenessLr::kNone}});
+  }
+  if (t.sync != Sync::kBsp && t.optimizer == Optimizer::kSum) {
+    // Sum-only averages a BSP set for the trainer's own optimizer; an
+    // asynchronous update is one worker's gradient, there is no set.
+    s.require("optimizer")
+        .fail(
+            "sum needs training.sync bsp (the asynchronous modes apply each worker's gradient on "
+            "its own, so there is no set to average)");
   }
 
   if (auto v = s.get("learning_rate")) {

@@ -42,7 +42,7 @@ TEST(ConfigLoad, MinimalJobGetsDocumentedDefaults) {
   EXPECT_EQ(job.link.seed, 1u);
   EXPECT_FALSE(job.link.enabled());
   EXPECT_EQ(job.training.sync, Sync::kBsp);
-  EXPECT_EQ(job.training.staleness, 0u);
+  EXPECT_EQ(job.training.staleness_bound, 0u);
   EXPECT_EQ(job.training.optimizer, Optimizer::kSgd);
   EXPECT_DOUBLE_EQ(job.training.learning_rate, 0.01);
   EXPECT_DOUBLE_EQ(job.training.momentum, 0.9);
@@ -89,7 +89,6 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
           "  seed: 18446744073709551615\n"
           "training:\n"
           "  sync: bsp\n"
-          "  staleness: 0\n"
           "  optimizer: adam\n"
           "  learning_rate: 1.0e-3\n"
           "  beta1: 0.8\n"
@@ -128,7 +127,7 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
   EXPECT_EQ(job.link.seed, 18446744073709551615ull);
   EXPECT_TRUE(job.link.enabled());
   EXPECT_EQ(job.training.sync, Sync::kBsp);
-  EXPECT_EQ(job.training.staleness, 0u);
+  EXPECT_EQ(job.training.staleness_bound, 0u);
   EXPECT_EQ(job.training.optimizer, Optimizer::kAdam);
   EXPECT_DOUBLE_EQ(job.training.learning_rate, 1.0e-3);
   EXPECT_DOUBLE_EQ(job.training.beta1, 0.8);

@@ -118,23 +118,32 @@ TEST(ConfigRefuse, ProbabilityOutOfRange) {
 
 // ------------------------------------------------------ refused: training
 
-TEST(ConfigRefuse, SyncModesNotRunEndToEnd) {
-  // The server and the worker run BSP only: a job asking for another mode
-  // is refused at its key rather than silently trained with BSP.
-  for (const char* mode : {"asp", "ssp", "psplus"}) {
-    EXPECT_TRUE(refused(doc(std::string("training:\n  sync: ") + mode + "\n"), 5, "training.sync",
-                        std::string(mode) +
-                            " is not run end to end yet: the server and the worker library run "
-                            "bsp only"))
-        << mode;
-  }
-}
-
-TEST(ConfigRefuse, StalenessWithBsp) {
-  EXPECT_TRUE(refused(doc("training:\n  sync: bsp\n  staleness: 2\n"), 6, "training.staleness",
-                      "2 must be 0 or absent with training.sync bsp"));
-  JobConfig job = load_string(doc("training:\n  staleness: 0\n"));
-  EXPECT_EQ(job.training.staleness, 0u);
+TEST(ConfigRefuse, SyncModesAndTheirKeys) {
+  JobConfig job = load_string(doc("training:\n  sync: ssp\n  staleness_bound: 2\n"));
+  EXPECT_EQ(job.training.sync, Sync::kSsp);
+  EXPECT_EQ(job.training.staleness_bound, 2u);
+  job = load_string(doc("training:\n  sync: psplus\n  staleness_lr: inverse_sqrt\n"));
+  EXPECT_EQ(job.training.staleness_lr, StalenessLr::kInverseSqrt);
+  EXPECT_EQ(load_string(doc("training:\n  sync: psplus\n")).training.staleness_lr,
+            StalenessLr::kInverse);
+  EXPECT_EQ(load_string(doc("training:\n  sync: asp\n")).training.sync, Sync::kAsp);
+  // SSP without its bound is refused on the section's line.
+  EXPECT_TRUE(refused(doc("training:\n  sync: ssp\n"), 5, "training.sync",
+                      "ssp needs training.staleness_bound"));
+  EXPECT_TRUE(refused(doc("training:\n  sync: bsp\n  staleness_bound: 2\n"), 6,
+                      "training.staleness_bound",
+                      "only used by training.sync ssp (training.sync is bsp)"));
+  EXPECT_TRUE(refused(doc("training:\n  sync: psplus\n  staleness_bound: 2\n"), 6,
+                      "training.staleness_bound", "training.sync is psplus"));
+  EXPECT_TRUE(refused(doc("training:\n  sync: asp\n  staleness_lr: none\n"), 6,
+                      "training.staleness_lr",
+                      "only used by training.sync psplus (training.sync is asp)"));
+  EXPECT_TRUE(refused(doc("training:\n  sync: psplus\n  staleness_lr: linear\n"), 6,
+                      "training.staleness_lr", "is not one of"));
+  EXPECT_TRUE(refused(doc("training:\n  sync: asp\n  optimizer: sum\n"), 6, "training.optimizer",
+                      "sum needs training.sync bsp"));
+  // The old spelling is an unknown key.
+  EXPECT_TRUE(refused(doc("training:\n  staleness: 0\n"), 5, "training.staleness", ""));
 }
 
 TEST(ConfigRefuse, LearningRateWithSum) {

@@ -74,9 +74,15 @@ std::unique_ptr<agg::SyncPolicy> sync_policy(const config::TrainingConfig& t) {
     case config::Sync::kAsp:
       return agg::make_asp();
     case config::Sync::kSsp:
-      return agg::make_ssp(t.staleness);
-    case config::Sync::kPsPlus:
-      return agg::make_staleness_scaled(t.staleness);
+      // The bound is kept by the workers, which wait rather than push a
+      // gradient too far ahead (docs/worker.md); the server applies what comes.
+      return agg::make_asp();
+    case config::Sync::kPsPlus: {
+      agg::StalenessLr lr = agg::StalenessLr::kInverse;
+      if (t.staleness_lr == config::StalenessLr::kInverseSqrt) lr = agg::StalenessLr::kInverseSqrt;
+      if (t.staleness_lr == config::StalenessLr::kNone) lr = agg::StalenessLr::kNone;
+      return agg::make_staleness_scaled(UINT32_MAX, lr);
+    }
   }
   return agg::make_bsp();
 }

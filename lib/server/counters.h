@@ -46,15 +46,19 @@ inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCoun
 std::string_view server_drop_name(ServerDrop d);
 
 // Every shard counter, once.
-#define MERCURY_SHARD_COUNTERS(X)                                                      \
-  X(contributions, "gradient packets the table took")                                  \
-  X(refused, "gradient packets the table refused (by reason in the table's outcomes)") \
-  X(initialized, "init packets (rank 0's initial parameters) adopted")                 \
-  X(init_refused, "init packets refused (duplicate, stale, bad geometry)")             \
-  X(updates, "chunk updates fanned out (version 0 of an init included)")               \
-  X(fanout_refused, "slices the endpoint did not queue at once: kept for a retry")     \
-  X(fanout_retried, "deferred slices queued later by retry_fanout_st()")               \
-  X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")
+#define MERCURY_SHARD_COUNTERS(X)                                                                \
+  X(contributions, "gradient packets the table took")                                            \
+  X(refused, "gradient packets the table refused (by reason in the table's outcomes)")           \
+  X(initialized, "init packets (rank 0's initial parameters) adopted")                           \
+  X(init_refused, "init packets refused (duplicate, stale, bad geometry)")                       \
+  X(updates, "chunk updates fanned out (version 0 of an init included)")                         \
+  X(fanout_refused, "slices the endpoint did not queue at once: kept for a retry")               \
+  X(fanout_retried, "deferred slices queued later by retry_fanout_st()")                         \
+  X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")     \
+  X(snapshots_full, "async updates deferred: every snapshot of the shard was still on the wire") \
+  X(fanout_merged, "async copies not deferred: one to that worker for that chunk already waits") \
+  X(staleness_sum, "async: versions between a gradient's base and the update that applied it")   \
+  X(stale_updates, "async: updates applied to a newer version than their gradient came from")
 
 struct ShardCounters {
   MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_DECLARE)

@@ -9,6 +9,24 @@
 
 namespace mercury::server {
 
+namespace {
+
+Fanout fanout_rule(config::Sync sync) {
+  switch (sync) {
+    case config::Sync::kBsp:
+      return Fanout::kEvery;
+    case config::Sync::kAsp:
+      return Fanout::kContributor;
+    case config::Sync::kSsp:
+      return Fanout::kSlowest;
+    case config::Sync::kPsPlus:
+      return Fanout::kEveryVersion;
+  }
+  return Fanout::kEvery;
+}
+
+}  // namespace
+
 std::vector<unsigned> shard_core_lcores(const config::NodeConfig& node,
                                         const std::function<unsigned(unsigned)>& cpu_of_lcore) {
   std::vector<unsigned> out;
@@ -36,6 +54,7 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   c.chunk_bytes = job.payload_bytes_per_packet();
   c.optimizer = job::optimizer_config(job.training);
   c.sync_policy = [training = job.training] { return job::sync_policy(training); };
+  c.fanout = fanout_rule(job.training.sync);
   c.layout = job::shard_layout(job);
   c.server_index = job.rank_of(node.name);
   c.endpoint =

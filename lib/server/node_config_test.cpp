@@ -95,7 +95,10 @@ TEST(NodeConfig, JobWorkersAreInRankOrderOnThePortThatLeadsToThem) {
   EXPECT_EQ(per_worker[1].peer.udp_port, job.node("w1").udp_port);
 }
 
-TEST(NodeConfig, TheNodeRunsOnlyBsp) {
+// The fan-out rule must fit the policy: a quorum of every worker sends from
+// the table's memory, a quorum of 1 needs the snapshots of the asynchronous
+// rules. node_config() derives both from training.sync.
+TEST(NodeConfig, TheFanOutRuleMustFitThePolicy) {
   ServerNodeConfig c;
   c.chunk_bytes = 1408;
   c.layout = job::ShardLayout::of({1});
@@ -103,10 +106,27 @@ TEST(NodeConfig, TheNodeRunsOnlyBsp) {
   try {
     // Refused before any port is touched: no EAL needed.
     ServerNode node(std::vector<net::Interface*>{}, {JobWorker{}, JobWorker{}}, c, 0);
-    FAIL() << "asp ran";
+    FAIL() << "asp ran with the bsp fan-out";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "server: training.sync asp does not run on this server yet: only bsp does");
+    EXPECT_STREQ(e.what(), "server: training.sync asp does not match the fan-out rule");
+  }
+  for (const auto& [mode, rule] : {std::pair{config::Sync::kBsp, Fanout::kEvery},
+                                   {config::Sync::kAsp, Fanout::kContributor},
+                                   {config::Sync::kSsp, Fanout::kSlowest},
+                                   {config::Sync::kPsPlus, Fanout::kEveryVersion}}) {
+    config::JobConfig job =
+        config::load_string(std::string("job: {id: 1, name: modes}\nnodes:\n"
+                                        "  - {name: s0, role: server, ipv4: 10.0.0.1, ports: "
+                                        "[\"net_memif0,role=server\"], lcores: [0, 1],"
+                                        " shards: 1}\n"
+                                        "  - {name: w0, role: worker, ipv4: 10.0.0.2, ports: "
+                                        "[\"net_memif1,role=client\"], lcores: [2]}\n"
+                                        "training:\n  sync: ") +
+                            std::string(config::to_string(mode)) +
+                            (mode == config::Sync::kSsp ? "\n  staleness_bound: 2\n" : "\n"));
+    const ServerNodeConfig n = node_config(job, job.node("s0"), NodeStart{});
+    EXPECT_EQ(n.fanout, rule) << config::to_string(mode);
+    EXPECT_EQ(n.sync_policy()->quorum(4), mode == config::Sync::kBsp ? 4u : 1u);
   }
 }
 

@@ -86,11 +86,11 @@ void ServerNode::check_config(uint32_t workers) const {
   const std::unique_ptr<agg::SyncPolicy> policy =
       config_.sync_policy ? config_.sync_policy() : nullptr;
   if (!policy) throw std::invalid_argument("server: no sync policy");
-  if (policy->quorum(workers) != workers) {
-    // The flow control (a set completes only with every rank) and the
-    // fan-out from the table's memory (docs/server.md) rely on bsp.
+  if ((policy->quorum(workers) == workers) != (config_.fanout == Fanout::kEvery) && workers > 1) {
+    // Fan-out from the table's memory needs every rank in each update
+    // (bsp); a quorum of 1 needs the asynchronous rules' snapshots.
     throw std::invalid_argument("server: training.sync " + std::string(policy->name()) +
-                                " does not run on this server yet: only bsp does");
+                                " does not match the fan-out rule");
   }
 }
 
@@ -175,7 +175,8 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     // would lose the contribution for good (docs/agg.md).
     shard_slot_[id] = static_cast<int32_t>(shards_.size());
     shards_.push_back(std::make_unique<Shard>(placement, sc, config_.sync_policy(), fanout,
-                                              config_.fanout_backlog));
+                                              config_.fanout_backlog, config_.fanout,
+                                              config_.snapshots));
     started_.push_back(&shards_.back()->started());
   }
 }
@@ -325,9 +326,10 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kInitNotRank0);
     return false;
   }
-  if (any_left_) {
-    // A rank left after its last round: this gradient's set can never be
-    // complete. The slow path ends the job for every rank.
+  if (any_left_ && config_.fanout == Fanout::kEvery) {
+    // BSP: a rank left after its last round, so this gradient's set can
+    // never be complete. The slow path ends the job for every rank. (The
+    // asynchronous modes apply it: they need no one else.)
     if (push_after_leave_ == 0) push_after_leave_ = uint32_t{rank} + 1;
     count(ServerDrop::kAfterLeave);
     return false;
@@ -373,6 +375,7 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
   it.key = h.block_key;
   it.offset = h.offset;
   it.iteration = h.iteration;
+  it.clock = h.param_version;
   it.payload_at =
       static_cast<uint16_t>(payload.data() - static_cast<const std::byte*>(mbuf->buf_addr));
   it.payload_len = static_cast<uint16_t>(payload.size());

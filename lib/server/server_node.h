@@ -89,12 +89,16 @@ struct ServerNodeConfig {
   uint32_t chunk_bytes = 0;        ///< net::payload_per_packet(mtu), as on every node
   agg::OptimizerConfig optimizer;  ///< applied to every chunk update
   /// training.sync: makes each shard's policy (job::sync_policy). The
-  /// default is the job file's default (training.sync bsp). Only bsp runs
-  /// (the flow control and the fan-out rely on it): construction refuses a
-  /// policy whose quorum is not every worker.
+  /// default is the job file's default (training.sync bsp).
   std::function<std::unique_ptr<agg::SyncPolicy>()> sync_policy = [] {
     return job::sync_policy(config::TrainingConfig{});
   };
+  /// Who gets each update (server/shard.h): kEvery for bsp, whose quorum is
+  /// every worker; the asynchronous modes' rule for a quorum of 1.
+  /// Construction refuses a mismatch.
+  Fanout fanout = Fanout::kEvery;
+  /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = one per chunk.
+  uint64_t snapshots = 0;
   /// Control-plane constructor: the job's shard layout (job::shard_layout,
   /// or job::ShardLayout::of({counts...}) by hand) and this node's index
   /// among the job's servers. Server 0 also runs the barrier.

@@ -1,27 +1,60 @@
 #include "server/shard.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace mercury::server {
 
 Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
              std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
-             uint64_t fanout_backlog)
+             uint64_t fanout_backlog, Fanout rule, uint64_t snapshots)
     : placement_(placement),
       fanout_(std::move(fanout)),
       chunk_bytes_(config.chunk_bytes),
-      started_(placement, config.shard, config.chunk_bytes) {
+      started_(placement, config.shard, config.chunk_bytes),
+      rule_(rule) {
+  if ((rule_ == Fanout::kEvery) == policy->tracks_rank_iterations()) {
+    throw std::invalid_argument("Shard: fan-out rule and sync policy " +
+                                std::string(policy->name()) + " do not match");
+  }
   table_ = std::make_unique<agg::ChunkTable>(placement, config, std::move(policy), *this);
   staging_chunks_ = table_->staging_chunks();
-  backlog_.resize(fanout_backlog != 0 ? fanout_backlog : table_->chunks() * fanout_.size());
+  const uint64_t most = table_->chunks() * fanout_.size() * (rule_ == Fanout::kEvery ? 1 : 2);
+  backlog_.resize(fanout_backlog != 0 ? fanout_backlog : most);
+  if (rule_ != Fanout::kEvery) {
+    waiting_.assign(table_->chunks() * fanout_.size(), 0);
+    snapshot_count_ = snapshots != 0 ? snapshots : std::max<uint64_t>(table_->chunks(), 1);
+    snapshot_mem_ = std::make_unique<std::byte[]>(snapshot_count_ * chunk_bytes_);
+    snapshot_refs_ = std::make_unique<std::atomic<uint32_t>[]>(snapshot_count_);
+    for (uint64_t i = 0; i < snapshot_count_; ++i) snapshot_refs_[i].store(0);
+  }
+}
+
+uint64_t Shard::snapshots_in_use() const {
+  uint64_t n = 0;
+  for (uint64_t i = 0; i < snapshot_count_; ++i) {
+    n += snapshot_refs_[i].load(std::memory_order_relaxed) != 0 ? 1 : 0;
+  }
+  return n;
 }
 
 bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
-                          std::span<const std::byte> payload, rte_mbuf* mbuf, bool copy) {
+                          uint32_t clock, std::span<const std::byte> payload, rte_mbuf* mbuf,
+                          bool copy) {
   const uint64_t released = table_->staging_released();
   const agg::Outcome o =
-      table_->contribute(agg::Contribution{key, offset, iteration, rank, payload.data(),
-                                           static_cast<uint32_t>(payload.size()), mbuf, copy});
+      table_->contribute(agg::Contribution{.key = key,
+                                           .offset = offset,
+                                           .iteration = iteration,
+                                           .rank = rank,
+                                           .clock = clock,
+                                           .data = payload.data(),
+                                           .bytes = static_cast<uint32_t>(payload.size()),
+                                           .token = mbuf,
+                                           .copy = copy});
   if (copy) {
     marks_done_.store(marks_done_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (o != agg::Outcome::kCopied) ++marks_returned_;
@@ -53,16 +86,37 @@ bool Shard::initialize_st(uint32_t key, uint32_t offset, std::span<const std::by
 }
 
 bool Shard::send_st(uint16_t rank, const std::byte* data, uint32_t bytes, uint32_t key,
-                    uint32_t offset, uint32_t version, uint8_t priority) {
+                    uint32_t offset, uint32_t version, uint8_t priority, uint32_t tag,
+                    const transport::Completion& done) {
   transport::MessageMeta meta;
   meta.type = wire::PacketType::kAggData;
   meta.dtype = wire::Dtype::kFloat32;
   meta.block_key = key;
+  meta.iteration = tag;
   meta.param_version = version;
   const auto logical = static_cast<uint32_t>(placement_.at(key).bytes());
   const FanOut& f = fanout_[rank];
-  return f.endpoint->send_slice(f.peer, data, bytes, offset, logical, priority, meta, {}) ==
+  return f.endpoint->send_slice(f.peer, data, bytes, offset, logical, priority, meta, done) ==
          transport::SubmitStatus::kQueued;
+}
+
+void Shard::defer_st(const Deferred& d) {
+  if (rule_ != Fanout::kEvery && d.yours == 0 && waiting_[waiting_index(d)] != 0) {
+    ++counters_.fanout_merged;  // the waiting one sends the newest version
+    return;
+  }
+  if (backlog_count_ == backlog_.size()) {
+    ++counters_.fanout_lost;
+    return;
+  }
+  if (rule_ != Fanout::kEvery) ++waiting_[waiting_index(d)];
+  backlog_[(backlog_head_ + backlog_count_++) % backlog_.size()] = d;
+}
+
+void Shard::pop_backlog_st() {
+  if (rule_ != Fanout::kEvery) --waiting_[waiting_index(backlog_[backlog_head_])];
+  backlog_head_ = (backlog_head_ + 1) % backlog_.size();
+  --backlog_count_;
 }
 
 void Shard::on_update(const agg::Update& u) {
@@ -70,16 +124,78 @@ void Shard::on_update(const agg::Update& u) {
   // update, must find the chunk's set empty (server/started_sets.h).
   started_.cleared_st(u.key, u.offset);
   ++counters_.updates;
+  if (rule_ != Fanout::kEvery) {
+    fanout_async_st(u);
+    return;
+  }
   for (size_t r = 0; r < fanout_.size(); ++r) {
     const auto rank = static_cast<uint16_t>(r);
     if (send_st(rank, u.data, u.bytes, u.key, u.offset, u.version, u.priority)) continue;
     ++counters_.fanout_refused;
-    if (backlog_count_ == backlog_.size()) {
-      ++counters_.fanout_lost;
-      continue;
+    defer_st(Deferred{u.key, u.offset, u.version, rank, u.priority, 0});
+  }
+}
+
+uint64_t Shard::take_snapshot_st() {
+  // Snapshots end roughly in the order they were taken, so the one after
+  // the last taken is normally free; look a little further before giving up.
+  const uint64_t tries = std::min<uint64_t>(snapshot_count_, 64);
+  for (uint64_t i = 0; i < tries; ++i) {
+    const uint64_t s = snapshot_cursor_;
+    snapshot_cursor_ = snapshot_cursor_ + 1 == snapshot_count_ ? 0 : snapshot_cursor_ + 1;
+    // Acquire: the last completion's release orders the endpoint's reads of
+    // the old bytes before the copy that overwrites them.
+    if (snapshot_refs_[s].load(std::memory_order_acquire) == 0) return s;
+  }
+  return snapshot_count_;
+}
+
+void Shard::on_snapshot_sent(void* self, const transport::SendResult& r) {
+  static_cast<Shard*>(self)->snapshot_refs_[r.cookie].fetch_sub(1, std::memory_order_release);
+}
+
+void Shard::fanout_async_st(const agg::Update& u) {
+  // Version 0 (initial values, no contributor) and PS+ go to everyone; the
+  // contributor always; SSP's others when the slowest clock moved, i.e. the
+  // update applied a gradient of a rank that was the slowest.
+  const uint64_t contributor = u.contributors;  // one bit (quorum 1), 0 for version 0
+  if (u.version != 0) {
+    counters_.staleness_sum += u.staleness;
+    if (u.staleness != 0) ++counters_.stale_updates;
+  }
+  uint64_t to = contributor;
+  if (u.version == 0 || rule_ == Fanout::kEveryVersion) {
+    to = ~uint64_t{0};
+  } else if (rule_ == Fanout::kSlowest) {
+    // The contributor's clock is now the slowest: it was the one behind
+    // everyone (the minimum is never above any rank's clock).
+    const auto rank = static_cast<uint32_t>(std::countr_zero(contributor));
+    if (table_->clock(u.key, u.offset, rank) == u.slowest) to = ~uint64_t{0};
+  }
+  if (fanout_.size() < 64) to &= (uint64_t{1} << fanout_.size()) - 1;
+  const uint64_t s = take_snapshot_st();
+  const bool have = s != snapshot_count_;
+  if (have) {
+    std::memcpy(snapshot(s), u.data, u.bytes);
+    snapshot_refs_[s].store(static_cast<uint32_t>(std::popcount(to)), std::memory_order_relaxed);
+  } else {
+    ++counters_.snapshots_full;
+  }
+  const uint32_t slowest = u.slowest & wire::kAggSlowestMask;
+  for (uint64_t left = to; left != 0; left &= left - 1) {
+    const auto rank = static_cast<uint16_t>(std::countr_zero(left));
+    const bool yours = (contributor >> rank) & 1;
+    if (have) {
+      const uint32_t tag = slowest | (yours ? wire::kAggYours : 0);
+      if (send_st(rank, snapshot(s), u.bytes, u.key, u.offset, u.version, u.priority, tag,
+                  transport::Completion{&Shard::on_snapshot_sent, this, s})) {
+        continue;
+      }
+      snapshot_refs_[s].fetch_sub(1, std::memory_order_relaxed);
+      ++counters_.fanout_refused;
     }
-    backlog_[(backlog_head_ + backlog_count_++) % backlog_.size()] =
-        Deferred{u.key, u.offset, u.version, rank, u.priority};
+    defer_st(
+        Deferred{u.key, u.offset, u.version, rank, u.priority, yours ? uint8_t{1} : uint8_t{0}});
   }
 }
 
@@ -91,6 +207,24 @@ uint32_t Shard::retry_fanout_st() {
     const auto* base = reinterpret_cast<const std::byte*>(params.data());
     const uint64_t left = params.size_bytes() - d.offset;
     const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(left, chunk_bytes_));
+    if (rule_ != Fanout::kEvery) {
+      // The chunk's newest version, which contains the deferred one.
+      const uint64_t s = take_snapshot_st();
+      if (s == snapshot_count_) break;
+      std::memcpy(snapshot(s), base + d.offset, bytes);
+      snapshot_refs_[s].store(1, std::memory_order_relaxed);
+      const uint32_t tag = (table_->slowest(d.key, d.offset) & wire::kAggSlowestMask) |
+                           (d.yours != 0 ? wire::kAggYours : 0);
+      if (!send_st(d.rank, snapshot(s), bytes, d.key, d.offset, table_->version(d.key, d.offset),
+                   d.priority, tag, transport::Completion{&Shard::on_snapshot_sent, this, s})) {
+        snapshot_refs_[s].store(0, std::memory_order_relaxed);
+        break;
+      }
+      ++counters_.fanout_retried;
+      ++sent;
+      pop_backlog_st();
+      continue;
+    }
     if (table_->version(d.key, d.offset) != d.version) {
       ++counters_.fanout_lost;  // cannot happen under BSP (see Deferred)
     } else if (!send_st(d.rank, base + d.offset, bytes, d.key, d.offset, d.version, d.priority)) {
@@ -99,8 +233,7 @@ uint32_t Shard::retry_fanout_st() {
       ++counters_.fanout_retried;
       ++sent;
     }
-    backlog_head_ = (backlog_head_ + 1) % backlog_.size();
-    --backlog_count_;
+    pop_backlog_st();
   }
   return sent;
 }

@@ -28,10 +28,32 @@
 // table's memory, so an undersized endpoint slows the fan-out down instead
 // of losing an update (which would stall that chunk's BSP set for good).
 //
-// BSP keeps the update's bytes valid for its retransmissions: a chunk's next
+// Who gets an update (Fanout, from the job's training.sync): BSP sends it to
+// every worker; ASP to the worker whose gradient it applied; SSP to that
+// worker, and to every worker when the chunk's slowest clock moved (so the
+// workers waiting on the slowest learn it at once); PS+ every version to
+// every worker (the eager pull). In the asynchronous modes every packet says
+// whether it applied the recipient's own gradient and the chunk's slowest
+// clock (wire::kAggYours).
+//
+// Bytes on the wire. BSP sends from the table's memory: a chunk's next
 // update needs every worker's next gradient, which no worker sends before it
-// has received this update (docs/server.md). Asynchronous policies will need
-// a copy per in-flight version.
+// has received this update (docs/server.md), so the bytes stay valid for the
+// retransmissions. The asynchronous modes update a chunk while its previous
+// version may still be on the wire, so each update is first copied into a
+// snapshot (one chunk; the shard has `snapshots` of them, by default one per
+// chunk it owns) that its sends share and that is free again once every one
+// of them has ended (a reference count the endpoint's completions drop, on
+// whichever core they run). With every snapshot on the wire the update's
+// sends wait in the backlog (counted, snapshots_full) and go later from a
+// snapshot of the chunk's newest version, which contains this update: a
+// worker then receives a newer version, never a torn one, and never more
+// than `snapshots` x chunk bytes are held. A copy that only brings a worker a
+// newer version (not the answer to its own push) is not deferred when one to
+// that worker for that chunk already waits (fanout_merged): that one will
+// carry the newest. A worker has at most one push of a chunk waiting for its
+// answer, so at most two entries per (chunk, worker) wait: the backlog holds
+// 2 x chunks x workers and never overflows.
 //
 // Flow control (docs/server.md) reads three things the shard publishes for
 // other cores: every mbuf it frees (the table's releases, free_st), counted
@@ -63,15 +85,25 @@ struct FanOut {
   uint16_t peer = 0;
 };
 
+/// Which workers an update goes to (see the file comment).
+enum class Fanout : uint8_t {
+  kEvery,         ///< BSP: every worker, from the table's memory
+  kContributor,   ///< ASP: the worker whose gradient it applied
+  kSlowest,       ///< SSP: the contributor; everyone when the slowest clock moved
+  kEveryVersion,  ///< PS+: every worker, every version
+};
+
 class Shard final : public agg::ChunkSink {
  public:
   /// `placement` must outlive the shard. `fanout[r]` is worker rank r.
   /// `fanout_backlog`: slices kept for a retry when an endpoint refuses
   /// them (kNoDescriptor, kIngressFull); 0 = chunks x workers, the most BSP
   /// can need (one update per chunk per worker waits at a time).
+  /// `rule`: kEvery for BSP, else the asynchronous modes' rule, which sends
+  /// from `snapshots` snapshot chunks (0 = one per chunk of the shard).
   Shard(const agg::Placement& placement, const agg::ShardConfig& config,
         std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
-        uint64_t fanout_backlog = 0);
+        uint64_t fanout_backlog = 0, Fanout rule = Fanout::kEvery, uint64_t snapshots = 0);
 
   /// One chunk of worker `rank`'s gradient. True when the table took the
   /// mbuf (it frees it later); false leaves the mbuf with the caller, also
@@ -79,11 +111,14 @@ class Shard final : public agg::ChunkSink {
   /// credit (reserve_staging_st): the table copies it rather than hold the
   /// mbuf, and the credit comes back when the copy's set completes, or at
   /// once if no copy was made.
+  /// `clock`: the push's wire param_version (agg::Contribution::clock).
   bool contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
-                     std::span<const std::byte> payload, rte_mbuf* mbuf, bool copy = false);
+                     uint32_t clock, std::span<const std::byte> payload, rte_mbuf* mbuf,
+                     bool copy = false);
   bool contribute_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
                      rte_mbuf* mbuf, bool copy = false) {
-    return contribute_st(rank, h.block_key, h.offset, h.iteration, payload, mbuf, copy);
+    return contribute_st(rank, h.block_key, h.offset, h.iteration, h.param_version, payload, mbuf,
+                         copy);
   }
 
   /// Staging credits (flow control, docs/server.md): one per staging chunk
@@ -128,6 +163,10 @@ class Shard final : public agg::ChunkSink {
   [[nodiscard]] const StartedSets& started() const { return started_; }
 
   [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
+  [[nodiscard]] Fanout rule() const { return rule_; }
+  /// Snapshot chunks (0 under BSP), and how many are on the wire now (any thread).
+  [[nodiscard]] uint64_t snapshots() const { return snapshot_count_; }
+  [[nodiscard]] uint64_t snapshots_in_use() const;
   [[nodiscard]] const ShardCounters& counters() const { return counters_; }
 
   // agg::ChunkSink, called from inside contribute_st().
@@ -135,18 +174,35 @@ class Shard final : public agg::ChunkSink {
   void release(void* const* tokens, uint32_t count) override;
 
  private:
-  // One slice an endpoint refused. Its bytes stay in the table: under BSP
-  // the chunk cannot move on before this worker has had this version.
+  // One slice an endpoint refused (or, asynchronous, that found no free
+  // snapshot). Its bytes stay in the table: under BSP the chunk cannot move
+  // on before this worker has had this version; asynchronous modes send the
+  // chunk's newest version instead, which contains this one.
   struct Deferred {
     uint32_t key;
     uint32_t offset;
     uint32_t version;
     uint16_t rank;
     uint8_t priority;
+    uint8_t yours;  // asynchronous: the update applied this rank's gradient
   };
   static_assert(sizeof(Deferred) == 16);
   bool send_st(uint16_t rank, const std::byte* data, uint32_t bytes, uint32_t key, uint32_t offset,
-               uint32_t version, uint8_t priority);
+               uint32_t version, uint8_t priority, uint32_t tag = 0,
+               const transport::Completion& done = {});
+  void defer_st(const Deferred& d);
+  // The backlog's oldest entry is gone (sent or lost).
+  void pop_backlog_st();
+  [[nodiscard]] uint64_t waiting_index(const Deferred& d) const {
+    return static_cast<uint64_t>(started_.index(d.key, d.offset)) * fanout_.size() + d.rank;
+  }
+  void fanout_async_st(const agg::Update& u);
+  // A free snapshot's index, or snapshot_count_ when every one is on the wire.
+  uint64_t take_snapshot_st();
+  static void on_snapshot_sent(void* self, const transport::SendResult& r);
+  [[nodiscard]] std::byte* snapshot(uint64_t i) const {
+    return snapshot_mem_.get() + i * chunk_bytes_;
+  }
 
   const agg::Placement& placement_;
   std::vector<FanOut> fanout_;
@@ -156,6 +212,15 @@ class Shard final : public agg::ChunkSink {
   uint64_t backlog_head_ = 0;
   uint64_t backlog_count_ = 0;
   StartedSets started_;
+  Fanout rule_;
+  uint64_t snapshot_count_ = 0;
+  uint64_t snapshot_cursor_ = 0;
+  std::unique_ptr<std::byte[]> snapshot_mem_;
+  // Sends of each snapshot not ended yet: set by the owner, dropped by the
+  // endpoints' completions (any core); 0 = free.
+  std::unique_ptr<std::atomic<uint32_t>[]> snapshot_refs_;
+  // Asynchronous: per (chunk, rank), the backlog entries waiting.
+  std::vector<uint8_t> waiting_;
   // Staging credits: taken by the net core (its own counter), returned by
   // the shard's owner (one writer, relaxed: a stale read sees fewer returns,
   // so it can only underestimate the room).

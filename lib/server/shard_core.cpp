@@ -113,8 +113,8 @@ void ShardCore::run() {
       const std::span<const std::byte> payload(
           static_cast<const std::byte*>(it.mbuf->buf_addr) + it.payload_at, it.payload_len);
       const bool took =
-          it.init == 0 && shard->contribute_st(it.rank, it.key, it.offset, it.iteration, payload,
-                                               it.mbuf, it.copy != 0);
+          it.init == 0 && shard->contribute_st(it.rank, it.key, it.offset, it.iteration, it.clock,
+                                               payload, it.mbuf, it.copy != 0);
       if (it.init != 0) shard->initialize_st(it.key, it.offset, payload);
       if (!took) shard->free_st(it.mbuf);
     }

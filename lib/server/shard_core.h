@@ -52,9 +52,9 @@ struct ShardItem {
   uint16_t payload_at;  ///< payload start, in bytes from mbuf->buf_addr
   uint16_t payload_len;
   uint16_t rank;
-  uint8_t init;  ///< 1: rank 0's initial values (kInit), 0: a gradient (kData)
-  uint8_t copy;  ///< 1: a gradient with a staging credit (Shard::contribute_st's `copy`)
-  uint32_t pad2;
+  uint8_t init;    ///< 1: rank 0's initial values (kInit), 0: a gradient (kData)
+  uint8_t copy;    ///< 1: a gradient with a staging credit (Shard::contribute_st's `copy`)
+  uint32_t clock;  ///< the push's wire param_version (asynchronous modes' clock)
 };
 static_assert(sizeof(ShardItem) == 32);
 

@@ -80,11 +80,10 @@ class StartedSets {
 
   [[nodiscard]] uint64_t chunks() const { return chunks_; }
 
- private:
-  // The chunk's index in view_, or -1 when (key, offset) is not a chunk of
-  // this shard. offset / chunk_bytes without a division instruction, as the
-  // chunk table does (exact for every 32-bit offset with magic =
-  // ceil(2^64 / chunk_bytes)).
+  /// The chunk's index among the shard's chunks, or -1 when (key, offset) is
+  /// not a chunk of this shard. offset / chunk_bytes without a division
+  /// instruction, as the chunk table does (exact for every 32-bit offset
+  /// with magic = ceil(2^64 / chunk_bytes)). Any thread.
   [[nodiscard]] int64_t index(uint32_t key, uint32_t offset) const {
     if (key >= keys_.size()) return -1;
     const Key k = keys_[key];
@@ -93,6 +92,7 @@ class StartedSets {
            static_cast<int64_t>((static_cast<unsigned __int128>(div_magic_) * offset) >> 64);
   }
 
+ private:
   struct Key {
     uint32_t first_chunk = 0;
     uint32_t bytes = 0;  // 0: another shard's block

@@ -73,6 +73,13 @@ inline constexpr uint16_t kKnown =
     kAckValid | kRetransmit | kAckRequest | kSlice | kDuplicate | kAnswer;
 }  // namespace flags
 
+/// An aggregated chunk's (kAggData) `iteration` in the asynchronous modes
+/// (ASP, SSP, PS+; 0 under BSP): bit 31 (kAggYours) is set when the update
+/// applied the recipient's own gradient, bits 0-30 (kAggSlowestMask) hold the
+/// chunk's slowest clock, the fewest gradients of any worker applied to it.
+inline constexpr uint32_t kAggYours = 1u << 31;
+inline constexpr uint32_t kAggSlowestMask = kAggYours - 1;
+
 #pragma pack(push, 1)
 struct Header {
   uint8_t version;
@@ -89,10 +96,13 @@ struct Header {
   be32 msg_len;  ///< bytes in the whole message
   be32 offset;   ///< byte offset of this payload within the message
   /// A push (kData, kInit): the version of the parameters its gradient was
-  /// computed from (0 for kInit). Other types: 0 from Mercury's nodes.
+  /// computed from (0 for kInit). An aggregated chunk (kAggData): 0 under
+  /// BSP, else kAggYours | slowest clock (above). Other types: 0.
   be32 iteration;
   /// An aggregated chunk (kAggData): the version its update made (0 for
-  /// the initial values). Other types: 0 from Mercury's nodes.
+  /// the initial values). A push (kData) in the asynchronous modes: the
+  /// worker's clock, how many pushes of the tensor it made before this one
+  /// (0 under BSP). Other types: 0 from Mercury's nodes.
   be32 param_version;
   be32 seq;          ///< transport sequence number of this packet
   be32 ack;          ///< cumulative: every seq below this was received

@@ -81,9 +81,12 @@ f.msg_id = ProtoField.uint32("mercury.msg_id", "Message ID", base.DEC)
 f.msg_len = ProtoField.uint32("mercury.msg_len", "Message length", base.DEC)
 f.offset = ProtoField.uint32("mercury.offset", "Offset", base.DEC)
 f.iteration = ProtoField.uint32("mercury.iteration", "Iteration", base.DEC, nil, nil,
-  "a push (data, init): the parameter version its gradient was computed from")
+  "a push (data, init): the parameter version its gradient was computed from; an " ..
+  "asynchronous agg_data: bit 31 = it applied the recipient's gradient, bits 0-30 the " ..
+  "chunk's slowest clock")
 f.param_version = ProtoField.uint32("mercury.param_version", "Parameter version", base.DEC, nil,
-  nil, "an aggregated chunk (agg_data): the version its update made")
+  nil, "an aggregated chunk (agg_data): the version its update made; an asynchronous " ..
+  "push (data): the worker's clock")
 f.seq = ProtoField.uint32("mercury.seq", "Sequence number", base.DEC)
 f.ack = ProtoField.uint32("mercury.ack", "Cumulative ACK", base.DEC)
 f.payload_len = ProtoField.uint16("mercury.payload_len", "Payload length", base.DEC)

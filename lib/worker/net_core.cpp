@@ -180,7 +180,7 @@ void NetCore::take_st(Request& r, transport::Tick now) {
       break;
     case Kind::kPull:
       ++pulls_taken_;
-      pull_st(r.tensor, r.version, r.out, r.handle, std::nullopt);
+      pull_st(pull_of(r, std::nullopt));
       break;
     case Kind::kPushPull:
       ++pushes_taken_;
@@ -188,7 +188,7 @@ void NetCore::take_st(Request& r, transport::Tick now) {
       if (config_.timeline)
         config_.timeline->mark_st(r.tensor, r.iteration, Timeline::Mark::kRequested);
       push_st(r.tensor, r.iteration, r.grad, wire::PacketType::kData, *r.push);
-      pull_st(r.tensor, r.version, r.out, r.handle, r.push);
+      pull_st(pull_of(r, r.push));
       break;
     case Kind::kBarrier:
       barrier_st(r.generation, r.handle);
@@ -218,6 +218,7 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
                        " shards, the tensors were placed on " + std::to_string(table_.shards()));
     }
     pulls_ = std::make_unique<PullTracker>(table_, config_.pulls);
+    base_.assign(table_.tensors(), 0);
     if (config_.timeline) {
       timeline_push_.assign(table_.tensors(), 0);
       timeline_first_.assign(table_.tensors(), 0);
@@ -357,6 +358,11 @@ void NetCore::publish_st() {
   stats_.retransmits.store(endpoint_->counters_st().tx_retransmits, std::memory_order_relaxed);
   stats_.chunks_dropped.store(dropped, std::memory_order_relaxed);
   stats_.control_dropped.store(control_malformed_, std::memory_order_relaxed);
+  stats_.staleness_sum.store(staleness_sum_, std::memory_order_relaxed);
+  stats_.stale_pushes.store(stale_pushes_, std::memory_order_relaxed);
+  stats_.staleness_max.store(staleness_max_, std::memory_order_relaxed);
+  stats_.ssp_waits.store(ssp_waits_, std::memory_order_relaxed);
+  stats_.ssp_gap_max.store(ssp_gap_max_, std::memory_order_relaxed);
 }
 
 }  // namespace mercury::worker

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "agg/control.h"
+#include "config/config.h"
 #include "mercury/handle.h"
 #include "mercury/worker.h"
 #include "net/idle_backoff.h"
@@ -78,6 +79,11 @@ struct NetCoreConfig {
   /// versions are parameters (sgd, momentum, adam) or the averaged gradient
   /// (sum). The net core does not use it; Worker::optimizer() reports it.
   std::string optimizer = "sgd";
+  /// training.sync and, for ssp, its bound: what a pull waits for and when a
+  /// push may go (docs/worker.md, "Modes"). pulls.async must be set for all
+  /// but bsp.
+  config::Sync sync = config::Sync::kBsp;
+  uint32_t staleness_bound = 0;
   /// Non-null: the net core marks every data push's and version's phases
   /// there (timeline.h). Owned by the Worker, outlives the core.
   Timeline* timeline = nullptr;
@@ -94,8 +100,12 @@ struct Request {
   enum class Kind : uint8_t { kStart, kPush, kPull, kPushPull, kBarrier, kStop };
   Kind kind = Kind::kStop;
   TensorId tensor = 0;
-  uint32_t iteration = 0;   ///< kPush, kPushPull: the version the gradient was computed from
-  uint32_t version = 0;     ///< kPull, kPushPull: the version wanted
+  uint32_t iteration = 0;  ///< kPush, kPushPull: the version the gradient was computed from
+  uint32_t version = 0;    ///< kPull, kPushPull: the version wanted (its pushes so far)
+  /// kPull: wait until every chunk is at least this version (0 with
+  /// has_min false: none beyond the mode's rule).
+  uint32_t min_version = 0;
+  bool has_min = false;
   uint64_t generation = 0;  ///< kBarrier
   const float* grad = nullptr;
   float* out = nullptr;
@@ -108,7 +118,12 @@ struct Request {
 /// broke the worker (a Handle holds at most kMaxErrorBytes of it).
 struct PublishedStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, bytes_pushed{0}, chunks_received{0}, bytes_placed{0},
-      versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0};
+      versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0},
+      staleness_sum{0}, stale_pushes{0}, staleness_max{0}, ssp_waits{0}, ssp_gap_max{0};
+  /// Per tensor, the version the last completed pull delivered
+  /// (Worker::version), stored before the pull's handle completes. Set by
+  /// the trainer side before it sends the start request.
+  std::unique_ptr<std::atomic<uint32_t>[]> delivered;
   /// Written once by the net core (control path), before it fails the
   /// handles; read by the trainer after a handle failed.
   void set_failure(const std::string& why) {
@@ -169,7 +184,7 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   enum class Phase : uint8_t { kIdle, kDeclaring, kInitialising, kRunning, kLeaving, kFailed };
   struct PendingPush {
     TensorId tensor = 0;
-    uint32_t iteration = 0;
+    uint32_t iteration = 0;  // BSP: the version it came from; else the tensor's clock
     const float* grad = nullptr;
     wire::PacketType type = wire::PacketType::kData;
     uint32_t next = 0;  // first block not queued yet
@@ -178,10 +193,16 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   };
   struct PendingPull {
     TensorId tensor = 0;
-    uint32_t version = 0;
+    uint32_t version = 0;  // BSP: the version wanted
     float* out = nullptr;
     Handle handle;
     std::optional<Handle> push;  // push_pull: completes only once this has
+    // Asynchronous: the answers (chunks x own pushes applied) it waits for,
+    // the least slowest clock (SSP), and the least version + 1 (0: none).
+    uint64_t answers = 0;
+    uint32_t slowest = 0;
+    uint32_t min_stamp = 0;
+    uint32_t clock = 0;  // the worker's pushes of the tensor when it was asked
   };
   struct PendingBarrier {
     uint64_t generation = 0;
@@ -196,8 +217,13 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   void start_st(const Handle& h, transport::Tick now);
   void push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,
                const Handle& h);
-  void pull_st(TensorId t, uint32_t version, float* out, const Handle& h,
-               std::optional<Handle> push);
+  void pull_st(PendingPull p);
+  // Request -> PendingPull, by the mode's rule.
+  PendingPull pull_of(const Request& r, std::optional<Handle> push) const;
+  [[nodiscard]] bool async() const { return config_.sync != config::Sync::kBsp; }
+  // May push p go now? BSP: its version is in; else the tensor's previous push was applied.
+  [[nodiscard]] bool push_ready_st(const PendingPush& p) const;
+  [[nodiscard]] bool pull_ready_st(const PendingPull& p) const;
   void barrier_st(uint64_t generation, const Handle& h);
   uint32_t send_pushes_st();
   // Queues the push's blocks from p.next on until the endpoint refuses
@@ -270,6 +296,11 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   uint64_t passes_ = 0;
   uint64_t pushes_taken_ = 0, pulls_taken_ = 0;
   uint64_t chunks_received_ = 0, bytes_pushed_ = 0;
+  // Asynchronous: per tensor, the version its last completed pull delivered
+  // (the base of the next gradient), and the staleness of the pushes.
+  std::vector<uint32_t> base_;
+  uint64_t staleness_sum_ = 0, stale_pushes_ = 0, staleness_max_ = 0;
+  uint64_t ssp_waits_ = 0, ssp_gap_max_ = 0;
 };
 
 }  // namespace mercury::worker

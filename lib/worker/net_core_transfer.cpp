@@ -4,12 +4,27 @@
 // barriers are control messages to server 0.
 #include "worker/net_core.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "net/stream_copy.h"
 
 namespace mercury::worker {
 
 bool NetCore::version_in_st(TensorId t, uint32_t version) const {
   return static_cast<int32_t>(pulls_->awaited_st(t) - version) > 0;
+}
+
+bool NetCore::push_ready_st(const PendingPush& p) const {
+  if (p.type != wire::PacketType::kData) return true;
+  // BSP: a gradient computed from version i goes once version i is in here:
+  // before that, the servers would refuse it as from the future.
+  if (!async()) return version_in_st(p.tensor, p.iteration);
+  // Asynchronous: every chunk's initial values are in and the tensor's
+  // previous push was applied (its answers are in), so the servers see one
+  // push per rank and chunk at a time, in clock order.
+  return version_in_st(p.tensor, 0) &&
+         pulls_->answers_st(p.tensor) >= uint64_t{p.iteration} * pulls_->chunks_st(p.tensor);
 }
 
 // ---------------------------------------------------------------------------
@@ -30,12 +45,18 @@ uint32_t NetCore::send_pushes_st() {
   bool endpoint_full = false;
   for (PendingPush& p : push_queue_) {
     if (endpoint_full) break;
-    // A gradient computed from version i goes once version i is in here:
-    // before that, BSP's servers would refuse it as from the future.
-    if (p.type == wire::PacketType::kData && !version_in_st(p.tensor, p.iteration)) continue;
+    if (!push_ready_st(p)) continue;
     if (!p.started) {
       if (pushes_->start_st(p.tensor, p.handle) == StartResult::kBusy) continue;
       p.started = true;
+      if (async() && p.type == wire::PacketType::kData) {
+        // Its staleness as this worker sees it: the versions every chunk of
+        // the tensor has moved on since the pull its gradient came from.
+        const uint64_t stale = pulls_->least_version_st(p.tensor) - base_[p.tensor];
+        staleness_sum_ += stale;
+        stale_pushes_ += stale != 0 ? 1 : 0;
+        staleness_max_ = std::max(staleness_max_, stale);
+      }
       in_flight_[p.tensor] = p.handle;
       if (config_.timeline && p.type == wire::PacketType::kData) {
         config_.timeline->mark_st(p.tensor, p.iteration, Timeline::Mark::kSending);
@@ -63,6 +84,11 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
   meta.type = p.type;
   meta.dtype = wire::Dtype::kFloat32;
   meta.iteration = p.iteration;
+  if (async() && p.type == wire::PacketType::kData) {
+    // Asynchronous: the version the gradient came from, and the clock.
+    meta.iteration = base_[p.tensor];
+    meta.param_version = p.iteration;
+  }
   uint32_t i = p.next;
   for (; i < blocks.size(); ++i) {
     const BlockGeometry& g = blocks[i];
@@ -102,6 +128,11 @@ bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const s
                         net::PacketBuf*) {
   // An aggregated chunk's `param_version` is the version its update made.
   ++chunks_received_;
+  if (async()) {
+    pulls_->deliver_async_st(h.block_key, h.offset, h.param_version, h.iteration, payload);
+    pulls_dirty_ = true;
+    return false;
+  }
   const ChunkVerdict v = pulls_->deliver_st(h.block_key, h.offset, h.param_version, payload);
   // Version 0 is rank 0's initial parameters: no iteration's result.
   if (config_.timeline && v == ChunkVerdict::kPlaced && h.param_version != 0) {
@@ -120,15 +151,46 @@ void NetCore::mark_chunk_st(uint32_t key, uint32_t version) {
     config_.timeline->mark_st(t, version - 1, Timeline::Mark::kComplete);
 }
 
-void NetCore::pull_st(TensorId t, uint32_t version, float* out, const Handle& h,
-                      std::optional<Handle> push) {
+NetCore::PendingPull NetCore::pull_of(const Request& r, std::optional<Handle> push) const {
+  PendingPull p;
+  p.tensor = r.tensor;
+  p.out = r.out;
+  p.handle = r.handle;
+  p.push = std::move(push);
+  // r.version: the worker's pushes of the tensor so far (this one included).
+  p.version = r.has_min ? r.min_version : r.version;
+  p.clock = r.version;
+  if (!async()) return p;
+  if (r.has_min) p.min_stamp = r.min_version + 1;
+  if (config_.sync != config::Sync::kPsPlus) {
+    // ASP and SSP: the worker reads its own writes (every push applied).
+    p.answers = uint64_t{r.version} * table_.tensor(r.tensor).chunks;
+  }
+  if (config_.sync == config::Sync::kSsp && r.version > config_.staleness_bound) {
+    // About to compute its iteration `r.version`: the slowest worker must
+    // have pushed at least r.version - bound gradients of every chunk.
+    p.slowest = r.version - config_.staleness_bound;
+  }
+  return p;
+}
+
+void NetCore::pull_st(PendingPull p) {
   if (pull_queue_.size() >= list_capacity_) {
-    h.fail("pull: more than " + std::to_string(list_capacity_) +
-           " pulls are waiting on the net core; wait for some handles first");
+    p.handle.fail("pull: more than " + std::to_string(list_capacity_) +
+                  " pulls are waiting on the net core; wait for some handles first");
     return;
   }
-  pull_queue_.push_back(PendingPull{t, version, out, h, std::move(push)});
+  if (async() && p.slowest != 0 && pulls_->least_slowest_st(p.tensor) < p.slowest) ++ssp_waits_;
+  pull_queue_.push_back(std::move(p));
   pulls_dirty_ = true;
+}
+
+bool NetCore::pull_ready_st(const PendingPull& p) const {
+  if (p.push && !p.push->ready()) return false;
+  if (!async()) return version_in_st(p.tensor, p.version);
+  return version_in_st(p.tensor, 0) && pulls_->answers_st(p.tensor) >= p.answers &&
+         pulls_->least_slowest_st(p.tensor) >= p.slowest &&
+         pulls_->least_version_st(p.tensor) + 1 >= p.min_stamp;
 }
 
 uint32_t NetCore::complete_pulls_st() {
@@ -147,7 +209,21 @@ uint32_t NetCore::complete_pulls_st() {
       ++done;
       return true;
     }
-    if (!version_in_st(p.tensor, p.version) || (p.push && !p.push->ready())) return false;
+    if (!pull_ready_st(p)) return false;
+    uint32_t delivered = p.version;
+    if (async()) {
+      // The bytes were placed, maybe with non-temporal stores, as they came.
+      net::stream_fence();
+      delivered = pulls_->least_version_st(p.tensor);
+      base_[p.tensor] = delivered;
+      if (config_.sync == config::Sync::kSsp) {
+        // How far ahead of the slowest this worker goes on: its clock
+        // against the least slowest clock of the tensor's chunks.
+        const uint32_t least = pulls_->least_slowest_st(p.tensor);
+        if (p.clock > least) ssp_gap_max_ = std::max<uint64_t>(ssp_gap_max_, p.clock - least);
+      }
+    }
+    if (stats_.delivered) stats_.delivered[p.tensor].store(delivered, std::memory_order_release);
     const std::span<float> params = table_.tensor(p.tensor).params;
     if (p.out != params.data()) std::memmove(p.out, params.data(), params.size_bytes());
     p.handle.complete();

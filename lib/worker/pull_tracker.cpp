@@ -6,6 +6,7 @@
 #include <string>
 
 #include "net/stream_copy.h"
+#include "wire/header.h"
 
 namespace mercury::worker {
 
@@ -59,8 +60,74 @@ PullTracker::PullTracker(const TensorTable& table, const PullTrackerConfig& conf
     t.first_slot = id * window_;
     words += uint64_t{t.words} * window_;
   }
+  config_async_ = config.async;
+  if (config_async_) {
+    // No version window: the bitmaps stay empty.
+    words = 0;
+    async_.resize(n);
+    uint64_t chunks = 0;
+    for (TensorId id = 0; id < n; ++id) {
+      AsyncTensor& a = async_[id];
+      a.first = chunks;
+      a.version.at_least = tensors_[id].chunks;
+      a.slowest.at_least = tensors_[id].chunks;
+      chunks += tensors_[id].chunks;
+    }
+    newest_.assign(chunks, 0);
+    slowest_.assign(chunks, 0);
+  }
   bits_.assign(words, 0);
   arrived_.assign(uint64_t{n} * window_, 0);
+}
+
+bool PullTracker::raise(Least& l, const uint32_t* values, uint32_t chunks, uint32_t before,
+                        uint32_t after) {
+  if (after <= before || before != l.least) return false;
+  if (--l.at_least != 0) return false;
+  l.least = UINT32_MAX;
+  for (uint32_t c = 0; c < chunks; ++c) l.least = std::min(l.least, values[c]);
+  l.at_least = 0;
+  for (uint32_t c = 0; c < chunks; ++c) l.at_least += values[c] == l.least ? 1 : 0;
+  return true;
+}
+
+ChunkVerdict PullTracker::deliver_async_st(uint32_t key, uint32_t offset, uint32_t version,
+                                           uint32_t tag, std::span<const std::byte> payload) {
+  const KeyEntry* e = nullptr;
+  ChunkVerdict v = locate(key, offset, payload.size(), e);
+  if (v == ChunkVerdict::kPlaced) {
+    const TensorState& t = tensors_[e->tensor];
+    AsyncTensor& a = async_[e->tensor];
+    const uint32_t chunk = e->first_chunk + offset / chunk_bytes_;
+    uint32_t* newest = &newest_[a.first];
+    uint32_t* slowest = &slowest_[a.first];
+    // The transport delivers each packet once: every answer counts.
+    if ((tag & wire::kAggYours) != 0) ++a.answers;
+    const uint32_t clock = tag & wire::kAggSlowestMask;
+    if (clock > slowest[chunk]) {
+      const uint32_t before = slowest[chunk];
+      slowest[chunk] = clock;
+      raise(a.slowest, slowest, t.chunks, before, clock);
+    }
+    const uint32_t stamp = version + 1;
+    if (stamp > newest[chunk]) {
+      net::place_copy(e->base + offset, payload.data(), payload.size(),
+                      uint64_t{t.chunks} * chunk_bytes_);
+      counters_.bytes_placed += payload.size();
+      const uint32_t before = newest[chunk];
+      newest[chunk] = stamp;
+      if (raise(a.version, newest, t.chunks, before, stamp)) {
+        // Every chunk is at least this new now: fence the copies before
+        // the trainer can learn it.
+        net::stream_fence();
+        ++counters_.versions_completed;
+      }
+    } else {
+      v = ChunkVerdict::kOutrun;
+    }
+  }
+  ++counters_.verdicts[static_cast<size_t>(v)];
+  return v;
 }
 
 uint64_t PullTracker::memory_bytes() const {

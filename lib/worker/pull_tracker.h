@@ -23,6 +23,18 @@
 // every worker): they are recorded all the same. Versions start at
 // PullTrackerConfig::first_version (0: rank 0's initial parameters).
 //
+// The asynchronous modes (PullTrackerConfig::async: ASP, SSP, PS+) have no
+// version common to a tensor's chunks: each chunk moves on whenever some
+// worker's gradient is applied to it. deliver_async_st() then keeps, per
+// chunk, the newest version placed (an older one arriving later is outrun,
+// never copied over it) and the newest slowest clock heard, and per tensor
+// how many packets answered this worker's own pushes (wire::kAggYours: the
+// server sends exactly one per chunk per push it applied) and the least
+// version and slowest clock over its chunks (kept incrementally: a rescan
+// of the tensor's chunks only when the least one moves). awaited_st() is 1
+// once every chunk of the tensor has arrived at least once, so the start-up
+// (version 0 of every tensor) reads the same in every mode.
+//
 // PushTracker counts the blocks of a push that the transport has
 // settled (each block is one message) and completes the push Handle when
 // the last one is, successfully or with the first failure's text.
@@ -81,6 +93,9 @@ struct PullTrackerConfig {
   uint32_t window = 2;
   /// The first version awaited: 0, rank 0's initial parameters.
   uint32_t first_version = 0;
+  /// The asynchronous modes' bookkeeping (see the file comment) instead of
+  /// the version window: deliver_async_st() instead of deliver_st().
+  bool async = false;
 };
 
 struct PullCounters {
@@ -111,9 +126,30 @@ class PullTracker {
   ChunkVerdict deliver_st(uint32_t key, uint32_t offset, uint32_t version,
                           std::span<const std::byte> payload);
 
+  /// The asynchronous receive path for one chunk: `tag` is the packet's
+  /// wire iteration (wire::kAggYours | slowest clock). See the file comment.
+  ChunkVerdict deliver_async_st(uint32_t key, uint32_t offset, uint32_t version, uint32_t tag,
+                                std::span<const std::byte> payload);
+  /// Asynchronous: packets that answered this worker's pushes of `tensor`
+  /// (chunks x pushes applied), the least version over its chunks (valid
+  /// once awaited_st() is 1), and the least slowest clock over them.
+  [[nodiscard]] uint64_t answers_st(TensorId tensor) const { return async_[tensor].answers; }
+  [[nodiscard]] uint32_t least_version_st(TensorId tensor) const {
+    return async_[tensor].version.least - 1;
+  }
+  [[nodiscard]] uint32_t least_slowest_st(TensorId tensor) const {
+    return async_[tensor].slowest.least;
+  }
+  /// Chunks per tensor.
+  [[nodiscard]] uint32_t chunks_st(TensorId tensor) const { return tensors_[tensor].chunks; }
+
   /// The oldest version of `tensor` not yet complete: every version before
-  /// it is in the trainer's buffer (the fence is done).
-  [[nodiscard]] uint32_t awaited_st(TensorId tensor) const { return tensors_[tensor].awaited; }
+  /// it is in the trainer's buffer (the fence is done). Asynchronous: 1 once
+  /// every chunk arrived, else 0.
+  [[nodiscard]] uint32_t awaited_st(TensorId tensor) const {
+    if (config_async_) return async_[tensor].version.least != 0 ? 1 : 0;
+    return tensors_[tensor].awaited;
+  }
   /// Chunks of `version` of `tensor` recorded so far (0 outside the window).
   [[nodiscard]] uint32_t arrived_st(TensorId tensor, uint32_t version) const;
   /// The tensor of block `key`, which deliver_st() has just placed (so valid).
@@ -144,8 +180,28 @@ class PullTracker {
   }
   bool test(const TensorState& t, uint32_t slot, uint32_t chunk) const;
   void advance(TensorState& t);
+  // The least of a tensor's per-chunk values, which only grow: how many
+  // chunks hold it; when none does any more, a rescan finds the new least.
+  struct Least {
+    uint32_t least = 0;
+    uint32_t at_least = 0;
+  };
+  struct AsyncTensor {
+    uint64_t answers = 0;
+    uint64_t first = 0;  // the tensor's first chunk in newest_ and slowest_
+    Least version;       // over newest_ (version + 1; 0 = nothing yet)
+    Least slowest;       // over slowest_
+  };
+  // A chunk's value went from `before` up to `after`: keeps `l` right.
+  // Returns true when the least moved.
+  static bool raise(Least& l, const uint32_t* values, uint32_t chunks, uint32_t before,
+                    uint32_t after);
 
   uint32_t window_;
+  bool config_async_ = false;
+  std::vector<AsyncTensor> async_;
+  std::vector<uint32_t> newest_;  // per chunk of the model, tensor by tensor
+  std::vector<uint32_t> slowest_;
   uint32_t chunk_bytes_;
   std::vector<KeyEntry> keys_;
   std::vector<TensorState> tensors_;

@@ -1,5 +1,7 @@
 #include "worker/pull_tracker.h"
 
+#include "wire/header.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -340,6 +342,81 @@ TEST_F(PullTrackerSmall, PushFailsWithTheFirstErrorOnceAllAreSettled) {
   // A new push can start.
   Handle next;
   EXPECT_EQ(tracker.start_st(0, next), StartResult::kStarted);
+}
+
+// The asynchronous bookkeeping (ASP, SSP, PS+), chunk by chunk over the real
+// ResNet-50 shapes: versions arrive per chunk in any order, an older one
+// never overwrites a newer one, the tensor's least version and least slowest
+// clock move exactly when their last laggard moves, and every packet tagged
+// as answering this worker's push is counted once.
+TEST(PullTrackerAsync, LeastVersionSlowestClockAndAnswersPerTensor) {
+  Model m(resnet50(), 2, kChunkBytes1500);
+  PullTracker tracker(m.table, {.window = 2, .first_version = 0, .async = true});
+  std::mt19937 rng(13);
+  const TensorId big = 159;  // fc.weight: 2048000 elements, many chunks
+  ASSERT_GT(m.table.tensor(big).chunks, 1000u);
+  for (TensorId id = 0; id < m.table.tensors(); ++id) EXPECT_EQ(tracker.awaited_st(id), 0u);
+  // Version 0 of everything, shuffled: each tensor is in (awaited 1) once its
+  // last chunk lands.
+  std::vector<Chunk> feed = m.all_chunks(0);
+  std::shuffle(feed.begin(), feed.end(), rng);
+  std::vector<uint32_t> left(m.table.tensors());
+  for (TensorId id = 0; id < m.table.tensors(); ++id) left[id] = m.table.tensor(id).chunks;
+  for (const Chunk& c : feed) {
+    EXPECT_EQ(tracker.awaited_st(c.tensor), 0u);
+    EXPECT_EQ(tracker.deliver_async_st(c.key, c.offset, 0, 0, c.payload), ChunkVerdict::kPlaced);
+    EXPECT_EQ(tracker.awaited_st(c.tensor), --left[c.tensor] == 0 ? 1u : 0u);
+  }
+  EXPECT_EQ(tracker.counters_st().versions_completed, m.table.tensors());
+  EXPECT_EQ(tracker.least_version_st(big), 0u);
+
+  // Every chunk of the big tensor gets 1..3 newer versions, in a random
+  // order with older ones after newer ones; half the packets answer this
+  // worker, and each carries a slowest clock equal to its version.
+  std::vector<Chunk> all = m.all_chunks(0);
+  std::vector<Chunk> updates;
+  std::vector<uint32_t> top;
+  uint64_t answers = 0;
+  std::vector<bool> yours;
+  for (const Chunk& c : all) {
+    if (c.tensor != big) continue;
+    const BlockGeometry& p = m.table.blocks(big)[c.key - m.table.tensor(big).first_key];
+    const uint32_t n = 1 + rng() % 3;
+    for (uint32_t v = 1; v <= n; ++v) {
+      updates.push_back(make_chunk(p, big, c.offset / kChunkBytes1500, v, kChunkBytes1500));
+    }
+    top.push_back(n);
+  }
+  std::shuffle(updates.begin(), updates.end(), rng);
+  uint32_t placed = 0, outrun = 0;
+  for (const Chunk& c : updates) {
+    const bool mine = rng() % 2 == 0;
+    answers += mine ? 1 : 0;
+    const uint32_t tag = c.version | (mine ? wire::kAggYours : 0);
+    const ChunkVerdict v = tracker.deliver_async_st(c.key, c.offset, c.version, tag, c.payload);
+    placed += v == ChunkVerdict::kPlaced;
+    outrun += v == ChunkVerdict::kOutrun;
+  }
+  EXPECT_EQ(placed + outrun, updates.size());
+  EXPECT_GT(outrun, 0u);
+  EXPECT_EQ(tracker.answers_st(big), answers);
+  const uint32_t least = *std::min_element(top.begin(), top.end());
+  EXPECT_EQ(tracker.least_version_st(big), least);
+  EXPECT_EQ(tracker.least_slowest_st(big), least);
+  // The buffer holds each chunk's newest version, whatever the arrival order.
+  size_t chunk = 0;
+  for (const BlockGeometry& p : m.table.blocks(big)) {
+    for (uint32_t j = 0; j < p.chunks; ++j, ++chunk) {
+      const uint64_t first = uint64_t{j} * kChunkBytes1500 / 4;
+      EXPECT_EQ(m.buffers[big][p.first_element + first], value_of(p.key, first, top[chunk]));
+    }
+  }
+  // Other tensors did not move; a bad chunk is refused, not counted.
+  EXPECT_EQ(tracker.least_version_st(0), 0u);
+  EXPECT_EQ(tracker.answers_st(0), 0u);
+  std::vector<std::byte> junk(100);
+  EXPECT_EQ(tracker.deliver_async_st(0, 7, 9, wire::kAggYours, junk), ChunkVerdict::kBadOffset);
+  EXPECT_EQ(tracker.answers_st(0), 0u);
 }
 
 }  // namespace

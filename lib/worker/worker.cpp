@@ -177,6 +177,9 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   c.rank = me->rank;
   c.idle.mode = me->poll;
   c.optimizer = std::string(config::to_string(job.training.optimizer));
+  c.sync = job.training.sync;
+  c.staleness_bound = job.training.staleness_bound;
+  c.pulls.async = c.sync != config::Sync::kBsp;
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
     c.servers.push_back(ServerSpec{{s->name, s->ipv4.value, s->udp_port, 0}, s->shards});
@@ -320,8 +323,10 @@ Handle Worker::start_async() {
   }
   i.table.freeze(i.core.total_shards(), i.core.chunk_bytes);
   i.iterations = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
+  // Published to the net core with the start request, below.
+  i.stats.delivered = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
   Handle h;
-  Request r{Request::Kind::kStart, 0, 0, 0, 0, nullptr, nullptr, h, std::nullopt};
+  Request r{Request::Kind::kStart, 0, 0, 0, 0, false, 0, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "start");
   i.start = h;
   return h;
@@ -344,7 +349,7 @@ Handle Worker::push(Key key, std::span<const float> grad) {
   i.table.check_push(key, grad);
   Handle h;
   const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
-  Request r{Request::Kind::kPush, key, it, 0, 0, grad.data(), nullptr, h, std::nullopt};
+  Request r{Request::Kind::kPush, key, it, 0, 0, false, 0, grad.data(), nullptr, h, std::nullopt};
   i.submit(r, "push");
   return h;
 }
@@ -356,10 +361,35 @@ Handle Worker::pull(Key key, std::span<float> out) {
   i.table.check_pull(key, out);
   Handle h;
   const uint32_t version = i.iterations[key].load(std::memory_order_acquire);
-  Request r{Request::Kind::kPull, key, 0, version, 0, nullptr, out.data(), h, std::nullopt};
+  Request r{Request::Kind::kPull, key, 0,           version, 0, false, 0, nullptr,
+            out.data(),           h,   std::nullopt};
   i.submit(r, "pull");
   return h;
 }
+
+Handle Worker::pull(Key key, std::span<float> out, uint32_t min_version) {
+  Impl& i = *impl_;
+  i.check_live("pull");
+  i.ensure_started(*this);
+  i.table.check_pull(key, out);
+  Handle h;
+  const uint32_t version = i.iterations[key].load(std::memory_order_acquire);
+  Request r{Request::Kind::kPull, key, 0,           version, min_version, true, 0, nullptr,
+            out.data(),           h,   std::nullopt};
+  i.submit(r, "pull");
+  return h;
+}
+
+uint32_t Worker::version(Key key) const {
+  const Impl& i = *impl_;
+  if (!i.stats.delivered || key >= i.table.tensors()) {
+    throw UsageError("version: no tensor with key " + std::to_string(key) +
+                     (i.stats.delivered ? "" : " (the worker has not started)"));
+  }
+  return i.stats.delivered[key].load(std::memory_order_acquire);
+}
+
+std::string_view Worker::sync() const { return config::to_string(impl_->core.sync); }
 
 Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> out) {
   Impl& i = *impl_;
@@ -370,7 +400,8 @@ Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> 
   Handle h;
   Handle pushed;
   const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
-  Request r{Request::Kind::kPushPull, key, it, it + 1, 0, grad.data(), out.data(), h, pushed};
+  Request r{
+      Request::Kind::kPushPull, key, it, it + 1, 0, false, 0, grad.data(), out.data(), h, pushed};
   i.submit(r, "push_pull");
   return h;
 }
@@ -381,7 +412,8 @@ Handle Worker::barrier_async() {
   i.ensure_started(*this);
   Handle h;
   const uint64_t generation = i.barrier_generation.fetch_add(1, std::memory_order_relaxed);
-  Request r{Request::Kind::kBarrier, 0, 0, 0, generation, nullptr, nullptr, h, std::nullopt};
+  Request r{
+      Request::Kind::kBarrier, 0, 0, 0, 0, false, generation, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "barrier");
   return h;
 }
@@ -403,7 +435,7 @@ void Worker::shutdown() {
   }
   while (i.callers.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   Handle stopped;
-  Request r{Request::Kind::kStop, 0, 0, 0, 0, nullptr, nullptr, stopped, std::nullopt};
+  Request r{Request::Kind::kStop, 0, 0, 0, 0, false, 0, nullptr, nullptr, stopped, std::nullopt};
   while (!i.queue.try_push_mp(r)) std::this_thread::yield();
   i.doorbell.ring();
   if (i.polled) {
@@ -477,6 +509,11 @@ WorkerStats Worker::stats() const {
   w.retransmits = s.retransmits.load(std::memory_order_relaxed);
   w.chunks_dropped = s.chunks_dropped.load(std::memory_order_relaxed);
   w.control_dropped = s.control_dropped.load(std::memory_order_relaxed);
+  w.staleness_sum = s.staleness_sum.load(std::memory_order_relaxed);
+  w.stale_pushes = s.stale_pushes.load(std::memory_order_relaxed);
+  w.staleness_max = s.staleness_max.load(std::memory_order_relaxed);
+  w.ssp_waits = s.ssp_waits.load(std::memory_order_relaxed);
+  w.ssp_gap_max = s.ssp_gap_max.load(std::memory_order_relaxed);
   return w;
 }
 

@@ -176,6 +176,25 @@ int mercury_worker_pull(mercury_worker* w, uint32_t key, float* out, size_t elem
   return guarded([&] { wrap(w->worker.pull(key, {out, elements}), handle_out); });
 }
 
+int mercury_worker_pull_min(mercury_worker* w, uint32_t key, float* out, size_t elements,
+                            uint32_t min_version, mercury_handle** handle_out) {
+  if (w == nullptr) return null_argument("mercury_worker_pull_min", "worker");
+  if (handle_out == nullptr) return null_argument("mercury_worker_pull_min", "handle_out");
+  if (out == nullptr && elements != 0) return null_argument("mercury_worker_pull_min", "out");
+  return guarded([&] { wrap(w->worker.pull(key, {out, elements}, min_version), handle_out); });
+}
+
+int mercury_worker_version(mercury_worker* w, uint32_t key, uint32_t* version_out) {
+  if (w == nullptr) return null_argument("mercury_worker_version", "worker");
+  if (version_out == nullptr) return null_argument("mercury_worker_version", "version_out");
+  return guarded([&] { *version_out = w->worker.version(key); });
+}
+
+const char* mercury_worker_sync(const mercury_worker* w) {
+  // config::to_string's literals: static storage, NUL-terminated.
+  return w != nullptr ? w->worker.sync().data() : nullptr;
+}
+
 int mercury_worker_push_pull(mercury_worker* w, uint32_t key, const float* grad, float* out,
                              size_t elements, mercury_handle** handle_out) {
   if (w == nullptr) return null_argument("mercury_worker_push_pull", "worker");

@@ -209,12 +209,23 @@ class Worker:
         must not change until then."""
         return Handle(self._w.push(self._key(key), _as_buffer(grad, "push")))
 
-    def pull(self, key: Key, out: Any = None) -> Handle:
-        """Pulls the newest version this worker's pushes of ``key`` lead to,
-        into ``out`` (default: the declared buffer, with no copy)."""
+    def pull(self, key: Key, out: Any = None, min_version: Optional[int] = None) -> Handle:
+        """Pulls ``key`` into ``out`` (default: the declared buffer, with no
+        copy): under bsp the version this worker's pushes lead to; in the
+        other modes what the job's ``training.sync`` says (docs/worker.md,
+        "Modes"). With ``min_version``, also not before every chunk of the
+        tensor is at least that version."""
         k = self._key(key)
         target = self._buffers[k] if out is None else _as_buffer(out, "pull")
-        return Handle(self._w.pull(k, target))
+        if min_version is None:
+            return Handle(self._w.pull(k, target))
+        return Handle(self._w.pull_min(k, target, int(min_version)))
+
+    def version(self, key: Key) -> int:
+        """The version the last completed pull (or push_pull) of ``key``
+        delivered: its version under bsp, the least over its chunks
+        otherwise."""
+        return self._w.version(self._key(key))
 
     def push_pull(self, key: Key, grad: Any, out: Any = None) -> Handle:
         """push(key, grad), then pull of the version it leads to into ``out``
@@ -267,6 +278,11 @@ class Worker:
     def started(self) -> bool:
         """True once start() has succeeded."""
         return self._w.started()
+
+    @property
+    def sync(self) -> str:
+        """The job's ``training.sync``: ``bsp``, ``asp``, ``ssp`` or ``psplus``."""
+        return self._w.sync()
 
     @property
     def optimizer(self) -> str:

@@ -275,6 +275,18 @@ class PyWorker {
     return h;
   }
 
+  std::shared_ptr<PyHandle> pull_min(mw::Key key, const py::object& out, uint32_t min_version) {
+    FloatBuffer o = float_buffer(out, true, "pull");
+    mw::Worker& w = live();
+    auto h = std::make_shared<PyHandle>();
+    {
+      py::gil_scoped_release release;
+      h->handle = w.pull(key, std::span<float>(o.data, o.elements), min_version);
+    }
+    h->keep.push_back(std::move(o.owner));
+    return h;
+  }
+
   std::shared_ptr<PyHandle> push_pull(mw::Key key, const py::object& grad, const py::object& out) {
     FloatBuffer g = float_buffer(grad, false, "push_pull (grad)");
     FloatBuffer o = float_buffer(out, true, "push_pull (out)");
@@ -318,6 +330,8 @@ class PyWorker {
   uint32_t tensors() const { return live().tensors(); }
   bool started() const { return live().started(); }
   std::string optimizer() const { return std::string(live().optimizer()); }
+  std::string sync() const { return std::string(live().sync()); }
+  uint32_t version(mw::Key key) const { return live().version(key); }
   bool timeline_enabled() const { return live().timeline_enabled(); }
   void timeline_span(const std::string& name, const std::string& track, uint64_t begin_ns,
                      uint64_t end_ns) {
@@ -336,6 +350,11 @@ class PyWorker {
     d["retransmits"] = s.retransmits;
     d["chunks_dropped"] = s.chunks_dropped;
     d["control_dropped"] = s.control_dropped;
+    d["staleness_sum"] = s.staleness_sum;
+    d["stale_pushes"] = s.stale_pushes;
+    d["staleness_max"] = s.staleness_max;
+    d["ssp_waits"] = s.ssp_waits;
+    d["ssp_gap_max"] = s.ssp_gap_max;
     return d;
   }
 
@@ -388,6 +407,9 @@ PYBIND11_MODULE(_mercury, m) {
       .def("start", &PyWorker::start)
       .def("push", &PyWorker::push)
       .def("pull", &PyWorker::pull)
+      .def("pull_min", &PyWorker::pull_min)
+      .def("version", &PyWorker::version)
+      .def("sync", &PyWorker::sync)
       .def("push_pull", &PyWorker::push_pull)
       .def("barrier", &PyWorker::barrier)
       .def("barrier_async", &PyWorker::barrier_async)

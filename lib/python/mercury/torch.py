@@ -47,8 +47,9 @@ rank keeps its own); a parameter's arrival is waited for by the module that
 owns it, so one used elsewhere too (weights tied across modules,
 F.linear(x, other.weight)) needs synchronize() before that use; a parameter
 that got no gradient pushes zeros, which momentum and Adam on the server
-still apply (torch's optimizers skip a None gradient); BSP only, the one
-sync mode the servers run today.
+still apply (torch's optimizers skip a None gradient). Each parameter's
+push_pull follows the job's ``training.sync`` (docs/worker.md, "Modes"); the
+end-to-end tests of this module run bsp.
 """
 
 from __future__ import annotations

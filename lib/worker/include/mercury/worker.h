@@ -42,6 +42,25 @@
 // (the servers refuse a gradient from parameters they have not produced
 // yet).
 //
+// Modes (training.sync; docs/worker.md has the table). Under asp, ssp and
+// psplus the servers apply each worker's gradient on its own as it
+// arrives, so a tensor's chunks move on independently: a tensor's version
+// is then the least version over its chunks (version() after a pull), and
+// push's gradient is taken as computed from the version the tensor's last
+// pull delivered (its staleness, against the newest version in place when
+// it goes, is in stats()). A push waits on the net core until the tensor's
+// previous push was applied. pull(key, out):
+//  * asp: once every push of this worker of the tensor has been applied (it
+//    reads its own updates), with whatever others' updates came with them;
+//  * ssp: the same, and not before the slowest worker has pushed at least
+//    (this worker's pushes - training.staleness_bound) gradients of every
+//    chunk: a worker too far ahead waits here, before it computes;
+//  * psplus: at once, with the newest version in place (the servers send
+//    every version to every worker as it is made: the eager pull), and
+//    push_pull's pull part once its push is acknowledged;
+//  * pull(key, out, min_version), any mode: not before every chunk of the
+//    tensor is at least min_version.
+//
 // Buffers. Aggregated parameters are written by the net core straight into
 // the buffer given to declare(), chunk by chunk; a pull(key, out) with
 // `out` another buffer copies them there when the version is complete. A
@@ -121,6 +140,16 @@ struct WorkerStats {
   uint64_t retransmits = 0;         ///< packets the worker sent again (loss, reordering)
   uint64_t chunks_dropped = 0;      ///< chunks dropped on arrival (stale, duplicate, malformed)
   uint64_t control_dropped = 0;     ///< servers' control messages dropped (malformed, unexpected)
+  /// Asynchronous modes: the staleness of this worker's pushes, each the
+  /// versions every chunk of its tensor had moved on since the pull its
+  /// gradient came from: summed, how many were not 0, and the largest.
+  uint64_t staleness_sum = 0;
+  uint64_t stale_pushes = 0;
+  uint64_t staleness_max = 0;
+  /// ssp: pulls that had to wait for the slowest worker, and the largest
+  /// gap (own pushes - the slowest's) at which a pull completed (<= bound).
+  uint64_t ssp_waits = 0;
+  uint64_t ssp_gap_max = 0;
 };
 
 class Worker {
@@ -162,6 +191,13 @@ class Worker {
   /// The newest version this worker's pushes of `key` lead to (see the file
   /// comment), into `out` (the declared buffer: no copy). Throws UsageError.
   Handle pull(Key key, std::span<float> out);
+  /// pull(key, out), completing no earlier than when every chunk of the
+  /// tensor is at least `min_version` (see Modes). Throws UsageError.
+  Handle pull(Key key, std::span<float> out, uint32_t min_version);
+  /// The version the last completed pull (or push_pull) of `key` delivered:
+  /// BSP its version; otherwise the least version over the tensor's chunks.
+  /// 0 before any. Throws UsageError (no such key).
+  [[nodiscard]] uint32_t version(Key key) const;
   /// push(key, grad), then pull(key, out) of the version it leads to; the
   /// handle completes when both have. Throws UsageError.
   Handle push_pull(Key key, std::span<const float> grad, std::span<float> out);
@@ -187,6 +223,9 @@ class Worker {
   [[nodiscard]] uint32_t rank() const;     ///< among the job's workers, file order
   [[nodiscard]] uint32_t workers() const;  ///< in the job
   [[nodiscard]] uint32_t tensors() const;  ///< declared so far
+  /// The job's training.sync as the job file spells it ("bsp", "asp",
+  /// "ssp", "psplus").
+  [[nodiscard]] std::string_view sync() const;
   /// The job's training.optimizer as the job file spells it ("sgd",
   /// "momentum", "adam" or "sum"). With "sum" every version of a tensor is
   /// the workers' averaged gradient, for the trainer's own optimizer; with

@@ -91,6 +91,15 @@ int mercury_worker_pull(mercury_worker* worker, uint32_t key, float* out, size_t
                         mercury_handle** handle_out);
 int mercury_worker_push_pull(mercury_worker* worker, uint32_t key, const float* grad, float* out,
                              size_t elements, mercury_handle** handle_out);
+/* mercury_worker_pull that also waits until every chunk of the tensor is at
+ * least min_version (Worker::pull(key, out, min_version)). */
+int mercury_worker_pull_min(mercury_worker* worker, uint32_t key, float* out, size_t elements,
+                            uint32_t min_version, mercury_handle** handle_out);
+/* The version the last completed pull of `key` delivered (Worker::version). */
+int mercury_worker_version(mercury_worker* worker, uint32_t key, uint32_t* version_out);
+/* The job's training.sync ("bsp", "asp", "ssp" or "psplus"); static storage.
+ * NULL for a NULL worker. */
+const char* mercury_worker_sync(const mercury_worker* worker);
 int mercury_worker_barrier(mercury_worker* worker);
 /* mercury_worker_barrier without waiting: *handle_out completes when every
  * rank has reached this generation. */

@@ -1,0 +1,189 @@
+#include "free_rounds.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "../common/synthetic.h"
+
+namespace mercury::trainer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A multiple of 2^-6 in [-1, 1].
+float on_grid(apps::Noise& n) { return std::round(n.next() * 64.0f) / 64.0f; }
+
+void grid_gradient(std::vector<float>& g, uint32_t rank, size_t tensor) {
+  apps::Noise n{0x2545f4914f6cdd1dull * ((uint64_t{rank} + 1) * 1009 + tensor + 1)};
+  for (float& x : g) x = on_grid(n);
+}
+
+}  // namespace
+
+void grid_initial(std::vector<float>& p, size_t tensor) {
+  apps::Noise n{0x6a09e667f3bcc909ull + tensor};
+  for (float& x : p) x = on_grid(n);
+}
+
+bool free_rounds_checkable(const config::TrainingConfig& t) {
+  if (t.optimizer != config::Optimizer::kSgd) {
+    throw std::runtime_error(
+        "ps-worker --compute-ms checks the final parameters of training.optimizer sgd; the job "
+        "asks for " +
+        std::string(config::to_string(t.optimizer)) +
+        " (momentum and adam keep state whose result depends on the order the servers applied "
+        "the gradients in)");
+  }
+  int exponent = 0;
+  if (std::frexp(t.learning_rate, &exponent) != 0.5) {
+    throw std::runtime_error(
+        "ps-worker --compute-ms needs a learning rate that is a power of two (e.g. 0.0625), so "
+        "that the final parameters are exact in any order; the job has " +
+        std::to_string(t.learning_rate));
+  }
+  return t.sync != config::Sync::kPsPlus || t.staleness_lr == config::StalenessLr::kNone;
+}
+
+int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
+                    const std::vector<agg::TensorDecl>& decls,
+                    std::vector<std::vector<float>>& params, const FreeOptions& o) {
+  const bool checkable = free_rounds_checkable(t);
+  const uint32_t rank = w.rank();
+  const uint32_t n = w.workers();
+  const double factor = rank == o.straggler_rank ? o.straggler_factor : 1.0;
+  const auto compute = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(o.compute_ms * factor));
+  std::vector<std::vector<float>> grads(decls.size());
+  for (size_t k = 0; k < decls.size(); ++k) {
+    grads[k].resize(decls[k].elements);
+    grid_gradient(grads[k], rank, k);
+  }
+  std::printf("%s: free-running rounds, compute %.1f ms a round%s, training.sync %s\n",
+              o.node.c_str(), o.compute_ms * factor,
+              factor != 1.0 ? " (the straggler)" : "", std::string(w.sync()).c_str());
+  std::fflush(stdout);
+  std::vector<worker::Handle> pending(decls.size());
+  auto wait_all = [&](const char* what, uint32_t round) {
+    for (size_t k = 0; k < decls.size(); ++k) {
+      if (!pending[k].wait()) {
+        std::fprintf(stderr, "ps-worker: %s %u, tensor %s: %s\n", what, round,
+                     decls[k].name.c_str(), std::string(pending[k].error()).c_str());
+        return false;
+      }
+    }
+    return true;
+  };
+  double total_s = 0;
+  auto round_start = Clock::now();
+  for (uint32_t round = 0; round < o.rounds; ++round) {
+    // Compute stands for the forward and backward passes: the trainer
+    // sleeps, leaving the CPU to the net cores.
+    std::this_thread::sleep_until(round_start + compute);
+    for (size_t k = decls.size(); k-- > 0;) {
+      pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
+    }
+    if (!wait_all("round", round + 1)) return 1;
+    const auto end = Clock::now();
+    const double secs = std::chrono::duration<double>(end - round_start).count();
+    if (round > 0) total_s += secs;
+    const worker::WorkerStats s = w.stats();
+    std::printf(
+        "%s round %3u: %7.3f s iteration (compute %.3f s), staleness max %llu, ssp waits %llu, "
+        "retransmissions %llu\n",
+        o.node.c_str(), round + 1, secs, std::chrono::duration<double>(compute).count(),
+        static_cast<unsigned long long>(s.staleness_max),
+        static_cast<unsigned long long>(s.ssp_waits),
+        static_cast<unsigned long long>(s.retransmits));
+    std::fflush(stdout);
+    round_start = end;
+  }
+
+  // Every rank's every push is in (or, psplus, on its way: acknowledged
+  // before the barrier, so applied before anything pushed after it).
+  w.barrier();
+  for (size_t k = decls.size(); k-- > 0;) {
+    std::fill(grads[k].begin(), grads[k].end(), 0.0f);
+    pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
+  }
+  if (!wait_all("final push", 0)) return 1;
+  const bool bsp = t.sync == config::Sync::kBsp;
+  const uint32_t after_all = bsp ? o.rounds + 1 : n * o.rounds + 1;
+  if (!bsp) {
+    for (size_t k = 0; k < decls.size(); ++k) {
+      pending[k] = w.pull(static_cast<worker::Key>(k), params[k], after_all);
+    }
+    if (!wait_all("final pull", 0)) return 1;
+  }
+  uint64_t wrong = 0, old = 0;
+  if (checkable) {
+    std::vector<double> sum;
+    std::vector<float> g;
+    for (size_t k = 0; k < decls.size(); ++k) {
+      if (w.version(static_cast<worker::Key>(k)) < after_all) ++old;
+      sum.assign(decls[k].elements, 0.0);
+      g.resize(decls[k].elements);
+      for (uint32_t r = 0; r < n; ++r) {
+        grid_gradient(g, r, k);
+        for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+      }
+      std::vector<float> want(decls[k].elements);
+      grid_initial(want, k);
+      if (bsp) {
+        // Each round as the servers compute it (reference.h): the rank-order
+        // sum (exact on the grid) times 1/N, then the step; 1/N need not be
+        // a power of two, so the rounds are replayed in float.
+        const float scale = 1.0f / static_cast<float>(n);
+        const auto lr = static_cast<float>(t.learning_rate);
+        for (size_t i = 0; i < want.size(); ++i) {
+          const float avg = static_cast<float>(sum[i]) * scale;
+          for (uint32_t r = 0; r < o.rounds; ++r) want[i] = want[i] - lr * avg;
+        }
+      } else {
+        const double step = t.learning_rate * o.rounds;
+        for (size_t i = 0; i < want.size(); ++i) {
+          want[i] = static_cast<float>(static_cast<double>(want[i]) - step * sum[i]);
+        }
+      }
+      // Exactly equal as numbers: the servers' order of operations may give
+      // -0 where this sum gives +0, every other value has one encoding.
+      size_t i = 0;
+      while (i < want.size() && want[i] == params[k][i]) ++i;
+      if (i != want.size()) {
+        ++wrong;
+        std::fprintf(stderr, "ps-worker: %s: tensor %s element %zu is %.9g, not %.9g\n",
+                     o.node.c_str(), decls[k].name.c_str(), i, static_cast<double>(params[k][i]),
+                     static_cast<double>(want[i]));
+      }
+    }
+  }
+  w.barrier();  // nobody leaves before every rank has its final parameters
+  const worker::WorkerStats s = w.stats();
+  const uint32_t timed = o.rounds > 1 ? o.rounds - 1 : 1;
+  std::printf(
+      "%s: done, %u free-running rounds, mean iteration %.4f s (rounds 2..%u), pushes stale %llu "
+      "(staleness sum %llu, max %llu), ssp waits %llu (gap max %llu), %s\n",
+      o.node.c_str(), o.rounds, total_s / timed, o.rounds,
+      static_cast<unsigned long long>(s.stale_pushes),
+      static_cast<unsigned long long>(s.staleness_sum),
+      static_cast<unsigned long long>(s.staleness_max), static_cast<unsigned long long>(s.ssp_waits),
+      static_cast<unsigned long long>(s.ssp_gap_max),
+      !checkable ? "final parameters not checked (psplus scales stale updates' learning rate)"
+      : wrong == 0 && old == 0 ? "the final parameters exact"
+                               : "MISMATCH");
+  std::fflush(stdout);
+  if (checkable && (wrong != 0 || old != 0)) {
+    std::fprintf(stderr,
+                 "ps-worker: %llu tensors differ from the reference, %llu older than version %u\n",
+                 static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(old),
+                 after_all);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace mercury::trainer

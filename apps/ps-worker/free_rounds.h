@@ -1,0 +1,64 @@
+// ps-worker --compute-ms: free-running rounds, the way the synchronisation
+// modes differ. Each round the trainer "computes" (sleeps compute_ms, or
+// factor x compute_ms on the straggler's rank), then push_pulls every tensor,
+// last layer first, and waits for them; there is no barrier between rounds,
+// so each rank goes at the pace its mode allows: under bsp every rank waits
+// for the slowest's gradient every round, under asp and psplus nobody waits
+// for anyone, under ssp a rank waits only when it would get more than
+// training.staleness_bound rounds ahead of the slowest (docs/worker.md).
+//
+// Values on a grid, so the final parameters are known bit for bit whatever
+// order the servers applied the gradients in: initial values are multiples
+// of 2^-6 in [-1, 1], each rank's gradient (the same every round) multiples
+// of 2^-6 in [-1, 1], the learning rate a power of two; every partial sum is
+// then exact in float, and the end state is
+//   bsp:                 initial - rounds x lr x (sum over ranks of g) / N
+//                        (replayed round by round in float as the servers
+//                        compute it: 1/N is not always a power of two)
+//   asp, ssp, psplus:    initial - rounds x lr x (sum over ranks of g)
+// (psplus only with staleness_lr none: a stale update's learning rate is
+// otherwise scaled, and the result depends on the order). After the rounds,
+// a barrier, then one more push_pull of zeros, which changes nothing but
+// returns, once applied, the parameters after every rank's every push; in
+// psplus its pull is eager, so a pull waits for version (N x rounds + 1),
+// the first one that can follow them all. Then every tensor is compared.
+//
+// Each round prints its time and the compute in it; the summary gives the
+// mean iteration time of the rounds after the first. Control path, one
+// trainer thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "agg/placement.h"
+#include "config/config.h"
+#include "mercury/worker.h"
+
+namespace mercury::trainer {
+
+struct FreeOptions {
+  std::string node;
+  uint32_t rounds = 10;
+  double compute_ms = 0;
+  uint32_t straggler_rank = UINT32_MAX;  // none
+  double straggler_factor = 1;
+};
+
+/// Refuses (std::runtime_error, saying why) a job whose end state is not
+/// known bit for bit: an optimizer other than sgd, a learning rate that is
+/// not a power of two. Returns whether the end state can be checked (false
+/// for psplus with a staleness_lr rule other than none).
+bool free_rounds_checkable(const config::TrainingConfig& t);
+
+/// Rank 0's initial values of `tensor` on the grid.
+void grid_initial(std::vector<float>& p, size_t tensor);
+
+/// Runs the rounds on a started worker whose declared buffers are `params`
+/// (holding grid_initial()). Returns 0, or 1 after printing why.
+int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
+                    const std::vector<agg::TensorDecl>& decls,
+                    std::vector<std::vector<float>>& params, const FreeOptions& o);
+
+}  // namespace mercury::trainer

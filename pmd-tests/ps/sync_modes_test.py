@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""Every synchronisation mode end to end, in processes: ps-server and ps-worker processes
+over net_memif (through ps-demo), and over net_af_packet in network namespaces on a bridge,
+each with the link emulator losing 2 %, reordering 1 % and duplicating 1 % of the frames on
+every TX queue. Each worker runs free-running rounds (ps-worker --compute-ms) with rank 1 a
+straggler 3x slower, then checks the final parameters bit for bit: every rank's every
+gradient applied exactly once (values on a grid, so any order gives the same result;
+psplus with staleness_lr none for that, its learning-rate rule is unit-tested in lib/agg).
+Also checked: ssp's largest gap to the slowest never above its bound, and the server's
+clean stop with nothing lost.
+
+  sync_modes_test.py BUILD_DIR MODEL_FILE [memif|namespaces ...]
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+MODES = [("asp", ""), ("ssp", "staleness_bound: 1, "), ("psplus", "staleness_lr: none, "),
+         ("bsp", "")]
+LINK = "link: {loss: 0.02, reorder: 0.01, duplicate: 0.01, seed: 7}"
+ROUNDS = 4
+WORKERS = 3
+
+
+def job_head(mode, extra, name):
+    return "\n".join([
+        "job: {id: 41, name: %s}" % name,
+        "network: {mtu: 1500, peer_timeout_ms: 20000}",
+        "mempool: {mbufs: 8191, cache: 128}",
+        "eal: {memory_mb: 256, hugepages: off}",
+        "training: {sync: %s, %soptimizer: sgd, learning_rate: 0.0625}" % (mode, extra),
+        LINK, ""])
+
+
+def memif_job(mode, extra, tag):
+    y = [job_head(mode, extra, tag), "nodes:",
+         "  - name: server0", "    role: server", "    ipv4: 10.0.0.1",
+         "    mac: 02:00:00:00:00:01", "    ports:"]
+    for w in range(WORKERS):
+        y.append("      - net_memif%d,role=server,id=0,socket=/tmp/%s-w%d.sock" % (w, tag, w))
+    y += ["    lcores: [0, 2]", "    shards: 1"]
+    for w in range(WORKERS):
+        y += ["  - name: w%d" % w, "    role: worker", "    ipv4: 10.0.0.%d" % (11 + w),
+              "    mac: 02:00:00:00:00:%02x" % (0x11 + w),
+              "    ports: [\"net_memif1%d,role=client,id=0,socket=/tmp/%s-w%d.sock\"]" % (w, tag, w),
+              "    lcores: [%d]" % (1 + 2 * w)]
+    return "\n".join(y) + "\n"
+
+
+def check_workers(mode, text, what):
+    """The workers' last lines: every one exact, ssp within its bound."""
+    done = re.findall(r"(w\d+): done, .*", text)
+    lines = re.findall(r"w\d+: done, .*", text)
+    if len(done) != WORKERS:
+        return "%s %s: %d of %d workers finished" % (what, mode, len(done), WORKERS)
+    for line in lines:
+        if not line.endswith("the final parameters exact"):
+            return "%s %s: %s" % (what, mode, line)
+        if mode == "ssp":
+            gap = int(re.search(r"gap max (\d+)", line).group(1))
+            if gap > 1:
+                return "%s ssp: a worker went %d rounds ahead of the slowest, bound 1" % (what, gap)
+    stopped = re.search(r"stopped; (\d+) aggregations", text)
+    if not stopped:
+        return "%s %s: the server did not stop cleanly" % (what, mode)
+    return None
+
+
+def run_memif(build, model, mode, extra):
+    tag = "mercury-sync-%s-%d" % (mode, os.getpid())
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(memif_job(mode, extra, tag))
+        job = f.name
+    try:
+        r = subprocess.run([os.path.join(build, "apps/ps-demo"), "--config", job, "--model",
+                            model, "--rounds", str(ROUNDS), "--compute-ms", "5",
+                            "--straggler", "1,3"],
+                           capture_output=True, text=True, timeout=600)
+    finally:
+        os.unlink(job)
+    err = check_workers(mode, r.stdout, "memif")
+    if err is None and r.returncode != 0:
+        err = "memif %s: ps-demo exited %d" % (mode, r.returncode)
+    return err, r.stdout + r.stderr
+
+
+def sh(*args, check=True):
+    return subprocess.run(args, capture_output=True, text=True, check=check)
+
+
+def run_namespaces(build, model, mode, extra):
+    tag = "ms%d%s" % (os.getpid() % 10000, mode[:2])
+    nodes = ["s0"] + ["w%d" % w for w in range(WORKERS)]
+    ns = {n: "%s-%s" % (tag, n) for n in nodes + ["br"]}
+    d = tempfile.mkdtemp(prefix="mercury-sync-")
+    job = os.path.join(d, "job.yaml")
+    procs = []
+    try:
+        sh("ip", "netns", "add", ns["br"])
+        sh("ip", "-n", ns["br"], "link", "add", "br0", "type", "bridge")
+        sh("ip", "-n", ns["br"], "link", "set", "br0", "up")
+        for i, n in enumerate(nodes):
+            sh("ip", "netns", "add", ns[n])
+            sh("ip", "link", "add", "v%d-%s" % (i, tag), "type", "veth", "peer", "name",
+               "p%d-%s" % (i, tag))
+            sh("ip", "link", "set", "v%d-%s" % (i, tag), "netns", ns[n])
+            sh("ip", "-n", ns[n], "link", "set", "v%d-%s" % (i, tag), "name", "eth0")
+            sh("ip", "link", "set", "p%d-%s" % (i, tag), "netns", ns["br"])
+            sh("ip", "-n", ns["br"], "link", "set", "p%d-%s" % (i, tag), "master", "br0")
+            sh("ip", "-n", ns["br"], "link", "set", "p%d-%s" % (i, tag), "up")
+            sh("ip", "-n", ns[n], "link", "set", "eth0", "up")
+            sh("ip", "-n", ns[n], "link", "set", "lo", "up")
+        y = [job_head(mode, extra, tag), "nodes:",
+             "  - {name: s0, role: server, ipv4: 10.79.0.1, ports: [\"net_af_packet0,iface=eth0\"],"
+             " lcores: [0, 1], shards: 1}"]
+        for w in range(WORKERS):
+            y.append("  - {name: w%d, role: worker, ipv4: 10.79.0.%d, "
+                     "ports: [\"net_af_packet%d,iface=eth0\"], lcores: [%d]}"
+                     % (w, 11 + w, w + 1, (w + 1) % 2))
+        with open(job, "w") as f:
+            f.write("\n".join(y) + "\n")
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns["s0"], os.path.join(build, "apps/ps-server"), "--config",
+             job, "--node", "s0", "--seconds", "300"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(server)
+        workers = []
+        for w in range(WORKERS):
+            p = subprocess.Popen(
+                ["ip", "netns", "exec", ns["w%d" % w], os.path.join(build, "apps/ps-worker/ps-worker"),
+                 "--config", job, "--node", "w%d" % w, "--model", model, "--rounds", str(ROUNDS),
+                 "--compute-ms", "5", "--straggler", "1,3"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            procs.append(p)
+            workers.append(p)
+        out = ""
+        status = 0
+        for p in workers:
+            o, _ = p.communicate(timeout=600)
+            out += o
+            status |= p.returncode
+        subprocess.run(["pkill", "-INT", "-f", "--", "--config %s --node s0" % job])
+        o, _ = server.communicate(timeout=60)
+        out += o
+        err = check_workers(mode, out, "namespaces")
+        if err is None and (status != 0 or server.returncode != 0):
+            err = "namespaces %s: a process failed" % mode
+        return err, out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        subprocess.run(["pkill", "-KILL", "-f", "--", "--config %s" % job])
+        for n in ns.values():
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        subprocess.run(["rm", "-rf", d])
+
+
+def main():
+    build, model = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    ways = sys.argv[3:] or ["memif", "namespaces"]
+    failures = 0
+    for way in ways:
+        if way == "namespaces" and os.geteuid() != 0:
+            print("sync modes: namespaces need root; not run")
+            continue
+        for mode, extra in MODES:
+            run = run_memif if way == "memif" else run_namespaces
+            err, out = run(build, model, mode, extra)
+            if err:
+                failures += 1
+                print("FAIL %s\n%s" % (err, out[-4000:]))
+            else:
+                lines = re.findall(r"w\d+: done, .*", out)
+                print("ok %s %s: %d workers, rank 1 3x slower, 2 %% loss; %s" %
+                      (way, mode, WORKERS, lines[0] if lines else ""))
+            sys.stdout.flush()
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
