@@ -304,6 +304,7 @@ int run(const Options& o) {
   }
 
   std::vector<float> avg;
+  std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
   std::vector<worker::Handle> pending(decls.size());
   double total_s = 0;
   // With --verify last only the last round's aggregate is checked (and the
@@ -344,7 +345,7 @@ int run(const Options& o) {
     wrong = 0;
     for (size_t k = 0; k < decls.size() && verify; ++k) {
       trainer::average(avg, n, round, k, grads[k], rank);
-      trainer::apply(reference[k], avg, update);
+      trainer::apply(reference[k], avg, update, states[k]);
       wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
     }
     const worker::WorkerStats s = w.stats();

@@ -1,5 +1,6 @@
 #include "reference.h"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -19,13 +20,19 @@ void gradient(std::span<float> g, uint32_t rank, uint32_t seed, size_t tensor) {
 
 Update Update::of(const config::TrainingConfig& t) {
   if (t.sync != config::Sync::kBsp) {
-    throw std::runtime_error("ps-worker checks BSP jobs (training.sync: bsp)");
+    throw std::runtime_error(
+        "ps-worker checks every round of BSP jobs; training.sync " +
+        std::string(config::to_string(t.sync)) + " runs free-running rounds (--compute-ms)");
   }
-  if (t.optimizer != config::Optimizer::kSgd && t.optimizer != config::Optimizer::kSum) {
-    throw std::runtime_error("ps-worker checks the sgd and sum optimizers; the job asks for " +
-                             std::string(config::to_string(t.optimizer)));
-  }
-  return Update{t.optimizer == config::Optimizer::kSum, static_cast<float>(t.learning_rate)};
+  Update u;
+  u.kind = t.optimizer;
+  u.sum_only = t.optimizer == config::Optimizer::kSum;
+  u.lr = static_cast<float>(t.learning_rate);
+  u.mu = static_cast<float>(t.momentum);
+  u.b1 = static_cast<float>(t.beta1);
+  u.b2 = static_cast<float>(t.beta2);
+  u.eps = static_cast<float>(t.epsilon);
+  return u;
 }
 
 void average(std::vector<float>& avg, uint32_t workers, uint32_t seed, size_t tensor,
@@ -49,9 +56,41 @@ void average(std::vector<float>& avg, uint32_t workers, uint32_t seed, size_t te
   for (float& x : avg) x = x * scale;
 }
 
-void apply(std::span<float> params, std::span<const float> avg, const Update& u) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i] = u.sum_only ? avg[i] : params[i] - u.lr * avg[i];
+void apply(std::span<float> params, std::span<const float> avg, const Update& u, OptState& state) {
+  const uint64_t t = ++state.updates;
+  switch (u.kind) {
+    case config::Optimizer::kSum:
+      for (size_t i = 0; i < params.size(); ++i) params[i] = avg[i];
+      return;
+    case config::Optimizer::kSgd:
+      for (size_t i = 0; i < params.size(); ++i) params[i] = params[i] - u.lr * avg[i];
+      return;
+    case config::Optimizer::kMomentum:
+      state.s0.resize(params.size(), 0.0f);
+      for (size_t i = 0; i < params.size(); ++i) {
+        state.s0[i] = u.mu * state.s0[i] + avg[i];
+        params[i] = params[i] - u.lr * state.s0[i];
+      }
+      return;
+    case config::Optimizer::kAdam: {
+      state.s0.resize(params.size(), 0.0f);
+      state.s1.resize(params.size(), 0.0f);
+      // The step's scalars as agg::step_params computes them, in double.
+      const double td = static_cast<double>(t);
+      const auto a = static_cast<float>(u.lr / (1.0 - std::pow(static_cast<double>(u.b1), td)));
+      const auto c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(u.b2), td)));
+      const float one_minus_b1 = 1.0f - u.b1;
+      const float one_minus_b2 = 1.0f - u.b2;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const float g = avg[i];
+        const float m = u.b1 * state.s0[i] + one_minus_b1 * g;
+        const float v = u.b2 * state.s1[i] + one_minus_b2 * (g * g);
+        state.s0[i] = m;
+        state.s1[i] = v;
+        params[i] = params[i] - (a * m) / (std::sqrt(v * c2) + u.eps);
+      }
+      return;
+    }
   }
 }
 

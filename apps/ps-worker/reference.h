@@ -22,12 +22,23 @@ void initial(std::span<float> p, size_t tensor);
 /// Rank `rank`'s gradient of `tensor` for gradient seed `seed`.
 void gradient(std::span<float> g, uint32_t rank, uint32_t seed, size_t tensor);
 
-/// The update the servers apply: BSP with sgd or sum only.
+/// The update the servers apply (BSP): sgd, momentum, adam or sum only,
+/// with the job's constants as the servers hold them (float).
 struct Update {
+  config::Optimizer kind = config::Optimizer::kSgd;
   bool sum_only = false;
   float lr = 0;
+  float mu = 0;                      // momentum
+  float b1 = 0, b2 = 0, eps = 0;     // adam
   /// Throws std::runtime_error for a job ps-worker cannot check.
   static Update of(const config::TrainingConfig& t);
+};
+
+/// One tensor's optimizer state as the servers keep it: momentum's u (s0),
+/// Adam's m (s0) and v (s1), and how many updates were applied (Adam's t).
+struct OptState {
+  std::vector<float> s0, s1;
+  uint64_t updates = 0;
 };
 
 /// The rank-order average over `workers` ranks of gradient(r, seed, tensor),
@@ -36,7 +47,10 @@ struct Update {
 void average(std::vector<float>& avg, uint32_t workers, uint32_t seed, size_t tensor,
              std::span<const float> own, uint32_t own_rank);
 
-/// `params` after the servers applied `avg` (an average()).
-void apply(std::span<float> params, std::span<const float> avg, const Update& u);
+/// `params` after the servers applied `avg` (an average()), with the
+/// optimizer's formulas of lib/agg/optimizer.h, operation for operation
+/// (this file is built with -ffp-contract=off, as lib/agg is); `state` is
+/// the tensor's, carried from update to update.
+void apply(std::span<float> params, std::span<const float> avg, const Update& u, OptState& state);
 
 }  // namespace mercury::trainer

@@ -271,13 +271,14 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   for (size_t k = 0; k < tensors; ++k) {
     std::vector<float> by_parity[2];
     for (uint32_t s = 0; s < 2; ++s) average(by_parity[s], n, s, k, grads[s][k], rank);
+    OptState state;  // the servers' optimizer state of this tensor, replayed
     for (uint32_t round = 0; round < end; ++round) {
       const bool digested =
           o.check_comm_rounds && (round < o.comm_rounds || round == last_streamed);
       if (update.sum_only && !digested && round + 1 < end) {
         continue;  // with sum only, nothing carries over from round to round
       }
-      apply(reference[k], by_parity[round % 2], update);
+      apply(reference[k], by_parity[round % 2], update, state);
       if (digested) {
         const uint64_t want = round < o.comm_rounds ? comm_digest[round][k] : stream_digest[k];
         comm_wrong[std::min(round, o.comm_rounds)] += digest(reference[k]) != want;

@@ -7,9 +7,11 @@ straggler 3x slower, then checks the final parameters bit for bit: every rank's 
 gradient applied exactly once (values on a grid, so any order gives the same result;
 psplus with staleness_lr none for that, its learning-rate rule is unit-tested in lib/agg).
 Also checked: ssp's largest gap to the slowest never above its bound, and the server's
-clean stop with nothing lost.
+clean stop with nothing lost. `optimizers`: bsp with momentum and with adam over memif,
+every round's aggregate checked bit for bit against ps-worker's replay of the servers'
+optimizer (its state carried from round to round).
 
-  sync_modes_test.py BUILD_DIR MODEL_FILE [memif|namespaces ...]
+  sync_modes_test.py BUILD_DIR MODEL_FILE [memif|namespaces|optimizers ...]
 """
 import os
 import re
@@ -24,18 +26,20 @@ ROUNDS = 4
 WORKERS = 3
 
 
-def job_head(mode, extra, name):
+def job_head(mode, extra, name, optimizer="optimizer: sgd, learning_rate: 0.0625"):
     return "\n".join([
         "job: {id: 41, name: %s}" % name,
         "network: {mtu: 1500, peer_timeout_ms: 20000}",
         "mempool: {mbufs: 8191, cache: 128}",
         "eal: {memory_mb: 256, hugepages: off}",
-        "training: {sync: %s, %soptimizer: sgd, learning_rate: 0.0625}" % (mode, extra),
+        "training: {sync: %s, %s%s}" % (mode, extra, optimizer),
         LINK, ""])
 
 
-def memif_job(mode, extra, tag):
-    y = [job_head(mode, extra, tag), "nodes:",
+def memif_job(mode, extra, tag, optimizer=None):
+    head = job_head(mode, extra, tag) if optimizer is None else job_head(mode, extra, tag,
+                                                                          optimizer)
+    y = [head, "nodes:",
          "  - name: server0", "    role: server", "    ipv4: 10.0.0.1",
          "    mac: 02:00:00:00:00:01", "    ports:"]
     for w in range(WORKERS):
@@ -84,6 +88,27 @@ def run_memif(build, model, mode, extra):
     if err is None and r.returncode != 0:
         err = "memif %s: ps-demo exited %d" % (mode, r.returncode)
     return err, r.stdout + r.stderr
+
+
+OPTIMIZERS = ["optimizer: momentum, learning_rate: 0.01, momentum: 0.9",
+              "optimizer: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-8"]
+
+
+def run_optimizer(build, model, optimizer):
+    tag = "mercury-opt-%d" % os.getpid()
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(memif_job("bsp", "", tag, optimizer))
+        job = f.name
+    try:
+        r = subprocess.run([os.path.join(build, "apps/ps-demo"), "--config", job, "--model",
+                            model, "--rounds", "3"],
+                           capture_output=True, text=True, timeout=600)
+    finally:
+        os.unlink(job)
+    rounds = re.findall(r"w\d+ round +\d+: .*every aggregate exact", r.stdout)
+    if r.returncode != 0 or len(rounds) != 3 * WORKERS or "MISMATCH" in r.stdout:
+        return "memif bsp %s: not every round exact" % optimizer, r.stdout + r.stderr
+    return None, r.stdout
 
 
 def sh(*args, check=True):
@@ -160,11 +185,22 @@ def run_namespaces(build, model, mode, extra):
 
 def main():
     build, model = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-    ways = sys.argv[3:] or ["memif", "namespaces"]
+    ways = sys.argv[3:] or ["memif", "namespaces", "optimizers"]
     failures = 0
     for way in ways:
         if way == "namespaces" and os.geteuid() != 0:
             print("sync modes: namespaces need root; not run")
+            continue
+        if way == "optimizers":
+            for optimizer in OPTIMIZERS:
+                err, out = run_optimizer(build, model, optimizer)
+                if err:
+                    failures += 1
+                    print("FAIL %s\n%s" % (err, out[-4000:]))
+                else:
+                    print("ok memif bsp %s: %d workers x 3 rounds, every aggregate exact" %
+                          (optimizer, WORKERS))
+                sys.stdout.flush()
             continue
         for mode, extra in MODES:
             run = run_memif if way == "memif" else run_namespaces
