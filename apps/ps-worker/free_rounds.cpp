@@ -64,8 +64,8 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
     grid_gradient(grads[k], rank, k);
   }
   std::printf("%s: free-running rounds, compute %.1f ms a round%s, training.sync %s\n",
-              o.node.c_str(), o.compute_ms * factor,
-              factor != 1.0 ? " (the straggler)" : "", std::string(w.sync()).c_str());
+              o.node.c_str(), o.compute_ms * factor, factor != 1.0 ? " (the straggler)" : "",
+              std::string(w.sync()).c_str());
   std::fflush(stdout);
   std::vector<worker::Handle> pending(decls.size());
   auto wait_all = [&](const char* what, uint32_t round) {
@@ -79,6 +79,21 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
     return true;
   };
   double total_s = 0;
+  // The version each tensor's last pull delivered: a later pull never
+  // delivers an older one.
+  std::vector<uint32_t> seen(decls.size(), 0);
+  auto went_back = [&](const char* when) {
+    for (size_t k = 0; k < decls.size(); ++k) {
+      const uint32_t v = w.version(static_cast<worker::Key>(k));
+      if (v < seen[k]) {
+        std::fprintf(stderr, "ps-worker: %s: tensor %s: a pull delivered version %u after %u\n",
+                     when, decls[k].name.c_str(), v, seen[k]);
+        return true;
+      }
+      seen[k] = v;
+    }
+    return false;
+  };
   auto round_start = Clock::now();
   for (uint32_t round = 0; round < o.rounds; ++round) {
     // Compute stands for the forward and backward passes: the trainer
@@ -89,6 +104,7 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
     }
     if (!wait_all("round", round + 1)) return 1;
     const auto end = Clock::now();
+    if (went_back("round")) return 1;
     const double secs = std::chrono::duration<double>(end - round_start).count();
     if (round > 0) total_s += secs;
     const worker::WorkerStats s = w.stats();
@@ -119,6 +135,7 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
     }
     if (!wait_all("final pull", 0)) return 1;
   }
+  if (went_back("final pull")) return 1;
   uint64_t wrong = 0, old = 0;
   if (checkable) {
     std::vector<double> sum;
@@ -170,17 +187,16 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
       o.node.c_str(), o.rounds, total_s / timed, o.rounds,
       static_cast<unsigned long long>(s.stale_pushes),
       static_cast<unsigned long long>(s.staleness_sum),
-      static_cast<unsigned long long>(s.staleness_max), static_cast<unsigned long long>(s.ssp_waits),
-      static_cast<unsigned long long>(s.ssp_gap_max),
+      static_cast<unsigned long long>(s.staleness_max),
+      static_cast<unsigned long long>(s.ssp_waits), static_cast<unsigned long long>(s.ssp_gap_max),
       !checkable ? "final parameters not checked (psplus scales stale updates' learning rate)"
       : wrong == 0 && old == 0 ? "the final parameters exact"
                                : "MISMATCH");
   std::fflush(stdout);
   if (checkable && (wrong != 0 || old != 0)) {
-    std::fprintf(stderr,
-                 "ps-worker: %llu tensors differ from the reference, %llu older than version %u\n",
-                 static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(old),
-                 after_all);
+    std::fprintf(
+        stderr, "ps-worker: %llu tensors differ from the reference, %llu older than version %u\n",
+        static_cast<unsigned long long>(wrong), static_cast<unsigned long long>(old), after_all);
     return 1;
   }
   return 0;

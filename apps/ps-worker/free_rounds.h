@@ -23,7 +23,8 @@
 // psplus its pull is eager, so a pull waits for version (N x rounds + 1),
 // the first one that can follow them all. Then every tensor is compared.
 //
-// Each round prints its time and the compute in it; the summary gives the
+// After every round, no tensor's version (Worker::version) may have gone
+// back. Each round prints its time and the compute in it; the summary gives the
 // mean iteration time of the rounds after the first. Control path, one
 // trainer thread.
 #pragma once

@@ -20,9 +20,9 @@ void gradient(std::span<float> g, uint32_t rank, uint32_t seed, size_t tensor) {
 
 Update Update::of(const config::TrainingConfig& t) {
   if (t.sync != config::Sync::kBsp) {
-    throw std::runtime_error(
-        "ps-worker checks every round of BSP jobs; training.sync " +
-        std::string(config::to_string(t.sync)) + " runs free-running rounds (--compute-ms)");
+    throw std::runtime_error("ps-worker checks every round of BSP jobs; training.sync " +
+                             std::string(config::to_string(t.sync)) +
+                             " runs free-running rounds (--compute-ms)");
   }
   Update u;
   u.kind = t.optimizer;

@@ -28,8 +28,8 @@ struct Update {
   config::Optimizer kind = config::Optimizer::kSgd;
   bool sum_only = false;
   float lr = 0;
-  float mu = 0;                      // momentum
-  float b1 = 0, b2 = 0, eps = 0;     // adam
+  float mu = 0;                   // momentum
+  float b1 = 0, b2 = 0, eps = 0;  // adam
   /// Throws std::runtime_error for a job ps-worker cannot check.
   static Update of(const config::TrainingConfig& t);
 };

@@ -262,6 +262,24 @@ TEST(AggChunkTable, SspBoundAndStalenessScaledStep) {
         ((0.0f - lr * g[0][7]) - (lr * 0.5f) * g[1][7]) - (lr * (1.0f / 3.0f)) * g[2][7];
     EXPECT_EQ(table.parameters(0)[7], want);
   }
+  // training.staleness_lr's other rules: lr / sqrt(1 + s), and none.
+  for (const StalenessLr rule : {StalenessLr::kInverseSqrt, StalenessLr::kNone}) {
+    RecordingSink sink;
+    ChunkTable table(p, config(3), make_staleness_scaled(UINT32_MAX, rule), sink);
+    table.contribute(grads.make(chunks, 0, 0, 0));
+    table.contribute(grads.make(chunks, 0, 1, 0));
+    table.contribute(grads.make(chunks, 0, 2, 0));
+    const auto& g = grads.g[0];
+    const float lr = 0.1f;
+    auto scale = [&](float s) {
+      return rule == StalenessLr::kNone ? 1.0f : 1.0f / std::sqrt(1.0f + s);
+    };
+    const float want =
+        ((0.0f - lr * g[0][7]) - (lr * scale(1)) * g[1][7]) - (lr * scale(2)) * g[2][7];
+    EXPECT_EQ(table.parameters(0)[7], want);
+    ASSERT_EQ(sink.updates.size(), 3u);
+    EXPECT_EQ(sink.updates[2].u.staleness, 2u);
+  }
 }
 
 // Several shards, as lib/server runs them: each table takes only its own

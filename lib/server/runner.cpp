@@ -89,10 +89,13 @@ void Runner::report_state_st(NodeState was) {
     output_.out(who_ + ": every worker left; the job is done");
   } else if (now == NodeState::kRunning) {
     const agg::Placement& placement = *node_.placement_st();
+    uint64_t staging = 0, chunks = 0;
+    for (uint32_t id : node_.own_shards()) {
+      staging += node_.shard(id)->table().staging_chunks();
+      chunks += node_.shard(id)->table().chunks();
+    }
     output_.out(who_ + ": every worker declared; " + std::to_string(placement.blocks().size()) +
-                " blocks placed, serving");
-    uint64_t staging = 0;
-    for (uint32_t id : node_.own_shards()) staging += node_.shard(id)->table().staging_chunks();
+                " blocks placed (" + std::to_string(chunks) + " chunks here), serving");
     const std::string warning =
         pool_warning(placement, node_.own_shards(), node_.config().chunk_bytes, node_.workers(),
                      node_.config().rx_pool_mbufs, staging);

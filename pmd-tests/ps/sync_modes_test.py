@@ -6,8 +6,9 @@ every TX queue. Each worker runs free-running rounds (ps-worker --compute-ms) wi
 straggler 3x slower, then checks the final parameters bit for bit: every rank's every
 gradient applied exactly once (values on a grid, so any order gives the same result;
 psplus with staleness_lr none for that, its learning-rate rule is unit-tested in lib/agg).
-Also checked: ssp's largest gap to the slowest never above its bound, and the server's
-clean stop with nothing lost. `optimizers`: bsp with momentum and with adam over memif,
+Also checked: the server's count of updates, exactly one per chunk per push (and version
+0), ssp's largest gap to the slowest never above its bound, no pull delivering an older
+version than the one before, and the server's clean stop. `optimizers`: bsp with momentum and with adam over memif,
 every round's aggregate checked bit for bit against ps-worker's replay of the servers'
 optimizer (its state carried from round to round).
 
@@ -69,6 +70,14 @@ def check_workers(mode, text, what):
     stopped = re.search(r"stopped; (\d+) aggregations", text)
     if not stopped:
         return "%s %s: the server did not stop cleanly" % (what, mode)
+    # Exactly once, counted by the server: every chunk's version 0, then one
+    # update per push (asynchronous: every rank's rounds and its final zero
+    # push; bsp: one per round and the zero round).
+    chunks = int(re.search(r"blocks placed \((\d+) chunks here\)", text).group(1))
+    pushes = WORKERS * (ROUNDS + 1) if mode != "bsp" else ROUNDS + 1
+    if int(stopped.group(1)) != chunks * (1 + pushes):
+        return "%s %s: the server applied %s updates, not %d chunks x %d" % (
+            what, mode, stopped.group(1), chunks, 1 + pushes)
     return None
 
 
