@@ -163,16 +163,11 @@ void Shard::fanout_async_st(const agg::Update& u) {
     counters_.staleness_sum += u.staleness;
     if (u.staleness != 0) ++counters_.stale_updates;
   }
-  uint64_t to = contributor;
-  if (u.version == 0 || rule_ == Fanout::kEveryVersion) {
-    to = ~uint64_t{0};
-  } else if (rule_ == Fanout::kSlowest) {
-    // The contributor's clock is now the slowest: it was the one behind
-    // everyone (the minimum is never above any rank's clock).
-    const auto rank = static_cast<uint32_t>(std::countr_zero(contributor));
-    if (table_->clock(u.key, u.offset, rank) == u.slowest) to = ~uint64_t{0};
-  }
-  if (fanout_.size() < 64) to &= (uint64_t{1} << fanout_.size()) - 1;
+  const uint32_t clock =
+      contributor != 0
+          ? table_->clock(u.key, u.offset, static_cast<uint32_t>(std::countr_zero(contributor)))
+          : 0;
+  const uint64_t to = fanout_recipients(rule_, u, clock, static_cast<uint32_t>(fanout_.size()));
   const uint64_t s = take_snapshot_st();
   const bool have = s != snapshot_count_;
   if (have) {
@@ -181,12 +176,11 @@ void Shard::fanout_async_st(const agg::Update& u) {
   } else {
     ++counters_.snapshots_full;
   }
-  const uint32_t slowest = u.slowest & wire::kAggSlowestMask;
   for (uint64_t left = to; left != 0; left &= left - 1) {
     const auto rank = static_cast<uint16_t>(std::countr_zero(left));
     const bool yours = (contributor >> rank) & 1;
     if (have) {
-      const uint32_t tag = slowest | (yours ? wire::kAggYours : 0);
+      const uint32_t tag = fanout_tag(u, rank);
       if (send_st(rank, snapshot(s), u.bytes, u.key, u.offset, u.version, u.priority, tag,
                   transport::Completion{&Shard::on_snapshot_sent, this, s})) {
         continue;

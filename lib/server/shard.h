@@ -73,6 +73,7 @@
 #include "agg/chunk_table.h"
 #include "agg/placement.h"
 #include "server/counters.h"
+#include "server/fanout.h"
 #include "server/mbuf_releases.h"
 #include "server/started_sets.h"
 #include "transport/endpoint.h"
@@ -83,14 +84,6 @@ namespace mercury::server {
 struct FanOut {
   transport::Endpoint* endpoint = nullptr;
   uint16_t peer = 0;
-};
-
-/// Which workers an update goes to (see the file comment).
-enum class Fanout : uint8_t {
-  kEvery,         ///< BSP: every worker, from the table's memory
-  kContributor,   ///< ASP: the worker whose gradient it applied
-  kSlowest,       ///< SSP: the contributor; everyone when the slowest clock moved
-  kEveryVersion,  ///< PS+: every worker, every version
 };
 
 class Shard final : public agg::ChunkSink {

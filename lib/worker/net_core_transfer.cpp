@@ -52,7 +52,7 @@ uint32_t NetCore::send_pushes_st() {
       if (async() && p.type == wire::PacketType::kData) {
         // Its staleness as this worker sees it: the versions every chunk of
         // the tensor has moved on since the pull its gradient came from.
-        const uint64_t stale = pulls_->least_version_st(p.tensor) - base_[p.tensor];
+        const uint64_t stale = pulls_->staleness_st(p.tensor, base_[p.tensor]);
         staleness_sum_ += stale;
         stale_pushes_ += stale != 0 ? 1 : 0;
         staleness_max_ = std::max(staleness_max_, stale);

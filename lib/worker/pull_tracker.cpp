@@ -132,7 +132,9 @@ ChunkVerdict PullTracker::deliver_async_st(uint32_t key, uint32_t offset, uint32
 
 uint64_t PullTracker::memory_bytes() const {
   return bits_.size() * sizeof(uint64_t) + arrived_.size() * sizeof(uint32_t) +
-         keys_.size() * sizeof(KeyEntry) + tensors_.size() * sizeof(TensorState);
+         keys_.size() * sizeof(KeyEntry) + tensors_.size() * sizeof(TensorState) +
+         (newest_.size() + slowest_.size()) * sizeof(uint32_t) +
+         async_.size() * sizeof(AsyncTensor);
 }
 
 ChunkVerdict PullTracker::locate(uint32_t key, uint32_t offset, size_t bytes,

@@ -140,6 +140,15 @@ class PullTracker {
   [[nodiscard]] uint32_t least_slowest_st(TensorId tensor) const {
     return async_[tensor].slowest.least;
   }
+  /// Asynchronous: the staleness of a push of `tensor` whose gradient came
+  /// from version `base`, as this worker sees it when the push goes: the
+  /// versions every chunk has moved on since (the newest it knows, least over
+  /// the chunks, minus the base). The server's count for the same update is
+  /// the chunk's version when it applies it minus the base: the same when
+  /// nothing else was applied in between.
+  [[nodiscard]] uint32_t staleness_st(TensorId tensor, uint32_t base) const {
+    return least_version_st(tensor) - base;
+  }
   /// Chunks per tensor.
   [[nodiscard]] uint32_t chunks_st(TensorId tensor) const { return tensors_[tensor].chunks; }
 

@@ -1,0 +1,190 @@
+// The synchronisation modes as state machines, with no port and no clock
+// but the order of the steps: one server shard's chunk table (lib/agg) whose
+// updates go through the fan-out rules (fanout.h) into each worker's
+// PullTracker (lib/worker), exactly as Shard and the net core chain them,
+// minus the transport. Scripted pushes check who receives what, the
+// answers a worker counts, the slowest clock it learns (SSP's wait), and that
+// the staleness a worker computes for a push is the one the server records.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "agg/chunk_table.h"
+#include "agg/sync_policy.h"
+#include "server/fanout.h"
+#include "worker/pull_tracker.h"
+#include "worker/tensor_table.h"
+
+namespace mercury::server {
+namespace {
+
+constexpr uint32_t kChunkBytes = 64;  // 16 floats: the tensor below is 3 chunks
+constexpr uint32_t kElements = 40;
+
+// One worker's side: its declared buffer, table and tracker.
+struct Side {
+  std::vector<float> params = std::vector<float>(kElements, -1.0f);
+  worker::TensorTable table;
+  std::unique_ptr<worker::PullTracker> tracker;
+  uint32_t base = 0;   // the version its last pull delivered
+  uint32_t clock = 0;  // its pushes so far
+  Side() {
+    table.declare("w", params);
+    table.freeze(1, kChunkBytes);
+    tracker = std::make_unique<worker::PullTracker>(
+        table, worker::PullTrackerConfig{.window = 2, .first_version = 0, .async = true});
+  }
+};
+
+// The shard: its table and the fan-out into the workers' trackers.
+struct Modes : agg::ChunkSink {
+  Fanout rule;
+  std::vector<Side> sides;
+  std::unique_ptr<agg::ChunkTable> table;
+  std::vector<agg::Update> updates;  // every one applied (data not kept)
+  std::vector<uint64_t> sent_to;     // per update: its recipients
+
+  Modes(Fanout r, std::unique_ptr<agg::SyncPolicy> policy, uint32_t workers)
+      : rule(r), sides(workers) {
+    agg::ShardConfig c;
+    c.workers = workers;
+    c.chunk_bytes = kChunkBytes;
+    c.optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.5f};
+    table = std::make_unique<agg::ChunkTable>(sides[0].table.placement(), c, std::move(policy),
+                                              *this);
+    std::vector<float> init(kElements);
+    for (uint32_t i = 0; i < kElements; ++i) init[i] = static_cast<float>(i);
+    table->initialize_block(key(), init);
+  }
+  uint32_t key() const { return sides[0].table.blocks(0)[0].key; }
+  uint32_t chunks() const { return sides[0].table.tensor(0).chunks; }
+
+  void on_update(const agg::Update& u) override {
+    const uint32_t clock =
+        u.contributors != 0
+            ? table->clock(u.key, u.offset, static_cast<uint32_t>(std::countr_zero(u.contributors)))
+            : 0;
+    const uint64_t to = fanout_recipients(rule, u, clock, static_cast<uint32_t>(sides.size()));
+    updates.push_back(u);
+    sent_to.push_back(to);
+    for (uint16_t r = 0; r < sides.size(); ++r) {
+      if (((to >> r) & 1) == 0) continue;
+      sides[r].tracker->deliver_async_st(u.key, u.offset, u.version, fanout_tag(u, r),
+                                         std::span<const std::byte>(u.data, u.bytes));
+    }
+  }
+  void release(void* const*, uint32_t) override {}
+
+  // Worker `rank` pushes a gradient of ones from its base, as its net core
+  // would: every chunk, the base as `iteration`, its clock. Returns the
+  // staleness it computes for the push.
+  uint32_t push(uint16_t rank) {
+    Side& s = sides[rank];
+    const uint32_t stale = s.tracker->staleness_st(0, s.base);
+    static const std::vector<float> ones(kElements, 1.0f);
+    for (uint32_t j = 0; j < chunks(); ++j) {
+      const uint32_t offset = j * kChunkBytes;
+      const uint32_t bytes = std::min(kChunkBytes, kElements * 4 - offset);
+      const agg::Outcome o = table->contribute(agg::Contribution{
+          .key = key(),
+          .offset = offset,
+          .iteration = s.base,
+          .rank = rank,
+          .clock = s.clock,
+          .data = reinterpret_cast<const std::byte*>(ones.data()) + offset,
+          .bytes = bytes,
+          .token = &s});
+      EXPECT_EQ(o, agg::Outcome::kApplied) << "rank " << rank;
+    }
+    ++s.clock;
+    return stale;
+  }
+  // Worker `rank` completes a pull: its base is what it holds now.
+  void pull(uint16_t rank) { sides[rank].base = sides[rank].tracker->least_version_st(0); }
+};
+
+TEST(ServerModes, AspAnswersOnlyTheContributor) {
+  Modes m(Fanout::kContributor, agg::make_asp(), 3);
+  ASSERT_EQ(m.chunks(), 3u);
+  for (Side& s : m.sides) EXPECT_EQ(s.tracker->awaited_st(0), 1u);  // version 0 went to all
+  m.push(0);
+  m.push(2);
+  EXPECT_EQ(m.sides[0].tracker->answers_st(0), 3u);
+  EXPECT_EQ(m.sides[1].tracker->answers_st(0), 0u);
+  EXPECT_EQ(m.sides[2].tracker->answers_st(0), 3u);
+  // Rank 1 saw nothing after version 0; rank 2's copy carries rank 0's update too.
+  EXPECT_EQ(m.sides[1].tracker->least_version_st(0), 0u);
+  EXPECT_EQ(m.sides[0].tracker->least_version_st(0), 1u);
+  EXPECT_EQ(m.sides[2].tracker->least_version_st(0), 2u);
+  EXPECT_EQ(m.sides[2].params[0], 0.0f - 0.5f - 0.5f);
+  for (size_t i = 3; i < m.updates.size(); ++i) {
+    EXPECT_EQ(std::popcount(m.sent_to[i]), 1) << i;  // one recipient per update
+  }
+}
+
+TEST(ServerModes, SspTellsEveryoneWhenTheSlowestMoves) {
+  Modes m(Fanout::kSlowest, agg::make_asp(), 2);
+  // Rank 0 runs two pushes ahead: the slowest (rank 1) has pushed nothing,
+  // so only rank 0 hears of them, and it learns that the slowest is at 0.
+  m.push(0);
+  m.pull(0);
+  m.push(0);
+  EXPECT_EQ(m.sides[0].tracker->least_slowest_st(0), 0u);
+  EXPECT_EQ(m.sides[1].tracker->least_version_st(0), 0u);
+  // SSP with bound 1: rank 0, about to compute its iteration 2, needs the
+  // slowest at >= 1: it would wait here. Rank 1 pushes: the slowest moves,
+  // and everyone hears it.
+  m.push(1);
+  EXPECT_EQ(m.sides[0].tracker->least_slowest_st(0), 1u);
+  EXPECT_EQ(m.sides[1].tracker->least_slowest_st(0), 1u);
+  EXPECT_EQ(m.sides[1].tracker->least_version_st(0), 3u);
+  EXPECT_EQ(m.sides[0].tracker->answers_st(0), 6u);  // two pushes x 3 chunks
+  EXPECT_EQ(m.sides[1].tracker->answers_st(0), 3u);  // its own, not rank 0's
+}
+
+TEST(ServerModes, PsPlusSendsEveryVersionAndTheStalenessesAgree) {
+  Modes m(Fanout::kEveryVersion, agg::make_staleness_scaled(), 2);
+  // Rank 0 pushes from version 0: nothing happened since, staleness 0.
+  EXPECT_EQ(m.push(0), 0u);
+  // Both hear version 1 at once (the eager pull); rank 1 has not pulled, so
+  // its gradient is from version 0, one version behind what it holds.
+  EXPECT_EQ(m.sides[1].tracker->least_version_st(0), 1u);
+  EXPECT_EQ(m.push(1), 1u);
+  // Rank 0 pulls (version 2), rank 1 pushes again from its stale base 0.
+  m.pull(0);
+  EXPECT_EQ(m.push(1), 2u);
+  EXPECT_EQ(m.push(0), 1u);
+  // The server recorded, chunk by chunk, the staleness each worker computed.
+  const uint32_t want[] = {0, 1, 2, 1};
+  ASSERT_EQ(m.updates.size(), 3u + 4u * 3u);  // version 0, then 4 pushes of 3 chunks
+  for (size_t i = 0; i < 12; ++i) {
+    EXPECT_EQ(m.updates[3 + i].staleness, want[i / 3]) << i;
+    EXPECT_EQ(m.sent_to[3 + i], 3u) << i;  // both workers
+  }
+  // And scaled the step by it: 0 - 0.5 (s 0) - 0.25 (s 1) - 0.5/3 (s 2) - 0.25 (s 1).
+  const float want_p = (((0.0f - 0.5f) - 0.25f) - 0.5f * (1.0f / 3.0f)) - 0.25f;
+  EXPECT_EQ(m.table->parameters(m.key())[0], want_p);
+  EXPECT_EQ(m.sides[0].params[0], want_p);
+  EXPECT_EQ(m.sides[1].params[0], want_p);
+}
+
+TEST(ServerModes, TheRulesOneByOne) {
+  agg::Update u;
+  u.version = 4;
+  u.contributors = 0b111;
+  EXPECT_EQ(fanout_recipients(Fanout::kEvery, u, 0, 3), 0b111u);
+  u.contributors = 0b10;
+  EXPECT_EQ(fanout_recipients(Fanout::kContributor, u, 0, 3), 0b10u);
+  EXPECT_EQ(fanout_recipients(Fanout::kEveryVersion, u, 0, 3), 0b111u);
+  u.slowest = 2;
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 3, 3), 0b10u);   // not the slowest
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 2, 3), 0b111u);  // it was: everyone
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 2, 64), ~uint64_t{0});
+  EXPECT_EQ(fanout_tag(u, 1), 2u | wire::kAggYours);
+  EXPECT_EQ(fanout_tag(u, 0), 2u);
+}
+
+}  // namespace
+}  // namespace mercury::server
