@@ -52,8 +52,8 @@ struct Modes : agg::ChunkSink {
     c.workers = workers;
     c.chunk_bytes = kChunkBytes;
     c.optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.5f};
-    table = std::make_unique<agg::ChunkTable>(sides[0].table.placement(), c, std::move(policy),
-                                              *this);
+    table =
+        std::make_unique<agg::ChunkTable>(sides[0].table.placement(), c, std::move(policy), *this);
     std::vector<float> init(kElements);
     for (uint32_t i = 0; i < kElements; ++i) init[i] = static_cast<float>(i);
     table->initialize_block(key(), init);
@@ -87,15 +87,15 @@ struct Modes : agg::ChunkSink {
     for (uint32_t j = 0; j < chunks(); ++j) {
       const uint32_t offset = j * kChunkBytes;
       const uint32_t bytes = std::min(kChunkBytes, kElements * 4 - offset);
-      const agg::Outcome o = table->contribute(agg::Contribution{
-          .key = key(),
-          .offset = offset,
-          .iteration = s.base,
-          .rank = rank,
-          .clock = s.clock,
-          .data = reinterpret_cast<const std::byte*>(ones.data()) + offset,
-          .bytes = bytes,
-          .token = &s});
+      const agg::Outcome o = table->contribute(
+          agg::Contribution{.key = key(),
+                            .offset = offset,
+                            .iteration = s.base,
+                            .rank = rank,
+                            .clock = s.clock,
+                            .data = reinterpret_cast<const std::byte*>(ones.data()) + offset,
+                            .bytes = bytes,
+                            .token = &s});
       EXPECT_EQ(o, agg::Outcome::kApplied) << "rank " << rank;
     }
     ++s.clock;

@@ -27,7 +27,9 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
   if (rule_ != Fanout::kEvery) {
     waiting_.assign(table_->chunks() * fanout_.size(), 0);
     snapshot_count_ = snapshots != 0 ? snapshots : std::max<uint64_t>(table_->chunks(), 1);
-    snapshot_mem_ = std::make_unique<std::byte[]>(snapshot_count_ * chunk_bytes_);
+    // Not zeroed: a snapshot is written before it is sent, and pages are
+    // touched only as snapshots are first used.
+    snapshot_mem_ = std::make_unique_for_overwrite<std::byte[]>(snapshot_count_ * chunk_bytes_);
     snapshot_refs_ = std::make_unique<std::atomic<uint32_t>[]>(snapshot_count_);
     for (uint64_t i = 0; i < snapshot_count_; ++i) snapshot_refs_[i].store(0);
   }

@@ -158,7 +158,9 @@ NetCore::PendingPull NetCore::pull_of(const Request& r, std::optional<Handle> pu
   p.handle = r.handle;
   p.push = std::move(push);
   // r.version: the worker's pushes of the tensor so far (this one included).
-  p.version = r.has_min ? r.min_version : r.version;
+  // BSP: that version, or a later one asked for (min_version).
+  p.version =
+      r.has_min && static_cast<int32_t>(r.min_version - r.version) > 0 ? r.min_version : r.version;
   p.clock = r.version;
   if (!async()) return p;
   if (r.has_min) p.min_stamp = r.min_version + 1;

@@ -79,6 +79,7 @@ def worker_main(job, node):
     rank = w.rank
     assert w.workers == 2 and rank == int(node[1:]), (w.workers, rank)
     assert w.optimizer == "sum", w.optimizer
+    assert w.sync == "bsp", w.sync
 
     a = np.arange(1000, dtype=np.float32) if rank == 0 else np.full(1000, -1, np.float32)
     b = torch.arange(3 * 50 * 7, dtype=torch.float32).reshape(3, 50, 7) * 0.5
@@ -140,6 +141,11 @@ def worker_main(job, node):
             got = other if (rnd == 2 and k == 2) else bufs[k]
             assert np.array_equal(got, average(np, rnd, k, n)), \
                 f"round {rnd}: tensor {k} is not the rank-order average"
+            assert w.version(k) == rnd + 1, (k, w.version(k), rnd)
+    # A pull of a version already in completes at once, with that version.
+    h = w.pull(kb, min_version=ROUNDS)
+    h.wait()
+    assert h.ok and w.version(kb) == ROUNDS, w.version(kb)
 
     # Callbacks: once each, on the dispatcher thread, in spite of one raising.
     ran = []
@@ -170,7 +176,8 @@ def worker_main(job, node):
         if s["pushes"] == 3 * ROUNDS + 1:
             break
         time.sleep(0.01)
-    assert s["pushes"] == 3 * ROUNDS + 1 and s["pulls"] == 3 * ROUNDS + 1, s
+    # Pulls: one per push, and the min_version pull.
+    assert s["pushes"] == 3 * ROUNDS + 1 and s["pulls"] == 3 * ROUNDS + 2, s
     assert s["versions_completed"] >= 3 * ROUNDS + 1, s
     w.barrier()
     if rank == 1:
