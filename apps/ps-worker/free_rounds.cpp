@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../common/synthetic.h"
+#include "reference.h"
 
 namespace mercury::trainer {
 
@@ -23,6 +24,10 @@ void grid_gradient(std::vector<float>& g, uint32_t rank, size_t tensor) {
   for (float& x : g) x = on_grid(n);
 }
 
+bool stateful(const config::TrainingConfig& t) {
+  return t.optimizer == config::Optimizer::kMomentum || t.optimizer == config::Optimizer::kAdam;
+}
+
 }  // namespace
 
 void grid_initial(std::vector<float>& p, size_t tensor) {
@@ -31,16 +36,19 @@ void grid_initial(std::vector<float>& p, size_t tensor) {
 }
 
 bool free_rounds_checkable(const config::TrainingConfig& t) {
-  if (t.optimizer != config::Optimizer::kSgd) {
+  if (t.optimizer == config::Optimizer::kSum) {
     throw std::runtime_error(
-        "ps-worker --compute-ms checks the final parameters of training.optimizer sgd; the job "
-        "asks for " +
-        std::string(config::to_string(t.optimizer)) +
-        " (momentum and adam keep state whose result depends on the order the servers applied "
-        "the gradients in)");
+        "ps-worker --compute-ms checks the final parameters, which optimizer sum does not keep");
+  }
+  if (stateful(t) && t.sync == config::Sync::kAsp) {
+    throw std::runtime_error(
+        "ps-worker --compute-ms checks " + std::string(config::to_string(t.optimizer)) +
+        " under ssp, psplus and bsp: asp sends each worker only the updates of its own pushes, "
+        "so a worker reads the state after every push only by pushing once more, which moves "
+        "the optimizer's state");
   }
   int exponent = 0;
-  if (std::frexp(t.learning_rate, &exponent) != 0.5) {
+  if (!stateful(t) && std::frexp(t.learning_rate, &exponent) != 0.5) {
     throw std::runtime_error(
         "ps-worker --compute-ms needs a learning rate that is a power of two (e.g. 0.0625), so "
         "that the final parameters are exact in any order; the job has " +
@@ -61,7 +69,9 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
   std::vector<std::vector<float>> grads(decls.size());
   for (size_t k = 0; k < decls.size(); ++k) {
     grads[k].resize(decls[k].elements);
-    grid_gradient(grads[k], rank, k);
+    // Momentum and Adam: every rank the same gradient, so that every update
+    // of a chunk is the same and the end state depends only on their count.
+    grid_gradient(grads[k], stateful(t) ? 0 : rank, k);
   }
   std::printf("%s: free-running rounds, compute %.1f ms a round%s, training.sync %s\n",
               o.node.c_str(), o.compute_ms * factor, factor != 1.0 ? " (the straggler)" : "",
@@ -119,17 +129,27 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
     round_start = end;
   }
 
-  // Every rank's every push is in (or, psplus, on its way: acknowledged
-  // before the barrier, so applied before anything pushed after it).
-  w.barrier();
-  for (size_t k = decls.size(); k-- > 0;) {
-    std::fill(grads[k].begin(), grads[k].end(), 0.0f);
-    pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
-  }
-  if (!wait_all("final push", 0)) return 1;
+  // The end state. bsp: each round's pull was every rank's aggregate, the
+  // last one is it. Otherwise every rank's every push is applied, or on its
+  // way (psplus: acknowledged before the barrier, so applied before anything
+  // pushed after it). sgd: one more push, of zeros, which changes nothing
+  // and returns, once applied, the state after all of them (asp sends a
+  // worker only its own updates). momentum and adam (ssp, psplus): the
+  // version every chunk reaches after the last push, which ssp and psplus
+  // send to every worker.
   const bool bsp = t.sync == config::Sync::kBsp;
-  const uint32_t after_all = bsp ? o.rounds + 1 : n * o.rounds + 1;
+  uint32_t after_all = o.rounds;
   if (!bsp) {
+    w.barrier();
+    after_all = n * o.rounds;
+    if (!stateful(t)) {
+      for (size_t k = decls.size(); k-- > 0;) {
+        std::fill(grads[k].begin(), grads[k].end(), 0.0f);
+        pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
+      }
+      if (!wait_all("final push", 0)) return 1;
+      ++after_all;
+    }
     for (size_t k = 0; k < decls.size(); ++k) {
       pending[k] = w.pull(static_cast<worker::Key>(k), params[k], after_all);
     }
@@ -138,28 +158,42 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
   if (went_back("final pull")) return 1;
   uint64_t wrong = 0, old = 0;
   if (checkable) {
+    const trainer::Update u{.kind = t.optimizer,
+                            .lr = static_cast<float>(t.learning_rate),
+                            .mu = static_cast<float>(t.momentum),
+                            .b1 = static_cast<float>(t.beta1),
+                            .b2 = static_cast<float>(t.beta2),
+                            .eps = static_cast<float>(t.epsilon)};
     std::vector<double> sum;
-    std::vector<float> g;
+    std::vector<float> g, avg;
     for (size_t k = 0; k < decls.size(); ++k) {
       if (w.version(static_cast<worker::Key>(k)) < after_all) ++old;
       sum.assign(decls[k].elements, 0.0);
       g.resize(decls[k].elements);
+      avg.assign(decls[k].elements, 0.0f);
       for (uint32_t r = 0; r < n; ++r) {
-        grid_gradient(g, r, k);
-        for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+        grid_gradient(g, stateful(t) ? 0 : r, k);
+        for (size_t i = 0; i < g.size(); ++i) {
+          sum[i] += g[i];
+          avg[i] = r == 0 ? g[i] : avg[i] + g[i];  // rank order, in float, as the servers add
+        }
       }
       std::vector<float> want(decls[k].elements);
       grid_initial(want, k);
-      if (bsp) {
-        // Each round as the servers compute it (reference.h): the rank-order
-        // sum (exact on the grid) times 1/N, then the step; 1/N need not be
-        // a power of two, so the rounds are replayed in float.
-        const float scale = 1.0f / static_cast<float>(n);
-        const auto lr = static_cast<float>(t.learning_rate);
-        for (size_t i = 0; i < want.size(); ++i) {
-          const float avg = static_cast<float>(sum[i]) * scale;
-          for (uint32_t r = 0; r < o.rounds; ++r) want[i] = want[i] - lr * avg;
+      if (bsp || stateful(t)) {
+        // Replayed update by update as the servers compute them (reference.h):
+        // bsp the rank-order sum times 1/N each round (1/N need not be a power
+        // of two), the asynchronous modes one rank's gradient per update.
+        const float scale = bsp ? 1.0f / static_cast<float>(n) : 1.0f;
+        if (bsp) {
+          for (float& x : avg) x = x * scale;
+        } else {
+          g.swap(avg);
+          grid_gradient(avg, 0, k);
         }
+        OptState state;
+        const uint32_t updates = bsp ? o.rounds : n * o.rounds;
+        for (uint32_t r = 0; r < updates; ++r) apply(want, avg, u, state);
       } else {
         const double step = t.learning_rate * o.rounds;
         for (size_t i = 0; i < want.size(); ++i) {

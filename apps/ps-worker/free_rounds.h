@@ -7,21 +7,30 @@
 // for anyone, under ssp a rank waits only when it would get more than
 // training.staleness_bound rounds ahead of the slowest (docs/worker.md).
 //
-// Values on a grid, so the final parameters are known bit for bit whatever
-// order the servers applied the gradients in: initial values are multiples
-// of 2^-6 in [-1, 1], each rank's gradient (the same every round) multiples
-// of 2^-6 in [-1, 1], the learning rate a power of two; every partial sum is
-// then exact in float, and the end state is
+// The end state is known bit for bit whatever order the servers applied the
+// gradients in. sgd: values on a grid (initial values and each rank's
+// gradient, the same every round, multiples of 2^-6 in [-1, 1]; the
+// learning rate a power of two), so every partial sum is exact in float and
+// the end state is
 //   bsp:                 initial - rounds x lr x (sum over ranks of g) / N
 //                        (replayed round by round in float as the servers
 //                        compute it: 1/N is not always a power of two)
 //   asp, ssp, psplus:    initial - rounds x lr x (sum over ranks of g)
-// (psplus only with staleness_lr none: a stale update's learning rate is
-// otherwise scaled, and the result depends on the order). After the rounds,
-// a barrier, then one more push_pull of zeros, which changes nothing but
-// returns, once applied, the parameters after every rank's every push; in
-// psplus its pull is eager, so a pull waits for version (N x rounds + 1),
-// the first one that can follow them all. Then every tensor is compared.
+// momentum and adam: every rank pushes the same gradient, so every update
+// of a chunk is the same and the end state is the optimizer's step replayed
+// (reference.h) rounds times (bsp) or N x rounds times (ssp, psplus; asp is
+// refused: it sends a worker only its own updates, and one more push to read
+// the end state would move the optimizer's state). psplus is checked only
+// with staleness_lr none: a stale update's learning rate is otherwise
+// scaled, and the result depends on the order.
+//
+// Reading the end state: bsp, the last round's pull. Otherwise a barrier,
+// then for sgd one more push_pull, of zeros, which changes nothing but
+// returns, once applied, the parameters after every rank's every push, and a
+// pull of version N x rounds + 1 (psplus's pulls are eager); for momentum
+// and adam a pull of version N x rounds, which ssp and psplus send to every
+// worker. Then every element is compared for exact equality (a -0 for a +0
+// is the only difference allowed).
 //
 // After every round, no tensor's version (Worker::version) may have gone
 // back. Each round prints its time and the compute in it; the summary gives the
@@ -48,9 +57,9 @@ struct FreeOptions {
 };
 
 /// Refuses (std::runtime_error, saying why) a job whose end state is not
-/// known bit for bit: an optimizer other than sgd, a learning rate that is
-/// not a power of two. Returns whether the end state can be checked (false
-/// for psplus with a staleness_lr rule other than none).
+/// known bit for bit: optimizer sum, momentum or adam under asp, sgd with a
+/// learning rate that is not a power of two. Returns whether the end state
+/// can be checked (false for psplus with a staleness_lr rule other than none).
 bool free_rounds_checkable(const config::TrainingConfig& t);
 
 /// Rank 0's initial values of `tensor` on the grid.
