@@ -158,12 +158,7 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
   if (went_back("final pull")) return 1;
   uint64_t wrong = 0, old = 0;
   if (checkable) {
-    const trainer::Update u{.kind = t.optimizer,
-                            .lr = static_cast<float>(t.learning_rate),
-                            .mu = static_cast<float>(t.momentum),
-                            .b1 = static_cast<float>(t.beta1),
-                            .b2 = static_cast<float>(t.beta2),
-                            .eps = static_cast<float>(t.epsilon)};
+    const Update u = Update::optimizer_of(t);
     std::vector<double> sum;
     std::vector<float> g, avg;
     for (size_t k = 0; k < decls.size(); ++k) {

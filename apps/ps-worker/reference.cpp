@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../common/synthetic.h"
+#include "job/job.h"
 
 namespace mercury::trainer {
 
@@ -24,15 +25,11 @@ Update Update::of(const config::TrainingConfig& t) {
                              std::string(config::to_string(t.sync)) +
                              " runs free-running rounds (--compute-ms)");
   }
-  Update u;
-  u.kind = t.optimizer;
-  u.sum_only = t.optimizer == config::Optimizer::kSum;
-  u.lr = static_cast<float>(t.learning_rate);
-  u.mu = static_cast<float>(t.momentum);
-  u.b1 = static_cast<float>(t.beta1);
-  u.b2 = static_cast<float>(t.beta2);
-  u.eps = static_cast<float>(t.epsilon);
-  return u;
+  return optimizer_of(t);
+}
+
+Update Update::optimizer_of(const config::TrainingConfig& t) {
+  return Update{job::optimizer_config(t), t.optimizer == config::Optimizer::kSum};
 }
 
 void average(std::vector<float>& avg, uint32_t workers, uint32_t seed, size_t tensor,
@@ -58,36 +55,39 @@ void average(std::vector<float>& avg, uint32_t workers, uint32_t seed, size_t te
 
 void apply(std::span<float> params, std::span<const float> avg, const Update& u, OptState& state) {
   const uint64_t t = ++state.updates;
-  switch (u.kind) {
-    case config::Optimizer::kSum:
+  switch (u.opt.kind) {
+    case agg::OptimizerKind::kSumOnly:
       for (size_t i = 0; i < params.size(); ++i) params[i] = avg[i];
       return;
-    case config::Optimizer::kSgd:
-      for (size_t i = 0; i < params.size(); ++i) params[i] = params[i] - u.lr * avg[i];
+    case agg::OptimizerKind::kSgd:
+      for (size_t i = 0; i < params.size(); ++i)
+        params[i] = params[i] - u.opt.learning_rate * avg[i];
       return;
-    case config::Optimizer::kMomentum:
+    case agg::OptimizerKind::kMomentum:
       state.s0.resize(params.size(), 0.0f);
       for (size_t i = 0; i < params.size(); ++i) {
-        state.s0[i] = u.mu * state.s0[i] + avg[i];
-        params[i] = params[i] - u.lr * state.s0[i];
+        state.s0[i] = u.opt.momentum * state.s0[i] + avg[i];
+        params[i] = params[i] - u.opt.learning_rate * state.s0[i];
       }
       return;
-    case config::Optimizer::kAdam: {
+    case agg::OptimizerKind::kAdam: {
       state.s0.resize(params.size(), 0.0f);
       state.s1.resize(params.size(), 0.0f);
       // The step's scalars as agg::step_params computes them, in double.
       const double td = static_cast<double>(t);
-      const auto a = static_cast<float>(u.lr / (1.0 - std::pow(static_cast<double>(u.b1), td)));
-      const auto c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(u.b2), td)));
-      const float one_minus_b1 = 1.0f - u.b1;
-      const float one_minus_b2 = 1.0f - u.b2;
+      const auto a = static_cast<float>(u.opt.learning_rate /
+                                        (1.0 - std::pow(static_cast<double>(u.opt.beta1), td)));
+      const auto c2 =
+          static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(u.opt.beta2), td)));
+      const float one_minus_b1 = 1.0f - u.opt.beta1;
+      const float one_minus_b2 = 1.0f - u.opt.beta2;
       for (size_t i = 0; i < params.size(); ++i) {
         const float g = avg[i];
-        const float m = u.b1 * state.s0[i] + one_minus_b1 * g;
-        const float v = u.b2 * state.s1[i] + one_minus_b2 * (g * g);
+        const float m = u.opt.beta1 * state.s0[i] + one_minus_b1 * g;
+        const float v = u.opt.beta2 * state.s1[i] + one_minus_b2 * (g * g);
         state.s0[i] = m;
         state.s1[i] = v;
-        params[i] = params[i] - (a * m) / (std::sqrt(v * c2) + u.eps);
+        params[i] = params[i] - (a * m) / (std::sqrt(v * c2) + u.opt.epsilon);
       }
       return;
     }

@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "agg/optimizer.h"
 #include "config/config.h"
 
 namespace mercury::trainer {
@@ -22,16 +23,16 @@ void initial(std::span<float> p, size_t tensor);
 /// Rank `rank`'s gradient of `tensor` for gradient seed `seed`.
 void gradient(std::span<float> g, uint32_t rank, uint32_t seed, size_t tensor);
 
-/// The update the servers apply (BSP): sgd, momentum, adam or sum only,
-/// with the job's constants as the servers hold them (float).
+/// The update the servers apply: sgd, momentum, adam or sum only, with the
+/// job's constants as the servers hold them (job::optimizer_config).
 struct Update {
-  config::Optimizer kind = config::Optimizer::kSgd;
+  agg::OptimizerConfig opt;
   bool sum_only = false;
-  float lr = 0;
-  float mu = 0;                   // momentum
-  float b1 = 0, b2 = 0, eps = 0;  // adam
-  /// Throws std::runtime_error for a job ps-worker cannot check.
+  /// Of a BSP job (every round checked). Throws std::runtime_error for
+  /// another mode.
   static Update of(const config::TrainingConfig& t);
+  /// The job's optimizer, whatever its mode.
+  static Update optimizer_of(const config::TrainingConfig& t);
 };
 
 /// One tensor's optimizer state as the servers keep it: momentum's u (s0),
