@@ -1,12 +1,15 @@
 // ps-server: one parameter-server node of a job, on NIC-bound cores.
 //
-//   ps-server --config FILE [--node NAME] [--seconds N] [--epoch N]
+//   ps-server --config FILE [--node NAME] [--seconds N] [--stay] [--epoch N]
 //             [--check] [-- EAL args...]
 //
 // A thin main over lib/server: reads the job file, starts EAL for this node
 // (its lcores, its ports as vdevs or PCI devices), opens its ports, builds
 // the ServerNode the job file describes (server::node_config) and runs
-// server::Runner on it until SIGINT or SIGTERM (or --seconds): the net core
+// server::Runner on it until the job ends (every worker left: exit status
+// 0; the job refused or failed: 2, a second later, the reason printed),
+// SIGINT or SIGTERM (0), or --seconds; with --stay, only a signal or
+// --seconds stop it (the job's end is printed and it goes on): the net core
 // (the node's first lcore, EAL's main lcore) polls every port; the node's
 // shards run on the following lcores when it has them.
 //
@@ -45,6 +48,7 @@ struct Options {
   std::string node;
   double seconds = 0;  // 0: until a signal
   bool check = false;
+  bool stay = false;
   uint16_t epoch = 0;  // 0: job::fresh_epoch()
   std::vector<std::string> eal_extra;
 };
@@ -52,13 +56,17 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   apps::Args args("ps-server",
-                  "--config FILE [--node NAME] [--seconds N] [--epoch N]\n"
+                  "--config FILE [--node NAME] [--seconds N] [--stay] [--epoch N]\n"
                   "                 [--check] [-- EAL args...]");
   args.text("--config", "FILE", &o.config, "the job file (docs/config.md)", apps::Args::kRequired);
   args.text("--node", "NAME", &o.node,
             "which server node of the job this process runs (default: the only one)");
   args.positive("--seconds", "N", &o.seconds,
-                "stop after N seconds (default: run until SIGINT or SIGTERM)");
+                "stop after N seconds (default: when the job ends, or on SIGINT or SIGTERM)");
+  args.flag("--stay", &o.stay,
+            "keep running after the job ended (every worker left, or the job was refused)\n"
+            "                     until a signal or --seconds; default: exit, status 0 when\n"
+            "                     every worker left, 2 when the job was refused or failed");
   args.whole("--epoch", "N", &o.epoch, 1, 65535,
              "pin this node's transport incarnation (default: from the clock, so a\n"
              "                     restart is told apart); to replay a captured trace");
@@ -114,14 +122,16 @@ int run(const Options& o) {
                            .rx_pool_mbufs = pool_mbufs,
                            .cpu_of_lcore = server::eal_cpu_of_lcore});
   server::ServerNode node(ifaces, workers, sc, rte_rdtsc());
-  server::Runner runner(node, {.node = me.name, .idle = {.mode = me.poll}, .seconds = o.seconds});
+  server::Runner runner(
+      node,
+      {.node = me.name, .idle = {.mode = me.poll}, .seconds = o.seconds, .end_with_job = !o.stay});
   telemetry::Registry registry;
   runner.add_telemetry(registry);
   registry.expose();
   std::printf("  telemetry: dpdk-telemetry.py -f %s, command /mercury/stats\n", prefix.c_str());
   std::fflush(stdout);
-  runner.run(g_stop);
-  return 0;
+  // A job refused or failed (its reason printed) ends the process with 2.
+  return runner.run(g_stop) == server::NodeState::kRefused && !o.stay ? 2 : 0;
 }
 
 }  // namespace

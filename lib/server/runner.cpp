@@ -103,7 +103,7 @@ void Runner::report_state_st(NodeState was) {
   }
 }
 
-void Runner::run(const std::atomic<bool>& stop) {
+NodeState Runner::run(const std::atomic<bool>& stop) {
   // The stats line, once a second, from a thread that only reads: the
   // published counters and the ports' frame counters (single-writer words,
   // read with relaxed loads).
@@ -149,6 +149,7 @@ void Runner::run(const std::atomic<bool>& stop) {
   uint64_t last_publish = start;
   net::IdleBackoff backoff(options_.idle, hz);
   NodeState last_state = node_.state_st();
+  uint64_t end_at = UINT64_MAX;  // end_with_job: when the job's end stops the loop
   while (!stop.load(std::memory_order_relaxed)) {
     const uint64_t now = rte_rdtsc();
     backoff.idle(node_.poll_st(now), now);
@@ -158,9 +159,18 @@ void Runner::run(const std::atomic<bool>& stop) {
     if (node_.state_st() != last_state) {
       report_state_st(last_state);
       last_state = node_.state_st();
+      if (options_.end_with_job && end_at == UINT64_MAX) {
+        // Finished: every worker's leave was answered already. Refused: a
+        // grace for the refusal to reach the workers still there.
+        if (last_state == NodeState::kFinished) end_at = now;
+        if (last_state == NodeState::kRefused) {
+          end_at = now + static_cast<uint64_t>(kRefusedGraceSeconds * static_cast<double>(hz));
+        }
+      }
     }
-    if (now >= end) break;
+    if (now >= end || now >= end_at) break;
   }
+  const NodeState final_state = node_.state_st();
   node_.stop();
   published_.publish_st(node_.counters_st());
   {
@@ -173,6 +183,7 @@ void Runner::run(const std::atomic<bool>& stop) {
   output_.out(who_ + ": stopped; " + std::to_string(c.shards.updates) + " aggregations, " +
               std::to_string(c.net.tx_retransmits) + " retransmissions" +
               retransmission_text(node_.peer_totals_st()) + ", drops:" + drops_text(c));
+  return final_state;
 }
 
 }  // namespace mercury::server

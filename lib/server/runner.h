@@ -46,7 +46,15 @@ struct RunnerOptions {
   std::string node;                   ///< the node's name: "<program> <node>: ..." lines
   net::IdleOptions idle;              ///< the net core's back-off (the node's poll mode)
   double seconds = 0;                 ///< stop after this long; 0: only when asked
+  /// Stop when the job ends: every worker left (finished), or the job was
+  /// refused (a failure: it serves kRefusedGrace longer, so that the refusal
+  /// reaches every worker still there). false: only `stop` or `seconds`.
+  bool end_with_job = false;
 };
+
+/// How long a refused job's node keeps serving before run() returns, with
+/// RunnerOptions::end_with_job.
+inline constexpr double kRefusedGraceSeconds = 1.0;
 
 /// The CPU EAL runs `lcore` on (NodeStart::cpu_of_lcore for a node of this
 /// process). EAL must be up.
@@ -69,10 +77,11 @@ class Runner {
   /// telemetry_values) and a group "port<id>" per port.
   void add_telemetry(telemetry::Registry& registry);
 
-  /// The net core: polls until `stop` is set or options.seconds have
-  /// passed, then stops the node (ServerNode::stop) and prints the totals
-  /// ("<program> <node>: stopped; N aggregations, ...").
-  void run(const std::atomic<bool>& stop);
+  /// The net core: polls until `stop` is set, options.seconds have passed
+  /// or (end_with_job) the job ended, then stops the node (ServerNode::stop)
+  /// and prints the totals ("<program> <node>: stopped; N aggregations,
+  /// ..."). Returns the node's state when it stopped polling.
+  NodeState run(const std::atomic<bool>& stop);
 
  private:
   void report_state_st(NodeState was);

@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """ps-server as an operator runs it: --check, refusals, the stats line,
-telemetry over DPDK's socket, and a clean stop on SIGTERM.
+telemetry over DPDK's socket, a clean stop on SIGTERM, and the end of a job
+(every worker left: exit 0 by itself; the job refused: exit 2; --stay: on
+until a signal), with ps-worker processes over net_memif.
 
 Usage: ps_server_test.py PS_SERVER_BINARY CONFIG_DIR
 """
@@ -111,6 +113,67 @@ class Run(unittest.TestCase):
                     p.kill()
                     p.wait()
                 shutil.rmtree("/var/run/dpdk/" + name + "-server0", ignore_errors=True)
+
+
+class JobEnd(unittest.TestCase):
+    """config/memif.yaml's 4 workers, as ps-worker processes (one round of
+    MobileNetV2), against ps-server without a signal."""
+
+    def run_job(self, tag, stay, models):
+        worker_bin = os.path.join(os.path.dirname(PS_SERVER), "ps-worker", "ps-worker")
+        with tempfile.TemporaryDirectory() as tmp:
+            name = "psend%s%d" % (tag, os.getpid())
+            job = memif_job(tmp, name)
+            p = subprocess.Popen([PS_SERVER, "--config", job] + (["--stay"] if stay else []),
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            workers = []
+            try:
+                while "] waiting" not in p.stdout.readline():
+                    self.assertIsNone(p.poll(), "ps-server exited before serving")
+                for w, model in enumerate(models):
+                    workers.append(subprocess.Popen(
+                        [worker_bin, "--config", job, "--node", "w%d" % w, "--model",
+                         os.path.join(CONFIG_DIR, "models", model), "--rounds", "1"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                status = [w.wait(timeout=120) for w in workers]
+                try:
+                    rest, _ = p.communicate(timeout=15)
+                    ended = True
+                except subprocess.TimeoutExpired:
+                    ended = False
+                if stay:
+                    self.assertFalse(ended, "ps-server --stay exited by itself")
+                    p.send_signal(signal.SIGTERM)
+                    rest, _ = p.communicate(timeout=30)
+                return status, p.returncode, rest
+            finally:
+                for w in workers:
+                    if w.poll() is None:
+                        w.kill()
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                shutil.rmtree("/var/run/dpdk/" + name + "-server0", ignore_errors=True)
+
+    def test_every_worker_leaving_ends_the_server(self):
+        status, rc, out = self.run_job("f", False, ["mobilenet_v2.txt"] * 4)
+        self.assertEqual(status, [0, 0, 0, 0])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("every worker left; the job is done", out)
+        self.assertIn("ps-server server0: stopped", out)
+
+    def test_a_refused_job_ends_the_server_with_status_2(self):
+        status, rc, out = self.run_job("r", False, ["mobilenet_v2.txt"] * 3 + ["alexnet.txt"])
+        self.assertTrue(all(s != 0 for s in status), status)
+        self.assertEqual(rc, 2, out)
+        self.assertIn("the job cannot start", out)
+        self.assertIn("ps-server server0: stopped", out)
+
+    def test_stay_keeps_serving_after_the_end(self):
+        status, rc, out = self.run_job("s", True, ["mobilenet_v2.txt"] * 4)
+        self.assertEqual(status, [0, 0, 0, 0])
+        self.assertEqual(rc, 0, out)
+        self.assertIn("every worker left; the job is done", out)
 
 
 if __name__ == "__main__":
