@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace mercury::demo {
@@ -123,7 +124,12 @@ bool pump_until(std::vector<Child*> children, Done done, double seconds) {
         who.push_back(c);
       }
     }
-    if (fds.empty()) return done();
+    if (fds.empty()) {
+      // Every output closed (a ps-server ends with its job): the children
+      // may still be exiting, so wait for them rather than give up.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
     if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) return false;
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents != 0) pump(*who[i]);
