@@ -179,16 +179,14 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
         // Replayed update by update as the servers compute them (reference.h):
         // bsp the rank-order sum times 1/N each round (1/N need not be a power
         // of two), the asynchronous modes one rank's gradient per update.
-        const float scale = bsp ? 1.0f / static_cast<float>(n) : 1.0f;
+        // (Momentum and Adam: g is every rank's gradient.)
         if (bsp) {
+          const float scale = 1.0f / static_cast<float>(n);
           for (float& x : avg) x = x * scale;
-        } else {
-          g.swap(avg);
-          grid_gradient(avg, 0, k);
         }
         OptState state;
         const uint32_t updates = bsp ? o.rounds : n * o.rounds;
-        for (uint32_t r = 0; r < updates; ++r) apply(want, avg, u, state);
+        for (uint32_t r = 0; r < updates; ++r) apply(want, bsp ? avg : g, u, state);
       } else {
         const double step = t.learning_rate * o.rounds;
         for (size_t i = 0; i < want.size(); ++i) {

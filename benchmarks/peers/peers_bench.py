@@ -45,14 +45,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def memif_job(workers, name, loss=0.0):
-    """A job file like config/memif.yaml (MTU 9000) with `workers` workers and optimizer sum;
-    with `loss`, the link emulator drops that fraction of the frames."""
+def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}"):
+    """A job file like config/memif.yaml (MTU 9000) with `workers` workers and the `training`
+    section given (default bsp, optimizer sum); with `loss`, the link emulator drops that
+    fraction of the frames. benchmarks/sync uses it too."""
     y = ["job: {id: 12, name: %s}" % name,
          "network: {mtu: 9000, peer_timeout_ms: 5000}",
          "mempool: {mbufs: 8191, cache: 256}",
          "eal: {memory_mb: 1024, hugepages: auto}",
-         "training: {sync: bsp, optimizer: sum}"]
+         "training: %s" % training]
     if loss > 0:
         y.append("link: {loss: %g, seed: 3}" % loss)
     y += ["nodes:",

@@ -28,33 +28,15 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def memif_job(workers, mode, bound, name):
-    extra = {"ssp": "staleness_bound: %d, " % bound}.get(mode, "")
-    y = ["job: {id: 13, name: %s}" % name,
-         "network: {mtu: 9000, peer_timeout_ms: 5000}",
-         "mempool: {mbufs: 8191, cache: 256}",
-         "eal: {memory_mb: 1024, hugepages: auto}",
-         "training: {sync: %s, %soptimizer: sgd, learning_rate: 0.0625}" % (mode, extra),
-         "nodes:", "  - name: server0", "    role: server", "    ipv4: 10.0.0.1",
-         "    mac: 02:00:00:00:00:01", "    ports:"]
-    for w in range(workers):
-        y.append("      - net_memif%d,role=server,id=0,socket=/tmp/mercury-sync/%s-w%d.sock,"
-                 "bsize=9216" % (w, name, w))
-    y += ["    lcores: [0, 2, 4]", "    shards: 2"]
-    for w in range(workers):
-        y += ["  - name: w%d" % w, "    role: worker", "    ipv4: 10.0.0.%d" % (11 + w),
-              "    mac: 02:00:00:00:00:%02x" % (0x11 + w),
-              "    ports: [ \"net_memif1%d,role=client,id=0,socket=/tmp/mercury-sync/%s-w%d.sock,"
-              "bsize=9216\" ]" % (w, name, w),
-              "    lcores: [%d]" % (1 + 2 * w)]
-    return "\n".join(y) + "\n"
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "peers"))
+from peers_bench import memif_job, summary  # noqa: E402  (the job file and the table's cells)
 
 
 def run(a, model, mode):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(memif_job(a.workers, mode, a.bound, "sync-" + mode))
+        extra = {"ssp": "staleness_bound: %d, " % a.bound}.get(mode, "")
+        f.write(memif_job(a.workers, "sync-" + mode, training="{sync: %s, %soptimizer: sgd, "
+                          "learning_rate: 0.0625}" % (mode, extra)))
         job = f.name
     straggler = a.workers - 1
     try:
@@ -79,10 +61,6 @@ def run(a, model, mode):
     gaps = [int(x) for x in re.findall(r"gap max (\d+)", r.stdout)]
     exact = all(v == "the final parameters exact" for v in verdicts.values())
     return fast, means[straggler], exact, max(gaps) if gaps else 0
-
-
-def summary(xs):
-    return "%.3f [%.3f, %.3f]" % (statistics.median(xs), min(xs), max(xs))
 
 
 def main():

@@ -409,6 +409,9 @@ void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness)
       .staleness = staleness,
       .contributors = contributors,
       .slowest = slowest_clock(index),
+      .clock = track_ranks_ && contributors != 0
+                   ? next_clock_[index * workers_ + std::countr_zero(contributors)]
+                   : 0,
       .data = reinterpret_cast<const std::byte*>(params_.get() + ch.first_element),
       .bytes = uint32_t{ch.elements} * kElementBytes,
   });
@@ -459,15 +462,6 @@ uint64_t ChunkTable::held_ranks(uint32_t key, uint32_t offset) const {
   const Outcome o = locate(key, offset, 0, index);
   if (o != Outcome::kHeld && o != Outcome::kBadLength) return 0;
   return chunks_[index].have;
-}
-
-uint32_t ChunkTable::clock(uint32_t key, uint32_t offset, uint32_t rank) const {
-  uint64_t index = 0;
-  const Outcome o = locate(key, offset, 0, index);
-  if (!track_ranks_ || rank >= workers_ || (o != Outcome::kHeld && o != Outcome::kBadLength)) {
-    return 0;
-  }
-  return next_clock_[index * workers_ + rank];
 }
 
 uint32_t ChunkTable::slowest(uint32_t key, uint32_t offset) const {

@@ -159,6 +159,9 @@ struct Update {
   /// contributions of any rank applied to it so far (0 under BSP). A rank
   /// whose own count is c is c - slowest iterations ahead of the slowest.
   uint32_t slowest = 0;
+  /// Asynchronous policies: the contributor's clock after this update (its
+  /// pushes of the chunk applied); 0 under BSP and for version 0.
+  uint32_t clock = 0;
   const std::byte* data = nullptr;  ///< the chunk's parameters (sum-only: averaged gradient)
   uint32_t bytes = 0;
 };
@@ -239,11 +242,9 @@ class ChunkTable {
   /// The ranks whose contributions the chunk at (key, offset) holds now
   /// (bit r = rank r), 0 if it does not exist here.
   [[nodiscard]] uint64_t held_ranks(uint32_t key, uint32_t offset) const;
-  /// Asynchronous policies: the next clock the chunk at (key, offset)
-  /// accepts from `rank` (its pushes applied, when it never skipped one),
-  /// and the least of them over the ranks (Update::slowest). 0 under BSP
-  /// or for a chunk that does not exist here.
-  [[nodiscard]] uint32_t clock(uint32_t key, uint32_t offset, uint32_t rank) const;
+  /// Asynchronous policies: the least over the ranks of the next clock the
+  /// chunk at (key, offset) accepts (Update::slowest). 0 under BSP or for a
+  /// chunk that does not exist here.
   [[nodiscard]] uint32_t slowest(uint32_t key, uint32_t offset) const;
 
   [[nodiscard]] const ChunkTableCounters& counters() const { return counters_; }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "agg/chunk_table.h"
+#include "agg/sync_policy.h"
 #include "wire/header.h"
 
 namespace mercury::server {
@@ -22,26 +23,34 @@ enum class Fanout : uint8_t {
   kEveryVersion,  ///< PS+: every worker, every version
 };
 
+/// Whether `rule` can send `policy`'s updates: kEvery (from the table's
+/// memory) needs every rank in each update (bsp), the asynchronous rules
+/// the policies whose versions advance without every rank.
+inline bool fanout_fits(Fanout rule, const agg::SyncPolicy& policy) {
+  return (rule == Fanout::kEvery) != policy.tracks_rank_iterations();
+}
+
 /// The workers (bit r = rank r, of `workers` <= 64) that update `u` goes to
-/// under `rule`. `contributor_clock` is the contributor's clock after the
-/// update (agg::ChunkTable::clock); only kSlowest reads it: the slowest
-/// clock moved when it equals u.slowest (the contributor was the one behind
-/// everyone, the least is never above any rank's clock). Version 0 (rank
-/// 0's initial values, no contributor) goes to everyone in every mode.
-inline uint64_t fanout_recipients(Fanout rule, const agg::Update& u, uint32_t contributor_clock,
-                                  uint32_t workers) {
+/// under `rule`. kSlowest: the slowest clock moved when the contributor's
+/// clock after the update (u.clock) equals u.slowest (the contributor was
+/// the one behind everyone, the least is never above any rank's clock).
+/// Version 0 (rank 0's initial values, no contributor) goes to everyone in
+/// every mode.
+inline uint64_t fanout_recipients(Fanout rule, const agg::Update& u, uint32_t workers) {
   const uint64_t all = workers >= 64 ? ~uint64_t{0} : (uint64_t{1} << workers) - 1;
   if (rule == Fanout::kEvery || rule == Fanout::kEveryVersion || u.version == 0) return all;
-  if (rule == Fanout::kSlowest && contributor_clock == u.slowest) return all;
+  if (rule == Fanout::kSlowest && u.clock == u.slowest) return all;
   return u.contributors & all;
 }
 
-/// The packet's wire `iteration` for `rank` in the asynchronous modes:
-/// wire::kAggYours when the update applied rank's own gradient, and the
-/// chunk's slowest clock.
+/// A packet's wire `iteration` in the asynchronous modes: wire::kAggYours
+/// when it answers the recipient's own push, and the chunk's slowest clock.
+inline uint32_t fanout_tag(uint32_t slowest, bool yours) {
+  return (slowest & wire::kAggSlowestMask) | (yours ? wire::kAggYours : 0);
+}
+/// The tag of update `u` for `rank`.
 inline uint32_t fanout_tag(const agg::Update& u, uint16_t rank) {
-  const bool yours = ((u.contributors >> rank) & 1) != 0;
-  return (u.slowest & wire::kAggSlowestMask) | (yours ? wire::kAggYours : 0);
+  return fanout_tag(u.slowest, ((u.contributors >> rank) & 1) != 0);
 }
 
 }  // namespace mercury::server

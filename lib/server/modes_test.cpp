@@ -62,11 +62,7 @@ struct Modes : agg::ChunkSink {
   uint32_t chunks() const { return sides[0].table.tensor(0).chunks; }
 
   void on_update(const agg::Update& u) override {
-    const uint32_t clock =
-        u.contributors != 0
-            ? table->clock(u.key, u.offset, static_cast<uint32_t>(std::countr_zero(u.contributors)))
-            : 0;
-    const uint64_t to = fanout_recipients(rule, u, clock, static_cast<uint32_t>(sides.size()));
+    const uint64_t to = fanout_recipients(rule, u, static_cast<uint32_t>(sides.size()));
     updates.push_back(u);
     sent_to.push_back(to);
     for (uint16_t r = 0; r < sides.size(); ++r) {
@@ -174,14 +170,16 @@ TEST(ServerModes, TheRulesOneByOne) {
   agg::Update u;
   u.version = 4;
   u.contributors = 0b111;
-  EXPECT_EQ(fanout_recipients(Fanout::kEvery, u, 0, 3), 0b111u);
+  EXPECT_EQ(fanout_recipients(Fanout::kEvery, u, 3), 0b111u);
   u.contributors = 0b10;
-  EXPECT_EQ(fanout_recipients(Fanout::kContributor, u, 0, 3), 0b10u);
-  EXPECT_EQ(fanout_recipients(Fanout::kEveryVersion, u, 0, 3), 0b111u);
+  EXPECT_EQ(fanout_recipients(Fanout::kContributor, u, 3), 0b10u);
+  EXPECT_EQ(fanout_recipients(Fanout::kEveryVersion, u, 3), 0b111u);
   u.slowest = 2;
-  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 3, 3), 0b10u);   // not the slowest
-  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 2, 3), 0b111u);  // it was: everyone
-  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 2, 64), ~uint64_t{0});
+  u.clock = 3;
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 3), 0b10u);  // not the slowest
+  u.clock = 2;
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 3), 0b111u);  // it was: everyone
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 64), ~uint64_t{0});
   EXPECT_EQ(fanout_tag(u, 1), 2u | wire::kAggYours);
   EXPECT_EQ(fanout_tag(u, 0), 2u);
 }

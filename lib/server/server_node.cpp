@@ -86,7 +86,7 @@ void ServerNode::check_config(uint32_t workers) const {
   const std::unique_ptr<agg::SyncPolicy> policy =
       config_.sync_policy ? config_.sync_policy() : nullptr;
   if (!policy) throw std::invalid_argument("server: no sync policy");
-  if ((policy->quorum(workers) == workers) != (config_.fanout == Fanout::kEvery) && workers > 1) {
+  if (!fanout_fits(config_.fanout, *policy)) {
     // Fan-out from the table's memory needs every rank in each update
     // (bsp); a quorum of 1 needs the asynchronous rules' snapshots.
     throw std::invalid_argument("server: training.sync " + std::string(policy->name()) +

@@ -16,7 +16,7 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
       chunk_bytes_(config.chunk_bytes),
       started_(placement, config.shard, config.chunk_bytes),
       rule_(rule) {
-  if ((rule_ == Fanout::kEvery) == policy->tracks_rank_iterations()) {
+  if (!fanout_fits(rule_, *policy)) {
     throw std::invalid_argument("Shard: fan-out rule and sync policy " +
                                 std::string(policy->name()) + " do not match");
   }
@@ -33,14 +33,6 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
     snapshot_refs_ = std::make_unique<std::atomic<uint32_t>[]>(snapshot_count_);
     for (uint64_t i = 0; i < snapshot_count_; ++i) snapshot_refs_[i].store(0);
   }
-}
-
-uint64_t Shard::snapshots_in_use() const {
-  uint64_t n = 0;
-  for (uint64_t i = 0; i < snapshot_count_; ++i) {
-    n += snapshot_refs_[i].load(std::memory_order_relaxed) != 0 ? 1 : 0;
-  }
-  return n;
 }
 
 bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
@@ -165,11 +157,7 @@ void Shard::fanout_async_st(const agg::Update& u) {
     counters_.staleness_sum += u.staleness;
     if (u.staleness != 0) ++counters_.stale_updates;
   }
-  const uint32_t clock =
-      contributor != 0
-          ? table_->clock(u.key, u.offset, static_cast<uint32_t>(std::countr_zero(contributor)))
-          : 0;
-  const uint64_t to = fanout_recipients(rule_, u, clock, static_cast<uint32_t>(fanout_.size()));
+  const uint64_t to = fanout_recipients(rule_, u, static_cast<uint32_t>(fanout_.size()));
   const uint64_t s = take_snapshot_st();
   const bool have = s != snapshot_count_;
   if (have) {
@@ -209,8 +197,7 @@ uint32_t Shard::retry_fanout_st() {
       if (s == snapshot_count_) break;
       std::memcpy(snapshot(s), base + d.offset, bytes);
       snapshot_refs_[s].store(1, std::memory_order_relaxed);
-      const uint32_t tag = (table_->slowest(d.key, d.offset) & wire::kAggSlowestMask) |
-                           (d.yours != 0 ? wire::kAggYours : 0);
+      const uint32_t tag = fanout_tag(table_->slowest(d.key, d.offset), d.yours != 0);
       if (!send_st(d.rank, snapshot(s), bytes, d.key, d.offset, table_->version(d.key, d.offset),
                    d.priority, tag, transport::Completion{&Shard::on_snapshot_sent, this, s})) {
         snapshot_refs_[s].store(0, std::memory_order_relaxed);

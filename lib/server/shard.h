@@ -156,10 +156,6 @@ class Shard final : public agg::ChunkSink {
   [[nodiscard]] const StartedSets& started() const { return started_; }
 
   [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
-  [[nodiscard]] Fanout rule() const { return rule_; }
-  /// Snapshot chunks (0 under BSP), and how many are on the wire now (any thread).
-  [[nodiscard]] uint64_t snapshots() const { return snapshot_count_; }
-  [[nodiscard]] uint64_t snapshots_in_use() const;
   [[nodiscard]] const ShardCounters& counters() const { return counters_; }
 
   // agg::ChunkSink, called from inside contribute_st().

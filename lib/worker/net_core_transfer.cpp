@@ -166,7 +166,7 @@ NetCore::PendingPull NetCore::pull_of(const Request& r, std::optional<Handle> pu
   if (r.has_min) p.min_stamp = r.min_version + 1;
   if (config_.sync != config::Sync::kPsPlus) {
     // ASP and SSP: the worker reads its own writes (every push applied).
-    p.answers = uint64_t{r.version} * table_.tensor(r.tensor).chunks;
+    p.answers = uint64_t{r.version} * pulls_->chunks_st(r.tensor);
   }
   if (config_.sync == config::Sync::kSsp && r.version > config_.staleness_bound) {
     // About to compute its iteration `r.version`: the slowest worker must
