@@ -3,6 +3,8 @@
 
 A gtest binary contributes one case per TEST; a binary that crashed or failed
 without a failing case (or a non-gtest test) counts as one failed case.
+The last lines of every failed test's output go to stderr first, so a CI log
+says why without the build directory.
 Usage: summary.py BUILD_DIR [BUILD_DIR ...]
 """
 import json
@@ -10,8 +12,11 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
+TAIL_LINES = 80
+
 passed = failed = skipped = 0
 failures = []
+tails = []
 for build in sys.argv[1:]:
     log = os.path.join(build, "meson-logs", "testlog.json")
     junit = os.path.join(build, "meson-logs", "testlog.junit.xml")
@@ -28,6 +33,9 @@ for build in sys.argv[1:]:
         entry = json.loads(line)
         name = entry["name"]
         result = entry["result"]
+        if result not in ("OK", "EXPECTEDFAIL", "SKIP"):
+            out = (entry.get("stdout") or "").splitlines()[-TAIL_LINES:]
+            tails.append((name, result, out))
         # junit suites are named "<project>.<test>.<TestSuite>"
         cases = [c for k, cs in cases_by_binary.items() if k.split(".")[1:2] == [name]
                  for c in cs]
@@ -51,6 +59,11 @@ for build in sys.argv[1:]:
             failed += 1
             failures.append(f"{name}: {result}")
 
+for name, result, out in tails:
+    print(f"===== {name} ({result}): last {len(out)} lines of its output =====", file=sys.stderr)
+    for text in out:
+        print(text, file=sys.stderr)
+sys.stderr.flush()
 for f in failures:
     print(f"FAILED {f}")
 line = f"{passed} passed, {failed} failed"

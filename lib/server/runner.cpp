@@ -79,27 +79,30 @@ void Runner::add_telemetry(telemetry::Registry& registry) {
   }
 }
 
-void Runner::report_state_st(NodeState was) {
+void Runner::report_state_st() {
   const NodeState now = node_.state_st();
   state_.store(static_cast<int>(now), std::memory_order_relaxed);
-  if (now == NodeState::kRefused) {
-    output_.err(who_ + ": the job " + (was == NodeState::kRunning ? "stopped" : "cannot start") +
-                ": " + node_.refusal_st());
-  } else if (now == NodeState::kFinished) {
-    output_.out(who_ + ": every worker left; the job is done");
-  } else if (now == NodeState::kRunning) {
-    const agg::Placement& placement = *node_.placement_st();
+  // The placement exists from the moment the job started running.
+  const agg::Placement* placement = node_.placement_st();
+  if (placement != nullptr && !announced_serving_) {
+    announced_serving_ = true;
     uint64_t staging = 0, chunks = 0;
     for (uint32_t id : node_.own_shards()) {
       staging += node_.shard(id)->table().staging_chunks();
       chunks += node_.shard(id)->table().chunks();
     }
-    output_.out(who_ + ": every worker declared; " + std::to_string(placement.blocks().size()) +
+    output_.out(who_ + ": every worker declared; " + std::to_string(placement->blocks().size()) +
                 " blocks placed (" + std::to_string(chunks) + " chunks here), serving");
     const std::string warning =
-        pool_warning(placement, node_.own_shards(), node_.config().chunk_bytes, node_.workers(),
+        pool_warning(*placement, node_.own_shards(), node_.config().chunk_bytes, node_.workers(),
                      node_.config().rx_pool_mbufs, staging);
     if (!warning.empty()) output_.out(options_.program + ": " + warning);
+  }
+  if (now == NodeState::kRefused) {
+    output_.err(who_ + ": the job " + (placement != nullptr ? "stopped" : "cannot start") + ": " +
+                node_.refusal_st());
+  } else if (now == NodeState::kFinished) {
+    output_.out(who_ + ": every worker left; the job is done");
   }
 }
 
@@ -157,7 +160,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     published_.publish_st(node_.counters_st());
     last_publish = now;
     if (node_.state_st() != last_state) {
-      report_state_st(last_state);
+      report_state_st();
       last_state = node_.state_st();
       if (options_.end_with_job && end_at == UINT64_MAX) {
         // Finished: every worker's leave was answered already. Refused: a

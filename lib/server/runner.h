@@ -84,13 +84,17 @@ class Runner {
   NodeState run(const std::atomic<bool>& stop);
 
  private:
-  void report_state_st(NodeState was);
+  /// The operator's line for the node's state, looked at every 100 ms: a job
+  /// that started and ended between two looks still gets its "serving" line,
+  /// and a refusal says "stopped" when the job had been running.
+  void report_state_st();
 
   ServerNode& node_;
   RunnerOptions options_;
   Output output_;
   std::string who_;         // "<program> <node>"
   std::atomic<int> state_;  // the node's state, for the stats thread
+  bool announced_serving_ = false;
   telemetry::Published<ServerCounters> published_;
 };
 

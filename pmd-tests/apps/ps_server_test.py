@@ -159,6 +159,8 @@ class JobEnd(unittest.TestCase):
         status, rc, out = self.run_job("f", False, ["mobilenet_v2.txt"] * 4)
         self.assertEqual(status, [0, 0, 0, 0])
         self.assertEqual(rc, 0, out)
+        # Said once even when the job starts and ends between two looks at the state.
+        self.assertEqual(out.count("every worker declared;"), 1, out)
         self.assertIn("every worker left; the job is done", out)
         self.assertIn("ps-server server0: stopped", out)
 
@@ -167,6 +169,7 @@ class JobEnd(unittest.TestCase):
         self.assertTrue(all(s != 0 for s in status), status)
         self.assertEqual(rc, 2, out)
         self.assertIn("the job cannot start", out)
+        self.assertNotIn("every worker declared;", out)
         self.assertIn("ps-server server0: stopped", out)
 
     def test_stay_keeps_serving_after_the_end(self):
