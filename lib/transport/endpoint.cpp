@@ -148,7 +148,12 @@ Endpoint::Endpoint(net::PacketPort& port, const EndpointConfig& config, const Re
   sc.num_peers = num_peers;
   sc.ingress_capacity = config.ingress_capacity;
   sc.max_retransmits = static_cast<uint32_t>(waiting);
-  sc.partition_bytes = config.partition_bytes;
+  // Partitions are whole packets (P3 slices a tensor at packet boundaries):
+  // a partition of S bytes starting mid-packet would shift every later packet
+  // of the message off the chunk grid the receivers index by (offset /
+  // payload), and the server would refuse them all as misaligned. Rounded
+  // down, at least one packet; the credit (>= S) still holds a partition.
+  sc.partition_bytes = std::max(max_payload_, config.partition_bytes / max_payload_ * max_payload_);
   sc.credit_bytes = config.credit_bytes;
   sched_ = std::make_unique<sched::PortScheduler>(sc, *pool_, &Endpoint::on_complete, this);
   // At most 3/4 full, so probes stay short.

@@ -94,7 +94,7 @@ struct PeerSpec {
 struct EndpointConfig {
   Config transport;  ///< per-peer protocol settings (tsc_hz required)
   sched::Mode mode = sched::Mode::kStrict;
-  uint32_t partition_bytes = 4 << 20;  ///< partition mode only
+  uint32_t partition_bytes = 4 << 20;  ///< partition mode only; rounded down to whole packets
   uint32_t credit_bytes = 8 << 20;     ///< partition mode only
   uint32_t max_messages = 4096;        ///< message descriptors (queued + in flight)
   uint32_t ingress_capacity = 4096;    ///< submitted and not yet drained

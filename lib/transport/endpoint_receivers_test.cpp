@@ -194,12 +194,14 @@ struct Packets final : PacketReceiver {
   bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte>,
                  net::PacketBuf*) override {
     types.push_back(h.type);
+    offsets.push_back(h.offset);
     slices += (h.flags & wire::flags::kSlice) != 0;
     epochs.push_back(h.epoch);
     return false;
   }
   void on_peer_restarted(uint16_t) override { epochs.push_back(0); }
   std::vector<wire::PacketType> types;
+  std::vector<uint32_t> offsets;
   std::vector<uint16_t> epochs;
   uint32_t slices = 0;
 };
@@ -243,12 +245,18 @@ TEST(EndpointReceivers, EachPacketIsRoutedByItsFlagsAndType) {
 
 // In partition mode (the P3 baseline) every partition's start-up travels as
 // a kPartitionStart packet: acknowledged and counted by the receiver, never
-// delivered to either receiver. A zero-length kControl message is an
-// ordinary message: delivered whole, empty.
+// delivered to either receiver. Partitions are whole packets: a partition
+// size that is not a multiple of the packet payload is rounded down to one,
+// so every data packet starts on the payload grid the receivers index by. A
+// zero-length kControl message is an ordinary message: delivered whole, empty.
 TEST(EndpointReceivers, PartitionStartsAreAcknowledgedNotDeliveredAndEmptyControlIsAMessage) {
   Link l;
   Inbox msgs_a, msgs_b;
   Packets pkts_b;
+  const uint32_t payload = net::payload_per_packet(l.a.mtu());
+  ASSERT_LT(payload, 4096u);
+  ASSERT_NE(4096 % payload, 0u);  // the size asked for is not whole packets
+  const uint32_t part = 4096 / payload * payload;
   EndpointConfig ca = test::endpoint_config(3, 1, peer_at("b", kAddrB));
   ca.mode = sched::Mode::kPartition;
   ca.partition_bytes = 4096;
@@ -267,15 +275,21 @@ TEST(EndpointReceivers, PartitionStartsAreAcknowledgedNotDeliveredAndEmptyContro
   ASSERT_EQ(a.send(0, nullptr, 0, 1, control, log.done(1)), SubmitStatus::kQueued);
   ASSERT_TRUE(l.run({&a, &b}, [&] { return log.ok.size() == 2; }));
   l.idle({&a, &b}, 10 * test::kMs);
-  // Three partitions of 4096 bytes and the empty message's one (empty)
-  // partition: four start-ups, each acknowledged once.
-  EXPECT_EQ(a.scheduler().stats_st().partition_starts, 4u);
-  EXPECT_EQ(b.counters_st().partition_starts_received, 4u);
+  // The data's partitions of `part` bytes and the empty message's one (empty)
+  // partition: a start-up each, each acknowledged once.
+  const uint32_t parts = (10'000 + part - 1) / part;
+  EXPECT_EQ(a.scheduler().stats_st().partition_starts, parts + 1);
+  EXPECT_EQ(b.counters_st().partition_starts_received, parts + 1);
   ASSERT_EQ(msgs_b.messages.size(), 1u);
   EXPECT_EQ(msgs_b.messages.at(2).type, wire::PacketType::kControl);
   EXPECT_TRUE(msgs_b.has(2, {}));
-  EXPECT_EQ(pkts_b.types.size(), 8u);  // 10'000 bytes in 8 packets: data only
-  EXPECT_EQ(std::count(pkts_b.types.begin(), pkts_b.types.end(), wire::PacketType::kData), 8);
+  // 10'000 bytes in as few packets as without partitions, each on the grid.
+  const uint32_t packets = (10'000 + payload - 1) / payload;
+  ASSERT_EQ(pkts_b.types.size(), packets);
+  EXPECT_EQ(std::count(pkts_b.types.begin(), pkts_b.types.end(), wire::PacketType::kData), packets);
+  std::vector<uint32_t> offsets = pkts_b.offsets;
+  std::sort(offsets.begin(), offsets.end());
+  for (uint32_t k = 0; k < packets; ++k) EXPECT_EQ(offsets[k], k * payload);
   EXPECT_EQ(b.counters_st().drop(EndpointDrop::kNoReceiver), 0u);
   EXPECT_TRUE(log.failed.empty());
 }
