@@ -79,7 +79,8 @@ Options parse(int argc, char** argv) {
   args.whole("--rounds", "N", &o.rounds, 1, UINT32_MAX, "push + pull rounds (default 10)");
   args.flag("--check", &o.check, "validate the job file and exit");
   args.text("--verify", "WHEN", &o.verify,
-            "process mode: every ps-worker's --verify (every, the default, or last)");
+            "process mode: every ps-worker's --verify (every, the default, last, or none\n"
+            "                     with --trace)");
   args.flag("--timestamps", &o.timestamps,
             "process mode: every ps-worker's round lines carry their start and end");
   args.text("--trace", "FILE", &o.trace,

@@ -96,7 +96,9 @@ Options parse(int argc, char** argv) {
             "                     the last round's (optimizer sum only), whose gradients are\n"
             "                     computed once and pushed every round, so that nothing but\n"
             "                     push_pull runs between rounds (benchmarks, profiles); with\n"
-            "                     --trace, only the final parameters (any optimizer)");
+            "                     --trace, only the final parameters (any optimizer); none:\n"
+            "                     with --trace only, nothing after version 0 (timing runs of\n"
+            "                     large models, whose reference costs minutes of CPU)");
   args.flag("--timestamps", &o.timestamps,
             "end each round's line with its start and end on CLOCK_MONOTONIC (ns)");
   args.text("--trace", "FILE", &o.trace,
@@ -119,8 +121,11 @@ Options parse(int argc, char** argv) {
             "with --compute-ms: the worker of rank RANK computes F times longer");
   args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
   args.parse(argc, argv);
-  if (o.verify != "every" && o.verify != "last") {
-    throw std::runtime_error("--verify wants every or last, not '" + o.verify + "'");
+  if (o.verify != "every" && o.verify != "last" && o.verify != "none") {
+    throw std::runtime_error("--verify wants every, last or none, not '" + o.verify + "'");
+  }
+  if (o.verify == "none" && o.trace.empty()) {
+    throw std::runtime_error("--verify none goes with --trace (the timing runs)");
   }
   if (o.trace.empty() && (o.compute_scale != 0 || o.comm_rounds != 0)) {
     throw std::runtime_error(
@@ -291,7 +296,8 @@ int run(const Options& o) {
                                    .scale = o.compute_scale,
                                    .comm_rounds = o.comm_rounds,
                                    .rounds = o.rounds,
-                                   .check_comm_rounds = o.verify == "every"};
+                                   .check_comm_rounds = o.verify == "every",
+                                   .check_final = o.verify != "none"};
     if (trainer::run_trace_rounds(w, compute, decls, params, reference, update, to) != 0) {
       return 1;
     }
@@ -299,7 +305,9 @@ int run(const Options& o) {
     w.shutdown();
     std::printf("%s: done, %u comm-only and %u trace rounds, %s\n", o.node.c_str(), o.comm_rounds,
                 o.rounds,
-                o.verify == "every" ? "every aggregate exact" : "the final parameters exact");
+                o.verify == "every"  ? "every aggregate exact"
+                : o.verify == "last" ? "the final parameters exact"
+                                     : "not checked (--verify none)");
     return 0;
   }
 

@@ -48,6 +48,7 @@ struct TraceOptions {
   uint32_t comm_rounds = 5;
   uint32_t rounds = 10;
   bool check_comm_rounds = true;  // false: only the final parameters (--verify last)
+  bool check_final = true;        // false: nothing checked (--verify none, timing runs)
 };
 
 /// Runs the comm-only and trace rounds on a started worker whose declared

@@ -7,8 +7,8 @@ rounds. Every worker must report every comm-only round's aggregates (their
 digests) and its final parameters exact, and an iteration time no shorter than its compute
 time (compute is part of every round: a correctness bound, not a speed
 target); ps-demo must print the job's line. Then the refusals that need no
-EAL: a trace that does not match the model (file and line named), and
---compute-scale without --trace.
+EAL: a trace that does not match the model (file and line named),
+--compute-scale and --verify none without --trace.
 
   trace_job_test.py PS_DEMO PS_WORKER CONFIG_DIR
 """
@@ -107,6 +107,12 @@ def main():
     print(bad.stdout, end="")
     check(bad.returncode == 1 and "--compute-scale needs --trace" in bad.stdout,
           "--compute-scale without --trace refused", failures)
+    bad = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
+                          "--node", "w0", "--verify", "none"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(bad.stdout, end="")
+    check(bad.returncode == 1 and "--verify none goes with --trace" in bad.stdout,
+          "--verify none without --trace refused", failures)
     good = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
                            "--node", "w0", "--model", model, "--trace", trace],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
