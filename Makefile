@@ -5,7 +5,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 2000000
 FUZZ_SECONDS ?= 90
 
-.PHONY: all deps build demo ps-demo stack-demo test bench fuzz format clean
+.PHONY: all deps build demo ps-demo stack-demo test bench eval eval-quick fuzz format clean
 
 all: build
 
@@ -47,6 +47,15 @@ fuzz: deps
 	  -Dfuzz=true -Dtests=disabled -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 	@ninja -C $(FUZZ_BUILD) $$(cd $(FUZZ_BUILD) && meson introspect --targets | \
 	  /usr/bin/python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
+
+# Both papers' experiments (docs/evaluation.md, about 45 minutes): regenerates the page,
+# its plots and its data; resumes an interrupted run (records in $(BUILD)/eval).
+eval: build
+	@/usr/bin/python3 benchmarks/eval/eval.py --build $(BUILD)
+
+# One small point of every experiment, into $(BUILD)/eval-quick (the test eval_quick).
+eval-quick: build
+	@/usr/bin/python3 benchmarks/eval/eval.py --build $(BUILD) --quick --fresh
 
 bench: build
 	@MERCURY_BENCH=1 bash .ci/setup

@@ -20,6 +20,16 @@ images per second, then a one-line verdict. The other modes are what it runs:
                      gradient, summed in rank order, times 1/W, and the server's
                      update formula (docs/agg.md), so every step's losses are
                      the distributed run's bit for bit
+    --ddp            the same training with torch.nn.parallel.DistributedDataParallel
+                     over gloo instead of Mercury: one process per worker node of
+                     the job (on loopback TCP), torch's optimizer of the job's kind
+                     on every rank (the peer a user would run instead)
+
+For the evaluation (benchmarks/eval): --compute-ms MS sleeps MS milliseconds at the
+start of every step, standing for an accelerator's forward and backward pass;
+--straggler RANK,F (repeatable) makes that rank's sleep F times longer; --curve FILE
+makes rank 0 write one CSV line per epoch: epoch, its steps so far, its training
+seconds so far (evaluation excluded), the training loss and the test accuracy.
 
 Data: the 1797 images, scaled to [0, 1], split once (seed 0) into 1437 for
 training and 360 for testing. Worker r of W owns training samples r, r+W,
@@ -139,8 +149,14 @@ def evaluate(model, x: np.ndarray, y: np.ndarray, xt: np.ndarray, yt: np.ndarray
     return loss, float(acc)
 
 
+def compute_seconds(args, rank: int) -> float:
+    """The emulated compute of one step on `rank` (--compute-ms, --straggler)."""
+    return args.compute_ms / 1000.0 * args.slowdown.get(rank, 1.0)
+
+
 def train(args, node: str = "") -> int:
-    """One worker of the job (node set) or the whole job in one process."""
+    """One worker of the job (node set), one DDP rank (--ddp-rank) or the whole
+    job in one process."""
     import torch
     import torch.nn.functional as F
 
@@ -155,6 +171,7 @@ def train(args, node: str = "") -> int:
     model = make_model()
     losses: List[float] = []
 
+    ddp = args.ddp_rank >= 0
     if node:
         import mercury
         import mercury.torch
@@ -165,6 +182,18 @@ def train(args, node: str = "") -> int:
         if worker.optimizer == "sum":
             opt = local_optimizer(dict(job["training"], optimizer="sgd"), model.parameters())
         net = mercury.torch.DistributedModel(model, worker, opt)
+    elif ddp:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        rank, worker = args.ddp_rank, None
+        node = f"w{rank}"
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.ddp_port}",
+                                rank=rank, world_size=workers)
+        net = DistributedDataParallel(model)  # averages the local gradients: BSP's g
+        opt = local_optimizer(dict(job["training"], optimizer="sgd")
+                              if job["training"].get("optimizer") == "sum" else job["training"],
+                              net.parameters())
     else:
         rank, worker = 0, None
         if args.exact:
@@ -175,12 +204,18 @@ def train(args, node: str = "") -> int:
     rank_losses: List[List[float]] = [[] for _ in range(workers)]  # --exact
 
     quiet = node and rank != 0
+    compute_s = compute_seconds(args, rank)
+    curve = open(args.curve, "w") if args.curve and not quiet else None
+    trained_s = 0.0  # training time so far, evaluation excluded
+    done_steps = 0
     t_start = time.monotonic()
     for epoch in range(args.epochs):
         t0 = time.monotonic()
         batches = [local_batches(r, workers, epoch, local, len(y)) for r in range(workers)]
         steps = len(batches[0])
         for k in range(steps):
+            if compute_s > 0:
+                time.sleep(compute_s)
             if args.exact:
                 grads = []
                 for r in range(workers):
@@ -198,16 +233,22 @@ def train(args, node: str = "") -> int:
             net.zero_grad()
             loss = F.cross_entropy(net(xb), yb)
             loss.backward()
-            if node:
+            if node and not ddp:
                 net.step()
             else:
                 opt.step()
             losses.append(loss.item())
-        if node:
+        if node and not ddp:
             net.synchronize()  # the epoch's last update is in the parameters
         secs = time.monotonic() - t0
+        trained_s += secs
+        done_steps += steps
         if not quiet:
             train_loss, acc = evaluate(model, x, y, xt, yt)
+            if curve is not None:
+                curve.write(f"{epoch + 1},{done_steps},{trained_s:.4f},{train_loss:.6f},"
+                            f"{acc:.4f}\n")
+                curve.flush()
             print(f"epoch {epoch + 1:3d}/{args.epochs}: train loss {train_loss:.4f}  "
                   f"test accuracy {acc:.4f}  {secs:6.2f} s  "
                   f"{steps * args.batch / secs:8.0f} images/s", flush=True)
@@ -223,6 +264,13 @@ def train(args, node: str = "") -> int:
             np.savetxt(os.path.join(args.losses, f"{name}.txt"), np.array(curve), fmt="%.9e")
             with open(os.path.join(args.losses, f"{name}.result"), "w") as f:
                 f.write(f"{acc:.6f} {train_loss:.9e} {total:.3f}\n")
+    if curve is not None:
+        curve.close()
+    if ddp:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
     if worker is not None:
         s = worker.stats()
         worker.barrier()  # nobody leaves before every rank has its last version
@@ -233,7 +281,8 @@ def train(args, node: str = "") -> int:
         verdict = "PASS" if acc >= 0.95 else "FAIL"
         print(f"train-digits: {verdict}: test accuracy {acc:.4f} (target 0.95) after "
               f"{args.epochs} epochs in {total:.1f} s ({total / args.epochs:.2f} s per epoch), "
-              f"{workers} workers" + ("" if node else " emulated in one process"), flush=True)
+              f"{workers} workers" + ("" if node else " emulated in one process") +
+              (" (DDP over gloo)" if ddp else ""), flush=True)
     return 0 if acc >= 0.95 else 1
 
 
@@ -249,9 +298,16 @@ def launch(args) -> int:
             print(f"{node}: {line}", flush=True)
 
     script = [sys.executable, str(Path(__file__).resolve()), "--job", args.job,
-              "--epochs", str(args.epochs), "--batch", str(args.batch)]
+              "--epochs", str(args.epochs), "--batch", str(args.batch),
+              "--compute-ms", str(args.compute_ms)]
+    for spec in args.straggler:
+        script += ["--straggler", spec]
     if args.losses:
         script += ["--losses", args.losses]
+    if args.curve:
+        script += ["--curve", args.curve]
+    if args.ddp:
+        return launch_ddp(args, script)
     print(f"train-digits: {args.job}: ps-server and one trainer process per worker, "
           f"{args.epochs} epochs, global batch {args.batch}", flush=True)
     status = run_job(args.job, lambda node, rank: [*script, "--node", node],
@@ -261,6 +317,28 @@ def launch(args) -> int:
     for n, s in failed.items():
         print(f"train-digits: {n} exited with status {s}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def launch_ddp(args, script: List[str]) -> int:
+    """One DDP process per worker node of the job, rank 0's progress shown."""
+    import socket
+    import subprocess
+
+    job = load_job(args.job)
+    workers = sum(1 for n in job["nodes"] if n.get("role") == "worker")
+    with socket.socket() as s:  # a free port for gloo's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    print(f"train-digits: {args.job}: DistributedDataParallel over gloo, {workers} processes, "
+          f"{args.epochs} epochs, global batch {args.batch}", flush=True)
+    procs = [subprocess.Popen([*script, "--ddp-rank", str(r), "--ddp-port", str(port)],
+                              stdout=None if r == 0 else subprocess.DEVNULL)
+             for r in range(workers)]
+    status = [p.wait() for p in procs]
+    for r, rc in enumerate(status):
+        if rc != 0:
+            print(f"train-digits: DDP rank {r} exited with status {rc}", file=sys.stderr)
+    return 1 if any(status) else 0
 
 
 def main() -> int:
@@ -275,9 +353,35 @@ def main() -> int:
     p.add_argument("--exact", action="store_true",
                    help="with --single: the servers' arithmetic, bit for bit")
     p.add_argument("--build", default=str(ROOT / "build"), help="Mercury's build directory")
+    p.add_argument("--ddp", action="store_true",
+                   help="train with DistributedDataParallel over gloo instead of Mercury")
+    p.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="sleep this long at the start of each step (emulated compute)")
+    p.add_argument("--straggler", action="append", default=[], metavar="RANK,F",
+                   help="that rank's emulated compute is F times longer (repeatable)")
+    p.add_argument("--curve", default="", help="rank 0 writes its per-epoch curve here (CSV)")
     args = p.parse_args()
     if args.epochs < 1 or args.batch < 1:
         p.error("--epochs and --batch must be positive")
+    if args.compute_ms < 0:
+        p.error("--compute-ms must not be negative")
+    args.slowdown = {}
+    for spec in args.straggler:
+        try:
+            r, f = spec.split(",")
+            args.slowdown[int(r)] = float(f)
+        except ValueError:
+            p.error(f"--straggler {spec!r}: expected RANK,F (e.g. 3,4)")
+        if args.slowdown[int(r)] < 1:
+            p.error(f"--straggler {spec!r}: F must be at least 1")
+    if args.straggler and args.compute_ms <= 0:
+        p.error("--straggler needs --compute-ms (the compute it slows down)")
+    if args.ddp and (args.single or args.node):
+        p.error("--ddp runs the job's workers itself: not with --single or --node")
+    if args.ddp_rank >= 0:
+        return train(args)
     build = Path(args.build)
     args.server = build / "apps" / "ps-server"
     args.python_path = build / "lib" / "python"

@@ -45,17 +45,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}"):
+def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}", network="",
+              link=""):
     """A job file like config/memif.yaml (MTU 9000) with `workers` workers and the `training`
     section given (default bsp, optimizer sum); with `loss`, the link emulator drops that
-    fraction of the frames. benchmarks/sync uses it too."""
+    fraction of the frames; `network` and `link` add keys to those sections (e.g.
+    "scheduler: fifo", "rate_gbps: 2"). benchmarks/sync and benchmarks/eval use it too."""
+    links = (["loss: %g, seed: 3" % loss] if loss > 0 else []) + ([link] if link else [])
     y = ["job: {id: 12, name: %s}" % name,
-         "network: {mtu: 9000, peer_timeout_ms: 5000}",
+         "network: {mtu: 9000, peer_timeout_ms: 5000%s}" % (", " + network if network else ""),
          "mempool: {mbufs: 8191, cache: 256}",
          "eal: {memory_mb: 1024, hugepages: auto}",
          "training: %s" % training]
-    if loss > 0:
-        y.append("link: {loss: %g, seed: 3}" % loss)
+    if links:
+        y.append("link: {%s}" % ", ".join(links))
     y += ["nodes:",
           "  - name: server0",
           "    role: server",

@@ -1,0 +1,851 @@
+#!/usr/bin/python3
+"""The evaluation: both papers' experiments in one command (docs/evaluation.md).
+
+  benchmarks/eval/eval.py [--build build] [--out docs] [--work BUILD/eval] [--trials 5]
+                          [--quick] [--only sched,sync,ddp] [--fresh] [--page-only]
+
+`make eval` runs it and regenerates docs/evaluation.md, its plots and a copy of its data
+(docs/evaluation/); `make eval-quick` runs one small point of every experiment into
+BUILD/eval-quick (the test `eval_quick` does the same and checks what it wrote).
+
+Every run is appended to its CSV in the work directory as soon as it ends, so an
+interrupted evaluation resumes where it stopped (--fresh starts over); the variants of
+an experiment run interleaved, in a random order per trial. The page is written from
+those CSVs alone (--page-only rewrites it without running anything).
+
+1. sched: the trace-driven trainer (ps-worker --trace, config/traces/) for five models,
+   4 workers and one server over net_memif, every link rate-limited by the link emulator;
+   strict priority (Mercury) against FIFO (a classical PS) and partitioning with credit
+   (P3/ByteScheduler) at its default and at the best setting of a sweep. 10 and 25 Gbit/s
+   links are emulated at LINK_EMULATED_GBPS with compute scaled by the same factor
+   (docs/link-emulator.md), so every ratio is the real link's.
+2. sync: the digits CNN (apps/train-digits) trained by 4 workers under bsp, asp, ssp and
+   psplus with 0, 1 and 2 stragglers; time per iteration, iterations and time to a target
+   test accuracy.
+3. ddp: the same digits training with torch's DistributedDataParallel over gloo and with
+   mercury.torch, interleaved: time per iteration and images per second.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "peers"))
+from peers_bench import memif_job  # noqa: E402  (the memif job file of the benchmarks)
+
+WORKERS = 4
+MODELS = ["resnet50", "vgg16", "alexnet", "inception_v3", "mobilenet_v2"]
+# One accelerator for every model: the traces are this machine's CPU (batch 16); a GPU of
+# the papers' class runs ResNet-50's training step in about 0.1 s, so the traces are
+# multiplied by GPU_SCALE (the models keep this CPU's proportions to one another).
+GPU_SCALE = 0.1 / 5.8396
+# The emulated links run at LINK_EMULATED_GBPS, at most about half of what this host's
+# memif stack carries through the server with four workers (docs/link-emulator.md); a
+# real link of R Gbit/s is emulated with time scaled by R / LINK_EMULATED_GBPS.
+LINK_EMULATED_GBPS = 2.0
+# The models run at each link rate: 25 Gbit/s multiplies compute by 12.5 here, and
+# VGG-16 alone would then take minutes a run, so 25 Gbit/s runs two models.
+LINKS = {10: MODELS, 25: ["resnet50", "alexnet"]}
+DEFAULT_PARTITION = (4 << 20, 8 << 20)  # network.partition_bytes, credit_bytes defaults
+SWEEP = [(512 << 10, 2 << 20), (2 << 20, 2 << 20), (2 << 20, 8 << 20), (8 << 20, 32 << 20)]
+VARIANTS = ["strict", "fifo", "partition", "partition_best"]
+
+MODES = ["bsp", "asp", "ssp", "psplus"]
+SSP_BOUND = 2
+STRAGGLERS = {0: [], 1: ["3,4"], 2: ["3,4", "2,2"]}  # stragglers -> rank,slowdown
+TARGET_ACCURACY = 0.90
+# SGD with the learning rate scaled linearly with the batch an update averages (Goyal et
+# al.): an asynchronous update is one worker's batch of 16, a BSP update the global 64.
+ASYNC_LR = 0.1
+
+SCHED_FIELDS = ["link_gbps", "model", "variant", "partition_bytes", "credit_bytes", "trial",
+                "iteration_s", "compute_s", "communication_s", "bound_s", "ratio"]
+SWEEP_FIELDS = ["link_gbps", "model", "partition_bytes", "credit_bytes", "iteration_s", "ratio"]
+SYNC_FIELDS = ["stragglers", "mode", "trial", "iteration_s", "steps_to_target",
+               "seconds_to_target", "final_accuracy"]
+CURVE_FIELDS = ["stragglers", "mode", "trial", "epoch", "steps", "seconds", "loss", "accuracy"]
+DDP_FIELDS = ["system", "trial", "iteration_s", "images_per_s", "final_accuracy"]
+
+
+class Settings:
+    """What one evaluation runs: the full one or the quick one."""
+
+    def __init__(self, quick: bool, trials: int) -> None:
+        self.quick = quick
+        self.trials = 1 if quick else trials
+        self.links = {10: ["mobilenet_v2"]} if quick else LINKS
+        self.models = [m for m in MODELS if any(m in ms for ms in self.links.values())]
+        self.sweep = SWEEP[:1] if quick else SWEEP
+        self.sweep_link = 10                         # the sweep runs at this rate only
+        self.rounds = 2 if quick else 3              # trace rounds (median of 2..N)
+        # Strict's runs measure the lower bound (comm-only rounds, burst and streamed);
+        # the others need only their iteration, after one comm-only round of each kind.
+        self.comm_rounds = 1 if quick else 2
+        self.stragglers = {1: STRAGGLERS[1]} if quick else STRAGGLERS
+        self.sync_epochs = 2 if quick else 8
+        self.sync_compute_ms = 10.0
+        self.ddp_epochs = 2 if quick else 5
+        self.timeline_model = "mobilenet_v2" if quick else "resnet50"
+
+
+class Table:
+    """A CSV of runs, appended run by run; the keys of the rows already there."""
+
+    def __init__(self, path: str, fields: list[str]) -> None:
+        self.path, self.fields = path, fields
+        self.rows: list[dict] = []
+        if os.path.exists(path):
+            with open(path) as f:
+                self.rows = list(csv.DictReader(f))
+            if self.rows and list(self.rows[0].keys()) != fields:
+                sys.exit(f"eval: {path} has other columns than {fields}: move it away or "
+                         "run with --fresh")
+
+    def has(self, **key) -> bool:
+        return any(all(str(r[k]) == str(v) for k, v in key.items()) for r in self.rows)
+
+    def add(self, row: dict) -> None:
+        new = not os.path.exists(self.path)
+        with open(self.path, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.fields)
+            if new:
+                w.writeheader()
+            w.writerow(row)
+        self.rows.append({k: str(v) for k, v in row.items()})
+
+    def select(self, **key) -> list[dict]:
+        return [r for r in self.rows if all(str(r[k]) == str(v) for k, v in key.items())]
+
+
+class Progress:
+    """One line per run: what ran, its result, the time so far and an estimate of the rest."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.t0 = total, 0, time.monotonic()
+
+    def line(self, what: str, result: str) -> None:
+        self.done += 1
+        spent = time.monotonic() - self.t0
+        left = spent / self.done * (self.total - self.done)
+        print(f"[eval {self.done:3d}/{self.total}] {what}: {result}  "
+              f"({spent / 60:.1f} min, about {left / 60:.1f} min left)", flush=True)
+
+
+def fail(what: str, proc: subprocess.CompletedProcess) -> None:
+    sys.exit(f"eval: {what} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
+             f"{proc.stderr[-2000:]}")
+
+
+# ---- 1. scheduling -------------------------------------------------------------------
+
+def scale_of(link_gbps: float) -> float:
+    """How many times slower than real the emulated link and the compute run."""
+    return link_gbps / LINK_EMULATED_GBPS
+
+
+def sched_run(a, st: Settings, link_gbps: float, model: str, scheduler: str,
+              partition: tuple[int, int] | None, timeline: str = "") -> dict:
+    network = "scheduler: %s" % scheduler
+    if partition:
+        network += ", partition_bytes: %d, credit_bytes: %d" % partition
+    name = "ev%s%d" % (scheduler[0], os.getpid() % 100000)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(memif_job(WORKERS, name, training="{sync: bsp, optimizer: sgd, "
+                          "learning_rate: 0.0625}", network=network,
+                          link="rate_gbps: %g" % LINK_EMULATED_GBPS))
+        job = f.name
+    env = dict(os.environ)
+    if timeline:
+        env["MERCURY_TIMELINE"] = timeline
+    try:
+        r = subprocess.run(
+            [os.path.join(a.build, "apps", "ps-demo"), "--config", job,
+             "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
+             "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
+             "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(link_gbps)),
+             "--rounds", str(st.rounds),
+             "--comm-rounds", str(st.comm_rounds if scheduler == "strict" else 1),
+             "--verify", "none"],
+            capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
+    finally:
+        os.unlink(job)
+    m = re.search(r"ps-demo: job: iteration ([\d.]+) s, compute ([\d.]+) s, communication "
+                  r"([\d.]+) s, lower bound ([\d.]+) s, ratio ([\d.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        fail(f"the {model} job with scheduler {scheduler}", r)
+    it, cp, cm, lb, ratio = (float(x) for x in m.groups())
+    return {"iteration_s": it, "compute_s": cp, "communication_s": cm, "bound_s": lb,
+            "ratio": ratio}
+
+
+def best_partition(sweep: Table, link_gbps: float, model: str) -> tuple[int, int]:
+    rows = sweep.select(link_gbps=link_gbps, model=model)
+    best = min(rows, key=lambda r: float(r["iteration_s"]))
+    return int(best["partition_bytes"]), int(best["credit_bytes"])
+
+
+def run_sched(a, st: Settings, out: str, progress: Progress) -> None:
+    sweep = Table(os.path.join(out, "sweep.csv"), SWEEP_FIELDS)
+    table = Table(os.path.join(out, "sched.csv"), SCHED_FIELDS)
+    for link in [st.sweep_link]:
+        for model in st.links[link]:
+            for part in st.sweep:
+                if sweep.has(link_gbps=link, model=model, partition_bytes=part[0],
+                              credit_bytes=part[1]):
+                    continue
+                r = sched_run(a, st, link, model, "partition", part)
+                sweep.add({"link_gbps": link, "model": model, "partition_bytes": part[0],
+                           "credit_bytes": part[1], "iteration_s": r["iteration_s"],
+                           "ratio": r["ratio"]})
+                progress.line(f"sweep {link}G {model} partition {mib(part[0])}/{mib(part[1])}",
+                              f"iteration {r['iteration_s']:.3f} s")
+    for trial in range(1, st.trials + 1):
+        for link, models in st.links.items():
+            for model in models:
+                variants = list(VARIANTS)
+                random.Random(f"{trial}-{link}-{model}").shuffle(variants)
+                for v in variants:
+                    if table.has(link_gbps=link, model=model, variant=v, trial=trial):
+                        continue
+                    part = None
+                    if v == "partition":
+                        part = DEFAULT_PARTITION
+                    elif v == "partition_best":
+                        part = best_partition(sweep, st.sweep_link, model)
+                    r = sched_run(a, st, link, model, v.split("_")[0], part)
+                    table.add({"link_gbps": link, "model": model, "variant": v,
+                               "partition_bytes": part[0] if part else 0,
+                               "credit_bytes": part[1] if part else 0, "trial": trial, **r})
+                    progress.line(f"sched {link}G {model} {v} trial {trial}",
+                                  f"iteration {r['iteration_s']:.3f} s, bound "
+                                  f"{r['bound_s']:.3f} s, ratio {r['ratio']:.3f}")
+
+
+def run_timelines(a, st: Settings, out: str, progress: Progress) -> None:
+    """One run per scheduler with every worker's timeline, for the picture."""
+    for v in ["strict", "fifo", "partition"]:
+        path = os.path.join(out, "timeline-%s.json" % v)
+        if os.path.exists(path):
+            continue
+        with tempfile.TemporaryDirectory() as tl:
+            r = sched_run(a, st, st.sweep_link, st.timeline_model, v,
+                          DEFAULT_PARTITION if v == "partition" else None, timeline=tl)
+            shutil.copyfile(os.path.join(tl, "w0.json"), path)
+        progress.line(f"timeline {st.timeline_model} {v}", f"iteration {r['iteration_s']:.3f} s")
+
+
+# ---- 2. synchronisation --------------------------------------------------------------
+
+def digits_job(tmp: str, name: str, mode: str, training: str = "") -> str:
+    extra = {"ssp": "staleness_bound: %d, " % SSP_BOUND}.get(mode, "")
+    lr = ASYNC_LR * (WORKERS if mode == "bsp" else 1)
+    path = os.path.join(tmp, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(memif_job(WORKERS, name, training=training or "{sync: %s, %soptimizer: sgd, "
+                          "learning_rate: %g}" % (mode, extra, lr)))
+    return path
+
+
+def digits(a, args: list[str], curve: str) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "apps", "train-digits",
+                                                     "train_digits.py"),
+                        "--build", a.build, "--curve", curve, *args],
+                       capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    if not os.path.exists(curve) or os.path.getsize(curve) == 0:
+        fail("train-digits " + " ".join(args), r)
+    return r
+
+
+def read_curve(path: str) -> list[tuple[int, int, float, float, float]]:
+    with open(path) as f:
+        return [(int(e), int(s), float(t), float(loss), float(acc))
+                for e, s, t, loss, acc in csv.reader(f)]
+
+
+def per_iteration(curve) -> float:
+    """The median over epochs after the first of the epoch's seconds per step."""
+    steps = [(curve[i][1] - curve[i - 1][1], curve[i][2] - curve[i - 1][2])
+             for i in range(1, len(curve))] or [(curve[0][1], curve[0][2])]
+    return statistics.median(t / n for n, t in steps)
+
+
+def run_sync(a, st: Settings, out: str, progress: Progress) -> None:
+    table = Table(os.path.join(out, "sync.csv"), SYNC_FIELDS)
+    curves = Table(os.path.join(out, "sync_curves.csv"), CURVE_FIELDS)
+    for trial in range(1, st.trials + 1):
+        for k, specs in st.stragglers.items():
+            modes = list(MODES)
+            random.Random(f"{trial}-{k}").shuffle(modes)
+            for mode in modes:
+                if table.has(stragglers=k, mode=mode, trial=trial):
+                    continue
+                with tempfile.TemporaryDirectory() as tmp:
+                    job = digits_job(tmp, "evs%d" % (os.getpid() % 100000), mode)
+                    curve_path = os.path.join(tmp, "curve.csv")
+                    args = ["--job", job, "--epochs", str(st.sync_epochs),
+                            "--compute-ms", "%g" % st.sync_compute_ms]
+                    for s in specs:
+                        args += ["--straggler", s]
+                    digits(a, args, curve_path)
+                    curve = read_curve(curve_path)
+                reached = [c for c in curve if c[4] >= TARGET_ACCURACY]
+                row = {"stragglers": k, "mode": mode, "trial": trial,
+                       "iteration_s": "%.5f" % per_iteration(curve),
+                       "steps_to_target": reached[0][1] if reached else "",
+                       "seconds_to_target": "%.3f" % reached[0][2] if reached else "",
+                       "final_accuracy": curve[-1][4]}
+                for c in curve:
+                    curves.add({"stragglers": k, "mode": mode, "trial": trial, "epoch": c[0],
+                                "steps": c[1], "seconds": c[2], "loss": c[3], "accuracy": c[4]})
+                table.add(row)
+                progress.line(f"sync {k} straggler(s) {mode} trial {trial}",
+                              f"{float(row['iteration_s']) * 1000:.1f} ms/iter, target "
+                              + (f"after {row['steps_to_target']} steps, "
+                                 f"{row['seconds_to_target']} s" if reached else "not reached")
+                              + f", final accuracy {curve[-1][4]:.3f}")
+
+
+# ---- 3. against DDP ------------------------------------------------------------------
+
+def run_ddp(a, st: Settings, out: str, progress: Progress) -> None:
+    table = Table(os.path.join(out, "ddp.csv"), DDP_FIELDS)
+    batch = 64
+    for trial in range(1, st.trials + 1):
+        systems = ["mercury", "ddp"]
+        random.Random(trial).shuffle(systems)
+        for system in systems:
+            if table.has(system=system, trial=trial):
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                # config/digits.yaml's training (make demo's), in both systems.
+                job = digits_job(tmp, "evd%d" % (os.getpid() % 100000), "bsp",
+                                 "{sync: bsp, optimizer: momentum, learning_rate: 0.1, "
+                                 "momentum: 0.9}")
+                curve_path = os.path.join(tmp, "curve.csv")
+                args = ["--job", job, "--epochs", str(st.ddp_epochs), "--batch", str(batch)]
+                digits(a, args + (["--ddp"] if system == "ddp" else []), curve_path)
+                curve = read_curve(curve_path)
+            it = per_iteration(curve)
+            table.add({"system": system, "trial": trial, "iteration_s": "%.7f" % it,
+                       "images_per_s": "%.0f" % (batch / it), "final_accuracy": curve[-1][4]})
+            progress.line(f"ddp {system} trial {trial}",
+                          f"{it * 1000:.2f} ms/iter, {batch / it:.0f} images/s")
+
+
+# ---- the page ------------------------------------------------------------------------
+
+def mib(b: int) -> str:
+    return "%g MiB" % (b / (1 << 20)) if b >= (1 << 20) else "%g KiB" % (b / 1024)
+
+
+def med(xs: list[float]) -> tuple[float, float, float]:
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def cell(xs: list[float], fmt: str = "%.3f") -> str:
+    if not xs:
+        return "-"
+    m, lo, hi = med(xs)
+    return (fmt + " [" + fmt + ", " + fmt + "]") % (m, lo, hi)
+
+
+def sched_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[list[str], dict]:
+    table = Table(os.path.join(out, "sched.csv"), SCHED_FIELDS)
+    sweep = Table(os.path.join(out, "sweep.csv"), SWEEP_FIELDS)
+    lines, facts = [], {}
+    for link, models in st.links.items():
+        lines += ["", f"### {link} Gbit/s links (emulated at {LINK_EMULATED_GBPS:g} Gbit/s, "
+                      f"every time x{scale_of(link):g})", "",
+                  "Iteration time in emulated seconds (divide by %g for the real link), median "
+                  "[min, max] over the trials; speed-up = the baseline's iteration over strict "
+                  "priority's, per trial; ratio = iteration / max(compute, communication) of "
+                  "the same run." % scale_of(link), "",
+                  "| model | compute | strict (Mercury) | FIFO | partition default | "
+                  "partition best | strict vs FIFO | strict vs best partition | strict's "
+                  "ratio to the bound |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for model in models:
+            rows = {v: table.select(link_gbps=link, model=model, variant=v) for v in VARIANTS}
+            if not rows["strict"]:
+                continue
+            it = {v: {int(r["trial"]): float(r["iteration_s"]) for r in rows[v]} for v in VARIANTS}
+
+            def speedup(base: str) -> list[float]:
+                return [it[base][t] / it["strict"][t] for t in it["strict"] if t in it[base]]
+
+            best = best_partition(sweep, st.sweep_link, model) if sweep.select(
+                link_gbps=st.sweep_link, model=model) else None
+            comp = [float(r["compute_s"]) for r in rows["strict"]]
+            ratio = [float(r["ratio"]) for r in rows["strict"]]
+            lines.append(
+                f"| {model} | {statistics.median(comp):.3f} | {cell(list(it['strict'].values()))}"
+                f" | {cell(list(it['fifo'].values()))} | {cell(list(it['partition'].values()))}"
+                f" | {cell(list(it['partition_best'].values()))}"
+                + (f" ({mib(best[0])} / {mib(best[1])})" if best else "")
+                + f" | {cell(speedup('fifo'), '%.2fx')} | {cell(speedup('partition_best'), '%.2fx')}"
+                f" | {cell(ratio)} |")
+            facts[(link, model)] = {
+                "fifo": statistics.median(speedup("fifo")) if speedup("fifo") else math.nan,
+                "best": statistics.median(speedup("partition_best"))
+                if speedup("partition_best") else math.nan,
+                "default": statistics.median(speedup("partition"))
+                if speedup("partition") else math.nan,
+                "ratio": statistics.median(ratio),
+                "comm_over_compute": statistics.median(
+                    float(r["communication_s"]) / float(r["compute_s"]) for r in rows["strict"]),
+            }
+        png = plot_sched(img, table, link, st)
+        if png:
+            plots.append(png)
+            lines += ["", f"![iteration time per scheduler, {link} Gbit/s]"
+                          f"(evaluation/{os.path.basename(png)})"]
+    if sweep.rows:
+        lines += ["", f"The partition sweep at {st.sweep_link} Gbit/s (one run per setting, "
+                      "partition size / credit; iteration in emulated seconds); the best of "
+                      "each model is its `partition best` at every rate:", "",
+                  "| link | model | " + " | ".join(f"{mib(p)} / {mib(c)}" for p, c in st.sweep)
+                  + " |", "| --- | --- | " + " | ".join("---" for _ in st.sweep) + " |"]
+        for link in [st.sweep_link]:
+            for model in st.links[link]:
+                vals = []
+                for p, c in st.sweep:
+                    r = sweep.select(link_gbps=link, model=model, partition_bytes=p,
+                                     credit_bytes=c)
+                    vals.append("%.3f" % float(r[0]["iteration_s"]) if r else "-")
+                lines.append(f"| {link} | {model} | " + " | ".join(vals) + " |")
+    return lines, facts
+
+
+def plot_sched(img: str, table: Table, link: int, st: Settings) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in st.links[link] if table.select(link_gbps=link, model=m,
+                                                         variant="strict")]
+    if not models:
+        return ""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.2
+    for i, v in enumerate(VARIANTS):
+        meds, los, his = [], [], []
+        for m in models:
+            bound = statistics.median(float(r["bound_s"]) for r in
+                                      table.select(link_gbps=link, model=m, variant="strict"))
+            xs = [float(r["iteration_s"]) / bound for r in
+                  table.select(link_gbps=link, model=m, variant=v)] or [math.nan]
+            md, lo, hi = med(xs)
+            meds.append(md)
+            los.append(md - lo)
+            his.append(hi - md)
+        ax.bar([j + (i - 1.5) * width for j in range(len(models))], meds, width,
+               yerr=[los, his], capsize=2, label=v.replace("_", " "))
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(models)
+    ax.set_ylabel("iteration / strict's lower bound")
+    ax.set_title(f"{WORKERS} workers, {link} Gbit/s links (emulated)")
+    ax.legend()
+    fig.tight_layout()
+    path = os.path.join(img, f"sched-{link}g.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_timelines(out: str, img: str) -> str:
+    """One iteration of worker 0 per scheduler: each tensor's push and pull (first layer at
+    the top) and the trainer's compute below."""
+    import json
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(v, os.path.join(out, "timeline-%s.json" % v)) for v in ["strict", "fifo",
+                                                                     "partition"]]
+    runs = [(v, p) for v, p in runs if os.path.exists(p)]
+    if not runs:
+        return ""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 3.2 * len(runs)), sharex=False)
+    axes = axes if len(runs) > 1 else [axes]
+    for ax, (v, path) in zip(axes, runs):
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        order = {}
+        for e in events:
+            if e["name"] == "thread_sort_index":
+                order[e["tid"]] = e["args"]["sort_index"]
+        spans = [e for e in events if e.get("ph") == "X"]
+        # ps-worker --trace's compute rows are named forward, backward and wait (a span per
+        # layer); every other row is a tensor's.
+        compute = {"forward": "tab:green", "backward": "tab:gray", "wait": "tab:red"}
+        tensor_spans = [e for e in spans if rows.get(e["tid"]) not in compute]
+        last = max(e["args"].get("iteration", 0) for e in tensor_spans)
+        it = last - 1  # the last trace round whose successor exists
+        mine = [e for e in tensor_spans if e["args"].get("iteration") == it]
+        t0 = min(e["ts"] for e in mine if e["name"] == "push")
+        t1 = max(e["ts"] + e["dur"] for e in mine if e["name"] == "pull")
+        tids = sorted({e["tid"] for e in mine}, key=lambda t: order.get(t, t))
+        y = {t: i for i, t in enumerate(tids)}
+        for e in mine:
+            if e["name"] in ("push", "pull"):
+                ax.barh(y[e["tid"]], e["dur"] / 1000, left=(e["ts"] - t0) / 1000, height=0.8,
+                        color="tab:blue" if e["name"] == "push" else "tab:orange")
+        pad = (t1 - t0) * 0.6
+        base = len(tids) + max(3, len(tids) // 8)  # the trainer row, apart from the tensors
+        for e in spans:
+            kind = rows.get(e["tid"])
+            if kind in compute and t0 - pad <= e["ts"] <= t1 + pad:
+                ax.barh(base, e["dur"] / 1000, left=(e["ts"] - t0) / 1000, height=3,
+                        color=compute[kind])
+        ax.set_ylim(base + 3, -1)
+        ax.set_yticks([0, len(tids) - 1, base])
+        ax.set_yticklabels(["first layer", "last layer", "trainer"])
+        ax.set_title(f"{v}: worker 0, iteration {it} (blue push, orange pull; trainer: grey "
+                     "backward, green forward, red waiting)", fontsize=9)
+        ax.set_xlabel("ms from the iteration's first push")
+    fig.tight_layout()
+    png = os.path.join(img, "timeline.png")
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png
+
+
+def sync_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[list[str], dict]:
+    table = Table(os.path.join(out, "sync.csv"), SYNC_FIELDS)
+    lines = ["", "Per straggler setting and mode, median [min, max] over the trials: rank 0's "
+             "(a fast worker's) time per iteration, its iterations and training seconds until "
+             f"its parameters first reached {TARGET_ACCURACY} test accuracy (checked at each "
+             "of its epoch ends), its final accuracy, and the time to the target against "
+             "BSP's in the same trial.", "",
+             "| stragglers | mode | ms per iteration | iterations to target | seconds to target "
+             "| final accuracy | BSP's time to target / this mode's |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    facts = {}
+    for k in st.stragglers:
+        bsp = {int(r["trial"]): r for r in table.select(stragglers=k, mode="bsp")}
+        for mode in MODES:
+            rows = table.select(stragglers=k, mode=mode)
+            if not rows:
+                continue
+            reached = [r for r in rows if r["seconds_to_target"]]
+            speed = [float(bsp[int(r["trial"])]["seconds_to_target"]) /
+                     float(r["seconds_to_target"]) for r in reached
+                     if int(r["trial"]) in bsp and bsp[int(r["trial"])]["seconds_to_target"]]
+            steps = [float(r["steps_to_target"]) for r in reached]
+            lines.append(
+                f"| {k} | {mode} | {cell([float(r['iteration_s']) * 1000 for r in rows], '%.1f')}"
+                f" | {cell(steps, '%.0f')} ({len(reached)}/{len(rows)} reached) | "
+                f"{cell([float(r['seconds_to_target']) for r in reached], '%.2f')} | "
+                f"{cell([float(r['final_accuracy']) for r in rows], '%.3f')} | "
+                f"{cell(speed, '%.2fx')} |")
+            facts[(k, mode)] = {"speed": statistics.median(speed) if speed else math.nan,
+                                "steps": statistics.median(steps) if steps else math.nan,
+                                "reached": len(reached), "runs": len(rows)}
+    png = plot_sync(out, img, st)
+    if png:
+        plots.append(png)
+        lines += ["", f"![test accuracy against training time](evaluation/{os.path.basename(png)})"]
+    return lines, facts
+
+
+def plot_sync(out: str, img: str, st: Settings) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = Table(os.path.join(out, "sync_curves.csv"), CURVE_FIELDS)
+    if not curves.rows:
+        return ""
+    ks = list(st.stragglers)
+    fig, axes = plt.subplots(1, len(ks), figsize=(4.5 * len(ks), 3.6), squeeze=False)
+    for ax, k in zip(axes[0], ks):
+        for mode in MODES:
+            rows = curves.select(stragglers=k, mode=mode, trial=1)
+            if rows:
+                ax.plot([float(r["seconds"]) for r in rows], [float(r["accuracy"]) for r in rows],
+                        marker=".", label=mode)
+        ax.axhline(TARGET_ACCURACY, color="black", linewidth=0.8, linestyle="--")
+        ax.set_title(f"{k} straggler(s), trial 1")
+        ax.set_xlabel("rank 0's training seconds")
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0, 1)
+        ax.legend()
+    fig.tight_layout()
+    path = os.path.join(img, "sync.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def ddp_section(out: str) -> tuple[list[str], dict]:
+    table = Table(os.path.join(out, "ddp.csv"), DDP_FIELDS)
+    by = {s: {int(r["trial"]): r for r in table.select(system=s)} for s in ["mercury", "ddp"]}
+    if not by["mercury"]:
+        return [], {}
+    ratio = [float(by["ddp"][t]["iteration_s"]) / float(by["mercury"][t]["iteration_s"])
+             for t in by["mercury"] if t in by["ddp"]]
+    lines = ["", "| system | ms per iteration | images per second | final accuracy |",
+             "| --- | --- | --- | --- |"]
+    for s, label in [("mercury", "Mercury (mercury.torch, BSP, server-side momentum)"),
+                     ("ddp", "DistributedDataParallel over gloo (torch's momentum SGD)")]:
+        rows = list(by[s].values())
+        lines.append(f"| {label} | {cell([float(r['iteration_s']) * 1000 for r in rows], '%.2f')}"
+                     f" | {cell([float(r['images_per_s']) for r in rows], '%.0f')} | "
+                     f"{cell([float(r['final_accuracy']) for r in rows], '%.3f')} |")
+    lines += ["", f"DDP's time per iteration over Mercury's, per trial: {cell(ratio, '%.2fx')}."]
+    return lines, {"ddp_over_mercury": statistics.median(ratio) if ratio else math.nan}
+
+
+def setting_lines(st: Settings) -> list[str]:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    versions = []
+    for pkg in ["libdpdk"]:
+        r = subprocess.run(["pkg-config", "--modversion", pkg], capture_output=True, text=True)
+        versions.append(f"DPDK {r.stdout.strip() or '?'}")
+    try:
+        import torch
+        versions.append(f"torch {torch.__version__}")
+    except ImportError:
+        pass
+    git = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    return [f"* **Machine**: {os.cpu_count()} CPUs ({cpu}), "
+            f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, Linux "
+            f"{platform.release()}; {', '.join(versions)}; Python {platform.python_version()}; "
+            f"code {git or '?'}; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+            f"* **Trials**: {st.trials} per point, variants interleaved in a random order per "
+            "trial; every figure is the median with [min, max].",
+            f"* **Scaling**: the traces are this CPU's compute at batch 16 "
+            f"(config/traces/); one accelerator for every model runs ResNet-50's step in 0.1 "
+            f"s, so every trace is multiplied by {GPU_SCALE:.5f}. A link of R Gbit/s is "
+            f"emulated at {LINK_EMULATED_GBPS:g} Gbit/s by the link emulator on every TX "
+            f"queue (each worker's link and the server's port towards it), and compute is "
+            f"multiplied by the same R / {LINK_EMULATED_GBPS:g} (x{scale_of(10):g} for 10 "
+            f"Gbit/s, x{scale_of(25):g} for 25), so every ratio is the real link's and every "
+            "time is that many times the real one (docs/link-emulator.md)."]
+
+
+def goals(sched: dict, sync: dict, ddp: dict, st: Settings) -> list[str]:
+    out = []
+    if sched:
+        # The model where communication dominates: the largest communication / compute.
+        link = st.sweep_link
+        cands = {m: f for (l, m), f in sched.items() if l == link}
+        if cands:
+            model = max(cands, key=lambda m: cands[m]["comm_over_compute"])
+            f = cands[model]
+            out.append(f"* Strict priority >= 2x FIFO on the model where communication "
+                       f"dominates ({model}, {link} Gbit/s): {f['fifo']:.2f}x, "
+                       + ("**met**" if f["fifo"] >= 2 else "**not met**") + ".")
+            out.append(f"* Strict priority >= 1.5x the best-tuned partitioning there: "
+                       f"{f['best']:.2f}x, " + ("**met**" if f["best"] >= 1.5 else "**not met**")
+                       + ".")
+        slower = [f"{m} at {l}G ({f['fifo']:.2f}x FIFO, {f['best']:.2f}x best partition)"
+                  for (l, m), f in sched.items() if f["fifo"] < 1 or f["best"] < 1]
+        out.append("* Never slower than either baseline on any model (medians): "
+                   + ("**met**." if not slower else "**not met**: " + "; ".join(slower) + "."))
+        far = [f"{m} at {l}G ({f['ratio']:.3f})" for (l, m), f in sched.items()
+               if f["ratio"] > 1.05]
+        out.append("* Within 5 % of the lower bound on every model: "
+                   + ("**met**." if not far else "**not met**: " + "; ".join(far) + "."))
+    if sync:
+        k = max(st.stragglers)
+        ps = sync.get((k, "psplus"), {})
+        asp = sync.get((k, "asp"), {})
+        if ps:
+            out.append(f"* PS+ >= 2x faster to the target accuracy than BSP with a 4x straggler "
+                       f"({k} straggler(s)): {ps['speed']:.2f}x, "
+                       + ("**met**" if ps["speed"] >= 2 else "**not met**") + ".")
+        if ps and asp:
+            out.append(f"* PS+ needs fewer iterations than ASP to the target: "
+                       f"{ps['steps']:.0f} against {asp['steps']:.0f}, "
+                       + ("**met**" if ps["steps"] < asp["steps"] else "**not met**") + ".")
+    if ddp:
+        v = ddp["ddp_over_mercury"]
+        out.append(f"* mercury.torch faster per iteration than DDP over gloo on the same model: "
+                   f"DDP takes {v:.2f}x Mercury's time, "
+                   + ("**met**" if v > 1 else "**not met**") + ".")
+    return out
+
+
+def write_page(out: str, top: str, st: Settings) -> None:
+    """Writes TOP/evaluation.md, its plots and a copy of the data in TOP/evaluation/."""
+    page = os.path.join(top, "evaluation.md")
+    img = os.path.join(top, "evaluation")
+    os.makedirs(img, exist_ok=True)
+    for name in ["sched.csv", "sweep.csv", "sync.csv", "sync_curves.csv", "ddp.csv"]:
+        if os.path.exists(os.path.join(out, name)) and \
+                os.path.abspath(out) != os.path.abspath(img):
+            shutil.copyfile(os.path.join(out, name), os.path.join(img, name))
+    plots: list[str] = []
+    sched_lines, sched = sched_section(out, img, st, plots)
+    tl = plot_timelines(out, img)
+    sync_lines, sync = sync_section(out, img, st, plots)
+    ddp_lines, ddp = ddp_section(out)
+    text = [
+        "# Evaluation",
+        "",
+        "Both papers' experiments on this machine, regenerated by `make eval` "
+        "(`benchmarks/eval/eval.py`; this page, its data in `evaluation/*.csv` and its plots "
+        "are its output, nothing here is typed in by hand). `make eval-quick` runs one small "
+        "point of each experiment (the test `eval_quick`).",
+        "",
+        "## Setting",
+        "",
+        *setting_lines(st),
+        "",
+        "## Goals",
+        "",
+        *goals(sched, sync, ddp, st),
+        "",
+        "## 1. Scheduling: strict priority against FIFO and partitioning (Mercury's experiment)",
+        "",
+        f"The trace-driven trainer (`ps-worker --trace`, docs/trace-trainer.md) on each "
+        f"model's trace, {WORKERS} ps-worker processes and one ps-server (2 shards) over "
+        "net_memif, BSP with the server's SGD; each run measures its own lower bound, "
+        f"max(compute, communication), with {st.comm_rounds} burst and {st.comm_rounds} "
+        f"streamed communication-only rounds (strict's runs; 1 and 1 for the others, whose "
+        f"bound the table does not use), then times {st.rounds} trace rounds (median of "
+        "rounds 2 on; the slowest rank's; `--verify none`: the tests check the aggregates, "
+        "these runs only time them). Schedulers from the job file's "
+        "`network.scheduler`: `strict` (Mercury), `fifo` (a classical PS: tensors in the "
+        "order the backward pass produces them), `partition` (P3/ByteScheduler: "
+        "partitions by priority under a credit) at its defaults "
+        f"({mib(DEFAULT_PARTITION[0])} / {mib(DEFAULT_PARTITION[1])}) and at the best "
+        "setting of the sweep below for that model and link.",
+        *sched_lines,
+        "",
+        "One iteration of worker 0 under each scheduler "
+        f"({st.timeline_model}, {st.sweep_link} Gbit/s, the timeline of docs/worker.md):",
+        "",
+        f"![one iteration per scheduler](evaluation/{os.path.basename(tl)})" if tl else
+        "(no timeline run)",
+        "",
+        "## 2. Synchronisation: BSP, ASP, SSP and PS+ with stragglers (PS+'s experiment)",
+        "",
+        f"The digits CNN (`apps/train-digits`, docs/python.md) trained through mercury.torch "
+        f"by {WORKERS} worker processes, local batch 16 (global 64), the server's SGD with "
+        f"the learning rate scaled linearly with the batch an update averages: "
+        f"{ASYNC_LR:g} for an asynchronous update (one worker's 16 images), "
+        f"{ASYNC_LR * WORKERS:g} for BSP's (the global 64), no momentum; "
+        f"{st.sync_epochs} epochs per worker; every step sleeps "
+        f"{st.sync_compute_ms:g} ms standing for an accelerator's compute, and a straggler "
+        "sleeps that times its factor: 1 straggler is rank 3 at 4x, 2 stragglers are rank 3 "
+        f"at 4x and rank 2 at 2x. SSP with staleness_bound {SSP_BOUND}; PS+ with its default "
+        "learning-rate rule (lr / (1 + staleness)).",
+        *sync_lines,
+        "",
+        "## 3. Against DistributedDataParallel",
+        "",
+        f"The same digits training, no emulated compute, global batch 64 over {WORKERS} "
+        f"processes, {st.ddp_epochs} epochs: Mercury (ps-server and mercury.torch) against "
+        "`torch.nn.parallel.DistributedDataParallel` over gloo on loopback TCP "
+        "(`train_digits.py --ddp`), interleaved; time per iteration = the median over "
+        "epochs after the first of the epoch's time over its steps, on rank 0.",
+        *ddp_lines,
+        "",
+        "## Reading",
+        "",
+        *READING,
+        "",
+    ]
+    with open(page, "w") as f:
+        f.write("\n".join(text))
+    print(f"eval: wrote {page} and {len(plots) + (1 if tl else 0)} plots in {img}", flush=True)
+
+
+READING = [
+    "* **Where strict priority pays**: a model whose communication is comparable to its "
+    "compute, with its large tensors late in the forward pass. The next forward pass needs "
+    "the first layers first; FIFO returns them last (the backward pass produced them last), "
+    "so the trainer waits for the whole model. Strict priority sends the first layers' "
+    "packets before everything else in every queue, so the first layers compute while the "
+    "rest is on the wire (the timeline shows the pulls ending first-layer first).",
+    "* **Where it cannot**: a model whose compute dwarfs its communication (every scheduler "
+    "is at the bound), or whose communication dwarfs its compute (every scheduler is at the "
+    "communication time: nothing is left to overlap).",
+    "* **Partitioning** needs its partition size and credit tuned per model and link; the "
+    "sweep shows how much the setting matters. Strict priority has no knob.",
+    "* **PS+ and ASP** do not wait for stragglers; their price is staleness, which PS+ "
+    "damps with its learning-rate rule. BSP runs at the straggler's pace.",
+    "* **Against DDP**: for a model this small a step is a few round trips between "
+    "processes on 2 CPUs, not arithmetic; the comparison says which system has less "
+    "overhead per step, not which moves bytes faster (benchmarks/README.md, peers).",
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default="", help="where the page goes: OUT/evaluation.md, its "
+                    "plots and data in OUT/evaluation/ (default docs, or BUILD/eval-quick "
+                    "with --quick)")
+    ap.add_argument("--work", default="", help="where the runs are recorded as they end, "
+                    "and resumed from (default BUILD/eval, or BUILD/eval-quick/runs)")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="one small point of every experiment")
+    ap.add_argument("--only", default="sched,sync,ddp")
+    ap.add_argument("--fresh", action="store_true", help="delete the recorded runs first")
+    ap.add_argument("--page-only", action="store_true", help="rewrite the page from the CSVs")
+    a = ap.parse_args()
+    a.build = os.path.abspath(a.build)
+    if a.trials < 1:
+        ap.error("--trials must be at least 1")
+    only = set(a.only.split(","))
+    unknown = only - {"sched", "sync", "ddp"}
+    if unknown:
+        ap.error(f"--only: unknown experiment(s) {sorted(unknown)} (sched, sync, ddp)")
+    st = Settings(a.quick, a.trials)
+    top = os.path.abspath(a.out or (os.path.join(a.build, "eval-quick") if a.quick
+                                    else os.path.join(ROOT, "docs")))
+    out = os.path.abspath(a.work or (os.path.join(a.build, "eval-quick", "runs") if a.quick
+                                     else os.path.join(a.build, "eval")))
+    if a.fresh and os.path.isdir(out):
+        shutil.rmtree(out)
+    os.makedirs(out, exist_ok=True)
+    for tool in ["apps/ps-demo", "apps/ps-server", "apps/ps-worker/ps-worker",
+                 "lib/python/mercury"]:
+        if not os.path.exists(os.path.join(a.build, tool)):
+            sys.exit(f"eval: no {tool} in {a.build}: build first (make build)")
+    if not a.page_only:
+        n_sched = len(st.links[st.sweep_link]) * len(st.sweep) + 3 + \
+            sum(len(ms) for ms in st.links.values()) * len(VARIANTS) * st.trials
+        n_sync = len(st.stragglers) * len(MODES) * st.trials
+        total = (n_sched if "sched" in only else 0) + (n_sync if "sync" in only else 0) + \
+            (2 * st.trials if "ddp" in only else 0)
+        progress = Progress(total)
+        print(f"eval: {total} runs at most (finished ones are skipped), results in {out}",
+              flush=True)
+        if "sched" in only:
+            run_sched(a, st, out, progress)
+            run_timelines(a, st, out, progress)
+        if "sync" in only:
+            run_sync(a, st, out, progress)
+        if "ddp" in only:
+            run_ddp(a, st, out, progress)
+    write_page(out, top, st)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+#!/usr/bin/python3
+"""`make eval-quick`: one small point of every experiment of the evaluation
+(benchmarks/eval/eval.py --quick), so the harness cannot rot.
+
+Runs it into a temporary directory and checks what it wrote: every experiment's CSV
+holds its runs with sane values (no trace round faster than its compute, accuracies in
+[0, 1], images per second = the batch over the iteration), the timelines and the plots
+exist, and the page has every section with a row of data and its goal lines.
+
+Usage: eval_quick_test.py BUILD_DIR
+"""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BUILD = None
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+class EvalQuick(unittest.TestCase):
+    def test_every_experiment_writes_its_data_plots_and_page(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            work = os.path.join(tmp, "runs")
+            r = subprocess.run(
+                ["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "eval", "eval.py"),
+                 "--build", BUILD, "--quick", "--out", tmp, "--work", work],
+                capture_output=True, text=True, timeout=840)
+            self.assertEqual(r.returncode, 0, r.stdout[-4000:] + r.stderr[-3000:])
+            self.assertIn("[eval ", r.stdout)  # progress lines
+            data = os.path.join(tmp, "evaluation")
+
+            sched = rows(os.path.join(data, "sched.csv"))
+            self.assertEqual(sorted(x["variant"] for x in sched),
+                             ["fifo", "partition", "partition_best", "strict"])
+            for x in sched:
+                it, cp, lb = (float(x[k]) for k in ("iteration_s", "compute_s", "bound_s"))
+                self.assertGreater(cp, 0, x)
+                # Emulated compute is chained sleeps: no round is shorter than it.
+                self.assertGreaterEqual(it, 0.99 * cp, x)
+                self.assertAlmostEqual(lb, max(cp, float(x["communication_s"])), places=3)
+            self.assertEqual(len(rows(os.path.join(data, "sweep.csv"))), 1)
+            for v in ["strict", "fifo", "partition"]:
+                self.assertGreater(os.path.getsize(os.path.join(work, f"timeline-{v}.json")), 0)
+
+            sync = rows(os.path.join(data, "sync.csv"))
+            self.assertEqual(sorted(x["mode"] for x in sync), ["asp", "bsp", "psplus", "ssp"])
+            for x in sync:
+                self.assertGreater(float(x["iteration_s"]), 0, x)
+                self.assertTrue(0 <= float(x["final_accuracy"]) <= 1, x)
+            curves = rows(os.path.join(data, "sync_curves.csv"))
+            self.assertEqual(len(curves), 4 * 2)  # 4 modes x 2 epochs
+
+            ddp = rows(os.path.join(data, "ddp.csv"))
+            self.assertEqual(sorted(x["system"] for x in ddp), ["ddp", "mercury"])
+            for x in ddp:
+                want = 64 / float(x["iteration_s"])
+                self.assertAlmostEqual(float(x["images_per_s"]), want, delta=1 + 1e-4 * want)
+
+            for png in ["sched-10g.png", "timeline.png", "sync.png"]:
+                path = os.path.join(data, png)
+                with open(path, "rb") as f:
+                    self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", path)
+
+            with open(os.path.join(tmp, "evaluation.md")) as f:
+                page = f.read()
+            for heading in ["## Setting", "## Goals", "## 1. Scheduling", "## 2. Synchron",
+                            "## 3. Against DistributedDataParallel", "## Reading"]:
+                self.assertIn(heading, page)
+            self.assertIn("| mobilenet_v2 | ", page)
+            self.assertIn("| 1 | psplus | ", page)
+            self.assertIn("| Mercury (mercury.torch", page)
+            self.assertIn("Strict priority >= 2x FIFO", page)
+            self.assertIn("mercury.torch faster per iteration than DDP", page)
+
+            # The page is written from the records alone: rewriting it runs nothing.
+            again = subprocess.run(
+                ["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "eval", "eval.py"),
+                 "--build", BUILD, "--quick", "--out", tmp, "--work", work, "--page-only"],
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(again.returncode, 0, again.stderr[-2000:])
+            self.assertNotIn("[eval ", again.stdout)
+
+
+if __name__ == "__main__":
+    BUILD = os.path.abspath(sys.argv[1])
+    unittest.main(argv=[sys.argv[0], "-v"])
