@@ -150,6 +150,12 @@ struct EalConfig {
 };
 
 /// The link emulator applied on every TX queue.
+/// A change of the emulated line rate during the job (link.rate_steps).
+struct RateStep {
+  double at_s = 0;       ///< seconds after the node saw the job start
+  double rate_gbps = 0;  ///< the new rate; 0 = unlimited
+};
+
 struct LinkConfig {
   double rate_gbps = 0;  ///< 0 = unlimited
   uint32_t delay_us = 0;
@@ -158,10 +164,12 @@ struct LinkConfig {
   double reorder = 0;
   double corrupt = 0;
   uint64_t seed = 1;
+  std::vector<RateStep> rate_steps;  ///< in increasing at_s
 
   /// True when the emulator has anything to do.
   bool enabled() const {
-    return rate_gbps > 0 || delay_us > 0 || loss > 0 || duplicate > 0 || reorder > 0 || corrupt > 0;
+    return rate_gbps > 0 || delay_us > 0 || loss > 0 || duplicate > 0 || reorder > 0 ||
+           corrupt > 0 || !rate_steps.empty();
   }
 };
 

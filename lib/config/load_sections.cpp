@@ -111,13 +111,34 @@ void parse_eal(const Section& root, EalConfig& eal) {
   }
 }
 
+namespace {
+
+double link_rate(const Value& v) {
+  const double gbps = v.number();
+  if (gbps != 0 && !(gbps >= 0.001 && gbps <= 400)) {
+    v.fail(v.text() + " is out of range (0 for unlimited, else 0.001..400)");
+  }
+  return gbps;
+}
+
+}  // namespace
+
 void parse_link(const Section& root, LinkConfig& link) {
   Section s = optional_section(
-      root, "link", {"rate_gbps", "delay_us", "loss", "duplicate", "reorder", "corrupt", "seed"});
-  if (auto v = s.get("rate_gbps")) {
-    link.rate_gbps = v->number();
-    if (link.rate_gbps != 0 && !(link.rate_gbps >= 0.001 && link.rate_gbps <= 400)) {
-      v->fail(v->text() + " is out of range (0 for unlimited, else 0.001..400)");
+      root, "link",
+      {"rate_gbps", "delay_us", "loss", "duplicate", "reorder", "corrupt", "seed", "rate_steps"});
+  if (auto v = s.get("rate_gbps")) link.rate_gbps = link_rate(*v);
+  if (auto v = s.get("rate_steps")) {
+    for (const Value& item : v->sequence()) {
+      Section step(item, {"at_s", "rate_gbps"});
+      const Value at = step.require("at_s");
+      RateStep r{.at_s = positive(at), .rate_gbps = link_rate(step.require("rate_gbps"))};
+      if (r.at_s > 1e6) at.fail(at.text() + " is out of range (at most 1e6 seconds)");
+      if (!link.rate_steps.empty() && r.at_s <= link.rate_steps.back().at_s) {
+        at.fail(at.text() + " is not after the previous step's at_s (" +
+                std::to_string(link.rate_steps.back().at_s) + "): steps go in time order");
+      }
+      link.rate_steps.push_back(r);
     }
   }
   if (auto v = s.get("delay_us")) link.delay_us = static_cast<uint32_t>(v->integer(0, 1000000));

@@ -87,6 +87,7 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
           "  reorder: 0.03\n"
           "  corrupt: 0.04\n"
           "  seed: 18446744073709551615\n"
+          "  rate_steps: [{at_s: 5, rate_gbps: 1.25}, {at_s: 10.5, rate_gbps: 0}]\n"
           "training:\n"
           "  sync: bsp\n"
           "  optimizer: adam\n"
@@ -125,6 +126,11 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
   EXPECT_DOUBLE_EQ(job.link.reorder, 0.03);
   EXPECT_DOUBLE_EQ(job.link.corrupt, 0.04);
   EXPECT_EQ(job.link.seed, 18446744073709551615ull);
+  ASSERT_EQ(job.link.rate_steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(job.link.rate_steps[0].at_s, 5);
+  EXPECT_DOUBLE_EQ(job.link.rate_steps[0].rate_gbps, 1.25);
+  EXPECT_DOUBLE_EQ(job.link.rate_steps[1].at_s, 10.5);
+  EXPECT_DOUBLE_EQ(job.link.rate_steps[1].rate_gbps, 0);
   EXPECT_TRUE(job.link.enabled());
   EXPECT_EQ(job.training.sync, Sync::kBsp);
   EXPECT_EQ(job.training.staleness_bound, 0u);

@@ -103,6 +103,23 @@ TEST(ConfigRefuse, RateOutOfRange) {
   EXPECT_TRUE(refused(doc("link:\n  rate_gbps: -1\n"), 5, "link.rate_gbps", "out of range"));
 }
 
+TEST(ConfigRefuse, RateStepsOutOfOrderOrRange) {
+  EXPECT_TRUE(
+      refused(doc("link:\n  rate_steps:\n    - {at_s: 2, rate_gbps: 1}\n"
+                  "    - {at_s: 2, rate_gbps: 3}\n"),
+              7, "link.rate_steps[1].at_s",
+              "2 is not after the previous step's at_s (2.000000): steps go in time order"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_steps: [{at_s: 0, rate_gbps: 1}]\n"), 5,
+                      "link.rate_steps[0].at_s", ""));
+  EXPECT_TRUE(refused(doc("link:\n  rate_steps: [{at_s: 1, rate_gbps: 500}]\n"), 5,
+                      "link.rate_steps[0].rate_gbps", "out of range"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_steps: [{at_s: 1}]\n"), 5, "link.rate_steps[0].rate_gbps",
+                      "required key is missing"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_steps: [{at_s: 1, rate: 2}]\n"), 5,
+                      "link.rate_steps[0].rate", "unknown key (valid keys here: at_s, rate_gbps)"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_steps: 3\n"), 5, "link.rate_steps", "expected a list"));
+}
+
 TEST(ConfigRefuse, DelayOutOfRange) {
   EXPECT_TRUE(refused(doc("link:\n  delay_us: 1000001\n"), 5, "link.delay_us",
                       "1000001 is out of range (0..1000000)"));

@@ -246,6 +246,10 @@ uint32_t Interface::rx_room() const {
   return free > kKept ? free - kKept : 0;
 }
 
+void Interface::start_link_schedule_st(uint64_t now) {
+  if (emulator_ != nullptr) emulator_->anchor_schedule(now);
+}
+
 uint16_t Interface::flush_st(uint64_t now) {
   if (emulator_ != nullptr) emulator_->poll(now);
   if (staged_ == 0) return 0;

@@ -145,6 +145,9 @@ class Interface final : public PacketPort {
   /// Attaches a link emulator in front of the TX queue (nullptr detaches).
   /// The emulator must outlive its attachment.
   void attach_emulator(LinkEmulator* e) { emulator_ = e; }
+  /// Starts the attached emulator's rate schedule (link.rate_steps) at TSC
+  /// `now`: its owner calls it when the node sees its job start.
+  void start_link_schedule_st(uint64_t now);
 
   [[nodiscard]] const InterfaceCounters& counters() const { return counters_; }
   /// mbufs of this interface's pool it holds (staged or spare): for leak checks.

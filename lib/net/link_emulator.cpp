@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "net/payload_ref.h"
 
@@ -156,6 +157,65 @@ LinkEmulator::~LinkEmulator() {
 void LinkEmulator::set_rate_gbps(double gbps) {
   model_.set_rate_gbps(gbps);
   passthrough_ = model_.passthrough();
+}
+
+void LinkEmulator::set_schedule(RateSchedule schedule) {
+  schedule_ = std::move(schedule);
+  schedule_next_ = schedule_.next_at();
+}
+
+void LinkEmulator::anchor_schedule(uint64_t now) {
+  schedule_.anchor(now);
+  schedule_next_ = schedule_.next_at();
+}
+
+void LinkEmulator::apply_schedule(uint64_t now) {
+  if (const std::optional<double> rate = schedule_.due(now)) {
+    set_rate_gbps(*rate);  // validated by the schedule: cannot throw
+    ++counters_.rate_changes;
+  }
+  schedule_next_ = schedule_.next_at();
+}
+
+// ---------------------------------------------------------------------------
+// RateSchedule
+
+RateSchedule::RateSchedule(std::vector<Step> steps, uint64_t tsc_hz) : steps_(std::move(steps)) {
+  double last = 0;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
+    const std::string which = "link: rate step " + std::to_string(i + 1) + ": ";
+    if (!(s.at_s > last) || s.at_s > 1e6) {
+      throw std::invalid_argument(which +
+                                  "at_s must be after the previous step's (and > 0, "
+                                  "<= 1e6 s)");
+    }
+    LinkParams p;
+    p.rate_gbps = s.rate_gbps;
+    try {
+      validate(p);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(which + e.what());
+    }
+    last = s.at_s;
+    after_.push_back(static_cast<uint64_t>(s.at_s * static_cast<double>(tsc_hz)));
+  }
+}
+
+void RateSchedule::anchor(uint64_t now) {
+  if (anchored_) return;
+  anchored_ = true;
+  anchor_ = now;
+  next_at_ = next_ < after_.size() ? anchor_ + after_[next_] : std::numeric_limits<uint64_t>::max();
+}
+
+std::optional<double> RateSchedule::due(uint64_t now) {
+  if (!anchored_ || next_ >= after_.size() || now < anchor_ + after_[next_]) return std::nullopt;
+  while (next_ + 1 < after_.size() && now >= anchor_ + after_[next_ + 1]) ++next_;
+  const double rate = steps_[next_].rate_gbps;
+  ++next_;
+  next_at_ = next_ < after_.size() ? anchor_ + after_[next_] : std::numeric_limits<uint64_t>::max();
+  return rate;
 }
 
 uint64_t LinkEmulator::next_due() const {

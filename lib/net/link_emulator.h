@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace mercury::net {
@@ -171,6 +172,41 @@ class LinkModel {
   uint64_t tsc_hz_;
 };
 
+/// Changes of the line rate at set times after an anchor (the moment the
+/// owning node saw its job start): time-varying bandwidth. Pure: the caller
+/// passes the clock. Control path: the constructor validates and allocates.
+class RateSchedule {
+ public:
+  struct Step {
+    double at_s;       ///< seconds after the anchor, > 0, increasing
+    double rate_gbps;  ///< the new line rate; 0 = unlimited
+  };
+
+  RateSchedule() = default;
+  /// Throws std::invalid_argument naming the step that is out of order or
+  /// whose rate LinkParams would refuse.
+  RateSchedule(std::vector<Step> steps, uint64_t tsc_hz);
+
+  /// Starts the clock at TSC `now`; later calls change nothing.
+  void anchor(uint64_t now);
+  /// The rate of the last step due at `now` that no earlier call returned,
+  /// or nothing (steps that came due together collapse into the last one).
+  std::optional<double> due(uint64_t now);
+  /// When the next step is due: UINT64_MAX before the anchor and after the
+  /// last step.
+  [[nodiscard]] uint64_t next_at() const { return next_at_; }
+  [[nodiscard]] size_t steps() const { return steps_.size(); }
+  [[nodiscard]] size_t applied() const { return next_; }
+
+ private:
+  std::vector<uint64_t> after_;  ///< ticks after the anchor, per step
+  std::vector<Step> steps_;
+  size_t next_ = 0;
+  uint64_t anchor_ = 0;
+  bool anchored_ = false;
+  uint64_t next_at_ = std::numeric_limits<uint64_t>::max();
+};
+
 /// What the emulator did, by reason. Plain counters owned by the TX lcore.
 struct LinkCounters {
   uint64_t sent = 0;               ///< frames the PMD accepted (copies included)
@@ -182,6 +218,7 @@ struct LinkCounters {
   uint64_t delayed = 0;            ///< frames that waited in the delay line
   uint64_t queue_full = 0;         ///< frames refused by tx_burst(): the caller kept them
   uint64_t pmd_refused = 0;        ///< frames the PMD refused in poll(): kept, retried
+  uint64_t rate_changes = 0;       ///< steps of the rate schedule applied
 };
 
 /// The mbuf stage for one (port, TX queue). Owned by that queue's lcore.
@@ -221,6 +258,8 @@ class LinkEmulator {
   /// Hands the frames due at TSC `now` to the PMD, in order; returns how many
   /// it accepted. Call it every pass of the poll loop.
   uint16_t poll(uint64_t now) {
+    if (now >= schedule_next_) [[unlikely]]
+      apply_schedule(now);
     if (queued_ == 0) [[likely]]
       return 0;
     return poll_emulated(now);
@@ -228,6 +267,12 @@ class LinkEmulator {
 
   /// Changes the emulated line rate from now on (see LinkModel).
   void set_rate_gbps(double gbps);
+  /// Control path, before the loop runs: the rate changes poll() applies
+  /// once anchor_schedule() started their clock.
+  void set_schedule(RateSchedule schedule);
+  /// Starts the schedule's clock at TSC `now` (the first call only).
+  void anchor_schedule(uint64_t now);
+  [[nodiscard]] const RateSchedule& schedule() const { return schedule_; }
 
   /// Frames in the delay line or held for reordering.
   [[nodiscard]] uint32_t queued() const { return queued_; }
@@ -245,6 +290,7 @@ class LinkEmulator {
   };
 
   uint16_t tx_burst_emulated(rte_mbuf** pkts, uint16_t n, uint64_t now);
+  void apply_schedule(uint64_t now);
   uint16_t poll_emulated(uint64_t now);
   void enqueue(rte_mbuf* m, uint64_t now);
   void release_held(uint64_t now);
@@ -273,6 +319,8 @@ class LinkEmulator {
   std::vector<rte_mbuf*> line_mbufs_;
   std::vector<uint64_t> line_due_;
   std::vector<Held> held_;
+  RateSchedule schedule_;
+  uint64_t schedule_next_ = std::numeric_limits<uint64_t>::max();  ///< schedule_.next_at()
   LinkModel model_;
 };
 

@@ -263,6 +263,37 @@ TEST(LinkModel, RateCanChangeAtRunTime) {
   EXPECT_THROW(m.set_rate_gbps(-1), std::invalid_argument);
 }
 
+// link.rate_steps: nothing is due before the anchor; each step once, at its
+// time after the anchor; steps that came due together give the last one.
+TEST(RateSchedule, StepsComeDueAfterTheAnchorInOrderOnce) {
+  RateSchedule s({{1.0, 0.5}, {2.0, 2.0}, {2.5, 0}, {3.0, 4.0}}, kHz);
+  EXPECT_EQ(s.next_at(), UINT64_MAX);
+  EXPECT_FALSE(s.due(100 * kHz).has_value()) << "due before the anchor";
+  const uint64_t t0 = 7 * kHz;
+  s.anchor(t0);
+  s.anchor(t0 + 5 * kHz);  // a second anchor changes nothing
+  EXPECT_EQ(s.next_at(), t0 + kHz);
+  EXPECT_FALSE(s.due(t0 + kHz - 1).has_value());
+  EXPECT_EQ(s.due(t0 + kHz), 0.5);
+  EXPECT_FALSE(s.due(t0 + kHz).has_value()) << "a step applied twice";
+  EXPECT_EQ(s.next_at(), t0 + 2 * kHz);
+  // 2.0 s and 2.5 s both passed: only the later rate matters.
+  EXPECT_EQ(s.due(t0 + 2 * kHz + kHz / 2), 0.0);
+  EXPECT_EQ(s.applied(), 3u);
+  EXPECT_EQ(s.due(t0 + 10 * kHz), 4.0);
+  EXPECT_EQ(s.next_at(), UINT64_MAX);
+  EXPECT_FALSE(s.due(t0 + 100 * kHz).has_value());
+}
+
+TEST(RateSchedule, RefusesStepsOutOfOrderOrRate) {
+  EXPECT_THROW(RateSchedule({{0, 1}}, kHz), std::invalid_argument);
+  EXPECT_THROW(RateSchedule({{2, 1}, {2, 3}}, kHz), std::invalid_argument);
+  EXPECT_THROW(RateSchedule({{2, 1}, {1, 3}}, kHz), std::invalid_argument);
+  EXPECT_THROW(RateSchedule({{1, -1}}, kHz), std::invalid_argument);
+  EXPECT_THROW(RateSchedule({{1, 1e9}}, kHz), std::invalid_argument);
+  EXPECT_NO_THROW(RateSchedule({{1, 0}, {2, 0.001}}, kHz));
+}
+
 TEST(LinkModel, RejectsParametersOutOfRange) {
   auto with = [](auto set) {
     LinkParams p;

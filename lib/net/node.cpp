@@ -130,6 +130,12 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
       p->emulator =
           std::make_unique<LinkEmulator>(p->port->id(), 0, link, p->pool->get(), rte_get_tsc_hz());
       p->interface->attach_emulator(p->emulator.get());
+      if (!job.link.rate_steps.empty()) {
+        std::vector<RateSchedule::Step> steps;
+        for (const config::RateStep& r : job.link.rate_steps)
+          steps.push_back({r.at_s, r.rate_gbps});
+        p->emulator->set_schedule(RateSchedule(std::move(steps), rte_get_tsc_hz()));
+      }
     }
   }
 }

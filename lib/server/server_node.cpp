@@ -220,6 +220,11 @@ void ServerNode::stop() {
 
 void ServerNode::sync_state() {
   running_ = control_->state() == NodeState::kRunning;
+  if (running_ && !link_schedule_started_) {
+    // The job has started: link.rate_steps count from here, on every port.
+    link_schedule_started_ = true;
+    for (net::Interface* i : ifaces_) i->start_link_schedule_st(now_);
+  }
   any_left_ = control_->left() != 0;
   placement_ = control_->placement();
 }

@@ -309,6 +309,7 @@ class ServerNode {
   // The control plane's state as the datapath reads it per packet (after
   // every control-plane call, sync_state()).
   bool running_ = false;
+  bool link_schedule_started_ = false;
   bool any_left_ = false;  // a rank left: under BSP no push can be aggregated any more
   const agg::Placement* placement_ = nullptr;
   // A push came after a leave: rank + 1 (0: none), ended by the slow path.

@@ -4,6 +4,8 @@
 // the barriers. Control path: encoding, decoding and buffering allocate.
 #include "worker/net_core.h"
 
+#include <rte_cycles.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -36,6 +38,8 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
   ready_[server] = true;
   if (std::find(ready_.begin(), ready_.end(), false) != ready_.end()) return;
   phase_ = Phase::kInitialising;
+  // The job has started (every server placed it): link.rate_steps count from here.
+  iface_.start_link_schedule_st(rte_rdtsc());
   if (config_.rank == 0) {
     // Rank 0's buffers as they are now become version 0 on every rank.
     init_pushes_.reserve(table_.tensors());

@@ -356,6 +356,37 @@ TEST_F(LinkEmulatorPmd, DelayAndRateReleaseFramesExactlyWhenDue) {
   EXPECT_EQ(e.next_due(), UINT64_MAX);
 }
 
+// link.rate_steps: poll() applies each step when it is due after the anchor,
+// and frames scheduled after it leave at the new rate.
+TEST_F(LinkEmulatorPmd, RateScheduleChangesTheRateWhenDue) {
+  RingLink link("steps", 4096, pools().frames.get());
+  LinkParams p;
+  p.rate_gbps = 1;
+  LinkEmulator e(link.a(), 0, p, nullptr, kHz);
+  e.set_schedule(RateSchedule({{0.001, 0.5}, {0.002, 0}}, kHz));  // 1 ms and 2 ms at 1 GHz
+  e.poll(5 * kHz);                                                // not anchored: nothing happens
+  EXPECT_EQ(e.model().params().rate_gbps, 1.0);
+  const uint64_t t0 = 10 * kHz;
+  e.anchor_schedule(t0);
+  e.poll(t0 + 999'999);
+  EXPECT_EQ(e.model().params().rate_gbps, 1.0);
+  e.poll(t0 + 1'000'000);
+  EXPECT_EQ(e.model().params().rate_gbps, 0.5);
+  EXPECT_EQ(e.counters().rate_changes, 1u);
+  // A frame now takes (362 + 24) * 8 / 0.5 Gbit/s = 6176 ns on the wire.
+  rte_mbuf* f = make_frame(pools().frames.get(), 0);
+  ASSERT_EQ(e.tx_burst(&f, 1, t0 + 1'000'000), 1u);
+  EXPECT_EQ(e.next_due(), t0 + 1'000'000 + 6176);
+  Received r;
+  e.poll(t0 + 1'006'176);
+  receive(link.b(), r);
+  EXPECT_EQ(r.order.size(), 1u);
+  e.poll(t0 + 2'000'000);
+  EXPECT_EQ(e.model().params().rate_gbps, 0.0);  // unlimited: pass-through again
+  EXPECT_TRUE(e.model().passthrough());
+  EXPECT_EQ(e.counters().rate_changes, 2u);
+}
+
 TEST_F(LinkEmulatorPmd, FullDelayLineIsBackPressureNotLoss) {
   RingLink link("full", 4096, pools().frames.get());
   LinkParams p;
