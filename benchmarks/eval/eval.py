@@ -2,7 +2,7 @@
 """The evaluation: both papers' experiments in one command (docs/evaluation.md).
 
   benchmarks/eval/eval.py [--build build] [--out docs] [--work BUILD/eval] [--trials 5]
-                          [--quick] [--only sched,sync,ddp] [--fresh] [--page-only]
+                          [--quick] [--only sched,bandwidth,sync,ddp] [--fresh] [--page-only]
 
 `make eval` runs it and regenerates docs/evaluation.md, its plots and a copy of its data
 (docs/evaluation/); `make eval-quick` runs one small point of every experiment into
@@ -19,10 +19,12 @@ those CSVs alone (--page-only rewrites it without running anything).
    (P3/ByteScheduler) at its default and at the best setting of a sweep. 10 and 25 Gbit/s
    links are emulated at LINK_EMULATED_GBPS with compute scaled by the same factor
    (docs/link-emulator.md), so every ratio is the real link's.
-2. sync: the digits CNN (apps/train-digits) trained by 4 workers under bsp, asp, ssp and
+2. bandwidth: the same trainer while every link's rate halves and comes back
+   (link.rate_steps); partitioning keeps the setting tuned at the full rate.
+3. sync: the digits CNN (apps/train-digits) trained by 4 workers under bsp, asp, ssp and
    psplus with 0, 1 and 2 stragglers; time per iteration, iterations and time to a target
    test accuracy.
-3. ddp: the same digits training with torch's DistributedDataParallel over gloo and with
+4. ddp: the same digits training with torch's DistributedDataParallel over gloo and with
    mercury.torch, interleaved: time per iteration and images per second.
 """
 from __future__ import annotations
@@ -68,6 +70,8 @@ STRAGGLERS = {0: [], 1: ["3,4"], 2: ["3,4", "2,2"]}  # stragglers -> rank,slowdo
 TARGET_ACCURACY = 0.90
 # SGD with the learning rate scaled linearly with the batch an update averages (Goyal et
 # al.): an asynchronous update is one worker's batch of 16, a BSP update the global 64.
+# PS+ scales the synchronous rate by its staleness rule, lr / (1 + s); with W workers an
+# update is typically s = W - 1 stale, so its step is about ASP's.
 ASYNC_LR = 0.1
 
 SCHED_FIELDS = ["link_gbps", "model", "variant", "partition_bytes", "credit_bytes", "trial",
@@ -77,6 +81,7 @@ SYNC_FIELDS = ["stragglers", "mode", "trial", "iteration_s", "steps_to_target",
                "seconds_to_target", "final_accuracy"]
 CURVE_FIELDS = ["stragglers", "mode", "trial", "epoch", "steps", "seconds", "loss", "accuracy"]
 DDP_FIELDS = ["system", "trial", "iteration_s", "images_per_s", "final_accuracy"]
+BANDWIDTH_FIELDS = ["variant", "trial", "round", "start_s", "iteration_s"]
 
 
 class Settings:
@@ -98,6 +103,12 @@ class Settings:
         self.sync_compute_ms = 10.0
         self.ddp_epochs = 2 if quick else 5
         self.timeline_model = "mobilenet_v2" if quick else "resnet50"
+        # The bandwidth experiment: the rate halves at step_down_s after the job starts
+        # and comes back at step_up_s; the trainer runs bandwidth_rounds trace rounds.
+        self.bandwidth_model = "mobilenet_v2" if quick else "resnet50"
+        self.bandwidth_rounds = 6 if quick else 14
+        self.step_down_s = 1.5 if quick else 4.0
+        self.step_up_s = 2.5 if quick else 8.0
 
 
 class Table:
@@ -156,15 +167,20 @@ def scale_of(link_gbps: float) -> float:
 
 
 def sched_run(a, st: Settings, link_gbps: float, model: str, scheduler: str,
-              partition: tuple[int, int] | None, timeline: str = "") -> dict:
+              partition: tuple[int, int] | None, timeline: str = "",
+              steps: list[tuple[float, float]] | None = None, rounds: int = 0,
+              comm_rounds: int = 0) -> dict:
     network = "scheduler: %s" % scheduler
     if partition:
         network += ", partition_bytes: %d, credit_bytes: %d" % partition
     name = "ev%s%d" % (scheduler[0], os.getpid() % 100000)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        link = "rate_gbps: %g" % LINK_EMULATED_GBPS
+        if steps:
+            link += ", rate_steps: [%s]" % ", ".join(
+                "{at_s: %g, rate_gbps: %g}" % step for step in steps)
         f.write(memif_job(WORKERS, name, training="{sync: bsp, optimizer: sgd, "
-                          "learning_rate: 0.0625}", network=network,
-                          link="rate_gbps: %g" % LINK_EMULATED_GBPS))
+                          "learning_rate: 0.0625}", network=network, link=link))
         job = f.name
     env = dict(os.environ)
     if timeline:
@@ -175,8 +191,9 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, scheduler: str,
              "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
              "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
              "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(link_gbps)),
-             "--rounds", str(st.rounds),
-             "--comm-rounds", str(st.comm_rounds if scheduler == "strict" else 1),
+             "--rounds", str(rounds or st.rounds),
+             "--comm-rounds",
+             str(comm_rounds or (st.comm_rounds if scheduler == "strict" else 1)),
              "--verify", "none"],
             capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
     finally:
@@ -187,7 +204,7 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, scheduler: str,
         fail(f"the {model} job with scheduler {scheduler}", r)
     it, cp, cm, lb, ratio = (float(x) for x in m.groups())
     return {"iteration_s": it, "compute_s": cp, "communication_s": cm, "bound_s": lb,
-            "ratio": ratio}
+            "ratio": ratio, "stdout": r.stdout}
 
 
 def best_partition(sweep: Table, link_gbps: float, model: str) -> tuple[int, int]:
@@ -225,6 +242,7 @@ def run_sched(a, st: Settings, out: str, progress: Progress) -> None:
                     elif v == "partition_best":
                         part = best_partition(sweep, st.sweep_link, model)
                     r = sched_run(a, st, link, model, v.split("_")[0], part)
+                    r.pop("stdout")
                     table.add({"link_gbps": link, "model": model, "variant": v,
                                "partition_bytes": part[0] if part else 0,
                                "credit_bytes": part[1] if part else 0, "trial": trial, **r})
@@ -246,11 +264,49 @@ def run_timelines(a, st: Settings, out: str, progress: Progress) -> None:
         progress.line(f"timeline {st.timeline_model} {v}", f"iteration {r['iteration_s']:.3f} s")
 
 
+def round_times(stdout: str) -> tuple[list[float], list[float]]:
+    """Worker 0's rounds in order: the seconds each started after the first began (comm-only,
+    streamed and trace rounds, back to back), and the trace rounds' durations."""
+    starts, traces, t = [], [], 0.0
+    for kind, secs in re.findall(r"\[w0\] w0 (comm|streamed comm|trace) round +\d+: +([\d.]+) s",
+                                 stdout):
+        if kind == "trace":
+            starts.append(t)
+            traces.append(float(secs))
+        t += float(secs)
+    return starts, traces
+
+
+def run_bandwidth(a, st: Settings, out: str, progress: Progress) -> None:
+    """The link's rate steps down to half and back up while the trainer runs
+    (link.rate_steps): strict priority against FIFO and partitioning tuned at the full rate."""
+    table = Table(os.path.join(out, "bandwidth.csv"), BANDWIDTH_FIELDS)
+    sweep = Table(os.path.join(out, "sweep.csv"), SWEEP_FIELDS)
+    low = LINK_EMULATED_GBPS / 2
+    steps = [(st.step_down_s, low), (st.step_up_s, LINK_EMULATED_GBPS)]
+    for trial in range(1, st.trials + 1):
+        variants = ["strict", "fifo", "partition_best"]
+        random.Random(f"bw-{trial}").shuffle(variants)
+        for v in variants:
+            if table.has(variant=v, trial=trial):
+                continue
+            part = best_partition(sweep, st.sweep_link, st.bandwidth_model) \
+                if v == "partition_best" else None
+            r = sched_run(a, st, st.sweep_link, st.bandwidth_model, v.split("_")[0], part,
+                          steps=steps, rounds=st.bandwidth_rounds, comm_rounds=1)
+            starts, traces = round_times(r["stdout"])
+            for k, (t0, secs) in enumerate(zip(starts, traces)):
+                table.add({"variant": v, "trial": trial, "round": k + 1,
+                           "start_s": "%.3f" % t0, "iteration_s": secs})
+            progress.line(f"bandwidth {st.bandwidth_model} {v} trial {trial}",
+                          f"{len(traces)} rounds, median {statistics.median(traces):.3f} s")
+
+
 # ---- 2. synchronisation --------------------------------------------------------------
 
 def digits_job(tmp: str, name: str, mode: str, training: str = "") -> str:
     extra = {"ssp": "staleness_bound: %d, " % SSP_BOUND}.get(mode, "")
-    lr = ASYNC_LR * (WORKERS if mode == "bsp" else 1)
+    lr = ASYNC_LR * (WORKERS if mode in ("bsp", "psplus") else 1)
     path = os.path.join(tmp, name + ".yaml")
     with open(path, "w") as f:
         f.write(memif_job(WORKERS, name, training=training or "{sync: %s, %soptimizer: sgd, "
@@ -525,6 +581,77 @@ def plot_timelines(out: str, img: str) -> str:
     return png
 
 
+BANDWIDTH_MARGIN_S = 1.0  # worker 0's clock starts up to this long after the link's
+
+
+def bandwidth_section(out: str, img: str, st: Settings, plots: list[str]) -> list[str]:
+    table = Table(os.path.join(out, "bandwidth.csv"), BANDWIDTH_FIELDS)
+    if not table.rows:
+        return []
+    variants = ["strict", "fifo", "partition_best"]
+
+    def phase(r: dict) -> str:
+        # Round times count from worker 0's first comm-only round, which begins after the
+        # link's clock started (the job's start, then version 0 and a barrier): a round is
+        # classed only where that offset, up to BANDWIDTH_MARGIN_S, cannot move it across a
+        # step.
+        t0 = float(r["start_s"])
+        t1 = t0 + float(r["iteration_s"])
+        if t1 + BANDWIDTH_MARGIN_S <= st.step_down_s or t0 >= st.step_up_s:
+            return "full"
+        if t0 >= st.step_down_s and t1 + BANDWIDTH_MARGIN_S <= st.step_up_s:
+            return "half"
+        return ""
+
+    by = {v: {} for v in variants}
+    for r in table.rows:
+        by[r["variant"]].setdefault((int(r["trial"]), phase(r)), []).append(float(r["iteration_s"]))
+    lines = ["", "| scheduler | full rate: s per iteration | half rate: s per iteration | "
+             "half / full | strict's speed-up at half rate |", "| --- | --- | --- | --- | --- |"]
+    trials = sorted({int(r["trial"]) for r in table.rows})
+
+    def per_trial(v: str, ph: str) -> dict:
+        return {t: statistics.median(by[v][(t, ph)]) for t in trials if (t, ph) in by[v]}
+
+    for v in variants:
+        full, half = per_trial(v, "full"), per_trial(v, "half")
+        ratio = [half[t] / full[t] for t in trials if t in full and t in half]
+        strict_half = per_trial("strict", "half")
+        speed = [half[t] / strict_half[t] for t in trials if t in half and t in strict_half]
+        lines.append(f"| {v.replace('_', ' ')} | {cell(list(full.values()))} | "
+                     f"{cell(list(half.values()))} | {cell(ratio, '%.2fx')} | "
+                     f"{cell(speed, '%.2fx') if v != 'strict' else '-'} |")
+    png = plot_bandwidth(img, table, st)
+    if png:
+        plots.append(png)
+        lines += ["", f"![iteration time while the rate steps](evaluation/{os.path.basename(png)})"]
+    return lines
+
+
+def plot_bandwidth(img: str, table: Table, st: Settings) -> str:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for v in ["strict", "fifo", "partition_best"]:
+        rows = [r for r in table.rows if r["variant"] == v and r["trial"] == "1"]
+        if rows:
+            ax.plot([float(r["start_s"]) for r in rows], [float(r["iteration_s"]) for r in rows],
+                    marker="o", label=v.replace("_", " "))
+    ax.axvspan(st.step_down_s, st.step_up_s, color="grey", alpha=0.2,
+               label=f"{LINK_EMULATED_GBPS / 2:g} Gbit/s (job clock)")
+    ax.set_xlabel("worker 0's seconds since its first comm-only round")
+    ax.set_ylabel("iteration (s)")
+    ax.set_title(f"{st.bandwidth_model}, trial 1: the link's rate halves, then comes back")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(img, "bandwidth.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def sync_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[list[str], dict]:
     table = Table(os.path.join(out, "sync.csv"), SYNC_FIELDS)
     lines = ["", "Per straggler setting and mode, median [min, max] over the trials: rank 0's "
@@ -669,17 +796,27 @@ def goals(sched: dict, sync: dict, ddp: dict, st: Settings) -> list[str]:
         out.append("* Within 5 % of the lower bound on every model: "
                    + ("**met**." if not far else "**not met**: " + "; ".join(far) + "."))
     if sync:
-        k = max(st.stragglers)
+        k = 1 if 1 in st.stragglers else max(st.stragglers)  # one 4x straggler
         ps = sync.get((k, "psplus"), {})
         asp = sync.get((k, "asp"), {})
         if ps:
-            out.append(f"* PS+ >= 2x faster to the target accuracy than BSP with a 4x straggler "
-                       f"({k} straggler(s)): {ps['speed']:.2f}x, "
-                       + ("**met**" if ps["speed"] >= 2 else "**not met**") + ".")
+            if math.isnan(ps["speed"]):
+                out.append(f"* PS+ >= 2x faster to the target accuracy than BSP with a 4x "
+                           f"straggler: **not judged**: PS+ or BSP did not reach "
+                           f"{TARGET_ACCURACY} in {st.sync_epochs} epochs in any trial.")
+            else:
+                out.append(f"* PS+ >= 2x faster to the target accuracy than BSP with a 4x "
+                           f"straggler: {ps['speed']:.2f}x, "
+                           + ("**met**" if ps["speed"] >= 2 else "**not met**") + ".")
         if ps and asp:
-            out.append(f"* PS+ needs fewer iterations than ASP to the target: "
-                       f"{ps['steps']:.0f} against {asp['steps']:.0f}, "
-                       + ("**met**" if ps["steps"] < asp["steps"] else "**not met**") + ".")
+            if math.isnan(ps["steps"]) or math.isnan(asp["steps"]):
+                out.append("* PS+ needs fewer iterations than ASP to the target: **not judged**: "
+                           + ("PS+" if math.isnan(ps["steps"]) else "ASP")
+                           + f" did not reach {TARGET_ACCURACY} in any trial.")
+            else:
+                out.append(f"* PS+ needs fewer iterations than ASP to the target (with a 4x "
+                           f"straggler): {ps['steps']:.0f} against {asp['steps']:.0f}, "
+                           + ("**met**" if ps["steps"] < asp["steps"] else "**not met**") + ".")
     if ddp:
         v = ddp["ddp_over_mercury"]
         out.append(f"* mercury.torch faster per iteration than DDP over gloo on the same model: "
@@ -693,13 +830,15 @@ def write_page(out: str, top: str, st: Settings) -> None:
     page = os.path.join(top, "evaluation.md")
     img = os.path.join(top, "evaluation")
     os.makedirs(img, exist_ok=True)
-    for name in ["sched.csv", "sweep.csv", "sync.csv", "sync_curves.csv", "ddp.csv"]:
+    for name in ["sched.csv", "sweep.csv", "bandwidth.csv", "sync.csv", "sync_curves.csv",
+                 "ddp.csv"]:
         if os.path.exists(os.path.join(out, name)) and \
                 os.path.abspath(out) != os.path.abspath(img):
             shutil.copyfile(os.path.join(out, name), os.path.join(img, name))
     plots: list[str] = []
     sched_lines, sched = sched_section(out, img, st, plots)
     tl = plot_timelines(out, img)
+    bandwidth_lines = bandwidth_section(out, img, st, plots)
     sync_lines, sync = sync_section(out, img, st, plots)
     ddp_lines, ddp = ddp_section(out)
     text = [
@@ -741,13 +880,28 @@ def write_page(out: str, top: str, st: Settings) -> None:
         f"![one iteration per scheduler](evaluation/{os.path.basename(tl)})" if tl else
         "(no timeline run)",
         "",
-        "## 2. Synchronisation: BSP, ASP, SSP and PS+ with stragglers (PS+'s experiment)",
+        "## 2. Changing bandwidth",
+        "",
+        f"{st.bandwidth_model} at 10 Gbit/s as above, {st.bandwidth_rounds} trace rounds after "
+        "one comm-only round of each kind, while the link emulator halves every link's rate "
+        f"{st.step_down_s:g} s after the job started and restores it at {st.step_up_s:g} s "
+        "(the job file's `link.rate_steps`, docs/link-emulator.md): strict priority, FIFO, and "
+        "partitioning with the setting the sweep chose at the full rate, not re-tuned. Per "
+        "scheduler, the median iteration of the rounds wholly at each rate (worker 0's; rounds "
+        "that may straddle a step are left out), median [min, max] over the trials. A second "
+        "job sharing the server's link is not emulated: each memif port has its own "
+        "emulator, so two jobs cannot share one emulated wire here.",
+        *bandwidth_lines,
+        "",
+        "## 3. Synchronisation: BSP, ASP, SSP and PS+ with stragglers (PS+'s experiment)",
         "",
         f"The digits CNN (`apps/train-digits`, docs/python.md) trained through mercury.torch "
         f"by {WORKERS} worker processes, local batch 16 (global 64), the server's SGD with "
         f"the learning rate scaled linearly with the batch an update averages: "
-        f"{ASYNC_LR:g} for an asynchronous update (one worker's 16 images), "
-        f"{ASYNC_LR * WORKERS:g} for BSP's (the global 64), no momentum; "
+        f"{ASYNC_LR:g} for an ASP or SSP update (one worker's 16 images), "
+        f"{ASYNC_LR * WORKERS:g} for BSP's (the global 64) and as PS+'s base rate (its "
+        "rule divides it by 1 + the update's staleness, typically about 4 with 4 workers), "
+        "no momentum; "
         f"{st.sync_epochs} epochs per worker; every step sleeps "
         f"{st.sync_compute_ms:g} ms standing for an accelerator's compute, and a straggler "
         "sleeps that times its factor: 1 straggler is rank 3 at 4x, 2 stragglers are rank 3 "
@@ -755,7 +909,7 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "learning-rate rule (lr / (1 + staleness)).",
         *sync_lines,
         "",
-        "## 3. Against DistributedDataParallel",
+        "## 4. Against DistributedDataParallel",
         "",
         f"The same digits training, no emulated compute, global batch 64 over {WORKERS} "
         f"processes, {st.ddp_epochs} epochs: Mercury (ps-server and mercury.torch) against "
@@ -804,7 +958,7 @@ def main() -> int:
                     "and resumed from (default BUILD/eval, or BUILD/eval-quick/runs)")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="one small point of every experiment")
-    ap.add_argument("--only", default="sched,sync,ddp")
+    ap.add_argument("--only", default="sched,bandwidth,sync,ddp")
     ap.add_argument("--fresh", action="store_true", help="delete the recorded runs first")
     ap.add_argument("--page-only", action="store_true", help="rewrite the page from the CSVs")
     a = ap.parse_args()
@@ -812,9 +966,10 @@ def main() -> int:
     if a.trials < 1:
         ap.error("--trials must be at least 1")
     only = set(a.only.split(","))
-    unknown = only - {"sched", "sync", "ddp"}
+    unknown = only - {"sched", "bandwidth", "sync", "ddp"}
     if unknown:
-        ap.error(f"--only: unknown experiment(s) {sorted(unknown)} (sched, sync, ddp)")
+        ap.error(f"--only: unknown experiment(s) {sorted(unknown)} (sched, bandwidth, sync, "
+                 "ddp)")
     st = Settings(a.quick, a.trials)
     top = os.path.abspath(a.out or (os.path.join(a.build, "eval-quick") if a.quick
                                     else os.path.join(ROOT, "docs")))
@@ -832,13 +987,18 @@ def main() -> int:
             sum(len(ms) for ms in st.links.values()) * len(VARIANTS) * st.trials
         n_sync = len(st.stragglers) * len(MODES) * st.trials
         total = (n_sched if "sched" in only else 0) + (n_sync if "sync" in only else 0) + \
-            (2 * st.trials if "ddp" in only else 0)
+            (2 * st.trials if "ddp" in only else 0) + (3 * st.trials if "bandwidth" in only else 0)
         progress = Progress(total)
         print(f"eval: {total} runs at most (finished ones are skipped), results in {out}",
               flush=True)
         if "sched" in only:
             run_sched(a, st, out, progress)
             run_timelines(a, st, out, progress)
+        if "bandwidth" in only:
+            if "sched" not in only and not os.path.exists(os.path.join(out, "sweep.csv")):
+                sys.exit("eval: the bandwidth experiment needs the sched experiment's sweep "
+                         "(run sched first)")
+            run_bandwidth(a, st, out, progress)
         if "sync" in only:
             run_sync(a, st, out, progress)
         if "ddp" in only:

@@ -50,6 +50,14 @@ class EvalQuick(unittest.TestCase):
             for v in ["strict", "fifo", "partition"]:
                 self.assertGreater(os.path.getsize(os.path.join(work, f"timeline-{v}.json")), 0)
 
+            bandwidth = rows(os.path.join(data, "bandwidth.csv"))
+            self.assertEqual({x["variant"] for x in bandwidth}, {"strict", "fifo", "partition_best"})
+            for v in ["strict", "fifo", "partition_best"]:
+                got = [x for x in bandwidth if x["variant"] == v]
+                self.assertEqual([int(x["round"]) for x in got], list(range(1, 7)), v)
+                starts = [float(x["start_s"]) for x in got]
+                self.assertEqual(starts, sorted(starts), v)
+
             sync = rows(os.path.join(data, "sync.csv"))
             self.assertEqual(sorted(x["mode"] for x in sync), ["asp", "bsp", "psplus", "ssp"])
             for x in sync:
@@ -64,18 +72,20 @@ class EvalQuick(unittest.TestCase):
                 want = 64 / float(x["iteration_s"])
                 self.assertAlmostEqual(float(x["images_per_s"]), want, delta=1 + 1e-4 * want)
 
-            for png in ["sched-10g.png", "timeline.png", "sync.png"]:
+            for png in ["sched-10g.png", "timeline.png", "bandwidth.png", "sync.png"]:
                 path = os.path.join(data, png)
                 with open(path, "rb") as f:
                     self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n", path)
 
             with open(os.path.join(tmp, "evaluation.md")) as f:
                 page = f.read()
-            for heading in ["## Setting", "## Goals", "## 1. Scheduling", "## 2. Synchron",
-                            "## 3. Against DistributedDataParallel", "## Reading"]:
+            for heading in ["## Setting", "## Goals", "## 1. Scheduling",
+                            "## 2. Changing bandwidth", "## 3. Synchron",
+                            "## 4. Against DistributedDataParallel", "## Reading"]:
                 self.assertIn(heading, page)
             self.assertIn("| mobilenet_v2 | ", page)
             self.assertIn("| 1 | psplus | ", page)
+            self.assertIn("| partition best | ", page)
             self.assertIn("| Mercury (mercury.torch", page)
             self.assertIn("Strict priority >= 2x FIFO", page)
             self.assertIn("mercury.torch faster per iteration than DDP", page)
