@@ -129,15 +129,17 @@ void parse_link(const Section& root, LinkConfig& link) {
       {"rate_gbps", "delay_us", "loss", "duplicate", "reorder", "corrupt", "seed", "rate_steps"});
   if (auto v = s.get("rate_gbps")) link.rate_gbps = link_rate(*v);
   if (auto v = s.get("rate_steps")) {
+    std::string previous;  // the previous step's at_s as written
     for (const Value& item : v->sequence()) {
       Section step(item, {"at_s", "rate_gbps"});
       const Value at = step.require("at_s");
       RateStep r{.at_s = positive(at), .rate_gbps = link_rate(step.require("rate_gbps"))};
       if (r.at_s > 1e6) at.fail(at.text() + " is out of range (at most 1e6 seconds)");
       if (!link.rate_steps.empty() && r.at_s <= link.rate_steps.back().at_s) {
-        at.fail(at.text() + " is not after the previous step's at_s (" +
-                std::to_string(link.rate_steps.back().at_s) + "): steps go in time order");
+        at.fail(at.text() + " is not after the previous step's at_s (" + previous +
+                "): steps go in time order");
       }
+      previous = at.text();
       link.rate_steps.push_back(r);
     }
   }

@@ -104,11 +104,10 @@ TEST(ConfigRefuse, RateOutOfRange) {
 }
 
 TEST(ConfigRefuse, RateStepsOutOfOrderOrRange) {
-  EXPECT_TRUE(
-      refused(doc("link:\n  rate_steps:\n    - {at_s: 2, rate_gbps: 1}\n"
-                  "    - {at_s: 2, rate_gbps: 3}\n"),
-              7, "link.rate_steps[1].at_s",
-              "2 is not after the previous step's at_s (2.000000): steps go in time order"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_steps:\n    - {at_s: 2, rate_gbps: 1}\n"
+                          "    - {at_s: 2, rate_gbps: 3}\n"),
+                      7, "link.rate_steps[1].at_s",
+                      "2 is not after the previous step's at_s (2): steps go in time order"));
   EXPECT_TRUE(refused(doc("link:\n  rate_steps: [{at_s: 0, rate_gbps: 1}]\n"), 5,
                       "link.rate_steps[0].at_s", ""));
   EXPECT_TRUE(refused(doc("link:\n  rate_steps: [{at_s: 1, rate_gbps: 500}]\n"), 5,
