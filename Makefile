@@ -48,7 +48,7 @@ fuzz: deps
 	@ninja -C $(FUZZ_BUILD) $$(cd $(FUZZ_BUILD) && meson introspect --targets | \
 	  /usr/bin/python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
 
-# Both papers' experiments (docs/evaluation.md, about 45 minutes): regenerates the page,
+# Both papers' experiments (docs/evaluation.md, about an hour here): regenerates the page,
 # its plots and its data; resumes an interrupted run (records in $(BUILD)/eval).
 eval: build
 	@/usr/bin/python3 benchmarks/eval/eval.py --build $(BUILD)
