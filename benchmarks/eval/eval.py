@@ -759,7 +759,8 @@ def setting_lines(st: Settings) -> list[str]:
     return [f"* **Machine**: {os.cpu_count()} CPUs ({cpu}), "
             f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, Linux "
             f"{platform.release()}; {', '.join(versions)}; Python {platform.python_version()}; "
-            f"code {git or '?'}; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+            f"page written by code {git or '?'} at "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} from the runs in its CSVs.",
             f"* **Trials**: {st.trials} per point, variants interleaved in a random order per "
             "trial; every figure is the median with [min, max].",
             f"* **Scaling**: the traces are this CPU's compute at batch 16 "
@@ -952,8 +953,10 @@ READING = [
     "packets before everything else in every queue, so the first layers compute while the "
     "rest is on the wire (the timeline shows the pulls ending first-layer first).",
     "* **Where it cannot**: a model whose compute dwarfs its communication (every scheduler "
-    "is at the bound), or whose communication dwarfs its compute (every scheduler is at the "
-    "communication time: nothing is left to overlap).",
+    "is at the bound), or whose communication dwarfs its compute: then strict priority and "
+    "FIFO both sit near the communication time, since little compute is left to overlap, "
+    "and the order of the tensors matters only for the first layers' wait; partitioning "
+    "pays its per-partition start-up exchanges on top.",
     "* **Partitioning** needs its partition size and credit tuned per model and link; the "
     "sweep shows how much the setting matters. Strict priority has no knob.",
     "* **PS+ and ASP** do not wait for stragglers; their price is staleness, which PS+ "
