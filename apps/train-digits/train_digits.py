@@ -205,7 +205,7 @@ def train(args, node: str = "") -> int:
 
     quiet = node and rank != 0
     compute_s = compute_seconds(args, rank)
-    curve = open(args.curve, "w") if args.curve and not quiet else None
+    curve_file = open(args.curve, "w") if args.curve and not quiet else None
     trained_s = 0.0  # training time so far, evaluation excluded
     done_steps = 0
     t_start = time.monotonic()
@@ -245,10 +245,10 @@ def train(args, node: str = "") -> int:
         done_steps += steps
         if not quiet:
             train_loss, acc = evaluate(model, x, y, xt, yt)
-            if curve is not None:
-                curve.write(f"{epoch + 1},{done_steps},{trained_s:.4f},{train_loss:.6f},"
+            if curve_file is not None:
+                curve_file.write(f"{epoch + 1},{done_steps},{trained_s:.4f},{train_loss:.6f},"
                             f"{acc:.4f}\n")
-                curve.flush()
+                curve_file.flush()
             print(f"epoch {epoch + 1:3d}/{args.epochs}: train loss {train_loss:.4f}  "
                   f"test accuracy {acc:.4f}  {secs:6.2f} s  "
                   f"{steps * args.batch / secs:8.0f} images/s", flush=True)
@@ -264,8 +264,8 @@ def train(args, node: str = "") -> int:
             np.savetxt(os.path.join(args.losses, f"{name}.txt"), np.array(curve), fmt="%.9e")
             with open(os.path.join(args.losses, f"{name}.result"), "w") as f:
                 f.write(f"{acc:.6f} {train_loss:.9e} {total:.3f}\n")
-    if curve is not None:
-        curve.close()
+    if curve_file is not None:
+        curve_file.close()
     if ddp:
         import torch.distributed as dist
 

@@ -163,9 +163,12 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
       report_state_st();
       last_state = node_.state_st();
       if (options_.end_with_job && end_at == UINT64_MAX) {
-        // Finished: every worker's leave was answered already. Refused: a
+        // Finished: every worker's leave was answered already; a short grace
+        // lets their memif sockets close on live ports. Refused: a
         // grace for the refusal to reach the workers still there.
-        if (last_state == NodeState::kFinished) end_at = now;
+        if (last_state == NodeState::kFinished) {
+          end_at = now + static_cast<uint64_t>(kFinishedGraceSeconds * static_cast<double>(hz));
+        }
         if (last_state == NodeState::kRefused) {
           end_at = now + static_cast<uint64_t>(kRefusedGraceSeconds * static_cast<double>(hz));
         }

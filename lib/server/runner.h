@@ -55,6 +55,11 @@ struct RunnerOptions {
 /// How long a refused job's node keeps serving before run() returns, with
 /// RunnerOptions::end_with_job.
 inline constexpr double kRefusedGraceSeconds = 1.0;
+/// With end_with_job, how long a finished job's node still runs before it
+/// tears its ports down: the workers' processes exit at that moment, and
+/// DPDK 22.11's interrupt thread, handling their memif sockets closing, was
+/// seen to crash (SIGSEGV in eal-intr-thread) when the ports went at once.
+inline constexpr double kFinishedGraceSeconds = 0.5;
 
 /// The CPU EAL runs `lcore` on (NodeStart::cpu_of_lcore for a node of this
 /// process). EAL must be up.
