@@ -195,7 +195,6 @@ class RateSchedule {
   /// When the next step is due: UINT64_MAX before the anchor and after the
   /// last step.
   [[nodiscard]] uint64_t next_at() const { return next_at_; }
-  [[nodiscard]] size_t steps() const { return steps_.size(); }
   [[nodiscard]] size_t applied() const { return next_; }
 
  private:
@@ -272,7 +271,6 @@ class LinkEmulator {
   void set_schedule(RateSchedule schedule);
   /// Starts the schedule's clock at TSC `now` (the first call only).
   void anchor_schedule(uint64_t now);
-  [[nodiscard]] const RateSchedule& schedule() const { return schedule_; }
 
   /// Frames in the delay line or held for reordering.
   [[nodiscard]] uint32_t queued() const { return queued_; }

@@ -92,31 +92,26 @@ def main():
               "ps-demo's job line", failures)
 
     # Refusals, before anything starts.
+    def check_only(*args):
+        run = subprocess.run([ps_worker, "--check", "--config",
+                              os.path.join(config_dir, "memif.yaml"), "--node", "w0", *args],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print(run.stdout, end="")
+        return run
+
     resnet_trace = os.path.join(config_dir, "traces", "resnet50.txt")
-    bad = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
-                          "--node", "w0", "--model", model, "--trace", resnet_trace],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(bad.stdout, end="")
+    bad = check_only("--model", model, "--trace", resnet_trace)
     check(bad.returncode == 1 and re.search(
         r"resnet50\.txt:\d+: tensor 'conv1\.weight' is not the model's next, "
         r"'features\.0\.0\.weight' at .*mobilenet_v2\.txt:2", bad.stdout) is not None,
           "a mismatched trace refused naming file and line", failures)
-    bad = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
-                          "--node", "w0", "--compute-scale", "2"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(bad.stdout, end="")
+    bad = check_only("--compute-scale", "2")
     check(bad.returncode == 1 and "--compute-scale needs --trace" in bad.stdout,
           "--compute-scale without --trace refused", failures)
-    bad = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
-                          "--node", "w0", "--verify", "none"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(bad.stdout, end="")
+    bad = check_only("--verify", "none")
     check(bad.returncode == 1 and "--verify none goes with --trace" in bad.stdout,
           "--verify none without --trace refused", failures)
-    good = subprocess.run([ps_worker, "--check", "--config", os.path.join(config_dir, "memif.yaml"),
-                           "--node", "w0", "--model", model, "--trace", trace],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    print(good.stdout, end="")
+    good = check_only("--model", model, "--trace", trace)
     check(good.returncode == 0 and re.search(r"mobilenet_v2\.txt: ok \(\d+ layers", good.stdout),
           "--check accepts the matching trace", failures)
     print("%d failures" % len(failures))
