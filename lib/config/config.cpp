@@ -177,6 +177,16 @@ std::string_view to_string(StalenessLr v) {
   return "?";
 }
 
+std::string_view to_string(Aggregation v) {
+  switch (v) {
+    case Aggregation::kChunk:
+      return "chunk";
+    case Aggregation::kTensor:
+      return "tensor";
+  }
+  return "?";
+}
+
 std::string_view to_string(Optimizer v) {
   switch (v) {
     case Optimizer::kSgd:

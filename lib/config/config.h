@@ -111,6 +111,10 @@ enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
 /// PS+'s learning rate for an update s versions stale: lr / (1 + s),
 /// lr / sqrt(1 + s), or lr.
 enum class StalenessLr : uint8_t { kInverse, kInverseSqrt, kNone };
+/// When the server sends an aggregate back: each chunk as soon as its set is
+/// complete (Mercury), or a tensor's (a partition's, under the partition
+/// scheduler) only once all of it is (the classical PS's store-and-forward).
+enum class Aggregation : uint8_t { kChunk, kTensor };
 
 /// The YAML spelling of each enum value ("strict", "psplus", ...).
 std::string_view to_string(Scheduler v);
@@ -121,6 +125,7 @@ std::string_view to_string(Role v);
 std::string_view to_string(Sync v);
 std::string_view to_string(Optimizer v);
 std::string_view to_string(StalenessLr v);
+std::string_view to_string(Aggregation v);
 
 struct NetworkConfig {
   uint32_t mtu = 1500;        ///< IP MTU, 576..9000
@@ -181,6 +186,8 @@ struct TrainingConfig {
   uint32_t staleness_bound = 0;
   /// psplus: the learning rate of an update s versions stale.
   StalenessLr staleness_lr = StalenessLr::kInverse;
+  /// bsp only: kTensor holds a tensor's aggregate until all of it is in.
+  Aggregation aggregation = Aggregation::kChunk;
   Optimizer optimizer = Optimizer::kSgd;
   double learning_rate = 0.01;
   double momentum = 0.9;

@@ -152,9 +152,10 @@ void parse_link(const Section& root, LinkConfig& link) {
 }
 
 void parse_training(const Section& root, TrainingConfig& t) {
-  Section s = optional_section(root, "training",
-                               {"sync", "staleness_bound", "staleness_lr", "optimizer",
-                                "learning_rate", "momentum", "beta1", "beta2", "epsilon"});
+  Section s =
+      optional_section(root, "training",
+                       {"sync", "staleness_bound", "staleness_lr", "aggregation", "optimizer",
+                        "learning_rate", "momentum", "beta1", "beta2", "epsilon"});
   const std::optional<Value> sync = s.get("sync");
   if (sync) {
     t.sync = sync->choice<Sync>(
@@ -187,6 +188,15 @@ void parse_training(const Section& root, TrainingConfig& t) {
     t.staleness_lr = v->choice<StalenessLr>({{"inverse", StalenessLr::kInverse},
                                              {"inverse_sqrt", StalenessLr::kInverseSqrt},
                                              {"none", StalenessLr::kNone}});
+  }
+  if (auto v = s.get("aggregation")) {
+    t.aggregation =
+        v->choice<Aggregation>({{"chunk", Aggregation::kChunk}, {"tensor", Aggregation::kTensor}});
+    if (t.aggregation == Aggregation::kTensor && t.sync != Sync::kBsp) {
+      // An asynchronous update is one worker's gradient applied on arrival:
+      // there is no tensor-wide set to wait for.
+      v->fail("tensor needs training.sync bsp (training.sync is " + sync_name + ")");
+    }
   }
   if (t.sync != Sync::kBsp && t.optimizer == Optimizer::kSum) {
     // Sum-only averages a BSP set for the trainer's own optimizer; an

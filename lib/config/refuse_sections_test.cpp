@@ -162,6 +162,19 @@ TEST(ConfigRefuse, SyncModesAndTheirKeys) {
   EXPECT_TRUE(refused(doc("training:\n  staleness: 0\n"), 5, "training.staleness", ""));
 }
 
+TEST(ConfigRefuse, Aggregation) {
+  EXPECT_EQ(load_string(doc("training:\n  sync: bsp\n")).training.aggregation, Aggregation::kChunk);
+  EXPECT_EQ(load_string(doc("training:\n  aggregation: tensor\n")).training.aggregation,
+            Aggregation::kTensor);
+  EXPECT_EQ(load_string(doc("training:\n  sync: asp\n  aggregation: chunk\n")).training.aggregation,
+            Aggregation::kChunk);
+  EXPECT_TRUE(refused(doc("training:\n  sync: ssp\n  staleness_bound: 1\n  aggregation: tensor\n"),
+                      7, "training.aggregation",
+                      "tensor needs training.sync bsp (training.sync is ssp)"));
+  EXPECT_TRUE(refused(doc("training:\n  aggregation: layer\n"), 5, "training.aggregation",
+                      "is not one of"));
+}
+
 TEST(ConfigRefuse, LearningRateWithSum) {
   EXPECT_TRUE(refused(doc("training:\n  optimizer: sum\n  learning_rate: 0.1\n"), 6,
                       "training.learning_rate", "not used by optimizer sum"));

@@ -43,6 +43,20 @@ transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t
   return c;
 }
 
+uint32_t store_forward_unit(const config::JobConfig& job) {
+  if (job.training.aggregation == config::Aggregation::kChunk) return 0;
+  if (job.network.scheduler != config::Scheduler::kPartition) return UINT32_MAX;
+  return std::max<uint32_t>(1, job.network.partition_bytes / job.payload_bytes_per_packet());
+}
+
+agg::PlacementOptions placement_options(const config::JobConfig& job) {
+  agg::PlacementOptions o;
+  if (job.training.aggregation == config::Aggregation::kTensor) {
+    o.max_block_bytes = agg::PlacementOptions::kMaxMessageBytes;
+  }
+  return o;
+}
+
 agg::OptimizerConfig optimizer_config(const config::TrainingConfig& t) {
   agg::OptimizerConfig o;
   switch (t.optimizer) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agg/optimizer.h"
+#include "agg/placement.h"
 #include "agg/sync_policy.h"
 #include "config/config.h"
 #include "transport/endpoint.h"
@@ -37,6 +38,19 @@ transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t
 
 /// `training.optimizer` and its hyper-parameters.
 agg::OptimizerConfig optimizer_config(const config::TrainingConfig& training);
+
+/// `training.aggregation` as the server's store-and-forward unit in chunks
+/// (server::Shard): 0 for chunk; for tensor, UINT32_MAX (the whole tensor),
+/// or under `scheduler: partition` the packets of one partition (the
+/// partition as the endpoint cuts it: partition_bytes rounded down to whole
+/// packets, at least one).
+uint32_t store_forward_unit(const config::JobConfig& job);
+
+/// How every node cuts the tensors into blocks: the automatic split
+/// (agg::PlacementOptions), except under `training.aggregation: tensor`,
+/// where a tensor stays one block (below the 4 GiB message cap), so that the
+/// unit a server holds is the whole tensor, as a classical PS's key is.
+agg::PlacementOptions placement_options(const config::JobConfig& job);
 
 /// `training.sync`: bsp, asp, ssp (training.staleness) or psplus.
 std::unique_ptr<agg::SyncPolicy> sync_policy(const config::TrainingConfig& training);

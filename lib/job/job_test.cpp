@@ -66,6 +66,28 @@ TEST(Job, OptimizerAndSyncFollowTheTrainingSection) {
   EXPECT_NE(sync_policy(j.training), nullptr);
 }
 
+TEST(Job, StoreForwardUnitIsATensorOrAPartitionOfWholePackets) {
+  config::JobConfig j = config::load_string(kJob);
+  EXPECT_EQ(store_forward_unit(j), 0u);  // aggregation: chunk, the default
+  j.training.aggregation = config::Aggregation::kTensor;
+  // 1 MiB at 8896 B per packet (MTU 9000): 117 whole packets, as the endpoint cuts it.
+  EXPECT_EQ(j.payload_bytes_per_packet(), 8896u);
+  EXPECT_EQ(store_forward_unit(j), 1048576u / 8896u);
+  j.network.partition_bytes = 4096;  // less than a packet: one
+  EXPECT_EQ(store_forward_unit(j), 1u);
+  j.network.scheduler = config::Scheduler::kFifo;
+  EXPECT_EQ(store_forward_unit(j), UINT32_MAX);
+  j.network.scheduler = config::Scheduler::kStrict;
+  EXPECT_EQ(store_forward_unit(j), UINT32_MAX);
+}
+
+TEST(Job, PlacementKeepsTensorsWholeOnlyForTensorAggregation) {
+  config::JobConfig j = config::load_string(kJob);
+  EXPECT_EQ(placement_options(j).max_block_bytes, 0u);  // the automatic split
+  j.training.aggregation = config::Aggregation::kTensor;
+  EXPECT_EQ(placement_options(j).max_block_bytes, agg::PlacementOptions::kMaxMessageBytes);
+}
+
 TEST(Job, ShardLayoutNumbersShardsAcrossServersInFileOrder) {
   const ShardLayout l = shard_layout(config::load_string(kJob));
   EXPECT_EQ(l.total, 3u);

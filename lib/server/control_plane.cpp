@@ -9,9 +9,11 @@
 namespace mercury::server {
 
 ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards,
-                           bool runs_barrier, Starter start, Tick now)
+                           bool runs_barrier, Starter start, Tick now,
+                           agg::PlacementOptions placement)
     : names_(std::move(rank_names)),
       job_shards_(job_shards),
+      placement_options_(placement),
       runs_barrier_(runs_barrier),
       start_(std::move(start)),
       since_(now) {
@@ -121,7 +123,8 @@ void ControlPlane::start(Tick now) {
   }
   std::string why;
   try {
-    owned_placement_.emplace(agg::Placement::compute(*declared_[0], job_shards_));
+    owned_placement_.emplace(
+        agg::Placement::compute(*declared_[0], job_shards_, placement_options_));
     why = start_ ? start_(*owned_placement_) : std::string();
   } catch (const std::exception& e) {
     why = e.what();

@@ -89,8 +89,10 @@ class ControlPlane {
   /// them; rank_names[r] names rank r in refusals). `job_shards` is the
   /// job's global shard count; `runs_barrier` is true on server 0. Throws
   /// std::invalid_argument for no ranks, too many, or no shards.
+  /// `placement` is how the workers cut the tensors into blocks
+  /// (job::placement_options): the server computes the same placement.
   ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards, bool runs_barrier,
-               Starter start, Tick now);
+               Starter start, Tick now, agg::PlacementOptions placement = {});
 
   /// A message from `rank` (< workers()), as the transport delivered it.
   ControlVerdict on_message_st(uint16_t rank, agg::ControlMessage m, Tick now);
@@ -137,6 +139,7 @@ class ControlPlane {
 
   std::vector<std::string> names_;
   uint32_t job_shards_;
+  agg::PlacementOptions placement_options_;
   bool runs_barrier_;
   Starter start_;
   NodeState state_ = NodeState::kWaiting;

@@ -52,6 +52,7 @@ std::string_view server_drop_name(ServerDrop d);
   X(initialized, "init packets (rank 0's initial parameters) adopted")                           \
   X(init_refused, "init packets refused (duplicate, stale, bad geometry)")                       \
   X(updates, "chunk updates fanned out (version 0 of an init included)")                         \
+  X(updates_held, "store-and-forward: chunk updates held until the rest of their unit is in")    \
   X(fanout_refused, "slices the endpoint did not queue at once: kept for a retry")               \
   X(fanout_retried, "deferred slices queued later by retry_fanout_st()")                         \
   X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")     \

@@ -49,6 +49,14 @@ TEST(NodeConfig, EverythingComesFromTheJobFile) {
   EXPECT_EQ(c.shard_core.idle.mode, config::Poll::kAdaptive);  // the default
   EXPECT_EQ(c.rx_pool_mbufs, 8191u);
   EXPECT_EQ(c.flow_limit, 0u);
+  EXPECT_EQ(c.unit_chunks, 0u);  // training.aggregation chunk, the default
+  EXPECT_EQ(c.placement.max_block_bytes, 0u);
+
+  config::JobConfig classical = job;
+  classical.training.aggregation = config::Aggregation::kTensor;
+  const ServerNodeConfig t = node_config(classical, classical.node("s1"), {.epoch = 7});
+  EXPECT_EQ(t.unit_chunks, UINT32_MAX);  // whole tensors, each one block
+  EXPECT_EQ(t.placement.max_block_bytes, agg::PlacementOptions::kMaxMessageBytes);
 
   const ServerNodeConfig c0 = node_config(job, job.node("s0"), {});
   EXPECT_EQ(c0.server_index, 0u);

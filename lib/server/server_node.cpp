@@ -65,7 +65,7 @@ ServerNode::ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker
   open_ports(std::move(ports), workers, now);
   control_.emplace(
       rank_name_, total_shards_, config.server_index == 0,
-      [this](const agg::Placement& p) { return start_shards(p); }, now);
+      [this](const agg::Placement& p) { return start_shards(p); }, now, config.placement);
   launch_cores();
 }
 
@@ -176,7 +176,7 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     shard_slot_[id] = static_cast<int32_t>(shards_.size());
     shards_.push_back(std::make_unique<Shard>(placement, sc, config_.sync_policy(), fanout,
                                               config_.fanout_backlog, config_.fanout,
-                                              config_.snapshots));
+                                              config_.snapshots, config_.unit_chunks));
     started_.push_back(&shards_.back()->started());
   }
 }

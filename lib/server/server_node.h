@@ -99,6 +99,12 @@ struct ServerNodeConfig {
   Fanout fanout = Fanout::kEvery;
   /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = one per chunk.
   uint64_t snapshots = 0;
+  /// training.aggregation: 0 sends each updated chunk at once (chunk);
+  /// else the store-and-forward unit in chunks (Shard): UINT32_MAX for a
+  /// whole tensor, the partition's packets under scheduler partition.
+  uint32_t unit_chunks = 0;
+  /// How tensors are cut into blocks: the workers' (job::placement_options).
+  agg::PlacementOptions placement;
   /// Control-plane constructor: the job's shard layout (job::shard_layout,
   /// or job::ShardLayout::of({counts...}) by hand) and this node's index
   /// among the job's servers. Server 0 also runs the barrier.

@@ -10,7 +10,7 @@ namespace mercury::server {
 
 Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
              std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
-             uint64_t fanout_backlog, Fanout rule, uint64_t snapshots)
+             uint64_t fanout_backlog, Fanout rule, uint64_t snapshots, uint32_t unit_chunks)
     : placement_(placement),
       fanout_(std::move(fanout)),
       chunk_bytes_(config.chunk_bytes),
@@ -20,7 +20,16 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
     throw std::invalid_argument("Shard: fan-out rule and sync policy " +
                                 std::string(policy->name()) + " do not match");
   }
+  if (unit_chunks != 0 && rule_ != Fanout::kEvery) {
+    throw std::invalid_argument("Shard: store-and-forward needs BSP's fan-out, not " +
+                                std::string(policy->name()));
+  }
   table_ = std::make_unique<agg::ChunkTable>(placement, config, std::move(policy), *this);
+  if (unit_chunks != 0) {
+    unit_chunks_ = unit_chunks;
+    held_.assign(started_.chunks(), 0);
+    unit_held_.assign(started_.chunks(), 0);
+  }
   staging_chunks_ = table_->staging_chunks();
   const uint64_t most = table_->chunks() * fanout_.size() * (rule_ == Fanout::kEvery ? 1 : 2);
   backlog_.resize(fanout_backlog != 0 ? fanout_backlog : most);
@@ -122,11 +131,55 @@ void Shard::on_update(const agg::Update& u) {
     fanout_async_st(u);
     return;
   }
+  if (unit_chunks_ != 0) {
+    hold_st(u);
+    return;
+  }
+  fanout_chunk_st(u.key, u.offset, u.bytes, u.data, u.version, u.priority);
+}
+
+void Shard::fanout_chunk_st(uint32_t key, uint32_t offset, uint32_t bytes, const std::byte* data,
+                            uint32_t version, uint8_t priority) {
   for (size_t r = 0; r < fanout_.size(); ++r) {
     const auto rank = static_cast<uint16_t>(r);
-    if (send_st(rank, u.data, u.bytes, u.key, u.offset, u.version, u.priority)) continue;
+    if (send_st(rank, data, bytes, key, offset, version, priority)) continue;
     ++counters_.fanout_refused;
-    defer_st(Deferred{u.key, u.offset, u.version, rank, u.priority, 0});
+    defer_st(Deferred{key, offset, version, rank, priority, 0});
+  }
+}
+
+void Shard::hold_st(const agg::Update& u) {
+  const int64_t at = started_.index(u.key, u.offset);
+  if (at < 0) {  // not a chunk of this shard: the table never emits one
+    fanout_chunk_st(u.key, u.offset, u.bytes, u.data, u.version, u.priority);
+    return;
+  }
+  const uint64_t block_bytes = placement_.at(u.key).bytes();
+  const uint64_t block_chunks = (block_bytes + chunk_bytes_ - 1) / chunk_bytes_;
+  const uint64_t chunk = u.offset / chunk_bytes_;  // within the block
+  const uint64_t first = chunk - chunk % unit_chunks_;
+  const uint64_t size = std::min<uint64_t>(unit_chunks_, block_chunks - first);
+  const auto unit = static_cast<uint64_t>(at) - (chunk - first);
+  // A chunk updated twice before its unit went (a trainer that pushes
+  // without pulling) counts once; the unit then sends its newest version.
+  if (held_[at] == 0) {
+    held_[at] = 1;
+    ++unit_held_[unit];
+  }
+  if (unit_held_[unit] < size) {
+    ++counters_.updates_held;
+    return;
+  }
+  unit_held_[unit] = 0;
+  const std::span<const float> params = table_->parameters(u.key);
+  const auto* base = reinterpret_cast<const std::byte*>(params.data());
+  for (uint64_t c = 0; c < size; ++c) {
+    held_[unit + c] = 0;
+    const auto offset = static_cast<uint32_t>((first + c) * chunk_bytes_);
+    const auto bytes =
+        static_cast<uint32_t>(std::min<uint64_t>(chunk_bytes_, block_bytes - offset));
+    fanout_chunk_st(u.key, offset, bytes, base + offset, table_->version(u.key, offset),
+                    u.priority);
   }
 }
 

@@ -55,6 +55,14 @@
 // answer, so at most two entries per (chunk, worker) wait: the backlog holds
 // 2 x chunks x workers and never overflows.
 //
+// Store-and-forward (training.aggregation: tensor, BSP only): the classical
+// PS's behaviour, kept as a baseline. `unit_chunks` = n > 0 holds each
+// updated chunk until every chunk of its unit (n consecutive chunks of a
+// block, the last unit shorter; UINT32_MAX: the whole block) has a new
+// version, then sends the unit's chunks to every worker in offset order. A
+// chunk's bytes stay valid while held, as above: no worker has the update,
+// so none can send the chunk's next gradient. Costs 5 B per chunk.
+//
 // Flow control (docs/server.md) reads three things the shard publishes for
 // other cores: every mbuf it frees (the table's releases, free_st), counted
 // by port in releases(), which chunks' sets other ranks have started,
@@ -94,9 +102,12 @@ class Shard final : public agg::ChunkSink {
   /// can need (one update per chunk per worker waits at a time).
   /// `rule`: kEvery for BSP, else the asynchronous modes' rule, which sends
   /// from `snapshots` snapshot chunks (0 = one per chunk of the shard).
+  /// `unit_chunks`: 0 sends each update at once; else store-and-forward
+  /// (above), only with kEvery.
   Shard(const agg::Placement& placement, const agg::ShardConfig& config,
         std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
-        uint64_t fanout_backlog = 0, Fanout rule = Fanout::kEvery, uint64_t snapshots = 0);
+        uint64_t fanout_backlog = 0, Fanout rule = Fanout::kEvery, uint64_t snapshots = 0,
+        uint32_t unit_chunks = 0);
 
   /// One chunk of worker `rank`'s gradient. True when the table took the
   /// mbuf (it frees it later); false leaves the mbuf with the caller, also
@@ -186,6 +197,11 @@ class Shard final : public agg::ChunkSink {
     return static_cast<uint64_t>(started_.index(d.key, d.offset)) * fanout_.size() + d.rank;
   }
   void fanout_async_st(const agg::Update& u);
+  // BSP: send every worker the chunk at `offset` of `key` from the table.
+  void fanout_chunk_st(uint32_t key, uint32_t offset, uint32_t bytes, const std::byte* data,
+                       uint32_t version, uint8_t priority);
+  // Store-and-forward: hold u; when its unit is complete, send the unit.
+  void hold_st(const agg::Update& u);
   // A free snapshot's index, or snapshot_count_ when every one is on the wire.
   uint64_t take_snapshot_st();
   static void on_snapshot_sent(void* self, const transport::SendResult& r);
@@ -208,6 +224,12 @@ class Shard final : public agg::ChunkSink {
   // Sends of each snapshot not ended yet: set by the owner, dropped by the
   // endpoints' completions (any core); 0 = free.
   std::unique_ptr<std::atomic<uint32_t>[]> snapshot_refs_;
+  // Store-and-forward: the unit in chunks (0: off); per chunk of the shard,
+  // whether it has a held update, and at each unit's first chunk how many
+  // of its chunks do.
+  uint32_t unit_chunks_ = 0;
+  std::vector<uint8_t> held_;
+  std::vector<uint32_t> unit_held_;
   // Asynchronous: per (chunk, rank), the backlog entries waiting.
   std::vector<uint8_t> waiting_;
   // Staging credits: taken by the net core (its own counter), returned by

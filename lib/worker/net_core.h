@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "agg/control.h"
+#include "agg/placement.h"
 #include "config/config.h"
 #include "mercury/handle.h"
 #include "mercury/worker.h"
@@ -84,6 +85,8 @@ struct NetCoreConfig {
   /// but bsp.
   config::Sync sync = config::Sync::kBsp;
   uint32_t staleness_bound = 0;
+  /// How the tensors are cut into blocks: the servers' (job::placement_options).
+  agg::PlacementOptions placement;
   /// Non-null: the net core marks every data push's and version's phases
   /// there (timeline.h). Owned by the Worker, outlives the core.
   Timeline* timeline = nullptr;

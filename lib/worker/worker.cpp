@@ -179,6 +179,7 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   c.optimizer = std::string(config::to_string(job.training.optimizer));
   c.sync = job.training.sync;
   c.staleness_bound = job.training.staleness_bound;
+  c.placement = job::placement_options(job);
   c.pulls.async = c.sync != config::Sync::kBsp;
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
@@ -321,7 +322,7 @@ Handle Worker::start_async() {
   if (i.table.size() == 0) {
     throw UsageError("start: no tensor has been declared; declare every tensor first");
   }
-  i.table.freeze(i.core.total_shards(), i.core.chunk_bytes);
+  i.table.freeze(i.core.total_shards(), i.core.chunk_bytes, i.core.placement);
   i.iterations = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
   // Published to the net core with the start request, below.
   i.stats.delivered = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());

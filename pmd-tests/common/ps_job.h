@@ -259,6 +259,8 @@ struct JobOptions {
   double round_limit_s = 60;  ///< a round that takes longer fails, with the transport's state
   uint32_t server_peer_timeout_ms = 20'000;  ///< the server gives up on a silent worker after this
   std::set<uint32_t> raw_ranks;              ///< ranks that are RawPeers, not workers
+  uint32_t unit_chunks = 0;         ///< store-and-forward unit (ServerNodeConfig::unit_chunks)
+  agg::PlacementOptions placement;  ///< how every node cuts the tensors into blocks
   /// The model as rank r read it (default: everyone the same).
   std::function<void(uint32_t rank, std::vector<agg::TensorDecl>&)> model_of;
 };
@@ -322,6 +324,8 @@ class Job {
       server::ServerNodeConfig sc;
       sc.chunk_bytes = chunk_;
       sc.optimizer = o.optimizer;
+      sc.unit_chunks = o.unit_chunks;
+      sc.placement = o.placement;
       sc.layout = job::ShardLayout::of(o.job_shards);
       sc.server_index = s;
       sc.endpoint = pmdtest::endpoint_config(static_cast<uint16_t>(3 + s), static_cast<uint16_t>(s),
@@ -377,8 +381,11 @@ class Job {
 
   /// The configuration rank `w` is given (a fresh epoch each call).
   worker::NetCoreConfig worker_config(uint32_t w) {
-    return pstest::worker_config(w, options_.workers, servers_of_[w], chunk_,
-                                 static_cast<uint16_t>(5 + w + 16 * ++incarnations_));
+    worker::NetCoreConfig c =
+        pstest::worker_config(w, options_.workers, servers_of_[w], chunk_,
+                              static_cast<uint16_t>(5 + w + 16 * ++incarnations_));
+    c.placement = options_.placement;
+    return c;
   }
   /// Rank `w`'s worker process (re)starts with `config`: the old one, if
   /// any, is shut down; the new one declares the model as its rank reads it.
@@ -535,12 +542,15 @@ class Job {
   }
 
   /// Chunks of the whole model (every shard).
-  uint64_t chunks() const {
-    uint64_t n = 0;
+  uint64_t chunks() const { return units(1); }
+  /// The model's blocks cut into units of `n` chunks (the last of a block shorter).
+  uint64_t units(uint64_t n) const {
+    uint64_t u = 0;
     for (const agg::Block& p : servers_[0]->placement_st()->blocks()) {
-      n += (p.bytes() + chunk_ - 1) / chunk_;
+      const uint64_t c = (p.bytes() + chunk_ - 1) / chunk_;
+      u += (c + n - 1) / n;
     }
-    return n;
+    return u;
   }
 
  private:

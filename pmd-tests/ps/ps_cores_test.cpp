@@ -51,6 +51,13 @@ void run_job(JobOptions o, uint32_t rounds, uint64_t seed, std::vector<unsigned>
             cores ? server::NodeState::kStopped : server::NodeState::kRunning);
   const server::ServerCounters c = job.server().counters_st();
   EXPECT_EQ(c.shards.updates, job.chunks() * (rounds + 1));  // version 0 .. rounds
+  // Store-and-forward holds every update of a unit but the one that completes it.
+  const uint64_t units = o.unit_chunks == 0 ? job.chunks() : job.units(o.unit_chunks);
+  EXPECT_EQ(c.shards.updates_held, (job.chunks() - units) * (rounds + 1));
+  if (o.placement.max_block_bytes != 0) {  // every tensor one block
+    const std::vector<agg::Block>& blocks = job.server().placement_st()->blocks();
+    for (size_t k = 0; k < blocks.size(); ++k) EXPECT_EQ(blocks[k].tensor, k);
+  }
   EXPECT_EQ(c.shards.initialized, job.chunks());
   EXPECT_EQ(c.shards.fanout_retried, c.shards.fanout_refused);
   EXPECT_EQ(c.shards.fanout_lost, 0u);
@@ -94,6 +101,25 @@ TEST(PsCores, UndersizedEndpointsDeferTheFanOut) {
   JobOptions o;
   o.server_max_messages = 32;
   run_job(o, 2, 8);
+}
+
+// training.aggregation: tensor, the classical PS's store-and-forward: every
+// tensor one block (job::placement_options), its aggregate sent back whole,
+// exact; then units of 3 chunks (the partition scheduler's) of the
+// automatic blocks, the last unit of a block shorter, under loss.
+TEST(PsCores, StoreAndForwardWholeTensorsExact) {
+  JobOptions o;
+  o.unit_chunks = UINT32_MAX;
+  o.placement.max_block_bytes = agg::PlacementOptions::kMaxMessageBytes;
+  run_job(o, 3, 11);
+}
+TEST(PsCores, StoreAndForwardUnitsOfThreeChunksExactUnderLoss) {
+  JobOptions o;
+  o.unit_chunks = 3;
+  o.impair.loss = 0.01;
+  o.impair.reorder = 0.02;
+  o.impair.seed = 31;
+  run_job(o, 2, 12);
 }
 
 TEST(PsCores, SeveralWorkersOnOnePortWithShardCores) {
