@@ -39,7 +39,7 @@ class EvalQuick(unittest.TestCase):
 
             sched = rows(os.path.join(data, "sched.csv"))
             self.assertEqual(sorted(x["variant"] for x in sched),
-                             ["fifo", "partition", "partition_best", "strict"])
+                             ["fifo", "fifo_chunk", "partition", "partition_best", "strict"])
             for x in sched:
                 it, cp, lb = (float(x[k]) for k in ("iteration_s", "compute_s", "bound_s"))
                 self.assertGreater(cp, 0, x)
