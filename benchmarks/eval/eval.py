@@ -1000,11 +1000,19 @@ READING = [
     "so the trainer waits for the whole model. Strict priority sends the first layers' "
     "packets before everything else in every queue, so the first layers compute while the "
     "rest is on the wire (the timeline shows the pulls ending first-layer first).",
-    "* **Where it cannot**: a model whose compute dwarfs its communication (every scheduler "
-    "is at the bound), or whose communication dwarfs its compute: then strict priority and "
-    "FIFO both sit near the communication time, since little compute is left to overlap, "
-    "and the order of the tensors matters only for the first layers' wait; partitioning "
-    "pays its per-partition start-up exchanges on top.",
+    "* **Where priority cannot**: a model whose compute dwarfs its communication (every "
+    "scheduler is at the bound), or whose communication dwarfs its compute: then strict "
+    "priority and FIFO with immediate aggregation both sit near the communication time, "
+    "since little compute is left to overlap, and the order of the tensors matters only for "
+    "the first layers' wait. What the baselines lose there is store-and-forward: a classical "
+    "PS cannot start a large tensor's pull before its whole push, and partitioning pays a "
+    "start-up exchange per partition on top of its per-partition store-and-forward.",
+    "* **The bound** max(compute, communication) assumes that all of one hides the other. "
+    "It cannot when the two are close and the largest tensors are the last layers "
+    "(AlexNet's classifier at 25 Gbit/s): the backward pass computes before the first "
+    "gradient can leave, and the next forward pass needs the classifier's parameters, "
+    "which the link carries last, so part of the compute stays outside the communication "
+    "time whatever the order.",
     "* **Partitioning** needs its partition size and credit tuned per model and link; the "
     "sweep shows how much the setting matters. Strict priority has no knob.",
     "* **PS+ and ASP** do not wait for stragglers; their price is staleness, which PS+ "
