@@ -34,7 +34,10 @@ std::vector<std::string> eal_args(const JobConfig& job, std::span<const std::str
                  options.file_prefix_suffix);
 
   // More lcores than CPUs is normal here (2-core machines): lcore i shares
-  // CPU cpus[i % n]. Ascending order makes the lowest lcore DPDK's main.
+  // CPU cpus[i % n]. Ascending order makes the lowest lcore DPDK's main,
+  // unless --main-lcore names the node's first lcore (its net core) in a
+  // process of one node; a process of several launches every node's loop
+  // from the main lcore itself.
   std::set<uint32_t> lcores;
   for (const NodeConfig* n : nodes) lcores.insert(n->lcores.begin(), n->lcores.end());
   std::vector<uint32_t> cpus = options.cpus.empty() ? allowed_cpus() : options.cpus;
@@ -44,6 +47,9 @@ std::vector<std::string> eal_args(const JobConfig& job, std::span<const std::str
     lcore_map += std::to_string(l) + "@" + std::to_string(cpu_of_lcore(l, cpus));
   }
   argv.push_back("--lcores=" + lcore_map);
+  const uint32_t net_lcore = nodes.front()->lcores.front();
+  if (nodes.size() == 1 && net_lcore != *lcores.begin())
+    argv.push_back("--main-lcore=" + std::to_string(net_lcore));
 
   if (options.hugepages) {
     // Without it, hugepage files outlive the process and eat the pool.

@@ -101,6 +101,21 @@ TEST(EalArgs, LcoresMapOntoTheAllowedCpusModuloTheirCount) {
   EXPECT_EQ(a[2], "--lcores=0@7,1@7,2@7");
 }
 
+TEST(EalArgs, TheFirstLcoreOfTheFirstNodeIsDpdksMainLcore) {
+  // A server whose net core is not its lowest lcore: DPDK would make lcore 0
+  // main, and the shard core given lcore 0 would find it taken.
+  std::string yaml(kMixed);
+  yaml.replace(yaml.find("lcores: [0, 1, 2]"), 17, "lcores: [2, 0, 1]");
+  JobConfig job = load_string(yaml);
+  Argv a = args(job, {"ps"}, on_cpus({0, 1}));
+  EXPECT_EQ(a[2], "--lcores=0@0,1@1,2@0");
+  EXPECT_EQ(a[3], "--main-lcore=2");
+  // The lowest first: nothing to say.
+  a = args(load_string(kMixed), {"ps"}, on_cpus({0, 1}));
+  EXPECT_EQ(std::count(a.begin(), a.end(), "--main-lcore=0"), 0);
+  EXPECT_EQ(a[3], "--no-huge");
+}
+
 TEST(EalArgs, DefaultCpusAreThisProcessAffinity) {
   JobConfig job = load_string(kMixed);
   std::vector<uint32_t> cpus = allowed_cpus();
