@@ -92,14 +92,16 @@ TARGET_ACCURACY = 0.90
 ASYNC_LR = 0.1
 PSPLUS_RULE = "inverse_sqrt"
 
-SCHED_FIELDS = ["link_gbps", "model", "variant", "partition_bytes", "credit_bytes", "trial",
+# The aggregation column says what ran (VARIANT_JOB): a work directory from before the
+# baselines' store-and-forward has other columns, and is refused rather than mixed in.
+SCHED_FIELDS = ["link_gbps", "model", "variant", "aggregation", "partition_bytes", "credit_bytes", "trial",
                 "iteration_s", "compute_s", "communication_s", "bound_s", "ratio"]
-SWEEP_FIELDS = ["link_gbps", "model", "partition_bytes", "credit_bytes", "iteration_s", "ratio"]
+SWEEP_FIELDS = ["link_gbps", "model", "aggregation", "partition_bytes", "credit_bytes", "iteration_s", "ratio"]
 SYNC_FIELDS = ["stragglers", "mode", "trial", "iteration_s", "steps_to_target",
                "seconds_to_target", "final_accuracy"]
 CURVE_FIELDS = ["stragglers", "mode", "trial", "epoch", "steps", "seconds", "loss", "accuracy"]
 DDP_FIELDS = ["system", "trial", "iteration_s", "images_per_s", "final_accuracy"]
-BANDWIDTH_FIELDS = ["variant", "trial", "round", "start_s", "iteration_s"]
+BANDWIDTH_FIELDS = ["variant", "aggregation", "trial", "round", "start_s", "iteration_s"]
 
 
 class Settings:
@@ -247,7 +249,8 @@ def run_sched(a, st: Settings, out: str, progress: Progress) -> None:
                               credit_bytes=part[1]):
                     continue
                 r = sched_run(a, st, link, model, "partition", part)  # as partition_best runs
-                sweep.add({"link_gbps": link, "model": model, "partition_bytes": part[0],
+                sweep.add({"link_gbps": link, "model": model,
+                           "aggregation": VARIANT_JOB["partition"][1], "partition_bytes": part[0],
                            "credit_bytes": part[1], "iteration_s": r["iteration_s"],
                            "ratio": r["ratio"]})
                 progress.line(f"sweep {link}G {model} partition {mib(part[0])}/{mib(part[1])}",
@@ -268,6 +271,7 @@ def run_sched(a, st: Settings, out: str, progress: Progress) -> None:
                     r = sched_run(a, st, link, model, v, part)
                     r.pop("stdout")
                     table.add({"link_gbps": link, "model": model, "variant": v,
+                               "aggregation": VARIANT_JOB[v][1],
                                "partition_bytes": part[0] if part else 0,
                                "credit_bytes": part[1] if part else 0, "trial": trial, **r})
                     progress.line(f"sched {link}G {model} {v} trial {trial}",
@@ -320,7 +324,8 @@ def run_bandwidth(a, st: Settings, out: str, progress: Progress) -> None:
                           steps=steps, rounds=st.bandwidth_rounds, comm_rounds=1)
             starts, traces = round_times(r["stdout"])
             for k, (t0, secs) in enumerate(zip(starts, traces)):
-                table.add({"variant": v, "trial": trial, "round": k + 1,
+                table.add({"variant": v, "aggregation": VARIANT_JOB[v][1], "trial": trial,
+                           "round": k + 1,
                            "start_s": "%.3f" % t0, "iteration_s": secs})
             progress.line(f"bandwidth {st.bandwidth_model} {v} trial {trial}",
                           f"{len(traces)} rounds, median {statistics.median(traces):.3f} s")
