@@ -10,6 +10,9 @@ workers over net_memif, peer timeout 1500 ms.
 * The server killed while one worker waits in a barrier and the other is idle:
   the waiting worker's barrier fails naming the server within the same bound,
   and the idle worker's next call fails at once with the same text.
+* A worker killed mid-transfer, both workers running back-to-back push_pulls
+  of an 8 MB tensor: the server names it, and the survivor's push_pull fails
+  naming it, within the same bound.
 
 Each scenario runs TRIALS times; the detection times are printed (median,
 spread) for the record. Usage: failure_test.py BUILD_DIR
@@ -34,6 +37,7 @@ TRIALS = int(os.environ.get("MERCURY_FAILURE_TRIALS", "3"))
 # Heartbeats every timeout / 8, the liveness check, and this 2-CPU machine's
 # scheduling under 3 busy processes.
 BOUND_S = TIMEOUT_MS / 1000 * 1.125 + 1.0
+STREAM_ELEMENTS = 2 << 20  # 8 MB: a push_pull is many windows of packets
 
 
 def worker_main(job, node, role):
@@ -42,15 +46,23 @@ def worker_main(job, node, role):
     import mercury
 
     w = mercury.Worker(job, node)
-    params = np.zeros(1000, np.float32)
+    size = STREAM_ELEMENTS if role == "stream" else 1000
+    params = np.zeros(size, np.float32)
     w.declare("p", params)
     w.start()
-    w.push_pull(0, np.ones(1000, np.float32)).wait()
+    grad = np.ones(size, np.float32)
+    w.push_pull(0, grad).wait()
     print("ready", flush=True)
     if role == "wait":  # in a barrier the other rank never reaches
         try:
             w.barrier()
             print("barrier returned", flush=True)
+        except mercury.WorkerError as e:
+            print(f"failed: {e}", flush=True)
+    elif role == "stream":  # always a transfer in flight, until one fails
+        try:
+            while True:
+                w.push_pull(0, grad).wait()
         except mercury.WorkerError as e:
             print(f"failed: {e}", flush=True)
     elif role == "idle":  # nothing in flight; then a call after the failure
@@ -98,7 +110,7 @@ class Lines:
 
 
 class Failures(unittest.TestCase):
-    def start(self, tmp, name, roles, env=None):
+    def start(self, tmp, name, roles, env=None, settle=True):
         job = os.path.join(tmp, name + ".yaml")
         with open(job, "w") as f:
             f.write(JOB.format(name=name, tmp=tmp).replace("peer_timeout_ms: 5000",
@@ -110,7 +122,8 @@ class Failures(unittest.TestCase):
                          env=env) for r, role in enumerate(roles)]
         for w in workers:
             w.wait_for("ready", 60)
-        time.sleep(0.5)  # every transfer settled: nothing outstanding anywhere
+        if settle:
+            time.sleep(0.5)  # every transfer settled: nothing outstanding anywhere
         return server, workers
 
     def test_a_dead_worker_is_named_by_the_server_and_the_survivor(self):
@@ -132,6 +145,32 @@ class Failures(unittest.TestCase):
                     for p in (w0, w1, server):
                         p.stop()
         print(f"\nworker killed while idle: the survivor's barrier failed after "
+              f"{statistics.median(t for t, _ in times):.2f} s (median of {TRIALS}; "
+              f"{min(t for t, _ in times):.2f}-{max(t for t, _ in times):.2f}), the server "
+              f"named it after {statistics.median(s for _, s in times):.2f} s", file=sys.stderr)
+
+    def test_a_worker_dead_mid_transfer_is_named_by_the_server_and_the_survivor(self):
+        times = []
+        for trial in range(TRIALS):
+            with tempfile.TemporaryDirectory() as tmp:
+                server, (w0, w1) = self.start(tmp, f"fail-stream{trial}", ["stream", "stream"],
+                                              settle=False)
+                try:
+                    time.sleep(0.2)  # both in their loops
+                    killed = time.monotonic()
+                    w1.proc.send_signal(signal.SIGKILL)
+                    t_w0, line = w0.wait_for("failed:", 30)
+                    self.assertIn("w1", line)
+                    t_srv, srv_line = server.wait_for("w1", 30)
+                    times.append((t_w0 - killed, t_srv - killed))
+                    if trial == 0:
+                        print(f"\n  server: {srv_line}\n  w0: {line}", file=sys.stderr)
+                    self.assertLess(t_w0 - killed, BOUND_S, line)
+                    self.assertLess(t_srv - killed, BOUND_S, srv_line)
+                finally:
+                    for p in (w0, w1, server):
+                        p.stop()
+        print(f"\nworker killed mid-transfer: the survivor's push_pull failed after "
               f"{statistics.median(t for t, _ in times):.2f} s (median of {TRIALS}; "
               f"{min(t for t, _ in times):.2f}-{max(t for t, _ in times):.2f}), the server "
               f"named it after {statistics.median(s for _, s in times):.2f} s", file=sys.stderr)
