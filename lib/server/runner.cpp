@@ -34,7 +34,10 @@ std::vector<std::string> start_lines(const config::JobConfig& job, const config:
   out.push_back("ps-server " + node.name + ": job " + job.name + " (id " + std::to_string(job.id) +
                 "), " + std::to_string(job.workers().size()) + " workers, " +
                 std::string(config::to_string(job.network.scheduler)) + " scheduler, " +
-                std::string(config::to_string(job.training.sync)));
+                std::string(config::to_string(job.training.sync)) +
+                (job.training.aggregation == config::Aggregation::kTensor
+                     ? ", store-and-forward (training.aggregation: tensor, a baseline)"
+                     : ""));
   for (const net::NodePort* p : ports) out.push_back("  " + p->port->describe());
   auto cpu = [](unsigned lcore) { return std::to_string(eal_cpu_of_lcore(lcore)); };
   const unsigned net_lcore = rte_lcore_id();

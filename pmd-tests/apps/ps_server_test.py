@@ -20,12 +20,14 @@ PS_SERVER = None
 CONFIG_DIR = None
 
 
-def memif_job(tmp, name):
+def memif_job(tmp, name, training=""):
     """config/memif.yaml with its sockets in `tmp` and its own job name, so
-    that runs never share sockets or EAL runtime directories."""
+    that runs never share sockets or EAL runtime directories; `training`:
+    lines added to its training section."""
     with open(os.path.join(CONFIG_DIR, "memif.yaml")) as f:
         text = f.read()
     text = text.replace("/tmp/mercury/", tmp + "/").replace("name: memif", "name: " + name)
+    text = text.replace("training:\n", "training:\n" + training, 1)
     path = os.path.join(tmp, "job.yaml")
     with open(path, "w") as f:
         f.write(text)
@@ -119,17 +121,21 @@ class JobEnd(unittest.TestCase):
     """config/memif.yaml's 4 workers, as ps-worker processes (one round of
     MobileNetV2), against ps-server without a signal."""
 
-    def run_job(self, tag, stay, models):
+    def run_job(self, tag, stay, models, training=""):
         worker_bin = os.path.join(os.path.dirname(PS_SERVER), "ps-worker", "ps-worker")
         with tempfile.TemporaryDirectory() as tmp:
             name = "psend%s%d" % (tag, os.getpid())
-            job = memif_job(tmp, name)
+            job = memif_job(tmp, name, training)
             p = subprocess.Popen([PS_SERVER, "--config", job] + (["--stay"] if stay else []),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             workers = []
+            head = ""
             try:
-                while "] waiting" not in p.stdout.readline():
+                line = ""
+                while "] waiting" not in line:  # the start lines, then the first stats line
                     self.assertIsNone(p.poll(), "ps-server exited before serving")
+                    line = p.stdout.readline()
+                    head += line
                 for w, model in enumerate(models):
                     workers.append(subprocess.Popen(
                         [worker_bin, "--config", job, "--node", "w%d" % w, "--model",
@@ -145,7 +151,7 @@ class JobEnd(unittest.TestCase):
                     self.assertFalse(ended, "ps-server --stay exited by itself")
                     p.send_signal(signal.SIGTERM)
                     rest, _ = p.communicate(timeout=30)
-                return status, p.returncode, rest
+                return status, p.returncode, head + rest
             finally:
                 for w in workers:
                     if w.poll() is None:
@@ -171,6 +177,15 @@ class JobEnd(unittest.TestCase):
         self.assertIn("the job cannot start", out)
         self.assertNotIn("every worker declared;", out)
         self.assertIn("ps-server server0: stopped", out)
+
+    def test_a_store_and_forward_job_says_so_and_stays_exact(self):
+        # The classical PS's baseline: every ps-worker checks every aggregate.
+        status, rc, out = self.run_job("t", False, ["mobilenet_v2.txt"] * 4,
+                                       "  aggregation: tensor\n")
+        self.assertEqual(status, [0, 0, 0, 0], out)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("bsp, store-and-forward (training.aggregation: tensor, a baseline)", out)
+        self.assertIn("every worker left; the job is done", out)
 
     def test_stay_keeps_serving_after_the_end(self):
         status, rc, out = self.run_job("s", True, ["mobilenet_v2.txt"] * 4)
