@@ -159,22 +159,15 @@ void LinkEmulator::set_rate_gbps(double gbps) {
   passthrough_ = model_.passthrough();
 }
 
-void LinkEmulator::set_schedule(RateSchedule schedule) {
-  schedule_ = std::move(schedule);
-  schedule_next_ = schedule_.next_at();
-}
+void LinkEmulator::set_schedule(RateSchedule schedule) { schedule_ = std::move(schedule); }
 
-void LinkEmulator::anchor_schedule(uint64_t now) {
-  schedule_.anchor(now);
-  schedule_next_ = schedule_.next_at();
-}
+void LinkEmulator::anchor_schedule(uint64_t now) { schedule_.anchor(now); }
 
 void LinkEmulator::apply_schedule(uint64_t now) {
   if (const std::optional<double> rate = schedule_.due(now)) {
     set_rate_gbps(*rate);  // validated by the schedule: cannot throw
     ++counters_.rate_changes;
   }
-  schedule_next_ = schedule_.next_at();
 }
 
 // ---------------------------------------------------------------------------
@@ -206,15 +199,21 @@ void RateSchedule::anchor(uint64_t now) {
   if (anchored_) return;
   anchored_ = true;
   anchor_ = now;
-  next_at_ = next_ < after_.size() ? anchor_ + after_[next_] : std::numeric_limits<uint64_t>::max();
+  refresh_next_at();
+}
+
+void RateSchedule::refresh_next_at() {
+  next_at_ = anchored_ && next_ < after_.size() ? anchor_ + after_[next_]
+                                                : std::numeric_limits<uint64_t>::max();
 }
 
 std::optional<double> RateSchedule::due(uint64_t now) {
-  if (!anchored_ || next_ >= after_.size() || now < anchor_ + after_[next_]) return std::nullopt;
+  // next_at_ is UINT64_MAX unanchored or with every step applied.
+  if (now < next_at_ || next_ >= after_.size()) return std::nullopt;
   while (next_ + 1 < after_.size() && now >= anchor_ + after_[next_ + 1]) ++next_;
   const double rate = steps_[next_].rate_gbps;
   ++next_;
-  next_at_ = next_ < after_.size() ? anchor_ + after_[next_] : std::numeric_limits<uint64_t>::max();
+  refresh_next_at();
   return rate;
 }
 

@@ -204,6 +204,8 @@ class RateSchedule {
   uint64_t anchor_ = 0;
   bool anchored_ = false;
   uint64_t next_at_ = std::numeric_limits<uint64_t>::max();
+  // next_at_ from the anchor and the next step.
+  void refresh_next_at();
 };
 
 /// What the emulator did, by reason. Plain counters owned by the TX lcore.
@@ -257,7 +259,7 @@ class LinkEmulator {
   /// Hands the frames due at TSC `now` to the PMD, in order; returns how many
   /// it accepted. Call it every pass of the poll loop.
   uint16_t poll(uint64_t now) {
-    if (now >= schedule_next_) [[unlikely]]
+    if (now >= schedule_.next_at()) [[unlikely]]
       apply_schedule(now);
     if (queued_ == 0) [[likely]]
       return 0;
@@ -318,7 +320,6 @@ class LinkEmulator {
   std::vector<uint64_t> line_due_;
   std::vector<Held> held_;
   RateSchedule schedule_;
-  uint64_t schedule_next_ = std::numeric_limits<uint64_t>::max();  ///< schedule_.next_at()
   LinkModel model_;
 };
 

@@ -126,12 +126,15 @@ class Failures(unittest.TestCase):
             time.sleep(0.5)  # every transfer settled: nothing outstanding anywhere
         return server, workers
 
-    def test_a_dead_worker_is_named_by_the_server_and_the_survivor(self):
+    def kill_worker_trials(self, name, roles, what, settle=True, server_bound=False):
+        """Kills w1 in each trial; w0 and the server must name it. Prints the times."""
         times = []
         for trial in range(TRIALS):
             with tempfile.TemporaryDirectory() as tmp:
-                server, (w0, w1) = self.start(tmp, f"fail-worker{trial}", ["wait", "idle"])
+                server, (w0, w1) = self.start(tmp, f"{name}{trial}", roles, settle=settle)
                 try:
+                    if not settle:
+                        time.sleep(0.2)  # both in their loops
                     killed = time.monotonic()
                     w1.proc.send_signal(signal.SIGKILL)
                     t_w0, line = w0.wait_for("failed:", 30)
@@ -141,39 +144,24 @@ class Failures(unittest.TestCase):
                     if trial == 0:
                         print(f"\n  server: {srv_line}\n  w0: {line}", file=sys.stderr)
                     self.assertLess(t_w0 - killed, BOUND_S, line)
+                    if server_bound:
+                        self.assertLess(t_srv - killed, BOUND_S, srv_line)
                 finally:
                     for p in (w0, w1, server):
                         p.stop()
-        print(f"\nworker killed while idle: the survivor's barrier failed after "
+        print(f"\n{what} after "
               f"{statistics.median(t for t, _ in times):.2f} s (median of {TRIALS}; "
               f"{min(t for t, _ in times):.2f}-{max(t for t, _ in times):.2f}), the server "
               f"named it after {statistics.median(s for _, s in times):.2f} s", file=sys.stderr)
 
+    def test_a_dead_worker_is_named_by_the_server_and_the_survivor(self):
+        self.kill_worker_trials("fail-worker", ["wait", "idle"],
+                                "worker killed while idle: the survivor's barrier failed")
+
     def test_a_worker_dead_mid_transfer_is_named_by_the_server_and_the_survivor(self):
-        times = []
-        for trial in range(TRIALS):
-            with tempfile.TemporaryDirectory() as tmp:
-                server, (w0, w1) = self.start(tmp, f"fail-stream{trial}", ["stream", "stream"],
-                                              settle=False)
-                try:
-                    time.sleep(0.2)  # both in their loops
-                    killed = time.monotonic()
-                    w1.proc.send_signal(signal.SIGKILL)
-                    t_w0, line = w0.wait_for("failed:", 30)
-                    self.assertIn("w1", line)
-                    t_srv, srv_line = server.wait_for("w1", 30)
-                    times.append((t_w0 - killed, t_srv - killed))
-                    if trial == 0:
-                        print(f"\n  server: {srv_line}\n  w0: {line}", file=sys.stderr)
-                    self.assertLess(t_w0 - killed, BOUND_S, line)
-                    self.assertLess(t_srv - killed, BOUND_S, srv_line)
-                finally:
-                    for p in (w0, w1, server):
-                        p.stop()
-        print(f"\nworker killed mid-transfer: the survivor's push_pull failed after "
-              f"{statistics.median(t for t, _ in times):.2f} s (median of {TRIALS}; "
-              f"{min(t for t, _ in times):.2f}-{max(t for t, _ in times):.2f}), the server "
-              f"named it after {statistics.median(s for _, s in times):.2f} s", file=sys.stderr)
+        self.kill_worker_trials("fail-stream", ["stream", "stream"],
+                                "worker killed mid-transfer: the survivor's push_pull failed",
+                                settle=False, server_bound=True)
 
     def test_a_dead_server_fails_the_waiting_and_the_idle_worker(self):
         times = []
