@@ -76,6 +76,26 @@ void CpuShareReporter::Finalize() {
       std::printf("\n");
     }
   }
+  for (const auto& [variant, reference] : pairs_) {
+    std::printf("\nper repetition, both runs clean; %s / %s of the same repetition:\n",
+                variant.c_str(), reference.c_str());
+    for (const auto& [arg, variants] : samples_) {
+      const auto v = variants.find(variant), r = variants.find(reference);
+      std::vector<double> ratios;
+      if (v != variants.end() && r != variants.end()) {
+        for (const auto& [rep, sample] : v->second) {
+          const auto ref = r->second.find(rep);
+          if (sample.clean && ref != r->second.end() && ref->second.clean &&
+              ref->second.value > 0) {
+            ratios.push_back(sample.value / ref->second.value);
+          }
+        }
+      }
+      std::printf("%-6s", arg.c_str());
+      print_spread(ratios, " %9.3f   [%6.3f, %6.3f] %3zu", 35);
+      std::printf("\n");
+    }
+  }
 }
 
 double take_flag(int& argc, char** argv, const char* name, double fallback) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ratio_reporter.h"
@@ -31,6 +32,11 @@ class CpuShareReporter final : public RatioReporter {
 
   void ReportRuns(const std::vector<Run>& runs) override;
   void Finalize() override;
+  /// Also prints, per arg, the ratio of `variant` to `reference` over the
+  /// repetitions where both ran clean.
+  void add_pair(std::string variant, std::string reference) {
+    pairs_.emplace_back(std::move(variant), std::move(reference));
+  }
 
  private:
   struct Sample {
@@ -42,6 +48,7 @@ class CpuShareReporter final : public RatioReporter {
   double min_share_;
   // [arg][variant][repetition]
   std::map<std::string, std::map<std::string, std::map<int64_t, Sample>>> samples_;
+  std::vector<std::pair<std::string, std::string>> pairs_;
 };
 
 /// Takes `--<name>=<value>` out of argv (before Google Benchmark reads the

@@ -64,9 +64,10 @@ enum class Variant : uint32_t {
   kStack,            ///< Interface::poll_rx_st: parse and verify every header and checksum
   kStackNoChecksum,  ///< the same with UDP checksums off (network.udp_checksum: false)
   // benchmarks/transport_pmd/memif_goodput_bench's receiver only:
-  kRawPlace,      ///< kRaw, and each frame's payload copied out into a destination buffer
-  kEndpoint,      ///< a transport::Endpoint places and checks every message
-  kEndpointLoss1  ///< the same through the link emulator, 1 % loss each way
+  kRawPlace,       ///< kRaw, and each frame's payload copied out into a destination buffer
+  kEndpoint,       ///< a transport::Endpoint places and checks every message
+  kEndpointLoss1,  ///< the same through the link emulator, 1 % loss each way
+  kEndpointAuth    ///< kEndpoint with a job key: every packet signed and verified (AES-GMAC)
 };
 
 inline constexpr net::MacAddr kSenderMac{{0x02, 0x00, 0x00, 0x00, 0x6d, 0x01}};
@@ -145,6 +146,10 @@ struct MemifBenchmark {
   const char* counter;    ///< the counter compared with raw's (CpuShareReporter)
   uint16_t links = 1;     ///< memif links between the processes (net_memif0, 1, ...)
   bool zero_copy_option = false;  ///< offers --memif_zero_copy
+  /// A second ratio table, of this variant to `pair_reference` in the same
+  /// repetition (nullptr: none).
+  const char* pair_variant = nullptr;
+  const char* pair_reference = nullptr;
 };
 
 /// The receiver process, seen from the sender: `<peer_name> --peer <fd>
@@ -340,6 +345,7 @@ int memif_main(int argc, char** argv, const MemifBenchmark& b, Sender*& current)
       sender.wait_up();
       current = &sender;
       CpuShareReporter reporter(b.counter, "raw", min_share);
+      if (b.pair_variant != nullptr) reporter.add_pair(b.pair_variant, b.pair_reference);
       benchmark::RunSpecifiedBenchmarks(&reporter);
       current = nullptr;
     }

@@ -11,7 +11,8 @@ namespace mercury::config {
 
 // config must not need the codec at run time, but the sizes must agree.
 static_assert(kMercuryHeaderBytes == wire::kHeaderSize);
-static_assert(NetworkConfig{}.udp_port == wire::kDefaultUdpPort);
+static_assert(kDefaultUdpPort == wire::kDefaultUdpPort);
+static_assert(kAuthBlockBytes == wire::kAuthSize);
 
 namespace {
 
@@ -252,7 +253,8 @@ uint32_t JobConfig::rank_of(std::string_view name) const { return node(name).ran
 
 uint32_t JobConfig::payload_bytes_per_packet() const {
   // network.mtu >= 576 is enforced by the loader, so this cannot wrap.
-  return (network.mtu - kIpv4HeaderBytes - kUdpHeaderBytes - kMercuryHeaderBytes) & ~63u;
+  const uint32_t auth = network.auth_key ? kAuthBlockBytes : 0;
+  return (network.mtu - kIpv4HeaderBytes - kUdpHeaderBytes - kMercuryHeaderBytes - auth) & ~63u;
 }
 
 }  // namespace mercury::config

@@ -25,6 +25,7 @@
 #include <array>
 #include <compare>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -44,6 +45,11 @@ inline constexpr uint32_t kMaxLcore = 127;
 inline constexpr uint32_t kMercuryHeaderBytes = 64;
 inline constexpr uint32_t kIpv4HeaderBytes = 20;
 inline constexpr uint32_t kUdpHeaderBytes = 8;
+/// Bytes of the authentication block after the Mercury header in a job with
+/// a key (wire::kAuthSize).
+inline constexpr uint32_t kAuthBlockBytes = 24;
+/// The UDP port of nodes that name none (wire::kDefaultUdpPort).
+inline constexpr uint16_t kDefaultUdpPort = 47100;
 /// What hugepages_available() needs free before `auto` chooses hugepages.
 inline constexpr uint64_t kMinHugepageBytes = 256ull << 20;
 
@@ -127,9 +133,18 @@ std::string_view to_string(Optimizer v);
 std::string_view to_string(StalenessLr v);
 std::string_view to_string(Aggregation v);
 
+/// A job's authentication key: 32 bytes (transport/auth.h uses it).
+using AuthKey = std::array<uint8_t, 32>;
+
+/// Reads a key file: 64 hex digits, then optional whitespace. Returns the key
+/// (wiped from memory when the last reference goes), or throws
+/// std::runtime_error saying what is wrong with the file: unreadable,
+/// readable or writable by group or others, or anything but the digits.
+std::shared_ptr<const AuthKey> read_auth_key(const std::string& path);
+
 struct NetworkConfig {
-  uint32_t mtu = 1500;        ///< IP MTU, 576..9000
-  uint16_t udp_port = 47100;  ///< default for nodes that set none
+  uint32_t mtu = 1500;                  ///< IP MTU, 576..9000
+  uint16_t udp_port = kDefaultUdpPort;  ///< default for nodes that set none
   /// UDP checksums: kAuto computes and verifies them (offloaded where the
   /// PMD can) except on ports that move frames through shared memory
   /// (net_memif, ring links), which cannot corrupt them, as Linux's loopback.
@@ -141,6 +156,11 @@ struct NetworkConfig {
   Scheduler scheduler = Scheduler::kStrict;
   uint32_t partition_bytes = 4194304;  ///< meaningful for kPartition only
   uint32_t credit_bytes = 8388608;     ///< meaningful for kPartition only
+  /// network.auth_key_file as written ("" = no authentication), and the key
+  /// read from it at load (relative paths are from the job file's
+  /// directory). Null when off. docs/security.md.
+  std::string auth_key_file;
+  std::shared_ptr<const AuthKey> auth_key;
 };
 
 struct MempoolConfig {
@@ -258,8 +278,9 @@ struct JobConfig {
   /// The rank of a worker among workers, or of a server among servers.
   /// Throws ConfigError for an unknown name.
   uint32_t rank_of(std::string_view name) const;
-  /// Payload bytes one packet carries: mtu - IPv4 - UDP - Mercury header,
-  /// rounded down to whole 64-byte cache lines (net::payload_per_packet).
+  /// Payload bytes one packet carries: mtu - IPv4 - UDP - Mercury header
+  /// (and its authentication block when the job has a key), rounded down to
+  /// whole 64-byte cache lines (net::payload_per_packet).
   uint32_t payload_bytes_per_packet() const;
 };
 

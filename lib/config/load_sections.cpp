@@ -41,9 +41,10 @@ Poll parse_poll(const Value& v) {
 }
 
 void parse_network(const Section& root, NetworkConfig& net) {
-  Section s = optional_section(root, "network",
-                               {"mtu", "udp_port", "udp_checksum", "poll", "window",
-                                "peer_timeout_ms", "scheduler", "partition_bytes", "credit_bytes"});
+  Section s =
+      optional_section(root, "network",
+                       {"mtu", "udp_port", "udp_checksum", "poll", "window", "peer_timeout_ms",
+                        "scheduler", "partition_bytes", "credit_bytes", "auth_key_file"});
   if (auto v = s.get("mtu")) net.mtu = static_cast<uint32_t>(v->integer(576, 9000));
   if (auto v = s.get("udp_port")) net.udp_port = static_cast<uint16_t>(v->integer(1, 65535));
   if (auto v = s.get("udp_checksum")) {
@@ -72,6 +73,21 @@ void parse_network(const Section& root, NetworkConfig& net) {
   }
   if (auto v = s.get("credit_bytes")) {
     net.credit_bytes = static_cast<uint32_t>(v->integer(4096, kU32Max));
+  }
+  if (auto v = s.get("auth_key_file")) {
+    net.auth_key_file = v->string();
+    if (net.auth_key_file.empty()) v->fail("names no file");
+    // A relative path is the job file's neighbour, wherever the job is run from.
+    std::string path = net.auth_key_file;
+    const std::string& source = v->source();
+    if (path.front() != '/' && source.find('/') != std::string::npos) {
+      path = source.substr(0, source.rfind('/') + 1) + path;
+    }
+    try {
+      net.auth_key = read_auth_key(path);
+    } catch (const std::runtime_error& e) {
+      v->fail(e.what());
+    }
   }
   if (net.scheduler == Scheduler::kPartition && net.credit_bytes < net.partition_bytes) {
     // The credit must admit at least one whole partition, or nothing is ever sent.

@@ -3,6 +3,11 @@
 // its file, line and key.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "config/load_test_util.h"
@@ -13,6 +18,74 @@ namespace {
 using test::doc;
 using test::kNodes;
 using test::refused;
+
+// ------------------------------------------------ network.auth_key_file
+
+// A key file in a fresh directory, with `mode`; removed with the directory.
+struct KeyDir {
+  std::string dir;
+  KeyDir() {
+    char t[] = "/tmp/mercury-key-XXXXXX";
+    dir = ::mkdtemp(t);
+  }
+  ~KeyDir() { std::filesystem::remove_all(dir); }
+  std::string write(const std::string& name, const std::string& text, mode_t mode = 0600) const {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    ::chmod(path.c_str(), mode);
+    return path;
+  }
+};
+
+const std::string kKeyHex = "00112233445566778899aabbccddeeff0123456789abcdefFEDCBA9876543210";
+
+TEST(ConfigAuthKey, ReadsTheKeyAndShrinksThePayload) {
+  KeyDir d;
+  const std::string path = d.write("job.key", kKeyHex + "\n");
+  const JobConfig plain = load_string(doc(""), "t.yaml");
+  EXPECT_EQ(plain.network.auth_key, nullptr);
+  EXPECT_EQ(plain.payload_bytes_per_packet(), 1408u);
+  const JobConfig job = load_string(doc("network:\n  auth_key_file: " + path + "\n"), "t.yaml");
+  ASSERT_NE(job.network.auth_key, nullptr);
+  EXPECT_EQ(job.network.auth_key_file, path);
+  EXPECT_EQ((*job.network.auth_key)[0], 0x00);
+  EXPECT_EQ((*job.network.auth_key)[1], 0x11);
+  EXPECT_EQ((*job.network.auth_key)[16], 0x01);
+  EXPECT_EQ((*job.network.auth_key)[31], 0x10);
+  // The block after the header costs 24 bytes, rounded to whole lines.
+  EXPECT_EQ(job.payload_bytes_per_packet(), 1344u);
+}
+
+TEST(ConfigAuthKey, ARelativePathIsTheJobFilesNeighbour) {
+  KeyDir d;
+  d.write("job.key", kKeyHex);
+  const std::string job_path = d.write("job.yaml", doc("network:\n  auth_key_file: job.key\n"));
+  const JobConfig job = load_file(job_path);
+  ASSERT_NE(job.network.auth_key, nullptr);
+  EXPECT_EQ((*job.network.auth_key)[2], 0x22);
+}
+
+TEST(ConfigAuthKey, BadKeyFilesAreRefusedWithFileLineAndKey) {
+  KeyDir d;
+  const auto refused_key = [&](const std::string& path, std::string_view fragment) {
+    return refused(doc("network:\n  auth_key_file: " + path + "\n"), 5, "network.auth_key_file",
+                   fragment);
+  };
+  EXPECT_TRUE(refused_key(d.dir + "/missing.key",
+                          "cannot open " + d.dir + "/missing.key: No such file or directory"));
+  EXPECT_TRUE(
+      refused_key(d.write("open.key", kKeyHex, 0644), "is open to group or others (mode 644)"));
+  EXPECT_TRUE(
+      refused_key(d.write("short.key", kKeyHex.substr(2)),
+                  "must hold the key as 64 hex digits (openssl rand -hex 32); it holds 62"));
+  std::string bad = kKeyHex;
+  bad[10] = 'g';
+  EXPECT_TRUE(refused_key(d.write("bad.key", bad), "character 11 is not one"));
+  EXPECT_TRUE(refused_key(d.write("long.key", kKeyHex + kKeyHex + kKeyHex), "and is longer"));
+  EXPECT_TRUE(refused_key(d.dir, "is not a regular file"));
+  EXPECT_TRUE(refused(doc("network:\n  auth_key_file: \"\"\n"), 5, "network.auth_key_file",
+                      "names no file"));
+}
 
 // ----------------------------------------------- refused: job and network
 

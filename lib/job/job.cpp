@@ -40,6 +40,11 @@ transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t
   c.job_id = job.id;
   c.sender_id = sender_id;
   c.local_epoch = epoch;
+  if (job.network.auth_key) {
+    c.auth_key = job.network.auth_key;
+    // Initial sequence numbers that only the job's nodes can compute.
+    c.transport.seq_salt = transport::derive_seq_salt(*job.network.auth_key);
+  }
   return c;
 }
 

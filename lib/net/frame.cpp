@@ -147,7 +147,15 @@ void parse_frame(std::span<const std::byte> frame, const LocalAddr& local, RxChe
   auto mercury = l4.subspan(kL4Len);
   out.reject = wire::decode(mercury, out.header);
   if (out.reject != wire::Reject::kNone) return drop(out, DropReason::kMercury);
-  out.payload = mercury.subspan(wire::kHeaderSize);
+  out.wire_header = mercury.data();
+  if ((out.header.flags & wire::flags::kAuth) != 0) {
+    // decode() checked that the block is there.
+    out.auth = reinterpret_cast<const wire::AuthBlock*>(mercury.data() + wire::kHeaderSize);
+    out.payload = mercury.subspan(wire::kHeaderSize + wire::kAuthSize);
+  } else {
+    out.auth = nullptr;
+    out.payload = mercury.subspan(wire::kHeaderSize);
+  }
   out.kind = FrameKind::kMercury;
 }
 
@@ -182,9 +190,9 @@ FrameTemplate make_frame_template(const LocalAddr& local, const Route& route) {
 }
 
 size_t build_data_frame(std::span<std::byte> out, const LocalAddr& local, const Route& route,
-                        wire::HeaderFields h, std::span<const std::byte> payload,
-                        ChecksumMode mode) {
-  return build_data_frame(out, make_frame_template(local, route), h, payload, mode);
+                        wire::HeaderFields h, std::span<const std::byte> payload, ChecksumMode mode,
+                        const wire::AuthBlock* auth) {
+  return build_data_frame(out, make_frame_template(local, route), h, payload, mode, auth);
 }
 
 namespace {
@@ -194,8 +202,10 @@ namespace {
 // travels as a second segment).
 template <bool copy>
 size_t build_data(std::span<std::byte> out, const FrameTemplate& t, const wire::HeaderFields& h,
-                  std::span<const std::byte> payload, ChecksumMode mode) {
-  const auto udp_len = static_cast<uint16_t>(kL4Len + wire::kHeaderSize + payload.size());
+                  std::span<const std::byte> payload, ChecksumMode mode,
+                  const wire::AuthBlock* auth) {
+  const size_t extra = auth != nullptr ? wire::kAuthSize : 0;
+  const auto udp_len = static_cast<uint16_t>(kL4Len + wire::kHeaderSize + extra + payload.size());
   const auto ip_len = static_cast<uint16_t>(kL3Len + udp_len);
   std::byte* p = out.data();
   std::memcpy(p, t.bytes.data(), FrameTemplate::kSize);
@@ -206,7 +216,7 @@ size_t build_data(std::span<std::byte> out, const FrameTemplate& t, const wire::
 
   const auto payload_len = static_cast<uint16_t>(payload.size());
   auto& mh = *reinterpret_cast<wire::Header*>(p + FrameTemplate::kSize);
-  std::byte* data = p + FrameTemplate::kSize + wire::kHeaderSize;
+  std::byte* data = p + FrameTemplate::kSize + wire::kHeaderSize + extra;
 
   // The payload before the Mercury header. The caller has usually just
   // written some of `h`, and stores drain in order: read at once, `h` would
@@ -241,6 +251,12 @@ size_t build_data(std::span<std::byte> out, const FrameTemplate& t, const wire::
           : 0;
 #endif
 
+  uint64_t auth_sum = 0;
+  if (auth != nullptr) {
+    std::memcpy(p + FrameTemplate::kSize + wire::kHeaderSize, auth, wire::kAuthSize);
+    if (mode == ChecksumMode::kSoftware) auth_sum = partial_sum(auth, wire::kAuthSize);
+  }
+
   // Lengths enter the sums as big-endian 16-bit words, as on the wire.
   be16 ip_len_be(ip_len), udp_len_be(udp_len);
   uint16_t ip_len_word, udp_len_word;
@@ -252,7 +268,7 @@ size_t build_data(std::span<std::byte> out, const FrameTemplate& t, const wire::
   switch (mode) {
     case ChecksumMode::kSoftware: {
       // Pseudo-header length and UDP length field: the same word twice.
-      uint16_t c = checksum_of(t.udp_sum + 2u * udp_len_word + header_sum + payload_sum);
+      uint16_t c = checksum_of(t.udp_sum + 2u * udp_len_word + header_sum + auth_sum + payload_sum);
       if (c == 0) c = 0xffff;  // 0 means "no checksum" in UDP; 0xffff is its twin
       store_checksum(udp.checksum, c);
       break;
@@ -265,7 +281,7 @@ size_t build_data(std::span<std::byte> out, const FrameTemplate& t, const wire::
       break;
   }
   if constexpr (!copy) {
-    return kFrameOverhead;
+    return kFrameOverhead + extra;
   } else {
     size_t len = kL2Len + ip_len;
     if (len < kMinFrame) {
@@ -280,14 +296,14 @@ size_t build_data(std::span<std::byte> out, const FrameTemplate& t, const wire::
 
 size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
                         const wire::HeaderFields& h, std::span<const std::byte> payload,
-                        ChecksumMode mode) {
-  return build_data<true>(out, t, h, payload, mode);
+                        ChecksumMode mode, const wire::AuthBlock* auth) {
+  return build_data<true>(out, t, h, payload, mode, auth);
 }
 
 size_t build_data_headers(std::span<std::byte> out, const FrameTemplate& t,
                           const wire::HeaderFields& h, std::span<const std::byte> payload,
-                          ChecksumMode mode) {
-  return build_data<false>(out, t, h, payload, mode);
+                          ChecksumMode mode, const wire::AuthBlock* auth) {
+  return build_data<false>(out, t, h, payload, mode, auth);
 }
 
 size_t build_arp_frame(std::span<std::byte> out, uint16_t oper, const LocalAddr& local,

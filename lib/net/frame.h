@@ -108,8 +108,12 @@ inline constexpr uint32_t kMaxMtu = 9000;
 /// (0.6 % at 1500); it bought the memif receiver about 5 % of goodput
 /// (benchmarks/README.md). A multiple of 4 too, so a float32 never
 /// straddles two packets.
-constexpr uint32_t payload_per_packet(uint32_t mtu) {
-  return (mtu - static_cast<uint32_t>(kL3Len + kL4Len + wire::kHeaderSize)) & ~63u;
+/// With `auth`, the packet also carries a wire::AuthBlock (1344 bytes at
+/// 1500, 8832 at 9000).
+constexpr uint32_t payload_per_packet(uint32_t mtu, bool auth = false) {
+  return (mtu - static_cast<uint32_t>(kL3Len + kL4Len + wire::kHeaderSize) -
+          (auth ? static_cast<uint32_t>(wire::kAuthSize) : 0u)) &
+         ~63u;
 }
 
 /// This endpoint's addresses on one port.
@@ -181,8 +185,14 @@ struct ParsedFrame {
   uint16_t src_port = 0;
   wire::HeaderFields header;           ///< kMercury
   std::span<const std::byte> payload;  ///< kMercury: the bytes after the Mercury header
-  uint16_t arp_oper = 0;               ///< kArp: 1 request, 2 reply
-  uint32_t arp_target_ip = 0;          ///< kArp
+  /// kMercury: the Mercury header as received (kHeaderSize bytes), which an
+  /// authenticated packet's MAC covers.
+  const std::byte* wire_header = nullptr;
+  /// kMercury with wire::flags::kAuth: its AuthBlock (after the header,
+  /// before `payload`); nullptr otherwise.
+  const wire::AuthBlock* auth = nullptr;
+  uint16_t arp_oper = 0;       ///< kArp: 1 request, 2 reply
+  uint32_t arp_target_ip = 0;  ///< kArp
 };
 
 /// How much verification parse_frame() does itself.
@@ -197,26 +207,29 @@ void parse_frame(std::span<const std::byte> frame, const LocalAddr& local, RxChe
 
 /// Writes Ethernet+IPv4+UDP+Mercury headers and copies the payload into
 /// `out`, which must hold kFrameOverhead + payload.size() bytes (and at least
-/// kMinFrame). Fills h.payload_len. With ChecksumMode::kOffload the IPv4
+/// kMinFrame), plus wire::kAuthSize when `auth` is given: it is written
+/// after the Mercury header, whose flags must then hold wire::flags::kAuth.
+/// Fills h.payload_len. With ChecksumMode::kOffload the IPv4
 /// checksum is left 0 and the UDP checksum holds the pseudo-header sum, as
 /// DPDK's TX checksum offload expects. Returns the frame length.
 size_t build_data_frame(std::span<std::byte> out, const LocalAddr& local, const Route& route,
-                        wire::HeaderFields h, std::span<const std::byte> payload,
-                        ChecksumMode mode);
+                        wire::HeaderFields h, std::span<const std::byte> payload, ChecksumMode mode,
+                        const wire::AuthBlock* auth = nullptr);
 /// The same from a prebuilt template: the send path's per-packet form.
 size_t build_data_frame(std::span<std::byte> out, const FrameTemplate& t,
                         const wire::HeaderFields& h, std::span<const std::byte> payload,
-                        ChecksumMode mode);
+                        ChecksumMode mode, const wire::AuthBlock* auth = nullptr);
 
 /// The headers of that frame alone, for a payload sent from where it lies
 /// as the frame's second segment: writes kFrameOverhead bytes into `out`
 /// (Ethernet, IPv4, UDP, Mercury; lengths and checksums covering `payload`,
 /// which is read, not copied, and only for a software UDP checksum) and
-/// returns kFrameOverhead. kFrameOverhead + payload.size() must be at least
-/// kMinFrame: such a frame has no room for padding.
+/// returns kFrameOverhead (plus wire::kAuthSize, the AuthBlock after the
+/// Mercury header, when `auth` is given). kFrameOverhead + payload.size()
+/// must be at least kMinFrame: such a frame has no room for padding.
 size_t build_data_headers(std::span<std::byte> out, const FrameTemplate& t,
                           const wire::HeaderFields& h, std::span<const std::byte> payload,
-                          ChecksumMode mode);
+                          ChecksumMode mode, const wire::AuthBlock* auth = nullptr);
 
 /// Writes an ARP request (oper 1, broadcast) or reply (oper 2) frame of
 /// kMinFrame bytes into `out`. Returns its length.

@@ -157,6 +157,41 @@ TEST_F(Fixture, HeadersAlonePlusThePayloadAreTheWholeFrame) {
   }
 }
 
+TEST_F(Fixture, AnAuthBlockGoesBetweenHeaderAndPayloadOnBothPaths) {
+  wire::AuthBlock block;
+  block.counter.set(0x0102030405060708ull);
+  for (int i = 0; i < 16; ++i) block.tag[i] = static_cast<unsigned char>(0xa0 + i);
+  h.flags = wire::flags::kAuth;
+  const FrameTemplate t = make_frame_template(a, Route{b.mac, b.ip, b.udp_port});
+  for (auto mode : {ChecksumMode::kSoftware, ChecksumMode::kNone}) {
+    std::vector<std::byte> f(kFrameOverhead + wire::kAuthSize + payload.size());
+    ASSERT_EQ(build_data_frame(f, t, h, payload, mode, &block), f.size());
+    ParsedFrame p;
+    parse_frame(f, b, RxChecks{true, mode == ChecksumMode::kSoftware}, p);
+    ASSERT_EQ(p.kind, FrameKind::kMercury) << drop_reason_name(p.drop);
+    EXPECT_EQ(p.header.payload_len, payload.size());  // the block is not payload
+    ASSERT_NE(p.auth, nullptr);
+    EXPECT_EQ(p.auth->counter.get(), 0x0102030405060708ull);
+    EXPECT_EQ(std::memcmp(p.auth->tag, block.tag, 16), 0);
+    EXPECT_EQ(p.wire_header, f.data() + FrameTemplate::kSize);
+    ASSERT_EQ(p.payload.size(), payload.size());
+    EXPECT_EQ(std::memcmp(p.payload.data(), payload.data(), payload.size()), 0);
+    // The by-reference path: headers and block in one segment, the payload after.
+    std::vector<std::byte> headers(kFrameOverhead + wire::kAuthSize);
+    ASSERT_EQ(build_data_headers(headers, t, h, payload, mode, &block),
+              kFrameOverhead + wire::kAuthSize);
+    headers.insert(headers.end(), payload.begin(), payload.end());
+    EXPECT_EQ(headers, f);
+  }
+  // Without its block, a packet flagged kAuth does not add up.
+  h.flags = wire::flags::kAuth;
+  auto f = frame_to_b(ChecksumMode::kSoftware, 100);
+  ParsedFrame p;
+  parse_frame(f, b, RxChecks{}, p);
+  EXPECT_EQ(p.kind, FrameKind::kDrop);
+  EXPECT_EQ(p.reject, wire::Reject::kPayloadMismatch);
+}
+
 TEST_F(Fixture, ShortFramesArePaddedAndStillParse) {
   h.dtype = wire::Dtype::kBytes;
   auto f = frame_to_b(ChecksumMode::kSoftware, 0);
@@ -312,6 +347,8 @@ TEST(PayloadPerPacket, FollowsMtuInWholeCacheLines) {
   EXPECT_EQ(payload_per_packet(1500), 1408u);
   EXPECT_EQ(payload_per_packet(9000), 8896u);
   EXPECT_EQ(payload_per_packet(576), 448u);
+  EXPECT_EQ(payload_per_packet(1500, true), 1344u);
+  EXPECT_EQ(payload_per_packet(9000, true), 8832u);
   for (uint32_t mtu = 576; mtu <= kMaxMtu; ++mtu) {
     const uint32_t p = payload_per_packet(mtu);
     ASSERT_EQ(p % 64, 0u) << mtu;

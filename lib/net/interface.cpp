@@ -193,7 +193,7 @@ bool Interface::chain_payload_st(rte_mbuf* m, std::span<const std::byte> payload
 }
 
 bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
-                              std::span<const std::byte> payload) {
+                              std::span<const std::byte> payload, const wire::AuthBlock* auth) {
   rte_mbuf* m = mbuf_for_stage_st();
   if (m == nullptr) return false;
   // Start the frame so that its payload lands on a cache-line boundary: the
@@ -210,11 +210,11 @@ bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
       made = make_frame_template(local_, route);
       t = &made;
     }
-    m->data_len = static_cast<uint16_t>(build_data_headers(room, *t, h, payload, tx_mode_));
+    m->data_len = static_cast<uint16_t>(build_data_headers(room, *t, h, payload, tx_mode_, auth));
     len = m->data_len + payload.size();
   } else {
-    len = route.frame.valid ? build_data_frame(room, route.frame, h, payload, tx_mode_)
-                            : build_data_frame(room, local_, route, h, payload, tx_mode_);
+    len = route.frame.valid ? build_data_frame(room, route.frame, h, payload, tx_mode_, auth)
+                            : build_data_frame(room, local_, route, h, payload, tx_mode_, auth);
     m->data_len = static_cast<uint16_t>(len);
   }
   m->pkt_len = static_cast<uint32_t>(len);
@@ -232,7 +232,9 @@ uint16_t Interface::stage_burst_st(const TxFrame* frames, uint16_t n) {
   uint16_t staged = 0;
   for (uint16_t i = 0; i < n; ++i) {
     const TxFrame& f = frames[i];
-    staged += stage_data_st(*f.route, f.header, {f.payload, f.header.payload_len}) ? 1 : 0;
+    staged += stage_data_st(*f.route, f.header, {f.payload, f.header.payload_len}, f.auth_block())
+                  ? 1
+                  : 0;
   }
   return staged;
 }

@@ -126,7 +126,7 @@ class Interface final : public PacketPort {
   /// Builds one data frame and stages it. False (counted) when the stage is
   /// full or the mempool is empty; nothing is half-sent.
   bool stage_data_st(const Route& route, const wire::HeaderFields& h,
-                     std::span<const std::byte> payload);
+                     std::span<const std::byte> payload, const wire::AuthBlock* auth = nullptr);
   /// stage_data_st() for each frame in turn; returns how many were staged.
   uint16_t stage_burst_st(const TxFrame* frames, uint16_t n) override;
   /// Hands staged frames to the PMD (or the emulator); returns how many went.

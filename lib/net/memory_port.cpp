@@ -99,10 +99,11 @@ uint16_t MemoryPort::stage_burst_st(const TxFrame* frames, uint16_t n) {
     const TxFrame& f = frames[i];
     const std::span<std::byte> room{b->data, frame_capacity_};
     const std::span<const std::byte> payload{f.payload, f.header.payload_len};
-    const size_t len =
-        f.route->frame.valid
-            ? build_data_frame(room, f.route->frame, f.header, payload, ChecksumMode::kSoftware)
-            : build_data_frame(room, local_, *f.route, f.header, payload, ChecksumMode::kSoftware);
+    const size_t len = f.route->frame.valid
+                           ? build_data_frame(room, f.route->frame, f.header, payload,
+                                              ChecksumMode::kSoftware, f.auth_block())
+                           : build_data_frame(room, local_, *f.route, f.header, payload,
+                                              ChecksumMode::kSoftware, f.auth_block());
     b->len = static_cast<uint32_t>(len);
     stage_[staged_++] = b;
     ++staged;

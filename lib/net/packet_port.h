@@ -42,11 +42,17 @@ struct RxPacket {
 };
 
 /// One data frame for stage_burst_st(): where it goes, its Mercury header
-/// (payload_len set) and header.payload_len bytes of payload (null when 0).
+/// (payload_len set) and header.payload_len bytes of payload (null when 0);
+/// when the header's flags hold wire::flags::kAuth, `auth` goes after it.
 struct TxFrame {
   const Route* route;
   const std::byte* payload;
   wire::HeaderFields header;
+  wire::AuthBlock auth;
+  /// `auth` when the header says so, else nullptr: what the builders take.
+  [[nodiscard]] const wire::AuthBlock* auth_block() const {
+    return (header.flags & wire::flags::kAuth) != 0 ? &auth : nullptr;
+  }
 };
 
 class PacketPort {

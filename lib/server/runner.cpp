@@ -37,6 +37,9 @@ std::vector<std::string> start_lines(const config::JobConfig& job, const config:
                 std::string(config::to_string(job.training.sync)) +
                 (job.training.aggregation == config::Aggregation::kTensor
                      ? ", store-and-forward (training.aggregation: tensor, a baseline)"
+                     : "") +
+                (job.network.auth_key
+                     ? ", authenticated (AES-GMAC under " + job.network.auth_key_file + ")"
                      : ""));
   for (const net::NodePort* p : ports) out.push_back("  " + p->port->describe());
   auto cpu = [](unsigned lcore) { return std::to_string(eal_cpu_of_lcore(lcore)); };

@@ -52,6 +52,16 @@ std::string_view endpoint_drop_name(EndpointDrop d) {
       return "wrong_job";
     case EndpointDrop::kBackpressure:
       return "backpressure";
+    case EndpointDrop::kAuthMissing:
+      return "auth_missing";
+    case EndpointDrop::kAuthBadMac:
+      return "auth_bad_mac";
+    case EndpointDrop::kAuthReplay:
+      return "auth_replay";
+    case EndpointDrop::kAuthUnexpected:
+      return "auth_unexpected";
+    case EndpointDrop::kAuthSignFailed:
+      return "auth_sign_failed";
     case EndpointDrop::kCount:
       break;
   }
@@ -97,7 +107,8 @@ Endpoint::Endpoint(net::PacketPort& port, const EndpointConfig& config, const Re
       config_(config),
       messages_(receivers.messages),
       packets_(receivers.packets),
-      max_payload_(net::payload_per_packet(port.mtu())) {
+      max_payload_(net::payload_per_packet(port.mtu(), config.auth_key != nullptr)),
+      auth_(config.auth_key ? std::make_unique<Authenticator>(*config.auth_key) : nullptr) {
   if (messages_ == nullptr && packets_ == nullptr) {
     throw std::invalid_argument("endpoint: needs a MessageReceiver or a PacketReceiver");
   }

@@ -78,6 +78,7 @@
 #include "sched/message.h"
 #include "sched/port_scheduler.h"
 #include "telemetry/counter_list.h"
+#include "transport/auth.h"
 #include "transport/transport.h"
 #include "wire/header.h"
 
@@ -89,6 +90,9 @@ struct PeerSpec {
   uint32_t ip = 0;   ///< IPv4, host order
   uint16_t udp_port = wire::kDefaultUdpPort;
   uint16_t peer_epoch = 0;  ///< the peer's epoch if known; 0: learn it by the probe exchange
+  /// The peer's id in the job (its sender_id): with authentication, part of
+  /// each packet's MAC nonce, so a packet is good only between these two.
+  uint16_t node_id = 0;
 };
 
 struct EndpointConfig {
@@ -104,6 +108,11 @@ struct EndpointConfig {
   uint32_t timer_every = 16;           ///< poll passes between timer runs (>= 1)
   uint32_t tx_burst = 32;              ///< data packets carved per pass (<= PacketPort::kBurst)
   std::vector<PeerSpec> peers;         ///< 1..sched::kMaxPeers
+  /// The job key: every packet is signed and verified with it (auth.h;
+  /// payloads shrink by wire::kAuthSize). Null: no authentication. Every
+  /// node of a job has it or none does; transport.seq_salt must then be
+  /// derive_seq_salt(key) on every node (job::endpoint_config does it).
+  std::shared_ptr<const std::array<uint8_t, 32>> auth_key;
 };
 
 /// How a message ended, as its completion reports it.
@@ -248,6 +257,11 @@ enum class EndpointDrop : uint8_t {
   kNoReceiver,       ///< accepted, but no receiver for it (a slice without a PacketReceiver)
   kBackpressure,     ///< PacketReceiver::admit refused a new packet: not acknowledged, resent later
   kWrongJob,         ///< a Mercury packet whose job_id is not this endpoint's (another job's)
+  kAuthMissing,      ///< with a job key: a packet without a MAC
+  kAuthBadMac,       ///< with a job key: a MAC that does not verify (forged, corrupted, other key)
+  kAuthReplay,       ///< with a job key: a counter taken already, or too old (a replay)
+  kAuthUnexpected,   ///< without a job key: a packet with a MAC (a peer configured differently)
+  kAuthSignFailed,   ///< libcrypto failed to sign: not sent, recovered as a loss
   kCount,
 };
 inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::kCount);
@@ -501,7 +515,10 @@ class Endpoint {
   // The TX batch: frames are built into tx_ and handed to the port a burst
   // at a time (one virtual call), never one by one.
   wire::HeaderFields& next_frame_header_st();
-  void queue_frame_st(const PeerState& ps, const std::byte* payload);
+  void queue_frame_st(PeerState& ps, const std::byte* payload);
+  // With a job key: the packet's MAC, counter and replay window checks;
+  // false (counted) if it is to be dropped.
+  bool authentic_st(PeerState& ps, const net::ParsedFrame& f);
   uint16_t stage_frames_st();
   // Pure ACKs (and probes) to the peers whose ACK is due, or with
   // `every_owed` to every peer owed one; staged and flushed. Returns them.
@@ -518,7 +535,8 @@ class Endpoint {
   MessageReceiver* messages_;
   PacketReceiver* packets_;
   uint32_t max_payload_;
-  uint32_t rx_window_;  // the Peers' receive window (Params::rx_window)
+  std::unique_ptr<Authenticator> auth_;  // null without a job key
+  uint32_t rx_window_;                   // the Peers' receive window (Params::rx_window)
   std::unique_ptr<sched::MessagePool> pool_;
   std::unique_ptr<sched::PortScheduler> sched_;
   const sched::Message* base_ = nullptr;  // the pool's first descriptor

@@ -39,6 +39,11 @@ uint16_t Endpoint::receive_st(Tick now) {
     }
     const auto p = static_cast<uint16_t>(*it & 0xffff);
     PeerState& ps = *peers_[p];
+    // Nothing of a packet is believed before its MAC is (with a job key).
+    if (auth_ != nullptr ? !authentic_st(ps, f) : f.auth != nullptr) {
+      if (auth_ == nullptr) drop(EndpointDrop::kAuthUnexpected);
+      continue;
+    }
     const RxRoute route = route_of(f.header);
     if (route == RxRoute::kPacket && !admitted_st(ps, p, f.header)) {
       // Refused before the transport saw it: only its piggybacked ACK counts
@@ -73,6 +78,25 @@ uint16_t Endpoint::receive_st(Tick now) {
     port_.release_st(release, n);
   }
   return n;
+}
+
+inline bool Endpoint::authentic_st(PeerState& ps, const net::ParsedFrame& f) {
+  if (f.auth == nullptr) {
+    drop(EndpointDrop::kAuthMissing);
+    return false;
+  }
+  // The nonce names the peer we expect (spec.node_id) and us: a packet
+  // signed for another pair of nodes does not verify here.
+  if (!auth_->verify_st(ps.spec.node_id, config_.sender_id, f.wire_header, f.payload, *f.auth)) {
+    drop(EndpointDrop::kAuthBadMac);
+    return false;
+  }
+  // Only an authentic counter moves the window.
+  if (!ps.replay.take(f.auth->counter.get())) {
+    drop(EndpointDrop::kAuthReplay);
+    return false;
+  }
+  return true;
 }
 
 inline Endpoint::RxRoute Endpoint::route_of(const wire::HeaderFields& h) const {

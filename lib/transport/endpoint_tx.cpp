@@ -330,10 +330,24 @@ inline wire::HeaderFields& Endpoint::next_frame_header_st() {
   return h;
 }
 
-inline void Endpoint::queue_frame_st(const PeerState& ps, const std::byte* payload) {
-  net::TxFrame& f = tx_[tx_count_++];
+inline void Endpoint::queue_frame_st(PeerState& ps, const std::byte* payload) {
+  net::TxFrame& f = tx_[tx_count_];
   f.route = &ps.route;
   f.payload = payload;
+  if (auth_ != nullptr) {
+    // The MAC covers the header as it goes on the wire: encode it here once
+    // (the port encodes it again into the frame; 64 bytes, a few cycles).
+    f.header.flags |= wire::flags::kAuth;
+    wire::Header wire_header;
+    wire::encode(f.header, wire_header);
+    if (!auth_->sign_st(config_.sender_id, ps.spec.node_id, ps.auth_counter++,
+                        reinterpret_cast<const std::byte*>(&wire_header),
+                        {payload, f.header.payload_len}, f.auth)) {
+      drop(EndpointDrop::kAuthSignFailed);  // not sent: the loss machinery resends it
+      return;
+    }
+  }
+  ++tx_count_;
 }
 
 inline uint16_t Endpoint::stage_frames_st() {

@@ -99,6 +99,10 @@ struct Endpoint::PeerState final : SenderSink {
   uint32_t hint_count = 0;
   std::array<std::string, 5> errors;  // [SendStatus]
   EndpointPeerStats stats;
+  // With a job key: our next packet counter towards the peer, and the
+  // counters taken from it (auth.h).
+  uint64_t auth_counter = initial_auth_counter();
+  ReplayWindow replay;
 };
 
 }  // namespace mercury::transport

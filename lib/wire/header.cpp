@@ -86,7 +86,11 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   if (h.dtype > static_cast<uint8_t>(Dtype::kFloat32)) return Reject::kBadDtype;
   f.dtype = static_cast<Dtype>(h.dtype);
   f.payload_len = h.payload_len.get();
-  if (f.payload_len != packet.size() - kHeaderSize) return Reject::kPayloadMismatch;
+  // An authenticated packet has its AuthBlock between header and payload.
+  const size_t extra = (f.flags & flags::kAuth) != 0 ? kAuthSize : 0;
+  if (packet.size() < kHeaderSize + extra || f.payload_len != packet.size() - kHeaderSize - extra) {
+    return Reject::kPayloadMismatch;
+  }
   f.job_id = h.job_id.get();
   f.sender_id = h.sender_id.get();
   f.priority = h.priority;

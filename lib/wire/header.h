@@ -30,7 +30,7 @@
 namespace mercury::wire {
 
 /// Bumped whenever a field changes meaning or a packet type is added.
-inline constexpr uint8_t kVersion = 3;
+inline constexpr uint8_t kVersion = 4;
 /// UDP port used when a configuration does not name one.
 inline constexpr uint16_t kDefaultUdpPort = 47100;
 
@@ -69,8 +69,11 @@ inline constexpr uint16_t kDuplicate = 1u << 4;
 /// `offset` echoes that token. Its ACK covers everything the answering
 /// receiver had when it read the probe.
 inline constexpr uint16_t kAnswer = 1u << 5;
+/// The packet is authenticated (docs/security.md): an AuthBlock follows
+/// the header, before the payload, and payload_len does not count it.
+inline constexpr uint16_t kAuth = 1u << 6;
 inline constexpr uint16_t kKnown =
-    kAckValid | kRetransmit | kAckRequest | kSlice | kDuplicate | kAnswer;
+    kAckValid | kRetransmit | kAckRequest | kSlice | kDuplicate | kAnswer | kAuth;
 }  // namespace flags
 
 /// An aggregated chunk's (kAggData) `iteration` in the asynchronous modes
@@ -120,6 +123,19 @@ struct Header {
 
 inline constexpr size_t kHeaderSize = 64;
 static_assert(sizeof(Header) == kHeaderSize);
+
+/// What follows the header of a packet with flags::kAuth: the sender's
+/// packet counter towards this receiver (strictly increasing, across the
+/// sender's restarts too) and the AES-GMAC tag over the header, the counter
+/// and the payload (transport/auth.h; docs/security.md).
+#pragma pack(push, 1)
+struct AuthBlock {
+  be64 counter;
+  unsigned char tag[16];
+};
+#pragma pack(pop)
+inline constexpr size_t kAuthSize = 24;
+static_assert(sizeof(AuthBlock) == kAuthSize && alignof(AuthBlock) == 1);
 static_assert(offsetof(Header, type) == 1);
 static_assert(offsetof(Header, flags) == 2);
 static_assert(offsetof(Header, job_id) == 4);

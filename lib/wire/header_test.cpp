@@ -87,7 +87,8 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     auto p = packet_of(sample());
     EXPECT_EQ(decode(std::span(p).first(kHeaderSize - 1), out), Reject::kTruncated);
   }
-  for (uint8_t v : {0, 2, 4}) {  // 2: the previous wire version (56-byte header)
+  // 3: the previous wire version (no authentication block), 2: a 56-byte header.
+  for (uint8_t v : {0, 2, 3, 5}) {
     auto p = packet_of(sample());
     p[0] = std::byte{v};
     EXPECT_EQ(decode(p, out), Reject::kBadVersion) << int{v};
@@ -103,9 +104,9 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     EXPECT_EQ(decode(p, out), Reject::kBadFlags);
   }
   {
-    // Bit 6, the first reserved bit above kAnswer, is refused...
+    // Bit 7, the first reserved bit above kAuth, is refused...
     auto p = packet_of(sample());
-    p[3] = std::byte{0x40};
+    p[3] = std::byte{0x80};
     EXPECT_EQ(decode(p, out), Reject::kBadFlags);
     // ... and kSlice (bit 3) is known: the slice's offset and msg_len are
     // range-checked like any message's.

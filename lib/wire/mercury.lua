@@ -18,8 +18,10 @@
 -- preference changes it), in "Decode As...", and as a heuristic dissector on
 -- UDP so Mercury on other ports is recognised too.
 
-local VERSION = 3
+local VERSION = 4
 local HEADER_LEN = 64
+-- The AuthBlock after the header of an authenticated packet (flag 0x0040).
+local AUTH_LEN = 24
 local DEFAULT_PORT = 47100
 -- Elements shown one by one under the payload; the count is always shown.
 local MAX_FLOATS_SHOWN = 32
@@ -49,7 +51,8 @@ local FLAG_ACK_REQUEST = 0x0004
 local FLAG_SLICE = 0x0008
 local FLAG_DUPLICATE = 0x0010
 local FLAG_ANSWER = 0x0020
-local FLAGS_KNOWN = 0x003f
+local FLAG_AUTH = 0x0040
+local FLAGS_KNOWN = 0x007f
 
 local f = mercury.fields
 f.version = ProtoField.uint8("mercury.version", "Version", base.DEC)
@@ -67,8 +70,14 @@ f.flag_duplicate = ProtoField.bool("mercury.flags.duplicate", "Duplicate", 16, n
   FLAG_DUPLICATE, "the receiver got a packet and a resend of it since its last ACK: the resend was not needed")
 f.flag_answer = ProtoField.bool("mercury.flags.answer", "Answer", 16, nil,
   FLAG_ANSWER, "a pure ACK answering a retransmission-timer probe: offset echoes the probe's token")
+f.flag_auth = ProtoField.bool("mercury.flags.auth", "Authenticated", 16, nil,
+  FLAG_AUTH, "an authentication block (counter, AES-GMAC tag) follows the header")
 f.flag_unknown = ProtoField.uint16("mercury.flags.unknown", "Unknown flags", base.HEX, nil,
-  0xffc0)
+  0xff80)
+f.auth_counter = ProtoField.uint64("mercury.auth.counter", "Auth counter", base.DEC, nil, nil,
+  "the sender's packet counter towards this receiver (the MAC's nonce; replays are refused)")
+f.auth_tag = ProtoField.bytes("mercury.auth.tag", "Auth tag", base.NONE,
+  "AES-256-GMAC over the header, the counter and the payload")
 f.job_id = ProtoField.uint32("mercury.job_id", "Job ID", base.DEC)
 f.sender_id = ProtoField.uint16("mercury.sender_id", "Sender ID", base.DEC, nil, nil,
   "the sending node's index in the job file (not a worker rank)")
@@ -109,7 +118,7 @@ e.malformed = ProtoExpert.new("mercury.malformed", "Malformed Mercury header",
 local function reject_reason(tvb)
   local len = tvb:len()
   if len < HEADER_LEN then return "truncated", "fewer than 64 bytes" end
-  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not 3" end
+  if tvb(0, 1):uint() ~= VERSION then return "bad_version", "version is not " .. VERSION end
   local ptype = tvb(1, 1):uint()
   if type_names[ptype] == nil then return "bad_type", "unknown packet type" end
   if bit.band(tvb(2, 2):uint(), bit.bnot(FLAGS_KNOWN)) ~= 0 then
@@ -118,7 +127,9 @@ local function reject_reason(tvb)
   local dtype = tvb(11, 1):uint()
   if dtype_names[dtype] == nil then return "bad_dtype", "unknown data type" end
   local payload_len = tvb(44, 2):uint()
-  if payload_len ~= len - HEADER_LEN then
+  local extra = 0
+  if bit.band(tvb(2, 2):uint(), FLAG_AUTH) ~= 0 then extra = AUTH_LEN end
+  if len < HEADER_LEN + extra or payload_len ~= len - HEADER_LEN - extra then
     return "payload_mismatch", "payload_len disagrees with the bytes that follow"
   end
   if ptype == TYPE_ACK then
@@ -150,6 +161,7 @@ local function add_header(tree, tvb)
   flags_item:add(f.flag_slice, tvb(2, 2))
   flags_item:add(f.flag_duplicate, tvb(2, 2))
   flags_item:add(f.flag_answer, tvb(2, 2))
+  flags_item:add(f.flag_auth, tvb(2, 2))
   if bit.band(tvb(2, 2):uint(), bit.bnot(FLAGS_KNOWN)) ~= 0 then
     flags_item:add(f.flag_unknown, tvb(2, 2))
   end
@@ -171,17 +183,32 @@ local function add_header(tree, tvb)
   tree:add(f.credit, tvb(56, 2))
 end
 
+-- Where the payload starts: after the AuthBlock when there is one.
+local function payload_start(tvb)
+  if bit.band(tvb(2, 2):uint(), FLAG_AUTH) ~= 0 and tvb:len() >= HEADER_LEN + AUTH_LEN then
+    return HEADER_LEN + AUTH_LEN
+  end
+  return HEADER_LEN
+end
+
+local function add_auth(tree, tvb)
+  if payload_start(tvb) == HEADER_LEN then return end
+  tree:add(f.auth_counter, tvb(HEADER_LEN, 8))
+  tree:add(f.auth_tag, tvb(HEADER_LEN + 8, 16))
+end
+
 local function add_payload(tree, tvb)
-  local bytes = tvb:len() - HEADER_LEN
+  local start = payload_start(tvb)
+  local bytes = tvb:len() - start
   if bytes <= 0 then return end
-  local payload = tvb(HEADER_LEN, bytes)
+  local payload = tvb(start, bytes)
   local item = tree:add(f.payload, payload)
   if tvb(11, 1):uint() == DTYPE_FLOAT32 then
     local count = math.floor(bytes / 4)
     item:add(f.float_count, payload, count):set_generated()
     -- float32 elements are little-endian in the payload (header.h: Dtype).
     for i = 0, math.min(count, MAX_FLOATS_SHOWN) - 1 do
-      item:add_le(f.float_value, tvb(HEADER_LEN + 4 * i, 4))
+      item:add_le(f.float_value, tvb(start + 4 * i, 4))
     end
     if count > MAX_FLOATS_SHOWN then
       item:add(string.format("[%d more elements not shown]", count - MAX_FLOATS_SHOWN))
@@ -201,6 +228,7 @@ local function summary(tvb)
   end
   if bit.band(flags, FLAG_RETRANSMIT) ~= 0 then s = s .. " [retransmit]" end
   if bit.band(flags, FLAG_SLICE) ~= 0 then s = s .. " [slice]" end
+  if bit.band(flags, FLAG_AUTH) ~= 0 then s = s .. " [auth]" end
   return s
 end
 
@@ -212,6 +240,7 @@ function mercury.dissector(tvb, pinfo, tree)
   local reason, why = reject_reason(tvb)
   if len >= HEADER_LEN then
     add_header(subtree, tvb)
+    add_auth(subtree, tvb)
     add_payload(subtree, tvb)
     pinfo.cols.info = summary(tvb)
   else
@@ -225,14 +254,14 @@ function mercury.dissector(tvb, pinfo, tree)
   return len
 end
 
--- Recognises Mercury on any UDP port: version 3, a known type, and a
+-- Recognises Mercury on any UDP port: version 4, a known type, and a
 -- payload_len that matches the datagram exactly (so unrelated traffic is
 -- very unlikely to match).
 local function heuristic(tvb, pinfo, tree)
   if tvb:len() < HEADER_LEN then return false end
   if tvb(0, 1):uint() ~= VERSION then return false end
   if type_names[tvb(1, 1):uint()] == nil then return false end
-  if tvb(44, 2):uint() ~= tvb:len() - HEADER_LEN then return false end
+  if tvb(44, 2):uint() ~= tvb:len() - payload_start(tvb) then return false end
   mercury.dissector(tvb, pinfo, tree)
   return true
 end

@@ -183,7 +183,8 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   c.pulls.async = c.sync != config::Sync::kBsp;
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
-    c.servers.push_back(ServerSpec{{s->name, s->ipv4.value, s->udp_port, 0}, s->shards});
+    c.servers.push_back(ServerSpec{
+        {s->name, s->ipv4.value, s->udp_port, 0, static_cast<uint16_t>(s->index)}, s->shards});
   }
   if (c.servers.empty()) throw WorkerError(job.source + ": the job has no server");
   c.chunk_bytes = job.payload_bytes_per_packet();
