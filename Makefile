@@ -4,8 +4,9 @@ BUILD      ?= build
 FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 2000000
 FUZZ_SECONDS ?= 90
+FUZZ_LONG_RUNS ?= 1000000
 
-.PHONY: all deps build demo ps-demo stack-demo test bench eval eval-quick fuzz format clean
+.PHONY: all deps build demo ps-demo stack-demo test bench eval eval-quick fuzz fuzz-long format clean
 
 all: build
 
@@ -47,6 +48,11 @@ fuzz: deps
 	  -Dfuzz=true -Dtests=disabled -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 	@ninja -C $(FUZZ_BUILD) $$(cd $(FUZZ_BUILD) && meson introspect --targets | \
 	  /usr/bin/python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
+
+# Every fuzz target for FUZZ_LONG_RUNS inputs each (10^6 by default, no time cap; about
+# 20 minutes here): a line per target with the inputs run, the time and the corpus size.
+fuzz-long: fuzz
+	@/usr/bin/python3 .ci/fuzz_long.py $(FUZZ_BUILD) $(FUZZ_LONG_RUNS)
 
 # Both papers' experiments (docs/evaluation.md, about an hour here): regenerates the page,
 # its plots and its data; resumes an interrupted run (records in $(BUILD)/eval).

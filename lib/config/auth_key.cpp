@@ -38,7 +38,7 @@ std::shared_ptr<const AuthKey> read_auth_key(const std::string& path) {
   KeyFile f;
   f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(f.fd, &st) != 0) {
     throw std::runtime_error("cannot stat " + path + ": " + std::strerror(errno));
   }
@@ -64,8 +64,8 @@ std::shared_ptr<const AuthKey> read_auth_key(const std::string& path) {
                            " hex digits (openssl rand -hex 32)";
   if (len == sizeof f.text) throw std::runtime_error(rule + ", and is longer");
   size_t end = len;
-  while (end > 0 && (f.text[end - 1] == '\n' || f.text[end - 1] == '\r' ||
-                     f.text[end - 1] == ' ' || f.text[end - 1] == '\t')) {
+  while (end > 0 && (f.text[end - 1] == '\n' || f.text[end - 1] == '\r' || f.text[end - 1] == ' ' ||
+                     f.text[end - 1] == '\t')) {
     --end;
   }
   if (end != kDigits) {

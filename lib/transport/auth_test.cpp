@@ -174,7 +174,7 @@ TEST(ReplayWindow, TakesEachCounterOnceWithinTheWindow) {
   EXPECT_TRUE(w.take(1001));  // late, within the window: once
   EXPECT_FALSE(w.take(1001));
   EXPECT_EQ(w.top(), 1002u);
-  EXPECT_TRUE(w.take(1002 - 63));  // the oldest the window holds
+  EXPECT_TRUE(w.take(1002 - 63));   // the oldest the window holds
   EXPECT_FALSE(w.take(1002 - 64));  // older: refused as a replay
   EXPECT_TRUE(w.take(1002 + 64));   // a jump of a whole window forgets the rest
   EXPECT_FALSE(w.take(1002));
@@ -264,7 +264,8 @@ TEST(AuthEndpoint, ExactUnderLossDuplicationAndReorderingAndLinkDuplicatesAreRep
   // The link's duplicates carry a counter taken already: refused as replays
   // before the transport sees them, each one (none is lost after
   // duplication here, so the counts match exactly).
-  const uint64_t dup_to_b = l.a.counters().link_duplicated, dup_to_a = l.b.counters().link_duplicated;
+  const uint64_t dup_to_b = l.a.counters().link_duplicated,
+                 dup_to_a = l.b.counters().link_duplicated;
   EXPECT_GT(dup_to_b, 0u);
   EXPECT_EQ(drops(b, EndpointDrop::kAuthReplay), dup_to_b);
   EXPECT_EQ(drops(a, EndpointDrop::kAuthReplay), dup_to_a);
@@ -304,8 +305,8 @@ TEST(AuthEndpoint, ForgeriesAreRefusedAndCountedAndTheStreamGoesOn) {
     std::vector<std::byte> payload(genuine.begin() + at + wire::kAuthSize, genuine.end());
     payload[10] ^= std::byte{1};
     std::vector<std::byte> frame(genuine.size() + 64);
-    const size_t len = net::build_data_frame(frame, route_ab, h, payload,
-                                             net::ChecksumMode::kSoftware, &block);
+    const size_t len =
+        net::build_data_frame(frame, route_ab, h, payload, net::ChecksumMode::kSoftware, &block);
     frame.resize(len);
     ASSERT_TRUE(l.b.inject_st(frame));
   }
@@ -323,8 +324,8 @@ TEST(AuthEndpoint, ForgeriesAreRefusedAndCountedAndTheStreamGoesOn) {
     wire::AuthBlock block{};
     ASSERT_TRUE(stranger.sign_st(0, 1, initial_auth_counter(), hb.data(), {}, block));
     std::vector<std::byte> frame(256);
-    frame.resize(net::build_data_frame(frame, route_ab, h, {}, net::ChecksumMode::kSoftware,
-                                       &block));
+    frame.resize(
+        net::build_data_frame(frame, route_ab, h, {}, net::ChecksumMode::kSoftware, &block));
     ASSERT_TRUE(l.b.inject_st(frame));
     h.flags = wire::flags::kAckValid;
     frame.assign(256, std::byte{0});
@@ -344,9 +345,9 @@ TEST(AuthEndpoint, ForgeriesAreRefusedAndCountedAndTheStreamGoesOn) {
   for (uint32_t i = 0; i < more.size(); ++i) {
     MessageMeta meta;
     meta.block_key = 100 + i;
-    ASSERT_EQ(a.send(0, more[i].data(), static_cast<uint32_t>(more[i].size()), 0, meta,
-                     log2.done(i)),
-              SubmitStatus::kQueued);
+    ASSERT_EQ(
+        a.send(0, more[i].data(), static_cast<uint32_t>(more[i].size()), 0, meta, log2.done(i)),
+        SubmitStatus::kQueued);
   }
   ASSERT_TRUE(l.run({&a, &b}, [&] { return log2.ok.size() == more.size(); }));
   EXPECT_TRUE(log2.all_ok(more.size()));
@@ -361,8 +362,8 @@ TEST(AuthEndpoint, AnAuthenticRestartIsTakenAndTheOldIncarnationsPacketsAreNot) 
   Endpoint b(rec_b, keyed(5, 1, 0, peer_at("a", kAddrA), key), in_b, l.now);
   std::vector<std::byte> old_packet;
   {
-    auto a1 = std::make_unique<Endpoint>(l.a, keyed(3, 0, 1, peer_at("b", kAddrB), key), in_a,
-                                         l.now);
+    auto a1 =
+        std::make_unique<Endpoint>(l.a, keyed(3, 0, 1, peer_at("b", kAddrB), key), in_a, l.now);
     const auto msgs = bodies(2, 5'000);
     Log log;
     test::send_all(*a1, msgs, log);
@@ -376,9 +377,9 @@ TEST(AuthEndpoint, AnAuthenticRestartIsTakenAndTheOldIncarnationsPacketsAreNot) 
   for (uint32_t i = 0; i < again.size(); ++i) {
     MessageMeta meta;
     meta.block_key = 200 + i;
-    ASSERT_EQ(a2.send(0, again[i].data(), static_cast<uint32_t>(again[i].size()), 0, meta,
-                      log2.done(i)),
-              SubmitStatus::kQueued);
+    ASSERT_EQ(
+        a2.send(0, again[i].data(), static_cast<uint32_t>(again[i].size()), 0, meta, log2.done(i)),
+        SubmitStatus::kQueued);
   }
   ASSERT_TRUE(l.run({&a2, &b}, [&] { return log2.ok.size() == again.size(); }));
   EXPECT_TRUE(log2.all_ok(again.size()));

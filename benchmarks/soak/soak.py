@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""The soak benchmark: a parameter-server job run for a long time at 1 % loss, with
+every process's memory sampled.
+
+It runs ps-demo (one ps-server and four checking ps-workers over net_memif, the job
+of config/memif.yaml with ResNet-50's tensors) with the link emulator dropping 1 % of
+the frames each node sends (link.loss: 0.01) and, unless --no-auth, the authenticated
+data plane on (a key file made for the run). Calibration measures the round time
+(runs of 10 and 30 rounds); the soak then runs the rounds that fill
+--minutes (10 by default).
+Every --every seconds it samples each ps-server and ps-worker process's resident
+memory from /proc (VmRSS, split into anonymous, file and shared), and prints a line.
+At the end: the job's own verdict (every ps-worker checked every aggregate of every
+round, bit for bit, and ps-demo exits 0 only if all did), and per process the first
+sample after warm-up, the last, and the largest growth between them. It exits 1 if
+the job failed or any process's anonymous memory grew by more than --max-growth-kb
+(1024 by default) after warm-up. Samples go to a CSV (--csv).
+
+Usage: soak.py [--build build] [--minutes 10] [--every 30] [--csv soak.csv]
+"""
+import argparse
+import csv
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def job_file(directory, auth):
+    """config/memif.yaml with 1 % loss on every TX queue (and a key)."""
+    with open(os.path.join(ROOT, "config", "memif.yaml")) as f:
+        text = f.read()
+    extra = "link:\n  loss: 0.01\n  seed: 7\n\n"
+    if auth:
+        key = os.path.join(directory, "soak.key")
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+        text = text.replace("network:\n", "network:\n  auth_key_file: soak.key\n", 1)
+    text = text.replace("training:\n", extra + "training:\n", 1)
+    path = os.path.join(directory, "soak.yaml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def memory(pid):
+    """(VmRSS, RssAnon, RssFile, RssShmem) in kB, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = f.read()
+    except OSError:
+        return None
+    values = []
+    for key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+        m = re.search(rf"^{key}:\s+(\d+) kB", status, re.M)
+        values.append(int(m.group(1)) if m else 0)
+    return tuple(values)
+
+
+def job_processes(root_pid):
+    """{pid: name} of the ps-server and ps-worker processes under root_pid."""
+    parent = {}
+    names = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        parent[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+        names[int(entry)] = name
+    out = {}
+    for pid, name in names.items():
+        if not name.startswith(("ps-server", "ps-worker")):
+            continue
+        p = pid
+        while p > 1 and p != root_pid:
+            p = parent.get(p, 1)
+        if p == root_pid:
+            out[pid] = name
+    return out
+
+
+def run(ps_demo, job, rounds, log):
+    return subprocess.Popen([ps_demo, "--config", job, "--rounds", str(rounds)],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--minutes", type=float, default=10)
+    ap.add_argument("--every", type=float, default=30)
+    ap.add_argument("--warmup", type=float, default=60, help="seconds before the reference sample")
+    ap.add_argument("--max-growth-kb", type=int, default=1024)
+    ap.add_argument("--no-auth", action="store_true")
+    ap.add_argument("--csv", default="soak.csv")
+    a = ap.parse_args()
+    ps_demo = os.path.join(a.build, "apps", "ps-demo")
+    if not os.access(ps_demo, os.X_OK):
+        sys.exit(f"soak: {ps_demo} is not built (make build)")
+    with tempfile.TemporaryDirectory(prefix="mercury-soak-") as tmp:
+        job = job_file(tmp, not a.no_auth)
+        log_path = os.path.join(tmp, "ps-demo.log")
+        # Two calibration runs, 10 and 30 rounds: their difference is 20 rounds
+        # without the start-up.
+        took = []
+        for n in (10, 30):
+            start = time.monotonic()
+            with open(log_path, "w") as log:
+                rc = run(ps_demo, job, n, log).wait()
+            if rc != 0:
+                sys.stderr.write(open(log_path).read()[-3000:])
+                sys.exit(f"soak: the {n}-round calibration failed (exit {rc})")
+            took.append(time.monotonic() - start)
+        per_round = max((took[1] - took[0]) / 20, 1e-3)
+        startup = max(took[0] - 10 * per_round, 0)
+        rounds = max(20, int((a.minutes * 60 - startup) / per_round))
+        print(f"soak: 1 % loss, {'authenticated' if not a.no_auth else 'no key'}, "
+              f"{rounds} rounds of ResNet-50 (calibration: {per_round:.3f} s a round, "
+              f"{startup:.0f} s to start), a sample every {a.every:.0f} s", flush=True)
+        samples = []  # (t, pid, name, rss, anon, file, shmem)
+        with open(log_path, "w") as log:
+            p = run(ps_demo, job, rounds, log)
+            t0 = time.monotonic()
+            next_sample = t0 + 5
+            while p.poll() is None:
+                now = time.monotonic()
+                if now >= next_sample:
+                    procs = job_processes(p.pid)
+                    line = []
+                    for pid, name in sorted(procs.items(), key=lambda x: x[1]):
+                        m = memory(pid)
+                        if m is None:
+                            continue
+                        samples.append((now - t0, pid, name) + m)
+                        line.append(f"{name}:{m[0] // 1024}M/{m[1]}k")
+                    print(f"  {now - t0:6.0f} s  " + "  ".join(line), flush=True)
+                    next_sample += a.every
+                time.sleep(0.5)
+            rc = p.returncode
+        tail = open(log_path).read()
+    with open(a.csv, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["seconds", "pid", "process", "rss_kb", "anon_kb", "file_kb", "shmem_kb"])
+        w.writerows((f"{s[0]:.1f}",) + s[1:] for s in samples)
+    print(f"soak: ps-demo exited {rc} after {time.monotonic() - t0:.0f} s; samples in {a.csv}")
+    worst = 0
+    by_pid = {}
+    for s in samples:
+        by_pid.setdefault((s[1], s[2]), []).append(s)
+    print(f"{'process':<12} {'samples':>7} {'rss at warm-up':>15} {'rss last':>9} "
+          f"{'anon growth kB':>15}")
+    for (pid, name), ss in sorted(by_pid.items(), key=lambda x: x[0][1]):
+        warm = [s for s in ss if s[0] >= a.warmup] or ss[-1:]
+        growth = max(s[4] for s in warm) - warm[0][4]
+        worst = max(worst, growth)
+        print(f"{name:<12} {len(ss):>7} {warm[0][3]:>12} kB {ss[-1][3]:>6} kB {growth:>15}")
+    if rc != 0:
+        sys.stderr.write(tail[-3000:])
+        print("soak: FAILED, the job did not complete exact")
+        return 1
+    if worst > a.max_growth_kb:
+        print(f"soak: FAILED, anonymous memory grew by {worst} kB after warm-up "
+              f"(limit {a.max_growth_kb})")
+        return 1
+    print(f"soak: ok, the job ran exact and no process's anonymous memory grew by more than "
+          f"{worst} kB after warm-up")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
