@@ -82,22 +82,20 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
       ++counters_.declares_refused;
       reply_refused(rank, refusal_);
       return;
-    case NodeState::kRunning: {
-      // A repeat (the worker restarted its control exchange): the same list
-      // is answered again; another list cannot join a running job.
-      const std::string diff =
-          job_tensors_ ? agg::first_difference(*job_tensors_, m.tensors) : std::string();
-      if (!diff.empty()) {
-        ++counters_.declares_refused;
-        reply_refused(rank, "server: rank " + std::to_string(rank) +
-                                " declared a different tensor list after the job started (the "
-                                "job's vs its new one): " +
-                                diff);
+    case NodeState::kRunning:
+      ++counters_.declares_refused;
+      if (has_left(rank)) {
+        // Its job is over; the others may still be finishing their last
+        // round, which needs nothing from it: only the newcomer is refused.
+        reply_refused(rank, "server: worker " + names_[rank] + " (rank " + std::to_string(rank) +
+                                ") left this job; a job cannot take a rank back: start the job "
+                                "again");
         return;
       }
-      reply_ready(rank);
+      // A worker declares once per process: this is a new incarnation whose
+      // transport restart went unseen. It holds none of the job's state.
+      end_restarted(rank, "declared again", now);
       return;
-    }
     case NodeState::kWaiting:
       // The latest list from a rank counts (a worker restarted before the
       // job started may have changed it); the answer comes when all are in.
@@ -135,7 +133,6 @@ void ControlPlane::start(Tick now) {
     return;
   }
   placement_ = &*owned_placement_;
-  job_tensors_ = *declared_[0];
   enter(NodeState::kRunning, now);
   for (uint32_t r = 0; r < workers(); ++r) reply_ready(static_cast<uint16_t>(r));
 }
@@ -146,6 +143,32 @@ void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
   refuse_all("worker " + names_[rank] + " (rank " + std::to_string(rank) +
                  ") stopped answering and its transport gave up on it "
                  "(network.peer_timeout_ms): the job cannot continue without its gradients",
+             false, now);
+}
+
+void ControlPlane::on_worker_restarted_st(uint16_t rank, Tick now) {
+  if (rank >= workers()) return;
+  if (state_ == NodeState::kWaiting) {
+    declared_[rank].reset();  // the old process's declare: the new one declares again
+    return;
+  }
+  // A rank that left is done with the job; its new process is refused when
+  // it declares (on_declare).
+  if (state_ != NodeState::kRunning || has_left(rank)) return;
+  end_restarted(rank, "new epoch", now);
+}
+
+void ControlPlane::end_restarted(uint16_t rank, const char* how, Tick now) {
+  // The new process has no version and no round of the job: under BSP the
+  // server would have to send it every parameter and let it into the
+  // current round. Not done: the job ends for every rank, the new
+  // incarnation included, as for a lost worker. The text is short enough
+  // for a worker's handle (191 bytes) behind "server NAME (IP:PORT) stopped
+  // the job: ".
+  ++counters_.workers_restarted;
+  refuse_all("worker " + names_[rank] + " (rank " + std::to_string(rank) +
+                 ") restarted mid-job (a new incarnation, " + how +
+                 "); a job cannot take a rank back: start the job again",
              false, now);
 }
 

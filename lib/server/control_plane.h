@@ -15,18 +15,23 @@
 //    names the rank and the first difference), a placement that cannot be
 //    computed or a Starter that fails refuse the job: every rank is answered
 //    kRefused with the reason.
-//  * kRunning: a repeated declare of the job's list is answered kReady
-//    again; another list is refused (to that rank only). A worker the
-//    transport declared dead ends the job for every rank (kRefused naming
-//    it, counted as workers_lost): under BSP the others would wait for its
-//    gradients for ever.
+//  * kRunning: a worker the transport declared dead ends the job for every
+//    rank (kRefused naming it, counted as workers_lost): under BSP the
+//    others would wait for its gradients for ever. So does a worker that
+//    restarted (a new incarnation: its transport came back with a new
+//    epoch, or it declared again; counted as workers_restarted), in every
+//    sync mode: its new process holds none of the job's state (no version,
+//    no round), and a job does not take a rank back. Every rank, the new
+//    incarnation included, is answered kRefused naming it.
 //    A rank's kLeave (it stops; the node sends it nothing more) marks it
 //    left; once every rank has left the state is kFinished. Under BSP a rank
 //    that left is needed by every later round, so a push from any rank after
 //    a leave (on_push_after_leave_st) ends the job for every rank (kRefused
 //    naming both: they ran different numbers of rounds).
-//  * kWaiting, kLeave: the rank's declare is withdrawn (the job waits for it
-//    again).
+//  * kWaiting, kLeave or a restart: the rank's declare is withdrawn (the job
+//    waits for its new declare).
+//  * kRunning, a declare from a rank that left: refused to that rank only
+//    (the others may still be finishing their last round).
 //  * kRefused: every later declare is answered kRefused with the reason.
 //  * kFinished: every rank left; declares are refused (the job is done).
 //  * kStopped: the node stopped (its shard cores are gone); declares get no
@@ -100,6 +105,12 @@ class ControlPlane {
   /// rank. Otherwise nothing changes (a worker that has not declared yet
   /// holds up no gradient).
   void on_worker_lost_st(uint16_t rank, Tick now);
+  /// The transport saw `rank` come back with a new epoch (its process
+  /// restarted). While running (and it has not left), the job ends for
+  /// every rank, the new incarnation included; while waiting, its declare
+  /// is withdrawn (the new incarnation declares again). Otherwise nothing
+  /// changes.
+  void on_worker_restarted_st(uint16_t rank, Tick now);
   /// While running, a push (a gradient packet) arrived from `rank` after
   /// another rank had left: the job ends for every rank (kRefused). Under
   /// BSP such a push can never be aggregated: the rank that left was done
@@ -129,6 +140,7 @@ class ControlPlane {
   void on_declare(uint16_t rank, agg::ControlMessage& m, Tick now);
   ControlVerdict on_barrier(uint16_t rank, const agg::ControlMessage& m);
   void on_leave(uint16_t rank, Tick now);
+  void end_restarted(uint16_t rank, const char* how, Tick now);
   bool sender_is(uint16_t rank, uint32_t claimed, const char* what);
   void start(Tick now);
   void refuse_all(std::string why, bool answering_declares, Tick now);
@@ -148,11 +160,10 @@ class ControlPlane {
   std::optional<agg::Placement> owned_placement_;
   const agg::Placement* placement_ = nullptr;
   std::vector<std::optional<std::vector<agg::TensorDecl>>> declared_;  // per rank
-  std::optional<std::vector<agg::TensorDecl>> job_tensors_;  // the list the placement came from
-  std::map<uint64_t, uint64_t> barrier_arrived_;             // incomplete generation -> rank bitmap
-  uint64_t barrier_floor_ = 0;                               // every generation below is complete
-  uint64_t left_ = 0;                                        // bit r: rank r left while running
-  std::set<uint64_t> barrier_completed_;                     // complete generations >= the floor
+  std::map<uint64_t, uint64_t> barrier_arrived_;  // incomplete generation -> rank bitmap
+  uint64_t barrier_floor_ = 0;                    // every generation below is complete
+  uint64_t left_ = 0;                             // bit r: rank r left while running
+  std::set<uint64_t> barrier_completed_;          // complete generations >= the floor
   std::vector<ControlReply> replies_;
   ControlCounters counters_;
 };

@@ -367,32 +367,92 @@ TEST(ControlPlane, ALeaveBeforeTheStartWithdrawsTheDeclareAndAWrongRankIsRefused
             (std::vector<std::pair<uint16_t, ControlKind>>{{1, ControlKind::kRefused}}));
 }
 
-TEST(ControlPlane, ARunningJobAnswersARepeatedDeclareReadyAndRefusesAnotherList) {
-  Plane p(2);
-  p.declare_all(2, 1);
+// A worker whose process restarted comes back with a new transport epoch
+// (the node reports it) and none of the job's state: the job ends for
+// every rank, the new incarnation included, as for a lost worker.
+TEST(ControlPlane, ARestartedWorkerEndsTheJobForEveryRank) {
+  Plane p(3);
+  // Before the job runs, a restart withdraws the rank's declare: the job
+  // waits for the new incarnation's, whatever the others do.
+  p.cp.on_message_st(0, declare(0), 10);
+  p.cp.on_message_st(2, declare(2), 11);
+  p.cp.on_worker_restarted_st(2, 12);
+  p.cp.on_message_st(1, declare(1), 13);
+  EXPECT_EQ(p.cp.state(), NodeState::kWaiting);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  p.cp.on_message_st(2, declare(2), 14);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.counters().workers_restarted, 0u);
   p.cp.take_replies_st();
-  p.cp.on_message_st(1, declare(1), 2);
+
+  p.cp.on_worker_restarted_st(1, 5000);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.since(), 5000u);
+  EXPECT_EQ(p.cp.counters().workers_restarted, 1u);
+  EXPECT_EQ(p.cp.counters().workers_lost, 0u);
+  const std::string why = p.cp.refusal();
+  EXPECT_EQ(why,
+            "worker w1 (rank 1) restarted mid-job (a new incarnation, new epoch); a job cannot "
+            "take a rank back: start the job again");
+  // Every rank hears it: the others' calls fail with it, and the new
+  // incarnation's start does.
+  const std::vector<ControlReply> replies = p.cp.take_replies_st();
+  ASSERT_EQ(replies.size(), 3u);
+  for (uint16_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(replies[r].rank, r);
+    EXPECT_EQ(replies[r].message.kind, ControlKind::kRefused);
+    EXPECT_EQ(replies[r].message.text, why);
+  }
+  // The new incarnation's declare (or anyone's) gets the same answer;
+  // nothing else changes the refused job.
+  p.cp.on_message_st(1, declare(1), 5001);
   std::vector<ControlReply> r = p.cp.take_replies_st();
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].rank, 1);
-  EXPECT_EQ(r[0].message.kind, ControlKind::kReady);
-  EXPECT_EQ(r[0].message.fingerprint, p.cp.placement()->fingerprint());
+  EXPECT_EQ(r[0].message.text, why);
+  p.cp.on_worker_restarted_st(0, 5002);
+  p.cp.on_worker_lost_st(2, 5003);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.refusal(), why);
+  EXPECT_EQ(p.cp.counters().workers_restarted + p.cp.counters().workers_lost, 1u);
+}
 
-  std::vector<TensorDecl> other = model();
-  other.pop_back();
-  p.cp.on_message_st(0, declare(0, other), 3);
-  r = p.cp.take_replies_st();
+// A declare from a rank of the running job is a new incarnation too (a
+// worker declares once per process): the job ends for every rank. A rank
+// that left is done with the job: its new declare is refused to it alone.
+TEST(ControlPlane, ADeclareInTheRunningJobEndsItUnlessItsRankLeft) {
+  Plane p(3);
+  p.declare_all(3, 1);
+  p.cp.take_replies_st();
+  p.cp.on_message_st(2, leave(2), 2);
+  p.cp.on_worker_restarted_st(2, 3);  // it left: nothing
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  p.cp.on_message_st(2, declare(2), 4);
+  std::vector<ControlReply> r = p.cp.take_replies_st();
   ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].rank, 0);
+  EXPECT_EQ(r[0].rank, 2);
   EXPECT_EQ(r[0].message.kind, ControlKind::kRefused);
   EXPECT_EQ(r[0].message.text,
-            "server: rank 0 declared a different tensor list after the job started (the job's "
-            "vs its new one): one side declares 3 tensors, the other 2");
-  // The job runs on for everyone.
-  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+            "server: worker w2 (rank 2) left this job; a job cannot take a rank back: start the "
+            "job again");
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);  // the others finish their rounds
+
+  p.cp.on_message_st(0, declare(0), 5);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  const std::string why = p.cp.refusal();
+  EXPECT_EQ(why,
+            "worker w0 (rank 0) restarted mid-job (a new incarnation, declared again); a job "
+            "cannot take a rank back: start the job again");
+  r = p.cp.take_replies_st();
+  ASSERT_EQ(r.size(), 3u);
+  for (const ControlReply& reply : r) {
+    EXPECT_EQ(reply.message.kind, ControlKind::kRefused);
+    EXPECT_EQ(reply.message.text, why);
+  }
   EXPECT_EQ(p.starts, 1);
   EXPECT_EQ(p.cp.counters().declares_repeated, 2u);
-  EXPECT_EQ(p.cp.counters().declares_refused, 1u);
+  EXPECT_EQ(p.cp.counters().declares_refused, 2u);
+  EXPECT_EQ(p.cp.counters().workers_restarted, 1u);
 }
 
 TEST(ControlPlane, StoppingARunningJobSilencesDeclares) {

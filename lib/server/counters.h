@@ -82,6 +82,7 @@ struct ShardCounters {
   X(barriers_completed, "generations every rank reached")                               \
   X(replies, "answers the control plane produced (each queued, or a reply_not_queued)") \
   X(workers_lost, "ranks the transport declared dead while running")                    \
+  X(workers_restarted, "jobs ended by a rank that restarted while running")             \
   X(leaves, "kLeave messages taken (a worker stopping)")                                \
   X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")
 

@@ -5,6 +5,7 @@
 #include <rte_mempool.h>
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 #include <string>
 
@@ -35,6 +36,7 @@ class ServerNode::PortReceiver final : public transport::PacketReceiver,
   void on_message_abandoned(uint16_t, uint32_t, std::byte* buffer) override {
     node_.control_abandoned(buffer);
   }
+  void on_peer_restarted(uint16_t peer) override { node_.on_worker_restarted_st(ranks_[peer]); }
 
  private:
   ServerNode& node_;
@@ -428,6 +430,7 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
     work += endpoints_[p]->poll_st(now, receive);
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
   }
+  if (restarted_ != 0) handle_restarts_st();
   if (push_after_leave_ != 0 && running_) {
     control_->on_push_after_leave_st(static_cast<uint16_t>(push_after_leave_ - 1), now_);
     push_after_leave_ = 0;
@@ -439,6 +442,17 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
     if (running_ && now >= heartbeat_at_) send_heartbeats_st();
   }
   return work;
+}
+
+void ServerNode::handle_restarts_st() {
+  // Lowest rank first; each one's answers are queued before the next.
+  while (restarted_ != 0) {
+    const auto rank = static_cast<uint16_t>(std::countr_zero(restarted_));
+    restarted_ &= restarted_ - 1;
+    control_->on_worker_restarted_st(rank, now_);
+  }
+  sync_state();
+  send_replies();
 }
 
 void ServerNode::send_heartbeats_st() {
@@ -529,6 +543,9 @@ void ServerNode::control_complete(uint16_t rank, std::byte* buffer, uint32_t len
   if (it == inbox_.end()) return;
   const std::unique_ptr<std::byte[]> owned = std::move(it->second);
   inbox_.erase(it);
+  // A restart the endpoint saw before this message (perhaps on its very
+  // packet) comes first: the message may be the new incarnation's declare.
+  if (restarted_ != 0) handle_restarts_st();
   // What arrived is acknowledged before the message is handled, in order
   // with the packets around it: the job's start builds the shards on this
   // core for a few hundred milliseconds, and the workers would resend

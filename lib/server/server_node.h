@@ -294,6 +294,12 @@ class ServerNode {
   void control_complete(uint16_t rank, std::byte* buffer, uint32_t len);
   void control_abandoned(std::byte* buffer);
   void check_liveness_st();
+  // A worker's transport came back with a new epoch (its process restarted):
+  // noted here on the datapath (a bit, nothing else), handed to the control
+  // plane by handle_restarts_st() after the endpoints' pass, or before the
+  // next control message, whichever comes first.
+  void on_worker_restarted_st(uint16_t rank) { restarted_ |= uint64_t{1} << rank; }
+  void handle_restarts_st();
   // Every transport::keepalive_interval() while the job runs: a reliable kHeartbeat to every
   // worker, so that a worker that dies while nothing is outstanding towards
   // it is still named by the transport's liveness (agg/control.h).
@@ -320,6 +326,8 @@ class ServerNode {
   const agg::Placement* placement_ = nullptr;
   // A push came after a leave: rank + 1 (0: none), ended by the slow path.
   uint32_t push_after_leave_ = 0;
+  uint64_t restarted_ = 0;  // bit r: rank r restarted, not yet handed to the control plane
+  static_assert(agg::kMaxWorkers <= 64, "restarted_ holds a bit per rank");
 
   std::vector<net::Interface*> ifaces_;
   std::vector<std::unique_ptr<PortReceiver>> receivers_;

@@ -6,11 +6,12 @@
 // every rank has arrived. Also: several workers behind one server port (one
 // endpoint, a peer per worker), two server nodes each running their own
 // shards, a worker whose job file gives it the wrong rank (refused; the job
-// waits for it to restart right), a worker that dies. The repeats and
-// mistakes no honest worker makes (a barrier sent twice, generations out of
-// order, a declare repeated once running, gradients to the wrong server, a
-// priority that is no scheduler level) come from a RawPeer rank. Everything
-// runs on this thread, shards inline.
+// waits for it to restart right), a worker that dies, one that dies and
+// comes straight back (a new transport epoch: the job ends). The repeats
+// and mistakes no honest worker makes (a barrier sent twice, generations
+// out of order, a declare repeated once running, gradients to the wrong
+// server, a priority that is no scheduler level) come from a RawPeer rank.
+// Everything runs on this thread, shards inline.
 #include <gtest/gtest.h>
 
 #include "pmd_env.h"
@@ -157,15 +158,32 @@ TEST(PsControl, BarrierRepeatsAndGenerationsOutOfOrder) {
   for (const Handle& h : g1) EXPECT_TRUE(h.ok()) << h.error();
   ASSERT_TRUE(job.poll_until([&] { return raw_got(agg::ControlKind::kBarrierDone, 1); }));
 
-  // A declare repeated once running is answered ready again.
+  // A declare repeated once running can only come from a new process of
+  // rank 3 (a worker declares once per process): the job ends for every
+  // rank, naming it.
   const size_t before = raw.control().size();
   raw.declare();
   ASSERT_TRUE(job.poll_until([&] { return raw.control().size() == before + 1; }));
-  EXPECT_EQ(raw.control().back().kind, agg::ControlKind::kReady);
+  const std::string why =
+      "worker w3 (rank 3) restarted mid-job (a new incarnation, declared again); a job cannot "
+      "take a rank back: start the job again";
+  EXPECT_EQ(raw.control().back().kind, agg::ControlKind::kRefused);
+  EXPECT_EQ(raw.control().back().text, why);
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
+  std::vector<Handle> later;
+  for (uint32_t w = 0; w < 3; ++w) later.push_back(job.worker(w).api().barrier_async());
+  ASSERT_TRUE(job.wait(later, 5));
+  for (const Handle& h : later) {
+    EXPECT_FALSE(h.ok());
+    EXPECT_NE(std::string(h.error()).find(") stopped the job: " + why), std::string::npos)
+        << h.error();
+  }
 
   const server::ServerCounters c = job.server().counters_st();
   EXPECT_EQ(c.control.declares, 5u);
   EXPECT_EQ(c.control.declares_repeated, 1u);
+  EXPECT_EQ(c.control.declares_refused, 1u);
+  EXPECT_EQ(c.control.workers_restarted, 1u);
   EXPECT_EQ(c.control.barriers, 14u);
   EXPECT_EQ(c.control.barriers_repeated, 2u);
   EXPECT_EQ(c.control.barriers_completed, 3u);
@@ -291,6 +309,80 @@ TEST(PsControl, ALostWorkerEndsTheJobForEveryRank) {
   EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
   EXPECT_EQ(job.server().counters_st().control.workers_lost, 1u);
   EXPECT_EQ(job.server().counters_st().control.declares_refused, 0u);
+}
+
+// A worker whose process dies mid-job and comes straight back, long before
+// the server's liveness check would name it (peer timeout 20 s here): the
+// new process has the same rank, port and job file and a new transport
+// epoch, which the server's endpoint sees on its first packet. A job does
+// not take a rank back: the server ends it for every rank, naming the
+// restart. The others' pending push_pulls fail with the server's text, and
+// so do their later calls; the new process's start fails with it instead of
+// waiting for a version 0 that would never come. Within a second of the
+// restart.
+TEST(PsControl, ARestartedWorkerEndsTheJobForEveryRank) {
+  Job job(JobOptions{});
+  std::vector<std::vector<float>> reference = job.start();
+  std::mt19937 rng(7);
+  ASSERT_EQ(job.round(0, reference, rng), "");
+  // Worker 3 dies between rounds (nothing polls it any more); the others
+  // start round 1, which waits for its gradients.
+  job.silence(3);
+  std::vector<std::vector<Handle>> rounds(3);
+  for (uint32_t w = 0; w < 3; ++w) rounds[w] = job.worker(w).push_pull_all();
+  idle(job, 0.2);
+  for (const auto& hs : rounds) EXPECT_TRUE(none_ready(hs));
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
+
+  // Its process comes back: the same rank on the same port, a new epoch.
+  pstest::TestWorker again(job.decls(), job.link(3).b(), job.worker_config(3));
+  again.polled().set_beside([&](transport::Tick now) { job.poll_others(3, now); });
+  const Handle start = again.start();
+  const uint64_t t0 = rte_rdtsc();
+  ASSERT_TRUE(job.poll_until(
+      [&] {
+        again.polled().poll_st(rte_rdtsc());
+        if (!start.ready()) return false;
+        for (const auto& hs : rounds) {
+          for (const Handle& h : hs) {
+            if (!h.ready()) return false;
+          }
+        }
+        return true;
+      },
+      5.0));
+  const double seconds =
+      static_cast<double>(rte_rdtsc() - t0) / static_cast<double>(rte_get_tsc_hz());
+  EXPECT_LT(seconds, 1.0);
+
+  const std::string why =
+      "worker w3 (rank 3) restarted mid-job (a new incarnation, new epoch); a job cannot take a "
+      "rank back: start the job again";
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
+  EXPECT_EQ(job.server().refusal_st(), why);
+  EXPECT_FALSE(start.ok());
+  const std::string failure = again.failure();
+  EXPECT_EQ(failure.rfind("start: server ps0 (", 0), 0u) << failure;
+  EXPECT_NE(failure.find(") refused the declarations: " + why), std::string::npos) << failure;
+  auto stopped = [&](const Handle& h) {
+    EXPECT_FALSE(h.ok());
+    const std::string error(h.error());
+    EXPECT_EQ(error.rfind("server ps0 (", 0), 0u) << error;
+    EXPECT_NE(error.find(") stopped the job: " + why), std::string::npos) << error;
+  };
+  for (const auto& hs : rounds) {
+    for (const Handle& h : hs) stopped(h);
+  }
+  // Later calls fail with the same text.
+  std::vector<Handle> later;
+  for (uint32_t w = 0; w < 3; ++w) later.push_back(job.worker(w).api().barrier_async());
+  ASSERT_TRUE(job.wait(later, 5));
+  for (const Handle& h : later) stopped(h);
+
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.control.workers_restarted, 1u);
+  EXPECT_EQ(c.control.workers_lost, 0u);
+  EXPECT_EQ(job.server().peer_totals_st().rx.peer_restarts, 1u);
 }
 
 // A worker that stops says so (kLeave) and waits for the acknowledgement:
