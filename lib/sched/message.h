@@ -82,6 +82,9 @@ struct alignas(64) Message {
   uint32_t parts_acked_ = 0;             ///< partition mode: partitions whose credit returned
   uint32_t rtx_queued_ = 0;              ///< retransmissions of it still queued
   uint8_t state_ = 0;                    ///< PortScheduler::MsgState
+  /// A 0-byte message: its one (empty) packet was acknowledged or failed.
+  /// acked_ >= len says nothing for it, as 0 >= 0 before any ack.
+  uint8_t empty_acked_ = 0;
   // Touched only by MessagePool; atomic because a stale pop may read it while
   // its owner rewrites it (the tag check then rejects that pop).
   std::atomic<uint32_t> pool_next_{0};

@@ -92,6 +92,7 @@ void PortScheduler::check_consumer() const {
 bool PortScheduler::on_acked_st(Message* msg, uint32_t bytes) {
   check_consumer();
   msg->acked_ = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{msg->acked_} + bytes, msg->len));
+  if (msg->len == 0) msg->empty_acked_ = 1;  // the ack (or failure) of its one empty packet
   if (config_.mode == Mode::kPartition) {
     // A partition's credit returns when its last byte is acknowledged, as
     // ByteScheduler returns credit when a partition's push completes. Acks
@@ -103,7 +104,7 @@ bool PortScheduler::on_acked_st(Message* msg, uint32_t bytes) {
       ++msg->parts_acked_;
     }
   }
-  if (msg->state_ == kCarved && msg->acked_ >= msg->len) return try_release(msg);
+  if (msg->state_ == kCarved && all_acked(*msg)) return try_release(msg);
   return false;
 }
 

@@ -272,6 +272,11 @@ class PortScheduler {
   // port_scheduler.cpp.
   void check_consumer() const;
   bool try_release(Message* msg);
+  /// Every byte of msg acknowledged (or failed); for a 0-byte message, its
+  /// empty packet.
+  static bool all_acked(const Message& msg) {
+    return msg.len == 0 ? msg.empty_acked_ != 0 : msg.acked_ >= msg.len;
+  }
   // port_scheduler_queue.cpp.
   unsigned tx_level(const Message& msg) const;
   bool take_retransmit(const Pick& pick, Slice& out);

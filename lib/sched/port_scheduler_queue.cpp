@@ -64,6 +64,7 @@ size_t PortScheduler::drain_ingress_st() {
     fifo = msg->next_;
     msg->carved_ = 0;
     msg->acked_ = 0;
+    msg->empty_acked_ = 0;
     msg->parts_started_ = 0;
     msg->parts_ready_ = 0;
     msg->parts_sent_ = 0;
@@ -108,7 +109,7 @@ bool PortScheduler::take_retransmit(const Pick& pick, Slice& out) {
   tx_.commit(pick);
   Message* msg = slice.msg;
   --msg->rtx_queued_;
-  if (msg->state_ == kCarved && msg->acked_ >= msg->len) {
+  if (msg->state_ == kCarved && all_acked(*msg)) {
     // Acked while the resend waited (a spurious timeout): drop it, and
     // complete the message if this was the last thing holding it.
     ++stats_.retransmit_skipped;

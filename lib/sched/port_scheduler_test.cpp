@@ -329,6 +329,28 @@ TEST_F(SchedTest, ZeroLengthMessageIsOneEmptySlice) {
   EXPECT_EQ(done_.cookies.size(), 1u);
 }
 
+// A 0-byte message whose empty packet was lost: its resend goes out, and it
+// completes only when that is acknowledged. (0 >= 0 bytes acked once made the
+// resend look acked already: the scheduler dropped it and completed the
+// message, delivered to nobody, and the transport later resent the lost
+// packet under whatever message reused the descriptor. Found by
+// fuzz_endpoint.)
+TEST_F(SchedTest, ALostZeroLengthMessageIsResentAndCompletesOnlyWhenAcked) {
+  build(strict());
+  Message* m = submit(2, 3, 0, 11);
+  s().drain_ingress_st();
+  const Slice sl = next();
+  ASSERT_EQ(sl.len, 0u);
+  ASSERT_TRUE(s().requeue_st(sl));  // its packet was lost
+  const Slice again = next();       // the resend is served, not skipped
+  EXPECT_EQ(again.msg, m);
+  EXPECT_TRUE(again.retransmit);
+  EXPECT_EQ(s().stats_st().retransmit_skipped, 0u);
+  EXPECT_TRUE(done_.cookies.empty());
+  EXPECT_TRUE(s().on_acked_st(m, 0));  // the resend's ack
+  EXPECT_EQ(done_.cookies, std::vector<uint64_t>{11});
+}
+
 TEST_F(SchedTest, AckWhileResendQueuedDropsTheResendThenReleases) {
   build(strict());
   Message* m = submit(0, 1, kPayload, 9);

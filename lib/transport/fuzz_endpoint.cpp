@@ -10,6 +10,7 @@
 // completes at most once; no buffer is lost; and with a key, every message b
 // completes is one a sent, byte for byte (nothing forged or altered gets
 // through the MAC).
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -24,9 +25,14 @@ using namespace mercury::transport;
 
 namespace {
 
-void check(bool ok) {
-  if (!ok) std::abort();
-}
+// A failed check names its line before aborting (libFuzzer then saves the input).
+#define check(ok)                                                                         \
+  do {                                                                                    \
+    if (!(ok)) {                                                                          \
+      std::fprintf(stderr, "fuzz_endpoint: check failed: %s (line %d)\n", #ok, __LINE__); \
+      std::abort();                                                                       \
+    }                                                                                     \
+  } while (0)
 
 struct Input {
   const uint8_t* p;
