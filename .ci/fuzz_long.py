@@ -7,7 +7,7 @@ runs the target with the test's own arguments (seed, corpus, seeds, limits) plus
 per second, and the corpus it ended with. libFuzzer stops at the first crash, leak,
 timeout or failed check and writes the input to crash-*/timeout-* in the working
 directory (the fuzz build's): the line then says so and the exit status is 1.
-Usage: fuzz_long.py FUZZ_BUILD_DIR RUNS
+Usage: fuzz_long.py FUZZ_BUILD_DIR RUNS [TARGET ...]   (no TARGET: every one)
 """
 import json
 import re
@@ -15,10 +15,12 @@ import subprocess
 import sys
 import time
 
-build, runs = sys.argv[1], int(sys.argv[2])
+build, runs, only = sys.argv[1], int(sys.argv[2]), set(sys.argv[3:])
 tests = json.loads(subprocess.check_output(["meson", "introspect", "--tests", build]))
 targets = [t for t in tests if "fuzz" in t.get("suite", []) or
            any(s.endswith(":fuzz") or s == "fuzz" for s in t.get("suite", []))]
+if only:
+    targets = [t for t in targets if t["name"] in only]
 if not targets:
     sys.exit(f"fuzz_long: no fuzz tests in {build} (run `make fuzz` first)")
 print(f"{'target':<16} {'inputs':>10} {'seconds':>8} {'inputs/s':>9} {'corpus':>7}  result")

@@ -6,15 +6,20 @@ It runs ps-demo (one ps-server and four checking ps-workers over net_memif, the 
 of config/memif.yaml with ResNet-50's tensors) with the link emulator dropping 1 % of
 the frames each node sends (link.loss: 0.01) and, unless --no-auth, the authenticated
 data plane on (a key file made for the run). Calibration measures the round time
-(runs of 10 and 30 rounds); the soak then runs the rounds that fill
---minutes (10 by default).
-Every --every seconds it samples each ps-server and ps-worker process's resident
-memory from /proc (VmRSS, split into anonymous, file and shared), and prints a line.
+(runs of 10 and 30 rounds); the soak then runs a third more rounds than fill --minutes
+(10 by default), and fails if the job ended sooner. Every --every seconds it samples
+each ps-server and ps-worker process's resident memory from /proc (VmRSS, split into
+anonymous, file and shared) and address space (VmSize), and prints a line.
 At the end: the job's own verdict (every ps-worker checked every aggregate of every
 round, bit for bit, and ps-demo exits 0 only if all did), and per process the first
-sample after warm-up, the last, and the largest growth between them. It exits 1 if
-the job failed or any process's anonymous memory grew by more than --max-growth-kb
-(1024 by default) after warm-up. Samples go to a CSV (--csv).
+sample after warm-up, the last, and the largest growth of its resident memory and of
+its address space (VmSize) after warm-up. Resident memory may grow by design: the
+server reserves its staging chunks when it starts and touches their pages only as
+copies first need them (docs/server.md, "Flow control"). What must not grow is the
+address space: nothing is allocated once the job runs. It exits 1 if the job failed or
+any process's address space grew by more than --max-growth-kb (1024 by default) after
+warm-up. Samples go to a CSV (--csv); when the job fails, its whole output goes beside
+it.
 
 Usage: soak.py [--build build] [--minutes 10] [--every 30] [--csv soak.csv]
 """
@@ -31,10 +36,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def job_file(directory, auth):
-    """config/memif.yaml with 1 % loss on every TX queue (and a key)."""
+def job_file(directory, auth, mbufs):
+    """config/memif.yaml with 1 % loss on every TX queue (and a key, and a pool size)."""
     with open(os.path.join(ROOT, "config", "memif.yaml")) as f:
         text = f.read()
+    if mbufs:
+        text = re.sub(r"(mempool:\n  mbufs: )\d+", rf"\g<1>{mbufs}", text, count=1)
     extra = "link:\n  loss: 0.01\n  seed: 7\n\n"
     if auth:
         key = os.path.join(directory, "soak.key")
@@ -50,14 +57,14 @@ def job_file(directory, auth):
 
 
 def memory(pid):
-    """(VmRSS, RssAnon, RssFile, RssShmem) in kB, or None if it is gone."""
+    """(VmRSS, RssAnon, RssFile, RssShmem, VmSize) in kB, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/status") as f:
             status = f.read()
     except OSError:
         return None
     values = []
-    for key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+    for key in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSize"):
         m = re.search(rf"^{key}:\s+(\d+) kB", status, re.M)
         values.append(int(m.group(1)) if m else 0)
     return tuple(values)
@@ -103,13 +110,15 @@ def main():
     ap.add_argument("--warmup", type=float, default=60, help="seconds before the reference sample")
     ap.add_argument("--max-growth-kb", type=int, default=1024)
     ap.add_argument("--no-auth", action="store_true")
+    ap.add_argument("--mbufs", type=int, default=0,
+                    help="mempool.mbufs of every node (0: the job file's); smaller pools show a leak sooner")
     ap.add_argument("--csv", default="soak.csv")
     a = ap.parse_args()
     ps_demo = os.path.join(a.build, "apps", "ps-demo")
     if not os.access(ps_demo, os.X_OK):
         sys.exit(f"soak: {ps_demo} is not built (make build)")
     with tempfile.TemporaryDirectory(prefix="mercury-soak-") as tmp:
-        job = job_file(tmp, not a.no_auth)
+        job = job_file(tmp, not a.no_auth, a.mbufs)
         log_path = os.path.join(tmp, "ps-demo.log")
         # Two calibration runs, 10 and 30 rounds: their difference is 20 rounds
         # without the start-up.
@@ -124,11 +133,13 @@ def main():
             took.append(time.monotonic() - start)
         per_round = max((took[1] - took[0]) / 20, 1e-3)
         startup = max(took[0] - 10 * per_round, 0)
-        rounds = max(20, int((a.minutes * 60 - startup) / per_round))
+        # A third more than the estimate: round times vary with the losses
+        # (0.8 to 2.6 s here), and a soak shorter than asked is no soak.
+        rounds = max(20, int(1.3 * (a.minutes * 60 - startup) / per_round))
         print(f"soak: 1 % loss, {'authenticated' if not a.no_auth else 'no key'}, "
               f"{rounds} rounds of ResNet-50 (calibration: {per_round:.3f} s a round, "
               f"{startup:.0f} s to start), a sample every {a.every:.0f} s", flush=True)
-        samples = []  # (t, pid, name, rss, anon, file, shmem)
+        samples = []  # (t, pid, name, rss, anon, file, shmem, size)
         with open(log_path, "w") as log:
             p = run(ps_demo, job, rounds, log)
             t0 = time.monotonic()
@@ -149,31 +160,45 @@ def main():
                 time.sleep(0.5)
             rc = p.returncode
         tail = open(log_path).read()
+        if rc != 0:
+            # The whole log beside the samples: a failure after minutes needs more than a tail.
+            kept = os.path.splitext(a.csv)[0] + "-ps-demo.log"
+            with open(kept, "w") as f:
+                f.write(tail)
+            print(f"soak: the job's whole output is in {kept}")
     with open(a.csv, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["seconds", "pid", "process", "rss_kb", "anon_kb", "file_kb", "shmem_kb"])
+        w.writerow(["seconds", "pid", "process", "rss_kb", "anon_kb", "file_kb", "shmem_kb",
+                    "size_kb"])
         w.writerows((f"{s[0]:.1f}",) + s[1:] for s in samples)
-    print(f"soak: ps-demo exited {rc} after {time.monotonic() - t0:.0f} s; samples in {a.csv}")
+    ran = time.monotonic() - t0
+    print(f"soak: ps-demo exited {rc} after {ran:.0f} s; samples in {a.csv}")
     worst = 0
     by_pid = {}
     for s in samples:
         by_pid.setdefault((s[1], s[2]), []).append(s)
-    print(f"{'process':<12} {'samples':>7} {'rss at warm-up':>15} {'rss last':>9} "
-          f"{'anon growth kB':>15}")
+    print(f"{'process':<12} {'samples':>7} {'rss at warm-up':>15} {'rss last':>12} "
+          f"{'rss growth kB':>14} {'size growth kB':>15}")
     for (pid, name), ss in sorted(by_pid.items(), key=lambda x: x[0][1]):
         warm = [s for s in ss if s[0] >= a.warmup] or ss[-1:]
-        growth = max(s[4] for s in warm) - warm[0][4]
-        worst = max(worst, growth)
-        print(f"{name:<12} {len(ss):>7} {warm[0][3]:>12} kB {ss[-1][3]:>6} kB {growth:>15}")
+        rss_growth = max(s[3] for s in warm) - warm[0][3]
+        size_growth = max(s[7] for s in warm) - warm[0][7]
+        worst = max(worst, size_growth)
+        print(f"{name:<12} {len(ss):>7} {warm[0][3]:>12} kB {ss[-1][3]:>9} kB {rss_growth:>14} "
+              f"{size_growth:>15}")
     if rc != 0:
         sys.stderr.write(tail[-3000:])
         print("soak: FAILED, the job did not complete exact")
         return 1
+    if ran < a.minutes * 60:
+        print(f"soak: FAILED, the job ran {ran:.0f} s, less than the {a.minutes * 60:.0f} s asked "
+              f"(the calibration overestimated the round time: run again)")
+        return 1
     if worst > a.max_growth_kb:
-        print(f"soak: FAILED, anonymous memory grew by {worst} kB after warm-up "
+        print(f"soak: FAILED, a process's address space grew by {worst} kB after warm-up "
               f"(limit {a.max_growth_kb})")
         return 1
-    print(f"soak: ok, the job ran exact and no process's anonymous memory grew by more than "
+    print(f"soak: ok, the job ran exact and no process's address space grew by more than "
           f"{worst} kB after warm-up")
     return 0
 
