@@ -49,8 +49,9 @@ fuzz: deps
 	@ninja -C $(FUZZ_BUILD) $$(cd $(FUZZ_BUILD) && meson introspect --targets | \
 	  /usr/bin/python3 -c 'import json,sys; print(" ".join(t["filename"][0].replace("$(CURDIR)/$(FUZZ_BUILD)/","") for t in json.load(sys.stdin) if t["name"].startswith("fuzz_")))')
 
-# Every fuzz target for FUZZ_LONG_RUNS inputs each (10^6 by default, no time cap; under
-# an hour here): a line per target with the inputs run, the time and the corpus size.
+# Every fuzz target for FUZZ_LONG_RUNS inputs each (10^6 by default, no time cap; over
+# an hour here, most of it fuzz_endpoint): a line per target with the inputs run, the time
+# and the corpus size.
 fuzz-long: fuzz
 	@/usr/bin/python3 .ci/fuzz_long.py $(FUZZ_BUILD) $(FUZZ_LONG_RUNS)
 
