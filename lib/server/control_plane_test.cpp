@@ -25,6 +25,17 @@ ControlMessage declare(uint32_t rank, std::vector<TensorDecl> tensors = model())
   return m;
 }
 
+// Ranks 0..workers-1 each got one refusal, in rank order, saying `why`.
+void expect_refused_to_every_rank(const std::vector<ControlReply>& replies, uint16_t workers,
+                                  const std::string& why) {
+  ASSERT_EQ(replies.size(), workers);
+  for (uint16_t r = 0; r < workers; ++r) {
+    EXPECT_EQ(replies[r].rank, r);
+    EXPECT_EQ(replies[r].message.kind, ControlKind::kRefused);
+    EXPECT_EQ(replies[r].message.text, why);
+  }
+}
+
 ControlMessage barrier(uint32_t rank, uint64_t generation) {
   ControlMessage m;
   m.kind = ControlKind::kBarrier;
@@ -288,13 +299,7 @@ TEST(ControlPlane, AWorkerTheTransportGaveUpOnEndsTheJobForEveryRank) {
   EXPECT_EQ(why,
             "worker w2 (rank 2) stopped answering and its transport gave up on it "
             "(network.peer_timeout_ms): the job cannot continue without its gradients");
-  const std::vector<ControlReply> replies = p.cp.take_replies_st();
-  ASSERT_EQ(replies.size(), 3u);
-  for (uint16_t r = 0; r < 3; ++r) {
-    EXPECT_EQ(replies[r].rank, r);
-    EXPECT_EQ(replies[r].message.kind, ControlKind::kRefused);
-    EXPECT_EQ(replies[r].message.text, why);
-  }
+  expect_refused_to_every_rank(p.cp.take_replies_st(), 3, why);
   // A second silent worker changes nothing more.
   p.cp.on_worker_lost_st(1, 6000);
   EXPECT_EQ(p.cp.counters().workers_lost, 1u);
@@ -396,13 +401,7 @@ TEST(ControlPlane, ARestartedWorkerEndsTheJobForEveryRank) {
             "take a rank back: start the job again");
   // Every rank hears it: the others' calls fail with it, and the new
   // incarnation's start does.
-  const std::vector<ControlReply> replies = p.cp.take_replies_st();
-  ASSERT_EQ(replies.size(), 3u);
-  for (uint16_t r = 0; r < 3; ++r) {
-    EXPECT_EQ(replies[r].rank, r);
-    EXPECT_EQ(replies[r].message.kind, ControlKind::kRefused);
-    EXPECT_EQ(replies[r].message.text, why);
-  }
+  expect_refused_to_every_rank(p.cp.take_replies_st(), 3, why);
   // The new incarnation's declare (or anyone's) gets the same answer;
   // nothing else changes the refused job.
   p.cp.on_message_st(1, declare(1), 5001);

@@ -34,8 +34,6 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <string>
-#include <string_view>
 
 #include "wire/header.h"
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "transport/endpoint_test_util.h"
+#include "transport/recording_port.h"
 
 namespace mercury::transport {
 namespace {
@@ -193,46 +194,6 @@ EndpointConfig keyed(uint16_t epoch, uint16_t sender_id, uint16_t peer_id, const
   return c;
 }
 
-// Records every frame its port receives (rebuilt from the parsed packet,
-// whose headers are contiguous in the frame), then hands them on.
-class Recorder final : public net::PacketPort {
- public:
-  explicit Recorder(net::MemoryPort& inner) : inner_(inner) {}
-  uint16_t poll_rx_st(net::RxPacket* out, uint16_t n, uint64_t now) override {
-    const uint16_t got = inner_.poll_rx_st(out, n, now);
-    for (uint16_t i = 0; i < got; ++i) {
-      const net::ParsedFrame& f = out[i].parsed;
-      const std::byte* start = f.wire_header - net::FrameTemplate::kSize;
-      frames.emplace_back(start, f.payload.data() + f.payload.size());
-    }
-    return got;
-  }
-  void release_st(net::PacketBuf* const* bufs, uint16_t n) override { inner_.release_st(bufs, n); }
-  bool resolve_st(uint32_t ip, uint16_t port, net::Route& out, uint64_t now) override {
-    return inner_.resolve_st(ip, port, out, now);
-  }
-  [[nodiscard]] uint16_t tx_room() const override { return inner_.tx_room(); }
-  uint16_t stage_burst_st(const net::TxFrame* f, uint16_t n) override {
-    return inner_.stage_burst_st(f, n);
-  }
-  uint16_t flush_st(uint64_t now) override { return inner_.flush_st(now); }
-  [[nodiscard]] uint32_t mtu() const override { return inner_.mtu(); }
-  [[nodiscard]] uint32_t rx_room() const override { return inner_.rx_room(); }
-
-  /// The first recorded frame that is data (not a pure ACK).
-  const std::vector<std::byte>& first_data() const {
-    for (const auto& f : frames) {
-      const auto& h = *reinterpret_cast<const wire::Header*>(f.data() + net::FrameTemplate::kSize);
-      if (h.type == static_cast<uint8_t>(wire::PacketType::kData)) return f;
-    }
-    throw std::runtime_error("no data frame recorded");
-  }
-  std::vector<std::vector<std::byte>> frames;
-
- private:
-  net::MemoryPort& inner_;
-};
-
 std::vector<std::vector<std::byte>> bodies(uint32_t n, uint32_t len, uint32_t salt = 0) {
   std::vector<std::vector<std::byte>> v;
   for (uint32_t i = 0; i < n; ++i) v.push_back(pattern(i + salt, len + i * 1000));
@@ -280,7 +241,7 @@ TEST(AuthEndpoint, ForgeriesAreRefusedAndCountedAndTheStreamGoesOn) {
   Link l;
   Inbox in_a, in_b;
   const SharedAuthKey key = key_of(1);
-  Recorder rec_b(l.b);
+  test::RecordingPort rec_b(l.b);
   Endpoint a(l.a, keyed(3, 0, 1, peer_at("b", kAddrB), key), in_a, l.now);
   Endpoint b(rec_b, keyed(5, 1, 0, peer_at("a", kAddrA), key), in_b, l.now);
   const auto first = bodies(3, 4'000);
@@ -342,13 +303,7 @@ TEST(AuthEndpoint, ForgeriesAreRefusedAndCountedAndTheStreamGoesOn) {
   // The stream goes on, exact.
   const auto more = bodies(3, 9'000, 50);
   Log log2;
-  for (uint32_t i = 0; i < more.size(); ++i) {
-    MessageMeta meta;
-    meta.block_key = 100 + i;
-    ASSERT_EQ(
-        a.send(0, more[i].data(), static_cast<uint32_t>(more[i].size()), 0, meta, log2.done(i)),
-        SubmitStatus::kQueued);
-  }
+  test::send_all(a, more, log2, wire::PacketType::kData, 100);
   ASSERT_TRUE(l.run({&a, &b}, [&] { return log2.ok.size() == more.size(); }));
   EXPECT_TRUE(log2.all_ok(more.size()));
   for (uint32_t i = 0; i < more.size(); ++i) EXPECT_TRUE(in_b.has(100 + i, more[i]));
@@ -358,7 +313,7 @@ TEST(AuthEndpoint, AnAuthenticRestartIsTakenAndTheOldIncarnationsPacketsAreNot) 
   Link l;
   Inbox in_a, in_b;
   const SharedAuthKey key = key_of(1);
-  Recorder rec_b(l.b);
+  test::RecordingPort rec_b(l.b);
   Endpoint b(rec_b, keyed(5, 1, 0, peer_at("a", kAddrA), key), in_b, l.now);
   std::vector<std::byte> old_packet;
   {
@@ -374,13 +329,7 @@ TEST(AuthEndpoint, AnAuthenticRestartIsTakenAndTheOldIncarnationsPacketsAreNot) 
   Endpoint a2(l.a, keyed(4, 0, 1, peer_at("b", kAddrB), key), in_a, l.now);
   const auto again = bodies(2, 6'000, 30);
   Log log2;
-  for (uint32_t i = 0; i < again.size(); ++i) {
-    MessageMeta meta;
-    meta.block_key = 200 + i;
-    ASSERT_EQ(
-        a2.send(0, again[i].data(), static_cast<uint32_t>(again[i].size()), 0, meta, log2.done(i)),
-        SubmitStatus::kQueued);
-  }
+  test::send_all(a2, again, log2, wire::PacketType::kData, 200);
   ASSERT_TRUE(l.run({&a2, &b}, [&] { return log2.ok.size() == again.size(); }));
   EXPECT_TRUE(log2.all_ok(again.size()));
   EXPECT_EQ(b.peer_stats_st(0).transport.rx.peer_restarts, 1u);

@@ -155,13 +155,14 @@ struct Log {
   }
 };
 
-/// Sends `bodies[i]` as message i (block_key i, cookie i), priority i % 8.
+/// Sends `bodies[i]` as message i (block_key first_key + i, cookie i),
+/// priority i % 8.
 inline void send_all(Endpoint& ep, const std::vector<std::vector<std::byte>>& bodies, Log& log,
-                     wire::PacketType type = wire::PacketType::kData) {
+                     wire::PacketType type = wire::PacketType::kData, uint32_t first_key = 0) {
   for (uint32_t i = 0; i < bodies.size(); ++i) {
     MessageMeta meta;
     meta.type = type;
-    meta.block_key = i;
+    meta.block_key = first_key + i;
     if (ep.send(0, bodies[i].data(), static_cast<uint32_t>(bodies[i].size()),
                 static_cast<uint8_t>(i % 8), meta, log.done(i)) != SubmitStatus::kQueued) {
       throw std::runtime_error("send refused");

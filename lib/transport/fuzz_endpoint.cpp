@@ -19,6 +19,7 @@
 
 #include "net/memory_port.h"
 #include "transport/endpoint.h"
+#include "transport/recording_port.h"
 
 using namespace mercury;
 using namespace mercury::transport;
@@ -49,37 +50,6 @@ struct Input {
 constexpr Tick kUs = 1'000;  // 1 tick = 1 ns
 const net::LocalAddr kA{net::MacAddr{{2, 0, 0, 0, 0, 1}}, 0x0a000001, 47100};
 const net::LocalAddr kB{net::MacAddr{{2, 0, 0, 0, 0, 2}}, 0x0a000002, 47101};
-
-// Records the frames its port hands up (rebuilt from the parsed packet), so
-// the attacker has genuine ones to replay.
-class Recorder final : public net::PacketPort {
- public:
-  explicit Recorder(net::MemoryPort& inner) : inner_(inner) {}
-  uint16_t poll_rx_st(net::RxPacket* out, uint16_t n, uint64_t now) override {
-    const uint16_t got = inner_.poll_rx_st(out, n, now);
-    for (uint16_t i = 0; i < got && frames.size() < 64; ++i) {
-      const net::ParsedFrame& f = out[i].parsed;
-      frames.emplace_back(f.wire_header - net::FrameTemplate::kSize,
-                          f.payload.data() + f.payload.size());
-    }
-    return got;
-  }
-  void release_st(net::PacketBuf* const* b, uint16_t n) override { inner_.release_st(b, n); }
-  bool resolve_st(uint32_t ip, uint16_t port, net::Route& out, uint64_t now) override {
-    return inner_.resolve_st(ip, port, out, now);
-  }
-  [[nodiscard]] uint16_t tx_room() const override { return inner_.tx_room(); }
-  uint16_t stage_burst_st(const net::TxFrame* f, uint16_t n) override {
-    return inner_.stage_burst_st(f, n);
-  }
-  uint16_t flush_st(uint64_t now) override { return inner_.flush_st(now); }
-  [[nodiscard]] uint32_t mtu() const override { return inner_.mtu(); }
-  [[nodiscard]] uint32_t rx_room() const override { return inner_.rx_room(); }
-  std::vector<std::vector<std::byte>> frames;
-
- private:
-  net::MemoryPort& inner_;
-};
 
 // Keeps what it is given, by block_key.
 class Inbox final : public MessageReceiver {
@@ -147,7 +117,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   net::MemoryPort pa(kA, {.mtu = 1500, .buffers = 128});
   net::MemoryPort pb(kB, {.mtu = 1500, .buffers = 128});
   net::MemoryPort::connect(pa, pb);
-  Recorder rb(pb);
+  transport::test::RecordingPort rb(pb, 64);
   Inbox in_a, in_b;
   Tick now = 1'000'000;
   auto a = std::make_unique<Endpoint>(pa, config(3, 0, 1, kB, key), in_a, now);
