@@ -62,7 +62,7 @@ TEST(Peer, ExchangesEpochsBeforeTheFirstData) {
   const wire::HeaderFields probe = pure_ack(a, 0);
   EXPECT_EQ(probe.type, wire::PacketType::kAck);
   EXPECT_EQ(probe.flags, wf::kAckRequest);  // no ACK yet, and "please answer"
-  EXPECT_EQ(probe.epoch, 1);
+  EXPECT_EQ(probe.epoch, 1u);
   EXPECT_EQ(b.peer.on_packet(probe, 0, b.sink).verdict, RxVerdict::kAckOnly);
   EXPECT_EQ(b.peer.peer_epoch(), 1);
   EXPECT_TRUE(b.peer.can_send());

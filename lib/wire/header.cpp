@@ -49,10 +49,9 @@ void encode(const HeaderFields& f, Header& h) {
   h.seq.set(f.seq);
   h.ack.set(f.ack);
   h.payload_len.set(f.payload_len);
-  h.epoch.set(f.epoch);
-  h.sack.set(f.sack);
   h.credit.set(f.credit);
-  h.reserved16.set(0);
+  h.sack.set(f.sack);
+  h.epoch.set(f.epoch);
   h.reserved32.set(0);
 }
 
@@ -68,8 +67,8 @@ uint64_t header_word_sum(const HeaderFields& f) {
   return (uint64_t{kVersion} << 8 | static_cast<uint8_t>(f.type)) + f.flags + w32(f.job_id) +
          f.sender_id + (uint64_t{f.priority} << 8 | static_cast<uint8_t>(f.dtype)) +
          w32(f.block_key) + w32(f.msg_id) + w32(f.msg_len) + w32(f.offset) + w32(f.iteration) +
-         w32(f.param_version) + w32(f.seq) + w32(f.ack) + f.payload_len + f.epoch + w64(f.sack) +
-         f.credit;
+         w32(f.param_version) + w32(f.seq) + w32(f.ack) + f.payload_len + f.credit + w64(f.sack) +
+         w32(f.epoch);
 }
 
 Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
@@ -102,11 +101,10 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   f.param_version = h.param_version.get();
   f.seq = h.seq.get();
   f.ack = h.ack.get();
-  f.epoch = h.epoch.get();
-  f.sack = h.sack.get();
   f.credit = h.credit.get();
-  f.reserved16 = 0;  // ignored: a later version may use them
-  f.reserved32 = 0;
+  f.sack = h.sack.get();
+  f.epoch = h.epoch.get();
+  f.reserved32 = 0;  // ignored: a later version may use it
   if (f.type == PacketType::kAck) {
     if (f.payload_len != 0) return Reject::kAckWithPayload;
   } else {

@@ -6,8 +6,8 @@
 //   0 version  1 type  2 flags(16)  4 job_id(32)
 //   8 sender_id(16) 10 priority(8) 11 dtype(8) 12 block_key(32)
 //  16 msg_id(32) 20 msg_len(32) 24 offset(32) 28 iteration(32)
-//  32 param_version(32) 36 seq(32) 40 ack(32) 44 payload_len(16) 46 epoch(16)
-//  48 sack(64) 56 credit(16) 58 reserved(16) 60 reserved(32)
+//  32 param_version(32) 36 seq(32) 40 ack(32) 44 payload_len(16) 46 credit(16)
+//  48 sack(64) 56 epoch(32) 60 reserved(32)
 //
 // The codec is pure: it does not depend on DPDK and never allocates, so it is
 // used alike by the datapath, the unit tests and the fuzz target. decode()
@@ -29,8 +29,9 @@
 
 namespace mercury::wire {
 
-/// Bumped whenever a field changes meaning or a packet type is added.
-inline constexpr uint8_t kVersion = 4;
+/// Bumped whenever a field changes meaning or a packet type is added
+/// (5: the epoch widened to 32 bits, at 56; credit moved to 46).
+inline constexpr uint8_t kVersion = 5;
 /// UDP port used when a configuration does not name one.
 inline constexpr uint16_t kDefaultUdpPort = 47100;
 
@@ -110,13 +111,12 @@ struct Header {
   be32 seq;          ///< transport sequence number of this packet
   be32 ack;          ///< cumulative: every seq below this was received
   be16 payload_len;  ///< bytes of payload after the header
-  be16 epoch;        ///< sender's incarnation; a restart bumps it
-  be64 sack;         ///< bit i set: seq ack+1+i was received
   /// With kAckValid: the receiver's credit, how many sequence numbers from
   /// `ack` on the sender may have sent (flow control: it never sends what
   /// the receiver has no room for).
   be16 credit;
-  be16 reserved16;  ///< sent as 0, ignored on receipt
+  be64 sack;        ///< bit i set: seq ack+1+i was received
+  be32 epoch;       ///< sender's incarnation; a restart bumps it
   be32 reserved32;  ///< sent as 0, ignored on receipt
 };
 #pragma pack(pop)
@@ -151,9 +151,10 @@ static_assert(offsetof(Header, param_version) == 32);
 static_assert(offsetof(Header, seq) == 36);
 static_assert(offsetof(Header, ack) == 40);
 static_assert(offsetof(Header, payload_len) == 44);
-static_assert(offsetof(Header, epoch) == 46);
+static_assert(offsetof(Header, credit) == 46);
 static_assert(offsetof(Header, sack) == 48);
-static_assert(offsetof(Header, credit) == 56);
+static_assert(offsetof(Header, epoch) == 56);
+static_assert(offsetof(Header, reserved32) == 60);
 static_assert(alignof(Header) == 1);
 
 /// Host-order view of a header: what protocol code reads and fills. The
@@ -178,11 +179,10 @@ struct HeaderFields {
   uint32_t seq = 0;
   uint32_t ack = 0;
   uint16_t payload_len = 0;
-  uint16_t epoch = 0;
-  uint64_t sack = 0;
   uint16_t credit = 0;
-  uint16_t reserved16 = 0;  ///< the wire's reserved fields: sent as 0, ignored on receipt
-  uint32_t reserved32 = 0;
+  uint64_t sack = 0;
+  uint32_t epoch = 0;
+  uint32_t reserved32 = 0;  ///< the wire's reserved field: sent as 0, ignored on receipt
 
   bool operator==(const HeaderFields&) const = default;
 };
@@ -238,9 +238,9 @@ static_assert(offsetof(HeaderFields, param_version) == offsetof(Header, param_ve
 static_assert(offsetof(HeaderFields, seq) == offsetof(Header, seq));
 static_assert(offsetof(HeaderFields, ack) == offsetof(Header, ack));
 static_assert(offsetof(HeaderFields, payload_len) == offsetof(Header, payload_len));
-static_assert(offsetof(HeaderFields, epoch) == offsetof(Header, epoch));
-static_assert(offsetof(HeaderFields, sack) == offsetof(Header, sack));
 static_assert(offsetof(HeaderFields, credit) == offsetof(Header, credit));
+static_assert(offsetof(HeaderFields, sack) == offsetof(Header, sack));
+static_assert(offsetof(HeaderFields, epoch) == offsetof(Header, epoch));
 static_assert(offsetof(HeaderFields, reserved32) == offsetof(Header, reserved32));
 
 /// encode(f, out) with out.payload_len = payload_len, in a few vector
@@ -258,8 +258,8 @@ inline uint64_t encode_summed(const HeaderFields& f, uint16_t payload_len, Heade
   // Per 16-byte lane, the source byte of each wire byte (-1: zero). Lane 0:
   // version (0, ORed in below), type, flags, job_id, sender_id, priority,
   // dtype, block_key; lane 1: four 32-bit fields; lane 2: three 32-bit and
-  // two 16-bit fields; lane 3: sack, credit and the reserved fields.
-  const __m512i order = _mm512_set_epi8(12, 13, 14, 15, 10, 11, 8, 9, 0, 1, 2, 3, 4, 5, 6, 7,  //
+  // two 16-bit fields; lane 3: sack, epoch and the reserved field.
+  const __m512i order = _mm512_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 0, 1, 2, 3, 4, 5, 6, 7,  //
                                         14, 15, 12, 13, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,  //
                                         12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,  //
                                         12, 13, 14, 15, 11, 10, 8, 9, 4, 5, 6, 7, 2, 3, 0, -1);

@@ -27,7 +27,7 @@ HeaderFields sample() {
   f.seq = 0xfffffff0;
   f.ack = 0x11223344;
   f.payload_len = 8;
-  f.epoch = 3;
+  f.epoch = 0x90a1b2c3;  // above 2^31: no sign or width is lost on the way
   f.sack = 0x8000000000000001ull;
   f.credit = 0x0708;
   return f;
@@ -66,16 +66,20 @@ TEST(WireHeader, FieldsAreBigEndianAtDocumentedOffsets) {
   EXPECT_EQ(byte(39), 0xf0u);
   EXPECT_EQ(byte(44), 0u);
   EXPECT_EQ(byte(45), 8u);
+  EXPECT_EQ(byte(46), 0x07u);  // credit
+  EXPECT_EQ(byte(47), 0x08u);
   EXPECT_EQ(byte(48), 0x80u);
   EXPECT_EQ(byte(55), 0x01u);
-  EXPECT_EQ(byte(56), 0x07u);
-  EXPECT_EQ(byte(57), 0x08u);
-  for (size_t i = 58; i < kHeaderSize; ++i) EXPECT_EQ(byte(i), 0u) << i;  // reserved
+  EXPECT_EQ(byte(56), 0x90u);  // epoch, all 32 bits
+  EXPECT_EQ(byte(57), 0xa1u);
+  EXPECT_EQ(byte(58), 0xb2u);
+  EXPECT_EQ(byte(59), 0xc3u);
+  for (size_t i = 60; i < kHeaderSize; ++i) EXPECT_EQ(byte(i), 0u) << i;  // reserved
 }
 
 TEST(WireHeader, ReservedFieldsAreIgnoredOnReceipt) {
   auto p = packet_of(sample());
-  for (size_t i = 58; i < kHeaderSize; ++i) p[i] = std::byte{0xa5};
+  for (size_t i = 60; i < kHeaderSize; ++i) p[i] = std::byte{0xa5};
   HeaderFields g;
   ASSERT_EQ(decode(p, g), Reject::kNone);
   EXPECT_EQ(g, sample());
@@ -87,8 +91,9 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     auto p = packet_of(sample());
     EXPECT_EQ(decode(std::span(p).first(kHeaderSize - 1), out), Reject::kTruncated);
   }
-  // 3: the previous wire version (no authentication block), 2: a 56-byte header.
-  for (uint8_t v : {0, 2, 3, 5}) {
+  // 4: the previous wire version (a 16-bit epoch at 46), 3: no authentication
+  // block, 2: a 56-byte header.
+  for (uint8_t v : {0, 2, 3, 4, 6}) {
     auto p = packet_of(sample());
     p[0] = std::byte{v};
     EXPECT_EQ(decode(p, out), Reject::kBadVersion) << int{v};
@@ -167,6 +172,7 @@ TEST(WireHeader, WordSumMatchesTheEncodedBytes) {
     HeaderFields f = sample();
     f.job_id = static_cast<uint32_t>(rng());
     f.seq = static_cast<uint32_t>(rng());
+    f.epoch = static_cast<uint32_t>(rng());
     f.sack = rng();
     f.priority = static_cast<uint8_t>(rng());
     f.payload_len = static_cast<uint16_t>(rng());
@@ -201,7 +207,7 @@ TEST(WireHeader, EncodeSummedMatchesEncodeAndItsBytes) {
     f.seq = static_cast<uint32_t>(rng());
     f.ack = static_cast<uint32_t>(rng());
     f.payload_len = static_cast<uint16_t>(rng());
-    f.epoch = static_cast<uint16_t>(rng());
+    f.epoch = static_cast<uint32_t>(rng());
     f.sack = rng();
     f.credit = static_cast<uint16_t>(rng());
     const auto payload_len = static_cast<uint16_t>(rng());

@@ -18,7 +18,7 @@
 -- preference changes it), in "Decode As...", and as a heuristic dissector on
 -- UDP so Mercury on other ports is recognised too.
 
-local VERSION = 4
+local VERSION = 5
 local HEADER_LEN = 64
 -- The AuthBlock after the header of an authenticated packet (flag 0x0040).
 local AUTH_LEN = 24
@@ -99,7 +99,7 @@ f.param_version = ProtoField.uint32("mercury.param_version", "Parameter version"
 f.seq = ProtoField.uint32("mercury.seq", "Sequence number", base.DEC)
 f.ack = ProtoField.uint32("mercury.ack", "Cumulative ACK", base.DEC)
 f.payload_len = ProtoField.uint16("mercury.payload_len", "Payload length", base.DEC)
-f.epoch = ProtoField.uint16("mercury.epoch", "Epoch", base.DEC)
+f.epoch = ProtoField.uint32("mercury.epoch", "Epoch", base.DEC)
 f.sack = ProtoField.uint64("mercury.sack", "SACK", base.HEX, nil, nil,
   "bit i set: seq ack+1+i was received")
 f.credit = ProtoField.uint16("mercury.credit", "Credit", base.DEC, nil, nil,
@@ -178,9 +178,9 @@ local function add_header(tree, tvb)
   tree:add(f.seq, tvb(36, 4))
   tree:add(f.ack, tvb(40, 4))
   tree:add(f.payload_len, tvb(44, 2))
-  tree:add(f.epoch, tvb(46, 2))
+  tree:add(f.credit, tvb(46, 2))
   tree:add(f.sack, tvb(48, 8))
-  tree:add(f.credit, tvb(56, 2))
+  tree:add(f.epoch, tvb(56, 4))
 end
 
 -- Where the payload starts: after the AuthBlock when there is one.
@@ -254,7 +254,7 @@ function mercury.dissector(tvb, pinfo, tree)
   return len
 end
 
--- Recognises Mercury on any UDP port: version 4, a known type, and a
+-- Recognises Mercury on any UDP port: version 5, a known type, and a
 -- payload_len that matches the datagram exactly (so unrelated traffic is
 -- very unlikely to match).
 local function heuristic(tvb, pinfo, tree)

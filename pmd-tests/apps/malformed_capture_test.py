@@ -33,12 +33,12 @@ nodes:
 """
 
 
-def mercury_header(version=4, job=JOB_ID, payload=b"\0\0\0\0"):
+def mercury_header(version=5, job=JOB_ID, payload=b"\0\0\0\0"):
     """A `data` packet's 64-byte header (docs/wire-format.md), then its payload."""
     # version type flags job_id sender_id priority dtype block_key msg_id msg_len offset
-    # iteration param_version seq ack payload_len epoch sack credit reserved
-    return struct.pack(">BBHIHBBIIIIIIIIHHQH6x", version, 1, 0, job, 1, 0, 1, 0, 0,
-                       len(payload), 0, 0, 0, 0, 0, len(payload), 7, 0, 0) + payload
+    # iteration param_version seq ack payload_len credit sack epoch reserved
+    return struct.pack(">BBHIHBBIIIIIIIIHHQI4x", version, 1, 0, job, 1, 0, 1, 0, 0,
+                       len(payload), 0, 0, 0, 0, 0, len(payload), 0, 0, 7) + payload
 
 
 def frames():

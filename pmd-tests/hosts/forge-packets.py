@@ -39,13 +39,13 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from scapy.all import IP, UDP, Ether, Raw, conf
 
 # lib/wire/header.h
-VERSION = 4
+VERSION = 5
 HEADER = 64
 AUTH = 24  # wire::AuthBlock: be64 counter, 16-byte tag
 DATA, ACK = 1, 3  # wire::PacketType
 ACK_VALID, AUTH_FLAG = 0x0001, 0x0040  # wire::flags
 OFF_TYPE, OFF_FLAGS, OFF_SENDER, OFF_DTYPE = 1, 2, 8, 11
-OFF_PAYLOAD_LEN, OFF_EPOCH = 44, 46
+OFF_PAYLOAD_LEN, OFF_EPOCH = 44, 56  # epoch: be32
 
 
 def say(*words):
@@ -77,7 +77,7 @@ class Frame:
         self.type = self.header[OFF_TYPE]
         self.flags = struct.unpack_from(">H", self.header, OFF_FLAGS)[0]
         self.sender = struct.unpack_from(">H", self.header, OFF_SENDER)[0]
-        self.epoch = struct.unpack_from(">H", self.header, OFF_EPOCH)[0]
+        self.epoch = struct.unpack_from(">I", self.header, OFF_EPOCH)[0]
         if self.flags & AUTH_FLAG:
             self.counter = struct.unpack_from(">Q", self.mercury, HEADER)[0]
             self.tag = self.mercury[HEADER + 8:HEADER + AUTH]
@@ -214,7 +214,7 @@ def main():
     ack[OFF_DTYPE] = 0
     struct.pack_into(">IIIIII", ack, 12, 0, 0, 0, 0, 0, 0)  # block_key .. param_version
     struct.pack_into(">H", ack, OFF_PAYLOAD_LEN, 0)
-    struct.pack_into(">H", ack, OFF_EPOCH, epoch % 0xFFFF + 1)  # never 0
+    struct.pack_into(">I", ack, OFF_EPOCH, epoch % 0xFFFFFFFF + 1)  # never 0
     struct.pack_into(">H", ack, OFF_FLAGS, ACK_VALID | AUTH_FLAG)
     sent_ack_mac = 0
     for i in range(a.forge):

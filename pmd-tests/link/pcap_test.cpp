@@ -101,8 +101,9 @@ std::vector<Sent> varied_frames(uint32_t count) {
     h.param_version = 999'000 + i;
     h.seq = 0xfffffff0u + i;  // wraps past 2^32 within the set
     h.ack = i * 11;
-    h.epoch = static_cast<uint16_t>(i + 1);
+    h.epoch = 0xe0000001u + i * 0x01020304u;  // every byte varies, above 2^31
     h.sack = 0x8000000000000001ull ^ (uint64_t{i} << 17);
+    h.credit = static_cast<uint16_t>(0x7000 + i * 0x0101);
     if (h.type == wire::PacketType::kAck || h.type == wire::PacketType::kPartitionStart) {
       h.dtype = wire::Dtype::kBytes;  // no payload
     } else if (h.type == wire::PacketType::kControl) {
@@ -306,13 +307,13 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
   REQUIRE_TSHARK();
   const auto frames = varied_frames(24);
   record(frames);
-  const char* fields[] = {"mercury.version",       "mercury.type",      "mercury.flags",
-                          "mercury.job_id",        "mercury.sender_id", "mercury.priority",
-                          "mercury.dtype",         "mercury.block_key", "mercury.msg_id",
-                          "mercury.msg_len",       "mercury.offset",    "mercury.iteration",
-                          "mercury.param_version", "mercury.seq",       "mercury.ack",
-                          "mercury.payload_len",   "mercury.epoch",     "mercury.sack",
-                          "mercury.float_count",   "mercury.float",     "mercury.reject"};
+  const char* fields[] = {
+      "mercury.version",       "mercury.type",     "mercury.flags",  "mercury.job_id",
+      "mercury.sender_id",     "mercury.priority", "mercury.dtype",  "mercury.block_key",
+      "mercury.msg_id",        "mercury.msg_len",  "mercury.offset", "mercury.iteration",
+      "mercury.param_version", "mercury.seq",      "mercury.ack",    "mercury.payload_len",
+      "mercury.epoch",         "mercury.sack",     "mercury.credit", "mercury.float_count",
+      "mercury.float",         "mercury.reject"};
   std::string args = "-T fields -E occurrence=f";
   for (const char* f : fields) args += std::string(" -e ") + f;
   const auto table = rows(tshark(recording(), args));
@@ -344,17 +345,18 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
         std::to_string(h.payload_len),
         std::to_string(h.epoch),
         hex64(h.sack),
+        std::to_string(h.credit),
         "",  // float_count, float: below
         "",
         "",  // a valid header is not rejected
     };
     if (h.dtype == wire::Dtype::kFloat32 && h.payload_len > 0) {
-      expect[18] = std::to_string(h.payload_len / 4);
+      expect[19] = std::to_string(h.payload_len / 4);
       float first;
       std::memcpy(&first, frames[i].payload.data(), 4);
       char b[32];
       std::snprintf(b, sizeof b, "%g", static_cast<double>(first));
-      expect[19] = b;
+      expect[20] = b;
     }
     for (size_t c = 0; c < expect.size(); ++c) {
       EXPECT_EQ(r[c], expect[c]) << "frame " << i << " field " << fields[c];

@@ -17,14 +17,15 @@ def csum(b):
 
 OURS = bytes([2, 0, 0, 0, 0, 1])
 PEER = bytes([2, 0, 0, 0, 0, 2])
-VERSION = 3  # wire::kVersion
+VERSION = 5  # wire::kVersion
 
 
 def frame(typ, payload, dtype=1, offset=0, msg_len=None):
     if msg_len is None:
         msg_len = len(payload) + offset
-    mh = struct.pack("!BBHIHBBIIIIIIIIHHQHHI", VERSION, typ, 1, 7, 2, 3, dtype, 42, 1, msg_len,
-                     offset, 5, 4, 100, 90, len(payload), 1, 0x5, 128, 0, 0)
+    # lib/wire/header.h: ... payload_len credit sack epoch reserved
+    mh = struct.pack("!BBHIHBBIIIIIIIIHHQII", VERSION, typ, 1, 7, 2, 3, dtype, 42, 1, msg_len,
+                     offset, 5, 4, 100, 90, len(payload), 128, 0x5, 1, 0)
     assert len(mh) == 64
     udp_len = 8 + len(mh) + len(payload)
     src, dst = bytes([10, 0, 0, 2]), bytes([10, 0, 0, 1])
