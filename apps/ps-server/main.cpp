@@ -49,7 +49,7 @@ struct Options {
   double seconds = 0;  // 0: until a signal
   bool check = false;
   bool stay = false;
-  uint16_t epoch = 0;  // 0: job::fresh_epoch()
+  uint32_t epoch = 0;  // 0: job::fresh_epoch()
   std::vector<std::string> eal_extra;
 };
 
@@ -67,7 +67,7 @@ Options parse(int argc, char** argv) {
             "keep running after the job ended (every worker left, or the job was refused)\n"
             "                     until a signal or --seconds; default: exit, status 0 when\n"
             "                     every worker left, 2 when the job was refused or failed");
-  args.whole("--epoch", "N", &o.epoch, 1, 65535,
+  args.whole("--epoch", "N", &o.epoch, 1, UINT32_MAX,
              "pin this node's transport incarnation (default: from the clock, so a\n"
              "                     restart is told apart); to replay a captured trace");
   args.flag("--check", &o.check, "validate the job file and the node, print what would run, exit");

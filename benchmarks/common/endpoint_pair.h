@@ -79,7 +79,7 @@ struct EndpointPair {
   transport::Endpoint a, b;
 
  private:
-  static transport::EndpointConfig config(uint16_t epoch, transport::PeerSpec peer,
+  static transport::EndpointConfig config(uint32_t epoch, transport::PeerSpec peer,
                                           const pmdtest::EndpointOptions& o, uint32_t floor) {
     transport::EndpointConfig c = pmdtest::endpoint_config(epoch, 0, {std::move(peer)}, o);
     if (floor != 0) c.transport.cwnd_floor = floor;

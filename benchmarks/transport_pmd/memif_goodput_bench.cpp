@@ -167,7 +167,7 @@ uint16_t udp_port(size_t m, Kind kind) {
 // With `auth`, the job key, and node ids 1 (sender) and 2 (receiver): a
 // MAC's nonce names both ends.
 transport::EndpointConfig endpoint_config(bool server, uint32_t peer_ip, uint16_t port, bool auth) {
-  const uint16_t epoch = server ? 5 : 3, peer_epoch = server ? 3 : 5;
+  const uint32_t epoch = server ? 5 : 3, peer_epoch = server ? 3 : 5;
   const uint16_t id = server ? 2 : 1, peer_id = server ? 1 : 2;
   transport::EndpointConfig c = pmdtest::endpoint_config(
       epoch, id, {{"memif-peer", peer_ip, port, peer_epoch, peer_id}}, {.peer_timeout_ms = 30'000});

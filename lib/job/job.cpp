@@ -7,7 +7,7 @@
 namespace mercury::job {
 
 transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t sender_id,
-                                          uint16_t epoch, uint64_t tsc_hz) {
+                                          uint32_t epoch, uint64_t tsc_hz) {
   if (epoch == 0)
     throw config::ConfigError(job.source, "internal: a node's epoch must be non-zero");
   transport::EndpointConfig c;
@@ -182,11 +182,14 @@ std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
   return out;
 }
 
-uint16_t fresh_epoch() {
-  const auto s = std::chrono::duration_cast<std::chrono::seconds>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
-  const auto e = static_cast<uint16_t>(s);
+uint32_t fresh_epoch() {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  // Mod 2^32 (the wrap every 49.7 days is what epoch_newer's serial compare
+  // is for); 0 is no sender's epoch, so the one millisecond in 2^32 that
+  // maps there takes 1.
+  const auto e = static_cast<uint32_t>(ms);
   return e == 0 ? 1 : e;
 }
 

@@ -31,10 +31,10 @@ inline constexpr uint32_t kAdaptiveMinRtoUs = 10'000;
 /// `network.peer_timeout_ms`, the RTO floor (kAdaptiveMinRtoUs when any node
 /// polls adaptively, else the transport's 1 ms), the job id, the MTU's packet
 /// size, the TSC rate; `sender_id` is the node's index in the job file, and
-/// `epoch` its incarnation (non-zero; e.g. derived from the start time so that
-/// a restarted node is told apart). The peers are left to the caller.
+/// `epoch` its incarnation (non-zero; fresh_epoch(), so that a restarted node
+/// is told apart). The peers are left to the caller.
 transport::EndpointConfig endpoint_config(const config::JobConfig& job, uint16_t sender_id,
-                                          uint16_t epoch, uint64_t tsc_hz);
+                                          uint32_t epoch, uint64_t tsc_hz);
 
 /// `training.optimizer` and its hyper-parameters.
 agg::OptimizerConfig optimizer_config(const config::TrainingConfig& training);
@@ -88,8 +88,12 @@ const config::NodeConfig& server_node(const config::JobConfig& job, std::string_
 std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
                                      const config::NodeConfig& server);
 
-/// An epoch for a node starting now: non-zero, and different across
-/// restarts a second or more apart.
-uint16_t fresh_epoch();
+/// An epoch for a node starting now: the wall clock in milliseconds since
+/// the Unix epoch, mod 2^32, never 0. Two incarnations of a node started at
+/// least 1 ms apart (EAL's start-up alone takes far longer) get different
+/// epochs, and the later is newer (transport::epoch_newer) while they are
+/// less than 2^31 ms (24.8 days) apart. A wall clock stepped back across a
+/// restart can make the new epoch look older: the restart is then not seen.
+uint32_t fresh_epoch();
 
 }  // namespace mercury::job

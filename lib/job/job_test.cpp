@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace mercury::job {
@@ -22,7 +24,7 @@ nodes:
 
 TEST(Job, EndpointConfigFollowsTheNetworkSection) {
   const config::JobConfig j = config::load_string(kJob);
-  const transport::EndpointConfig c = endpoint_config(j, 3, 77, 2'000'000'000);
+  const transport::EndpointConfig c = endpoint_config(j, 3, 0xfedcba98u, 2'000'000'000);
   EXPECT_EQ(c.mode, sched::Mode::kPartition);
   EXPECT_EQ(c.partition_bytes, 1048576u);
   EXPECT_EQ(c.credit_bytes, 2097152u);
@@ -32,7 +34,7 @@ TEST(Job, EndpointConfigFollowsTheNetworkSection) {
   EXPECT_EQ(c.transport.packet_bytes, 9038u);
   EXPECT_EQ(c.job_id, 9u);
   EXPECT_EQ(c.sender_id, 3);
-  EXPECT_EQ(c.local_epoch, 77);
+  EXPECT_EQ(c.local_epoch, 0xfedcba98u);  // all 32 bits
   EXPECT_THROW(endpoint_config(j, 3, 0, 1), config::ConfigError);
 }
 
@@ -174,7 +176,35 @@ TEST(Job, PortOfWorkerRefusesALayoutThatLeavesAWorkerOutNamingTheKey) {
   }
 }
 
-TEST(Job, FreshEpochIsNeverZero) { EXPECT_NE(fresh_epoch(), 0); }
+TEST(Job, FreshEpochIsNeverZero) { EXPECT_NE(fresh_epoch(), 0u); }
+
+// The epoch is the wall clock in milliseconds: a node restarted 2 ms later
+// (far less than EAL's start-up) is a new, newer incarnation.
+TEST(Job, FreshEpochsTwoMillisecondsApartDifferAndTheLaterIsNewer) {
+  const uint32_t first = fresh_epoch();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  const uint32_t later = fresh_epoch();
+  EXPECT_NE(later, first);
+  EXPECT_TRUE(transport::epoch_newer(later, first));
+  EXPECT_FALSE(transport::epoch_newer(first, later));
+  // At least the 2 ms slept (mod 2^32, as the serial compare reads it); the
+  // upper bound only guards against a unit other than milliseconds.
+  EXPECT_GE(later - first, 2u);
+  EXPECT_LT(later - first, 10'000u);
+}
+
+TEST(Job, FreshEpochIsTheWallClockInMilliseconds) {
+  const auto ms = [] {
+    return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  };
+  const uint32_t before = ms();
+  const uint32_t e = fresh_epoch();
+  const uint32_t after = ms();
+  EXPECT_FALSE(transport::epoch_newer(before, e));  // before <= e
+  EXPECT_FALSE(transport::epoch_newer(e, after));   // e <= after
+}
 
 }  // namespace
 }  // namespace mercury::job

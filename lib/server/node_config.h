@@ -31,7 +31,7 @@ inline constexpr uint32_t kServerEndpointMessages = 1 << 17;
 
 /// What a server process knows beyond the job file when it starts a node.
 struct NodeStart {
-  uint16_t epoch = 1;          ///< the node's transport incarnation (non-zero)
+  uint32_t epoch = 1;          ///< the node's transport incarnation (non-zero)
   uint64_t tsc_hz = 0;         ///< rte_get_tsc_hz()
   uint64_t rx_pool_mbufs = 0;  ///< mbufs of the RX pools of the node's ports, summed
   /// The CPU an lcore runs on (rte_lcore_to_cpu_id once EAL is up); empty:

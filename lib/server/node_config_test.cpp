@@ -39,7 +39,7 @@ TEST(NodeConfig, EverythingComesFromTheJobFile) {
   EXPECT_EQ(c.server_index, 1u);
   EXPECT_EQ(c.endpoint.job_id, 4u);
   EXPECT_EQ(c.endpoint.sender_id, 1);  // its index in the nodes list
-  EXPECT_EQ(c.endpoint.local_epoch, 7);
+  EXPECT_EQ(c.endpoint.local_epoch, 7u);
   EXPECT_EQ(c.endpoint.transport.window_packets, 32u);
   EXPECT_EQ(c.endpoint.transport.tsc_hz, 1'000'000u);
   EXPECT_EQ(c.endpoint.max_messages, kServerEndpointMessages);

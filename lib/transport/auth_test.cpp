@@ -185,7 +185,7 @@ TEST(ReplayWindow, TakesEachCounterOnceWithinTheWindow) {
 // ---------------------------------------------------------------------------
 // Endpoints with a job key.
 
-EndpointConfig keyed(uint16_t epoch, uint16_t sender_id, uint16_t peer_id, const PeerSpec& peer,
+EndpointConfig keyed(uint32_t epoch, uint16_t sender_id, uint16_t peer_id, const PeerSpec& peer,
                      SharedAuthKey key) {
   EndpointConfig c = test::endpoint_config(epoch, sender_id, peer);
   c.peers[0].node_id = peer_id;

@@ -9,8 +9,7 @@ namespace mercury::transport {
 
 namespace {
 
-// murmur3's 32-bit finaliser: a bijection with good avalanche, so distinct
-// (sender, receiver) epoch pairs get distinct, well-spread stream origins.
+// murmur3's 32-bit finaliser: a bijection with good avalanche.
 constexpr uint32_t mix32(uint32_t h) {
   h ^= h >> 16;
   h *= 0x85ebca6bu;
@@ -31,8 +30,14 @@ Tick us_to_ticks(uint64_t us, uint64_t hz) {
 
 }  // namespace
 
-uint32_t initial_seq(uint16_t sender_epoch, uint16_t receiver_epoch, uint32_t salt) {
-  return mix32((uint32_t{sender_epoch} << 16) | receiver_epoch) + salt;
+uint32_t initial_seq(uint32_t sender_epoch, uint32_t receiver_epoch, uint32_t salt) {
+  // Two 32-bit epochs do not fit one 32-bit origin, so no mix is a bijection
+  // of the pair. What a restart needs is weaker: with one end's epoch fixed,
+  // distinct epochs of the other give distinct origins. mix32 of the sender's
+  // epoch XOR the receiver's is a bijection of each while the other is fixed,
+  // and the outer mix32 keeps it one (the composition of bijections), while
+  // spreading epochs a millisecond apart across the whole sequence space.
+  return mix32(mix32(sender_epoch) ^ receiver_epoch) + salt;
 }
 
 uint32_t bdp_window(uint64_t link_bits_per_sec, uint32_t base_rtt_us, uint32_t packet_bytes,

@@ -19,19 +19,21 @@ using Tick = uint64_t;
 /// wrap as long as the two are less than 2^31 apart.
 constexpr int32_t seq_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
 constexpr bool seq_before(uint32_t a, uint32_t b) { return seq_diff(a, b) < 0; }
-/// True if epoch `a` is a later incarnation than `b` (16-bit serial compare).
-constexpr bool epoch_newer(uint16_t a, uint16_t b) {
-  return static_cast<int16_t>(static_cast<uint16_t>(a - b)) > 0;
-}
+/// True if epoch `a` is a later incarnation than `b` (32-bit serial compare).
+/// Epochs are milliseconds of the wall clock (job::fresh_epoch), so this is
+/// right for incarnations less than 2^31 ms (24.8 days) apart.
+constexpr bool epoch_newer(uint32_t a, uint32_t b) { return seq_diff(a, b) > 0; }
 
 /// The first sequence number of the stream that a sender of epoch
 /// `sender_epoch` runs towards a receiver of epoch `receiver_epoch`. Both ends
 /// compute it once they know each other's epoch, so no sequence number is
-/// negotiated; a bijective mix spreads the streams of different incarnation
-/// pairs across the sequence space, so the leftovers of a stream meant for an
-/// earlier incarnation fall outside the new stream's window. `salt` is
+/// negotiated. With either epoch fixed, the mix is a bijection of the other,
+/// with good avalanche: a new incarnation of one end, the other unchanged,
+/// always gets a stream origin of its own, spread across the sequence space
+/// (however close the two epochs are), so the leftovers of a stream meant for
+/// an earlier incarnation fall outside the new stream's window. `salt` is
 /// job-wide (Config::seq_salt).
-uint32_t initial_seq(uint16_t sender_epoch, uint16_t receiver_epoch, uint32_t salt);
+uint32_t initial_seq(uint32_t sender_epoch, uint32_t receiver_epoch, uint32_t salt);
 
 // ---------------------------------------------------------------------------
 // Configuration.

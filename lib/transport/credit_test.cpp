@@ -20,7 +20,7 @@ using test::slice_of;
 namespace wf = wire::flags;
 
 struct Side {
-  Side(uint16_t epoch, Tick now) : peer(test::test_config(16), epoch, now) {}
+  Side(uint32_t epoch, Tick now) : peer(test::test_config(16), epoch, now) {}
   Peer peer;
   RecordingSink sink;
 };

@@ -89,7 +89,7 @@ struct PeerSpec {
   std::string name;  ///< used in error messages ("w2")
   uint32_t ip = 0;   ///< IPv4, host order
   uint16_t udp_port = wire::kDefaultUdpPort;
-  uint16_t peer_epoch = 0;  ///< the peer's epoch if known; 0: learn it by the probe exchange
+  uint32_t peer_epoch = 0;  ///< the peer's epoch if known; 0: learn it by the probe exchange
   /// The peer's id in the job (its sender_id): with authentication, part of
   /// each packet's MAC nonce, so a packet is good only between these two.
   uint16_t node_id = 0;
@@ -102,7 +102,7 @@ struct EndpointConfig {
   uint32_t credit_bytes = 8 << 20;     ///< partition mode only
   uint32_t max_messages = 4096;        ///< message descriptors (queued + in flight)
   uint32_t ingress_capacity = 4096;    ///< submitted and not yet drained
-  uint16_t local_epoch = 1;            ///< our incarnation (non-zero)
+  uint32_t local_epoch = 1;            ///< our incarnation (non-zero; job::fresh_epoch())
   uint32_t job_id = 0;                 ///< written in every header; others' are dropped on receipt
   uint16_t sender_id = 0;              ///< our id in the job, written in every header
   uint32_t timer_every = 16;           ///< poll passes between timer runs (>= 1)

@@ -202,7 +202,7 @@ struct Packets final : PacketReceiver {
   void on_peer_restarted(uint16_t) override { epochs.push_back(0); }
   std::vector<wire::PacketType> types;
   std::vector<uint32_t> offsets;
-  std::vector<uint16_t> epochs;
+  std::vector<uint32_t> epochs;
   uint32_t slices = 0;
 };
 
@@ -318,7 +318,7 @@ TEST(EndpointReceivers, APacketReceiverHearsAPeerRestart) {
             SubmitStatus::kQueued);
   ASSERT_TRUE(l.run({&a2, &b}, [&] { return log.ok.size() == 2; }));
   EXPECT_TRUE(log.all_ok(2));
-  EXPECT_EQ(rx.epochs, (std::vector<uint16_t>{3, 0, 4}));  // 0: where the restart was heard
+  EXPECT_EQ(rx.epochs, (std::vector<uint32_t>{3, 0, 4}));  // 0: where the restart was heard
 }
 
 // A valid Mercury packet from an address that is no peer: dropped, counted,

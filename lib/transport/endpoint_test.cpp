@@ -2,10 +2,12 @@
 // fake clock. Delivery both ways with every completion exactly once; loss,
 // reordering and duplication recovered; scripted losses retransmitted by the
 // right rule (fast retransmit, the timer, the left edge, the scheduler's
-// requeue); a dead or unreachable peer reported with its error text.
+// requeue); a dead or unreachable peer reported with its error text; a peer
+// restarted a millisecond later (a new epoch) seen as a restart.
 #include <gtest/gtest.h>
 
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "transport/endpoint_test_util.h"
@@ -235,6 +237,70 @@ TEST(EndpointUnit, AnUnreachablePeerFailsAfterTheConnectTimeout) {
   EXPECT_TRUE(a.peer_stats_st(0).dead);
   EXPECT_TRUE(a.idle_st());
   EXPECT_GT(l.a.counters().resolve_failed, 0u);
+}
+
+// What a server's glue hears of its peer: each run of packets of one epoch
+// as that epoch, and 0 where a restart was heard.
+struct Incarnations final : PacketReceiver {
+  bool on_packet(uint16_t, const wire::HeaderFields& h, std::span<const std::byte>,
+                 net::PacketBuf*) override {
+    if (epochs.empty() || epochs.back() != h.epoch) epochs.push_back(h.epoch);
+    return false;
+  }
+  void on_peer_restarted(uint16_t) override { epochs.push_back(0); }
+  std::vector<uint32_t> epochs;
+};
+
+// A worker killed and started again at once comes back with an epoch one
+// millisecond later than its predecessor's (job::fresh_epoch counts
+// milliseconds; EAL's start-up alone takes longer), and that is a restart:
+// the server's end (b) hears it once, on the new incarnation's first packet,
+// before anything of it; the message it had in flight to the old one fails
+// naming the restart, and the leftovers of that stream reaching the new
+// incarnation are refused as another stream's; then both directions carry
+// the new incarnation's messages. The same across the 32-bit wrap, where
+// fresh_epoch steps over 0.
+TEST(EndpointUnit, APeerBackOneMillisecondLaterIsARestart) {
+  // 2026-12-04 00:00:00 UTC in milliseconds, mod 2^32; then the wrap.
+  constexpr auto kMidnight = static_cast<uint32_t>(1'796'342'400'000ull);
+  for (const auto& [before, after] :
+       std::vector<std::pair<uint32_t, uint32_t>>{{kMidnight, kMidnight + 1}, {0xffffffffu, 1}}) {
+    SCOPED_TRACE(before);
+    ASSERT_TRUE(epoch_newer(after, before));
+    Link l;
+    Incarnations heard;
+    Endpoint b(l.b, test::endpoint_config(5, 1, peer_at("w1", kAddrA)), heard, l.now);
+    // Bodies outlive the endpoints: a message is sent from its buffer in place.
+    const auto up_old = bodies({3000}), up_new = bodies({5000}, 10);
+    const auto down_lost = bodies({1 << 20}, 50), down_new = bodies({2000}, 60);
+    Log up1, up2, lost, down2;
+    Inbox in_a1, in_a2;
+    {
+      Endpoint a1(l.a, test::endpoint_config(before, 0, peer_at("s0", kAddrB)), in_a1, l.now);
+      test::send_all(a1, up_old, up1);
+      ASSERT_TRUE(l.run({&a1, &b}, [&] { return up1.ok.size() == 1; }));
+      // b sends 1 MiB; the old incarnation dies with a window of it in flight.
+      test::send_all(b, down_lost, lost);
+      l.idle({&b}, 20 * test::kUs);
+      ASSERT_GT(b.peer_stats_st(0).transport.tx.packets_sent, 0u);
+    }
+    Endpoint a2(l.a, test::endpoint_config(after, 0, peer_at("s0", kAddrB)), in_a2, l.now);
+    test::send_all(a2, up_new, up2, wire::PacketType::kData, 1);
+    ASSERT_TRUE(l.run({&a2, &b}, [&] { return up2.ok.size() == 1 && lost.failed.size() == 1; }));
+    EXPECT_EQ(heard.epochs, (std::vector<uint32_t>{before, 0, after}));
+    EXPECT_EQ(b.peer_stats_st(0).transport.rx.peer_restarts, 1u);
+    EXPECT_EQ(b.peer_stats_st(0).transport.rx.stale_epoch, 0u);
+    EXPECT_TRUE(lost.ok.empty());
+    EXPECT_EQ(lost.first_status, SendStatus::kPeerRestarted);
+    EXPECT_EQ(lost.first_error,
+              "peer w1 (10.0.0.1:47100) restarted (new epoch): the message was lost with its old "
+              "state");
+    EXPECT_GT(a2.peer_stats_st(0).transport.rx.unsynced, 0u);  // the old stream's leftovers
+    test::send_all(b, down_new, down2, wire::PacketType::kData, 1);
+    ASSERT_TRUE(l.run({&a2, &b}, [&] { return down2.ok.size() == 1; }));
+    EXPECT_TRUE(in_a2.has(1, down_new[0]));
+    EXPECT_EQ(in_a2.messages.count(0), 0u);  // nothing of the old stream completed here
+  }
 }
 
 }  // namespace

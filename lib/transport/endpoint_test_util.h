@@ -26,12 +26,12 @@ inline const net::LocalAddr kAddrA = address(1, 47100);
 inline const net::LocalAddr kAddrB = address(2, 47101);
 
 /// Peer spec of the other end (peer_epoch 0: learnt by the probe exchange).
-inline PeerSpec peer_at(const char* name, const net::LocalAddr& a, uint16_t peer_epoch = 0) {
+inline PeerSpec peer_at(const char* name, const net::LocalAddr& a, uint32_t peer_epoch = 0) {
   return PeerSpec{name, a.ip, a.udp_port, peer_epoch};
 }
 
 /// One peer, window 16, the transport settings of test_config (1 tick = 1 ns).
-inline EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id, const PeerSpec& peer,
+inline EndpointConfig endpoint_config(uint32_t epoch, uint16_t sender_id, const PeerSpec& peer,
                                       uint32_t window = 16) {
   EndpointConfig c;
   c.transport = test_config(window);

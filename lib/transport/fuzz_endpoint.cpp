@@ -75,7 +75,7 @@ struct Completions {
   }
 };
 
-EndpointConfig config(uint16_t epoch, uint16_t id, uint16_t peer_id, const net::LocalAddr& peer,
+EndpointConfig config(uint32_t epoch, uint16_t id, uint16_t peer_id, const net::LocalAddr& peer,
                       const SharedAuthKey& key) {
   EndpointConfig c;
   c.transport.tsc_hz = 1'000'000'000;
@@ -128,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::vector<std::byte>> keep;              // sent buffers stay alive
   Completions done;
   uint32_t next_key = 1;
-  uint16_t a_epoch = 3;
+  uint32_t a_epoch = 3;
   const auto poll = [&](uint32_t us) {
     for (uint32_t i = 0; i < us; ++i) {
       now += kUs;
@@ -176,7 +176,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.offset = in.u32() & 0xffff;
         h.seq = in.u32();
         h.ack = in.u32();
-        h.epoch = in.u16();
+        h.epoch = in.u32();
         h.sack = uint64_t{in.u32()} << 32 | in.u32();
         h.credit = in.u16();
         std::vector<std::byte> payload(h.type == wire::PacketType::kAck ? 0 : in.byte() * 4u);

@@ -39,7 +39,7 @@ constexpr uint32_t kPart = 100;
 
 class End final : public SenderSink {
  public:
-  End(const Config& c, uint16_t epoch, uint16_t peer_epoch)
+  End(const Config& c, uint32_t epoch, uint32_t peer_epoch)
       : config(c), peer(c, epoch, 0, peer_epoch) {}
 
   void on_acked(const SliceRef& s) override { check(ended.insert(s.msg_token).second); }
@@ -190,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 9:  // a new incarnation of this end towards the other
         if ((op & 0x40) != 0 && e.peer.dead()) {
-          e.peer.reincarnate(static_cast<uint16_t>(e.peer.local_epoch() + 1), now, e);
+          e.peer.reincarnate(e.peer.local_epoch() + 1, now, e);
         }
         break;
     }

@@ -120,7 +120,7 @@ class Channel {
 // One endpoint's glue: what the net core loop will do around a Peer.
 class Endpoint final : public SenderSink {
  public:
-  Endpoint(int id, const Config& c, uint16_t epoch, Channel& ch, uint32_t max_payload)
+  Endpoint(int id, const Config& c, uint32_t epoch, Channel& ch, uint32_t max_payload)
       : id_(id), max_payload_(max_payload), peer_(c, epoch, 0), ch_(ch) {}
 
   void queue_message(uint32_t len, uint8_t priority) {

@@ -11,14 +11,14 @@ namespace wf = wire::flags;
 
 namespace {
 
-uint16_t checked_epoch(uint16_t e) {
+uint32_t checked_epoch(uint32_t e) {
   if (e == 0) throw std::invalid_argument("transport: local epoch must be non-zero");
   return e;
 }
 
 }  // namespace
 
-Peer::Peer(const Config& config, uint16_t local_epoch, Tick now, uint16_t peer_epoch)
+Peer::Peer(const Config& config, uint32_t local_epoch, Tick now, uint32_t peer_epoch)
     : p_(resolve(config)),
       local_epoch_(checked_epoch(local_epoch)),
       sender_(p_, initial_seq(local_epoch, peer_epoch, p_.seq_salt), now),
@@ -161,7 +161,7 @@ Tick Peer::next_deadline() const {
                   persist);
 }
 
-void Peer::reincarnate(uint16_t new_local_epoch, Tick now, SenderSink& sink) {
+void Peer::reincarnate(uint32_t new_local_epoch, Tick now, SenderSink& sink) {
   if (!epoch_newer(checked_epoch(new_local_epoch), local_epoch_)) {
     throw std::invalid_argument("transport: reincarnate needs an epoch newer than the current one");
   }

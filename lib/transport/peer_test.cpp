@@ -19,7 +19,7 @@ using test::slice_of;
 namespace wf = wire::flags;
 
 struct Endpoint {
-  Endpoint(uint16_t epoch, Tick now, Config c = test::test_config()) : peer(c, epoch, now) {}
+  Endpoint(uint32_t epoch, Tick now, Config c = test::test_config()) : peer(c, epoch, now) {}
   Peer peer;
   RecordingSink sink;
 };
@@ -64,14 +64,14 @@ TEST(Peer, ExchangesEpochsBeforeTheFirstData) {
   EXPECT_EQ(probe.flags, wf::kAckRequest);  // no ACK yet, and "please answer"
   EXPECT_EQ(probe.epoch, 1u);
   EXPECT_EQ(b.peer.on_packet(probe, 0, b.sink).verdict, RxVerdict::kAckOnly);
-  EXPECT_EQ(b.peer.peer_epoch(), 1);
+  EXPECT_EQ(b.peer.peer_epoch(), 1u);
   EXPECT_TRUE(b.peer.can_send());
   ASSERT_TRUE(b.peer.ack_due(0));
   const wire::HeaderFields answer = pure_ack(b, 0);
   EXPECT_EQ(answer.flags, 0);  // an answer never asks back: no ping-pong
   a.peer.on_packet(answer, 0, a.sink);
   EXPECT_TRUE(a.peer.can_send());
-  EXPECT_EQ(a.peer.peer_epoch(), 5);
+  EXPECT_EQ(a.peer.peer_epoch(), 5u);
   // A's stream is keyed to (1, 5); B syncs to it on the first packet.
   const wire::HeaderFields d = send_data(a, 0, 10 * kUs);
   EXPECT_EQ(d.seq, initial_seq(1, 5, 0));
@@ -158,7 +158,7 @@ TEST(Peer, APeerRestartFailsPendingAndRestartsTheStream) {
   handshake(a, b2, 1 * kMs);
   ASSERT_EQ(a.sink.failed.size(), 3u);
   for (const auto& f : a.sink.failed) EXPECT_EQ(f.why, FailReason::kPeerRestarted);
-  EXPECT_EQ(a.peer.peer_epoch(), 6);
+  EXPECT_EQ(a.peer.peer_epoch(), 6u);
   EXPECT_EQ(a.peer.counters().rx.peer_restarts, 1u);
   // A's old packets reach the new B: a stream meant for its predecessor.
   for (const auto& h : in_flight) {

@@ -14,7 +14,7 @@ namespace {
 // Ring of at least 128 bits so the 64-bit SACK window always fits in it.
 uint32_t ring_bits(uint32_t rx_window) { return std::bit_ceil(std::max(2 * rx_window, 128u)); }
 
-uint16_t checked_epoch(uint16_t e) {
+uint32_t checked_epoch(uint32_t e) {
   if (e == 0) throw std::invalid_argument("transport: local epoch must be non-zero");
   return e;
 }
@@ -27,7 +27,7 @@ uint32_t checked_rx_messages(const Params& p) {
 
 }  // namespace
 
-PeerReceiver::PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t peer_epoch)
+PeerReceiver::PeerReceiver(const Params& params, uint32_t local_epoch, uint32_t peer_epoch)
     : p_(params),
       local_epoch_(checked_epoch(local_epoch)),
       peer_epoch_(peer_epoch),
@@ -38,7 +38,7 @@ PeerReceiver::PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t 
       credit_(credit_cap()),
       advertised_(credit_) {}
 
-EpochCheck PeerReceiver::observe_epoch(uint16_t epoch) {
+EpochCheck PeerReceiver::observe_epoch(uint32_t epoch) {
   if (epoch == 0) {  // no sender uses it: a corrupt or foreign packet
     ++counters_.stale_epoch;
     return EpochCheck::kStale;
@@ -75,7 +75,7 @@ void PeerReceiver::sync(uint32_t base) {
   forget_owed_ack();
 }
 
-void PeerReceiver::reincarnate(uint16_t new_local_epoch) {
+void PeerReceiver::reincarnate(uint32_t new_local_epoch) {
   local_epoch_ = checked_epoch(new_local_epoch);
   counters_.messages_abandoned += msgs_.size();
   reset_messages();

@@ -104,12 +104,12 @@ class PeerReceiver {
  public:
   /// Control path. `local_epoch` (non-zero) is our own incarnation;
   /// `peer_epoch` the peer's if already known (0: adopt the first one seen).
-  PeerReceiver(const Params& params, uint16_t local_epoch, uint16_t peer_epoch = 0);
+  PeerReceiver(const Params& params, uint32_t local_epoch, uint32_t peer_epoch = 0);
 
   /// Checks a packet's epoch against the peer's known incarnation, adopting
   /// the first one seen and resetting on a newer one. on_data() calls it; call
   /// it yourself for pure ACKs. Counts stale epochs.
-  EpochCheck observe_epoch(uint16_t epoch);
+  EpochCheck observe_epoch(uint32_t epoch);
 
   /// A data, aggregated-data or control packet from the peer, already decoded
   /// and validated by wire::decode.
@@ -142,8 +142,8 @@ class PeerReceiver {
   bool synced() const { return synced_; }
   /// We became a new incarnation (Peer::reincarnate): forget the peer's
   /// stream (it restarts towards our new epoch), keep its epoch.
-  void reincarnate(uint16_t new_local_epoch);
-  uint16_t peer_epoch() const { return peer_epoch_; }
+  void reincarnate(uint32_t new_local_epoch);
+  uint32_t peer_epoch() const { return peer_epoch_; }
   uint32_t messages_in_progress() const { return static_cast<uint32_t>(msgs_.size()); }
   const ReceiverCounters& counters() const { return counters_; }
 
@@ -176,8 +176,8 @@ class PeerReceiver {
   void duplicate(const wire::HeaderFields& h, bool history_known);
 
   Params p_;
-  uint16_t local_epoch_;
-  uint16_t peer_epoch_ = 0;  // 0: never heard from the peer
+  uint32_t local_epoch_;
+  uint32_t peer_epoch_ = 0;  // 0: never heard from the peer
   bool synced_ = false;
   uint32_t rcv_nxt_ = 0;
   uint32_t history_ = 0;  // seqs below rcv_nxt_ whose ring bits are still meaningful

@@ -18,10 +18,10 @@ using test::test_params;
 namespace wf = wire::flags;
 
 constexpr uint16_t kLocal = 7;
-constexpr uint16_t kPeerEpoch = 3;
+constexpr uint32_t kPeerEpoch = 3;
 
 // A one-packet message at `seq` (the common case for protocol tests).
-wire::HeaderFields packet(uint32_t seq, uint16_t epoch = kPeerEpoch, uint16_t flags = 0) {
+wire::HeaderFields packet(uint32_t seq, uint32_t epoch = kPeerEpoch, uint16_t flags = 0) {
   wire::HeaderFields h;
   h.type = wire::PacketType::kData;
   h.seq = seq;
@@ -303,7 +303,7 @@ TEST_F(ReceiverTest, StaleEpochIsRejectedAndANewerOneResets) {
   EXPECT_EQ(r.counters().stale_epoch, 1u);
   EXPECT_EQ(r.on_data(packet(base_ + 1, 0), 0).verdict, RxVerdict::kStaleEpoch);  // never valid
   // The peer restarted: a new stream, keyed to (its new epoch, ours).
-  const uint16_t next = kPeerEpoch + 1;
+  const uint32_t next = kPeerEpoch + 1;
   const uint32_t nb = initial_seq(next, kLocal, 0);
   const RxResult res = r.on_data(packet(nb, next), 0);
   EXPECT_TRUE(res.peer_restarted);

@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <vector>
 
 #include "transport/sender_test_util.h"
 #include "transport/test_util.h"
@@ -31,9 +32,55 @@ TEST(SeqArithmetic, ComparesAcrossTheWrap) {
   EXPECT_FALSE(seq_before(0x00000010u, 0xfffffff0u));
   EXPECT_EQ(seq_diff(0x00000005u, 0xfffffffbu), 10);
   EXPECT_EQ(seq_diff(0xfffffffbu, 0x00000005u), -10);
-  EXPECT_TRUE(epoch_newer(1, 0xffff));
-  EXPECT_FALSE(epoch_newer(0xffff, 1));
+  EXPECT_TRUE(epoch_newer(1, 0xffffffffu));
+  EXPECT_FALSE(epoch_newer(0xffffffffu, 1));
   EXPECT_FALSE(epoch_newer(7, 7));
+}
+
+// Epochs are milliseconds of the wall clock mod 2^32 (job::fresh_epoch).
+TEST(Epochs, CompareAsThirtyTwoBitSerialNumbers) {
+  // A restart 10 ms across the wrap, either way round.
+  EXPECT_TRUE(epoch_newer(0x00000005u, 0xfffffffbu));
+  EXPECT_FALSE(epoch_newer(0xfffffffbu, 0x00000005u));
+  // One millisecond later across a 16-bit boundary: all 32 bits count.
+  EXPECT_TRUE(epoch_newer(0x12340000u, 0x1233ffffu));
+  EXPECT_FALSE(epoch_newer(0x1233ffffu, 0x12340000u));
+  // A later epoch is newer up to 2^31 - 1 ms (24.8 days) on; at 2^31 neither is.
+  for (const uint32_t e : {0u, 0x7fffffffu, 0xfff00000u}) {
+    EXPECT_TRUE(epoch_newer(e + 1, e)) << e;
+    EXPECT_TRUE(epoch_newer(e + 0x7fffffffu, e)) << e;
+    EXPECT_FALSE(epoch_newer(e, e + 0x7fffffffu)) << e;
+    EXPECT_FALSE(epoch_newer(e + 0x80000000u, e)) << e;
+    EXPECT_FALSE(epoch_newer(e, e + 0x80000000u)) << e;
+  }
+}
+
+// With one end's epoch fixed, the stream origin is a bijection of the other's
+// (distinct over 2^16 consecutive milliseconds, across the wrap), and
+// neighbouring milliseconds land far apart: an incarnation one millisecond
+// later does not start inside its predecessor's window. The salt shifts it.
+TEST(Epochs, InitialSeqTellsEveryIncarnationOfOneEndApart) {
+  constexpr auto kMidnight = static_cast<uint32_t>(1'796'342'400'000ull);  // 2026-12-04, ms
+  for (const uint32_t other : {1u, 5u, 0x5a17u, kMidnight}) {
+    std::vector<uint32_t> as_sender, as_receiver;
+    for (uint32_t i = 0; i < (1u << 16); ++i) {
+      const uint32_t e = 0xffff8000u + i;
+      as_sender.push_back(initial_seq(e, other, 0));
+      as_receiver.push_back(initial_seq(other, e, 0));
+    }
+    for (std::vector<uint32_t> v : {as_sender, as_receiver}) {
+      uint32_t close = 0;  // neighbours within the largest window of each other
+      for (size_t i = 1; i < v.size(); ++i) {
+        const int64_t d = seq_diff(v[i], v[i - 1]);
+        close += (d < 0 ? -d : d) < kMaxWindow;
+      }
+      // About 2 expected of 2^16 uniformly spread pairs (2^17 / 2^32 each).
+      EXPECT_LE(close, 16u) << other;
+      std::sort(v.begin(), v.end());
+      EXPECT_EQ(std::adjacent_find(v.begin(), v.end()), v.end()) << other;
+    }
+  }
+  EXPECT_EQ(initial_seq(kMidnight, 5, 0x1000), initial_seq(kMidnight, 5, 0) + 0x1000);
 }
 
 TEST(Keepalive, AnEighthOfThePeerTimeout) {

@@ -84,11 +84,12 @@ struct PeerCounters {
 ///    fails with kPeerRestarted and a new stream starts keyed to that epoch.
 class Peer {
  public:
-  /// Control path. `local_epoch` is our incarnation (non-zero; bump it on
-  /// every process restart, e.g. from a persisted counter). `peer_epoch` is
+  /// Control path. `local_epoch` is our incarnation (non-zero; a restarted
+  /// process needs a newer one: job::fresh_epoch() counts milliseconds of the
+  /// wall clock, compared by epoch_newer). `peer_epoch` is
   /// the peer's if already known (skips the probe exchange), 0 otherwise.
   /// Throws std::invalid_argument on a bad config or a zero local epoch.
-  Peer(const Config& config, uint16_t local_epoch, Tick now, uint16_t peer_epoch = 0);
+  Peer(const Config& config, uint32_t local_epoch, Tick now, uint32_t peer_epoch = 0);
 
   /// Room for a new packet (and the peer's epoch is known).
   bool can_send() const { return peer_known() && sender_.can_send(); }
@@ -134,15 +135,15 @@ class Peer {
   /// FailReason::kReset, abandons messages in progress from the peer and
   /// starts a fresh stream; the peer sees a restart and does the same on its
   /// side. Throws std::invalid_argument unless new_local_epoch is newer.
-  void reincarnate(uint16_t new_local_epoch, Tick now, SenderSink& sink);
+  void reincarnate(uint32_t new_local_epoch, Tick now, SenderSink& sink);
 
   /// The peer is dead: nothing was acknowledged for peer_timeout while data
   /// was out (every pending slice has failed), or it never answered within
   /// connect_timeout. The glue fails whatever it still queues for the peer.
   bool dead() const { return sender_.dead() || connect_failed_; }
   bool peer_known() const { return receiver_.peer_epoch() != 0; }
-  uint16_t local_epoch() const { return local_epoch_; }
-  uint16_t peer_epoch() const { return receiver_.peer_epoch(); }
+  uint32_t local_epoch() const { return local_epoch_; }
+  uint32_t peer_epoch() const { return receiver_.peer_epoch(); }
   const PeerSender& sender() const { return sender_; }
   const PeerReceiver& receiver() const { return receiver_; }
   PeerCounters counters() const {
@@ -159,7 +160,7 @@ class Peer {
   }
 
   Params p_;
-  uint16_t local_epoch_;
+  uint32_t local_epoch_;
   PeerSender sender_;
   PeerReceiver receiver_;
   bool owe_epoch_;             // the peer may not know our epoch yet: tell it with the next packet

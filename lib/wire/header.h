@@ -115,8 +115,10 @@ struct Header {
   /// `ack` on the sender may have sent (flow control: it never sends what
   /// the receiver has no room for).
   be16 credit;
-  be64 sack;        ///< bit i set: seq ack+1+i was received
-  be32 epoch;       ///< sender's incarnation; a restart bumps it
+  be64 sack;  ///< bit i set: seq ack+1+i was received
+  /// The sender's incarnation (job::fresh_epoch(): its start in milliseconds
+  /// of the wall clock, mod 2^32, never 0); a restart makes a newer one.
+  be32 epoch;
   be32 reserved32;  ///< sent as 0, ignored on receipt
 };
 #pragma pack(pop)

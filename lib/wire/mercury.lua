@@ -99,7 +99,8 @@ f.param_version = ProtoField.uint32("mercury.param_version", "Parameter version"
 f.seq = ProtoField.uint32("mercury.seq", "Sequence number", base.DEC)
 f.ack = ProtoField.uint32("mercury.ack", "Cumulative ACK", base.DEC)
 f.payload_len = ProtoField.uint16("mercury.payload_len", "Payload length", base.DEC)
-f.epoch = ProtoField.uint32("mercury.epoch", "Epoch", base.DEC)
+f.epoch = ProtoField.uint32("mercury.epoch", "Epoch", base.DEC, nil, nil,
+  "the sender's incarnation: its start, in milliseconds of the wall clock mod 2^32")
 f.sack = ProtoField.uint64("mercury.sack", "SACK", base.HEX, nil, nil,
   "bit i set: seq ack+1+i was received")
 f.credit = ProtoField.uint16("mercury.credit", "Credit", base.DEC, nil, nil,

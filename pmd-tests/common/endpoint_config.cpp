@@ -6,7 +6,7 @@
 
 namespace mercury::pmdtest {
 
-transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id,
+transport::EndpointConfig endpoint_config(uint32_t epoch, uint16_t sender_id,
                                           std::vector<transport::PeerSpec> peers,
                                           const EndpointOptions& options) {
   transport::EndpointConfig c;

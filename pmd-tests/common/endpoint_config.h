@@ -21,7 +21,7 @@ struct EndpointOptions {
 /// index `sender_id` in the job, `peers`, and `options`; every other field
 /// the library's default (strict scheduler). Callers change what their case
 /// needs afterwards.
-transport::EndpointConfig endpoint_config(uint16_t epoch, uint16_t sender_id,
+transport::EndpointConfig endpoint_config(uint32_t epoch, uint16_t sender_id,
                                           std::vector<transport::PeerSpec> peers = {},
                                           const EndpointOptions& options = {});
 

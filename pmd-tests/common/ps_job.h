@@ -74,7 +74,7 @@ inline constexpr pmdtest::EndpointOptions kJobEndpoint = {.messages = 1 << 17};
 /// `servers` (job-file order), as a job file would give it.
 inline worker::NetCoreConfig worker_config(uint32_t rank, uint32_t workers,
                                            std::vector<worker::ServerSpec> servers,
-                                           uint32_t chunk_bytes, uint16_t epoch) {
+                                           uint32_t chunk_bytes, uint32_t epoch) {
   worker::NetCoreConfig c;
   c.rank = rank;
   c.workers = workers;
@@ -381,9 +381,8 @@ class Job {
 
   /// The configuration rank `w` is given (a fresh epoch each call).
   worker::NetCoreConfig worker_config(uint32_t w) {
-    worker::NetCoreConfig c =
-        pstest::worker_config(w, options_.workers, servers_of_[w], chunk_,
-                              static_cast<uint16_t>(5 + w + 16 * ++incarnations_));
+    worker::NetCoreConfig c = pstest::worker_config(w, options_.workers, servers_of_[w], chunk_,
+                                                    5 + w + 16 * ++incarnations_);
     c.placement = options_.placement;
     return c;
   }

@@ -54,11 +54,11 @@ namespace mercury::replay {
 inline constexpr uint32_t kWorkers = 4;
 inline constexpr uint32_t kShards = 2;
 /// The capture server's transport epoch; a replaying server must use it.
-inline constexpr uint16_t kServerEpoch = 0x5a17;
+inline constexpr uint32_t kServerEpoch = 0x5a17;
 inline constexpr float kLearningRate = 0.25f;
 
 /// A worker's epoch in the capture (any non-zero value; the server adopts it).
-inline uint16_t worker_epoch(uint32_t rank) { return static_cast<uint16_t>(0x2100 + rank); }
+inline uint32_t worker_epoch(uint32_t rank) { return 0x2100 + rank; }
 
 /// How the job file's ports are laid out.
 struct JobLayout {

@@ -75,10 +75,10 @@ void two_endpoints(const std::string& name, uint8_t net, uint32_t mtu, const net
       pmdtest::plan_messages(forward, 64 << 20, kPatternBytes, lp.seed + 1),
       pmdtest::plan_messages(back, 4 << 20, kPatternBytes, lp.seed + 2)};
   CheckingReceiver rx_a(pattern(), plans), rx_b(pattern(), plans);
-  EndpointConfig ca = endpoint_config(
-      3, 0, {{"b", RingLink::ip_b(net), 47101, uint16_t(known_epochs ? 5 : 0)}}, kEndpoint);
-  EndpointConfig cb = endpoint_config(
-      5, 1, {{"a", RingLink::ip_a(net), 47100, uint16_t(known_epochs ? 3 : 0)}}, kEndpoint);
+  EndpointConfig ca =
+      endpoint_config(3, 0, {{"b", RingLink::ip_b(net), 47101, known_epochs ? 5u : 0u}}, kEndpoint);
+  EndpointConfig cb =
+      endpoint_config(5, 1, {{"a", RingLink::ip_a(net), 47100, known_epochs ? 3u : 0u}}, kEndpoint);
   if (tune != nullptr) {
     tune(ca);
     tune(cb);
