@@ -41,6 +41,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench_eal.h"
@@ -64,10 +65,12 @@ enum class Variant : uint32_t {
   kStack,            ///< Interface::poll_rx_st: parse and verify every header and checksum
   kStackNoChecksum,  ///< the same with UDP checksums off (network.udp_checksum: false)
   // benchmarks/transport_pmd/memif_goodput_bench's receiver only:
-  kRawPlace,       ///< kRaw, and each frame's payload copied out into a destination buffer
-  kEndpoint,       ///< a transport::Endpoint places and checks every message
-  kEndpointLoss1,  ///< the same through the link emulator, 1 % loss each way
-  kEndpointAuth    ///< kEndpoint with a job key: every packet signed and verified (AES-GMAC)
+  kRawPlace,        ///< kRaw, and each frame's payload copied out into a destination buffer
+  kEndpoint,        ///< a transport::Endpoint places and checks every message
+  kEndpointLoss1,   ///< the same through the link emulator, 1 % loss each way
+  kEndpointAuth,    ///< kEndpoint with a job key: every packet signed and verified (AES-GMAC)
+  kEndpoint10G,     ///< kEndpoint through the link emulator at a 10 Gbit/s line rate each way
+  kEndpointAuth10G  ///< kEndpointAuth at the same 10 Gbit/s line rate
 };
 
 inline constexpr net::MacAddr kSenderMac{{0x02, 0x00, 0x00, 0x00, 0x6d, 0x01}};
@@ -146,10 +149,9 @@ struct MemifBenchmark {
   const char* counter;    ///< the counter compared with raw's (CpuShareReporter)
   uint16_t links = 1;     ///< memif links between the processes (net_memif0, 1, ...)
   bool zero_copy_option = false;  ///< offers --memif_zero_copy
-  /// A second ratio table, of this variant to `pair_reference` in the same
-  /// repetition (nullptr: none).
-  const char* pair_variant = nullptr;
-  const char* pair_reference = nullptr;
+  /// More ratio tables, each of a variant to its reference in the same
+  /// repetition: {variant, reference} (CpuShareReporter::add_pair).
+  std::vector<std::pair<const char*, const char*>> pairs = {};
 };
 
 /// The receiver process, seen from the sender: `<peer_name> --peer <fd>
@@ -345,7 +347,7 @@ int memif_main(int argc, char** argv, const MemifBenchmark& b, Sender*& current)
       sender.wait_up();
       current = &sender;
       CpuShareReporter reporter(b.counter, "raw", min_share);
-      if (b.pair_variant != nullptr) reporter.add_pair(b.pair_variant, b.pair_reference);
+      for (const auto& [variant, reference] : b.pairs) reporter.add_pair(variant, reference);
       benchmark::RunSpecifiedBenchmarks(&reporter);
       current = nullptr;
     }

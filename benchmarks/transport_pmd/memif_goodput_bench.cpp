@@ -26,7 +26,14 @@
 //                               payload per packet is 24 bytes shorter before
 //                               rounding (1344 at 1500, 8832 at 9000). A second
 //                               table gives its ratio to memif/endpoint per
-//                               repetition: the cost of authentication.
+//                               repetition: the cost of authentication where
+//                               the cores, not the link, are the limit.
+//   memif/endpoint_10g/<mtu>, memif/endpoint_auth_10g/<mtu>
+//                               memif/endpoint and memif/endpoint_auth through
+//                               the link emulator at a line rate of 10 Gbit/s
+//                               each way (preamble, gap and FCS counted): a
+//                               NIC's rate, not the cores, is the limit. A third
+//                               table gives their ratio per repetition.
 // The source and the destination buffers are on 64-byte boundaries
 // (AlignedBytes), as a trainer's tensors are.
 // The counter compared is "Gbps": payload bits per second of the sender's real
@@ -133,14 +140,27 @@ size_t source_offset(uint32_t iteration, uint32_t key) {
 }
 
 // The endpoint variants of each link: each has its own connection.
-enum Kind : size_t { kPlain, kLossy, kAuth, kKinds };
+enum Kind : size_t { kPlain, kLossy, kAuth, kPlain10G, kAuth10G, kKinds };
 
 Kind kind_of(Variant v) {
-  return v == Variant::kEndpointLoss1 ? kLossy : v == Variant::kEndpointAuth ? kAuth : kPlain;
+  switch (v) {
+    case Variant::kEndpointLoss1:
+      return kLossy;
+    case Variant::kEndpointAuth:
+      return kAuth;
+    case Variant::kEndpoint10G:
+      return kPlain10G;
+    case Variant::kEndpointAuth10G:
+      return kAuth10G;
+    default:
+      return kPlain;
+  }
 }
 bool is_endpoint(Variant v) {
-  return v == Variant::kEndpoint || v == Variant::kEndpointLoss1 || v == Variant::kEndpointAuth;
+  return v == Variant::kEndpoint || v == Variant::kEndpointLoss1 || v == Variant::kEndpointAuth ||
+         v == Variant::kEndpoint10G || v == Variant::kEndpointAuth10G;
 }
+bool is_auth(Kind k) { return k == kAuth || k == kAuth10G; }
 
 // The authenticated variant's job key: both processes build the same.
 transport::SharedAuthKey bench_key() {
@@ -185,6 +205,14 @@ net::LinkParams loss1(uint64_t seed) {
   return p;
 }
 
+// A 10 Gbit/s NIC's line rate, nothing else impaired.
+inline constexpr double kLineRateGbps = 10;
+net::LinkParams line_rate() {
+  net::LinkParams p;
+  p.rate_gbps = kLineRateGbps;
+  return p;
+}
+
 // The sender's endpoints receive only ACKs; a message would be a fault.
 class NoMessages final : public transport::MessageReceiver {
  public:
@@ -193,7 +221,7 @@ class NoMessages final : public transport::MessageReceiver {
 };
 
 // One endpoint variant on one side: its Interface (own UDP port), its
-// emulator when lossy, its Endpoint.
+// emulator when lossy or rate-limited, its Endpoint.
 struct Connection {
   Connection(net::Port& port, net::Mempool& pool, bool server, size_t m, Kind kind,
              transport::MessageReceiver& receiver)
@@ -205,14 +233,14 @@ struct Connection {
               {}),
         ep(iface,
            endpoint_config(server, server ? kSenderIp : kReceiverIp, udp_port(m, kind),
-                           kind == kAuth),
+                           is_auth(kind)),
            receiver, rte_rdtsc()) {
-    const bool lossy = kind == kLossy;
     // Static ARP, as NodeNetworks configures it: the run measures data only.
     iface.add_static_arp(server ? kSenderIp : kReceiverIp, server ? kSenderMac : kReceiverMac);
-    if (lossy) {
+    if (kind == kLossy || kind == kPlain10G || kind == kAuth10G) {
       emulator = std::make_unique<net::LinkEmulator>(
-          port.id(), 0, loss1((server ? 71u : 73u) + m * 4), copies.get(), rte_get_tsc_hz());
+          port.id(), 0, kind == kLossy ? loss1((server ? 71u : 73u) + m * 4) : line_rate(),
+          copies.get(), rte_get_tsc_hz());
       iface.attach_emulator(emulator.get());
     }
   }
@@ -501,7 +529,9 @@ void run(benchmark::State& state, Variant v) {
                             : v == Variant::kRawPlace      ? "raw_place/"
                             : v == Variant::kEndpoint      ? "endpoint/"
                             : v == Variant::kEndpointLoss1 ? "endpoint_loss1/"
-                                                           : "endpoint_auth/") +
+                            : v == Variant::kEndpointAuth  ? "endpoint_auth/"
+                            : v == Variant::kEndpoint10G   ? "endpoint_10g/"
+                                                           : "endpoint_auth_10g/") +
                            std::to_string(mtu);
   transport::Endpoint* ep = endpoint ? &l.connections[kind_of(v)]->ep : nullptr;
   if (ep != nullptr && !ep->idle_st()) throw std::runtime_error(name + ": endpoint not idle");
@@ -579,6 +609,8 @@ void raw_place(benchmark::State& state) { run(state, Variant::kRawPlace); }
 void endpoint(benchmark::State& state) { run(state, Variant::kEndpoint); }
 void endpoint_loss1(benchmark::State& state) { run(state, Variant::kEndpointLoss1); }
 void endpoint_auth(benchmark::State& state) { run(state, Variant::kEndpointAuth); }
+void endpoint_10g(benchmark::State& state) { run(state, Variant::kEndpoint10G); }
+void endpoint_auth_10g(benchmark::State& state) { run(state, Variant::kEndpointAuth10G); }
 
 // Real time: the sender waits on memif and on ACKs, and the figures are per second.
 BENCHMARK(raw)->Name("memif/raw")->Arg(1500)->Arg(9000)->UseRealTime();
@@ -586,19 +618,21 @@ BENCHMARK(raw_place)->Name("memif/raw_place")->Arg(1500)->Arg(9000)->UseRealTime
 BENCHMARK(endpoint)->Name("memif/endpoint")->Arg(1500)->Arg(9000)->UseRealTime();
 BENCHMARK(endpoint_loss1)->Name("memif/endpoint_loss1")->Arg(1500)->Arg(9000)->UseRealTime();
 BENCHMARK(endpoint_auth)->Name("memif/endpoint_auth")->Arg(1500)->Arg(9000)->UseRealTime();
+BENCHMARK(endpoint_10g)->Name("memif/endpoint_10g")->Arg(1500)->Arg(9000)->UseRealTime();
+BENCHMARK(endpoint_auth_10g)->Name("memif/endpoint_auth_10g")->Arg(1500)->Arg(9000)->UseRealTime();
 
 }  // namespace
 }  // namespace mercury::bench::memif
 
 int main(int argc, char** argv) {
   namespace memif = mercury::bench::memif;
-  return memif::memif_main<memif::Receiver>(argc, argv,
-                                            {.name = "memif_goodput_bench",
-                                             .peer_name = "memif_goodput_p",
-                                             .counter = "Gbps",
-                                             .links = 2,
-                                             .zero_copy_option = true,
-                                             .pair_variant = "endpoint_auth",
-                                             .pair_reference = "endpoint"},
-                                            memif::g_sender);
+  return memif::memif_main<memif::Receiver>(
+      argc, argv,
+      {.name = "memif_goodput_bench",
+       .peer_name = "memif_goodput_p",
+       .counter = "Gbps",
+       .links = 2,
+       .zero_copy_option = true,
+       .pairs = {{"endpoint_auth", "endpoint"}, {"endpoint_auth_10g", "endpoint_10g"}}},
+      memif::g_sender);
 }

@@ -56,7 +56,7 @@ TEST(Auth, SignedPacketVerifiesAndAnyChangeBreaksIt) {
   std::vector<std::byte> header = header_bytes(h);
   std::vector<std::byte> payload = pattern(9, 1344);
   wire::AuthBlock block{};
-  ASSERT_TRUE(signer.sign_st(3, 0, 1'000'000, header.data(), payload, block));
+  signer.sign_st(3, 0, 1'000'000, header.data(), payload, block);
   EXPECT_EQ(block.counter.get(), 1'000'000u);
   EXPECT_TRUE(checker.verify_st(3, 0, header.data(), payload, block));
 
@@ -119,7 +119,7 @@ TEST(Auth, TheTagIsEvpAes256GcmOverEverythingAsAdditionalData) {
     const std::vector<std::byte> header = header_bytes(h);
     const std::vector<std::byte> payload = pattern(len, len);
     wire::AuthBlock block{};
-    ASSERT_TRUE(auth.sign_st(0x0102, 0x0304, 0x1122334455667788ull, header.data(), payload, block));
+    auth.sign_st(0x0102, 0x0304, 0x1122334455667788ull, header.data(), payload, block);
     unsigned char iv[12] = {0x01, 0x02, 0x03, 0x04, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88};
     std::vector<unsigned char> aad(header.size() + 8 + payload.size());
     std::memcpy(aad.data(), header.data(), header.size());
@@ -144,8 +144,8 @@ TEST(Auth, TagsDifferPerCounterAndPureAcksAreSignedToo) {
   h.flags = wire::flags::kAuth | wire::flags::kAckValid;
   const std::vector<std::byte> header = header_bytes(h);
   wire::AuthBlock b1{}, b2{};
-  ASSERT_TRUE(a.sign_st(1, 2, 5, header.data(), {}, b1));
-  ASSERT_TRUE(a.sign_st(1, 2, 6, header.data(), {}, b2));
+  a.sign_st(1, 2, 5, header.data(), {}, b1);
+  a.sign_st(1, 2, 6, header.data(), {}, b2);
   EXPECT_NE(std::memcmp(b1.tag, b2.tag, sizeof b1.tag), 0);
   EXPECT_TRUE(a.verify_st(1, 2, header.data(), {}, b1));
   EXPECT_TRUE(a.verify_st(1, 2, header.data(), {}, b2));
@@ -233,7 +233,6 @@ TEST(AuthEndpoint, ExactUnderLossDuplicationAndReorderingAndLinkDuplicatesAreRep
   for (const Endpoint* e : {&a, &b}) {
     EXPECT_EQ(drops(*e, EndpointDrop::kAuthBadMac), 0u);
     EXPECT_EQ(drops(*e, EndpointDrop::kAuthMissing), 0u);
-    EXPECT_EQ(drops(*e, EndpointDrop::kAuthSignFailed), 0u);
   }
 }
 
@@ -283,7 +282,7 @@ TEST(AuthEndpoint, ForgeriesAreRefusedAndCountedAndTheStreamGoesOn) {
     h.epoch = 4;
     const std::vector<std::byte> hb = header_bytes(h);
     wire::AuthBlock block{};
-    ASSERT_TRUE(stranger.sign_st(0, 1, initial_auth_counter(), hb.data(), {}, block));
+    stranger.sign_st(0, 1, initial_auth_counter(), hb.data(), {}, block);
     std::vector<std::byte> frame(256);
     frame.resize(
         net::build_data_frame(frame, route_ab, h, {}, net::ChecksumMode::kSoftware, &block));

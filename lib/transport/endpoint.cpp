@@ -60,8 +60,6 @@ std::string_view endpoint_drop_name(EndpointDrop d) {
       return "auth_replay";
     case EndpointDrop::kAuthUnexpected:
       return "auth_unexpected";
-    case EndpointDrop::kAuthSignFailed:
-      return "auth_sign_failed";
     case EndpointDrop::kCount:
       break;
   }

@@ -261,7 +261,6 @@ enum class EndpointDrop : uint8_t {
   kAuthBadMac,       ///< with a job key: a MAC that does not verify (forged, corrupted, other key)
   kAuthReplay,       ///< with a job key: a counter taken already, or too old (a replay)
   kAuthUnexpected,   ///< without a job key: a packet with a MAC (a peer configured differently)
-  kAuthSignFailed,   ///< libcrypto failed to sign: not sent, recovered as a loss
   kCount,
 };
 inline constexpr size_t kEndpointDropCount = static_cast<size_t>(EndpointDrop::kCount);
