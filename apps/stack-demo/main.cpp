@@ -78,8 +78,15 @@ int sender_main(void* arg) {
   uint32_t offset = 0;
   net::RxPacket rx[net::Interface::kBurst];
   bool routed = false;
+  const uint64_t refresh_every = rte_get_tsc_hz() / 10;
+  uint64_t refreshed = rte_rdtsc();
   while (!g_stop.load(std::memory_order_relaxed)) {
     const uint64_t now = rte_rdtsc();
+    if (now - refreshed >= refresh_every) {
+      // The slow work: the PMD's drops and the pool gauge, for telemetry.
+      s.ifc->refresh_port_stats_st();
+      refreshed = now;
+    }
     const uint16_t n = s.ifc->poll_rx_st(rx, net::Interface::kBurst, now);
     for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(net::mbuf_of(rx[i].buf));
     if (!routed) routed = s.ifc->resolve_st(s.dst_ip, s.dst_port, route, now);
@@ -179,6 +186,7 @@ int main(int argc, char** argv) {
       received += n;
       rx_ifc.flush_st(now);
       if (now >= next_report) {
+        rx_ifc.refresh_port_stats_st();  // for telemetry (the PMD's drops, the pool gauge)
         ++second;
         const uint64_t tx = sender.stats.packets.load(std::memory_order_relaxed);
         std::printf(

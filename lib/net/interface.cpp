@@ -35,6 +35,7 @@ Interface::Interface(Port& port, Mempool& pool, const LocalAddr& local,
     shared_.free_cb = [](void*, void*) {};
     rte_mbuf_ext_refcnt_set(&shared_, 1);
   }
+  refresh_port_stats_st();
 }
 
 Interface::~Interface() {
@@ -246,6 +247,30 @@ uint32_t Interface::rx_room() const {
   const unsigned free = rte_mempool_avail_count(pool_.get());
   constexpr unsigned kKept = kStage + kBurst;
   return free > kKept ? free - kKept : 0;
+}
+
+void Interface::refresh_port_stats_st() {
+  // Stored word by word with relaxed atomics: readers on other threads
+  // (telemetry, the stats line) load each word whole. Every counter of the
+  // list, so that one added to it cannot be left out.
+  PortDrops now;
+  if (port_.read_drops(now)) {
+#define MERCURY_STORE_PMD_DROP(name, doc) \
+  std::atomic_ref<uint64_t>(pmd_drops_.name).store(now.name, std::memory_order_relaxed);
+    MERCURY_PORT_PMD_DROPS(MERCURY_STORE_PMD_DROP)
+#undef MERCURY_STORE_PMD_DROP
+  }
+  std::atomic_ref<uint64_t>(rx_pool_free_).store(port_.rx_pool_free(), std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(link_up_).store(port_.link_up() ? 1 : 0, std::memory_order_relaxed);
+}
+
+PortDrops Interface::pmd_drops() const {
+  PortDrops d;
+#define MERCURY_LOAD_PMD_DROP(name, doc) \
+  d.name = std::atomic_ref<const uint64_t>(pmd_drops_.name).load(std::memory_order_relaxed);
+  MERCURY_PORT_PMD_DROPS(MERCURY_LOAD_PMD_DROP)
+#undef MERCURY_LOAD_PMD_DROP
+  return d;
 }
 
 void Interface::start_link_schedule_st(uint64_t now) {

@@ -17,6 +17,14 @@
 // to the PMD (through the link emulator when one is attached), keeping what
 // the PMD refuses for the next flush.
 //
+// Port statistics: refresh_port_stats_st() reads what the PMD counts as
+// dropped (rte_eth_stats_get: rx_nombuf, imissed, ierrors, oerrors), the
+// RX pool's free mbufs and the link's state into pmd_drops(),
+// rx_pool_free() and link_up(). It is the
+// owner's slow work (every 100 ms in the server's loop), never per burst:
+// the PMD may take a lock or a system call there. Other threads read the
+// values as they read counters() (each word whole, possibly one refresh old).
+//
 // RX tap: set_rx_tap() installs a function that sees every received burst,
 // raw, before it is parsed (a recorder writing a pcap trace, a test counting
 // frames). Null by default; the cost when unset is one predictable branch per
@@ -31,6 +39,7 @@
 #include <rte_mbuf.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -150,6 +159,25 @@ class Interface final : public PacketPort {
   void start_link_schedule_st(uint64_t now);
 
   [[nodiscard]] const InterfaceCounters& counters() const { return counters_; }
+  /// Reads the PMD's drop counters, the RX pool's free mbufs and the link's
+  /// state (Port::read_drops, rx_pool_free, link_up) into pmd_drops(),
+  /// rx_pool_free() and link_up().
+  /// The owning core's slow path (a few microseconds; the PMD may lock or
+  /// make a system call), or the control path before that core polls.
+  void refresh_port_stats_st();
+  /// The PMD's drops as of the last refresh (zero before the first; a
+  /// refresh the PMD could not answer changes nothing). Any thread: each
+  /// counter is loaded whole.
+  [[nodiscard]] PortDrops pmd_drops() const;
+  /// Gauge: free mbufs of the RX pool at the last refresh (the constructor
+  /// makes the first). Any thread.
+  [[nodiscard]] uint64_t rx_pool_free() const {
+    return std::atomic_ref<const uint64_t>(rx_pool_free_).load(std::memory_order_relaxed);
+  }
+  /// Gauge: 1 when the link was up at the last refresh, else 0. Any thread.
+  [[nodiscard]] uint64_t link_up() const {
+    return std::atomic_ref<const uint64_t>(link_up_).load(std::memory_order_relaxed);
+  }
   /// mbufs of this interface's pool it holds (staged or spare): for leak checks.
   [[nodiscard]] uint32_t mbufs_held() const { return staged_ + spare_; }
   /// Frames whose payload still refers to its sender's memory (staged, or
@@ -193,6 +221,11 @@ class Interface final : public PacketPort {
   uint16_t spare_ = 0;
   std::array<rte_mbuf*, kBurst> spares_{};
   InterfaceCounters counters_;
+  // Written by refresh_port_stats_st() with relaxed atomic stores, read by
+  // any thread with relaxed loads: cold, next to the counters.
+  PortDrops pmd_drops_;
+  uint64_t rx_pool_free_ = 0;
+  uint64_t link_up_ = 0;
   // By-reference payloads: a pool of data-less shell mbufs, and the shared
   // info of their external buffers, whose count the interface keeps above 0
   // (the memory is never freed through it).

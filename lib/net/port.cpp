@@ -4,6 +4,7 @@
 #include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_eth_ring.h>
+#include <rte_mempool.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -70,7 +71,7 @@ struct RingPair {
 }  // namespace
 
 Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<void> rings)
-    : id_(id), rings_(std::move(rings)) {
+    : id_(id), rx_pool_(pool.get()), rings_(std::move(rings)) {
   char n[RTE_ETH_NAME_MAX_LEN] = {};
   rte_eth_dev_get_name_by_port(id, n);
   name_ = n;
@@ -197,6 +198,7 @@ Port::Port(Port&& o) noexcept
       tx_cksum_(o.tx_cksum_),
       rx_cksum_(o.rx_cksum_),
       tx_by_reference_(o.tx_by_reference_),
+      rx_pool_(o.rx_pool_),
       rings_(std::move(o.rings_)) {
   o.id_ = RTE_MAX_ETHPORTS;
 }
@@ -235,6 +237,25 @@ std::pair<Port, Port> Port::ring_link(const std::string& name, Mempool& pool_a, 
   Port pa(static_cast<uint16_t>(a), pool_a, opts, rings);
   Port pb(static_cast<uint16_t>(b), pool_b, opts_b, rings);
   return {std::move(pa), std::move(pb)};
+}
+
+bool Port::read_drops(PortDrops& out) const {
+  rte_eth_stats s{};
+  if (rte_eth_stats_get(id_, &s) != 0) return false;
+  out.rx_nombuf = s.rx_nombuf;
+  out.imissed = s.imissed;
+  out.ierrors = s.ierrors;
+  out.oerrors = s.oerrors;
+  return true;
+}
+
+uint32_t Port::rx_pool_free() const {
+  return rx_pool_ != nullptr ? rte_mempool_avail_count(rx_pool_) : 0;
+}
+
+bool Port::link_up() const {
+  rte_eth_link link{};
+  return rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
 }
 
 std::string Port::describe() const {

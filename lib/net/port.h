@@ -8,6 +8,10 @@
 // std::runtime_error naming the device and DPDK's reason.
 //
 // rx_burst/tx_burst are the datapath: inline, lock-free, one core per queue.
+// read_drops() and rx_pool_free() are the port's own view of what it lost
+// (the PMD's counters, the RX pool's free mbufs): control path, called by
+// the core that polls the port on its slow path (Interface::
+// refresh_port_stats_st), so that one thread drives the device.
 #pragma once
 
 #include <rte_ethdev.h>
@@ -20,6 +24,7 @@
 
 #include "net/frame.h"
 #include "net/mempool.h"
+#include "telemetry/counter_list.h"
 
 namespace mercury::net {
 
@@ -31,6 +36,29 @@ struct PortOptions {
   uint32_t mtu = 1500;           ///< IP MTU
   bool checksum_offload = true;  ///< use the PMD's checksum offload when it has one
   std::optional<MacAddr> mac;    ///< set this MAC (falls back to promiscuous if refused)
+};
+
+// The PMD's own drop counters (struct rte_eth_stats), by reason: frames the
+// stack never saw. Not every PMD counts every reason: DPDK 22.11's net_memif
+// counts none (a frame it has no mbuf for stays in its ring, uncounted), and
+// net_pcap counts rx_nombuf (docs/net.md, "What the PMD drops").
+#define MERCURY_PORT_PMD_DROPS(X)                                                            \
+  X(rx_nombuf, "frames the PMD could not receive: no free mbuf in the RX pool")              \
+  X(imissed, "frames the device dropped because its RX queue was full (not polled in time)") \
+  X(ierrors, "frames the PMD received in error")                                             \
+  X(oerrors, "frames the PMD failed to send")
+
+/// A port's drops as its PMD counts them (rte_eth_stats_get): totals since
+/// the port started, 64-bit counters only.
+struct PortDrops {
+  MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_DECLARE)
+
+  template <class F>
+  void for_each(F&& f) const {MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_VISIT)} PortDrops& operator+=(
+      const PortDrops& o) {
+    MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_ADD)
+    return *this;
+  }
 };
 
 class Port {
@@ -74,6 +102,23 @@ class Port {
   /// One-line description for start-up output.
   [[nodiscard]] std::string describe() const;
 
+  /// The PMD's drop counters now (rte_eth_stats_get). False, `out`
+  /// unchanged, when the PMD gives no statistics. Control path: a PMD may
+  /// read device registers, take a lock or make a system call here, so it is
+  /// never called per burst; Mercury calls it from the core that polls the
+  /// port (Interface::refresh_port_stats_st). Never throws.
+  bool read_drops(PortDrops& out) const;
+  /// Free mbufs in the pool the RX queues were set up with, now
+  /// (rte_mempool_avail_count: the common pool and every lcore's cache);
+  /// 0 when the PMD can take no frame. A net_ring port receives the mbufs
+  /// its peer sent, so there this is its own TX pool. Any thread; walks the
+  /// lcore caches (about a microsecond).
+  [[nodiscard]] uint32_t rx_pool_free() const;
+  /// The PMD says the link is up now (rte_eth_link_get_nowait): a
+  /// net_memif port is up while its peer is connected. Control path, as
+  /// read_drops().
+  [[nodiscard]] bool link_up() const;
+
   uint16_t rx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
     return rte_eth_rx_burst(id_, queue, pkts, n);
   }
@@ -94,7 +139,8 @@ class Port {
   bool tx_cksum_ = false;
   bool rx_cksum_ = false;
   bool tx_by_reference_ = false;
-  std::shared_ptr<void> rings_;  // ring links: the rings outlive both ports
+  const rte_mempool* rx_pool_ = nullptr;  // what the RX queues allocate from
+  std::shared_ptr<void> rings_;           // ring links: the rings outlive both ports
 };
 
 }  // namespace mercury::net

@@ -58,6 +58,10 @@ TEST(Counters, EndpointCountersSumAndWalkEveryField) {
   expect_sum_and_walk_cover_every_field<transport::EndpointCounters>();
 }
 
+TEST(Counters, PortDropsSumAndWalkEveryField) {
+  expect_sum_and_walk_cover_every_field<net::PortDrops>();
+}
+
 TEST(Counters, ServerCountersSumAndWalkEveryField) {
   expect_sum_and_walk_cover_every_field<ServerCounters>();
 }
@@ -69,12 +73,14 @@ TEST(Counters, ServerCountersWalkNamesEachPart) {
   c.shards.updates = 5;
   c.control.declares = 6;
   c.held = 7;
+  c.pmd_drops.rx_nombuf = 8;
   std::set<std::string> seen;
   c.for_each([&](std::string_view prefix, std::string_view name, uint64_t v) {
     if (v != 0) seen.insert(std::string(prefix).append(name) + "=" + std::to_string(v));
   });
   EXPECT_EQ(seen, (std::set<std::string>{"drop_not_running=3", "net_drop_backpressure=4",
-                                         "shard_updates=5", "control_declares=6", "held=7"}));
+                                         "shard_updates=5", "control_declares=6", "held=7",
+                                         "port_drop_rx_nombuf=8"}));
 }
 
 }  // namespace

@@ -154,28 +154,39 @@ TEST(Report, StatsLineAndItsDropsWalkTheCounters) {
   c.drops[static_cast<size_t>(ServerDrop::kNotRunning)] = 5;
   c.shards.refused = 1;
   c.shards.contributions = 99;  // not a drop
+  c.pmd_drops.rx_nombuf = 4;    // the PMD's own, after the stack's
+  c.pmd_drops.oerrors = 6;
   const std::string port_drop = std::string(net::drop_reason_name(static_cast<net::DropReason>(0)));
-  EXPECT_EQ(drops_text(c), " retransmit_stale=3 " + port_drop + "=2 not_running=5 shard_refused=1");
-  EXPECT_EQ(stats_line(5.0, NodeState::kRunning, {412345, 398765, 9876}, c),
+  EXPECT_EQ(drops_text(c), " retransmit_stale=3 " + port_drop +
+                               "=2 rx_nombuf=4 oerrors=6 not_running=5 shard_refused=1");
+  EXPECT_EQ(stats_line(5.0, NodeState::kRunning, {412345, 398765, 9876}, c, 7843),
             "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s (total "
-            "41234)  retransmissions 12  drops:" +
+            "41234)  retransmissions 12  rx pool free 7843  drops:" +
                 drops_text(c));
+}
+
+TEST(Report, LinkLineNamesThePort) {
+  EXPECT_EQ(link_line("net_memif2", false), "port net_memif2: link down");
+  EXPECT_EQ(link_line("net_memif2", true), "port net_memif2: link up");
 }
 
 TEST(Report, TelemetryHasTheAggregationsAndEveryCounter) {
   ServerCounters c;
   c.shards.updates = 8;
   c.drops[static_cast<size_t>(ServerDrop::kNotRunning)] = 2;
+  c.pmd_drops.imissed = 9;
   telemetry::Values v;
   telemetry_values(c, v);
   ASSERT_FALSE(v.empty());
   EXPECT_EQ(v.front(), (std::pair<std::string, uint64_t>{"aggregations", 8}));
   EXPECT_EQ(v.size(), 1 + sizeof(ServerCounters) / sizeof(uint64_t));
-  bool found = false;
+  bool found = false, pmd = false;
   for (const auto& [name, value] : v) {
     if (name == "drop_not_running") found = value == 2;
+    if (name == "port_drop_imissed") pmd = value == 9;
   }
   EXPECT_TRUE(found);
+  EXPECT_TRUE(pmd);
 }
 
 TEST(Report, RetransmissionsByCause) {

@@ -32,14 +32,19 @@ std::string drops_text(const ServerCounters& c) {
 }
 
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,
-                       const ServerCounters& c) {
+                       const ServerCounters& c, uint64_t rx_pool_free) {
   char head[32];
   std::snprintf(head, sizeof(head), "[%6.1fs] ", seconds);
   return std::string(head) + std::string(node_state_name(state)) + "  pkts in " +
          std::to_string(per_second.frames_in) + "/s out " + std::to_string(per_second.frames_out) +
          "/s  aggregations " + std::to_string(per_second.aggregations) + "/s (total " +
          std::to_string(c.shards.updates) + ")  retransmissions " +
-         std::to_string(c.net.tx_retransmits) + "  drops:" + drops_text(c);
+         std::to_string(c.net.tx_retransmits) + "  rx pool free " + std::to_string(rx_pool_free) +
+         "  drops:" + drops_text(c);
+}
+
+std::string link_line(const std::string& port, bool up) {
+  return "port " + port + ": link " + (up ? "up" : "down");
 }
 
 std::string pool_warning(const agg::Placement& placement, const std::vector<uint32_t>& own_shards,

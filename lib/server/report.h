@@ -22,7 +22,8 @@ namespace mercury::server {
 std::string check_line(const config::JobConfig& job, const config::NodeConfig& node);
 
 /// " name=n ..." for every drop counter that is not zero, walking
-/// ServerCounters::for_each: the endpoints' drops, the ports', the node's
+/// ServerCounters::for_each: the endpoints' drops, the ports' (the stack's,
+/// then the PMDs' own: rx_nombuf, imissed, ierrors, oerrors), the node's
 /// own, then the contributions the shards refused (shard_refused); " none"
 /// when there is none.
 std::string drops_text(const ServerCounters& c);
@@ -41,9 +42,17 @@ struct Rates {
 };
 
 /// "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s
-/// (total 41234)  retransmissions 12  drops: retransmit_stale=3".
+/// (total 41234)  retransmissions 12  rx pool free 7843  drops:
+/// retransmit_stale=3". `rx_pool_free`: the fewest free mbufs in any of the
+/// node's RX pools (net::Interface::rx_pool_free), so that one port's
+/// exhausted pool shows as 0.
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,
-                       const ServerCounters& c);
+                       const ServerCounters& c, uint64_t rx_pool_free);
+
+/// "port net_memif2: link down" (or "link up"): said when a port's link
+/// changes, as the net core's refresh saw it (a net_memif port is down
+/// while its peer is not connected).
+std::string link_line(const std::string& port, bool up);
 
 /// Flow control (docs/server.md) copies a gradient its set would hold into
 /// a staging chunk while a port's pool is nearly all held; without a free

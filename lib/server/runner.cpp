@@ -3,6 +3,7 @@
 #include <rte_cycles.h>
 #include <rte_lcore.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -74,6 +75,7 @@ Runner::Runner(ServerNode& node, RunnerOptions options, Output output)
       output_(std::move(output)),
       who_(options_.program + " " + options_.node),
       state_(static_cast<int>(node.state_st())) {
+  node_.refresh_port_stats_st();
   published_.publish_st(node_.counters_st());
 }
 
@@ -128,6 +130,27 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
       }
       return n;
     };
+    // The fewest free mbufs of any port's RX pool, as the net core last read
+    // them: a single exhausted pool must not hide behind the others.
+    auto pool_free = [this] {
+      uint64_t least = UINT64_MAX;
+      for (uint32_t p = 0; p < node_.ports(); ++p) {
+        least = std::min(least, node_.interface(p).rx_pool_free());
+      }
+      return least == UINT64_MAX ? 0 : least;
+    };
+    // A port's link going down (a net_memif peer gone) or coming back is
+    // said once, as the net core's last refresh saw it.
+    std::vector<uint64_t> links(node_.ports());
+    for (uint32_t p = 0; p < node_.ports(); ++p) links[p] = node_.interface(p).link_up();
+    auto report_links = [&] {
+      for (uint32_t p = 0; p < node_.ports(); ++p) {
+        const uint64_t up = node_.interface(p).link_up();
+        if (up == links[p]) continue;
+        links[p] = up;
+        output_.out(who_ + ": " + link_line(node_.interface(p).port().name(), up != 0));
+      }
+    };
     ServerCounters prev = published_.read();
     uint64_t prev_in = 0, prev_out = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -140,7 +163,8 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
       const uint64_t in = frames(true), out = frames(false);
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const Rates r{in - prev_in, out - prev_out, c.shards.updates - prev.shards.updates};
-      output_.out(stats_line(t, static_cast<NodeState>(state_.load()), r, c));
+      report_links();
+      output_.out(stats_line(t, static_cast<NodeState>(state_.load()), r, c, pool_free()));
       prev = c;
       prev_in = in;
       prev_out = out;
@@ -163,6 +187,9 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     const uint64_t now = rte_rdtsc();
     backoff.idle(node_.poll_st(now), now);
     if (now - last_publish < publish_every) continue;
+    // The slow work: the PMDs' counters (rte_eth_stats_get) are read here,
+    // by the core that polls the ports, and published with the rest.
+    node_.refresh_port_stats_st();
     published_.publish_st(node_.counters_st());
     last_publish = now;
     if (node_.state_st() != last_state) {
@@ -184,6 +211,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
   }
   const NodeState final_state = node_.state_st();
   node_.stop();
+  node_.refresh_port_stats_st();  // the ports are still open: the totals include their drops
   published_.publish_st(node_.counters_st());
   {
     std::lock_guard lock(mu);

@@ -4,7 +4,9 @@
 //
 // The loop has the one shape every poll loop of Mercury has: read the TSC
 // once, poll the node (RX, control plane, dispatch, TX), back off when idle
-// (net::IdleBackoff), and every 100 ms the slow work: publish the node's
+// (net::IdleBackoff), and every 100 ms the slow work: read the ports' PMD
+// counters and RX pool gauges (ServerNode::refresh_port_stats_st: the one
+// thread that polls a port is the one that asks its PMD), publish the node's
 // counters (telemetry::Published, which the stats thread and telemetry
 // read, so neither touches the datapath), and report a change of state
 // (running: "every worker declared; N blocks placed, serving", plus the

@@ -498,8 +498,15 @@ ServerCounters ServerNode::counters_st() const {
   c.control = control_->counters();
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) c.net += e->counters_st();
-  for (const net::Interface* i : ifaces_) telemetry::add_array(c.port_drops, i->counters().drops);
+  for (const net::Interface* i : ifaces_) {
+    telemetry::add_array(c.port_drops, i->counters().drops);
+    c.pmd_drops += i->pmd_drops();
+  }
   return c;
+}
+
+void ServerNode::refresh_port_stats_st() {
+  for (net::Interface* i : ifaces_) i->refresh_port_stats_st();
 }
 
 transport::PeerCounters ServerNode::peer_totals_st() const {

@@ -149,12 +149,15 @@ struct ServerNodeConfig {
 /// Everything the node counts, every field a 64-bit counter (so that it can
 /// go through telemetry::Published). for_each() walks them all, with a
 /// prefix per part: net_ (the endpoints, summed), port_drop_ (the ports'
-/// drops by net::DropReason, summed), drop_ (the node's own, by
+/// drops by net::DropReason, then their PMDs' own, rx_nombuf, imissed,
+/// ierrors and oerrors, summed), drop_ (the node's own, by
 /// ServerDrop), shard_ (the shards, summed), table_ (the chunk tables,
 /// summed), control_, and the gauges without one.
 struct ServerCounters {
   transport::EndpointCounters net;
   std::array<uint64_t, net::kDropReasonCount> port_drops{};
+  /// The PMDs' drops as of the last refresh_port_stats_st().
+  net::PortDrops pmd_drops;
   std::array<uint64_t, kServerDropCount> drops{};
   ShardCounters shards;
   agg::ChunkTableCounters table;
@@ -181,6 +184,7 @@ struct ServerCounters {
     telemetry::visit_array(f, "port_drop_", port_drops, [](size_t i) {
       return net::drop_reason_name(static_cast<net::DropReason>(i));
     });
+    pmd_drops.for_each(in("port_drop_"));
     telemetry::visit_array(f, "drop_", drops,
                            [](size_t i) { return server_drop_name(static_cast<ServerDrop>(i)); });
     shards.for_each(in("shard_"));
@@ -191,6 +195,7 @@ struct ServerCounters {
   ServerCounters& operator+=(const ServerCounters& o) {
     net += o.net;
     telemetry::add_array(port_drops, o.port_drops);
+    pmd_drops += o.pmd_drops;
     telemetry::add_array(drops, o.drops);
     shards += o.shards;
     table += o.table;
@@ -226,6 +231,11 @@ class ServerNode {
   /// The placement once running (null before).
   [[nodiscard]] const agg::Placement* placement_st() const { return control_->placement(); }
   [[nodiscard]] ServerCounters counters_st() const;
+  /// Reads every port's PMD drops and RX pool gauge
+  /// (net::Interface::refresh_port_stats_st) for counters_st() and the
+  /// interfaces' readers. Net core, slow path (Runner: every 100 ms): a few
+  /// microseconds per port.
+  void refresh_port_stats_st();
   /// Every worker's transport counters (both directions), summed.
   [[nodiscard]] transport::PeerCounters peer_totals_st() const;
   [[nodiscard]] const ServerNodeConfig& config() const { return config_; }

@@ -25,7 +25,15 @@ void add_interface(Registry& registry, const std::string& group, const net::Inte
       v.emplace_back("drop_" + std::string(net::drop_reason_name(static_cast<net::DropReason>(i))),
                      d);
     }
+    // The PMD's own drops, as of the owner's last refresh_port_stats_st():
+    // frames the stack never saw.
+    ifc.pmd_drops().for_each([&](std::string_view, std::string_view name, uint64_t d) {
+      drops += d;
+      v.emplace_back("drop_" + std::string(name), d);
+    });
     v.emplace_back("drops", drops);
+    v.emplace_back("rx_pool_free", ifc.rx_pool_free());
+    v.emplace_back("link_up", ifc.link_up());
     for (size_t i = 1; i < wire::kRejectCount; ++i) {
       v.emplace_back("reject_" + std::string(wire::reject_name(static_cast<wire::Reject>(i))),
                      read_counter(c.rejects[i]));
