@@ -13,7 +13,8 @@ anonymous, file and shared) and address space (VmSize), and prints a line.
 At the end: the job's own verdict (every ps-worker checked every aggregate of every
 round, bit for bit, and ps-demo exits 0 only if all did), and per process the first
 sample after warm-up, the last, and the largest growth of its resident memory and of
-its address space (VmSize) after warm-up. Resident memory may grow by design: the
+its address space (VmSize) after warm-up, and the fewest free mbufs the server's stats
+line showed in any of its RX pools (0: a pool ran dry). Resident memory may grow by design: the
 server reserves its staging chunks when it starts and touches their pages only as
 copies first need them (docs/server.md, "Flow control"). What must not grow is the
 address space: nothing is allocated once the job runs. It exits 1 if the job failed or
@@ -160,6 +161,14 @@ def main():
                 time.sleep(0.5)
             rc = p.returncode
         tail = open(log_path).read()
+        # The server's stats line gives, each second, the fewest free mbufs of
+        # any of its RX pools: an exhausted pool (memif counts no drop for it)
+        # shows as 0 there.
+        pool_free = [int(x) for x in re.findall(r"rx pool free (\d+)", tail)]
+        if pool_free:
+            print(f"soak: the server's RX pools: fewest free mbufs {min(pool_free)} "
+                  f"({sum(1 for x in pool_free if x == 0)} of {len(pool_free)} stats lines at 0)",
+                  flush=True)
         if rc != 0:
             # The whole log beside the samples: a failure after minutes needs more than a tail.
             kept = os.path.splitext(a.csv)[0] + "-ps-demo.log"
