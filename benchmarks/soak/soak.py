@@ -169,6 +169,10 @@ def main():
             print(f"soak: the server's RX pools: fewest free mbufs {min(pool_free)} "
                   f"({sum(1 for x in pool_free if x == 0)} of {len(pool_free)} stats lines at 0)",
                   flush=True)
+        # Its last word: totals and every drop by reason; and any port whose link went down.
+        for line in re.findall(r"^.*ps-server \S+: (?:stopped;|port \S+: link down).*$", tail,
+                               re.M):
+            print(f"soak: {line.strip()}", flush=True)
         if rc != 0:
             # The whole log beside the samples: a failure after minutes needs more than a tail.
             kept = os.path.splitext(a.csv)[0] + "-ps-demo.log"
