@@ -18,12 +18,12 @@
 // the PMD refuses for the next flush.
 //
 // Port statistics: refresh_port_stats_st() reads what the PMD counts as
-// dropped (rte_eth_stats_get: rx_nombuf, imissed, ierrors, oerrors), the
-// RX pool's free mbufs and the link's state into pmd_drops(),
-// rx_pool_free() and link_up(). It is the
-// owner's slow work (every 100 ms in the server's loop), never per burst:
-// the PMD may take a lock or a system call there. Other threads read the
-// values as they read counters() (each word whole, possibly one refresh old).
+// dropped (rte_eth_stats_get: rx_nombuf, imissed, ierrors, oerrors), the RX
+// pool's free mbufs and the link's state into pmd_drops(), rx_pool_free()
+// and link_up(). It is the owner's slow work (every 100 ms in the server's
+// loop), never per burst: the PMD may take a lock or make a system call
+// there. Other threads read the values as they read counters() (each word
+// whole, possibly one refresh old).
 //
 // RX tap: set_rx_tap() installs a function that sees every received burst,
 // raw, before it is parsed (a recorder writing a pcap trace, a test counting
@@ -161,9 +161,9 @@ class Interface final : public PacketPort {
   [[nodiscard]] const InterfaceCounters& counters() const { return counters_; }
   /// Reads the PMD's drop counters, the RX pool's free mbufs and the link's
   /// state (Port::read_drops, rx_pool_free, link_up) into pmd_drops(),
-  /// rx_pool_free() and link_up().
-  /// The owning core's slow path (a few microseconds; the PMD may lock or
-  /// make a system call), or the control path before that core polls.
+  /// rx_pool_free() and link_up(). The owning core's slow path (a few
+  /// microseconds; the PMD may lock or make a system call), or the control
+  /// path before that core polls.
   void refresh_port_stats_st();
   /// The PMD's drops as of the last refresh (zero before the first; a
   /// refresh the PMD could not answer changes nothing). Any thread: each

@@ -8,10 +8,11 @@
 // std::runtime_error naming the device and DPDK's reason.
 //
 // rx_burst/tx_burst are the datapath: inline, lock-free, one core per queue.
-// read_drops() and rx_pool_free() are the port's own view of what it lost
-// (the PMD's counters, the RX pool's free mbufs): control path, called by
-// the core that polls the port on its slow path (Interface::
-// refresh_port_stats_st), so that one thread drives the device.
+// read_drops(), rx_pool_free() and link_up() are the port's own view of what
+// it lost and why (the PMD's counters, the RX pool's free mbufs, the link's
+// state): control path, called by the core that polls the port on its slow
+// path (Interface::refresh_port_stats_st), so that one thread drives the
+// device.
 #pragma once
 
 #include <rte_ethdev.h>
