@@ -81,6 +81,32 @@ std::map<std::string, uint64_t> group_values(const telemetry::Registry& r,
   return out;
 }
 
+// Polls `iface` until 16 passes in a row deliver nothing, keeping every
+// frame (as a receiver that leaks, or holds its mbufs for ever, does).
+std::vector<PacketBuf*> keep_everything(Interface& iface) {
+  std::vector<PacketBuf*> kept;
+  RxPacket rx[Interface::kBurst];
+  for (int idle = 0; idle < 16;) {
+    const uint16_t n = iface.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
+    for (uint16_t i = 0; i < n; ++i) kept.push_back(rx[i].buf);
+    idle = n == 0 ? idle + 1 : 0;
+  }
+  return kept;
+}
+
+// The same, freeing every frame at once; returns how many arrived.
+uint64_t take_and_free(Interface& iface) {
+  uint64_t taken = 0;
+  RxPacket rx[Interface::kBurst];
+  for (int idle = 0; idle < 16;) {
+    const uint16_t n = iface.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
+    for (uint16_t i = 0; i < n; ++i) iface.release_st(&rx[i].buf, 1);
+    taken += n;
+    idle = n == 0 ? idle + 1 : 0;
+  }
+  return taken;
+}
+
 TEST(PortStats, AnExhaustedRxPoolIsCountedAndShown) {
   // No per-lcore cache, so that the gauge is exact.
   Mempool pool("stats_pool", kPoolMbufs, 0, frame_bytes_for_mtu(1500));
@@ -91,15 +117,8 @@ TEST(PortStats, AnExhaustedRxPoolIsCountedAndShown) {
   EXPECT_EQ(iface.rx_pool_free(), kPoolMbufs) << "the constructor reads the gauge once";
   EXPECT_EQ(iface.pmd_drops().rx_nombuf, 0u);
 
-  // Receive and keep everything, as a receiver that leaks (or holds its
-  // mbufs for ever) does, until the port delivers nothing more.
-  std::vector<PacketBuf*> kept;
-  RxPacket rx[Interface::kBurst];
-  for (int idle = 0; idle < 16;) {
-    const uint16_t n = iface.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
-    for (uint16_t i = 0; i < n; ++i) kept.push_back(rx[i].buf);
-    idle = n == 0 ? idle + 1 : 0;
-  }
+  // Receive and keep everything until the port delivers nothing more.
+  std::vector<PacketBuf*> kept = keep_everything(iface);
   EXPECT_EQ(kept.size(), kPoolMbufs) << "every mbuf of the pool carries a kept frame";
   EXPECT_EQ(iface.counters().total_drops(), 0u) << "the stack saw nothing wrong";
   EXPECT_EQ(iface.pmd_drops().rx_nombuf, 0u) << "nothing is read before a refresh";
@@ -120,13 +139,7 @@ TEST(PortStats, AnExhaustedRxPoolIsCountedAndShown) {
   iface.release_st(kept.data(), static_cast<uint16_t>(kept.size()));
   iface.refresh_port_stats_st();
   EXPECT_EQ(iface.rx_pool_free(), kPoolMbufs);
-  uint64_t more = 0;
-  for (int idle = 0; idle < 16;) {
-    const uint16_t n = iface.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
-    for (uint16_t i = 0; i < n; ++i) iface.release_st(&rx[i].buf, 1);
-    more += n;
-    idle = n == 0 ? idle + 1 : 0;
-  }
+  const uint64_t more = take_and_free(iface);
   iface.refresh_port_stats_st();
   EXPECT_EQ(iface.pmd_drops().rx_nombuf, dry.rx_nombuf) << "a pool with room loses nothing";
   EXPECT_EQ(kept.size() + more + iface.pmd_drops().rx_nombuf, kFrames);
@@ -170,13 +183,7 @@ TEST(PortStats, NetMemifCountsNoDropForADryPoolThePoolGaugeShowsIt) {
   ASSERT_EQ(sent, kFrames);
   ASSERT_EQ(client->counters().tx_frames, kFrames) << "memif's ring took every frame";
 
-  std::vector<PacketBuf*> kept;
-  RxPacket rx[Interface::kBurst];
-  for (int idle = 0; idle < 16;) {
-    const uint16_t n = server.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
-    for (uint16_t i = 0; i < n; ++i) kept.push_back(rx[i].buf);
-    idle = n == 0 ? idle + 1 : 0;
-  }
+  std::vector<PacketBuf*> kept = keep_everything(server);
   EXPECT_EQ(kept.size(), kPoolMbufs);
   server.refresh_port_stats_st();
   EXPECT_EQ(server.rx_pool_free(), 0u) << "the gauge is what shows a dry pool over memif";
@@ -186,13 +193,7 @@ TEST(PortStats, NetMemifCountsNoDropForADryPoolThePoolGaugeShowsIt) {
 
   // Freed, the rest arrives: memif lost nothing, it only stopped.
   server.release_st(kept.data(), static_cast<uint16_t>(kept.size()));
-  uint64_t more = 0;
-  for (int idle = 0; idle < 16;) {
-    const uint16_t n = server.poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
-    for (uint16_t i = 0; i < n; ++i) server.release_st(&rx[i].buf, 1);
-    more += n;
-    idle = n == 0 ? idle + 1 : 0;
-  }
+  const uint64_t more = take_and_free(server);
   EXPECT_EQ(kept.size() + more, kFrames);
   server.refresh_port_stats_st();
   EXPECT_EQ(server.rx_pool_free(), kPoolMbufs);
