@@ -153,16 +153,27 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     };
     ServerCounters prev = published_.read();
     uint64_t prev_in = 0, prev_out = 0;
+    // The first line comes at 0.2 s, once the net core has read its ports
+    // (every 100 ms), so that a launcher waiting for it to start the
+    // workers waits no longer; then one at every whole second. Rates are
+    // per second over the time since the previous line.
     const auto t0 = std::chrono::steady_clock::now();
-    auto next = t0 + std::chrono::seconds(1);
+    auto next = t0 + std::chrono::milliseconds(200);
+    double prev_t = 0;
     std::unique_lock lock(mu);
     while (!stop.load(std::memory_order_relaxed)) {
       if (cv.wait_until(lock, next, [&] { return done || stop.load(); })) break;
-      next += std::chrono::seconds(1);
+      next = prev_t == 0 ? t0 + std::chrono::seconds(1) : next + std::chrono::seconds(1);
       const ServerCounters c = published_.read();
       const uint64_t in = frames(true), out = frames(false);
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const Rates r{in - prev_in, out - prev_out, c.shards.updates - prev.shards.updates};
+      const double dt = std::max(t - prev_t, 1e-3);
+      prev_t = t;
+      auto per_second = [dt](uint64_t n) {
+        return static_cast<uint64_t>(static_cast<double>(n) / dt + 0.5);
+      };
+      const Rates r{per_second(in - prev_in), per_second(out - prev_out),
+                    per_second(c.shards.updates - prev.shards.updates)};
       report_links();
       output_.out(stats_line(t, static_cast<NodeState>(state_.load()), r, c, pool_free()));
       prev = c;
