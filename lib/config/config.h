@@ -190,6 +190,9 @@ struct LinkConfig {
   double corrupt = 0;
   uint64_t seed = 1;
   std::vector<RateStep> rate_steps;  ///< in increasing at_s
+  /// Non-empty: each TX direction shares its wire (one serialiser at rate_gbps) with the
+  /// same node's same port in every other job on this host naming the same wire.
+  std::string shared_wire;
 
   /// True when the emulator has anything to do.
   bool enabled() const {

@@ -140,9 +140,9 @@ double link_rate(const Value& v) {
 }  // namespace
 
 void parse_link(const Section& root, LinkConfig& link) {
-  Section s = optional_section(
-      root, "link",
-      {"rate_gbps", "delay_us", "loss", "duplicate", "reorder", "corrupt", "seed", "rate_steps"});
+  Section s = optional_section(root, "link",
+                               {"rate_gbps", "delay_us", "loss", "duplicate", "reorder", "corrupt",
+                                "seed", "rate_steps", "shared_wire"});
   if (auto v = s.get("rate_gbps")) link.rate_gbps = link_rate(*v);
   if (auto v = s.get("rate_steps")) {
     std::string previous;  // the previous step's at_s as written
@@ -165,6 +165,17 @@ void parse_link(const Section& root, LinkConfig& link) {
   if (auto v = s.get("reorder")) link.reorder = half_open(*v, 0, 1);
   if (auto v = s.get("corrupt")) link.corrupt = half_open(*v, 0, 1);
   if (auto v = s.get("seed")) link.seed = v->integer(0, kU64Max);
+  if (auto v = s.get("shared_wire")) {
+    link.shared_wire = v->string();
+    if (!is_name(link.shared_wire)) v->fail(quoted(link.shared_wire) + " " + name_rule());
+    // A shared wire is one serialiser for every job on it: each must pace it at one
+    // fixed rate (docs/link-emulator.md, "Shared wires").
+    if (link.rate_gbps == 0)
+      v->fail("needs link.rate_gbps: the wire's rate, the same in every job on it");
+    if (!link.rate_steps.empty()) {
+      v->fail("cannot be combined with link.rate_steps: the jobs on a wire share its rate");
+    }
+  }
 }
 
 void parse_training(const Section& root, TrainingConfig& t) {

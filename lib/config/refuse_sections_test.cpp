@@ -192,6 +192,19 @@ TEST(ConfigRefuse, RateStepsOutOfOrderOrRange) {
   EXPECT_TRUE(refused(doc("link:\n  rate_steps: 3\n"), 5, "link.rate_steps", "expected a list"));
 }
 
+TEST(ConfigRefuse, SharedWireNeedsOneFixedRateAndAName) {
+  EXPECT_EQ(load_string(doc("link:\n  rate_gbps: 2\n  shared_wire: rack-1\n")).link.shared_wire,
+            "rack-1");
+  EXPECT_TRUE(load_string(doc("")).link.shared_wire.empty());
+  EXPECT_TRUE(refused(doc("link:\n  shared_wire: rack-1\n"), 5, "link.shared_wire",
+                      "needs link.rate_gbps"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_gbps: 2\n  rate_steps: [{at_s: 1, rate_gbps: 1}]\n"
+                          "  shared_wire: rack-1\n"),
+                      7, "link.shared_wire", "cannot be combined with link.rate_steps"));
+  EXPECT_TRUE(refused(doc("link:\n  rate_gbps: 2\n  shared_wire: Rack/1\n"), 6, "link.shared_wire",
+                      "must match [a-z0-9_-]+"));
+}
+
 TEST(ConfigRefuse, DelayOutOfRange) {
   EXPECT_TRUE(refused(doc("link:\n  delay_us: 1000001\n"), 5, "link.delay_us",
                       "1000001 is out of range (0..1000000)"));

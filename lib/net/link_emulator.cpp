@@ -110,6 +110,10 @@ uint64_t LinkModel::threshold(double p) {
 
 void LinkModel::set_rate_gbps(double gbps) {
   check_rate(gbps);
+  if (wire_ != nullptr && gbps != params_.rate_gbps) {
+    throw std::invalid_argument("link: the rate of shared wire " + wire_->name() +
+                                " cannot change");
+  }
   params_.rate_gbps = gbps;
   if (gbps == 0) {
     ticks_per_byte_q32_ = 0;
@@ -120,6 +124,13 @@ void LinkModel::set_rate_gbps(double gbps) {
     ticks_per_byte_q32_ = static_cast<uint64_t>(std::llround(std::ldexp(ticks_per_byte, 32)));
   }
   update_passthrough();
+}
+
+void LinkModel::share_wire(SharedWire* wire) {
+  if (ticks_per_byte_q32_ == 0) {
+    throw std::invalid_argument("link: a shared wire needs a rate (rate_gbps > 0)");
+  }
+  wire_ = wire;
 }
 
 // ---------------------------------------------------------------------------

@@ -34,6 +34,8 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 
+#include "shared_wire.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -137,14 +139,25 @@ class LinkModel {
   uint64_t schedule(uint32_t frame_len, uint64_t now);
 
   /// Changes the line rate for frames scheduled from now on (0 = unlimited);
-  /// for emulating shared or time-varying bandwidth. Throws on a bad rate.
+  /// for emulating time-varying bandwidth. Throws on a bad rate, and on any
+  /// change while the model shares a wire (its users agreed on one rate).
   void set_rate_gbps(double gbps);
+
+  /// Control path: from now on frames are serialised on `wire` (which must
+  /// outlive the model), behind every other user's frames, instead of on
+  /// this model's own wire. Wire time is then counted in whole ticks per
+  /// frame (rounded up; under 1e-4 of a 1500-byte frame's time at 10
+  /// Gbit/s). Throws std::invalid_argument when the rate is unlimited.
+  void share_wire(SharedWire* wire);
+  [[nodiscard]] const SharedWire* shared_wire() const { return wire_; }
 
   /// True when no impairment is on: frames may bypass the model entirely.
   [[nodiscard]] bool passthrough() const { return passthrough_; }
   [[nodiscard]] const LinkParams& params() const { return params_; }
   [[nodiscard]] uint64_t tsc_hz() const { return tsc_hz_; }
   [[nodiscard]] uint64_t delay_ticks() const { return delay_ticks_; }
+  /// TSC ticks per byte on the wire, scaled by 2^32; 0 when unlimited.
+  [[nodiscard]] uint64_t ticks_per_byte_q32() const { return ticks_per_byte_q32_; }
   /// Wire time of a frame, in TSC ticks scaled by 2^32; 0 when unlimited.
   [[nodiscard]] uint64_t serialisation_q32(uint32_t frame_len) const;
 
@@ -167,6 +180,7 @@ class LinkModel {
   uint64_t delay_ticks_;
   uint64_t free_at_ = 0;  ///< the link is busy until free_at_ + free_at_frac_ / 2^32
   uint32_t free_at_frac_ = 0;
+  SharedWire* wire_ = nullptr;  ///< null: the model's own wire (free_at_)
   bool passthrough_ = true;
   LinkParams params_;
   uint64_t tsc_hz_;
@@ -268,6 +282,8 @@ class LinkEmulator {
 
   /// Changes the emulated line rate from now on (see LinkModel).
   void set_rate_gbps(double gbps);
+  /// Control path, before the loop runs: serialise on `wire` (see LinkModel).
+  void share_wire(SharedWire* wire) { model_.share_wire(wire); }
   /// Control path, before the loop runs: the rate changes poll() applies
   /// once anchor_schedule() started their clock.
   void set_schedule(RateSchedule schedule);
@@ -354,6 +370,10 @@ inline uint64_t LinkModel::schedule(uint32_t frame_len, uint64_t now) {
   // The link is a serialising server: a frame starts when both it and the
   // link are ready, and the link is busy for the frame's wire time. An idle
   // link does not bank credit, so bursts never exceed the line rate.
+  if (wire_ != nullptr) [[unlikely]] {
+    const uint64_t ser = serialisation_q32(frame_len);
+    return wire_->reserve(now, (ser >> 32) + ((ser & 0xffffffffu) != 0)) + delay_ticks_;
+  }
   uint64_t ticks = free_at_;
   uint64_t frac = free_at_frac_;
   if (now > free_at_ || (now == free_at_ && free_at_frac_ == 0)) {

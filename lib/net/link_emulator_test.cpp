@@ -7,7 +7,11 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <vector>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace mercury::net {
 namespace {
@@ -261,6 +265,94 @@ TEST(LinkModel, RateCanChangeAtRunTime) {
   EXPECT_EQ(m.schedule(1514, 0), 3076u + 308u);
   EXPECT_EQ(m.schedule(1514, 1'000'000), 1'000'000u);
   EXPECT_THROW(m.set_rate_gbps(-1), std::invalid_argument);
+}
+
+std::string wire_name(const char* what) {
+  return std::string("test-") + what + "." + std::to_string(::getpid());
+}
+
+// link.shared_wire: two models on one wire (each mapping the segment, as two
+// processes would) serialise behind each other's frames in the order offered,
+// so together they get the line rate, and each its share.
+TEST(SharedWire, TwoModelsOnOneWireTakeTurnsAtTheLineRate) {
+  LinkParams lp;
+  lp.rate_gbps = 10;
+  lp.delay_us = 1;  // 2500 ticks, added after the wire
+  LinkModel a(lp, kHz), b(lp, kHz);
+  SharedWire wa(wire_name("turns"), a.ticks_per_byte_q32());
+  SharedWire wb(wire_name("turns"), b.ticks_per_byte_q32());
+  a.share_wire(&wa);
+  b.share_wire(&wb);
+  // 1514 bytes at 10 Gbit/s are 3076 ticks exactly; all offered at once.
+  for (uint64_t i = 1; i <= 1000; ++i) {
+    LinkModel& m = i % 2 ? a : b;
+    ASSERT_EQ(m.schedule(1514, 0), i * 3076 + 2500) << "frame " << i;
+  }
+  // A frame offered after the wire went idle leaves one wire time later.
+  EXPECT_EQ(a.schedule(1514, 10'000'000), 10'000'000u + 3076 + 2500);
+  // Partial ticks round up per frame: 307.6 ticks at 100 Gbit/s become 308.
+  LinkParams fast;
+  fast.rate_gbps = 100;
+  LinkModel f(fast, kHz);
+  SharedWire wf(wire_name("round"), f.ticks_per_byte_q32());
+  f.share_wire(&wf);
+  EXPECT_EQ(f.schedule(1514, 0), 308u);
+  EXPECT_EQ(f.schedule(1514, 0), 616u);
+}
+
+TEST(SharedWire, AnotherProcessSeesTheSameWire) {
+  LinkParams lp;
+  lp.rate_gbps = 10;
+  LinkModel m(lp, kHz);
+  const std::string name = wire_name("fork");  // the parent's pid, in both processes
+  SharedWire w(name, m.ticks_per_byte_q32());
+  m.share_wire(&w);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The child maps the wire by name and puts 10 frames on it.
+    LinkModel c(lp, kHz);
+    SharedWire wc(name, c.ticks_per_byte_q32());
+    c.share_wire(&wc);
+    bool ok = true;
+    for (uint64_t i = 1; i <= 10; ++i) ok = ok && c.schedule(1514, 0) == i * 3076;
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  // Ours goes behind the child's ten.
+  EXPECT_EQ(m.schedule(1514, 0), 11u * 3076);
+}
+
+TEST(SharedWire, RefusesAnotherRateNoRateAndRateChanges) {
+  LinkParams ten;
+  ten.rate_gbps = 10;
+  LinkParams twenty = ten;
+  twenty.rate_gbps = 20;
+  LinkModel a(ten, kHz), b(twenty, kHz), none(LinkParams{}, kHz);
+  SharedWire wa(wire_name("rates"), a.ticks_per_byte_q32());
+  EXPECT_THROW(SharedWire(wire_name("rates"), b.ticks_per_byte_q32()), std::runtime_error);
+  EXPECT_THROW(SharedWire("Bad/Name", a.ticks_per_byte_q32()), std::runtime_error);
+  EXPECT_THROW(none.share_wire(&wa), std::invalid_argument);
+  a.share_wire(&wa);
+  EXPECT_THROW(a.set_rate_gbps(20), std::invalid_argument);
+  a.set_rate_gbps(10);  // the same rate is no change
+  EXPECT_EQ(a.schedule(1514, 0), 3076u);
+}
+
+TEST(SharedWire, ALaterJobStartsOnAFreshWire) {
+  LinkParams lp;
+  lp.rate_gbps = 10;
+  LinkModel m(lp, kHz);
+  {
+    SharedWire w(wire_name("fresh"), m.ticks_per_byte_q32());
+    EXPECT_EQ(w.reserve(0, 1'000'000), 1'000'000u);
+  }
+  // Closing removed the name: the next user starts on an idle wire, at any rate.
+  SharedWire w(wire_name("fresh"), m.ticks_per_byte_q32() * 2);
+  EXPECT_EQ(w.reserve(5, 10), 15u);
 }
 
 // link.rate_steps: nothing is due before the anchor; each step once, at its

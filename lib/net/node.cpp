@@ -130,6 +130,14 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
       p->emulator =
           std::make_unique<LinkEmulator>(p->port->id(), 0, link, p->pool->get(), rte_get_tsc_hz());
       p->interface->attach_emulator(p->emulator.get());
+      if (!job.link.shared_wire.empty()) {
+        size_t k = 0;  // the port's place in its node's ports list
+        for (auto q = ports_.begin(); q->get() != p.get(); ++q) k += (*q)->node == p->node;
+        p->wire = std::make_unique<SharedWire>(
+            job.link.shared_wire + "." + p->node + "." + std::to_string(k),
+            p->emulator->model().ticks_per_byte_q32());
+        p->emulator->share_wire(p->wire.get());
+      }
       if (!job.link.rate_steps.empty()) {
         std::vector<RateSchedule::Step> steps;
         for (const config::RateStep& r : job.link.rate_steps)

@@ -31,6 +31,10 @@ struct NodePort {
   std::string spec;  ///< as written in the job file
   std::unique_ptr<Mempool> pool;
   std::unique_ptr<Port> port;
+  /// link.shared_wire: the wire this port's TX direction shares with other jobs
+  /// ("<name>.<node>.<k>", k its place in the node's ports list); null otherwise.
+  /// Declared before the emulator, which points to it, so it goes after it.
+  std::unique_ptr<SharedWire> wire;
   std::unique_ptr<LinkEmulator> emulator;  ///< null when the link is not emulated
   std::unique_ptr<Interface> interface;
 };
