@@ -33,16 +33,19 @@ from __future__ import annotations
 
 import argparse
 import csv
+import glob
 import math
 import os
 import platform
 import random
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,9 +62,9 @@ GPU_SCALE = 0.1 / 5.8396
 # memif stack carries through the server with four workers (docs/link-emulator.md); a
 # real link of R Gbit/s is emulated with time scaled by R / LINK_EMULATED_GBPS.
 LINK_EMULATED_GBPS = 2.0
-# The models run at each link rate: 25 Gbit/s multiplies compute by 12.5 here, and
-# VGG-16 alone would then take minutes a run, so 25 Gbit/s runs two models.
-LINKS = {10: MODELS, 25: ["resnet50", "alexnet"]}
+# The models run at each link rate (25 Gbit/s multiplies compute by 12.5 here, so its runs
+# time fewer rounds: Settings).
+LINKS = {10: MODELS, 25: MODELS}
 DEFAULT_PARTITION = (4 << 20, 8 << 20)  # network.partition_bytes, credit_bytes defaults
 SWEEP = [(512 << 10, 2 << 20), (2 << 20, 2 << 20), (2 << 20, 8 << 20), (8 << 20, 32 << 20)]
 # Each scheduling variant: the job's network.scheduler and training.aggregation. The
@@ -102,6 +105,8 @@ SYNC_FIELDS = ["stragglers", "mode", "trial", "iteration_s", "steps_to_target",
 CURVE_FIELDS = ["stragglers", "mode", "trial", "epoch", "steps", "seconds", "loss", "accuracy"]
 DDP_FIELDS = ["system", "trial", "iteration_s", "images_per_s", "final_accuracy"]
 BANDWIDTH_FIELDS = ["variant", "aggregation", "trial", "round", "start_s", "iteration_s"]
+SHARED_FIELDS = ["variant", "aggregation", "partition_bytes", "credit_bytes", "trial",
+                 "iteration_s", "other_rounds", "other_iteration_s"]
 
 
 class Settings:
@@ -119,6 +124,10 @@ class Settings:
         self.sweep_link = 10                         # the sweep runs at this rate only
         # The ablation (fifo_chunk) runs at the sweep's rate only.
         self.rounds = 2 if quick else 3              # trace rounds (median of 2..N)
+        # At 25 Gbit/s compute runs 12.5x slower than the real one (VGG-16's iteration
+        # takes 9 s): 2 trace rounds and, for strict, 1 comm-only round of each kind.
+        self.rounds_25 = 2
+        self.comm_rounds_25 = 1
         # Strict's runs measure the lower bound (comm-only rounds, burst and streamed);
         # the others need only their iteration, after one comm-only round of each kind.
         self.comm_rounds = 1 if quick else 2
@@ -133,6 +142,11 @@ class Settings:
         self.bandwidth_rounds = 6 if quick else 14
         self.step_down_s = 1.5 if quick else 4.0
         self.step_up_s = 2.5 if quick else 8.0
+        # The shared link: the measured job (shared_model, shared_rounds trace rounds) and a
+        # second job (strict priority on shared_other_model) on the same wires.
+        self.shared_model = "mobilenet_v2" if quick else "resnet50"
+        self.shared_other_model = "mobilenet_v2" if quick else "resnet50"
+        self.shared_rounds = 3 if quick else 8
 
 
 class Table:
@@ -193,7 +207,7 @@ def scale_of(link_gbps: float) -> float:
 def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
               partition: tuple[int, int] | None, timeline: str = "",
               steps: list[tuple[float, float]] | None = None, rounds: int = 0,
-              comm_rounds: int = 0) -> dict:
+              comm_rounds: int = 0, wire: str = "") -> dict:
     scheduler, aggregation = VARIANT_JOB[variant]
     network = "scheduler: %s" % scheduler
     if partition:
@@ -204,6 +218,8 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
         if steps:
             link += ", rate_steps: [%s]" % ", ".join(
                 "{at_s: %g, rate_gbps: %g}" % step for step in steps)
+        if wire:
+            link += ", shared_wire: %s" % wire
         f.write(memif_job(WORKERS, name, training="{sync: bsp, aggregation: %s, optimizer: "
                           "sgd, learning_rate: 0.0625}" % aggregation, network=network,
                           link=link))
@@ -217,9 +233,10 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
              "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
              "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
              "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(link_gbps)),
-             "--rounds", str(rounds or st.rounds),
+             "--rounds", str(rounds or (st.rounds_25 if link_gbps == 25 else st.rounds)),
              "--comm-rounds",
-             str(comm_rounds or (st.comm_rounds if variant == "strict" else 1)),
+             str(comm_rounds or (1 if variant != "strict" else
+                                 st.comm_rounds_25 if link_gbps == 25 else st.comm_rounds)),
              "--verify", "none"],
             capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
     finally:
@@ -329,6 +346,99 @@ def run_bandwidth(a, st: Settings, out: str, progress: Progress) -> None:
                            "start_s": "%.3f" % t0, "iteration_s": secs})
             progress.line(f"bandwidth {st.bandwidth_model} {v} trial {trial}",
                           f"{len(traces)} rounds, median {statistics.median(traces):.3f} s")
+
+
+class SecondJob:
+    """Another training job on the same wires (link.shared_wire): strict priority on
+    st.shared_other_model, trace-driven, running until stopped; `running` is set once its
+    workers compute (their first trace round is over)."""
+
+    def __init__(self, a, st: Settings, link_gbps: float, wire: str) -> None:
+        model = st.shared_other_model
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+            f.write(memif_job(WORKERS, "evb%d" % (os.getpid() % 100000),
+                              training="{sync: bsp, aggregation: chunk, optimizer: sgd, "
+                              "learning_rate: 0.0625}", network="scheduler: strict",
+                              link="rate_gbps: %g, shared_wire: %s" % (LINK_EMULATED_GBPS, wire)))
+            self.job = f.name
+        self.proc = subprocess.Popen(
+            [os.path.join(a.build, "apps", "ps-demo"), "--config", self.job,
+             "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
+             "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
+             "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(link_gbps)),
+             "--rounds", "100000", "--comm-rounds", "1", "--verify", "none"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+        self.running = threading.Event()
+        self.rounds: list[tuple[float, float]] = []  # worker 0's: (when it ended, seconds)
+        self.tail: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.tail = (self.tail + [line])[-40:]
+            m = re.search(r"\[w0\] w0 trace round +\d+: +([\d.]+) s", line)
+            if m:
+                self.rounds.append((time.monotonic(), float(m.group(1))))
+                self.running.set()
+
+    def wait_running(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.running.wait(0.2):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                sys.exit("eval: the second job did not start:\n" + "".join(self.tail))
+
+    def rounds_between(self, t0: float, t1: float) -> list[float]:
+        """Worker 0's trace rounds that ended between monotonic times t0 and t1."""
+        return [secs for t, secs in list(self.rounds) if t0 <= t <= t1]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(10)
+        os.unlink(self.job)
+
+
+def run_shared(a, st: Settings, out: str, progress: Progress) -> None:
+    """A second job shares every link (link.shared_wire) while the measured one runs:
+    strict priority against FIFO and partitioning tuned for the link alone."""
+    table = Table(os.path.join(out, "shared.csv"), SHARED_FIELDS)
+    sweep = Table(os.path.join(out, "sweep.csv"), SWEEP_FIELDS)
+    for trial in range(1, st.trials + 1):
+        variants = ["strict", "fifo", "partition_best"]
+        random.Random(f"shared-{trial}").shuffle(variants)
+        for v in variants:
+            if table.has(variant=v, trial=trial):
+                continue
+            wire = "ev%d-%d-%s" % (os.getpid() % 100000, trial, v.replace("_", ""))
+            part = best_partition(sweep, st.sweep_link, st.shared_model) \
+                if v == "partition_best" else None
+            other = SecondJob(a, st, st.sweep_link, wire)
+            try:
+                other.wait_running()
+                t0 = time.monotonic()
+                r = sched_run(a, st, st.sweep_link, st.shared_model, v, part,
+                              rounds=st.shared_rounds, comm_rounds=1, wire=wire)
+                during = other.rounds_between(t0, time.monotonic())
+            finally:
+                other.stop()
+                for leftover in glob.glob("/dev/shm/mercury-wire-%s.*" % wire):
+                    os.unlink(leftover)  # a process killed before it removed its wire
+            table.add({"variant": v, "aggregation": VARIANT_JOB[v][1],
+                       "partition_bytes": part[0] if part else 0,
+                       "credit_bytes": part[1] if part else 0, "trial": trial,
+                       "iteration_s": r["iteration_s"], "other_rounds": len(during),
+                       "other_iteration_s": statistics.median(during) if during else ""})
+            progress.line(f"shared link {st.shared_model} {v} trial {trial}",
+                          f"iteration {r['iteration_s']:.3f} s; the other job's "
+                          + (f"{statistics.median(during):.3f} s over {len(during)} rounds"
+                             if during else "rounds: none ended meanwhile"))
 
 
 # ---- 2. synchronisation --------------------------------------------------------------
@@ -664,6 +774,34 @@ def bandwidth_section(out: str, img: str, st: Settings, plots: list[str]) -> lis
     return lines
 
 
+def shared_section(out: str, st: Settings) -> list[str]:
+    table = Table(os.path.join(out, "shared.csv"), SHARED_FIELDS)
+    if not table.rows:
+        return ["", "(not run)"]
+    sched = Table(os.path.join(out, "sched.csv"), SCHED_FIELDS)
+    variants = ["strict", "fifo", "partition_best"]
+    trials = sorted({int(r["trial"]) for r in table.rows})
+    shared = {v: {int(r["trial"]): float(r["iteration_s"]) for r in table.select(variant=v)}
+              for v in variants}
+    lines = ["", "| scheduler | alone: s per iteration | sharing: s per iteration | "
+             "sharing / alone (medians) | strict's speed-up while sharing | the second job's "
+             "s per iteration meanwhile |", "| --- | --- | --- | --- | --- | --- |"]
+    for v in variants:
+        alone = [float(r["iteration_s"]) for r in sched.select(
+            link_gbps=st.sweep_link, model=st.shared_model, variant=v)]
+        mine = list(shared[v].values())
+        speed = [shared[v][t] / shared["strict"][t] for t in trials
+                 if t in shared[v] and t in shared["strict"]]
+        other = [float(r["other_iteration_s"]) for r in table.select(variant=v)
+                 if r["other_iteration_s"]]
+        ratio = "%.2fx" % (statistics.median(mine) / statistics.median(alone)) \
+            if alone and mine else "-"
+        lines.append(f"| {VARIANT_LABEL[v]} | {cell(alone) if alone else '-'} | {cell(mine)} | "
+                     f"{ratio} | {cell(speed, '%.2fx') if v != 'strict' else '-'} | "
+                     f"{cell(other) if other else '-'} |")
+    return lines
+
+
 def plot_bandwidth(img: str, table: Table, st: Settings) -> str:
     import matplotlib
     matplotlib.use("Agg")
@@ -886,8 +1024,8 @@ def write_page(out: str, top: str, st: Settings) -> None:
     page = os.path.join(top, "evaluation.md")
     img = os.path.join(top, "evaluation")
     os.makedirs(img, exist_ok=True)
-    for name in ["sched.csv", "sweep.csv", "bandwidth.csv", "sync.csv", "sync_curves.csv",
-                 "ddp.csv"]:
+    for name in ["sched.csv", "sweep.csv", "bandwidth.csv", "shared.csv", "sync.csv",
+                 "sync_curves.csv", "ddp.csv"]:
         if os.path.exists(os.path.join(out, name)) and \
                 os.path.abspath(out) != os.path.abspath(img):
             shutil.copyfile(os.path.join(out, name), os.path.join(img, name))
@@ -920,7 +1058,9 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "net_memif, BSP with the server's SGD; each run measures its own lower bound, "
         f"max(compute, communication), with {st.comm_rounds} burst and {st.comm_rounds} "
         f"streamed communication-only rounds (strict's runs; 1 and 1 for the others, whose "
-        f"bound the table does not use), then times {st.rounds} trace rounds (median of "
+        f"bound the table does not use; {st.comm_rounds_25} and {st.comm_rounds_25} at 25 "
+        f"Gbit/s), then times {st.rounds} trace rounds ({st.rounds_25} at 25 Gbit/s, where "
+        "compute runs 12.5 times slower than real; median of "
         "rounds 2 on; the slowest rank's; `--verify none`: the tests check the aggregates, "
         "these runs only time them). The variants are the job file's `network.scheduler` "
         "and `training.aggregation` (docs/config.md): **strict** (Mercury: strict priority, "
@@ -949,10 +1089,25 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "(the job file's `link.rate_steps`, docs/link-emulator.md): strict priority, FIFO, and "
         "partitioning with the setting the sweep chose at the full rate, not re-tuned. Per "
         "scheduler, the median iteration of the rounds wholly at each rate (worker 0's; rounds "
-        "that may straddle a step are left out), median [min, max] over the trials. A second "
-        "job sharing the server's link is not emulated: each memif port has its own "
-        "emulator, so two jobs cannot share one emulated wire here.",
+        "that may straddle a step are left out), median [min, max] over the trials.",
         *bandwidth_lines,
+        "",
+        "### A second job on the same links",
+        "",
+        f"{st.shared_model} at 10 Gbit/s as above ({st.shared_rounds} trace rounds after one "
+        "comm-only round of each kind) while a second training job runs on the same wires: "
+        f"{WORKERS} more ps-worker processes and another ps-server, strict priority, "
+        f"{st.shared_other_model}'s trace, started first and stopped after the measured job "
+        "ends. Every TX direction of the measured job (each worker's link to the server and "
+        "the server's port towards each worker) is serialised on the same emulated wire as "
+        "the second job's same direction (`link.shared_wire`, docs/link-emulator.md): one "
+        "drop-tail FIFO at the line rate in front of both jobs' frames, as when two jobs "
+        "share their hosts' NICs. Partitioning keeps the setting the sweep chose for the "
+        "link alone; nothing is re-tuned. Per scheduler, median [min, max] over the trials: "
+        "the measured job's iteration alone (its runs in section 1) and while sharing, and "
+        "the second job's iteration over the same time (worker 0's trace rounds that ended "
+        "while the measured job ran).",
+        *shared_section(out, st),
         "",
         "## 3. Synchronisation: BSP, ASP, SSP and PS+ with stragglers (PS+'s experiment)",
         "",
@@ -1067,7 +1222,7 @@ def main() -> int:
             sum(len(ms) * len(st.variants(l)) for l, ms in st.links.items()) * st.trials
         n_sync = len(st.stragglers) * len(MODES) * st.trials
         total = (n_sched if "sched" in only else 0) + (n_sync if "sync" in only else 0) + \
-            (2 * st.trials if "ddp" in only else 0) + (3 * st.trials if "bandwidth" in only else 0)
+            (2 * st.trials if "ddp" in only else 0) + (6 * st.trials if "bandwidth" in only else 0)
         progress = Progress(total)
         print(f"eval: {total} runs at most (finished ones are skipped), results in {out}",
               flush=True)
@@ -1079,6 +1234,7 @@ def main() -> int:
                 sys.exit("eval: the bandwidth experiment needs the sched experiment's sweep "
                          "(run sched first)")
             run_bandwidth(a, st, out, progress)
+            run_shared(a, st, out, progress)
         if "sync" in only:
             run_sync(a, st, out, progress)
         if "ddp" in only:

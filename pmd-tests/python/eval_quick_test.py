@@ -5,7 +5,8 @@
 Runs it into a temporary directory and checks what it wrote: every experiment's CSV
 holds its runs with sane values (no trace round faster than its compute, accuracies in
 [0, 1], images per second = the batch over the iteration), the timelines and the plots
-exist, and the page has every section with a row of data and its goal lines.
+exist, the second job of the shared-link experiment ran while the measured one did, and the
+page has every section with a row of data and its goal lines.
 
 Usage: eval_quick_test.py BUILD_DIR
 """
@@ -58,6 +59,15 @@ class EvalQuick(unittest.TestCase):
                 starts = [float(x["start_s"]) for x in got]
                 self.assertEqual(starts, sorted(starts), v)
 
+            # The second job ran while the measured one did: its rounds ended meanwhile.
+            shared = rows(os.path.join(data, "shared.csv"))
+            self.assertEqual(sorted(x["variant"] for x in shared),
+                             ["fifo", "partition_best", "strict"])
+            for x in shared:
+                self.assertGreater(float(x["iteration_s"]), 0, x)
+                self.assertGreaterEqual(int(x["other_rounds"]), 1, x)
+                self.assertGreater(float(x["other_iteration_s"]), 0, x)
+
             sync = rows(os.path.join(data, "sync.csv"))
             self.assertEqual(sorted(x["mode"] for x in sync), ["asp", "bsp", "psplus", "ssp"])
             for x in sync:
@@ -86,6 +96,8 @@ class EvalQuick(unittest.TestCase):
             self.assertIn("| mobilenet_v2 | ", page)
             self.assertIn("| 1 | psplus | ", page)
             self.assertIn("| partition best | ", page)
+            self.assertIn("### A second job on the same links", page)
+            self.assertIn("| FIFO (classical PS) | ", page.split("### A second job")[1])
             self.assertIn("| Mercury (mercury.torch", page)
             self.assertIn("Strict priority >= 2x FIFO", page)
             self.assertIn("mercury.torch faster per iteration than DDP", page)
