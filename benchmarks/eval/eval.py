@@ -250,6 +250,41 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
             "ratio": ratio, "stdout": r.stdout}
 
 
+def dependency_bound(model: str, link_gbps: float) -> tuple[float, str]:
+    """A lower bound on the iteration that counts the layers' order, in emulated seconds,
+    and the layer that sets it. Layer i's gradient is ready once the backward pass has
+    computed the layers from the last down to i; its parameters and those of every layer
+    before it (all ready later) must then cross the link before the forward pass can reach
+    layer i, and the forward from layer i to the end follows. So, for any scheduler,
+    iteration >= ready(i) + wire(layers 0..i) + forward(layers i..end), with the wire time
+    the payload alone at the emulated line rate (no header, no latency). Layer 0 gives
+    compute plus its own transfer, the last layer about the communication time; a large
+    layer late in the forward pass (AlexNet's classifier) can give more than both."""
+    scale = GPU_SCALE * scale_of(link_gbps)
+    sizes = {}
+    with open(os.path.join(ROOT, "config", "models", model + ".txt")) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                name, count = line.split()[:2]
+                sizes[name] = 4 * int(count)
+    layers = []  # (name, forward s, backward s, bytes), in forward order
+    with open(os.path.join(ROOT, "config", "traces", model + ".txt")) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                name, fwd, bwd, *tensors = line.split()
+                layers.append((name, float(fwd) * 1e-6 * scale, float(bwd) * 1e-6 * scale,
+                               sum(sizes[t] for t in tensors)))
+    best, which, prefix = 0.0, "", 0
+    for i, (name, _, _, size) in enumerate(layers):
+        prefix += size
+        ready = sum(b for _, _, b, _ in layers[i:])
+        forward = sum(f for _, f, _, _ in layers[i:])
+        t = ready + prefix * 8 / (LINK_EMULATED_GBPS * 1e9) + forward
+        if t > best:
+            best, which = t, name
+    return best, which
+
+
 def best_partition(sweep: Table, link_gbps: float, model: str) -> tuple[int, int]:
     rows = sweep.select(link_gbps=link_gbps, model=model)
     best = min(rows, key=lambda r: float(r["iteration_s"]))
@@ -567,13 +602,16 @@ def sched_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[l
                   "Iteration time in emulated seconds (divide by %g for the real link), median "
                   "[min, max] over the trials; speed-up = the baseline's iteration over strict "
                   "priority's, per trial; ratio = iteration / max(compute, communication) of "
-                  "the same run.%s" % (scale_of(link), "" if "fifo_chunk" in st.variants(link)
-                                       else " The ablation runs at %d Gbit/s only."
-                                       % st.sweep_link), "",
+                  "the same run; dependency ratio = iteration / the larger of that bound and "
+                  "the bound that counts the layers' order (the reading, \"The bound\"; where "
+                  "it is the larger, the layer that sets it and its value follow).%s" % (
+                      scale_of(link), "" if "fifo_chunk" in st.variants(link)
+                      else " The ablation runs at %d Gbit/s only." % st.sweep_link), "",
                   "| model | compute | strict (Mercury) | FIFO (classical PS) | partition default | "
                   "partition best | FIFO, immediate aggregation | strict vs FIFO | strict vs "
-                  "best partition | strict vs FIFO, immediate | strict's ratio to the bound |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "best partition | strict vs FIFO, immediate | strict's ratio to the bound | "
+                  "strict's dependency ratio |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for model in models:
             rows = {v: table.select(link_gbps=link, model=model, variant=v) for v in VARIANTS}
             if not rows["strict"]:
@@ -587,6 +625,11 @@ def sched_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[l
                 link_gbps=st.sweep_link, model=model) else None
             comp = [float(r["compute_s"]) for r in rows["strict"]]
             ratio = [float(r["ratio"]) for r in rows["strict"]]
+            dep, dep_layer = dependency_bound(model, link)
+            dep_ratio = [float(r["iteration_s"]) / max(float(r["bound_s"]), dep)
+                         for r in rows["strict"]]
+            dep_note = (f" ({dep_layer}: {dep:.3f})" if dep > statistics.median(
+                float(r["bound_s"]) for r in rows["strict"]) else "")
             lines.append(
                 f"| {model} | {statistics.median(comp):.3f} | {cell(list(it['strict'].values()))}"
                 f" | {cell(list(it['fifo'].values()))} | {cell(list(it['partition'].values()))}"
@@ -594,7 +637,8 @@ def sched_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[l
                 + (f" ({mib(best[0])} / {mib(best[1])})" if best else "")
                 + f" | {cell(list(it['fifo_chunk'].values()))}"
                 f" | {cell(speedup('fifo'), '%.2fx')} | {cell(speedup('partition_best'), '%.2fx')}"
-                f" | {cell(speedup('fifo_chunk'), '%.2fx')} | {cell(ratio)} |")
+                f" | {cell(speedup('fifo_chunk'), '%.2fx')} | {cell(ratio)}"
+                f" | {cell(dep_ratio)}{dep_note} |")
             facts[(link, model)] = {
                 "fifo": statistics.median(speedup("fifo")) if speedup("fifo") else math.nan,
                 "best": statistics.median(speedup("partition_best"))
@@ -604,6 +648,7 @@ def sched_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[l
                 "fifo_chunk": statistics.median(speedup("fifo_chunk"))
                 if speedup("fifo_chunk") else math.nan,
                 "ratio": statistics.median(ratio),
+                "dep_ratio": statistics.median(dep_ratio),
                 "comm_over_compute": statistics.median(
                     float(r["communication_s"]) / float(r["compute_s"]) for r in rows["strict"]),
             }
@@ -986,8 +1031,15 @@ def goals(sched: dict, sync: dict, ddp: dict, st: Settings) -> list[str]:
                    + ("**met**." if not slower else "**not met**: " + "; ".join(slower) + "."))
         far = [f"{m} at {l}G ({f['ratio']:.3f})" for (l, m), f in sched.items()
                if f["ratio"] > 1.05]
-        out.append("* Within 5 % of the lower bound on every model: "
-                   + ("**met**." if not far else "**not met**: " + "; ".join(far) + "."))
+        out.append("* Within 5 % of the lower bound max(compute, communication) on every "
+                   "model: " + ("**met**." if not far else "**not met**: " + "; ".join(far) + "."))
+        dep_far = [f"{m} at {l}G ({f['dep_ratio']:.3f})" for (l, m), f in sched.items()
+                   if f["dep_ratio"] > 1.05]
+        worst = max(sched.items(), key=lambda kv: kv[1]["dep_ratio"])
+        out.append("* Within 5 % of the lower bound that also counts the layers' order "
+                   "(section 1): " + (f"**met** (at most {worst[1]['dep_ratio']:.3f}, "
+                                      f"{worst[0][1]} at {worst[0][0]}G)." if not dep_far else
+                                      "**not met**: " + "; ".join(dep_far) + "."))
     if sync:
         k = 1 if 1 in st.stragglers else max(st.stragglers)  # one 4x straggler
         ps = sync.get((k, "psplus"), {})
@@ -1172,7 +1224,22 @@ READING = [
     "(AlexNet's classifier at 25 Gbit/s): the backward pass computes before the first "
     "gradient can leave, and the next forward pass needs the classifier's parameters, "
     "which the link carries last, so part of the compute stays outside the communication "
-    "time whatever the order.",
+    "time whatever the order. The bound that counts the layers' order says by how much: "
+    "layer i's gradient is ready once the backward pass has computed the layers from the "
+    "last down to i; then the parameters of layer i and of every layer before it (all "
+    "ready later) must cross the link before the forward pass reaches layer i, and the "
+    "forward from layer i to the end follows. So no scheduler beats ready(i) + wire(layers "
+    "0..i) + forward(layers i..end) for any i (the wire time is the payload alone at the "
+    "line rate). Layer 0 gives compute plus one layer's transfer, the last layer the "
+    "communication time; for AlexNet at 25 Gbit/s classifier.1 (62 % of the bytes) gives "
+    "more than both, and strict priority is measured against it in the last column.",
+    "* **What FIFO can lose**: when communication dominates, a classical PS takes about the "
+    "communication time plus the pull of its largest tensor (which cannot start before the "
+    "tensor's whole push ends) plus the compute it cannot overlap; strict priority takes "
+    "about the communication time. For AlexNet, whose classifier.1 is 62 % of the bytes, "
+    "that caps strict's speed-up over FIFO near 1.7x at any link rate where communication "
+    "dominates; 2x needs a model whose compute and communication are close, so that FIFO "
+    "also serialises the compute behind the transfer.",
     "* **Partitioning** needs its partition size and credit tuned per model and link; the "
     "sweep shows how much the setting matters. Strict priority has no knob.",
     "* **PS+ and ASP** do not wait for stragglers; their price is staleness, which PS+ "

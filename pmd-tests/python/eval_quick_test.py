@@ -97,6 +97,7 @@ class EvalQuick(unittest.TestCase):
             self.assertIn("| 1 | psplus | ", page)
             self.assertIn("| partition best | ", page)
             self.assertIn("### A second job on the same links", page)
+            self.assertIn("strict's dependency ratio", page)
             self.assertIn("| FIFO (classical PS) | ", page.split("### A second job")[1])
             self.assertIn("| Mercury (mercury.torch", page)
             self.assertIn("Strict priority >= 2x FIFO", page)
@@ -109,6 +110,30 @@ class EvalQuick(unittest.TestCase):
                 capture_output=True, text=True, timeout=120)
             self.assertEqual(again.returncode, 0, again.stderr[-2000:])
             self.assertNotIn("[eval ", again.stdout)
+
+    def test_the_dependency_bound_is_at_least_compute_and_the_wire_time(self):
+        sys.path.insert(0, os.path.join(ROOT, "benchmarks", "eval"))
+        import eval as ev
+        for model in ev.MODELS:
+            for link in (10, 25):
+                scale = ev.GPU_SCALE * ev.scale_of(link)
+                fwd = bwd = size = 0.0
+                with open(os.path.join(ROOT, "config", "traces", model + ".txt")) as f:
+                    for line in f:
+                        if line.strip() and not line.startswith("#"):
+                            fwd += float(line.split()[1]) * 1e-6 * scale
+                            bwd += float(line.split()[2]) * 1e-6 * scale
+                with open(os.path.join(ROOT, "config", "models", model + ".txt")) as f:
+                    for line in f:
+                        if line.strip() and not line.startswith("#"):
+                            size += 4 * int(line.split()[1])
+                wire = size * 8 / (ev.LINK_EMULATED_GBPS * 1e9)
+                bound, layer = ev.dependency_bound(model, link)
+                self.assertGreater(bound, fwd + bwd, (model, link))
+                self.assertGreater(bound, wire, (model, link))
+                # It never exceeds compute plus the whole transfer (the sequential schedule).
+                self.assertLessEqual(bound, fwd + bwd + wire + 1e-9, (model, link))
+                self.assertTrue(layer, (model, link))
 
 
 if __name__ == "__main__":
