@@ -130,6 +130,11 @@ void LinkModel::share_wire(SharedWire* wire) {
   if (ticks_per_byte_q32_ == 0) {
     throw std::invalid_argument("link: a shared wire needs a rate (rate_gbps > 0)");
   }
+  if (wire->rate_gbps() != params_.rate_gbps) {
+    throw std::invalid_argument("link: shared wire " + wire->name() + " runs at " +
+                                std::to_string(wire->rate_gbps()) + " Gbit/s, this link at " +
+                                std::to_string(params_.rate_gbps));
+  }
   wire_ = wire;
 }
 

@@ -147,7 +147,8 @@ class LinkModel {
   /// outlive the model), behind every other user's frames, instead of on
   /// this model's own wire. Wire time is then counted in whole ticks per
   /// frame (rounded up; under 1e-4 of a 1500-byte frame's time at 10
-  /// Gbit/s). Throws std::invalid_argument when the rate is unlimited.
+  /// Gbit/s). Throws std::invalid_argument when the rate is unlimited or is
+  /// not the wire's.
   void share_wire(SharedWire* wire);
   [[nodiscard]] const SharedWire* shared_wire() const { return wire_; }
 

@@ -279,8 +279,8 @@ TEST(SharedWire, TwoModelsOnOneWireTakeTurnsAtTheLineRate) {
   lp.rate_gbps = 10;
   lp.delay_us = 1;  // 2500 ticks, added after the wire
   LinkModel a(lp, kHz), b(lp, kHz);
-  SharedWire wa(wire_name("turns"), a.ticks_per_byte_q32());
-  SharedWire wb(wire_name("turns"), b.ticks_per_byte_q32());
+  SharedWire wa(wire_name("turns"), 10);
+  SharedWire wb(wire_name("turns"), 10);
   a.share_wire(&wa);
   b.share_wire(&wb);
   // 1514 bytes at 10 Gbit/s are 3076 ticks exactly; all offered at once.
@@ -294,7 +294,7 @@ TEST(SharedWire, TwoModelsOnOneWireTakeTurnsAtTheLineRate) {
   LinkParams fast;
   fast.rate_gbps = 100;
   LinkModel f(fast, kHz);
-  SharedWire wf(wire_name("round"), f.ticks_per_byte_q32());
+  SharedWire wf(wire_name("round"), 100);
   f.share_wire(&wf);
   EXPECT_EQ(f.schedule(1514, 0), 308u);
   EXPECT_EQ(f.schedule(1514, 0), 616u);
@@ -305,14 +305,14 @@ TEST(SharedWire, AnotherProcessSeesTheSameWire) {
   lp.rate_gbps = 10;
   LinkModel m(lp, kHz);
   const std::string name = wire_name("fork");  // the parent's pid, in both processes
-  SharedWire w(name, m.ticks_per_byte_q32());
+  SharedWire w(name, 10);
   m.share_wire(&w);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     // The child maps the wire by name and puts 10 frames on it.
     LinkModel c(lp, kHz);
-    SharedWire wc(name, c.ticks_per_byte_q32());
+    SharedWire wc(name, 10);
     c.share_wire(&wc);
     bool ok = true;
     for (uint64_t i = 1; i <= 10; ++i) ok = ok && c.schedule(1514, 0) == i * 3076;
@@ -329,13 +329,13 @@ TEST(SharedWire, AnotherProcessSeesTheSameWire) {
 TEST(SharedWire, RefusesAnotherRateNoRateAndRateChanges) {
   LinkParams ten;
   ten.rate_gbps = 10;
-  LinkParams twenty = ten;
-  twenty.rate_gbps = 20;
-  LinkModel a(ten, kHz), b(twenty, kHz), none(LinkParams{}, kHz);
-  SharedWire wa(wire_name("rates"), a.ticks_per_byte_q32());
-  EXPECT_THROW(SharedWire(wire_name("rates"), b.ticks_per_byte_q32()), std::runtime_error);
-  EXPECT_THROW(SharedWire("Bad/Name", a.ticks_per_byte_q32()), std::runtime_error);
+  LinkModel a(ten, kHz), none(LinkParams{}, kHz);
+  SharedWire wa(wire_name("rates"), 10), wb(wire_name("other"), 20);
+  EXPECT_THROW(SharedWire(wire_name("rates"), 20), std::runtime_error);
+  EXPECT_THROW(SharedWire(wire_name("zero"), 0), std::runtime_error);
+  EXPECT_THROW(SharedWire("Bad/Name", 10), std::runtime_error);
   EXPECT_THROW(none.share_wire(&wa), std::invalid_argument);
+  EXPECT_THROW(a.share_wire(&wb), std::invalid_argument);  // the model's rate is not the wire's
   a.share_wire(&wa);
   EXPECT_THROW(a.set_rate_gbps(20), std::invalid_argument);
   a.set_rate_gbps(10);  // the same rate is no change
@@ -343,15 +343,12 @@ TEST(SharedWire, RefusesAnotherRateNoRateAndRateChanges) {
 }
 
 TEST(SharedWire, ALaterJobStartsOnAFreshWire) {
-  LinkParams lp;
-  lp.rate_gbps = 10;
-  LinkModel m(lp, kHz);
   {
-    SharedWire w(wire_name("fresh"), m.ticks_per_byte_q32());
+    SharedWire w(wire_name("fresh"), 10);
     EXPECT_EQ(w.reserve(0, 1'000'000), 1'000'000u);
   }
   // Closing removed the name: the next user starts on an idle wire, at any rate.
-  SharedWire w(wire_name("fresh"), m.ticks_per_byte_q32() * 2);
+  SharedWire w(wire_name("fresh"), 20);
   EXPECT_EQ(w.reserve(5, 10), 15u);
 }
 

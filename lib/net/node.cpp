@@ -134,8 +134,7 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
         size_t k = 0;  // the port's place in its node's ports list
         for (auto q = ports_.begin(); q->get() != p.get(); ++q) k += (*q)->node == p->node;
         p->wire = std::make_unique<SharedWire>(
-            job.link.shared_wire + "." + p->node + "." + std::to_string(k),
-            p->emulator->model().ticks_per_byte_q32());
+            job.link.shared_wire + "." + p->node + "." + std::to_string(k), job.link.rate_gbps);
         p->emulator->share_wire(p->wire.get());
       }
       if (!job.link.rate_steps.empty()) {

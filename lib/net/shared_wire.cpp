@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -28,9 +29,10 @@ std::runtime_error error(const std::string& name, const std::string& what) {
 
 }  // namespace
 
-SharedWire::SharedWire(const std::string& name, uint64_t ticks_per_byte_q32) : name_(name) {
+SharedWire::SharedWire(const std::string& name, double rate_gbps)
+    : name_(name), rate_gbps_(rate_gbps) {
   if (!valid_name(name)) throw error(name, "the name must match [a-z0-9_.-]+ (at most 200)");
-  if (ticks_per_byte_q32 == 0) throw error(name, "a shared wire needs a rate");
+  if (!(rate_gbps > 0)) throw error(name, "a shared wire needs a rate");
   const std::string path = "/mercury-wire-" + name;
   const int fd = ::shm_open(path.c_str(), O_RDWR | O_CREAT, 0600);
   if (fd < 0) throw error(name, "shm_open " + path + ": " + std::strerror(errno));
@@ -45,9 +47,9 @@ SharedWire::SharedWire(const std::string& name, uint64_t ticks_per_byte_q32) : n
   ::close(fd);
   if (p == MAP_FAILED) throw error(name, "mmap " + path + ": " + std::strerror(e));
   state_ = static_cast<State*>(p);
+  const uint64_t mine = std::bit_cast<uint64_t>(rate_gbps);
   uint64_t rate = 0;
-  if (!state_->ticks_per_byte_q32.compare_exchange_strong(rate, ticks_per_byte_q32) &&
-      rate != ticks_per_byte_q32) {
+  if (!state_->rate_bits.compare_exchange_strong(rate, mine) && rate != mine) {
     ::munmap(state_, sizeof(State));
     state_ = nullptr;
     throw error(name,

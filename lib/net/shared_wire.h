@@ -28,11 +28,13 @@ namespace mercury::net {
 class SharedWire {
  public:
   /// Maps the wire `name` ([a-z0-9_.-], at most 200 characters), making it
-  /// if no process has it open, for emulators pacing it at
-  /// `ticks_per_byte_q32` (LinkModel's rate, TSC ticks per byte scaled by
-  /// 2^32). Throws std::runtime_error when the segment cannot be made or
-  /// mapped, or when the wire is already paced at another rate.
-  SharedWire(const std::string& name, uint64_t ticks_per_byte_q32);
+  /// if no process has it open, for emulators pacing it at `rate_gbps`. The
+  /// rate is compared in Gbit/s, not in ticks: each process converts it with
+  /// its own EAL's TSC frequency, which may differ in the last digits.
+  /// Throws std::runtime_error when the segment cannot be made or mapped,
+  /// when the rate is not positive, or when the wire is already paced at
+  /// another rate.
+  SharedWire(const std::string& name, double rate_gbps);
   /// Unmaps the segment and removes its name: users still running keep
   /// sharing it, and a job started afterwards gets a fresh wire.
   ~SharedWire();
@@ -52,15 +54,17 @@ class SharedWire {
   }
 
   [[nodiscard]] const std::string& name() const { return name_; }
+  [[nodiscard]] double rate_gbps() const { return rate_gbps_; }
 
  private:
   struct State {
-    std::atomic<uint64_t> ticks_per_byte_q32;  ///< 0 until the first user sets it
+    std::atomic<uint64_t> rate_bits;  ///< the rate's double, bit for bit; 0 until set
     alignas(64) std::atomic<uint64_t> free_at;
   };
   static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
   std::string name_;
+  double rate_gbps_;
   State* state_ = nullptr;
 };
 
