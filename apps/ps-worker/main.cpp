@@ -223,26 +223,15 @@ int run(const Options& o) {
   const std::vector<uint32_t> cpus = config::allowed_cpus();
   for (uint32_t l : me.lcores) CPU_SET(config::cpu_of_lcore(l, cpus), &own_cpus);
 
-  worker::WorkerOptions wo;
-  wo.job_file = o.config;
-  wo.node = o.node;
-  wo.eal_args = o.eal;
-  worker::Worker w(wo);
-  // The trainer (this thread) runs where its net core does: left to roam, it
-  // lands on other nodes' CPUs (a server's), and each time it is woken there
-  // it can hold that CPU for milliseconds while the node sleeps between
-  // polls (docs/performance.md, "Where the nodes run").
-  if (const int e = pthread_setaffinity_np(pthread_self(), sizeof own_cpus, &own_cpus); e != 0) {
-    std::fprintf(stderr, "ps-worker: cannot keep the trainer on its node's CPUs: %s\n",
-                 std::strerror(e));
-  }
-  const uint32_t rank = w.rank();
-  const uint32_t n = w.workers();
+  const uint32_t rank = me.rank;
+  const uint32_t n = static_cast<uint32_t>(job.workers().size());
 
   // Rank 0's buffers hold the initial model; the others start from garbage
   // that version 0 must overwrite. Unchecked trace runs (--verify none) keep
-  // no reference: on these VMs faulting in a model's worth of fresh memory
-  // per worker costs seconds (VGG-16: 553 MB).
+  // no reference. The buffers come first, before EAL and the net core start:
+  // faulting a model's worth of fresh memory in is the slowest part of the
+  // start on these VMs (VGG-16: 553 MB per worker), and once every node's
+  // pollers are up it runs several times slower.
   const bool unchecked = !o.trace.empty() && o.verify == "none";
   std::vector<std::vector<float>> params(decls.size()), grads(decls.size()),
       reference(decls.size());
@@ -265,11 +254,27 @@ int run(const Options& o) {
     }
     // The trace and free-running rounds have their own.
     if (o.trace.empty() && !free) grads[k].resize(decls[k].elements);
+  }
+  worker::WorkerOptions wo;
+  wo.job_file = o.config;
+  wo.node = o.node;
+  wo.eal_args = o.eal;
+  worker::Worker w(wo);
+  // The trainer (this thread) runs where its net core does: left to roam, it
+  // lands on other nodes' CPUs (a server's), and each time it is woken there
+  // it can hold that CPU for milliseconds while the node sleeps between
+  // polls (docs/performance.md, "Where the nodes run").
+  if (const int e = pthread_setaffinity_np(pthread_self(), sizeof own_cpus, &own_cpus); e != 0) {
+    std::fprintf(stderr, "ps-worker: cannot keep the trainer on its node's CPUs: %s\n",
+                 std::strerror(e));
+  }
+
+  for (size_t k = 0; k < decls.size(); ++k) {
     w.declare(decls[k].name, params[k], static_cast<int>(decls[k].priority));
   }
   // On every way out, the worker stops before the buffers it writes into are
-  // freed (they are declared after it): its net core places chunks as they
-  // come, and under psplus they keep coming.
+  // freed: its net core places chunks as they come, and under psplus they
+  // keep coming.
   struct StopFirst {
     worker::Worker& w;
     ~StopFirst() { w.shutdown(); }
