@@ -92,10 +92,11 @@ Options parse(int argc, char** argv) {
             "process mode: every ps-worker runs free-running rounds with this compute\n"
             "                     (ps-worker --compute-ms; what the sync modes are compared on)");
   args.text("--straggler", "RANK,F", &o.straggler,
-            "with --compute-ms: ps-worker's --straggler (rank RANK computes F times longer)");
+            "with --compute-ms or --trace: ps-worker's --straggler (rank RANK computes F\n"
+            "                     times longer)");
   args.parse(argc, argv);
-  if (o.compute_ms.empty() && !o.straggler.empty()) {
-    throw std::runtime_error("--straggler needs --compute-ms");
+  if (o.compute_ms.empty() && o.trace.empty() && !o.straggler.empty()) {
+    throw std::runtime_error("--straggler needs --compute-ms or --trace");
   }
   if (o.trace.empty() && (!o.compute_scale.empty() || !o.comm_rounds.empty())) {
     throw std::runtime_error(
@@ -142,15 +143,17 @@ int run(const Options& o) {
     // Rounds of push_pull take seconds each on this machine; trace rounds
     // add their compute.
     double timeout_s = 60.0 + 30.0 * o.rounds;
-    if (!o.compute_ms.empty()) {
-      worker_args.insert(worker_args.end(), {"--compute-ms", o.compute_ms});
-      if (!o.straggler.empty()) worker_args.insert(worker_args.end(), {"--straggler", o.straggler});
-      // Free-running rounds add their compute, the straggler's at the most
-      // (ps-worker checks both numbers).
-      double factor = 1.0;
+    // Rounds add their compute, the straggler's at the most (ps-worker checks
+    // both numbers).
+    double factor = 1.0;
+    if (!o.straggler.empty()) {
+      worker_args.insert(worker_args.end(), {"--straggler", o.straggler});
       if (const size_t comma = o.straggler.find(','); comma != std::string::npos) {
         factor = std::max(1.0, std::strtod(o.straggler.c_str() + comma + 1, nullptr));
       }
+    }
+    if (!o.compute_ms.empty()) {
+      worker_args.insert(worker_args.end(), {"--compute-ms", o.compute_ms});
       timeout_s += 2.0 * o.rounds * std::strtod(o.compute_ms.c_str(), nullptr) / 1e3 * factor;
     }
     if (!o.trace.empty()) {
@@ -170,7 +173,7 @@ int run(const Options& o) {
         worker_args.insert(worker_args.end(), {"--comm-rounds", o.comm_rounds});
         comm_rounds = static_cast<uint32_t>(std::strtoul(o.comm_rounds.c_str(), nullptr, 10));
       }
-      timeout_s += 30.0 * comm_rounds + 2.0 * o.rounds * t.compute_us() * scale / 1e6;
+      timeout_s += 30.0 * comm_rounds + 2.0 * o.rounds * t.compute_us() * scale * factor / 1e6;
     }
     return demo::run_processes(o.config, job, o.model, o.rounds, worker_args, timeout_s, g_stop);
   }

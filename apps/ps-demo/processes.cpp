@@ -157,12 +157,15 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
   const auto workers = job.workers();
   const std::string server_bin = find_sibling("ps-server");
   const std::string worker_bin = find_sibling("ps-worker");
+  auto has = [&](const char* arg) {
+    return std::find(worker_args.begin(), worker_args.end(), arg) != worker_args.end();
+  };
   std::printf(
       "ps-demo: %s in %zu processes: %zu ps-server (%u shards; its start lines say on which "
-      "lcores) and %zu "
-      "ps-worker, %u rounds of push_pull over %s; each worker checks every aggregate\n",
+      "lcores) and %zu ps-worker, %u rounds of push_pull over %s; %s\n",
       job.source.c_str(), servers.size() + workers.size(), servers.size(), servers[0]->shards,
-      workers.size(), rounds, model.c_str());
+      workers.size(), rounds, model.c_str(),
+      has("none") ? "nothing is checked (--verify none)" : "each worker checks its aggregates");
   std::fflush(stdout);
 
   // Servers first: their memif ports are the socket servers, and they must
@@ -246,18 +249,17 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
                  wk.size() + srv.size());
     return 1;
   }
-  const bool last_only =
-      std::find(worker_args.begin(), worker_args.end(), "last") != worker_args.end();
-  const bool traced =
-      std::find(worker_args.begin(), worker_args.end(), "--trace") != worker_args.end();
+  const bool last_only = has("last");
+  const bool unchecked = has("none");
+  const bool traced = has("--trace");
   const bool free_running =
-      std::find(worker_args.begin(), worker_args.end(), "--compute-ms") != worker_args.end() ||
-      job.training.sync != config::Sync::kBsp;
+      has("--compute-ms") || (!traced && job.training.sync != config::Sync::kBsp);
   std::printf("ps-demo: done: %zu workers, %u %srounds, %s\n", wk.size(), rounds,
               traced         ? "trace "
               : free_running ? "free-running "
                              : "",
-              free_running ? "each worker's final check is in its last line"
+              unchecked      ? "nothing checked (--verify none)"
+              : free_running ? "each worker's final check is in its last line"
               : last_only
                   ? (traced ? "the final parameters exact" : "the last round's aggregate exact")
                   : "every aggregate exact");

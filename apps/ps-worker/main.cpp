@@ -21,11 +21,15 @@
 // push_pull, each layer's forward waiting for its parameters; it prints the
 // iteration time beside its lower bound, max(compute, communication).
 //
-// With --compute-ms (and always when training.sync is not bsp) it runs
-// free-running rounds instead (free_rounds.h): compute stood for by a sleep,
-// push_pull, no barrier between rounds, one rank optionally a straggler
-// (--straggler RANK,F), so that the synchronisation modes can be compared;
-// the final parameters are checked bit for bit.
+// Under training.sync asp, ssp or psplus it runs only with --verify none
+// (the checks replay BSP's rounds): the timing of each mode on a real model.
+//
+// With --compute-ms (and always when training.sync is not bsp and there is
+// no --trace) it runs free-running rounds instead (free_rounds.h): compute
+// stood for by a sleep, push_pull, no barrier between rounds, so that the
+// synchronisation modes can be compared; the final parameters are checked
+// bit for bit. Either trainer can make one rank a straggler (--straggler
+// RANK,F: that rank's compute takes F times longer).
 //
 // The worker library starts EAL on its own thread for this node (its lcore,
 // its ports); `--check` validates the job file, the node and the model (and
@@ -79,7 +83,7 @@ Options parse(int argc, char** argv) {
   apps::Args args("ps-worker",
                   "--config FILE --node NAME [--model FILE] [--rounds N] [--check]\n"
                   "                 [--trace FILE [--compute-scale F] [--comm-rounds N]]\n"
-                  "                 [--compute-ms MS [--straggler RANK,F]] [-- EAL args...]");
+                  "                 [--compute-ms MS] [--straggler RANK,F] [-- EAL args...]");
   args.text("--config", "FILE", &o.config,
             "the job file (every node of the job reads the same one)", apps::Args::kRequired);
   args.text("--node", "NAME", &o.node,
@@ -98,7 +102,8 @@ Options parse(int argc, char** argv) {
             "                     push_pull runs between rounds (benchmarks, profiles); with\n"
             "                     --trace, only the final parameters (any optimizer); none:\n"
             "                     with --trace only, nothing after version 0 (timing runs of\n"
-            "                     large models, whose reference costs minutes of CPU)");
+            "                     large models, whose reference costs minutes of CPU; the\n"
+            "                     only choice with --trace when training.sync is not bsp)");
   args.flag("--timestamps", &o.timestamps,
             "end each round's line with its start and end on CLOCK_MONOTONIC (ns)");
   args.text("--trace", "FILE", &o.trace,
@@ -118,7 +123,8 @@ Options parse(int argc, char** argv) {
             "                     push_pulls every tensor; no barrier between rounds; the\n"
             "                     final parameters are checked bit for bit");
   args.text("--straggler", "RANK,F", &o.straggler,
-            "with --compute-ms: the worker of rank RANK computes F times longer");
+            "with --compute-ms or --trace: the worker of rank RANK computes F times\n"
+            "                     longer");
   args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
   args.parse(argc, argv);
   if (o.verify != "every" && o.verify != "last" && o.verify != "none") {
@@ -142,8 +148,8 @@ Options parse(int argc, char** argv) {
                                "'");
     }
   }
-  if (!o.straggler.empty() && o.compute_ms < 0) {
-    throw std::runtime_error("--straggler needs --compute-ms");
+  if (!o.straggler.empty() && o.compute_ms < 0 && o.trace.empty()) {
+    throw std::runtime_error("--straggler needs --compute-ms or --trace");
   }
   if (o.compute_ms >= 0 && !o.trace.empty()) {
     throw std::runtime_error("--compute-ms and --trace are two different trainers: pick one");
@@ -164,8 +170,9 @@ int run(const Options& o) {
   if (me.role != config::Role::kWorker) {
     throw std::runtime_error(o.config + ": node " + o.node + " is a server, not a worker");
   }
-  // Free-running rounds: asked for, or the only ones an asynchronous mode has.
-  const bool free = o.compute_ms >= 0 || job.training.sync != config::Sync::kBsp;
+  // Free-running rounds: asked for, or an asynchronous mode without a trace.
+  const bool bsp = job.training.sync == config::Sync::kBsp;
+  const bool free = o.compute_ms >= 0 || (!bsp && o.trace.empty());
   trainer::FreeOptions fo{
       .node = o.node, .rounds = o.rounds, .compute_ms = std::max(o.compute_ms, 0.0)};
   if (!o.straggler.empty()) {
@@ -184,12 +191,13 @@ int run(const Options& o) {
     fo.straggler_rank = rank;
     fo.straggler_factor = factor;
   }
-  if (free && !o.trace.empty()) {
-    throw std::runtime_error("--trace runs bsp jobs; training.sync is " +
-                             std::string(config::to_string(job.training.sync)));
+  if (!bsp && !o.trace.empty() && o.verify != "none") {
+    throw std::runtime_error("--trace checks the aggregates of bsp jobs only; training.sync is " +
+                             std::string(config::to_string(job.training.sync)) +
+                             ": time it with --verify none");
   }
   if (free) trainer::free_rounds_checkable(job.training);  // refuses what it cannot check
-  const Update update = free ? Update{} : Update::of(job.training);
+  const Update update = free || !bsp ? Update{} : Update::of(job.training);
   if (o.verify == "last" && !update.sum_only && o.trace.empty() && !free) {
     throw std::runtime_error(
         "--verify last needs training.optimizer sum: with another optimizer every round's "
@@ -306,8 +314,10 @@ int run(const Options& o) {
   }
 
   if (!o.trace.empty()) {
+    // The straggler's compute, every layer's, takes straggler_factor times longer.
+    const double factor = rank == fo.straggler_rank ? fo.straggler_factor : 1.0;
     const trainer::TraceOptions to{.node = o.node,
-                                   .scale = o.compute_scale,
+                                   .scale = o.compute_scale * factor,
                                    .comm_rounds = o.comm_rounds,
                                    .rounds = o.rounds,
                                    .check_comm_rounds = o.verify == "every",

@@ -6,9 +6,13 @@ MobileNet-v2's tensors and compute trace scaled down, 2 comm-only and 3 trace
 rounds. Every worker must report every comm-only round's aggregates (their
 digests) and its final parameters exact, and an iteration time no shorter than its compute
 time (compute is part of every round: a correctness bound, not a speed
-target); ps-demo must print the job's line. Then the refusals that need no
-EAL: a trace that does not match the model (file and line named),
---compute-scale and --verify none without --trace.
+target); ps-demo must print the job's line. Then the same job under psplus
+with rank 3 a 4x straggler (--verify none, the only choice there): every rank
+runs its trace rounds, the straggler's iteration is at least 4x its compute
+and rank 0 is not held to the straggler's pace. Then the refusals that need
+no EAL: a trace that does not match the model (file and line named),
+--compute-scale and --verify none without --trace, and --trace under an
+asynchronous mode with checks.
 
   trace_job_test.py PS_DEMO PS_WORKER CONFIG_DIR
 """
@@ -30,6 +34,26 @@ def check(cond, what, failures):
         failures.append(what)
 
 
+def run_demo(cmd):
+    print(" ".join(cmd))
+    try:
+        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=240)
+        out, code = run.stdout, run.returncode
+    except subprocess.TimeoutExpired as e:
+        # (bytes even with text=True)
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        code = -1
+        print("ps-demo timed out")
+    print(out, end="")
+    return out, code
+
+
+def iteration_line(w, out):
+    return re.search(r"\[%s\] %s: iteration %s s, compute %s s, communication %s s, lower "
+                     r"bound %s s, ratio %s" % (w, w, NUM, NUM, NUM, NUM, NUM), out)
+
+
 def main():
     ps_demo, ps_worker, config_dir = sys.argv[1:4]
     model = os.path.join(config_dir, "models", "mobilenet_v2.txt")
@@ -46,17 +70,7 @@ def main():
             f.write(text)
         cmd = [ps_demo, "--config", job, "--model", model, "--trace", trace, "--compute-scale",
                SCALE, "--comm-rounds", str(COMM_ROUNDS), "--rounds", str(ROUNDS)]
-        print(" ".join(cmd))
-        try:
-            run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                 timeout=240)
-            out, code = run.stdout, run.returncode
-        except subprocess.TimeoutExpired as e:
-            # (bytes even with text=True)
-            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-            code = -1
-            print("ps-demo timed out")
-        print(out, end="")
+        out, code = run_demo(cmd)
         check(code == 0, "ps-demo exit %d" % code, failures)
         for r in range(4):
             w = "w%d" % r
@@ -75,8 +89,7 @@ def main():
                   failures)
             check("[%s] %s: final parameters exact" % (w, w) in out,
                   "%s: final parameters exact" % w, failures)
-            m = re.search(r"\[%s\] %s: iteration %s s, compute %s s, communication %s s, lower "
-                          r"bound %s s, ratio %s" % (w, w, NUM, NUM, NUM, NUM, NUM), out)
+            m = iteration_line(w, out)
             check(m is not None, "%s: the iteration line" % w, failures)
             if m:
                 iteration, compute = float(m.group(1)), float(m.group(2))
@@ -90,6 +103,51 @@ def main():
         check(re.search(r"ps-demo: job: iteration %s s, compute %s s, communication %s s, lower "
                         r"bound %s s, ratio %s" % (NUM, NUM, NUM, NUM, NUM), out) is not None,
               "ps-demo's job line", failures)
+
+        # PS+ with a 4x straggler: the trace trainer under an asynchronous mode.
+        ps_text = re.sub(r"\n  sync: bsp", "\n  sync: psplus", open(job).read())
+        ps_text = re.sub(r"(\n  optimizer:) sum", r"\1 sgd\n  learning_rate: 0.0625", ps_text)
+        ps_job = os.path.join(tmp, "psplus.yaml")
+        with open(ps_job, "w") as f:
+            f.write(ps_text)
+        ps_rounds = 4
+        out, code = run_demo([ps_demo, "--config", ps_job, "--model", model, "--trace", trace,
+                              "--compute-scale", SCALE, "--comm-rounds", "1", "--rounds",
+                              str(ps_rounds), "--straggler", "3,4", "--verify", "none"])
+        check(code == 0, "psplus: ps-demo exit %d" % code, failures)
+        check("nothing checked (--verify none)" in out, "psplus: ps-demo says nothing was checked",
+              failures)
+        its = {}
+        for r in range(4):
+            w = "w%d" % r
+            rounds = re.findall(r"\[%s\] %s trace round +\d+: +%s s" % (w, w, NUM), out)
+            check(len(rounds) == ps_rounds,
+                  "psplus: %s: %d of %d trace rounds" % (w, len(rounds), ps_rounds), failures)
+            m = iteration_line(w, out)
+            check(m is not None, "psplus: %s: the iteration line" % w, failures)
+            if m:
+                its[w] = (float(m.group(1)), float(m.group(2)))
+        if len(its) == 4:
+            check(abs(its["w3"][1] - 4 * its["w0"][1]) <= 0.002,
+                  "psplus: the straggler's compute %.3f s is 4x rank 0's %.3f s" % (
+                      its["w3"][1], its["w0"][1]), failures)
+            check(its["w3"][0] >= its["w3"][1] - 0.0015,
+                  "psplus: the straggler's iteration %.3f s >= its compute %.3f s" % its["w3"],
+                  failures)
+            # Under BSP rank 0 would wait for the straggler's gradients every round.
+            check(its["w0"][0] < 0.75 * its["w3"][0],
+                  "psplus: rank 0's iteration %.3f s is not held to the straggler's %.3f s" % (
+                      its["w0"][0], its["w3"][0]), failures)
+        asp_job = os.path.join(tmp, "asp.yaml")
+        with open(asp_job, "w") as f:
+            f.write(ps_text.replace("sync: psplus", "sync: asp"))
+        bad = subprocess.run([ps_worker, "--check", "--config", asp_job, "--node", "w0", "--model",
+                              model, "--trace", trace], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        print(bad.stdout, end="")
+        check(bad.returncode == 1 and "--trace checks the aggregates of bsp jobs only; training.sync "
+              "is asp: time it with --verify none" in bad.stdout,
+              "--trace under asp with checks refused", failures)
 
     # Refusals, before anything starts.
     def check_only(*args):
