@@ -94,6 +94,12 @@ TARGET_ACCURACY = 0.90
 # (test accuracy 0.95 -> 0.4-0.6).
 ASYNC_LR = 0.1
 PSPLUS_RULE = "inverse_sqrt"
+# The modes on the models' traces: one straggler (rank 3, 4x), the 10 Gbit/s scale. A
+# 4x straggler's round of VGG-16 is 14 s of emulated compute here, Inception-v3's 2.5 s:
+# the models that fit the evaluation's time are the one whose compute and communication
+# are close, the one whose communication dominates, and the small one.
+SYNC_MODELS = ["resnet50", "alexnet", "mobilenet_v2"]
+SYNC_MODEL_STRAGGLER = "3,4"
 
 # The aggregation column says what ran (VARIANT_JOB): a work directory from before the
 # baselines' store-and-forward has other columns, and is refused rather than mixed in.
@@ -107,6 +113,7 @@ DDP_FIELDS = ["system", "trial", "iteration_s", "images_per_s", "final_accuracy"
 BANDWIDTH_FIELDS = ["variant", "aggregation", "trial", "round", "start_s", "iteration_s"]
 SHARED_FIELDS = ["variant", "aggregation", "partition_bytes", "credit_bytes", "trial",
                  "iteration_s", "other_rounds", "other_iteration_s"]
+SYNC_MODEL_FIELDS = ["model", "mode", "trial", "iteration_s", "straggler_iteration_s"]
 
 
 class Settings:
@@ -134,6 +141,10 @@ class Settings:
         self.stragglers = {1: STRAGGLERS[1]} if quick else STRAGGLERS
         self.sync_epochs = 2 if quick else 8
         self.sync_compute_ms = 10.0
+        # The trace-driven trainers under each mode with one straggler: the rounds after
+        # the first give SSP time to reach its steady pace (its bound is SSP_BOUND rounds).
+        self.sync_models = ["mobilenet_v2"] if quick else SYNC_MODELS
+        self.sync_model_rounds = 3 if quick else 6
         self.ddp_epochs = 2 if quick else 5
         self.timeline_model = "mobilenet_v2" if quick else "resnet50"
         # The bandwidth experiment: the rate halves at step_down_s after the job starts
@@ -357,6 +368,17 @@ def round_times(stdout: str) -> tuple[list[float], list[float]]:
     return starts, traces
 
 
+def against_baselines(st: Settings, table: Table, tag: str):
+    """(trial, variant) for strict priority, FIFO and the tuned partitioning, in a random
+    order per trial, without the runs `table` already has."""
+    for trial in range(1, st.trials + 1):
+        variants = ["strict", "fifo", "partition_best"]
+        random.Random(f"{tag}-{trial}").shuffle(variants)
+        for v in variants:
+            if not table.has(variant=v, trial=trial):
+                yield trial, v
+
+
 def run_bandwidth(a, st: Settings, out: str, progress: Progress) -> None:
     """The link's rate steps down to half and back up while the trainer runs
     (link.rate_steps): strict priority against FIFO and partitioning tuned at the full rate."""
@@ -364,23 +386,18 @@ def run_bandwidth(a, st: Settings, out: str, progress: Progress) -> None:
     sweep = Table(os.path.join(out, "sweep.csv"), SWEEP_FIELDS)
     low = LINK_EMULATED_GBPS / 2
     steps = [(st.step_down_s, low), (st.step_up_s, LINK_EMULATED_GBPS)]
-    for trial in range(1, st.trials + 1):
-        variants = ["strict", "fifo", "partition_best"]
-        random.Random(f"bw-{trial}").shuffle(variants)
-        for v in variants:
-            if table.has(variant=v, trial=trial):
-                continue
-            part = best_partition(sweep, st.sweep_link, st.bandwidth_model) \
-                if v == "partition_best" else None
-            r = sched_run(a, st, st.sweep_link, st.bandwidth_model, v, part,
-                          steps=steps, rounds=st.bandwidth_rounds, comm_rounds=1)
-            starts, traces = round_times(r["stdout"])
-            for k, (t0, secs) in enumerate(zip(starts, traces)):
-                table.add({"variant": v, "aggregation": VARIANT_JOB[v][1], "trial": trial,
-                           "round": k + 1,
-                           "start_s": "%.3f" % t0, "iteration_s": secs})
-            progress.line(f"bandwidth {st.bandwidth_model} {v} trial {trial}",
-                          f"{len(traces)} rounds, median {statistics.median(traces):.3f} s")
+    for trial, v in against_baselines(st, table, "bw"):
+        part = best_partition(sweep, st.sweep_link, st.bandwidth_model) \
+            if v == "partition_best" else None
+        r = sched_run(a, st, st.sweep_link, st.bandwidth_model, v, part,
+                      steps=steps, rounds=st.bandwidth_rounds, comm_rounds=1)
+        starts, traces = round_times(r["stdout"])
+        for k, (t0, secs) in enumerate(zip(starts, traces)):
+            table.add({"variant": v, "aggregation": VARIANT_JOB[v][1], "trial": trial,
+                       "round": k + 1,
+                       "start_s": "%.3f" % t0, "iteration_s": secs})
+        progress.line(f"bandwidth {st.bandwidth_model} {v} trial {trial}",
+                      f"{len(traces)} rounds, median {statistics.median(traces):.3f} s")
 
 
 class SecondJob:
@@ -445,35 +462,30 @@ def run_shared(a, st: Settings, out: str, progress: Progress) -> None:
     strict priority against FIFO and partitioning tuned for the link alone."""
     table = Table(os.path.join(out, "shared.csv"), SHARED_FIELDS)
     sweep = Table(os.path.join(out, "sweep.csv"), SWEEP_FIELDS)
-    for trial in range(1, st.trials + 1):
-        variants = ["strict", "fifo", "partition_best"]
-        random.Random(f"shared-{trial}").shuffle(variants)
-        for v in variants:
-            if table.has(variant=v, trial=trial):
-                continue
-            wire = "ev%d-%d-%s" % (os.getpid() % 100000, trial, v.replace("_", ""))
-            part = best_partition(sweep, st.sweep_link, st.shared_model) \
-                if v == "partition_best" else None
-            other = SecondJob(a, st, st.sweep_link, wire)
-            try:
-                other.wait_running()
-                t0 = time.monotonic()
-                r = sched_run(a, st, st.sweep_link, st.shared_model, v, part,
-                              rounds=st.shared_rounds, comm_rounds=1, wire=wire)
-                during = other.rounds_between(t0, time.monotonic())
-            finally:
-                other.stop()
-                for leftover in glob.glob("/dev/shm/mercury-wire-%s.*" % wire):
-                    os.unlink(leftover)  # a process killed before it removed its wire
-            table.add({"variant": v, "aggregation": VARIANT_JOB[v][1],
-                       "partition_bytes": part[0] if part else 0,
-                       "credit_bytes": part[1] if part else 0, "trial": trial,
-                       "iteration_s": r["iteration_s"], "other_rounds": len(during),
-                       "other_iteration_s": statistics.median(during) if during else ""})
-            progress.line(f"shared link {st.shared_model} {v} trial {trial}",
-                          f"iteration {r['iteration_s']:.3f} s; the other job's "
-                          + (f"{statistics.median(during):.3f} s over {len(during)} rounds"
-                             if during else "rounds: none ended meanwhile"))
+    for trial, v in against_baselines(st, table, "shared"):
+        wire = "ev%d-%d-%s" % (os.getpid() % 100000, trial, v.replace("_", ""))
+        part = best_partition(sweep, st.sweep_link, st.shared_model) \
+            if v == "partition_best" else None
+        other = SecondJob(a, st, st.sweep_link, wire)
+        try:
+            other.wait_running()
+            t0 = time.monotonic()
+            r = sched_run(a, st, st.sweep_link, st.shared_model, v, part,
+                          rounds=st.shared_rounds, comm_rounds=1, wire=wire)
+            during = other.rounds_between(t0, time.monotonic())
+        finally:
+            other.stop()
+            for leftover in glob.glob("/dev/shm/mercury-wire-%s.*" % wire):
+                os.unlink(leftover)  # a process killed before it removed its wire
+        table.add({"variant": v, "aggregation": VARIANT_JOB[v][1],
+                   "partition_bytes": part[0] if part else 0,
+                   "credit_bytes": part[1] if part else 0, "trial": trial,
+                   "iteration_s": r["iteration_s"], "other_rounds": len(during),
+                   "other_iteration_s": statistics.median(during) if during else ""})
+        progress.line(f"shared link {st.shared_model} {v} trial {trial}",
+                      f"iteration {r['iteration_s']:.3f} s; the other job's "
+                      + (f"{statistics.median(during):.3f} s over {len(during)} rounds"
+                         if during else "rounds: none ended meanwhile"))
 
 
 # ---- 2. synchronisation --------------------------------------------------------------
@@ -546,6 +558,51 @@ def run_sync(a, st: Settings, out: str, progress: Progress) -> None:
                               + (f"after {row['steps_to_target']} steps, "
                                  f"{row['seconds_to_target']} s" if reached else "not reached")
                               + f", final accuracy {curve[-1][4]:.3f}")
+
+
+def sync_model_run(a, st: Settings, model: str, mode: str) -> dict:
+    """One model's trace under `mode`, strict priority, rank 3 a 4x straggler: rank 0's
+    and the straggler's iteration (each the median of its trace rounds after the first)."""
+    extra = {"ssp": ", staleness_bound: %d" % SSP_BOUND,
+             "psplus": ", staleness_lr: %s" % PSPLUS_RULE}.get(mode, "")
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(memif_job(WORKERS, "evm%d" % (os.getpid() % 100000),
+                          training="{sync: %s, optimizer: sgd, learning_rate: 0.0625%s}" % (
+                              mode, extra),
+                          network="scheduler: strict", link="rate_gbps: %g" % LINK_EMULATED_GBPS))
+        job = f.name
+    try:
+        r = subprocess.run(
+            [os.path.join(a.build, "apps", "ps-demo"), "--config", job,
+             "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
+             "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
+             "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(st.sweep_link)),
+             "--rounds", str(st.sync_model_rounds), "--comm-rounds", "1",
+             "--straggler", SYNC_MODEL_STRAGGLER, "--verify", "none"],
+            capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    finally:
+        os.unlink(job)
+    its = dict(re.findall(r"\[(w\d+)\] \1: iteration ([\d.]+) s, compute", r.stdout))
+    straggler = "w" + SYNC_MODEL_STRAGGLER.split(",")[0]
+    if r.returncode != 0 or "w0" not in its or straggler not in its:
+        fail(f"the {model} trace under {mode} with a straggler", r)
+    return {"iteration_s": float(its["w0"]), "straggler_iteration_s": float(its[straggler])}
+
+
+def run_sync_models(a, st: Settings, out: str, progress: Progress) -> None:
+    table = Table(os.path.join(out, "sync_models.csv"), SYNC_MODEL_FIELDS)
+    for trial in range(1, st.trials + 1):
+        for model in st.sync_models:
+            modes = list(MODES)
+            random.Random(f"models-{trial}-{model}").shuffle(modes)
+            for mode in modes:
+                if table.has(model=model, mode=mode, trial=trial):
+                    continue
+                r = sync_model_run(a, st, model, mode)
+                table.add({"model": model, "mode": mode, "trial": trial, **r})
+                progress.line(f"sync {model} {mode} trial {trial}",
+                              f"rank 0 {r['iteration_s']:.3f} s, the straggler "
+                              f"{r['straggler_iteration_s']:.3f} s per iteration")
 
 
 # ---- 3. against DDP ------------------------------------------------------------------
@@ -909,6 +966,52 @@ def sync_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[li
     return lines, facts
 
 
+def trace_compute(model: str, link_gbps: float) -> float:
+    """The trace's forward and backward compute, in emulated seconds at this link's scale."""
+    total = 0.0
+    with open(os.path.join(ROOT, "config", "traces", model + ".txt")) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                total += float(line.split()[1]) + float(line.split()[2])
+    return total * 1e-6 * GPU_SCALE * scale_of(link_gbps)
+
+
+def sync_models_section(out: str, st: Settings) -> list[str]:
+    table = Table(os.path.join(out, "sync_models.csv"), SYNC_MODEL_FIELDS)
+    if not table.rows:
+        return ["", "(not run)"]
+    rank, factor = SYNC_MODEL_STRAGGLER.split(",")
+    lines = ["", f"The trace-driven trainer (section 1) under each mode: {WORKERS} ps-worker "
+             f"processes, strict priority, the {st.sweep_link} Gbit/s scale of section 1 (every "
+             f"time x{scale_of(st.sweep_link):g}), rank {rank} a {factor}x straggler (each of "
+             f"its layers computes {factor} times longer), {st.sync_model_rounds} trace rounds "
+             "after one comm-only round of each kind, SSP with staleness_bound "
+             f"{SSP_BOUND}, PS+ with staleness_lr {PSPLUS_RULE}. Per model and mode, median "
+             "[min, max] over the trials of rank 0's (a fast worker's) iteration in emulated "
+             "seconds (the median of its trace rounds after the first); the last columns: the "
+             "straggler's own iteration under PS+, and how much less time PS+'s iteration "
+             "takes than BSP's in the same trial. Only the models whose 4x-straggler rounds "
+             "fit the evaluation's time run here (eval.py, SYNC_MODELS).", "",
+             "| model | compute (the straggler's) | BSP | ASP | SSP | PS+ | the straggler under "
+             "PS+ | PS+ against BSP: time per iteration saved |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for model in st.sync_models:
+        by = {m: {int(r["trial"]): r for r in table.select(model=model, mode=m)} for m in MODES}
+        if not any(by.values()):
+            continue
+        c = trace_compute(model, st.sweep_link)
+        cells = [cell([float(r["iteration_s"]) for r in by[m].values()]) if by[m] else "-"
+                 for m in MODES]
+        saved = [100 * (1 - float(by["psplus"][t]["iteration_s"]) /
+                        float(by["bsp"][t]["iteration_s"]))
+                 for t in by["psplus"] if t in by["bsp"]]
+        strag = [float(r["straggler_iteration_s"]) for r in by["psplus"].values()]
+        lines.append(f"| {model} | {c:.3f} ({c * float(factor):.3f}) | {' | '.join(cells)} | "
+                     f"{cell(strag) if strag else '-'} | "
+                     f"{cell(saved, '%.0f %%') if saved else '-'} |")
+    return lines
+
+
 def plot_sync(out: str, img: str, st: Settings) -> str:
     import matplotlib
     matplotlib.use("Agg")
@@ -1077,7 +1180,7 @@ def write_page(out: str, top: str, st: Settings) -> None:
     img = os.path.join(top, "evaluation")
     os.makedirs(img, exist_ok=True)
     for name in ["sched.csv", "sweep.csv", "bandwidth.csv", "shared.csv", "sync.csv",
-                 "sync_curves.csv", "ddp.csv"]:
+                 "sync_curves.csv", "sync_models.csv", "ddp.csv"]:
         if os.path.exists(os.path.join(out, name)) and \
                 os.path.abspath(out) != os.path.abspath(img):
             shutil.copyfile(os.path.join(out, name), os.path.join(img, name))
@@ -1180,6 +1283,9 @@ def write_page(out: str, top: str, st: Settings) -> None:
         f"at 4x and rank 2 at 2x. SSP with staleness_bound {SSP_BOUND}.",
         *sync_lines,
         "",
+        "### The models, trace-driven, with one straggler",
+        *sync_models_section(out, st),
+        "",
         "## 4. Against DistributedDataParallel",
         "",
         f"The same digits training, no emulated compute, global batch 64 over {WORKERS} "
@@ -1242,8 +1348,26 @@ READING = [
     "also serialises the compute behind the transfer.",
     "* **Partitioning** needs its partition size and credit tuned per model and link; the "
     "sweep shows how much the setting matters. Strict priority has no knob.",
+    "* **A second job on the links**: the wire is shared first come, first served, so "
+    "priority orders only a job's own packets; each job still gets the layers it needs first "
+    "out of its own share. Against a second strict job, strict priority keeps its lead over "
+    "both baselines, and partitioning, tuned for the link alone, loses most: its start-up "
+    "exchanges and per-partition store-and-forward leave its share of the wire idle, and the "
+    "second job takes that time (the last column: the second job runs faster beside "
+    "partitioning than beside strict).",
     "* **PS+ and ASP** do not wait for stragglers; their price is staleness, which PS+ "
     "damps with its learning-rate rule. BSP runs at the straggler's pace.",
+    "* **The modes on the models** (section 3, trace-driven): ASP keeps a fast worker at its "
+    "own pace whatever the straggler does, since it sends a worker only the updates of its "
+    "own pushes. PS+ and SSP send more: PS+ every version of every chunk to every worker "
+    "(the eager pull), SSP the chunk to every worker whenever its slowest clock moves; with "
+    "four workers pushing, a worker's downlink carries up to four versions of the model per "
+    "round. Where compute leaves the link idle (MobileNet-v2) that costs nothing and PS+ "
+    "runs at ASP's pace; where the link is busy it sets the iteration: ResNet-50's fast "
+    "workers under PS+ run between ASP's pace and BSP's, and AlexNet's, whose communication "
+    "dominates, slower than under BSP. Sending a worker only the newest version of a chunk "
+    "once its link has room (coalescing superseded versions in the server's send queue) "
+    "would remove that cost; it is not built.",
     "* **Against DDP**: for a model this small a step is a few round trips between "
     "processes on 2 CPUs, not arithmetic; the comparison says which system has less "
     "overhead per step, not which moves bytes faster (benchmarks/README.md, peers).",
@@ -1287,7 +1411,7 @@ def main() -> int:
     if not a.page_only:
         n_sched = len(st.links[st.sweep_link]) * len(st.sweep) + 3 + \
             sum(len(ms) * len(st.variants(l)) for l, ms in st.links.items()) * st.trials
-        n_sync = len(st.stragglers) * len(MODES) * st.trials
+        n_sync = (len(st.stragglers) + len(st.sync_models)) * len(MODES) * st.trials
         total = (n_sched if "sched" in only else 0) + (n_sync if "sync" in only else 0) + \
             (2 * st.trials if "ddp" in only else 0) + (6 * st.trials if "bandwidth" in only else 0)
         progress = Progress(total)
@@ -1304,6 +1428,7 @@ def main() -> int:
             run_shared(a, st, out, progress)
         if "sync" in only:
             run_sync(a, st, out, progress)
+            run_sync_models(a, st, out, progress)
         if "ddp" in only:
             run_ddp(a, st, out, progress)
     write_page(out, top, st)

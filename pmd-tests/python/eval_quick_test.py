@@ -5,8 +5,9 @@
 Runs it into a temporary directory and checks what it wrote: every experiment's CSV
 holds its runs with sane values (no trace round faster than its compute, accuracies in
 [0, 1], images per second = the batch over the iteration), the timelines and the plots
-exist, the second job of the shared-link experiment ran while the measured one did, and the
-page has every section with a row of data and its goal lines.
+exist, the second job of the shared-link experiment ran while the measured one did, the
+trace-driven runs with a straggler kept rank 0 off the straggler's pace except under BSP, and
+the page has every section with a row of data and its goal lines.
 
 Usage: eval_quick_test.py BUILD_DIR
 """
@@ -76,6 +77,18 @@ class EvalQuick(unittest.TestCase):
             curves = rows(os.path.join(data, "sync_curves.csv"))
             self.assertEqual(len(curves), 4 * 2)  # 4 modes x 2 epochs
 
+            # The trace trainer with rank 3 computing 4x longer: under BSP rank 0 waits for it
+            # every round, under ASP and PS+ it does not.
+            models = {x["mode"]: x for x in rows(os.path.join(data, "sync_models.csv"))}
+            self.assertEqual(sorted(models), ["asp", "bsp", "psplus", "ssp"])
+            for mode, x in models.items():
+                fast, slow = float(x["iteration_s"]), float(x["straggler_iteration_s"])
+                self.assertGreater(fast, 0, x)
+                if mode == "bsp":
+                    self.assertGreater(fast, 0.75 * slow, x)
+                elif mode in ("asp", "psplus"):
+                    self.assertLess(fast, 0.75 * slow, x)
+
             ddp = rows(os.path.join(data, "ddp.csv"))
             self.assertEqual(sorted(x["system"] for x in ddp), ["ddp", "mercury"])
             for x in ddp:
@@ -95,6 +108,8 @@ class EvalQuick(unittest.TestCase):
                 self.assertIn(heading, page)
             self.assertIn("| mobilenet_v2 | ", page)
             self.assertIn("| 1 | psplus | ", page)
+            self.assertIn("### The models, trace-driven, with one straggler", page)
+            self.assertIn("| mobilenet_v2 | ", page.split("### The models, trace-driven")[1])
             self.assertIn("| partition best | ", page)
             self.assertIn("### A second job on the same links", page)
             self.assertIn("strict's dependency ratio", page)
