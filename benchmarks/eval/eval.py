@@ -218,8 +218,13 @@ def scale_of(link_gbps: float) -> float:
 def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
               partition: tuple[int, int] | None, timeline: str = "",
               steps: list[tuple[float, float]] | None = None, rounds: int = 0,
-              comm_rounds: int = 0, wire: str = "") -> dict:
+              comm_rounds: int = 0, wire: str = "", sync: str = "bsp",
+              straggler: str = "") -> dict:
+    """One trace-driven ps-demo job of `variant`; `sync` (with its SSP_BOUND or
+    PSPLUS_RULE) and `straggler` (ps-demo's RANK,F) for the modes' runs."""
     scheduler, aggregation = VARIANT_JOB[variant]
+    extra = {"ssp": ", staleness_bound: %d" % SSP_BOUND,
+             "psplus": ", staleness_lr: %s" % PSPLUS_RULE}.get(sync, "")
     network = "scheduler: %s" % scheduler
     if partition:
         network += ", partition_bytes: %d, credit_bytes: %d" % partition
@@ -231,9 +236,9 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
                 "{at_s: %g, rate_gbps: %g}" % step for step in steps)
         if wire:
             link += ", shared_wire: %s" % wire
-        f.write(memif_job(WORKERS, name, training="{sync: bsp, aggregation: %s, optimizer: "
-                          "sgd, learning_rate: 0.0625}" % aggregation, network=network,
-                          link=link))
+        f.write(memif_job(WORKERS, name, training="{sync: %s, aggregation: %s, optimizer: "
+                          "sgd, learning_rate: 0.0625%s}" % (sync, aggregation, extra),
+                          network=network, link=link))
         job = f.name
     env = dict(os.environ)
     if timeline:
@@ -248,7 +253,7 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
              "--comm-rounds",
              str(comm_rounds or (1 if variant != "strict" else
                                  st.comm_rounds_25 if link_gbps == 25 else st.comm_rounds)),
-             "--verify", "none"],
+             "--verify", "none", *(["--straggler", straggler] if straggler else [])],
             capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
     finally:
         os.unlink(job)
@@ -563,29 +568,13 @@ def run_sync(a, st: Settings, out: str, progress: Progress) -> None:
 def sync_model_run(a, st: Settings, model: str, mode: str) -> dict:
     """One model's trace under `mode`, strict priority, rank 3 a 4x straggler: rank 0's
     and the straggler's iteration (each the median of its trace rounds after the first)."""
-    extra = {"ssp": ", staleness_bound: %d" % SSP_BOUND,
-             "psplus": ", staleness_lr: %s" % PSPLUS_RULE}.get(mode, "")
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(memif_job(WORKERS, "evm%d" % (os.getpid() % 100000),
-                          training="{sync: %s, optimizer: sgd, learning_rate: 0.0625%s}" % (
-                              mode, extra),
-                          network="scheduler: strict", link="rate_gbps: %g" % LINK_EMULATED_GBPS))
-        job = f.name
-    try:
-        r = subprocess.run(
-            [os.path.join(a.build, "apps", "ps-demo"), "--config", job,
-             "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
-             "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
-             "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(st.sweep_link)),
-             "--rounds", str(st.sync_model_rounds), "--comm-rounds", "1",
-             "--straggler", SYNC_MODEL_STRAGGLER, "--verify", "none"],
-            capture_output=True, text=True, timeout=1800, cwd=ROOT)
-    finally:
-        os.unlink(job)
-    its = dict(re.findall(r"\[(w\d+)\] \1: iteration ([\d.]+) s, compute", r.stdout))
+    r = sched_run(a, st, st.sweep_link, model, "strict", None, rounds=st.sync_model_rounds,
+                  comm_rounds=1, sync=mode, straggler=SYNC_MODEL_STRAGGLER)
+    its = dict(re.findall(r"\[(w\d+)\] \1: iteration ([\d.]+) s, compute", r["stdout"]))
     straggler = "w" + SYNC_MODEL_STRAGGLER.split(",")[0]
-    if r.returncode != 0 or "w0" not in its or straggler not in its:
-        fail(f"the {model} trace under {mode} with a straggler", r)
+    if "w0" not in its or straggler not in its:
+        sys.exit(f"eval: the {model} trace under {mode} with a straggler printed no iteration "
+                 f"for w0 or {straggler}:\n{r['stdout'][-3000:]}")
     return {"iteration_s": float(its["w0"]), "straggler_iteration_s": float(its[straggler])}
 
 
