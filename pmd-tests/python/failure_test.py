@@ -14,16 +14,19 @@ workers over net_memif, peer timeout 1500 ms.
   of an 8 MB tensor: the server names it, and the survivor's push_pull fails
   naming it, within the same bound.
 * A worker killed and restarted at once (the same node and job file), between
-  rounds and mid-transfer, within the wall-clock second its killed
+  rounds and mid-transfer, aimed at the wall-clock second its killed
   incarnation was built in: w1 builds its Worker (and takes its transport
   epoch, job::fresh_epoch) just after a second begins, and the process that
   replaces it has imported everything beforehand and builds its own as soon
-  as w1 is dead, in that same second (checked from the times each printed
-  just before building; an attempt a busy machine made miss the second is
-  checked all the same and repeated, RESTART_MISSES at most). Epochs count
-  milliseconds, so the two differ; when they counted seconds they were
-  equal, the transport took the new process for the old one and the job
-  ended as for a dead worker, after the peer timeout. The peer timeout is
+  as w1 is dead. Epochs count milliseconds, so the two differ even within one
+  second (when they counted seconds they were equal, the transport took the
+  new process for the old one and the job ended as for a dead worker, after
+  the peer timeout). Whether an attempt made the second depends on the
+  machine's pace (w1's start-up, first round and kill take most of it), so it
+  is counted and printed, not required: the case is pinned down without a
+  clock by Job.FreshEpochsTwoMillisecondsApartDifferAndTheLaterIsNewer and
+  EndpointUnit.APeerBackOneMillisecondLaterIsARestart, and here every attempt,
+  in the second or not, must be named a restart. The peer timeout is
   10 000 ms, so that nothing could end the job before the restart is seen:
   the server sees the new process's epoch on its first packet and ends the
   job naming the restart. The survivor's pending call and the restarted
@@ -62,11 +65,9 @@ STREAM_ELEMENTS = 2 << 20  # 8 MB: a push_pull is many windows of packets
 # end the job.
 RESTART_TIMEOUT_MS = 10000
 # What the new process may take after the time it prints to build its
-# Worker's epoch (reading the job file first): the same-second check leaves
-# this much room.
+# Worker's epoch (reading the job file first): an attempt counts as within
+# the second with this much room.
 EPOCH_SLACK_S = 0.05
-# Attempts of a restart scenario allowed to miss the second (a busy machine).
-RESTART_MISSES = 3
 # Between w1's "ready" and its kill in the restart scenarios: a round is over
 # and w0 waits in its barrier (between rounds), or both are in their loops.
 RESTART_SETTLE_S = 0.1
@@ -321,20 +322,13 @@ class Failures(unittest.TestCase):
                     p.stop()
 
     def restart_worker_trials(self, name, roles, what, settle):
-        """TRIALS restarts within the second, each named as a restart. A machine too
-        busy to bring w1 up and kill it within its second spoils an attempt (it is
-        still checked, as a restart a second or more later); a few may."""
-        times, missed = [], 0
-        while len(times) < TRIALS:
-            t, same = self.restart_once(f"{name}{len(times) + missed}", roles, settle,
-                                        show=not times and not missed)
-            if same:
-                times.append(t)
-            else:
-                missed += 1
-                self.assertLessEqual(missed, RESTART_MISSES,
-                                     f"{missed} attempts could not restart w1 within the second "
-                                     f"its epoch was taken in (the last: {t[1]:.3f} s later)")
+        """TRIALS restarts, each named as a restart; how many fell within the
+        killed incarnation's second is printed."""
+        times, in_second = [], 0
+        for i in range(TRIALS):
+            t, same = self.restart_once(f"{name}{i}", roles, settle, show=not times)
+            times.append(t)
+            in_second += same
 
         def spread(i, unit=1.0, fmt="{:.2f}"):
             v = [t[i] * unit for t in times]
@@ -342,10 +336,9 @@ class Failures(unittest.TestCase):
                     fmt.format(max(v)) + ")")
         ms = (1000, "{:.0f}")
         print(f"\n{what}: built again {spread(0, *ms)} ms after the kill, {spread(1, *ms)} ms "
-              f"after the killed one, in the same second; from its start(), the survivor "
-              f"failed after {spread(2, *ms)} ms, its own start after {spread(3, *ms)} ms; "
-              f"every process exited {spread(4)} s after the first error (medians of {TRIALS}"
-              f"{f'; attempts that missed the second: {missed}' if missed else ''})",
+              f"after the killed one ({in_second} of {TRIALS} in its second); from its start(), "
+              f"the survivor failed after {spread(2, *ms)} ms, its own start after {spread(3, *ms)} ms; "
+              f"every process exited {spread(4)} s after the first error (medians of {TRIALS})",
               file=sys.stderr)
 
     def test_a_worker_restarted_between_rounds_ends_the_job_everywhere(self):
