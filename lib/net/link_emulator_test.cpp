@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -342,14 +343,44 @@ TEST(SharedWire, RefusesAnotherRateNoRateAndRateChanges) {
   EXPECT_EQ(a.schedule(1514, 0), 3076u);
 }
 
-TEST(SharedWire, ALaterJobStartsOnAFreshWire) {
+// The wire lives while any user has it open: the first of two to close it
+// leaves it to the other, and a job starting then joins that one's wire.
+// Once the last has closed it the name is gone and the next user starts on
+// an idle wire, at any rate.
+TEST(SharedWire, TheWireLastsUntilItsLastUserClosesIt) {
+  const std::string name = wire_name("lasts");
+  auto first = std::make_unique<SharedWire>(name, 10);
   {
-    SharedWire w(wire_name("fresh"), 10);
-    EXPECT_EQ(w.reserve(0, 1'000'000), 1'000'000u);
+    SharedWire second(name, 10);
+    EXPECT_EQ(second.reserve(0, 1'000'000), 1'000'000u);
+    first.reset();  // the first user leaves while the second runs
+    SharedWire third(name, 10);
+    EXPECT_EQ(third.reserve(0, 10), 1'000'010u);             // behind the second's frame
+    EXPECT_THROW(SharedWire(name, 20), std::runtime_error);  // still paced at 10
   }
-  // Closing removed the name: the next user starts on an idle wire, at any rate.
-  SharedWire w(wire_name("fresh"), 20);
-  EXPECT_EQ(w.reserve(5, 10), 15u);
+  SharedWire later(name, 20);
+  EXPECT_EQ(later.reserve(5, 10), 15u);
+}
+
+// A process killed with the wire open leaves its segment in /dev/shm; the
+// next job finds no process holding it and starts on a fresh wire at its own
+// rate, not refused by the dead job's.
+TEST(SharedWire, ADeadJobsWireIsTakenOverFresh) {
+  const std::string name = wire_name("dead");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto* w = new SharedWire(name, 20);  // never closed: the process dies with it
+    w->reserve(0, 1'000'000'000);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(::access(("/dev/shm/mercury-wire-" + name).c_str(), F_OK), 0) << "left behind";
+  SharedWire w(name, 10);
+  EXPECT_EQ(w.rate_gbps(), 10);
+  EXPECT_EQ(w.reserve(5, 10), 15u);  // idle, not behind the dead job's reservation
 }
 
 // link.rate_steps: nothing is due before the anchor; each step once, at its

@@ -4,12 +4,13 @@
 //
 // The wire is a POSIX shared-memory segment ("/mercury-wire-<name>") holding
 // the TSC tick at which the wire is next free and the rate every user paces
-// it at. LinkModel::schedule() reserves each frame's wire time with one
-// compare-and-swap on that tick (lock-free across processes; the TSC is one
-// clock for every process on the host), so the frames of every emulator on
-// the wire leave in the order they were offered, each behind the wire time
-// of all before it: a drop-tail FIFO shared by the jobs, each job's delay
-// line being its part of the queue.
+// it at. Each user holds a shared flock on it while it has it open; the last
+// to close it removes the name, and a segment no process holds (a killed
+// job's) is taken over as a fresh wire by the next opener. LinkModel::schedule() reserves each
+// frame's wire time with one compare-and-swap on that tick (lock-free across processes; the TSC is
+// one clock for every process on the host), so the frames of every emulator on the wire leave in
+// the order they were offered, each behind the wire time of all before it: a drop-tail FIFO shared
+// by the jobs, each job's delay line being its part of the queue.
 //
 // Threading: any number of emulators, in any processes, may reserve on one
 // wire at once; each SharedWire object belongs to the thread that made it.
@@ -31,12 +32,12 @@ class SharedWire {
   /// if no process has it open, for emulators pacing it at `rate_gbps`. The
   /// rate is compared in Gbit/s, not in ticks: each process converts it with
   /// its own EAL's TSC frequency, which may differ in the last digits.
-  /// Throws std::runtime_error when the segment cannot be made or mapped,
-  /// when the rate is not positive, or when the wire is already paced at
-  /// another rate.
+  /// Throws std::runtime_error when the segment cannot be made, locked or
+  /// mapped, when the rate is not positive, or when a running job paces the
+  /// wire at another rate (a segment left by a dead job is reset instead).
   SharedWire(const std::string& name, double rate_gbps);
-  /// Unmaps the segment and removes its name: users still running keep
-  /// sharing it, and a job started afterwards gets a fresh wire.
+  /// Unmaps the segment; the last user removes its name, so that a job
+  /// started afterwards gets a fresh wire.
   ~SharedWire();
   SharedWire(const SharedWire&) = delete;
   SharedWire& operator=(const SharedWire&) = delete;
@@ -66,6 +67,7 @@ class SharedWire {
   std::string name_;
   double rate_gbps_;
   State* state_ = nullptr;
+  int fd_ = -1;  ///< open while mapped: it holds the user's shared lock
 };
 
 }  // namespace mercury::net
