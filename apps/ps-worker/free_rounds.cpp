@@ -19,7 +19,7 @@ using Clock = std::chrono::steady_clock;
 // A multiple of 2^-6 in [-1, 1].
 float on_grid(apps::Noise& n) { return std::round(n.next() * 64.0f) / 64.0f; }
 
-void grid_gradient(std::vector<float>& g, uint32_t rank, size_t tensor) {
+void grid_gradient(Floats& g, uint32_t rank, size_t tensor) {
   apps::Noise n{0x2545f4914f6cdd1dull * ((uint64_t{rank} + 1) * 1009 + tensor + 1)};
   for (float& x : g) x = on_grid(n);
 }
@@ -30,7 +30,7 @@ bool stateful(const config::TrainingConfig& t) {
 
 }  // namespace
 
-void grid_initial(std::vector<float>& p, size_t tensor) {
+void grid_initial(Floats& p, size_t tensor) {
   apps::Noise n{0x6a09e667f3bcc909ull + tensor};
   for (float& x : p) x = on_grid(n);
 }
@@ -58,15 +58,15 @@ bool free_rounds_checkable(const config::TrainingConfig& t) {
 }
 
 int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
-                    const std::vector<agg::TensorDecl>& decls,
-                    std::vector<std::vector<float>>& params, const FreeOptions& o) {
+                    const std::vector<agg::TensorDecl>& decls, std::vector<Floats>& params,
+                    const FreeOptions& o) {
   const bool checkable = free_rounds_checkable(t);
   const uint32_t rank = w.rank();
   const uint32_t n = w.workers();
   const double factor = rank == o.straggler_rank ? o.straggler_factor : 1.0;
   const auto compute = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(o.compute_ms * factor));
-  std::vector<std::vector<float>> grads(decls.size());
+  std::vector<Floats> grads(decls.size());
   for (size_t k = 0; k < decls.size(); ++k) {
     grads[k].resize(decls[k].elements);
     // Momentum and Adam: every rank the same gradient, so that every update
@@ -160,7 +160,7 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
   if (checkable) {
     const Update u = Update::optimizer_of(t);
     std::vector<double> sum;
-    std::vector<float> g, avg;
+    Floats g, avg;
     for (size_t k = 0; k < decls.size(); ++k) {
       if (w.version(static_cast<worker::Key>(k)) < after_all) ++old;
       sum.assign(decls[k].elements, 0.0);
@@ -173,7 +173,7 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
           avg[i] = r == 0 ? g[i] : avg[i] + g[i];  // rank order, in float, as the servers add
         }
       }
-      std::vector<float> want(decls[k].elements);
+      Floats want(decls[k].elements);
       grid_initial(want, k);
       if (bsp || stateful(t)) {
         // Replayed update by update as the servers compute them (reference.h):

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "agg/placement.h"
+#include "buffers.h"
 #include "config/config.h"
 #include "mercury/worker.h"
 
@@ -63,12 +64,12 @@ struct FreeOptions {
 bool free_rounds_checkable(const config::TrainingConfig& t);
 
 /// Rank 0's initial values of `tensor` on the grid.
-void grid_initial(std::vector<float>& p, size_t tensor);
+void grid_initial(Floats& p, size_t tensor);
 
 /// Runs the rounds on a started worker whose declared buffers are `params`
 /// (holding grid_initial()). Returns 0, or 1 after printing why.
 int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
-                    const std::vector<agg::TensorDecl>& decls,
-                    std::vector<std::vector<float>>& params, const FreeOptions& o);
+                    const std::vector<agg::TensorDecl>& decls, std::vector<Floats>& params,
+                    const FreeOptions& o);
 
 }  // namespace mercury::trainer

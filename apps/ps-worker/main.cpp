@@ -241,8 +241,7 @@ int run(const Options& o) {
   // start on these VMs (VGG-16: 553 MB per worker), and once every node's
   // pollers are up it runs several times slower.
   const bool unchecked = !o.trace.empty() && o.verify == "none";
-  std::vector<std::vector<float>> params(decls.size()), grads(decls.size()),
-      reference(decls.size());
+  std::vector<trainer::Floats> params(decls.size()), grads(decls.size()), reference(decls.size());
   for (size_t k = 0; k < decls.size(); ++k) {
     if (unchecked) {
       params[k].assign(decls[k].elements, -1.0e30f);
@@ -335,7 +334,7 @@ int run(const Options& o) {
     return 0;
   }
 
-  std::vector<float> avg;
+  trainer::Floats avg;
   std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
   std::vector<worker::Handle> pending(decls.size());
   double total_s = 0;

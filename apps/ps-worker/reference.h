@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agg/optimizer.h"
+#include "buffers.h"
 #include "config/config.h"
 
 namespace mercury::trainer {
@@ -38,14 +39,14 @@ struct Update {
 /// One tensor's optimizer state as the servers keep it: momentum's u (s0),
 /// Adam's m (s0) and v (s1), and how many updates were applied (Adam's t).
 struct OptState {
-  std::vector<float> s0, s1;
+  Floats s0, s1;
   uint64_t updates = 0;
 };
 
 /// The rank-order average over `workers` ranks of gradient(r, seed, tensor),
 /// as the servers compute it, into `avg`. `own` is rank `own_rank`'s
 /// gradient, already generated (it is used instead of generating it again).
-void average(std::vector<float>& avg, uint32_t workers, uint32_t seed, size_t tensor,
+void average(Floats& avg, uint32_t workers, uint32_t seed, size_t tensor,
              std::span<const float> own, uint32_t own_rank);
 
 /// `params` after the servers applied `avg` (an average()), with the

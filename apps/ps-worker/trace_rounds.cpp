@@ -106,10 +106,8 @@ bool failed(const worker::Handle& h, const std::string& node, const char* phase,
 }  // namespace
 
 int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
-                     const std::vector<agg::TensorDecl>& decls,
-                     std::vector<std::vector<float>>& params,
-                     std::vector<std::vector<float>>& reference, const Update& update,
-                     const TraceOptions& o) {
+                     const std::vector<agg::TensorDecl>& decls, std::vector<Floats>& params,
+                     std::vector<Floats>& reference, const Update& update, const TraceOptions& o) {
   const uint32_t rank = w.rank();
   const uint32_t n = w.workers();
   const size_t tensors = decls.size();
@@ -126,7 +124,7 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   // the push (or its resends) and writes the pull, and under BSP a chunk's
   // aggregate comes back only after every worker's copy of it has arrived, so
   // a resend that reads the new values is a duplicate the server drops.
-  std::vector<std::vector<float>> owned[2];
+  std::vector<Floats> owned[2];
   std::vector<std::span<const float>> grads[2];
   for (uint32_t s = 0; s < 2; ++s) {
     grads[s].resize(tensors);
@@ -285,7 +283,7 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   const uint32_t last_streamed = first_trace_round - 1;
   std::vector<uint32_t> comm_wrong(o.comm_rounds + 1);  // the burst rounds, then the streamed
   for (size_t k = 0; k < tensors && o.check_final; ++k) {
-    std::vector<float> by_parity[2];
+    Floats by_parity[2];
     for (uint32_t s = 0; s < 2; ++s) average(by_parity[s], n, s, k, grads[s][k], rank);
     OptState state;  // the servers' optimizer state of this tensor, replayed
     for (uint32_t round = 0; round < end; ++round) {

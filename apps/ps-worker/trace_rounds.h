@@ -56,9 +56,7 @@ struct TraceOptions {
 /// line per round and the summary. Returns 0, or 1 after printing why
 /// (a failed handle or a wrong aggregate).
 int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
-                     const std::vector<agg::TensorDecl>& decls,
-                     std::vector<std::vector<float>>& params,
-                     std::vector<std::vector<float>>& reference, const Update& update,
-                     const TraceOptions& o);
+                     const std::vector<agg::TensorDecl>& decls, std::vector<Floats>& params,
+                     std::vector<Floats>& reference, const Update& update, const TraceOptions& o);
 
 }  // namespace mercury::trainer
