@@ -165,6 +165,22 @@ TEST(Report, StatsLineAndItsDropsWalkTheCounters) {
                 drops_text(c));
 }
 
+// The final line's account of the asynchronous fan-out: nothing under BSP
+// (or when nothing was deferred), both counts once either is not 0.
+TEST(Report, AsyncFanoutTextOnlyWhenSomethingWasDeferred) {
+  ServerCounters c;
+  c.shards.updates = 7;
+  c.shards.fanout_refused = 2;  // BSP's deferrals are not these
+  EXPECT_EQ(async_fanout_text(c), "");
+  c.shards.snapshots_full = 30;
+  c.shards.fanout_merged = 12;
+  EXPECT_EQ(async_fanout_text(c),
+            "; async fan-out: 30 updates found every snapshot on the wire and waited, 12 copies "
+            "merged into one already waiting");
+  c.shards.snapshots_full = 0;
+  EXPECT_NE(async_fanout_text(c).find(": 0 updates found"), std::string::npos);
+}
+
 TEST(Report, LinkLineNamesThePort) {
   EXPECT_EQ(link_line("net_memif2", false), "port net_memif2: link down");
   EXPECT_EQ(link_line("net_memif2", true), "port net_memif2: link up");

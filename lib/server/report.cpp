@@ -31,6 +31,14 @@ std::string drops_text(const ServerCounters& c) {
   return s.empty() ? " none" : s;
 }
 
+std::string async_fanout_text(const ServerCounters& c) {
+  const ShardCounters& s = c.shards;
+  if (s.snapshots_full == 0 && s.fanout_merged == 0) return {};
+  return "; async fan-out: " + std::to_string(s.snapshots_full) +
+         " updates found every snapshot on the wire and waited, " +
+         std::to_string(s.fanout_merged) + " copies merged into one already waiting";
+}
+
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,
                        const ServerCounters& c, uint64_t rx_pool_free) {
   char head[32];

@@ -41,6 +41,11 @@ struct Rates {
   uint64_t aggregations = 0;  ///< chunk updates
 };
 
+/// What the asynchronous fan-out deferred (snapshots_full, fanout_merged:
+/// docs/server.md, "Snapshots"), as "; async fan-out: ..." for the final
+/// line, or empty when it deferred nothing (always under BSP).
+std::string async_fanout_text(const ServerCounters& c);
+
 /// "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s
 /// (total 41234)  retransmissions 12  rx pool free 7843  drops:
 /// retransmit_stale=3". `rx_pool_free`: the fewest free mbufs in any of the

@@ -97,7 +97,7 @@ struct ServerNodeConfig {
   /// every worker; the asynchronous modes' rule for a quorum of 1.
   /// Construction refuses a mismatch.
   Fanout fanout = Fanout::kEvery;
-  /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = one per chunk.
+  /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = two per chunk.
   uint64_t snapshots = 0;
   /// training.aggregation: 0 sends each updated chunk at once (chunk);
   /// else the store-and-forward unit in chunks (Shard): UINT32_MAX for a

@@ -35,7 +35,13 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
   backlog_.resize(fanout_backlog != 0 ? fanout_backlog : most);
   if (rule_ != Fanout::kEvery) {
     waiting_.assign(table_->chunks() * fanout_.size(), 0);
-    snapshot_count_ = snapshots != 0 ? snapshots : std::max<uint64_t>(table_->chunks(), 1);
+    // Two per chunk by default: with one, under psplus a busy link left every
+    // snapshot on the wire for over half the updates, and the answers to the
+    // workers' own pushes, which their next pushes wait for, waited with
+    // them (docs/server.md, "Snapshots").
+    constexpr uint64_t kSnapshotsPerChunk = 2;
+    snapshot_count_ =
+        snapshots != 0 ? snapshots : std::max<uint64_t>(table_->chunks() * kSnapshotsPerChunk, 1);
     // Not zeroed: a snapshot is written before it is sent, and pages are
     // touched only as snapshots are first used.
     snapshot_mem_ = std::make_unique_for_overwrite<std::byte[]>(snapshot_count_ * chunk_bytes_);

@@ -41,7 +41,7 @@
 // has received this update (docs/server.md), so the bytes stay valid for the
 // retransmissions. The asynchronous modes update a chunk while its previous
 // version may still be on the wire, so each update is first copied into a
-// snapshot (one chunk; the shard has `snapshots` of them, by default one per
+// snapshot (one chunk; the shard has `snapshots` of them, by default two per
 // chunk it owns) that its sends share and that is free again once every one
 // of them has ended (a reference count the endpoint's completions drop, on
 // whichever core they run). With every snapshot on the wire the update's
@@ -101,7 +101,7 @@ class Shard final : public agg::ChunkSink {
   /// them (kNoDescriptor, kIngressFull); 0 = chunks x workers, the most BSP
   /// can need (one update per chunk per worker waits at a time).
   /// `rule`: kEvery for BSP, else the asynchronous modes' rule, which sends
-  /// from `snapshots` snapshot chunks (0 = one per chunk of the shard).
+  /// from `snapshots` snapshot chunks (0 = two per chunk of the shard).
   /// `unit_chunks`: 0 sends each update at once; else store-and-forward
   /// (above), only with kEvery.
   Shard(const agg::Placement& placement, const agg::ShardConfig& config,
