@@ -1351,12 +1351,16 @@ READING = [
     "own pushes. PS+ and SSP send more: PS+ every version of every chunk to every worker "
     "(the eager pull), SSP the chunk to every worker whenever its slowest clock moves; with "
     "four workers pushing, a worker's downlink carries up to four versions of the model per "
-    "round. Where compute leaves the link idle (MobileNet-v2) that costs nothing and PS+ "
-    "runs at ASP's pace; where the link is busy it sets the iteration: ResNet-50's fast "
-    "workers under PS+ run between ASP's pace and BSP's, and AlexNet's, whose communication "
-    "dominates, slower than under BSP. Sending a worker only the newest version of a chunk "
-    "once its link has room (coalescing superseded versions in the server's send queue) "
-    "would remove that cost; it is not built.",
+    "round, fewer where the server merges them (an update that finds every snapshot chunk "
+    "on the wire goes later with the newest version, docs/server.md, \"Snapshots\"). Where "
+    "compute leaves the link idle (MobileNet-v2) that costs little and PS+ runs near ASP's "
+    "pace; where the link is busy it sets the iteration: ResNet-50's fast workers under PS+ "
+    "run between ASP's pace and BSP's, and on AlexNet, whose communication dominates, PS+ "
+    "saves only a little of BSP's time. The answers to a worker's own pushes, which its "
+    "next pushes wait for, share its link with the other versions: with one snapshot chunk "
+    "per chunk they also waited for snapshots, and PS+ on AlexNet took 2.7 s per iteration, "
+    "slower than BSP; the server now keeps two (benchmarks/README.md, eval). SSP is the "
+    "slowest mode on AlexNet (its bound's waits and the same traffic); not analysed further.",
     "* **Against DDP**: for a model this small a step is a few round trips between "
     "processes on 2 CPUs, not arithmetic; the comparison says which system has less "
     "overhead per step, not which moves bytes faster (benchmarks/README.md, peers).",
