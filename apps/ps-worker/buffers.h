@@ -41,10 +41,10 @@ struct HugePageAllocator {
     if (raw == MAP_FAILED) throw std::bad_alloc();
     const auto base = reinterpret_cast<uintptr_t>(raw);
     const uintptr_t aligned = (base + kHuge - 1) & ~(kHuge - 1);
+    // Unmap what lies before and after [aligned, aligned + len): the head
+    // may be empty, the tail never is (aligned < base + kHuge).
     if (aligned > base) munmap(raw, aligned - base);
-    if (const uintptr_t tail = base + len + kHuge - (aligned + len); tail > 0) {
-      munmap(reinterpret_cast<void*>(aligned + len), tail);
-    }
+    munmap(reinterpret_cast<void*>(aligned + len), base + kHuge - aligned);
     auto* p = reinterpret_cast<void*>(aligned);
     // Advice only: refused, the buffer is plain pages.
     madvise(p, len, MADV_HUGEPAGE);

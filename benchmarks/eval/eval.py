@@ -266,6 +266,18 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
             "ratio": ratio, "stdout": r.stdout}
 
 
+def trace_layers(model: str) -> list[tuple[str, float, float, list[str]]]:
+    """config/traces/MODEL.txt's layers in forward order: name, forward and backward
+    compute in this CPU's seconds, and the tensors the layer owns."""
+    layers = []
+    with open(os.path.join(ROOT, "config", "traces", model + ".txt")) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                name, fwd, bwd, *tensors = line.split()
+                layers.append((name, float(fwd) * 1e-6, float(bwd) * 1e-6, tensors))
+    return layers
+
+
 def dependency_bound(model: str, link_gbps: float) -> tuple[float, str]:
     """A lower bound on the iteration that counts the layers' order, in emulated seconds,
     and the layer that sets it. Layer i's gradient is ready once the backward pass has
@@ -283,13 +295,9 @@ def dependency_bound(model: str, link_gbps: float) -> tuple[float, str]:
             if line.strip() and not line.startswith("#"):
                 name, count = line.split()[:2]
                 sizes[name] = 4 * int(count)
-    layers = []  # (name, forward s, backward s, bytes), in forward order
-    with open(os.path.join(ROOT, "config", "traces", model + ".txt")) as f:
-        for line in f:
-            if line.strip() and not line.startswith("#"):
-                name, fwd, bwd, *tensors = line.split()
-                layers.append((name, float(fwd) * 1e-6 * scale, float(bwd) * 1e-6 * scale,
-                               sum(sizes[t] for t in tensors)))
+    # (name, forward s, backward s, bytes), in forward order
+    layers = [(name, fwd * scale, bwd * scale, sum(sizes[t] for t in tensors))
+              for name, fwd, bwd, tensors in trace_layers(model)]
     best, which, prefix = 0.0, "", 0
     for i, (name, _, _, size) in enumerate(layers):
         prefix += size
@@ -957,12 +965,8 @@ def sync_section(out: str, img: str, st: Settings, plots: list[str]) -> tuple[li
 
 def trace_compute(model: str, link_gbps: float) -> float:
     """The trace's forward and backward compute, in emulated seconds at this link's scale."""
-    total = 0.0
-    with open(os.path.join(ROOT, "config", "traces", model + ".txt")) as f:
-        for line in f:
-            if line.strip() and not line.startswith("#"):
-                total += float(line.split()[1]) + float(line.split()[2])
-    return total * 1e-6 * GPU_SCALE * scale_of(link_gbps)
+    total = sum(fwd + bwd for _, fwd, bwd, _ in trace_layers(model))
+    return total * GPU_SCALE * scale_of(link_gbps)
 
 
 def sync_models_section(out: str, st: Settings) -> list[str]:
