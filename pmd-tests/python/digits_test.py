@@ -11,7 +11,7 @@ packets; that the distributed loss curve (the mean of the workers' local
 losses) matches torch's own training on the same global batches (--single)
 within a relative 1e-4 over the first half of the run, where rounding
 differences have not yet been amplified by training; and that every run
-reaches 0.95 test accuracy.
+reaches 0.95 test accuracy; and that the images are scikit-learn's digits.
 
 Usage: digits_test.py BUILD_DIR
 """
@@ -103,6 +103,21 @@ class Digits(unittest.TestCase):
             self.assertTrue(np.array_equal(curves[r], self.exact[r]),
                             f"w{r}'s losses differ from the exact single-process run's\n{out}")
         return np.mean(np.stack(curves), axis=0), out
+
+    def test_the_data_is_scikit_learns_digits(self):
+        # train_digits reads the file load_digits reads, without importing sklearn.
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        try:
+            import train_digits
+        finally:
+            sys.path.pop(0)
+        from sklearn.datasets import load_digits
+
+        images, target = train_digits.digits()
+        d = load_digits()
+        self.assertEqual(images.shape, (1797, 8, 8))
+        self.assertTrue(np.array_equal(images, d.images))
+        self.assertTrue(np.array_equal(target, d.target))
 
     def test_the_reference_learns(self):
         self.assertGreaterEqual(self.reference_acc, 0.95)
