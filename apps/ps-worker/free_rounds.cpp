@@ -40,12 +40,12 @@ bool free_rounds_checkable(const config::TrainingConfig& t) {
     throw std::runtime_error(
         "ps-worker --compute-ms checks the final parameters, which optimizer sum does not keep");
   }
-  if (stateful(t) && t.sync == config::Sync::kAsp) {
+  if (stateful(t) && (t.sync == config::Sync::kAsp || t.sync == config::Sync::kSsp)) {
     throw std::runtime_error(
         "ps-worker --compute-ms checks " + std::string(config::to_string(t.optimizer)) +
-        " under ssp, psplus and bsp: asp sends each worker only the updates of its own pushes, "
-        "so a worker reads the state after every push only by pushing once more, which moves "
-        "the optimizer's state");
+        " under psplus and bsp: " + std::string(config::to_string(t.sync)) +
+        " sends each worker only the updates of its own pushes, so a worker reads the state "
+        "after every push only by pushing once more, which moves the optimizer's state");
   }
   int exponent = 0;
   if (!stateful(t) && std::frexp(t.learning_rate, &exponent) != 0.5) {
@@ -133,10 +133,10 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
   // last one is it. Otherwise every rank's every push is applied, or on its
   // way (psplus: acknowledged before the barrier, so applied before anything
   // pushed after it). sgd: one more push, of zeros, which changes nothing
-  // and returns, once applied, the state after all of them (asp sends a
-  // worker only its own updates). momentum and adam (ssp, psplus): the
-  // version every chunk reaches after the last push, which ssp and psplus
-  // send to every worker.
+  // and returns, once applied, the state after all of them (asp and ssp send
+  // a worker only its own updates). momentum and adam (psplus): the version
+  // every chunk reaches after the last push, which psplus sends to every
+  // worker.
   const bool bsp = t.sync == config::Sync::kBsp;
   uint32_t after_all = o.rounds;
   if (!bsp) {

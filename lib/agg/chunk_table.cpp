@@ -412,6 +412,7 @@ void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness)
       .clock = track_ranks_ && contributors != 0
                    ? next_clock_[index * workers_ + std::countr_zero(contributors)]
                    : 0,
+      .clocks = track_ranks_ ? &next_clock_[index * workers_] : nullptr,
       .data = reinterpret_cast<const std::byte*>(params_.get() + ch.first_element),
       .bytes = uint32_t{ch.elements} * kElementBytes,
   });

@@ -162,6 +162,9 @@ struct Update {
   /// Asynchronous policies: the contributor's clock after this update (its
   /// pushes of the chunk applied); 0 under BSP and for version 0.
   uint32_t clock = 0;
+  /// Asynchronous policies: every rank's clock of this chunk, rank order
+  /// (the table's own, valid only during on_update); nullptr under BSP.
+  const uint32_t* clocks = nullptr;
   const std::byte* data = nullptr;  ///< the chunk's parameters (sum-only: averaged gradient)
   uint32_t bytes = 0;
 };

@@ -41,19 +41,22 @@ struct Side {
 // The shard: its table and the fan-out into the workers' trackers.
 struct Modes : agg::ChunkSink {
   Fanout rule;
+  uint32_t bound = 0;  // kSlowest's staleness bound
+  SspAnswers ssp;
   std::vector<Side> sides;
   std::unique_ptr<agg::ChunkTable> table;
   std::vector<agg::Update> updates;  // every one applied (data not kept)
   std::vector<uint64_t> sent_to;     // per update: its recipients
 
-  Modes(Fanout r, std::unique_ptr<agg::SyncPolicy> policy, uint32_t workers)
-      : rule(r), sides(workers) {
+  Modes(Fanout r, std::unique_ptr<agg::SyncPolicy> policy, uint32_t workers, uint32_t b = 0)
+      : rule(r), bound(b), sides(workers) {
     agg::ShardConfig c;
     c.workers = workers;
     c.chunk_bytes = kChunkBytes;
     c.optimizer = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.5f};
     table =
         std::make_unique<agg::ChunkTable>(sides[0].table.placement(), c, std::move(policy), *this);
+    ssp.reset(chunks(), workers);
     std::vector<float> init(kElements);
     for (uint32_t i = 0; i < kElements; ++i) init[i] = static_cast<float>(i);
     table->initialize_block(key(), init);
@@ -62,12 +65,23 @@ struct Modes : agg::ChunkSink {
   uint32_t chunks() const { return sides[0].table.tensor(0).chunks; }
 
   void on_update(const agg::Update& u) override {
-    const uint64_t to = fanout_recipients(rule, u, static_cast<uint32_t>(sides.size()));
+    SspAnswers::Route route{.to = 0, .yours = u.contributors, .first = 0};
+    if (rule == Fanout::kSlowest) {
+      route = ssp.route(u, u.offset / kChunkBytes, bound);
+    } else {
+      route.to = fanout_recipients(rule, u, static_cast<uint32_t>(sides.size()));
+    }
     updates.push_back(u);
-    sent_to.push_back(to);
+    sent_to.push_back(route.to);
+    for (uint64_t left = route.first; left != 0; left &= left - 1) {
+      sides[std::countr_zero(left)].tracker->deliver_async_st(
+          u.key, u.offset, u.version, fanout_tag(u.slowest, true),
+          std::span<const std::byte>(u.data, u.bytes));
+    }
     for (uint16_t r = 0; r < sides.size(); ++r) {
-      if (((to >> r) & 1) == 0) continue;
-      sides[r].tracker->deliver_async_st(u.key, u.offset, u.version, fanout_tag(u, r),
+      if (((route.to >> r) & 1) == 0) continue;
+      sides[r].tracker->deliver_async_st(u.key, u.offset, u.version,
+                                         fanout_tag(u.slowest, ((route.yours >> r) & 1) != 0),
                                          std::span<const std::byte>(u.data, u.bytes));
     }
   }
@@ -120,8 +134,8 @@ TEST(ServerModes, AspAnswersOnlyTheContributor) {
   }
 }
 
-TEST(ServerModes, SspTellsEveryoneWhenTheSlowestMoves) {
-  Modes m(Fanout::kSlowest, agg::make_asp(), 2);
+TEST(ServerModes, SspTellsTheWorkerAheadWhenTheSlowestMoves) {
+  Modes m(Fanout::kSlowest, agg::make_asp(), 2, 1);
   // Rank 0 runs two pushes ahead: the slowest (rank 1) has pushed nothing,
   // so only rank 0 hears of them, and it learns that the slowest is at 0.
   m.push(0);
@@ -131,13 +145,65 @@ TEST(ServerModes, SspTellsEveryoneWhenTheSlowestMoves) {
   EXPECT_EQ(m.sides[1].tracker->least_version_st(0), 0u);
   // SSP with bound 1: rank 0, about to compute its iteration 2, needs the
   // slowest at >= 1: it would wait here. Rank 1 pushes: the slowest moves,
-  // and everyone hears it.
+  // and both hear it (rank 1 its own answer).
   m.push(1);
   EXPECT_EQ(m.sides[0].tracker->least_slowest_st(0), 1u);
   EXPECT_EQ(m.sides[1].tracker->least_slowest_st(0), 1u);
   EXPECT_EQ(m.sides[1].tracker->least_version_st(0), 3u);
   EXPECT_EQ(m.sides[0].tracker->answers_st(0), 6u);  // two pushes x 3 chunks
   EXPECT_EQ(m.sides[1].tracker->answers_st(0), 3u);  // its own, not rank 0's
+}
+
+TEST(ServerModes, SspCopiesTheMoveOnlyToTheRanksItHeldBack) {
+  // Three workers, bound 2. Rank 0 is three pushes ahead, rank 2 two, rank 1
+  // (the slowest) none: rank 0, about to compute iteration 3, waits for a
+  // slowest clock of 1; rank 2 (iteration 2, needs 0) does not wait.
+  Modes m(Fanout::kSlowest, agg::make_asp(), 3, 2);
+  for (int i = 0; i < 3; ++i) {
+    m.push(0);
+    m.pull(0);
+  }
+  m.push(2);
+  m.pull(2);
+  m.push(2);
+  const size_t before = m.updates.size();
+  EXPECT_EQ(m.sides[0].tracker->least_slowest_st(0), 0u);
+  EXPECT_EQ(m.sides[2].tracker->least_slowest_st(0), 0u);
+  // Rank 1 pushes: the slowest moves to 1. Its own answer, and a copy for
+  // rank 0, which now may go on; none for rank 2, which learns the clock
+  // with its next answer.
+  m.push(1);
+  ASSERT_EQ(m.updates.size(), before + 3);
+  for (size_t i = before; i < m.updates.size(); ++i) {
+    EXPECT_EQ(m.updates[i].slowest, 1u) << i;
+    EXPECT_EQ(m.sent_to[i], 0b011u) << i;
+  }
+  EXPECT_EQ(m.sides[0].tracker->least_slowest_st(0), 1u);
+  EXPECT_EQ(m.sides[1].tracker->least_slowest_st(0), 1u);
+  EXPECT_EQ(m.sides[2].tracker->least_slowest_st(0), 0u);
+  EXPECT_EQ(m.sides[2].tracker->answers_st(0), 6u);  // its two pushes, nothing more
+  m.pull(2);
+  m.push(2);
+  EXPECT_EQ(m.sides[2].tracker->least_slowest_st(0), 1u);
+  EXPECT_EQ(m.sides[2].tracker->least_version_st(0), 7u);  // every push so far applied
+}
+
+TEST(ServerModes, SspSendsAWorkerNotHeldBackOnlyItsOwnAnswers) {
+  // Bound 2, nobody held back: as under asp, each update goes to its
+  // contributor alone, also the one that completes a round of every rank.
+  Modes m(Fanout::kSlowest, agg::make_asp(), 3, 2);
+  for (uint16_t round = 1; round <= 2; ++round) {
+    const size_t before = m.updates.size();
+    for (uint16_t r : {0, 2, 1}) m.push(r);
+    for (size_t i = before; i < m.updates.size(); ++i) {
+      EXPECT_EQ(m.sent_to[i], m.updates[i].contributors) << i;
+    }
+    for (uint16_t r = 0; r < 3; ++r) m.pull(r);
+  }
+  // Rank 1 pushed last: it holds the state after every push.
+  EXPECT_EQ(m.sides[1].tracker->least_version_st(0), 6u);
+  EXPECT_EQ(m.sides[0].tracker->least_version_st(0), 4u);
+  EXPECT_EQ(m.sides[1].tracker->least_slowest_st(0), 2u);
 }
 
 TEST(ServerModes, PsPlusSendsEveryVersionAndTheStalenessesAgree) {
@@ -174,14 +240,58 @@ TEST(ServerModes, TheRulesOneByOne) {
   u.contributors = 0b10;
   EXPECT_EQ(fanout_recipients(Fanout::kContributor, u, 3), 0b10u);
   EXPECT_EQ(fanout_recipients(Fanout::kEveryVersion, u, 3), 0b111u);
+  // kSlowest: the contributor alone (SspAnswers holds and releases answers);
+  // its packet says the slowest clock, and whose push it answers.
   u.slowest = 2;
-  u.clock = 3;
-  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 3), 0b10u);  // not the slowest
   u.clock = 2;
-  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 3), 0b111u);  // it was: everyone
-  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 64), ~uint64_t{0});
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 3), 0b10u);
+  EXPECT_EQ(fanout_recipients(Fanout::kSlowest, u, 64), 0b10u);
   EXPECT_EQ(fanout_tag(u, 1), 2u | wire::kAggYours);
   EXPECT_EQ(fanout_tag(u, 0), 2u);
+}
+
+// SspAnswers on its own: one chunk, three ranks, bound 1; each update as the
+// table would report it (the ranks' clocks after it, the slowest clock).
+TEST(ServerModes, SspOwesTheAnswerWhileTheSlowestHoldsTheWorkerBack) {
+  SspAnswers a;
+  a.reset(1, 3);
+  uint32_t clocks[3] = {0, 0, 0};
+  auto update = [&](uint32_t rank) {
+    ++clocks[rank];
+    agg::Update u;
+    u.version = clocks[0] + clocks[1] + clocks[2];
+    u.contributors = uint64_t{1} << rank;
+    u.clock = clocks[rank];
+    u.slowest = std::min({clocks[0], clocks[1], clocks[2]});
+    u.clocks = clocks;
+    return a.route(u, 0, 1);
+  };
+  // Rank 0's first push needs a slowest clock of 0: answered.
+  SspAnswers::Route r = update(0);
+  EXPECT_EQ(r.to, 0b001u);
+  EXPECT_EQ(r.yours, 0b001u);
+  // Its second needs 1 while the slowest is 0: owed, nothing sent.
+  r = update(0);
+  EXPECT_EQ(r.to, 0u);
+  EXPECT_EQ(a.owed(), 1u);
+  // Rank 2 pushes: the slowest (rank 1) still at 0, rank 2's need is 0.
+  r = update(2);
+  EXPECT_EQ(r.to, 0b100u);
+  EXPECT_EQ(a.owed(), 1u);
+  // Rank 1 pushes: the slowest clock is 1: rank 0's answer goes with it;
+  // rank 2, level with the new clock but not needing it, gets nothing.
+  r = update(1);
+  EXPECT_EQ(r.to, 0b011u);
+  EXPECT_EQ(r.yours, 0b011u);
+  EXPECT_EQ(r.first, 0u);
+  EXPECT_EQ(a.owed(), 0u);
+  // Rank 0 pushes twice without pulling: its owed answer goes apart, first.
+  r = update(0);  // clock 3 needs 2: owed
+  EXPECT_EQ(r.to, 0u);
+  r = update(0);  // clock 4: the answer to 3 now, this one owed
+  EXPECT_EQ(r.first, 0b001u);
+  EXPECT_EQ(r.to, 0u);
+  EXPECT_EQ(a.owed(), 1u);
 }
 
 }  // namespace

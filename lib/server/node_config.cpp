@@ -55,6 +55,7 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   c.optimizer = job::optimizer_config(job.training);
   c.sync_policy = [training = job.training] { return job::sync_policy(training); };
   c.fanout = fanout_rule(job.training.sync);
+  c.staleness_bound = job.training.staleness_bound;
   c.unit_chunks = job::store_forward_unit(job);
   c.placement = job::placement_options(job);
   c.layout = job::shard_layout(job);

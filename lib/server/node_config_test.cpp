@@ -134,6 +134,7 @@ TEST(NodeConfig, TheFanOutRuleMustFitThePolicy) {
                             (mode == config::Sync::kSsp ? "\n  staleness_bound: 2\n" : "\n"));
     const ServerNodeConfig n = node_config(job, job.node("s0"), NodeStart{});
     EXPECT_EQ(n.fanout, rule) << config::to_string(mode);
+    EXPECT_EQ(n.staleness_bound, mode == config::Sync::kSsp ? 2u : 0u);  // whom ssp tells
     EXPECT_EQ(n.sync_policy()->quorum(4), mode == config::Sync::kBsp ? 4u : 1u);
   }
 }

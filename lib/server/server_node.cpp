@@ -176,9 +176,9 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     // acknowledged a packet before the table sees it, so a kHoldLimit refusal
     // would lose the contribution for good (docs/agg.md).
     shard_slot_[id] = static_cast<int32_t>(shards_.size());
-    shards_.push_back(std::make_unique<Shard>(placement, sc, config_.sync_policy(), fanout,
-                                              config_.fanout_backlog, config_.fanout,
-                                              config_.snapshots, config_.unit_chunks));
+    shards_.push_back(std::make_unique<Shard>(
+        placement, sc, config_.sync_policy(), fanout, config_.fanout_backlog, config_.fanout,
+        config_.snapshots, config_.unit_chunks, config_.staleness_bound));
     started_.push_back(&shards_.back()->started());
   }
 }

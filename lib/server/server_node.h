@@ -97,6 +97,9 @@ struct ServerNodeConfig {
   /// every worker; the asynchronous modes' rule for a quorum of 1.
   /// Construction refuses a mismatch.
   Fanout fanout = Fanout::kEvery;
+  /// training.staleness_bound: who kSlowest (ssp) tells that the slowest
+  /// clock moved (fanout_recipients).
+  uint32_t staleness_bound = 0;
   /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = two per chunk.
   uint64_t snapshots = 0;
   /// training.aggregation: 0 sends each updated chunk at once (chunk);

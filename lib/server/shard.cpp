@@ -10,12 +10,14 @@ namespace mercury::server {
 
 Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
              std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
-             uint64_t fanout_backlog, Fanout rule, uint64_t snapshots, uint32_t unit_chunks)
+             uint64_t fanout_backlog, Fanout rule, uint64_t snapshots, uint32_t unit_chunks,
+             uint32_t staleness_bound)
     : placement_(placement),
       fanout_(std::move(fanout)),
       chunk_bytes_(config.chunk_bytes),
       started_(placement, config.shard, config.chunk_bytes),
-      rule_(rule) {
+      rule_(rule),
+      staleness_bound_(staleness_bound) {
   if (!fanout_fits(rule_, *policy)) {
     throw std::invalid_argument("Shard: fan-out rule and sync policy " +
                                 std::string(policy->name()) + " do not match");
@@ -35,6 +37,8 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
   backlog_.resize(fanout_backlog != 0 ? fanout_backlog : most);
   if (rule_ != Fanout::kEvery) {
     waiting_.assign(table_->chunks() * fanout_.size(), 0);
+    if (rule_ == Fanout::kSlowest)
+      ssp_.reset(table_->chunks(), static_cast<uint32_t>(fanout_.size()));
     // Two per chunk by default: with one, under psplus a busy link left every
     // snapshot on the wire for over half the updates, and the answers to the
     // workers' own pushes, which their next pushes wait for, waited with
@@ -209,36 +213,48 @@ void Shard::on_snapshot_sent(void* self, const transport::SendResult& r) {
 
 void Shard::fanout_async_st(const agg::Update& u) {
   // Version 0 (initial values, no contributor) and PS+ go to everyone; the
-  // contributor always; SSP's others when the slowest clock moved, i.e. the
-  // update applied a gradient of a rank that was the slowest.
+  // contributor its answer; under SSP everyone too when the update completed
+  // a round of every rank, and an answer waits while the slowest clock holds
+  // its worker back (SspAnswers).
   const uint64_t contributor = u.contributors;  // one bit (quorum 1), 0 for version 0
   if (u.version != 0) {
     counters_.staleness_sum += u.staleness;
     if (u.staleness != 0) ++counters_.stale_updates;
   }
-  const uint64_t to = fanout_recipients(rule_, u, static_cast<uint32_t>(fanout_.size()));
+  SspAnswers::Route route{.to = 0, .yours = contributor, .first = 0};
+  if (rule_ == Fanout::kSlowest) {
+    route = ssp_.route(u, static_cast<uint64_t>(started_.index(u.key, u.offset)), staleness_bound_);
+  } else {
+    route.to = fanout_recipients(rule_, u, static_cast<uint32_t>(fanout_.size()));
+  }
+  if ((route.to | route.first) == 0) return;  // an SSP answer owed, nothing else
   const uint64_t s = take_snapshot_st();
   const bool have = s != snapshot_count_;
   if (have) {
     std::memcpy(snapshot(s), u.data, u.bytes);
-    snapshot_refs_[s].store(static_cast<uint32_t>(std::popcount(to)), std::memory_order_relaxed);
+    snapshot_refs_[s].store(
+        static_cast<uint32_t>(std::popcount(route.to) + std::popcount(route.first)),
+        std::memory_order_relaxed);
   } else {
     ++counters_.snapshots_full;
   }
-  for (uint64_t left = to; left != 0; left &= left - 1) {
-    const auto rank = static_cast<uint16_t>(std::countr_zero(left));
-    const bool yours = (contributor >> rank) & 1;
-    if (have) {
-      const uint32_t tag = fanout_tag(u, rank);
-      if (send_st(rank, snapshot(s), u.bytes, u.key, u.offset, u.version, u.priority, tag,
-                  transport::Completion{&Shard::on_snapshot_sent, this, s})) {
-        continue;
+  // `first`'s packets (earlier answers, SSP), then `to`'s.
+  for (uint64_t pass = 0; pass < 2; ++pass) {
+    for (uint64_t left = pass == 0 ? route.first : route.to; left != 0; left &= left - 1) {
+      const auto rank = static_cast<uint16_t>(std::countr_zero(left));
+      const bool yours = pass == 0 || ((route.yours >> rank) & 1) != 0;
+      if (have) {
+        const uint32_t tag = fanout_tag(u.slowest, yours);
+        if (send_st(rank, snapshot(s), u.bytes, u.key, u.offset, u.version, u.priority, tag,
+                    transport::Completion{&Shard::on_snapshot_sent, this, s})) {
+          continue;
+        }
+        snapshot_refs_[s].fetch_sub(1, std::memory_order_relaxed);
+        ++counters_.fanout_refused;
       }
-      snapshot_refs_[s].fetch_sub(1, std::memory_order_relaxed);
-      ++counters_.fanout_refused;
+      defer_st(
+          Deferred{u.key, u.offset, u.version, rank, u.priority, yours ? uint8_t{1} : uint8_t{0}});
     }
-    defer_st(
-        Deferred{u.key, u.offset, u.version, rank, u.priority, yours ? uint8_t{1} : uint8_t{0}});
   }
 }
 

@@ -103,11 +103,12 @@ class Shard final : public agg::ChunkSink {
   /// `rule`: kEvery for BSP, else the asynchronous modes' rule, which sends
   /// from `snapshots` snapshot chunks (0 = two per chunk of the shard).
   /// `unit_chunks`: 0 sends each update at once; else store-and-forward
-  /// (above), only with kEvery.
+  /// (above), only with kEvery. `staleness_bound`: kSlowest's
+  /// (fanout_recipients).
   Shard(const agg::Placement& placement, const agg::ShardConfig& config,
         std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
         uint64_t fanout_backlog = 0, Fanout rule = Fanout::kEvery, uint64_t snapshots = 0,
-        uint32_t unit_chunks = 0);
+        uint32_t unit_chunks = 0, uint32_t staleness_bound = 0);
 
   /// One chunk of worker `rank`'s gradient. True when the table took the
   /// mbuf (it frees it later); false leaves the mbuf with the caller, also
@@ -218,6 +219,7 @@ class Shard final : public agg::ChunkSink {
   uint64_t backlog_count_ = 0;
   StartedSets started_;
   Fanout rule_;
+  uint32_t staleness_bound_ = 0;
   uint64_t snapshot_count_ = 0;
   uint64_t snapshot_cursor_ = 0;
   std::unique_ptr<std::byte[]> snapshot_mem_;
@@ -232,6 +234,8 @@ class Shard final : public agg::ChunkSink {
   std::vector<uint32_t> unit_held_;
   // Asynchronous: per (chunk, rank), the backlog entries waiting.
   std::vector<uint8_t> waiting_;
+  // SSP: the answers owed (fanout.h).
+  SspAnswers ssp_;
   // Staging credits: taken by the net core (its own counter), returned by
   // the shard's owner (one writer, relaxed: a stale read sees fewer returns,
   // so it can only underestimate the room).

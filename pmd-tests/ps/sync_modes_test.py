@@ -12,7 +12,7 @@ version than the one before, and the server's clean stop.
 
 `optimizers`: bsp with momentum and with adam over memif, every round's aggregate checked
 bit for bit against ps-worker's replay of the servers' optimizer (its state carried from
-round to round); and momentum under ssp, adam under psplus and under bsp in free-running
+round to round); and momentum and adam under psplus and adam under bsp in free-running
 rounds, every rank pushing the same gradient so that the end state is the optimizer's
 step replayed once per push.
 
@@ -107,7 +107,7 @@ def run_memif(build, model, mode, extra, optimizer=None):
 OPTIMIZERS = ["optimizer: momentum, learning_rate: 0.01, momentum: 0.9",
               "optimizer: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-8"]
 # Momentum and Adam in free-running rounds, where the end state can be read by every worker.
-STATEFUL = [("ssp", "staleness_bound: 1, ", OPTIMIZERS[0]),
+STATEFUL = [("psplus", "staleness_lr: none, ", OPTIMIZERS[0]),
             ("psplus", "staleness_lr: none, ", OPTIMIZERS[1]),
             ("bsp", "", OPTIMIZERS[1])]
 
