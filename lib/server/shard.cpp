@@ -213,9 +213,9 @@ void Shard::on_snapshot_sent(void* self, const transport::SendResult& r) {
 
 void Shard::fanout_async_st(const agg::Update& u) {
   // Version 0 (initial values, no contributor) and PS+ go to everyone; the
-  // contributor its answer; under SSP everyone too when the update completed
-  // a round of every rank, and an answer waits while the slowest clock holds
-  // its worker back (SspAnswers).
+  // contributor its answer, which under SSP waits while the slowest clock
+  // holds its worker back and goes with the update that releases it
+  // (SspAnswers).
   const uint64_t contributor = u.contributors;  // one bit (quorum 1), 0 for version 0
   if (u.version != 0) {
     counters_.staleness_sum += u.staleness;
