@@ -97,8 +97,8 @@ struct ServerNodeConfig {
   /// every worker; the asynchronous modes' rule for a quorum of 1.
   /// Construction refuses a mismatch.
   Fanout fanout = Fanout::kEvery;
-  /// training.staleness_bound: who kSlowest (ssp) tells that the slowest
-  /// clock moved (fanout_recipients).
+  /// training.staleness_bound: while a worker is that far ahead of the
+  /// slowest clock, kSlowest (ssp) holds its answers (SspAnswers).
   uint32_t staleness_bound = 0;
   /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = two per chunk.
   uint64_t snapshots = 0;
