@@ -14,7 +14,8 @@ version than the one before, and the server's clean stop.
 bit for bit against ps-worker's replay of the servers' optimizer (its state carried from
 round to round); and momentum and adam under psplus and adam under bsp in free-running
 rounds, every rank pushing the same gradient so that the end state is the optimizer's
-step replayed once per push.
+step replayed once per push; under asp and ssp (which send a worker only its own updates)
+ps-worker refuses to check momentum's end state, saying why.
 
   sync_modes_test.py BUILD_DIR MODEL_FILE [memif|namespaces|optimizers ...]
 """
@@ -129,6 +130,25 @@ def run_optimizer(build, model, optimizer):
     return None, r.stdout
 
 
+def refused_stateful(build, mode, extra):
+    """ps-worker --compute-ms with momentum under `mode`: refused, saying why."""
+    tag = "mercury-sync-refuse-%s-%d" % (mode, os.getpid())
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(memif_job(mode, extra, tag, OPTIMIZERS[0]))
+        job = f.name
+    try:
+        r = subprocess.run([os.path.join(build, "apps/ps-worker/ps-worker"), "--config", job,
+                            "--node", "w0", "--compute-ms", "5"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        os.unlink(job)
+    want = "%s sends each worker only the updates of its own pushes" % mode
+    if r.returncode == 0 or want not in r.stderr:
+        return "%s with momentum: ps-worker exited %d without refusing (%r)\n%s" % (
+            mode, r.returncode, want, r.stdout[-1000:] + r.stderr[-1000:])
+    return None
+
+
 def sh(*args, check=True):
     return subprocess.run(args, capture_output=True, text=True, check=check)
 
@@ -227,6 +247,17 @@ def main():
                 else:
                     print("ok memif %s %s: free-running, rank 1 3x slower, the final parameters "
                           "exact" % (mode, optimizer))
+                sys.stdout.flush()
+            # asp and ssp send a worker only its own updates: ps-worker refuses to check a
+            # stateful optimizer's end state there (before EAL starts) rather than hang.
+            for mode, extra in (("asp", ""), ("ssp", "staleness_bound: 1, ")):
+                err = refused_stateful(build, mode, extra)
+                if err:
+                    failures += 1
+                    print("FAIL %s" % err)
+                else:
+                    print("ok %s with momentum: ps-worker --compute-ms refuses it, naming why"
+                          % mode)
                 sys.stdout.flush()
             continue
         for mode, extra in MODES:
