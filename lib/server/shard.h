@@ -30,9 +30,9 @@
 //
 // Who gets an update (Fanout, from the job's training.sync): BSP sends it to
 // every worker; ASP to the worker whose gradient it applied; SSP to that
-// worker, and to every worker when the chunk's slowest clock moved (so the
-// workers waiting on the slowest learn it at once); PS+ every version to
-// every worker (the eager pull). In the asynchronous modes every packet says
+// worker too, holding the answer while the slowest clock holds the worker
+// back and sending it with the update that releases it (SspAnswers,
+// fanout.h); PS+ every version to every worker (the eager pull). In the asynchronous modes every packet says
 // whether it applied the recipient's own gradient and the chunk's slowest
 // clock (wire::kAggYours).
 //
