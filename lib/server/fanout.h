@@ -54,11 +54,11 @@ inline uint64_t fanout_recipients(Fanout rule, const agg::Update& u, uint32_t wo
 /// instead, and sent with the update that brings the slowest clock to
 /// c - bound: one copy, carrying the worker's own update, the slowest rank's
 /// and the clock. Nobody else gets an update: a worker not held back has
-/// what SSP promises it. (Copies of every move of the slowest clock to every
-/// rank, the rule before, doubled what the downlinks carry whenever the ranks
-/// push a chunk about together, and behind a straggler that kept its peers at
-/// its pace: AlexNet's trace at an emulated 10 Gbit/s with a 4x straggler ran
-/// at 2.1 s an iteration on every rank, against BSP's 1.4 s.) As under asp, a
+/// what SSP promises it. (Sending every move of the slowest clock to every
+/// rank instead doubles what the downlinks carry whenever the ranks push a
+/// chunk about together, and behind a straggler keeps its peers at its pace:
+/// AlexNet's trace at an emulated 10 Gbit/s with a 4x straggler ran at 2.1 s
+/// an iteration on every rank that way, against BSP's 1.4 s.) As under asp, a
 /// worker reads the state after every rank's push only by pushing once more:
 /// Worker::pull with a min_version waits for a version it is sent.
 /// A worker that pushes the chunk again before its owed answer went (it did
@@ -119,6 +119,15 @@ class SspAnswers {
   std::vector<uint8_t> owed_;  // per (chunk, rank): 1 while its answer is held
   uint64_t count_ = 0;
 };
+
+/// Who gets update `u` of the shard's chunk number `chunk` under `rule`, and
+/// which packets answer the recipient's own push: fanout_recipients, or under
+/// kSlowest `ssp`'s route (staleness bound `bound`).
+inline SspAnswers::Route fanout_route(Fanout rule, SspAnswers& ssp, const agg::Update& u,
+                                      uint64_t chunk, uint32_t workers, uint32_t bound) {
+  if (rule == Fanout::kSlowest) return ssp.route(u, chunk, bound);
+  return {.to = fanout_recipients(rule, u, workers), .yours = u.contributors, .first = 0};
+}
 
 /// A packet's wire `iteration` in the asynchronous modes: wire::kAggYours
 /// when it answers the recipient's own push, and the chunk's slowest clock.

@@ -65,12 +65,8 @@ struct Modes : agg::ChunkSink {
   uint32_t chunks() const { return sides[0].table.tensor(0).chunks; }
 
   void on_update(const agg::Update& u) override {
-    SspAnswers::Route route{.to = 0, .yours = u.contributors, .first = 0};
-    if (rule == Fanout::kSlowest) {
-      route = ssp.route(u, u.offset / kChunkBytes, bound);
-    } else {
-      route.to = fanout_recipients(rule, u, static_cast<uint32_t>(sides.size()));
-    }
+    const SspAnswers::Route route = fanout_route(rule, ssp, u, u.offset / kChunkBytes,
+                                                 static_cast<uint32_t>(sides.size()), bound);
     updates.push_back(u);
     sent_to.push_back(route.to);
     for (uint64_t left = route.first; left != 0; left &= left - 1) {

@@ -216,17 +216,13 @@ void Shard::fanout_async_st(const agg::Update& u) {
   // contributor its answer, which under SSP waits while the slowest clock
   // holds its worker back and goes with the update that releases it
   // (SspAnswers).
-  const uint64_t contributor = u.contributors;  // one bit (quorum 1), 0 for version 0
   if (u.version != 0) {
     counters_.staleness_sum += u.staleness;
     if (u.staleness != 0) ++counters_.stale_updates;
   }
-  SspAnswers::Route route{.to = 0, .yours = contributor, .first = 0};
-  if (rule_ == Fanout::kSlowest) {
-    route = ssp_.route(u, static_cast<uint64_t>(started_.index(u.key, u.offset)), staleness_bound_);
-  } else {
-    route.to = fanout_recipients(rule_, u, static_cast<uint32_t>(fanout_.size()));
-  }
+  const SspAnswers::Route route =
+      fanout_route(rule_, ssp_, u, static_cast<uint64_t>(started_.index(u.key, u.offset)),
+                   static_cast<uint32_t>(fanout_.size()), staleness_bound_);
   if ((route.to | route.first) == 0) return;  // an SSP answer owed, nothing else
   const uint64_t s = take_snapshot_st();
   const bool have = s != snapshot_count_;

@@ -32,9 +32,9 @@
 // every worker; ASP to the worker whose gradient it applied; SSP to that
 // worker too, holding the answer while the slowest clock holds the worker
 // back and sending it with the update that releases it (SspAnswers,
-// fanout.h); PS+ every version to every worker (the eager pull). In the asynchronous modes every packet says
-// whether it applied the recipient's own gradient and the chunk's slowest
-// clock (wire::kAggYours).
+// fanout.h); PS+ every version to every worker (the eager pull). In the
+// asynchronous modes every packet says whether it applied the recipient's
+// own gradient and the chunk's slowest clock (wire::kAggYours).
 //
 // Bytes on the wire. BSP sends from the table's memory: a chunk's next
 // update needs every worker's next gradient, which no worker sends before it
