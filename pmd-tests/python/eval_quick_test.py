@@ -74,8 +74,19 @@ class EvalQuick(unittest.TestCase):
             for x in sync:
                 self.assertGreater(float(x["iteration_s"]), 0, x)
                 self.assertTrue(0 <= float(x["final_accuracy"]) <= 1, x)
+            # Per mode, 2 epochs of 22 steps: each epoch's end with its training loss and, with
+            # --curve-every 2, steps 2, 4, ..., 20 of each epoch with the test accuracy alone.
             curves = rows(os.path.join(data, "sync_curves.csv"))
-            self.assertEqual(len(curves), 4 * 2)  # 4 modes x 2 epochs
+            for mode in ["asp", "bsp", "psplus", "ssp"]:
+                got = [x for x in curves if x["mode"] == mode]
+                self.assertEqual([int(x["steps"]) for x in got],
+                                 [*range(2, 22, 2), 22, *range(24, 44, 2), 44], mode)
+                self.assertEqual([bool(x["loss"]) for x in got],
+                                 [int(x["steps"]) % 22 == 0 for x in got], mode)
+                seconds = [float(x["seconds"]) for x in got]
+                self.assertEqual(seconds, sorted(seconds), mode)
+                for x in got:
+                    self.assertTrue(0 <= float(x["accuracy"]) <= 1, x)
 
             # The trace trainer with rank 3 computing 4x longer: under BSP rank 0 waits for it
             # every round, under ASP and PS+ it does not.
