@@ -10,7 +10,10 @@ the rank-order average bit for bit, that completion callbacks run once each on
 the dispatcher thread even when one raises, that a transfer failed by
 shutdown raises TransferError with the library's text, and that each worker's
 timeline holds every iteration's phases of every tensor, in order, with the
-trainer's spans.
+trainer's spans. The same job runs with the workers as processes of their own
+and as forks of the test (mercury.launch's worker_main), whose exit statuses
+(a return, an exception, sys.exit) and refusals (another thread running, both
+or neither of worker_argv and worker_main) are checked too.
 
 Usage: worker_api_test.py BUILD_DIR
 (in worker mode: worker_api_test.py BUILD_DIR --worker JOB NODE)
@@ -231,6 +234,63 @@ class PythonWorker(unittest.TestCase):
             self.assertIn("w0: w0: every check passed", out)
             self.assertIn("w1: w1: every check passed", out)
             self.check_timelines(os.path.join(tmp, "timeline"))
+
+    def test_two_workers_forked_over_memif(self):
+        # run_job's worker_main: each worker a fork of this process, as train-digits runs.
+        from mercury.launch import run_job
+
+        with tempfile.TemporaryDirectory() as tmp:
+            job = os.path.join(tmp, "job.yaml")
+            with open(job, "w") as f:
+                f.write(JOB.format(name="pyfork", tmp=tmp))
+            lines = []
+            status = run_job(
+                job, worker_main=lambda node, rank: worker_main(job, node),
+                server_bin=os.path.join(BUILD, "apps", "ps-server"),
+                echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120)
+            out = "\n".join(lines)
+            self.assertEqual(status, {"w0": 0, "w1": 0, "server0": 0}, out)
+            self.assertIn("w0: w0: every check passed", out)
+            self.assertIn("w1: w1: every check passed", out)
+            self.check_timelines(os.path.join(tmp, "timeline"))
+
+    def test_forked_workers_exit_status_and_refusals(self):
+        from mercury.launch import run_job
+
+        def fails(node, rank):
+            if rank == 0:
+                raise ValueError("rank 0 gives up")
+            sys.exit(3)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            job = os.path.join(tmp, "job.yaml")
+            with open(job, "w") as f:
+                f.write(JOB.format(name="pyforkfail", tmp=tmp))
+            server = os.path.join(BUILD, "apps", "ps-server")
+            lines = []
+            status = run_job(job, worker_main=fails, server_bin=server,
+                             echo=lambda node, line: lines.append(f"{node}: {line}"),
+                             timeout_s=60)
+            out = "\n".join(lines)
+            self.assertEqual((status["w0"], status["w1"]), (1, 3), out)
+            self.assertIn("w0: ValueError: rank 0 gives up", out)  # its traceback's last line
+            self.assertIn("w0: Traceback (most recent call last):", out)
+
+            with self.assertRaises(ValueError):
+                run_job(job, server_bin=server)  # neither worker_argv nor worker_main
+            with self.assertRaises(ValueError):
+                run_job(job, lambda node, rank: ["true"], worker_main=fails, server_bin=server)
+            # A fork copies no thread: refused while another one runs, naming it.
+            stop = threading.Event()
+            other = threading.Thread(target=stop.wait, name="someone-else")
+            other.start()
+            try:
+                with self.assertRaises(RuntimeError) as e:
+                    run_job(job, worker_main=fails, server_bin=server)
+                self.assertIn("someone-else", str(e.exception))
+            finally:
+                stop.set()
+                other.join()
 
     def check_timelines(self, directory):
         import json

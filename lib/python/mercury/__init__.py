@@ -78,10 +78,21 @@ def _run_dispatcher() -> None:
         _mercury.run_callbacks()
 
 
-# One per process, from import on: it runs completion callbacks and releases
-# the buffers of handles dropped before their transfer completed.
-_dispatcher = threading.Thread(target=_run_dispatcher, name="mercury-callbacks", daemon=True)
-_dispatcher.start()
+# One per process, from its first Worker on: it runs completion callbacks and
+# releases the buffers of handles dropped before their transfer completed.
+# Not at import, so that a process that imported mercury has no thread of
+# ours and may still fork (mercury.launch's worker_main).
+_dispatcher: Optional[threading.Thread] = None
+_dispatcher_lock = threading.Lock()
+
+
+def _start_dispatcher() -> None:
+    global _dispatcher
+    with _dispatcher_lock:
+        if _dispatcher is None:
+            _dispatcher = threading.Thread(target=_run_dispatcher, name="mercury-callbacks",
+                                           daemon=True)
+            _dispatcher.start()
 
 # Workers still connected when the interpreter exits are shut down first, so
 # their net cores stop, their pending handles fail (and their callbacks
@@ -167,6 +178,7 @@ class Worker:
         self._w = _mercury.Worker(os.fspath(job), node, list(eal_args), int(start_timeout_ms),
                                   bool(idle_backoff),
                                   "" if timeline is None else os.fspath(timeline))
+        _start_dispatcher()
         self._keys: Dict[str, int] = {}
         self._buffers: List[Any] = []
         _live_workers.add(self)

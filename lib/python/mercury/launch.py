@@ -8,7 +8,9 @@ process's output, and stops the servers (SIGINT) once every worker has exited::
         --server build/apps/ps-server -- train.py --epochs 5
 
 runs ``train.py --epochs 5 --job config/digits.yaml --node wN`` for each
-worker ``wN``. :func:`run_job` is the same from Python.
+worker ``wN``. :func:`run_job` is the same from Python, and can also run each
+worker as a fork of the calling process (``worker_main``), so that what the
+trainer imports (torch: about a second of CPU per process) is imported once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 __all__ = ["run_job", "job_nodes", "main"]
 
@@ -43,14 +46,99 @@ def job_nodes(job: str) -> Dict[str, List[str]]:
     return nodes
 
 
+class _Forked:
+    """A worker forked from this process, as much of a Popen as run_job uses: it
+    waits for go() (the servers listen), runs main(node, rank) with its output
+    on a pipe, and exits with what main returned (a traceback and 1 if it raised)."""
+
+    def __init__(self, main: Callable[[str, int], Any], node: str, rank: int,
+                 env: Optional[Dict[str, str]]) -> None:
+        out_r, out_w = os.pipe()
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker; it never returns from here
+            rc = 1
+            try:
+                os.close(out_r)
+                os.close(go_w)
+                os.dup2(out_w, 1)
+                os.dup2(out_w, 2)
+                os.close(out_w)
+                # New stream objects: the parent's may have been locked by a thread
+                # of its own at the fork.
+                sys.stdout = open(1, "w", buffering=1, closefd=False)
+                sys.stderr = open(2, "w", buffering=1, closefd=False)
+                go = os.read(go_r, 1)
+                os.close(go_r)
+                if go == b"g":  # else the launcher gave up before the servers listened
+                    if env is not None:
+                        os.environ.clear()
+                        os.environ.update(env)
+                    got = main(node, rank)
+                    rc = 0 if got is None else int(got)
+            except SystemExit as e:
+                if e.code is None or isinstance(e.code, int):
+                    rc = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+            except BaseException:  # noqa: B036 (the worker's whole life: report, exit 1)
+                traceback.print_exc()
+            finally:
+                try:
+                    # What Python's exit would do for mercury: shut its workers down.
+                    mercury = sys.modules.get("mercury")
+                    if mercury is not None:
+                        mercury._shutdown_live_workers()
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(rc)
+        os.close(out_w)
+        os.close(go_r)
+        self.pid = pid
+        self.returncode: Optional[int] = None
+        self.stdout = os.fdopen(out_r, "r", buffering=1)
+        self._go = go_w
+
+    def go(self) -> None:
+        if self._go >= 0:
+            try:
+                os.write(self._go, b"g")
+            except BrokenPipeError:  # it died already: poll() says how
+                pass
+            os.close(self._go)
+            self._go = -1
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 class _Child:
-    def __init__(self, name: str, argv: Sequence[str],
-                 echo: Callable[[str, str], None], env: Optional[Dict[str, str]]) -> None:
+    def __init__(self, name: str, proc: Any, echo: Callable[[str, str], None]) -> None:
         self.name = name
         self.lines: List[str] = []
         self.ready = threading.Event()
-        self.proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1, env=env)
+        self.proc = proc
         self._echo = echo
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -72,17 +160,32 @@ class _Child:
         return rc
 
 
-def run_job(job: str, worker_argv: Callable[[str, int], Sequence[str]], *,
+def _popen(argv: Sequence[str], env: Optional[Dict[str, str]]) -> subprocess.Popen:
+    return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1, env=env)
+
+
+def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]] = None, *,
             server_bin: str, echo: Optional[Callable[[str, str], None]] = None,
             timeout_s: float = 600.0, server_args: Sequence[str] = (),
-            env: Optional[Dict[str, str]] = None) -> Dict[str, int]:
-    """Runs the job: servers first, then ``worker_argv(node, rank)`` for every
-    worker. Returns every process's exit status by node name (0 = clean).
-    ``echo(node, line)`` receives each output line (default: printed as
-    ``node: line``). A worker still running after ``timeout_s`` is killed
+            env: Optional[Dict[str, str]] = None,
+            worker_main: Optional[Callable[[str, int], Any]] = None) -> Dict[str, int]:
+    """Runs the job: servers first, then every worker. Returns every process's
+    exit status by node name (0 = clean). Each worker is either the command
+    ``worker_argv(node, rank)`` or, with ``worker_main`` instead, a fork of this
+    process that runs ``worker_main(node, rank)`` and exits with what it returns
+    (None is 0; an exception prints its traceback and exits 1). The forks are
+    made before anything else, so call it with no other thread running (it
+    raises RuntimeError otherwise) and no mercury.Worker made in this process;
+    what this process imported (torch, the data) is then shared by the workers
+    instead of loaded by each. ``env`` is the workers' environment (and the
+    servers'). ``echo(node, line)`` receives each output line (default: printed
+    as ``node: line``). A worker still running after ``timeout_s`` is killed
     (status -9), as are servers that do not stop within 30 s of SIGINT. Once
     a worker has failed, the others get 15 s to notice (the servers end the
     job for every rank) before they are killed too."""
+    if (worker_argv is None) == (worker_main is None):
+        raise ValueError("run_job: give worker_argv or worker_main, one of them")
     if echo is None:
         lock = threading.Lock()
 
@@ -91,19 +194,43 @@ def run_job(job: str, worker_argv: Callable[[str, int], Sequence[str]], *,
                 print(f"{node}: {line}", flush=True)
 
     nodes = job_nodes(job)
-    servers = [_Child(s, [server_bin, "--config", job, "--node", s, *server_args], echo, env)
-               for s in nodes["server"]]
-    status: Dict[str, int] = {}
     workers: List[_Child] = []
+    if worker_main is not None:
+        if threading.active_count() > 1:
+            raise RuntimeError(
+                "run_job: worker_main forks this process, which runs other threads ("
+                + ", ".join(t.name for t in threading.enumerate()
+                            if t is not threading.current_thread())
+                + "); a fork copies none of them, and any lock one holds stays locked")
+        forks: List[_Forked] = []
+        try:
+            for rank, w in enumerate(nodes["worker"]):
+                forks.append(_Forked(worker_main, w, rank, env))
+        except BaseException:
+            for f in forks:
+                f.kill()
+                f.wait()
+            raise
+        # Their output readers are threads: started once every fork is made.
+        workers = [_Child(w, f, echo) for w, f in zip(nodes["worker"], forks)]
+    status: Dict[str, int] = {}
+    servers: List[_Child] = []
     try:
+        servers = [_Child(s, _popen([server_bin, "--config", job, "--node", s, *server_args],
+                                    env), echo)
+                   for s in nodes["server"]]
         deadline = time.monotonic() + 60
         for s in servers:
             while not s.ready.wait(0.1):
                 if s.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"ps-server {s.name} did not come up: "
                                        + (s.lines[-1] if s.lines else "no output"))
-        workers = [_Child(w, worker_argv(w, rank), echo, env)
-                   for rank, w in enumerate(nodes["worker"])]
+        if worker_argv is not None:
+            workers = [_Child(w, _popen(worker_argv(w, rank), env), echo)
+                       for rank, w in enumerate(nodes["worker"])]
+        else:
+            for w in workers:
+                w.proc.go()
         deadline = time.monotonic() + timeout_s
         running = list(workers)
         while running and time.monotonic() < deadline:
