@@ -9,6 +9,7 @@
 
 #include "../common/synthetic.h"
 #include "reference.h"
+#include "report.h"
 
 namespace mercury::trainer {
 
@@ -210,7 +211,7 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
   const uint32_t timed = o.rounds > 1 ? o.rounds - 1 : 1;
   std::printf(
       "%s: done, %u free-running rounds, mean iteration %.4f s (rounds 2..%u), pushes stale %llu "
-      "(staleness sum %llu, max %llu), ssp waits %llu (gap max %llu), %s\n",
+      "(staleness sum %llu, max %llu), ssp waits %llu (gap max %llu), %s, %s\n",
       o.node.c_str(), o.rounds, total_s / timed, o.rounds,
       static_cast<unsigned long long>(s.stale_pushes),
       static_cast<unsigned long long>(s.staleness_sum),
@@ -218,7 +219,8 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
       static_cast<unsigned long long>(s.ssp_waits), static_cast<unsigned long long>(s.ssp_gap_max),
       !checkable ? "final parameters not checked (psplus scales stale updates' learning rate)"
       : wrong == 0 && old == 0 ? "the final parameters exact"
-                               : "MISMATCH");
+                               : "MISMATCH",
+      drops_text(w).c_str());
   std::fflush(stdout);
   if (checkable && (wrong != 0 || old != 0)) {
     std::fprintf(

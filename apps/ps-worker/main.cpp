@@ -55,6 +55,7 @@
 #include "free_rounds.h"
 #include "mercury/worker.h"
 #include "reference.h"
+#include "report.h"
 #include "trace_rounds.h"
 
 namespace {
@@ -326,11 +327,12 @@ int run(const Options& o) {
     }
     w.barrier();  // nobody leaves before every rank has its last aggregate
     w.shutdown();
-    std::printf("%s: done, %u comm-only and %u trace rounds, %s\n", o.node.c_str(), o.comm_rounds,
-                o.rounds,
+    std::printf("%s: done, %u comm-only and %u trace rounds, %s, %s\n", o.node.c_str(),
+                o.comm_rounds, o.rounds,
                 o.verify == "every"  ? "every aggregate exact"
                 : o.verify == "last" ? "the final parameters exact"
-                                     : "not checked (--verify none)");
+                                     : "not checked (--verify none)",
+                trainer::drops_text(w).c_str());
     return 0;
   }
 
@@ -404,9 +406,10 @@ int run(const Options& o) {
   }
   w.barrier();  // nobody leaves before every rank has its last aggregate
   w.shutdown();
-  std::printf("%s: done, %u rounds in %.2f s of push_pull (%.2f Gbit/s), %s\n", o.node.c_str(),
+  std::printf("%s: done, %u rounds in %.2f s of push_pull (%.2f Gbit/s), %s, %s\n", o.node.c_str(),
               o.rounds, total_s, static_cast<double>(elements) * 8 * 8 * o.rounds / total_s / 1e9,
-              o.verify == "every" ? "every aggregate exact" : "the last round's aggregate exact");
+              o.verify == "every" ? "every aggregate exact" : "the last round's aggregate exact",
+              trainer::drops_text(w).c_str());
   return 0;
 }
 

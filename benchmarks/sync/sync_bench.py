@@ -51,7 +51,7 @@ def run(a, model, mode):
     verdicts = {}
     for w, mean, verdict in re.findall(
             r"\] w(\d+): done, \d+ free-running rounds, mean iteration ([\d.]+) s .*?, "
-            r"ssp waits \d+ \(gap max \d+\), (.*)", r.stdout):
+            r"ssp waits \d+ \(gap max \d+\), (.*), drops: .*", r.stdout):
         means[int(w)] = float(mean)
         verdicts[int(w)] = verdict
     if r.returncode != 0 or len(means) != a.workers:

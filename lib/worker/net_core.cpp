@@ -332,6 +332,10 @@ void NetCore::slow_st(transport::Tick now) {
       now >= heartbeat_at_) {
     send_heartbeats_st(now);
   }
+  if (now >= port_stats_at_) {
+    port_stats_at_ = now + config_.endpoint.transport.tsc_hz * kPortStatsMs / 1000;
+    iface_.refresh_port_stats_st();
+  }
   publish_st();
 }
 
@@ -345,7 +349,19 @@ void NetCore::send_heartbeats_st(transport::Tick now) {
 void NetCore::publish_st() {
   stats_.pushes.store(pushes_taken_, std::memory_order_relaxed);
   stats_.pulls.store(pulls_taken_, std::memory_order_relaxed);
+  const net::InterfaceCounters& port = iface_.counters();
+  for (size_t i = 0; i < net::kDropReasonCount; ++i) {
+    stats_.port_drops[i].store(port.drops[i], std::memory_order_relaxed);
+  }
+  size_t pmd = 0;
+  iface_.pmd_drops().for_each([this, &pmd](std::string_view, std::string_view, uint64_t n) {
+    stats_.pmd_drops[pmd++].store(n, std::memory_order_relaxed);
+  });
   if (!endpoint_) return;
+  const transport::EndpointCounters& net = endpoint_->counters_st();
+  for (size_t i = 0; i < transport::kEndpointDropCount; ++i) {
+    stats_.transport_drops[i].store(net.drops[i], std::memory_order_relaxed);
+  }
   const PullCounters& p = pulls_->counters_st();
   uint64_t dropped = 0;
   for (size_t v = static_cast<size_t>(ChunkVerdict::kDuplicate); v < kChunkVerdictCount; ++v) {

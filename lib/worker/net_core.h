@@ -35,8 +35,10 @@
 // net_core_control.cpp (control messages in and out).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,6 +54,7 @@
 #include "mercury/worker.h"
 #include "net/idle_backoff.h"
 #include "net/interface.h"
+#include "telemetry/counter_list.h"
 #include "transport/endpoint.h"
 #include "worker/pull_tracker.h"
 #include "worker/request_queue.h"
@@ -116,6 +119,11 @@ struct Request {
   std::optional<Handle> push;  ///< kPushPull: its push part
 };
 
+/// The PMD's drop counters (net::PortDrops), by name, in its order.
+inline constexpr telemetry::CounterInfo kPmdDrops[] = {
+    MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_DESCRIBE)};
+inline constexpr size_t kPmdDropCount = std::size(kPmdDrops);
+
 /// What the net core publishes for the trainer side: counters for
 /// Worker::stats() (relaxed atomics), and the full text of the failure that
 /// broke the worker (a Handle holds at most kMaxErrorBytes of it).
@@ -123,6 +131,11 @@ struct PublishedStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, bytes_pushed{0}, chunks_received{0}, bytes_placed{0},
       versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0},
       staleness_sum{0}, stale_pushes{0}, staleness_max{0}, ssp_waits{0}, ssp_gap_max{0};
+  /// Drops by reason: the port's frames, the transport's packets, the PMD's
+  /// (as of the net core's last read of them, every kPortStatsMs).
+  std::array<std::atomic<uint64_t>, net::kDropReasonCount> port_drops{};
+  std::array<std::atomic<uint64_t>, transport::kEndpointDropCount> transport_drops{};
+  std::array<std::atomic<uint64_t>, kPmdDropCount> pmd_drops{};
   /// Per tensor, the version the last completed pull delivered
   /// (Worker::version), stored before the pull's handle completes. Set by
   /// the trainer side before it sends the start request.
@@ -148,6 +161,9 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
  public:
   static constexpr uint32_t kRequestBurst = 64;
   static constexpr uint32_t kSlowEvery = 256;
+  /// How often the slow work reads the PMD's drop counters (a call into the
+  /// PMD that may lock or make a system call: not every slow pass).
+  static constexpr uint32_t kPortStatsMs = 100;
 
   /// Control path, on the thread that will run the net core. `iface` must
   /// be polled by no other thread; `table`, `queue` and `stats` outlive the
@@ -291,7 +307,8 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   std::vector<uint32_t> timeline_push_;
   std::vector<uint32_t> timeline_first_;
 
-  transport::Tick heartbeat_at_ = 0;  // the next send_heartbeats_st()
+  transport::Tick heartbeat_at_ = 0;   // the next send_heartbeats_st()
+  transport::Tick port_stats_at_ = 0;  // the next read of the PMD's drops
   uint64_t next_control_ = 0;
   std::unordered_map<uint64_t, std::vector<std::byte>> control_out_;  // by cookie
   std::unordered_map<uint64_t, std::vector<std::byte>> control_in_;   // by peer << 32 | msg_id

@@ -509,4 +509,22 @@ WorkerStats Worker::stats() const {
   return w;
 }
 
+std::vector<DropCount> Worker::drops() const {
+  const PublishedStats& s = impl_->stats;
+  std::vector<DropCount> d;
+  auto add = [&d](std::string_view name, const std::atomic<uint64_t>& n) {
+    const uint64_t v = n.load(std::memory_order_relaxed);
+    if (v != 0) d.emplace_back(std::string(name), v);
+  };
+  for (size_t i = 0; i < net::kDropReasonCount; ++i) {
+    add(net::drop_reason_name(static_cast<net::DropReason>(i)), s.port_drops[i]);
+  }
+  for (size_t i = 0; i < transport::kEndpointDropCount; ++i) {
+    add(transport::endpoint_drop_name(static_cast<transport::EndpointDrop>(i)),
+        s.transport_drops[i]);
+  }
+  for (size_t i = 0; i < kPmdDropCount; ++i) add(kPmdDrops[i].name, s.pmd_drops[i]);
+  return d;
+}
+
 }  // namespace mercury::worker

@@ -66,7 +66,7 @@ def check_workers(mode, text, what, sgd=True):
     if len(done) != WORKERS:
         return "%s %s: %d of %d workers finished" % (what, mode, len(done), WORKERS)
     for line in lines:
-        if not line.endswith("the final parameters exact"):
+        if ", the final parameters exact, drops:" not in line:
             return "%s %s: %s" % (what, mode, line)
         if mode == "ssp":
             gap = int(re.search(r"gap max (\d+)", line).group(1))

@@ -182,6 +182,10 @@ def worker_main(job, node):
     # Pulls: one per push, and the min_version pull.
     assert s["pushes"] == 3 * ROUNDS + 1 and s["pulls"] == 3 * ROUNDS + 2, s
     assert s["versions_completed"] >= 3 * ROUNDS + 1, s
+    # Drops by reason: a dict of names to positive counts (none expected over memif).
+    assert isinstance(s["drops"], dict), s
+    assert all(isinstance(k, str) and isinstance(v, int) and v > 0
+               for k, v in s["drops"].items()), s
     w.barrier()
     if rank == 1:
         # A version no push will make: this pull can never complete, and shutdown

@@ -10,6 +10,8 @@
 // its owner polls (PolledWorker).
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
 
 #include <atomic>
 #include <chrono>
@@ -143,6 +145,9 @@ class Job {
     return n;
   }
   net::Interface& worker_port(uint32_t r) { return links_[r]->b(); }
+  // The server's end of worker r's link: with Server::kSilent nobody polls it,
+  // so a test may send raw frames from it.
+  pmdtest::LinkEnd& server_end(uint32_t r) { return links_[r]->end_a(); }
   // Moves worker r out (e.g. into the C ABI).
   Worker take(uint32_t r) { return std::move(workers_[r]); }
 
@@ -469,6 +474,43 @@ TEST(WorkerApi, SilentServerFailsStartNamingIt) {
   }
   // The failure stays: every later call says why.
   EXPECT_THROW(job.worker(0).push(0, a), WorkerError);
+}
+
+// What the worker drops is counted by reason in Worker::drops() (so in
+// ps-worker's closing line and Python's stats()): 5 frames for another MAC,
+// sent raw into the worker's port from the server's end of its link while
+// the worker waits for a server that never answers.
+TEST(WorkerApi, StatsCountDropsByReason) {
+  Job job(1, Server::kSilent, 10'000);
+  Worker& w = job.worker(0);
+  std::vector<float> a(100);
+  w.declare("a", a);
+  Handle start = w.start_async();  // the net core now polls its port
+  EXPECT_TRUE(w.drops().empty());
+
+  constexpr uint16_t kFrames = 5;
+  pmdtest::LinkEnd& end = job.server_end(0);
+  rte_mbuf* frames[kFrames];
+  ASSERT_EQ(rte_pktmbuf_alloc_bulk(end.pool.get(), frames, kFrames), 0);
+  for (rte_mbuf* m : frames) {
+    // 60 zero bytes: destination MAC 00:00:00:00:00:00, neither the worker's nor broadcast.
+    std::memset(rte_pktmbuf_mtod(m, void*), 0, 60);
+    m->data_len = 60;
+    m->pkt_len = 60;
+  }
+  ASSERT_EQ(rte_eth_tx_burst(end.port().id(), 0, frames, kFrames), kFrames);
+
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::vector<DropCount> drops = w.drops();
+  while (drops.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    drops = w.drops();
+  }
+  ASSERT_EQ(drops.size(), 1u);
+  EXPECT_EQ(drops[0].first, "not_our_mac");
+  EXPECT_EQ(drops[0].second, kFrames);
+  w.shutdown();  // fails the start still waiting
+  EXPECT_FALSE(start.wait());
 }
 
 // Ranks that declare different tensors: the server refuses the job, and

@@ -355,6 +355,9 @@ class PyWorker {
     d["staleness_max"] = s.staleness_max;
     d["ssp_waits"] = s.ssp_waits;
     d["ssp_gap_max"] = s.ssp_gap_max;
+    py::dict drops;
+    for (const auto& [name, n] : live().drops()) drops[py::str(name)] = n;
+    d["drops"] = drops;
     return d;
   }
 

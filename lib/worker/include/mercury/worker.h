@@ -91,6 +91,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mercury/handle.h"
@@ -151,6 +152,9 @@ struct WorkerStats {
   uint64_t ssp_waits = 0;
   uint64_t ssp_gap_max = 0;
 };
+
+/// A drop reason and how many times it happened (Worker::drops).
+using DropCount = std::pair<std::string, uint64_t>;
 
 class Worker {
  public:
@@ -243,6 +247,14 @@ class Worker {
                      uint64_t end_ns);
   [[nodiscard]] bool started() const;
   [[nodiscard]] WorkerStats stats() const;
+  /// Every drop on this worker's node by reason, the nonzero ones, named as
+  /// ps-server names its own: the port's frames (not_our_mac, mercury, ...:
+  /// net::DropReason), the transport's packets (unknown_peer, auth_bad_mac,
+  /// retransmit_stale, ...: transport::EndpointDrop) and the PMD's
+  /// (rx_nombuf, imissed, ierrors, oerrors, read every 100 ms). Chunks and
+  /// control messages are WorkerStats' chunks_dropped and control_dropped.
+  /// Published with stats(), so a little behind; any thread.
+  [[nodiscard]] std::vector<DropCount> drops() const;
 
   /// Internal (worker/attach.h builds one around an already-open port).
   struct Impl;
