@@ -323,7 +323,9 @@ def train(args, node: str = "") -> int:
         worker.barrier()  # nobody leaves before every rank has its last version
         worker.shutdown()
         if not quiet:
-            print(f"{node}: {s['pushes']} pushes, {s['retransmits']} retransmissions", flush=True)
+            drops = {"chunks": s["chunks_dropped"], "control": s["control_dropped"], **s["drops"]}
+            print(f"{node}: {s['pushes']} pushes, {s['retransmits']} retransmissions, drops: "
+                  + (" ".join(f"{k}={v}" for k, v in drops.items() if v) or "none"), flush=True)
     if not quiet:
         verdict = "PASS" if acc >= args.target else "FAIL"
         print(f"train-digits: {verdict}: test accuracy {acc:.4f} (target {args.target:g}) after "
