@@ -8,11 +8,13 @@ with the optimizer the job file names applied by the server (mercury.torch).
     /usr/bin/python3 apps/train-digits/train_digits.py [--job config/digits.yaml]
         [--epochs N] [--batch B] [--target ACC] [--losses DIR]
 
-launches the job (ps-server, then this script once per worker node) and
-prints, per epoch, the training loss, the test accuracy, the time and the
-images per second, then a one-line verdict. The other modes are what it runs:
+launches the job (ps-server, then one worker process per worker node, each a
+fork of this one, which loaded torch and the data once) and prints, per epoch,
+the training loss, the test accuracy, the time and the images per second, then
+a one-line verdict. The other modes:
 
-    --node wN        one worker of the job (the launcher starts these)
+    --node wN        one worker of the job, on its own (as `python3 -m
+                     mercury.launch ... -- train_digits.py` runs it)
     --single         the same training in this one process with the same global
                      batches and torch's optimizer of the same kind (the
                      reference the test compares the distributed loss curve with)
