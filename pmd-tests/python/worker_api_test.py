@@ -221,42 +221,33 @@ class PythonWorker(unittest.TestCase):
                 mercury.Worker(job, "w9")
             self.assertIn("w9", str(e.exception))
 
-    def test_two_workers_over_memif(self):
+    def run_two_workers(self, name, forked):
+        """The job with each worker its own process (this file in worker mode) or, with
+        run_job's worker_main, a fork of this process (as train-digits runs them)."""
         from mercury.launch import run_job
 
         with tempfile.TemporaryDirectory() as tmp:
             job = os.path.join(tmp, "job.yaml")
             with open(job, "w") as f:
-                f.write(JOB.format(name="pyapi", tmp=tmp))
+                f.write(JOB.format(name=name, tmp=tmp))
+            how = ({"worker_main": lambda node, rank: worker_main(job, node)} if forked else
+                   {"worker_argv": lambda node, rank: [sys.executable, __file__, BUILD,
+                                                       "--worker", job, node]})
             lines = []
             status = run_job(
-                job, lambda node, rank: [sys.executable, __file__, BUILD, "--worker", job, node],
-                server_bin=os.path.join(BUILD, "apps", "ps-server"),
-                echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120)
+                job, server_bin=os.path.join(BUILD, "apps", "ps-server"),
+                echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120, **how)
             out = "\n".join(lines)
             self.assertEqual(status, {"w0": 0, "w1": 0, "server0": 0}, out)
             self.assertIn("w0: w0: every check passed", out)
             self.assertIn("w1: w1: every check passed", out)
             self.check_timelines(os.path.join(tmp, "timeline"))
+
+    def test_two_workers_over_memif(self):
+        self.run_two_workers("pyapi", forked=False)
 
     def test_two_workers_forked_over_memif(self):
-        # run_job's worker_main: each worker a fork of this process, as train-digits runs.
-        from mercury.launch import run_job
-
-        with tempfile.TemporaryDirectory() as tmp:
-            job = os.path.join(tmp, "job.yaml")
-            with open(job, "w") as f:
-                f.write(JOB.format(name="pyfork", tmp=tmp))
-            lines = []
-            status = run_job(
-                job, worker_main=lambda node, rank: worker_main(job, node),
-                server_bin=os.path.join(BUILD, "apps", "ps-server"),
-                echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120)
-            out = "\n".join(lines)
-            self.assertEqual(status, {"w0": 0, "w1": 0, "server0": 0}, out)
-            self.assertIn("w0: w0: every check passed", out)
-            self.assertIn("w1: w1: every check passed", out)
-            self.check_timelines(os.path.join(tmp, "timeline"))
+        self.run_two_workers("pyfork", forked=True)
 
     def test_forked_workers_exit_status_and_refusals(self):
         from mercury.launch import run_job
