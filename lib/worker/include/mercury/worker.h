@@ -143,7 +143,10 @@ struct WorkerStats {
   uint64_t control_dropped = 0;     ///< servers' control messages dropped (malformed, unexpected)
   /// Asynchronous modes: the staleness of this worker's pushes, each the
   /// versions every chunk of its tensor had moved on since the pull its
-  /// gradient came from: summed, how many were not 0, and the largest.
+  /// gradient came from, as far as this worker has heard: summed, how many
+  /// were not 0, and the largest. Under asp and ssp a worker is sent only the
+  /// answers to its own pushes, so it hears of no version in between and
+  /// counts 0; the servers count every mode's (docs/server.md, "Staleness").
   uint64_t staleness_sum = 0;
   uint64_t stale_pushes = 0;
   uint64_t staleness_max = 0;
