@@ -182,6 +182,17 @@ TEST(Report, AsyncFanoutTextOnlyWhenSomethingWasDeferred) {
   EXPECT_NE(async_fanout_text(c).find(": 0 updates found"), std::string::npos);
 }
 
+// The final line's staleness: nothing when no update was stale (BSP), else
+// how many were and the mean over every update.
+TEST(Report, StalenessTextOnlyWhenAnUpdateWasStale) {
+  ServerCounters c;
+  c.shards.updates = 400;
+  EXPECT_EQ(staleness_text(c), "");
+  c.shards.stale_updates = 300;
+  c.shards.staleness_sum = 900;
+  EXPECT_EQ(staleness_text(c), "; stale updates: 300 of 400, 2.25 versions behind on average");
+}
+
 TEST(Report, LinkLineNamesThePort) {
   EXPECT_EQ(link_line("net_memif2", false), "port net_memif2: link down");
   EXPECT_EQ(link_line("net_memif2", true), "port net_memif2: link up");

@@ -1,5 +1,6 @@
 #include "server/report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string_view>
 
@@ -37,6 +38,17 @@ std::string async_fanout_text(const ServerCounters& c) {
   return "; async fan-out: " + std::to_string(s.snapshots_full) +
          " updates found every snapshot on the wire and waited, " +
          std::to_string(s.fanout_merged) + " copies merged into one already waiting";
+}
+
+std::string staleness_text(const ServerCounters& c) {
+  const ShardCounters& s = c.shards;
+  if (s.stale_updates == 0) return {};
+  char mean[32];
+  std::snprintf(
+      mean, sizeof(mean), "%.2f",
+      static_cast<double>(s.staleness_sum) / static_cast<double>(std::max<uint64_t>(1, s.updates)));
+  return "; stale updates: " + std::to_string(s.stale_updates) + " of " +
+         std::to_string(s.updates) + ", " + mean + " versions behind on average";
 }
 
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,

@@ -46,6 +46,13 @@ struct Rates {
 /// line, or empty when it deferred nothing (always under BSP).
 std::string async_fanout_text(const ServerCounters& c);
 
+/// The staleness the shards applied updates with (staleness_sum,
+/// stale_updates: docs/server.md, "Staleness"), as "; stale updates: S of
+/// U, V.VV versions behind on average" for the final line, or empty when no
+/// update was stale (always under BSP). Under asp and ssp the workers cannot
+/// count it (WorkerStats): this is where it shows.
+std::string staleness_text(const ServerCounters& c);
+
 /// "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s
 /// (total 41234)  retransmissions 12  rx pool free 7843  drops:
 /// retransmit_stale=3". `rx_pool_free`: the fewest free mbufs in any of the

@@ -234,7 +234,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
   output_.out(who_ + ": stopped; " + std::to_string(c.shards.updates) + " aggregations, " +
               std::to_string(c.net.tx_retransmits) + " retransmissions" +
               retransmission_text(node_.peer_totals_st()) + ", drops:" + drops_text(c) +
-              async_fanout_text(c));
+              async_fanout_text(c) + staleness_text(c));
   return final_state;
 }
 
