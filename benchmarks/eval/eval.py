@@ -1408,24 +1408,20 @@ READING = [
 def runs_recorded(out: str, only: set[str]) -> int:
     """How many of the experiments' runs a resumed evaluation finds done (the progress
     lines' count and estimate are of the rest)."""
-    def rows(name: str) -> list[dict]:
-        path = os.path.join(out, name)
-        if not os.path.exists(path):
-            return []
-        with open(path) as f:
-            return list(csv.DictReader(f))
+    def rows(name: str, fields: list[str]) -> list[dict]:
+        return Table(os.path.join(out, name), fields).rows
     n = 0
     if "sched" in only:
-        n += len(rows("sweep.csv")) + len(rows("sched.csv")) + sum(
+        n += len(rows("sweep.csv", SWEEP_FIELDS)) + len(rows("sched.csv", SCHED_FIELDS)) + sum(
             os.path.exists(os.path.join(out, "timeline-%s.json" % v))
             for v in ["strict", "fifo", "partition"])
     if "bandwidth" in only:  # a run per (variant, trial); bandwidth.csv has a row per round
-        n += len({(r["variant"], r["trial"]) for r in rows("bandwidth.csv")})
-        n += len(rows("shared.csv"))
+        n += len({(r["variant"], r["trial"]) for r in rows("bandwidth.csv", BANDWIDTH_FIELDS)})
+        n += len(rows("shared.csv", SHARED_FIELDS))
     if "sync" in only:
-        n += len(rows("sync.csv")) + len(rows("sync_models.csv"))
+        n += len(rows("sync.csv", SYNC_FIELDS)) + len(rows("sync_models.csv", SYNC_MODEL_FIELDS))
     if "ddp" in only:
-        n += len(rows("ddp.csv"))
+        n += len(rows("ddp.csv", DDP_FIELDS))
     return n
 
 

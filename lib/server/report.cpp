@@ -1,6 +1,5 @@
 #include "server/report.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <string_view>
 
@@ -43,10 +42,9 @@ std::string async_fanout_text(const ServerCounters& c) {
 std::string staleness_text(const ServerCounters& c) {
   const ShardCounters& s = c.shards;
   if (s.stale_updates == 0) return {};
-  char mean[32];
-  std::snprintf(
-      mean, sizeof(mean), "%.2f",
-      static_cast<double>(s.staleness_sum) / static_cast<double>(std::max<uint64_t>(1, s.updates)));
+  char mean[32];  // updates >= stale_updates > 0
+  std::snprintf(mean, sizeof(mean), "%.2f",
+                static_cast<double>(s.staleness_sum) / static_cast<double>(s.updates));
   return "; stale updates: " + std::to_string(s.stale_updates) + " of " +
          std::to_string(s.updates) + ", " + mean + " versions behind on average";
 }
