@@ -219,6 +219,7 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   // With a timeline (MERCURY_TIMELINE), each layer's compute and each wait
   // for parameters become the trainer's rows, beside the tensors' phases.
   const bool timeline = w.timeline_enabled();
+  const bool async = w.sync() != "bsp";
   ComputeStream gpu;
   gpu.restart();
   std::vector<double> round_s, waited_s;
@@ -240,6 +241,8 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
           }
         }
         if (failed(pending[k], o.node, "trace", i + 1, decls[k].name)) return 1;
+        // The version this layer computes with: its gradient's base.
+        if (async) w.mark_read(static_cast<worker::Key>(k));
       }
       const int64_t began = gpu.run(static_cast<int64_t>(l.forward_us * o.scale * 1e3), blocked);
       if (timeline) {

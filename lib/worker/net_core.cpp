@@ -176,7 +176,7 @@ void NetCore::take_st(Request& r, transport::Tick now) {
       ++pushes_taken_;
       if (config_.timeline)
         config_.timeline->mark_st(r.tensor, r.iteration, Timeline::Mark::kRequested);
-      push_st(r.tensor, r.iteration, r.grad, wire::PacketType::kData, r.handle);
+      push_st(r.tensor, r.iteration, r.marked, r.grad, wire::PacketType::kData, r.handle);
       break;
     case Kind::kPull:
       ++pulls_taken_;
@@ -187,7 +187,7 @@ void NetCore::take_st(Request& r, transport::Tick now) {
       ++pulls_taken_;
       if (config_.timeline)
         config_.timeline->mark_st(r.tensor, r.iteration, Timeline::Mark::kRequested);
-      push_st(r.tensor, r.iteration, r.grad, wire::PacketType::kData, *r.push);
+      push_st(r.tensor, r.iteration, r.marked, r.grad, wire::PacketType::kData, *r.push);
       pull_st(pull_of(r, r.push));
       break;
     case Kind::kBarrier:

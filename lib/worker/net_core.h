@@ -117,6 +117,10 @@ struct Request {
   float* out = nullptr;
   Handle handle;               ///< what the trainer holds
   std::optional<Handle> push;  ///< kPushPull: its push part
+  /// kPush, kPushPull, asynchronous modes: 1 + the version the trainer
+  /// read before computing the gradient (Worker::mark_read), 0 = none (the
+  /// version the tensor's last pull delivered).
+  uint32_t marked = 0;
 };
 
 /// The PMD's drop counters (net::PortDrops), by name, in its order.
@@ -140,6 +144,10 @@ struct PublishedStats {
   /// (Worker::version), stored before the pull's handle completes. Set by
   /// the trainer side before it sends the start request.
   std::unique_ptr<std::atomic<uint32_t>[]> delivered;
+  /// Asynchronous modes, per tensor: the version in the declared buffer
+  /// now, the least over its chunks (Worker::mark_read), stored once the
+  /// chunks that made it are fenced. Set like `delivered`.
+  std::unique_ptr<std::atomic<uint32_t>[]> in_place;
   /// Written once by the net core (control path), before it fails the
   /// handles; read by the trainer after a handle failed.
   void set_failure(const std::string& why) {
@@ -204,6 +212,8 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   struct PendingPush {
     TensorId tensor = 0;
     uint32_t iteration = 0;  // BSP: the version it came from; else the tensor's clock
+    uint32_t marked = 0;     // asynchronous: Request::marked
+    uint32_t base = 0;       // asynchronous: the version it came from, fixed when it starts
     const float* grad = nullptr;
     wire::PacketType type = wire::PacketType::kData;
     uint32_t next = 0;  // first block not queued yet
@@ -234,8 +244,8 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   void finish_stop_st(const Handle& stopped, transport::Tick now);
   void take_st(Request& r, transport::Tick now);
   void start_st(const Handle& h, transport::Tick now);
-  void push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,
-               const Handle& h);
+  void push_st(TensorId t, uint32_t iteration, uint32_t marked, const float* grad,
+               wire::PacketType type, const Handle& h);
   void pull_st(PendingPull p);
   // Request -> PendingPull, by the mode's rule.
   PendingPull pull_of(const Request& r, std::optional<Handle> push) const;

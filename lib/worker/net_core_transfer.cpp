@@ -30,14 +30,14 @@ bool NetCore::push_ready_st(const PendingPush& p) const {
 // ---------------------------------------------------------------------------
 // Push.
 
-void NetCore::push_st(TensorId t, uint32_t iteration, const float* grad, wire::PacketType type,
-                      const Handle& h) {
+void NetCore::push_st(TensorId t, uint32_t iteration, uint32_t marked, const float* grad,
+                      wire::PacketType type, const Handle& h) {
   if (push_queue_.size() >= list_capacity_) {
     h.fail("push: more than " + std::to_string(list_capacity_) +
            " pushes are waiting on the net core; wait for some handles first");
     return;
   }
-  push_queue_.push_back(PendingPush{t, iteration, grad, type, 0, false, h});
+  push_queue_.push_back(PendingPush{t, iteration, marked, 0, grad, type, 0, false, h});
 }
 
 uint32_t NetCore::send_pushes_st() {
@@ -50,9 +50,13 @@ uint32_t NetCore::send_pushes_st() {
       if (pushes_->start_st(p.tensor, p.handle) == StartResult::kBusy) continue;
       p.started = true;
       if (async() && p.type == wire::PacketType::kData) {
+        // The version its gradient came from: the one the trainer marked as
+        // read before computing it, else the one its last pull delivered
+        // (psplus places newer versions in the buffer after that pull).
+        p.base = p.marked != 0 ? p.marked - 1 : base_[p.tensor];
         // Its staleness as this worker sees it: the versions every chunk of
-        // the tensor has moved on since the pull its gradient came from.
-        const uint64_t stale = pulls_->staleness_st(p.tensor, base_[p.tensor]);
+        // the tensor has moved on since.
+        const uint64_t stale = pulls_->staleness_st(p.tensor, p.base);
         staleness_sum_ += stale;
         stale_pushes_ += stale != 0 ? 1 : 0;
         staleness_max_ = std::max(staleness_max_, stale);
@@ -86,7 +90,7 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
   meta.iteration = p.iteration;
   if (async() && p.type == wire::PacketType::kData) {
     // Asynchronous: the version the gradient came from, and the clock.
-    meta.iteration = base_[p.tensor];
+    meta.iteration = p.base;
     meta.param_version = p.iteration;
   }
   uint32_t i = p.next;
@@ -129,8 +133,15 @@ bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const s
   // An aggregated chunk's `param_version` is the version its update made.
   ++chunks_received_;
   if (async()) {
-    pulls_->deliver_async_st(h.block_key, h.offset, h.param_version, h.iteration, payload);
+    const ChunkVerdict v =
+        pulls_->deliver_async_st(h.block_key, h.offset, h.param_version, h.iteration, payload);
     pulls_dirty_ = true;
+    if (v == ChunkVerdict::kPlaced && stats_.in_place) {
+      // deliver_async_st() fenced the chunks before their least moved.
+      const TensorId t = pulls_->tensor_of_st(h.block_key);
+      if (pulls_->awaited_st(t) != 0)
+        stats_.in_place[t].store(pulls_->least_version_st(t), std::memory_order_release);
+    }
     return false;
   }
   const ChunkVerdict v = pulls_->deliver_st(h.block_key, h.offset, h.param_version, payload);

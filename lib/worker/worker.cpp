@@ -53,9 +53,12 @@ struct Worker::Impl {
 
   // ---- trainer side ----
   std::unique_ptr<std::atomic<uint32_t>[]> iterations;  // per tensor: pushes so far
-  mutable std::mutex start_mutex;                       // start_async() against itself
-  std::optional<Handle> start;                          // set once, under start_mutex
-  std::atomic<bool> started{false};                     // a caller saw `start` ok
+  // Asynchronous modes, per tensor: 1 + the version mark_read() found, for
+  // the next push to take (0 = none).
+  std::unique_ptr<std::atomic<uint32_t>[]> marked;
+  mutable std::mutex start_mutex;    // start_async() against itself
+  std::optional<Handle> start;       // set once, under start_mutex
+  std::atomic<bool> started{false};  // a caller saw `start` ok
   std::atomic<bool> shut_down{false};
   std::atomic<uint32_t> callers{0};  // threads between their shut-down check and enqueue
   std::atomic<bool> down{false};     // the net core has stopped and been joined
@@ -327,6 +330,8 @@ Handle Worker::start_async() {
   i.iterations = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
   // Published to the net core with the start request, below.
   i.stats.delivered = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
+  i.stats.in_place = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
+  i.marked = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
   Handle h;
   Request r{Request::Kind::kStart, 0, 0, 0, 0, false, 0, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "start");
@@ -352,6 +357,7 @@ Handle Worker::push(Key key, std::span<const float> grad) {
   Handle h;
   const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
   Request r{Request::Kind::kPush, key, it, 0, 0, false, 0, grad.data(), nullptr, h, std::nullopt};
+  r.marked = i.marked[key].exchange(0, std::memory_order_acq_rel);
   i.submit(r, "push");
   return h;
 }
@@ -381,6 +387,20 @@ uint32_t Worker::version(Key key) const {
   return i.stats.delivered[key].load(std::memory_order_acquire);
 }
 
+uint32_t Worker::mark_read(Key key) {
+  Impl& i = *impl_;
+  i.check_live("mark_read");
+  if (!i.stats.in_place || key >= i.table.tensors()) {
+    throw UsageError("mark_read: no tensor with key " + std::to_string(key) +
+                     (i.stats.in_place ? "" : " (the worker has not started)"));
+  }
+  if (i.core.sync == config::Sync::kBsp)
+    return i.stats.delivered[key].load(std::memory_order_acquire);
+  const uint32_t v = i.stats.in_place[key].load(std::memory_order_acquire);
+  i.marked[key].store(v + 1, std::memory_order_release);
+  return v;
+}
+
 std::string_view Worker::sync() const { return config::to_string(impl_->core.sync); }
 
 Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> out) {
@@ -394,6 +414,7 @@ Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> 
   const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
   Request r{
       Request::Kind::kPushPull, key, it, it + 1, 0, false, 0, grad.data(), out.data(), h, pushed};
+  r.marked = i.marked[key].exchange(0, std::memory_order_acq_rel);
   i.submit(r, "push_pull");
   return h;
 }

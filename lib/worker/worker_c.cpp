@@ -190,6 +190,12 @@ int mercury_worker_version(mercury_worker* w, uint32_t key, uint32_t* version_ou
   return guarded([&] { *version_out = w->worker.version(key); });
 }
 
+int mercury_worker_mark_read(mercury_worker* w, uint32_t key, uint32_t* version_out) {
+  if (w == nullptr) return null_argument("mercury_worker_mark_read", "worker");
+  if (version_out == nullptr) return null_argument("mercury_worker_mark_read", "version_out");
+  return guarded([&] { *version_out = w->worker.mark_read(key); });
+}
+
 const char* mercury_worker_sync(const mercury_worker* w) {
   // config::to_string's literals: static storage, NUL-terminated.
   return w != nullptr ? w->worker.sync().data() : nullptr;

@@ -149,6 +149,7 @@ def worker_main(job, node):
     h = w.pull(kb, min_version=ROUNDS)
     h.wait()
     assert h.ok and w.version(kb) == ROUNDS, w.version(kb)
+    assert w.mark_read(kb) == ROUNDS  # bsp: the version, nothing marked
 
     # Callbacks: once each, on the dispatcher thread, in spite of one raising.
     ran = []

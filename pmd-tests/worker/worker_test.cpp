@@ -80,7 +80,7 @@ enum class Server { kRunning, kSilent };
 class Job {
  public:
   explicit Job(uint32_t ranks, Server kind = Server::kRunning, uint32_t start_timeout_ms = 30'000,
-               const net::LinkParams& impair = {}) {
+               const net::LinkParams& impair = {}, config::Sync sync = config::Sync::kBsp) {
     static int run = 0;
     const int id = run++;
     std::vector<net::Interface*> ports;
@@ -98,6 +98,12 @@ class Job {
     sc.chunk_bytes = kChunk;
     sc.optimizer.kind = agg::OptimizerKind::kSgd;
     sc.optimizer.learning_rate = kLr;
+    config::TrainingConfig training;
+    training.sync = sync;
+    sc.sync_policy = [training] { return job::sync_policy(training); };
+    sc.fanout = sync == config::Sync::kBsp      ? server::Fanout::kEvery
+                : sync == config::Sync::kPsPlus ? server::Fanout::kEveryVersion
+                                                : server::Fanout::kContributor;
     sc.layout = job::ShardLayout::of({kShards});
     sc.server_index = 0;
     sc.endpoint = pmdtest::endpoint_config(3, 0, {}, {.messages = 1 << 16});
@@ -118,6 +124,8 @@ class Job {
       c.endpoint =
           pmdtest::endpoint_config(static_cast<uint16_t>(5 + r), static_cast<uint16_t>(r + 1));
       c.start_timeout_ms = start_timeout_ms;
+      c.sync = sync;
+      c.pulls.async = sync != config::Sync::kBsp;
       workers_.push_back(attach_worker(links_[r]->b(), c));
     }
   }
@@ -133,6 +141,8 @@ class Job {
   }
   Worker& worker(uint32_t r) { return workers_[r]; }
   std::vector<Worker>& workers() { return workers_; }
+  /// The server's counters; after stop_server().
+  server::ServerCounters server_counters() const { return server_->counters_st(); }
   /// Packets and control messages the server refused or dropped; after
   /// stop_server() (the counters belong to the server's thread).
   uint64_t server_refusals() const {
@@ -450,6 +460,8 @@ TEST(WorkerApi, MisuseThrowsUsageError) {
   }
   EXPECT_THROW(w.push_pull(1, b, a), UsageError);
   EXPECT_THROW((void)w.key("nope"), UsageError);
+  EXPECT_THROW((void)w.mark_read(2), UsageError);
+  EXPECT_EQ(w.mark_read(1), w.version(1));  // bsp: nothing to mark
   // A single rank: the aggregate is its own gradient (SGD on its initial values).
   std::vector<float> grad(10, 1.0f);
   std::vector<float> expect = b;
@@ -515,6 +527,58 @@ TEST(WorkerApi, StatsCountDropsByReason) {
 
 // Ranks that declare different tensors: the server refuses the job, and
 // both ranks' start() fails with its text (which names the difference).
+// psplus: the servers send every version to every worker, so a declared
+// buffer moves on after the pull that delivered it. An unmarked push is
+// counted stale from the version its last pull delivered; after
+// mark_read(), from the version the buffer held then. Counted by the server
+// (what scales psplus's learning rate).
+TEST(WorkerApi, MarkReadIsThePushBaseUnderPsPlus) {
+  Job job(2, Server::kRunning, 30'000, {}, config::Sync::kPsPlus);
+  Worker& w0 = job.worker(0);
+  Worker& w1 = job.worker(1);
+  EXPECT_EQ(w0.sync(), "psplus");
+  std::vector<float> p0(300), p1(300), g(300, 0.5f);
+  fill_initial(p0, 0);
+  w0.declare("t", p0);
+  w1.declare("t", p1);
+  EXPECT_THROW((void)w0.mark_read(0), UsageError);  // not started
+  const Handle s0 = w0.start_async();
+  const Handle s1 = w1.start_async();
+  ASSERT_TRUE(s0.wait() && s1.wait()) << s0.error() << s1.error();
+  // The version in w's buffer, marked as read, once it is `v` (the
+  // servers' copies arrive a little after the pushes that made them).
+  auto mark_when = [](Worker& w, uint32_t v) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    uint32_t in = w.mark_read(0);
+    while (in < v && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      in = w.mark_read(0);
+    }
+    return in;
+  };
+  // Versions 1-3 from w1, each applied before the next (push_pull completes
+  // once its answer is back); w0 pushes from its start's version 0, unmarked.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w1.push_pull(0, g, p1).wait());
+  ASSERT_TRUE(w0.push_pull(0, g, p0).wait());  // 3 versions stale: version 4
+  // w1 marks version 4 before its next three (5-7); w0 marks 7 before its push.
+  EXPECT_EQ(mark_when(w1, 4), 4u);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(w1.push_pull(0, g, p1).wait());
+  EXPECT_EQ(w0.version(0), 4u);  // its last pull's
+  EXPECT_EQ(mark_when(w0, 7), 7u);
+  ASSERT_TRUE(w0.push_pull(0, g, p0).wait());  // fresh: version 8
+  EXPECT_EQ(w0.version(0), 8u);
+  w0.shutdown();  // before the server stops: each waits for its leave to be acknowledged
+  w1.shutdown();
+  job.stop_server();
+  const server::ServerCounters c = job.server_counters();
+  // Each chunk of the tensor (placement spreads it over several) made
+  // versions 0-8; those of w0's unmarked push were 3 versions stale, no other.
+  const uint64_t chunks = c.shards.updates / 9;
+  EXPECT_EQ(c.shards.updates, 9 * chunks);
+  EXPECT_EQ(c.shards.stale_updates, chunks);
+  EXPECT_EQ(c.shards.staleness_sum, 3 * chunks);
+}
+
 TEST(WorkerApi, RefusingServerFailsStartWithItsText) {
   Job job(2);
   std::vector<float> a(100), b(101);
@@ -691,6 +755,12 @@ TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
   uint32_t k = 7;
   EXPECT_EQ(mercury_worker_key(w, "p", &k), MERCURY_OK);
   EXPECT_EQ(k, 0u);
+  uint32_t v = 7;
+  EXPECT_EQ(mercury_worker_mark_read(w, 0, &v), MERCURY_OK) << mercury_last_error();
+  EXPECT_EQ(v, 1u);  // bsp: the version its push_pull delivered
+  EXPECT_EQ(mercury_worker_mark_read(w, 0, nullptr), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_mark_read: version_out is NULL");
+  EXPECT_EQ(mercury_worker_mark_read(w, 9, &v), MERCURY_E_USAGE);
 
   ASSERT_EQ(mercury_worker_shutdown(w), MERCURY_OK);
   EXPECT_EQ(mercury_worker_push(w, 0, grad.data(), grad.size(), &h), MERCURY_E_USAGE);

@@ -239,6 +239,16 @@ class Worker:
         otherwise."""
         return self._w.version(self._key(key))
 
+    def mark_read(self, key: Key) -> int:
+        """The trainer is about to compute with ``key``'s declared buffer as
+        it is now: returns the version in it (the least over its chunks) and,
+        under asp, ssp and psplus, takes it as the version the next push of
+        ``key`` was computed from, which the servers count its staleness
+        from (under psplus newer versions land after the pull that delivered
+        version()). Call it after waiting for the parameters, right before
+        reading them. Under bsp it returns version() and changes nothing."""
+        return self._w.mark_read(self._key(key))
+
     def push_pull(self, key: Key, grad: Any, out: Any = None) -> Handle:
         """push(key, grad), then pull of the version it leads to into ``out``
         (default: the declared buffer); completes when both have."""

@@ -332,6 +332,7 @@ class PyWorker {
   std::string optimizer() const { return std::string(live().optimizer()); }
   std::string sync() const { return std::string(live().sync()); }
   uint32_t version(mw::Key key) const { return live().version(key); }
+  uint32_t mark_read(mw::Key key) { return live().mark_read(key); }
   bool timeline_enabled() const { return live().timeline_enabled(); }
   void timeline_span(const std::string& name, const std::string& track, uint64_t begin_ns,
                      uint64_t end_ns) {
@@ -412,6 +413,7 @@ PYBIND11_MODULE(_mercury, m) {
       .def("pull", &PyWorker::pull)
       .def("pull_min", &PyWorker::pull_min)
       .def("version", &PyWorker::version)
+      .def("mark_read", &PyWorker::mark_read)
       .def("sync", &PyWorker::sync)
       .def("push_pull", &PyWorker::push_pull)
       .def("barrier", &PyWorker::barrier)

@@ -28,7 +28,9 @@ What happens:
   straight into the parameters' memory. ``step()`` returns at once; the next
   forward pass waits, module by module (a forward pre-hook), only for that
   module's parameters, so the first layer computes while deeper ones are
-  still on the wire.
+  still on the wire. Under asp, ssp and psplus it also marks the versions
+  the module reads (Worker.mark_read) as its gradients' base, which the
+  servers count their staleness from.
 * With ``training.optimizer: sum``, the servers send back the averaged
   gradient; ``step()`` waits for it, writes it into each ``.grad`` and runs
   the local optimizer given to the constructor.
@@ -91,6 +93,7 @@ class DistributedModel(torch.nn.Module):
         self.module = module
         self._worker = worker
         self._sum = worker.optimizer == "sum"
+        self._async = worker.sync != "bsp"
         if self._sum and optimizer is None:
             raise UsageError(
                 "DistributedModel: the job's training.optimizer is sum, so the servers return "
@@ -228,6 +231,11 @@ class DistributedModel(torch.nn.Module):
                 if h is not None:
                     h.wait()
                     waited = True
+            if self._async:
+                # The versions this module computes with: its gradients' base
+                # (under psplus newer ones than the pull's land meanwhile).
+                for k in keys:
+                    self._worker.mark_read(k)
             if self._timeline:
                 now = time.monotonic_ns()
                 if waited:

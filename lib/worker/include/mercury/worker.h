@@ -47,9 +47,11 @@
 // arrives, so a tensor's chunks move on independently: a tensor's version
 // is then the least version over its chunks (version() after a pull), and
 // push's gradient is taken as computed from the version the tensor's last
-// pull delivered (its staleness, against the newest version in place when
-// it goes, is in stats()). A push waits on the net core until the tensor's
-// previous push was applied. pull(key, out):
+// pull delivered, or, when the trainer called mark_read(key) before
+// computing it, from the version in the buffer then (its staleness, against
+// the newest version in place when it goes, is in stats(); the servers
+// scale psplus's learning rate by theirs). A push waits on the net core
+// until the tensor's previous push was applied. pull(key, out):
 //  * asp: once every push of this worker of the tensor has been applied (it
 //    reads its own updates), with whatever others' updates came with them;
 //  * ssp: the same, and not before the slowest worker has pushed at least
@@ -205,6 +207,16 @@ class Worker {
   /// BSP its version; otherwise the least version over the tensor's chunks.
   /// 0 before any. Throws UsageError (no such key).
   [[nodiscard]] uint32_t version(Key key) const;
+  /// Asynchronous modes: the trainer is about to compute with `key`'s
+  /// declared buffer as it is now. Returns the version in it (the least
+  /// over its chunks, newer than version() under psplus, whose servers send
+  /// every version) and takes it as the base of the next push or push_pull
+  /// of `key`: the version its gradient came from, which the servers count
+  /// its staleness from. Call it after the wait for the parameters, right
+  /// before the computation that reads them. bsp: returns version(key) and
+  /// changes nothing (a push's iteration is its base). Throws UsageError
+  /// (no such key, not started, after shutdown).
+  uint32_t mark_read(Key key);
   /// push(key, grad), then pull(key, out) of the version it leads to; the
   /// handle completes when both have. Throws UsageError.
   Handle push_pull(Key key, std::span<const float> grad, std::span<float> out);

@@ -97,6 +97,10 @@ int mercury_worker_pull_min(mercury_worker* worker, uint32_t key, float* out, si
                             uint32_t min_version, mercury_handle** handle_out);
 /* The version the last completed pull of `key` delivered (Worker::version). */
 int mercury_worker_version(mercury_worker* worker, uint32_t key, uint32_t* version_out);
+/* The trainer is about to compute with `key`'s declared buffer: the version
+ * in it now, taken as the base of the next push of `key`
+ * (Worker::mark_read). */
+int mercury_worker_mark_read(mercury_worker* worker, uint32_t key, uint32_t* version_out);
 /* The job's training.sync ("bsp", "asp", "ssp" or "psplus"); static storage.
  * NULL for a NULL worker. */
 const char* mercury_worker_sync(const mercury_worker* worker);
