@@ -356,8 +356,12 @@ def launch(args) -> int:
     dataset()
 
     def echo(node: str, line: str) -> None:
-        # Rank 0's progress speaks for the job; any process's trouble is shown.
+        # Rank 0's progress speaks for the job, each server's closing line (its
+        # aggregations, drops and the staleness of its updates) for the servers;
+        # any process's trouble is shown.
         if node == "w0" and line.startswith(("epoch", "train-digits", "w0:")):
+            print(line, flush=True)
+        elif ": stopped; " in line:
             print(line, flush=True)
         elif "rror" in line or "FAIL" in line or "Traceback" in line:
             print(f"{node}: {line}", flush=True)
