@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,7 +50,7 @@ class ComputeStream {
 };
 
 struct Spread {
-  double median = 0, min = 0, max = 0;
+  double median = 0, min = 0, max = 0, mean = 0;
 };
 
 // Over v[from...]; v[from...] must not be empty.
@@ -58,7 +59,7 @@ Spread spread_of(std::vector<double> v, size_t from) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  return {median, v.front(), v.back()};
+  return {median, v.front(), v.back(), std::accumulate(v.begin(), v.end(), 0.0) / n};
 }
 
 // "rounds 2-10" / "round 1": the rounds a median was taken over (1-based).
@@ -322,14 +323,15 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
       "ratio %.3f\n",
       node, iteration.median, compute_s, communication, bound, iteration.median / bound);
   std::printf(
-      "%s: iteration: median of trace %s [%.3f, %.3f], waiting for parameters %.3f s of it; "
+      "%s: iteration: median of trace %s [%.3f, %.3f], mean %.3f, waiting for parameters %.3f s "
+      "of it; "
       "communication: the faster of burst %.3f s (median of comm-only %s [%.3f, %.3f]) and "
       "streamed %.3f s (median of %s [%.3f, %.3f]); compute: %s's %.1f ms x %g; "
       "the last round's parameters arrived %.3f s after its backward pass\n",
-      node, rounds_text(warm, round_s.size()).c_str(), iteration.min, iteration.max, waits.median,
-      comm.median, rounds_text(comm_warm, comm_s.size()).c_str(), comm.min, comm.max, stream.median,
-      rounds_text(stream_warm, stream_s.size()).c_str(), stream.min, stream.max, t.source.c_str(),
-      t.compute_us() / 1e3, o.scale, drain_s);
+      node, rounds_text(warm, round_s.size()).c_str(), iteration.min, iteration.max, iteration.mean,
+      waits.median, comm.median, rounds_text(comm_warm, comm_s.size()).c_str(), comm.min, comm.max,
+      stream.median, rounds_text(stream_warm, stream_s.size()).c_str(), stream.min, stream.max,
+      t.source.c_str(), t.compute_us() / 1e3, o.scale, drain_s);
   std::fflush(stdout);
   for (uint32_t round = 0; round <= o.comm_rounds && o.check_comm_rounds; ++round) {
     if (comm_wrong[round] != 0) {
