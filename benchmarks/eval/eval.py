@@ -113,7 +113,9 @@ DDP_FIELDS = ["system", "trial", "iteration_s", "images_per_s", "final_accuracy"
 BANDWIDTH_FIELDS = ["variant", "aggregation", "trial", "round", "start_s", "iteration_s"]
 SHARED_FIELDS = ["variant", "aggregation", "partition_bytes", "credit_bytes", "trial",
                  "iteration_s", "other_rounds", "other_iteration_s"]
-SYNC_MODEL_FIELDS = ["model", "mode", "trial", "iteration_s", "straggler_iteration_s"]
+# The means of the rounds (sync_model_run): named so that a work directory holding the
+# medians of an earlier version is refused rather than mixed in.
+SYNC_MODEL_FIELDS = ["model", "mode", "trial", "iteration_mean_s", "straggler_iteration_mean_s"]
 
 
 class Settings:
@@ -599,15 +601,19 @@ def run_sync(a, st: Settings, out: str, progress: Progress) -> None:
 
 def sync_model_run(a, st: Settings, model: str, mode: str) -> dict:
     """One model's trace under `mode`, strict priority, rank 3 a 4x straggler: rank 0's
-    and the straggler's iteration (each the median of its trace rounds after the first)."""
+    and the straggler's iteration, each the mean of its trace rounds after the first (under
+    psplus a model whose communication dominates alternates rounds that wait seconds for
+    their parameters with fast ones, and the median would show only the fast ones)."""
     r = sched_run(a, st, st.sweep_link, model, "strict", None, rounds=st.sync_model_rounds,
                   comm_rounds=1, sync=mode, straggler=SYNC_MODEL_STRAGGLER)
-    its = dict(re.findall(r"\[(w\d+)\] \1: iteration ([\d.]+) s, compute", r["stdout"]))
+    its = dict(re.findall(r"\[(w\d+)\] \1: iteration: median of trace rounds? [\d-]+ "
+                          r"\[[\d.]+, [\d.]+\], mean ([\d.]+),", r["stdout"]))
     straggler = "w" + SYNC_MODEL_STRAGGLER.split(",")[0]
     if "w0" not in its or straggler not in its:
         sys.exit(f"eval: the {model} trace under {mode} with a straggler printed no iteration "
                  f"for w0 or {straggler}:\n{r['stdout'][-3000:]}")
-    return {"iteration_s": float(its["w0"]), "straggler_iteration_s": float(its[straggler])}
+    return {"iteration_mean_s": float(its["w0"]),
+            "straggler_iteration_mean_s": float(its[straggler])}
 
 
 def run_sync_models(a, st: Settings, out: str, progress: Progress) -> None:
@@ -622,8 +628,8 @@ def run_sync_models(a, st: Settings, out: str, progress: Progress) -> None:
                 r = sync_model_run(a, st, model, mode)
                 table.add({"model": model, "mode": mode, "trial": trial, **r})
                 progress.line(f"sync {model} {mode} trial {trial}",
-                              f"rank 0 {r['iteration_s']:.3f} s, the straggler "
-                              f"{r['straggler_iteration_s']:.3f} s per iteration")
+                              f"rank 0 {r['iteration_mean_s']:.3f} s, the straggler "
+                              f"{r['straggler_iteration_mean_s']:.3f} s per iteration")
 
 
 # ---- 3. against DDP ------------------------------------------------------------------
@@ -1012,7 +1018,8 @@ def sync_models_section(out: str, st: Settings) -> list[str]:
              "after one comm-only round of each kind, SSP with staleness_bound "
              f"{SSP_BOUND}, PS+ with staleness_lr {PSPLUS_RULE}. Per model and mode, median "
              "[min, max] over the trials of rank 0's (a fast worker's) iteration in emulated "
-             "seconds (the median of its trace rounds after the first); the last columns: the "
+             "seconds (the mean of its trace rounds after the first: what they cost in all); "
+             "the last columns: the "
              "straggler's own iteration under PS+, and how much less time PS+'s iteration "
              "takes than BSP's in the same trial. Only the models whose 4x-straggler rounds "
              "fit the evaluation's time run here (eval.py, SYNC_MODELS).", "",
@@ -1024,12 +1031,12 @@ def sync_models_section(out: str, st: Settings) -> list[str]:
         if not any(by.values()):
             continue
         c = trace_compute(model, st.sweep_link)
-        cells = [cell([float(r["iteration_s"]) for r in by[m].values()]) if by[m] else "-"
+        cells = [cell([float(r["iteration_mean_s"]) for r in by[m].values()]) if by[m] else "-"
                  for m in MODES]
-        saved = [100 * (1 - float(by["psplus"][t]["iteration_s"]) /
-                        float(by["bsp"][t]["iteration_s"]))
+        saved = [100 * (1 - float(by["psplus"][t]["iteration_mean_s"]) /
+                        float(by["bsp"][t]["iteration_mean_s"]))
                  for t in by["psplus"] if t in by["bsp"]]
-        strag = [float(r["straggler_iteration_s"]) for r in by["psplus"].values()]
+        strag = [float(r["straggler_iteration_mean_s"]) for r in by["psplus"].values()]
         lines.append(f"| {model} | {c:.3f} ({c * float(factor):.3f}) | {' | '.join(cells)} | "
                      f"{cell(strag) if strag else '-'} | "
                      f"{cell(saved, '%.0f %%') if saved else '-'} |")
@@ -1425,21 +1432,16 @@ READING = [
     "the worker back (docs/server.md, \"SSP's answers\"): until a fast worker has used "
     "its bound's slack it runs at ASP's pace, then at the straggler's (AlexNet's rank 0: "
     "1.38 s per iteration from its 10th round on; the table's rounds 2-6 are still in the "
-    "slack). PS+ sends more: every version of every chunk to every worker (the eager "
-    "pull); with four workers pushing, a worker's downlink carries up to four versions of "
-    "the model per round, fewer where the server merges them (an update that finds every "
-    "snapshot chunk on the wire goes later with the newest version, docs/server.md, "
-    "\"Snapshots\"). Where "
-    "compute leaves the link idle (MobileNet-v2) that costs little and PS+ runs near ASP's "
-    "pace; where the link is busy it sets the iteration: ResNet-50's fast workers under PS+ "
-    "run between ASP's pace and BSP's. On AlexNet, whose communication dominates, the "
-    "server merges many of PS+'s copies (in one run 444 262 merged into one already "
-    "waiting, of the 3.6 million its 907 170 updates make; ps-server's last line) and its "
-    "fast workers kept ASP's pace here; in other sessions the same code measured 1.36 s "
-    "and 1.55 s there, so this figure moves with how the copies merge. The answers to a "
-    "worker's own pushes, which its next pushes wait for, share its link with the other versions: with one snapshot chunk "
-    "per chunk they also waited for snapshots, and PS+ on AlexNet took 2.7 s per iteration, "
-    "slower than BSP; the server now keeps two (benchmarks/README.md, eval).",
+    "slack). PS+ also owes every worker the newest version of every chunk the others "
+    "updated (the eager pull), paid at the lowest priority level as the worker's link has "
+    "room, a version made meanwhile merging into the debt (docs/server.md, \"PS+'s eager "
+    "pull\"): where compute leaves the links idle the workers get the versions at once; "
+    "where the answers to the workers' own pushes fill the links (AlexNet) the versions "
+    "wait and PS+ runs at ASP's pace. Sending every version as it was made, at the "
+    "tensors' own levels, put up to four versions of the model per round on each downlink "
+    "ahead of those answers: on AlexNet a fast worker's rounds that waited seconds for "
+    "their parameters alternated with fast ones, so the table gives the mean of the "
+    "rounds, which is what they cost, not their median, which showed only the fast ones.",
     "* **Against DDP**: for a model this small a step is a few round trips between "
     "processes on 2 CPUs, not arithmetic; the comparison says which system has less "
     "overhead per step, not which moves bytes faster (benchmarks/README.md, peers).",

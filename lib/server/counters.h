@@ -58,6 +58,7 @@ std::string_view server_drop_name(ServerDrop d);
   X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")     \
   X(snapshots_full, "async updates deferred: every snapshot of the shard was still on the wire") \
   X(fanout_merged, "async copies not deferred: one to that worker for that chunk already waits") \
+  X(eager_sent, "psplus: newest versions sent to the workers that did not push them (eager)")    \
   X(staleness_sum, "async: versions between a gradient's base and the update that applied it")   \
   X(stale_updates, "async: updates applied to a newer version than their gradient came from")
 

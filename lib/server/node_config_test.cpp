@@ -167,7 +167,8 @@ TEST(Report, StatsLineAndItsDropsWalkTheCounters) {
 }
 
 // The final line's account of the asynchronous fan-out: nothing under BSP
-// (or when nothing was deferred), both counts once either is not 0.
+// (or when nothing was deferred), both counts once either is not 0, and
+// psplus's eager copies when there were any.
 TEST(Report, AsyncFanoutTextOnlyWhenSomethingWasDeferred) {
   ServerCounters c;
   c.shards.updates = 7;
@@ -180,6 +181,12 @@ TEST(Report, AsyncFanoutTextOnlyWhenSomethingWasDeferred) {
             "merged into one already waiting");
   c.shards.snapshots_full = 0;
   EXPECT_NE(async_fanout_text(c).find(": 0 updates found"), std::string::npos);
+  c.shards.eager_sent = 5;  // psplus: also the eager copies
+  EXPECT_EQ(async_fanout_text(c),
+            "; async fan-out: 0 updates found every snapshot on the wire and waited, 12 copies "
+            "merged into one already waiting, 5 eager copies sent");
+  c.shards.fanout_merged = 0;
+  EXPECT_NE(async_fanout_text(c), "");  // eager copies alone are said too
 }
 
 // The final line's staleness: nothing when no update was stale (BSP), else

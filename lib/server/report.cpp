@@ -33,10 +33,12 @@ std::string drops_text(const ServerCounters& c) {
 
 std::string async_fanout_text(const ServerCounters& c) {
   const ShardCounters& s = c.shards;
-  if (s.snapshots_full == 0 && s.fanout_merged == 0) return {};
-  return "; async fan-out: " + std::to_string(s.snapshots_full) +
-         " updates found every snapshot on the wire and waited, " +
-         std::to_string(s.fanout_merged) + " copies merged into one already waiting";
+  if (s.snapshots_full == 0 && s.fanout_merged == 0 && s.eager_sent == 0) return {};
+  std::string text = "; async fan-out: " + std::to_string(s.snapshots_full) +
+                     " updates found every snapshot on the wire and waited, " +
+                     std::to_string(s.fanout_merged) + " copies merged into one already waiting";
+  if (s.eager_sent != 0) text += ", " + std::to_string(s.eager_sent) + " eager copies sent";
+  return text;
 }
 
 std::string staleness_text(const ServerCounters& c) {

@@ -42,8 +42,9 @@ struct Rates {
 };
 
 /// What the asynchronous fan-out deferred (snapshots_full, fanout_merged:
-/// docs/server.md, "Snapshots"), as "; async fan-out: ..." for the final
-/// line, or empty when it deferred nothing (always under BSP).
+/// docs/server.md, "Snapshots") and, under psplus, the eager copies it sent
+/// (eager_sent), as "; async fan-out: ..." for the final line, or empty
+/// when there is none of them (always under BSP).
 std::string async_fanout_text(const ServerCounters& c);
 
 /// The staleness the shards applied updates with (staleness_sum,

@@ -52,6 +52,17 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
     snapshot_refs_ = std::make_unique<std::atomic<uint32_t>[]>(snapshot_count_);
     for (uint64_t i = 0; i < snapshot_count_; ++i) snapshot_refs_[i].store(0);
   }
+  if (rule_ == Fanout::kEveryVersion) {
+    const uint64_t chunks = table_->chunks();
+    owed_.assign(chunks * fanout_.size(), 0);
+    eager_ring_.resize(chunks * fanout_.size());
+    eager_head_.assign(fanout_.size(), 0);
+    eager_count_.assign(fanout_.size(), 0);
+    eager_out_ = std::make_unique<std::atomic<uint32_t>[]>(fanout_.size());
+    for (size_t r = 0; r < fanout_.size(); ++r) eager_out_[r].store(0);
+    eager_window_ = static_cast<uint32_t>(
+        std::max<uint64_t>(kEagerWindowBytes / std::max<uint32_t>(chunk_bytes_, 1), 1));
+  }
 }
 
 bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
@@ -220,10 +231,18 @@ void Shard::fanout_async_st(const agg::Update& u) {
     counters_.staleness_sum += u.staleness;
     if (u.staleness != 0) ++counters_.stale_updates;
   }
-  const SspAnswers::Route route =
+  SspAnswers::Route route =
       fanout_route(rule_, ssp_, u, static_cast<uint64_t>(started_.index(u.key, u.offset)),
                    static_cast<uint32_t>(fanout_.size()), staleness_bound_);
-  if ((route.to | route.first) == 0) return;  // an SSP answer owed, nothing else
+  if (rule_ == Fanout::kEveryVersion && u.version != 0) {
+    // The eager pull: the contributor gets its answer now; the others are
+    // owed the chunk's newest version, sent as their links have room.
+    for (uint64_t left = route.to & ~route.yours; left != 0; left &= left - 1) {
+      owe_eager_st(static_cast<uint16_t>(std::countr_zero(left)), u.key, u.offset, u.priority);
+    }
+    route.to &= route.yours;
+  }
+  if ((route.to | route.first) == 0) return;  // an SSP answer owed, or only eager copies
   const uint64_t s = take_snapshot_st();
   const bool have = s != snapshot_count_;
   if (have) {
@@ -252,6 +271,60 @@ void Shard::fanout_async_st(const agg::Update& u) {
           Deferred{u.key, u.offset, u.version, rank, u.priority, yours ? uint8_t{1} : uint8_t{0}});
     }
   }
+}
+
+void Shard::owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t priority) {
+  const uint64_t i = static_cast<uint64_t>(started_.index(key, offset)) * fanout_.size() + rank;
+  if (owed_[i] != 0) {
+    ++counters_.fanout_merged;  // the owed copy will carry this version too
+    return;
+  }
+  owed_[i] = 1;
+  const uint64_t chunks = table_->chunks();
+  eager_ring_[rank * chunks + (eager_head_[rank] + eager_count_[rank]++) % chunks] =
+      Owed{key, offset, priority};
+  ++eager_pending_;
+}
+
+uint32_t Shard::send_eager_st() {
+  uint32_t sent = 0;
+  const uint64_t chunks = table_->chunks();
+  for (uint16_t rank = 0; rank < fanout_.size() && eager_pending_ != 0; ++rank) {
+    while (eager_count_[rank] != 0 &&
+           eager_out_[rank].load(std::memory_order_relaxed) < eager_window_) {
+      const Owed& o = eager_ring_[rank * chunks + eager_head_[rank]];
+      const uint64_t s = take_snapshot_st();
+      if (s == snapshot_count_) return sent;  // every snapshot on the wire: later
+      const std::span<const float> params = table_->parameters(o.key);
+      const uint64_t left = params.size_bytes() - o.offset;
+      const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(left, chunk_bytes_));
+      std::memcpy(snapshot(s), reinterpret_cast<const std::byte*>(params.data()) + o.offset, bytes);
+      snapshot_refs_[s].store(1, std::memory_order_relaxed);
+      eager_out_[rank].fetch_add(1, std::memory_order_relaxed);
+      const uint32_t tag = fanout_tag(table_->slowest(o.key, o.offset), false);
+      if (!send_st(rank, snapshot(s), bytes, o.key, o.offset, table_->version(o.key, o.offset),
+                   kEagerLevel, tag,
+                   transport::Completion{&Shard::on_eager_sent, this, s << 16 | rank})) {
+        snapshot_refs_[s].store(0, std::memory_order_relaxed);
+        eager_out_[rank].fetch_sub(1, std::memory_order_relaxed);
+        ++counters_.fanout_refused;
+        break;  // this worker's endpoint is full: the next one
+      }
+      owed_[static_cast<uint64_t>(started_.index(o.key, o.offset)) * fanout_.size() + rank] = 0;
+      eager_head_[rank] = (eager_head_[rank] + 1) % chunks;
+      --eager_count_[rank];
+      --eager_pending_;
+      ++counters_.eager_sent;
+      ++sent;
+    }
+  }
+  return sent;
+}
+
+void Shard::on_eager_sent(void* self, const transport::SendResult& r) {
+  auto& shard = *static_cast<Shard*>(self);
+  shard.snapshot_refs_[r.cookie >> 16].fetch_sub(1, std::memory_order_release);
+  shard.eager_out_[r.cookie & 0xffff].fetch_sub(1, std::memory_order_relaxed);
 }
 
 uint32_t Shard::retry_fanout_st() {
@@ -289,7 +362,9 @@ uint32_t Shard::retry_fanout_st() {
     }
     pop_backlog_st();
   }
-  return sent;
+  // The eager copies after the answers and the deferred copies, which
+  // workers wait for.
+  return sent + (eager_pending_ != 0 ? send_eager_st() : 0);
 }
 
 void Shard::release(void* const* tokens, uint32_t count) { releases_.free_st(tokens, count); }

@@ -32,7 +32,13 @@
 // every worker; ASP to the worker whose gradient it applied; SSP to that
 // worker too, holding the answer while the slowest clock holds the worker
 // back and sending it with the update that releases it (SspAnswers,
-// fanout.h); PS+ every version to every worker (the eager pull). In the
+// fanout.h); PS+ the answer to the worker whose gradient it applied, and
+// the chunk's newest version to every other worker as its link has room
+// (the eager pull): each (chunk, worker) is owed at most one copy, sent
+// from a snapshot of the newest version while fewer than kEagerWindowBytes
+// of them are on the wire to that worker, so versions made meanwhile merge
+// into it (fanout_merged) instead of queueing on a busy downlink ahead of
+// the answers the workers wait for. In the
 // asynchronous modes every packet says whether it applied the recipient's
 // own gradient and the chunk's slowest clock (wire::kAggYours).
 //
@@ -49,9 +55,10 @@
 // snapshot of the chunk's newest version, which contains this update: a
 // worker then receives a newer version, never a torn one, and never more
 // than `snapshots` x chunk bytes are held. A copy that only brings a worker a
-// newer version (not the answer to its own push) is not deferred when one to
-// that worker for that chunk already waits (fanout_merged): that one will
-// carry the newest. A worker has at most one push of a chunk waiting for its
+// newer version (not the answer to its own push: version 0 here; psplus's
+// owed copies merge the same way, above) is not deferred when one to that
+// worker for that chunk already waits (fanout_merged): that one will carry
+// the newest. A worker has at most one push of a chunk waiting for its
 // answer, so at most two entries per (chunk, worker) wait: the backlog holds
 // 2 x chunks x workers and never overflows.
 //
@@ -157,7 +164,7 @@ class Shard final : public agg::ChunkSink {
   /// refused again; returns how many went. Called by the shard's owner
   /// whenever fanout_pending() (the inline loop, or the shard core's).
   uint32_t retry_fanout_st();
-  [[nodiscard]] bool fanout_pending() const { return backlog_count_ != 0; }
+  [[nodiscard]] bool fanout_pending() const { return backlog_count_ != 0 || eager_pending_ != 0; }
 
   /// The shard's owner: frees an mbuf of a packet handed to it that the
   /// table did not take (counted for flow control, as the table's releases).
@@ -198,6 +205,12 @@ class Shard final : public agg::ChunkSink {
     return static_cast<uint64_t>(started_.index(d.key, d.offset)) * fanout_.size() + d.rank;
   }
   void fanout_async_st(const agg::Update& u);
+  // psplus: `rank` is owed the newest version of the chunk (one pending
+  // copy per chunk and worker; a newer version merges into it).
+  void owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t priority);
+  // Sends owed copies while each worker's window has room; the count sent.
+  uint32_t send_eager_st();
+  static void on_eager_sent(void* self, const transport::SendResult& r);
   // BSP: send every worker the chunk at `offset` of `key` from the table.
   void fanout_chunk_st(uint32_t key, uint32_t offset, uint32_t bytes, const std::byte* data,
                        uint32_t version, uint8_t priority);
@@ -234,6 +247,26 @@ class Shard final : public agg::ChunkSink {
   std::vector<uint32_t> unit_held_;
   // Asynchronous: per (chunk, rank), the backlog entries waiting.
   std::vector<uint8_t> waiting_;
+  // psplus, the eager pull: per (chunk, rank), whether the worker is owed
+  // the chunk's newest version; per rank, those chunks in the order they
+  // became owed (a ring of `chunks` entries each), and how many copies to
+  // it are on the wire (the endpoint's completions drop it, any core).
+  struct Owed {
+    uint32_t key;
+    uint32_t offset;
+    uint8_t priority;
+  };
+  // The eager copies on the wire to one worker, at most, per shard: enough
+  // to keep a link busy for a few RTTs, few enough that the answer to a
+  // worker's own push never queues behind more than this at its level.
+  static constexpr uint64_t kEagerWindowBytes = 1 << 20;
+  static constexpr uint8_t kEagerLevel = sched::kPriorityLevels - 1;
+  std::vector<uint8_t> owed_;
+  std::vector<Owed> eager_ring_;
+  std::vector<uint64_t> eager_head_, eager_count_;
+  std::unique_ptr<std::atomic<uint32_t>[]> eager_out_;
+  uint32_t eager_window_ = 0;  // copies on the wire per worker
+  uint64_t eager_pending_ = 0;
   // SSP: the answers owed (fanout.h).
   SspAnswers ssp_;
   // Staging credits: taken by the net core (its own counter), returned by

@@ -74,6 +74,12 @@ class EvalQuick(unittest.TestCase):
             for x in sync:
                 self.assertGreater(float(x["iteration_s"]), 0, x)
                 self.assertTrue(0 <= float(x["final_accuracy"]) <= 1, x)
+            # The servers' staleness: none under BSP; PS+'s workers compute from the newest
+            # versions they are sent (marked as read), so its updates are fresher than ASP's.
+            stale = {x["mode"]: float(x["staleness"]) for x in sync}
+            self.assertEqual(stale["bsp"], 0, stale)
+            self.assertGreater(stale["asp"], 0, stale)
+            self.assertLess(stale["psplus"], stale["asp"], stale)
             # Per mode, 2 epochs of 22 steps: each epoch's end with its training loss and, with
             # --curve-every 2, steps 2, 4, ..., 20 of each epoch with the test accuracy alone.
             curves = rows(os.path.join(data, "sync_curves.csv"))
@@ -93,7 +99,7 @@ class EvalQuick(unittest.TestCase):
             models = {x["mode"]: x for x in rows(os.path.join(data, "sync_models.csv"))}
             self.assertEqual(sorted(models), ["asp", "bsp", "psplus", "ssp"])
             for mode, x in models.items():
-                fast, slow = float(x["iteration_s"]), float(x["straggler_iteration_s"])
+                fast, slow = float(x["iteration_mean_s"]), float(x["straggler_iteration_mean_s"])
                 self.assertGreater(fast, 0, x)
                 if mode == "bsp":
                     self.assertGreater(fast, 0.75 * slow, x)

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,13 +81,14 @@ enum class Server { kRunning, kSilent };
 class Job {
  public:
   explicit Job(uint32_t ranks, Server kind = Server::kRunning, uint32_t start_timeout_ms = 30'000,
-               const net::LinkParams& impair = {}, config::Sync sync = config::Sync::kBsp) {
+               const net::LinkParams& impair = {}, config::Sync sync = config::Sync::kBsp,
+               const std::optional<net::LinkParams>& rank0_impair = std::nullopt) {
     static int run = 0;
     const int id = run++;
     std::vector<net::Interface*> ports;
     std::vector<server::JobWorker> workers;
     for (uint32_t r = 0; r < ranks; ++r) {
-      net::LinkParams p = impair;
+      net::LinkParams p = r == 0 && rank0_impair ? *rank0_impair : impair;
       p.seed = impair.seed + r;
       links_.push_back(std::make_unique<RingLink>(
           "wk" + std::to_string(id) + "_" + std::to_string(r), static_cast<uint8_t>(80 + r),
@@ -577,6 +579,46 @@ TEST(WorkerApi, MarkReadIsThePushBaseUnderPsPlus) {
   EXPECT_EQ(c.shards.updates, 9 * chunks);
   EXPECT_EQ(c.shards.stale_updates, chunks);
   EXPECT_EQ(c.shards.staleness_sum, 3 * chunks);
+}
+
+// psplus's eager pull over a slow downlink: w1 makes versions 1-5 of a
+// tensor faster than w0's link carries one. The server owes w0 one copy
+// per chunk, of the newest version, and sends it as w0's link has room, so
+// the versions made meanwhile merge (fewer copies than versions x chunks),
+// and w0 ends with version 5, bit for bit w1's.
+TEST(WorkerApi, PsPlusEagerCopiesMergeOnASlowLink) {
+  net::LinkParams slow;
+  slow.rate_gbps = 0.05;  // 1 MB in 160 ms
+  Job job(2, Server::kRunning, 30'000, {}, config::Sync::kPsPlus, slow);
+  Worker& w0 = job.worker(0);
+  Worker& w1 = job.worker(1);
+  constexpr uint32_t kN = 1 << 18;  // 1 MiB
+  std::vector<float> p0(kN), p1(kN), g(kN);
+  fill_initial(p0, 0);
+  w0.declare("t", p0);
+  w1.declare("t", p1);
+  const Handle s0 = w0.start_async();
+  const Handle s1 = w1.start_async();
+  ASSERT_TRUE(s0.wait() && s1.wait()) << s0.error() << s1.error();
+  for (uint32_t round = 0; round < 5; ++round) {
+    fill_gradient(g, 1, round, 0);
+    ASSERT_TRUE(w1.push_pull(0, g, p1).wait());
+  }
+  // psplus's push_pull completes once its push is acknowledged; the answer may follow.
+  ASSERT_TRUE(w1.pull(0, p1, 5).wait());
+  EXPECT_EQ(w1.version(0), 5u);
+  const Handle last = w0.pull(0, p0, 5);
+  ASSERT_TRUE(last.wait()) << last.error();
+  EXPECT_EQ(w0.version(0), 5u);
+  EXPECT_EQ(std::memcmp(p0.data(), p1.data(), kN * sizeof(float)), 0);
+  w0.shutdown();  // before the server stops: each waits for its leave to be acknowledged
+  w1.shutdown();
+  job.stop_server();
+  const server::ServerCounters c = job.server_counters();
+  const uint64_t chunks = (uint64_t{kN} * sizeof(float) + kChunk - 1) / kChunk;
+  EXPECT_GE(c.shards.eager_sent, chunks);  // at least the last version, whole
+  EXPECT_LT(c.shards.eager_sent, 5 * chunks);
+  EXPECT_GT(c.shards.fanout_merged, 0u);
 }
 
 TEST(WorkerApi, RefusingServerFailsStartWithItsText) {

@@ -58,8 +58,9 @@
 //    (this worker's pushes - training.staleness_bound) gradients of every
 //    chunk: a worker too far ahead waits here, before it computes;
 //  * psplus: at once, with the newest version in place (the servers send
-//    every version to every worker as it is made: the eager pull), and
-//    push_pull's pull part once its push is acknowledged;
+//    every worker the newest version of every chunk as its link has room:
+//    the eager pull), and push_pull's pull part once its push is
+//    acknowledged;
 //  * pull(key, out, min_version), any mode: not before every chunk of the
 //    tensor is at least min_version.
 //
@@ -210,7 +211,7 @@ class Worker {
   /// Asynchronous modes: the trainer is about to compute with `key`'s
   /// declared buffer as it is now. Returns the version in it (the least
   /// over its chunks, newer than version() under psplus, whose servers send
-  /// every version) and takes it as the base of the next push or push_pull
+  /// the newest versions eagerly) and takes it as the base of the next push or push_pull
   /// of `key`: the version its gradient came from, which the servers count
   /// its staleness from. Call it after the wait for the parameters, right
   /// before the computation that reads them. bsp: returns version(key) and
