@@ -238,7 +238,7 @@ void Shard::fanout_async_st(const agg::Update& u) {
     // The eager pull: the contributor gets its answer now; the others are
     // owed the chunk's newest version, sent as their links have room.
     for (uint64_t left = route.to & ~route.yours; left != 0; left &= left - 1) {
-      owe_eager_st(static_cast<uint16_t>(std::countr_zero(left)), u.key, u.offset, u.priority);
+      owe_eager_st(static_cast<uint16_t>(std::countr_zero(left)), u.key, u.offset);
     }
     route.to &= route.yours;
   }
@@ -273,7 +273,7 @@ void Shard::fanout_async_st(const agg::Update& u) {
   }
 }
 
-void Shard::owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t priority) {
+void Shard::owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset) {
   const uint64_t i = static_cast<uint64_t>(started_.index(key, offset)) * fanout_.size() + rank;
   if (owed_[i] != 0) {
     ++counters_.fanout_merged;  // the owed copy will carry this version too
@@ -282,7 +282,7 @@ void Shard::owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t p
   owed_[i] = 1;
   const uint64_t chunks = table_->chunks();
   eager_ring_[rank * chunks + (eager_head_[rank] + eager_count_[rank]++) % chunks] =
-      Owed{key, offset, priority};
+      Owed{key, offset};
   ++eager_pending_;
 }
 

@@ -36,9 +36,9 @@
 // the chunk's newest version to every other worker as its link has room
 // (the eager pull): each (chunk, worker) is owed at most one copy, sent
 // from a snapshot of the newest version while fewer than kEagerWindowBytes
-// of them are on the wire to that worker, so versions made meanwhile merge
-// into it (fanout_merged) instead of queueing on a busy downlink ahead of
-// the answers the workers wait for. In the
+// of them are on the wire to that worker, at the lowest priority level, so
+// versions made meanwhile merge into it (fanout_merged) and the copies take
+// only link time that the answers the workers wait for leave. In the
 // asynchronous modes every packet says whether it applied the recipient's
 // own gradient and the chunk's slowest clock (wire::kAggYours).
 //
@@ -207,7 +207,7 @@ class Shard final : public agg::ChunkSink {
   void fanout_async_st(const agg::Update& u);
   // psplus: `rank` is owed the newest version of the chunk (one pending
   // copy per chunk and worker; a newer version merges into it).
-  void owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t priority);
+  void owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset);
   // Sends owed copies while each worker's window has room; the count sent.
   uint32_t send_eager_st();
   static void on_eager_sent(void* self, const transport::SendResult& r);
@@ -254,12 +254,14 @@ class Shard final : public agg::ChunkSink {
   struct Owed {
     uint32_t key;
     uint32_t offset;
-    uint8_t priority;
   };
   // The eager copies on the wire to one worker, at most, per shard: enough
-  // to keep a link busy for a few RTTs, few enough that the answer to a
-  // worker's own push never queues behind more than this at its level.
+  // to keep a link busy for a few RTTs, few enough that the snapshots stay
+  // free for the answers and that versions made meanwhile merge.
   static constexpr uint64_t kEagerWindowBytes = 1 << 20;
+  // Their priority level, below every tensor's but those that share it (a
+  // model with 64 priorities or more puts its last tensors there, where an
+  // answer queues behind at most the window).
   static constexpr uint8_t kEagerLevel = sched::kPriorityLevels - 1;
   std::vector<uint8_t> owed_;
   std::vector<Owed> eager_ring_;
