@@ -1353,8 +1353,8 @@ def sync_reading(sync: dict, st: Settings) -> list[str]:
         return []
     text = ("* **PS+ and ASP** do not wait for stragglers (BSP runs at the straggler's pace); "
             "their price is staleness. PS+'s "
-            "workers receive every version as the servers make it and compute from the "
-            "newest they hold (mercury.torch marks what each module reads as its gradients' "
+            "workers are sent the newest versions as their links have room and compute from "
+            "the newest they hold (mercury.torch marks what each module reads as its gradients' "
             "base, `Worker.mark_read`), so with a 4x straggler its updates reached the servers "
             f"{ps['staleness']:.2f} versions behind on average against ASP's "
             f"{asp['staleness']:.2f} (the table's last column), and its rule scales each "
