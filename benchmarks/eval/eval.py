@@ -89,7 +89,8 @@ TARGET_ACCURACY = 0.90
 # PS+ runs with its staleness rule lr / sqrt(1 + s) and the base rate ASYNC_LR x sqrt(W):
 # an update s = W - 1 versions stale takes ASP's step, a fresh one (s = 0) sqrt(W) times
 # it. PS+'s updates are fresher than ASP's (its workers compute from the newest versions
-# the servers send them), so its steps are between the two (sync.csv's staleness). Under the rule lr / (1 + s) with base ASYNC_LR x W, those fresh updates take
+# the servers send them), so its steps are between the two (sync.csv's staleness).
+# Under the rule lr / (1 + s) with base ASYNC_LR x W, those fresh updates take
 # W times ASP's step: the digits model then collapsed in the last epoch of most runs
 # (test accuracy 0.95 -> 0.4-0.6).
 ASYNC_LR = 0.1
