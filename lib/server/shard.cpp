@@ -274,7 +274,7 @@ void Shard::fanout_async_st(const agg::Update& u) {
 }
 
 void Shard::owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset) {
-  const uint64_t i = static_cast<uint64_t>(started_.index(key, offset)) * fanout_.size() + rank;
+  const uint64_t i = pair_index(key, offset, rank);
   if (owed_[i] != 0) {
     ++counters_.fanout_merged;  // the owed copy will carry this version too
     return;
@@ -293,24 +293,13 @@ uint32_t Shard::send_eager_st() {
     while (eager_count_[rank] != 0 &&
            eager_out_[rank].load(std::memory_order_relaxed) < eager_window_) {
       const Owed& o = eager_ring_[rank * chunks + eager_head_[rank]];
-      const uint64_t s = take_snapshot_st();
-      if (s == snapshot_count_) return sent;  // every snapshot on the wire: later
-      const std::span<const float> params = table_->parameters(o.key);
-      const uint64_t left = params.size_bytes() - o.offset;
-      const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(left, chunk_bytes_));
-      std::memcpy(snapshot(s), reinterpret_cast<const std::byte*>(params.data()) + o.offset, bytes);
-      snapshot_refs_[s].store(1, std::memory_order_relaxed);
-      eager_out_[rank].fetch_add(1, std::memory_order_relaxed);
-      const uint32_t tag = fanout_tag(table_->slowest(o.key, o.offset), false);
-      if (!send_st(rank, snapshot(s), bytes, o.key, o.offset, table_->version(o.key, o.offset),
-                   kEagerLevel, tag,
-                   transport::Completion{&Shard::on_eager_sent, this, s << 16 | rank})) {
-        snapshot_refs_[s].store(0, std::memory_order_relaxed);
-        eager_out_[rank].fetch_sub(1, std::memory_order_relaxed);
+      const Newest r = send_newest_st(rank, o.key, o.offset, kEagerLevel, false, true);
+      if (r == Newest::kNoSnapshot) return sent;  // every snapshot on the wire: later
+      if (r == Newest::kRefused) {
         ++counters_.fanout_refused;
         break;  // this worker's endpoint is full: the next one
       }
-      owed_[static_cast<uint64_t>(started_.index(o.key, o.offset)) * fanout_.size() + rank] = 0;
+      owed_[pair_index(o.key, o.offset, rank)] = 0;
       eager_head_[rank] = (eager_head_[rank] + 1) % chunks;
       --eager_count_[rank];
       --eager_pending_;
@@ -319,6 +308,28 @@ uint32_t Shard::send_eager_st() {
     }
   }
   return sent;
+}
+
+Shard::Newest Shard::send_newest_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t priority,
+                                    bool yours, bool eager) {
+  const uint64_t s = take_snapshot_st();
+  if (s == snapshot_count_) return Newest::kNoSnapshot;
+  const std::span<const float> params = table_->parameters(key);
+  const auto bytes =
+      static_cast<uint32_t>(std::min<uint64_t>(params.size_bytes() - offset, chunk_bytes_));
+  std::memcpy(snapshot(s), reinterpret_cast<const std::byte*>(params.data()) + offset, bytes);
+  snapshot_refs_[s].store(1, std::memory_order_relaxed);
+  if (eager) eager_out_[rank].fetch_add(1, std::memory_order_relaxed);
+  const transport::Completion done =
+      eager ? transport::Completion{&Shard::on_eager_sent, this, s << 16 | rank}
+            : transport::Completion{&Shard::on_snapshot_sent, this, s};
+  if (!send_st(rank, snapshot(s), bytes, key, offset, table_->version(key, offset), priority,
+               fanout_tag(table_->slowest(key, offset), yours), done)) {
+    snapshot_refs_[s].store(0, std::memory_order_relaxed);
+    if (eager) eager_out_[rank].fetch_sub(1, std::memory_order_relaxed);
+    return Newest::kRefused;
+  }
+  return Newest::kSent;
 }
 
 void Shard::on_eager_sent(void* self, const transport::SendResult& r) {
@@ -331,20 +342,10 @@ uint32_t Shard::retry_fanout_st() {
   uint32_t sent = 0;
   while (backlog_count_ != 0) {
     const Deferred& d = backlog_[backlog_head_];
-    const std::span<const float> params = table_->parameters(d.key);
-    const auto* base = reinterpret_cast<const std::byte*>(params.data());
-    const uint64_t left = params.size_bytes() - d.offset;
-    const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(left, chunk_bytes_));
     if (rule_ != Fanout::kEvery) {
       // The chunk's newest version, which contains the deferred one.
-      const uint64_t s = take_snapshot_st();
-      if (s == snapshot_count_) break;
-      std::memcpy(snapshot(s), base + d.offset, bytes);
-      snapshot_refs_[s].store(1, std::memory_order_relaxed);
-      const uint32_t tag = fanout_tag(table_->slowest(d.key, d.offset), d.yours != 0);
-      if (!send_st(d.rank, snapshot(s), bytes, d.key, d.offset, table_->version(d.key, d.offset),
-                   d.priority, tag, transport::Completion{&Shard::on_snapshot_sent, this, s})) {
-        snapshot_refs_[s].store(0, std::memory_order_relaxed);
+      if (send_newest_st(d.rank, d.key, d.offset, d.priority, d.yours != 0, false) !=
+          Newest::kSent) {
         break;
       }
       ++counters_.fanout_retried;
@@ -352,6 +353,10 @@ uint32_t Shard::retry_fanout_st() {
       pop_backlog_st();
       continue;
     }
+    const std::span<const float> params = table_->parameters(d.key);
+    const auto* base = reinterpret_cast<const std::byte*>(params.data());
+    const uint64_t left = params.size_bytes() - d.offset;
+    const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(left, chunk_bytes_));
     if (table_->version(d.key, d.offset) != d.version) {
       ++counters_.fanout_lost;  // cannot happen under BSP (see Deferred)
     } else if (!send_st(d.rank, base + d.offset, bytes, d.key, d.offset, d.version, d.priority)) {

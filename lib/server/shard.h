@@ -201,8 +201,13 @@ class Shard final : public agg::ChunkSink {
   void defer_st(const Deferred& d);
   // The backlog's oldest entry is gone (sent or lost).
   void pop_backlog_st();
+  // Per (chunk, rank) tables (waiting_, owed_): the entry of `rank` for
+  // the chunk at `offset` of `key`.
+  [[nodiscard]] uint64_t pair_index(uint32_t key, uint32_t offset, uint16_t rank) const {
+    return static_cast<uint64_t>(started_.index(key, offset)) * fanout_.size() + rank;
+  }
   [[nodiscard]] uint64_t waiting_index(const Deferred& d) const {
-    return static_cast<uint64_t>(started_.index(d.key, d.offset)) * fanout_.size() + d.rank;
+    return pair_index(d.key, d.offset, d.rank);
   }
   void fanout_async_st(const agg::Update& u);
   // psplus: `rank` is owed the newest version of the chunk (one pending
@@ -210,6 +215,12 @@ class Shard final : public agg::ChunkSink {
   void owe_eager_st(uint16_t rank, uint32_t key, uint32_t offset);
   // Sends owed copies while each worker's window has room; the count sent.
   uint32_t send_eager_st();
+  // Asynchronous: sends `rank` the chunk's newest version from a fresh
+  // snapshot (a deferred copy, or with `eager` an owed one, counted in the
+  // worker's window), tagged `yours` or not.
+  enum class Newest : uint8_t { kSent, kNoSnapshot, kRefused };
+  Newest send_newest_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t priority, bool yours,
+                        bool eager);
   static void on_eager_sent(void* self, const transport::SendResult& r);
   // BSP: send every worker the chunk at `offset` of `key` from the table.
   void fanout_chunk_st(uint32_t key, uint32_t offset, uint32_t bytes, const std::byte* data,
