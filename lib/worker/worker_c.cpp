@@ -2,6 +2,7 @@
 // API throws and turns it into a status and a thread-local text.
 #include "mercury/worker_c.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -194,6 +195,25 @@ int mercury_worker_mark_read(mercury_worker* w, uint32_t key, uint32_t* version_
   if (w == nullptr) return null_argument("mercury_worker_mark_read", "worker");
   if (version_out == nullptr) return null_argument("mercury_worker_mark_read", "version_out");
   return guarded([&] { *version_out = w->worker.mark_read(key); });
+}
+
+int mercury_worker_drops(mercury_worker* w, char* buf, size_t size, size_t* needed_out) {
+  if (w == nullptr) return null_argument("mercury_worker_drops", "worker");
+  if (buf == nullptr && size != 0)
+    return null_argument("mercury_worker_drops", "buf (size is not 0)");
+  return guarded([&] {
+    std::string text;
+    for (const auto& [reason, n] : w->worker.drops()) {
+      if (!text.empty()) text += ' ';
+      text += reason + "=" + std::to_string(n);
+    }
+    if (size != 0) {
+      const size_t k = std::min(text.size(), size - 1);
+      std::memcpy(buf, text.data(), k);
+      buf[k] = '\0';
+    }
+    if (needed_out != nullptr) *needed_out = text.size();
+  });
 }
 
 const char* mercury_worker_sync(const mercury_worker* w) {

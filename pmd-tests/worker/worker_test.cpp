@@ -491,7 +491,8 @@ TEST(WorkerApi, SilentServerFailsStartNamingIt) {
 }
 
 // What the worker drops is counted by reason in Worker::drops() (so in
-// ps-worker's closing line and Python's stats()): 5 frames for another MAC,
+// ps-worker's closing line, Python's stats() and the C ABI's
+// mercury_worker_drops): 5 frames for another MAC,
 // sent raw into the worker's port from the server's end of its link while
 // the worker waits for a server that never answers.
 TEST(WorkerApi, StatsCountDropsByReason) {
@@ -523,8 +524,26 @@ TEST(WorkerApi, StatsCountDropsByReason) {
   ASSERT_EQ(drops.size(), 1u);
   EXPECT_EQ(drops[0].first, "not_our_mac");
   EXPECT_EQ(drops[0].second, kFrames);
-  w.shutdown();  // fails the start still waiting
+
+  // The same through the C ABI, as text, snprintf-like.
+  mercury_worker* c = wrap_worker_for_c(job.take(0));
+  const std::string want = "not_our_mac=" + std::to_string(kFrames);
+  size_t needed = 0;
+  ASSERT_EQ(mercury_worker_drops(c, nullptr, 0, &needed), MERCURY_OK) << mercury_last_error();
+  EXPECT_EQ(needed, want.size());
+  char text[64];
+  ASSERT_EQ(mercury_worker_drops(c, text, sizeof text, nullptr), MERCURY_OK);
+  EXPECT_EQ(std::string(text), want);
+  char cut[5];
+  ASSERT_EQ(mercury_worker_drops(c, cut, sizeof cut, &needed), MERCURY_OK);
+  EXPECT_STREQ(cut, "not_");
+  EXPECT_EQ(needed, want.size());
+  EXPECT_EQ(mercury_worker_drops(c, nullptr, 4, &needed), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_drops: buf (size is not 0) is NULL");
+  EXPECT_EQ(mercury_worker_drops(nullptr, text, sizeof text, &needed), MERCURY_E_USAGE);
+  EXPECT_EQ(mercury_worker_shutdown(c), MERCURY_OK);  // fails the start still waiting
   EXPECT_FALSE(start.wait());
+  mercury_worker_destroy(c);
 }
 
 // Ranks that declare different tensors: the server refuses the job, and

@@ -101,6 +101,13 @@ int mercury_worker_version(mercury_worker* worker, uint32_t key, uint32_t* versi
  * in it now, taken as the base of the next push of `key`
  * (Worker::mark_read). */
 int mercury_worker_mark_read(mercury_worker* worker, uint32_t key, uint32_t* version_out);
+/* Every drop on the worker's node by reason (Worker::drops) as text,
+ * "reason=count" pairs separated by one space ("" when none), e.g.
+ * "not_our_mac=5 retransmit_stale=2". Like snprintf: writes at most `size`
+ * bytes including the terminating NUL (a longer text is cut, still
+ * terminated; `buf` may be NULL when `size` is 0), and *needed_out (when
+ * not NULL) is the whole text's length without the NUL. */
+int mercury_worker_drops(mercury_worker* worker, char* buf, size_t size, size_t* needed_out);
 /* The job's training.sync ("bsp", "asp", "ssp" or "psplus"); static storage.
  * NULL for a NULL worker. */
 const char* mercury_worker_sync(const mercury_worker* worker);
