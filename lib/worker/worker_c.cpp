@@ -199,8 +199,9 @@ int mercury_worker_mark_read(mercury_worker* w, uint32_t key, uint32_t* version_
 
 int mercury_worker_drops(mercury_worker* w, char* buf, size_t size, size_t* needed_out) {
   if (w == nullptr) return null_argument("mercury_worker_drops", "worker");
-  if (buf == nullptr && size != 0)
+  if (buf == nullptr && size != 0) {
     return null_argument("mercury_worker_drops", "buf (size is not 0)");
+  }
   return guarded([&] {
     std::string text;
     for (const auto& [reason, n] : w->worker.drops()) {
