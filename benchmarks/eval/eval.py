@@ -1020,10 +1020,10 @@ def sync_models_section(out: str, st: Settings) -> list[str]:
              f"{SSP_BOUND}, PS+ with staleness_lr {PSPLUS_RULE}. Per model and mode, median "
              "[min, max] over the trials of rank 0's (a fast worker's) iteration in emulated "
              "seconds (the mean of its trace rounds after the first: what they cost in all); "
-             "the last columns: the "
-             "straggler's own iteration under PS+, and how much less time PS+'s iteration "
-             "takes than BSP's in the same trial. Only the models whose 4x-straggler rounds "
-             "fit the evaluation's time run here (eval.py, SYNC_MODELS).", "",
+             "the last columns: the straggler's own iteration under PS+, and how much less "
+             "time PS+'s iteration takes than BSP's in the same trial. Only the models whose "
+             "4x-straggler rounds fit the evaluation's time run here (eval.py, SYNC_MODELS).",
+             "",
              "| model | compute (the straggler's) | BSP | ASP | SSP | PS+ | the straggler under "
              "PS+ | PS+ against BSP: time per iteration saved |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

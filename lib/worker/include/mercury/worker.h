@@ -211,12 +211,12 @@ class Worker {
   /// Asynchronous modes: the trainer is about to compute with `key`'s
   /// declared buffer as it is now. Returns the version in it (the least
   /// over its chunks, newer than version() under psplus, whose servers send
-  /// the newest versions eagerly) and takes it as the base of the next push or push_pull
-  /// of `key`: the version its gradient came from, which the servers count
-  /// its staleness from. Call it after the wait for the parameters, right
-  /// before the computation that reads them. bsp: returns version(key) and
-  /// changes nothing (a push's iteration is its base). Throws UsageError
-  /// (no such key, not started, after shutdown).
+  /// the newest versions eagerly) and takes it as the base of the next push
+  /// or push_pull of `key`: the version its gradient came from, which the
+  /// servers count its staleness from. Call it after the wait for the
+  /// parameters, right before the computation that reads them. bsp: returns
+  /// version(key) and changes nothing (a push's iteration is its base).
+  /// Throws UsageError (no such key, not started, after shutdown).
   uint32_t mark_read(Key key);
   /// push(key, grad), then pull(key, out) of the version it leads to; the
   /// handle completes when both have. Throws UsageError.
