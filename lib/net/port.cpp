@@ -6,9 +6,17 @@
 #include <rte_eth_ring.h>
 #include <rte_mempool.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14's value; older headers lack it
+#endif
 
 namespace mercury::net {
 
@@ -266,6 +274,26 @@ std::string Port::describe() const {
   s += tx_cksum_ ? ", tx checksum offload" : ", software checksums";
   if (tx_by_reference_) s += ", payloads sent by reference";
   return s;
+}
+
+uint64_t populate_memif_regions() noexcept {
+  // DPDK 22.11's net_memif names each region's memfd "memif_region_<n>";
+  // both ends map it shared ("rw-s").
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return 0;
+  uint64_t populated = 0;
+  char line[512];
+  while (std::fgets(line, sizeof line, maps) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    char perms[8] = {};
+    if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
+    if (perms[3] != 's' || std::strstr(line, "/memfd:memif_region_") == nullptr) continue;
+    if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) == 0) {
+      populated += hi - lo;
+    }
+  }
+  std::fclose(maps);
+  return populated;
 }
 
 }  // namespace mercury::net

@@ -144,4 +144,17 @@ class Port {
   std::shared_ptr<void> rings_;           // ring links: the rings outlive both ports
 };
 
+/// Maps in every page of the net_memif shared-memory regions (its rings and
+/// packet buffers) this process has mapped, without changing a byte
+/// (madvise MADV_POPULATE_WRITE, Linux 5.14). A region's pages are
+/// otherwise faulted in by the first frames through them: on a VM that
+/// faults slowly, the first round of pushes then runs measurably slower than
+/// the next (docs/net.md, "net_memif's shared memory"). Call it from a
+/// control thread once the links are up (the regions are mapped when the
+/// peers connect); calling it again costs a page-table walk. Returns the
+/// bytes of the regions it populated; 0 when there are none (no connected
+/// net_memif port) or the kernel refuses. Control path: reads
+/// /proc/self/maps; never throws.
+uint64_t populate_memif_regions() noexcept;
+
 }  // namespace mercury::net

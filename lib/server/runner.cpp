@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "job/job.h"
+#include "net/port.h"
 #include "server/node_config.h"
 #include "server/report.h"
 #include "telemetry/net_counters.h"
@@ -144,12 +145,17 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     std::vector<uint64_t> links(node_.ports());
     for (uint32_t p = 0; p < node_.ports(); ++p) links[p] = node_.interface(p).link_up();
     auto report_links = [&] {
+      bool came_up = false;
       for (uint32_t p = 0; p < node_.ports(); ++p) {
         const uint64_t up = node_.interface(p).link_up();
         if (up == links[p]) continue;
         links[p] = up;
+        came_up |= up != 0;
         output_.out(who_ + ": " + link_line(node_.interface(p).port().name(), up != 0));
       }
+      // A memif peer that connected brought new shared memory: in with it
+      // now, off the net core (docs/net.md, "net_memif's shared memory").
+      if (came_up) net::populate_memif_regions();
     };
     ServerCounters prev = published_.read();
     uint64_t prev_in = 0, prev_out = 0;

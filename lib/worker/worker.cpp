@@ -18,6 +18,7 @@
 #include "job/job.h"
 #include "net/eal.h"
 #include "net/node.h"
+#include "net/port.h"
 #include "worker/attach.h"
 #include "worker/net_core.h"
 #include "worker/request_queue.h"
@@ -346,6 +347,11 @@ void Worker::start() {
   const Handle h = start_async();
   if (!h.ready()) i.check_may_block("start");
   if (!h.wait()) throw WorkerError(i.failure(h));
+  // The links are up and the initial pull has gone through the server's
+  // direction: the pushes' direction of a memif link is still unfaulted
+  // shared memory, which the first push would fault in page by page
+  // (docs/net.md, "net_memif's shared memory").
+  net::populate_memif_regions();
   i.started.store(true, std::memory_order_release);
 }
 

@@ -11,12 +11,14 @@
 // drops"), which is why the pool gauge is exposed as well: the second test
 // runs both ends of a memif link in this process (one thread polls both, so
 // no core is inside a burst when an end closes) and shows it, and the link's
-// state going down when the other end closes.
+// state going down when the other end closes. The third maps a memif pair's
+// shared regions in whole (populate_memif_regions).
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +41,8 @@ constexpr uint32_t kPoolMbufs = 63;  // the RX pool: far fewer than the frames
 std::string g_capture;               // written by main() before EAL probes net_pcap
 constexpr const char* kMemifServer = "net_memif_stats_s";
 constexpr const char* kMemifClient = "net_memif_stats_c";
+constexpr const char* kPopulateServer = "net_memif_pop_s";
+constexpr const char* kPopulateClient = "net_memif_pop_c";
 
 const LocalAddr kLocal{MacAddr{{0x02, 0, 0, 0, 0, 0x0a}}, 0xc0000201, 47100};
 const Route kFrom{MacAddr{{0x02, 0, 0, 0, 0, 0x0b}}, 0xc0000202, 47101};
@@ -208,6 +212,58 @@ TEST(PortStats, NetMemifCountsNoDropForADryPoolThePoolGaugeShowsIt) {
   EXPECT_EQ(server.link_up(), 0u);
 }
 
+// The memif regions this process maps (/proc/self/smaps): how many, their
+// bytes and how many of those are resident in this process's page tables.
+struct Regions {
+  uint32_t mappings = 0;
+  uint64_t size = 0, resident = 0;
+};
+Regions memif_regions() {
+  Regions r;
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool in = false;
+  while (std::getline(smaps, line)) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) {
+      in = line.find("/memfd:memif_region_") != std::string::npos;
+      if (in) {
+        ++r.mappings;
+        r.size += hi - lo;
+      }
+    } else if (unsigned long kb = 0; in && std::sscanf(line.c_str(), "Rss: %lu kB", &kb) == 1) {
+      r.resident += static_cast<uint64_t>(kb) << 10;
+    }
+  }
+  return r;
+}
+
+TEST(PortStats, PopulateMapsEveryPageOfAConnectedMemifPairsRegions) {
+  const Regions before_ports = memif_regions();
+  EXPECT_EQ(before_ports.mappings, 0u) << "no memif port of this test is open yet";
+  EXPECT_EQ(populate_memif_regions(), 0u) << "nothing to populate before a link is up";
+
+  Mempool server_pool("pop_memif_s", 1023, 0, frame_bytes_for_mtu(1500));
+  Mempool client_pool("pop_memif_c", 1023, 0, frame_bytes_for_mtu(1500));
+  Port server = Port::open(kPopulateServer, server_pool, PortOptions{.mtu = 1500});
+  Port client = Port::open(kPopulateClient, client_pool, PortOptions{.mtu = 1500});
+  const uint64_t give_up = rte_rdtsc() + 10 * rte_get_tsc_hz();
+  while (!(server.link_up() && client.link_up()) && rte_rdtsc() < give_up) {
+  }
+  ASSERT_TRUE(server.link_up() && client.link_up()) << "the memif pair did not connect";
+
+  // Connected, both ends map the client's regions; nothing has gone through
+  // the buffers, so most of their pages are not in yet.
+  const Regions before = memif_regions();
+  ASSERT_GE(before.mappings, 2u) << "each end maps the regions";
+  EXPECT_LT(before.resident, before.size) << "no frame sent, yet every page is in";
+
+  EXPECT_EQ(populate_memif_regions(), before.size);
+  const Regions after = memif_regions();
+  EXPECT_EQ(after.mappings, before.mappings);
+  EXPECT_EQ(after.resident, after.size) << "a page of the regions is still not mapped in";
+  EXPECT_EQ(populate_memif_regions(), after.size) << "again: the same regions, nothing new";
+}
 }  // namespace
 }  // namespace mercury::net
 
@@ -217,9 +273,14 @@ int main(int argc, char** argv) {
   mercury::net::write_capture(mercury::net::g_capture);
   // Both ends of one memif link, on an abstract socket named for this process.
   const std::string socket = mercury::pmdtest::memif_socket("port-stats");
+  const std::string populate_socket = mercury::pmdtest::memif_socket("port-populate");
   return mercury::pmdtest::run_all_tests(
       argc, argv,
       {"--vdev=net_pcap_stats0,rx_pcap=" + mercury::net::g_capture,
        "--vdev=" + std::string(mercury::net::kMemifServer) + ",role=server,id=0,socket=" + socket,
-       "--vdev=" + std::string(mercury::net::kMemifClient) + ",role=client,id=0,socket=" + socket});
+       "--vdev=" + std::string(mercury::net::kMemifClient) + ",role=client,id=0,socket=" + socket,
+       "--vdev=" + std::string(mercury::net::kPopulateServer) +
+           ",role=server,id=0,socket=" + populate_socket,
+       "--vdev=" + std::string(mercury::net::kPopulateClient) +
+           ",role=client,id=0,socket=" + populate_socket});
 }
