@@ -73,7 +73,7 @@ struct Options {
   bool timestamps = false;
   std::string trace;
   double compute_scale = 0;  // 0: not given (1 with --trace)
-  uint32_t comm_rounds = 0;  // 0: not given (5 with --trace)
+  int64_t comm_rounds = -1;  // < 0: not given (5 with --trace)
   double compute_ms = -1;    // < 0: not given
   std::string straggler;     // "RANK,F"
   std::vector<std::string> eal;
@@ -114,9 +114,10 @@ Options parse(int argc, char** argv) {
             "                     beside max(compute, communication)");
   args.positive("--compute-scale", "F", &o.compute_scale,
                 "with --trace: multiply every compute time by F (default 1)");
-  args.whole("--comm-rounds", "N", &o.comm_rounds, 1, UINT32_MAX,
+  args.whole("--comm-rounds", "N", &o.comm_rounds, 0, UINT32_MAX,
              "with --trace: N burst and N streamed communication-only rounds\n"
-             "                     first, measuring the communication time (default 5)");
+             "                     first, measuring the communication time (default 5;\n"
+             "                     0: none, the lower bound is not measured)");
   std::string compute_ms;
   args.text("--compute-ms", "MS", &compute_ms,
             "free-running rounds (the default when training.sync is not bsp): each\n"
@@ -134,7 +135,7 @@ Options parse(int argc, char** argv) {
   if (o.verify == "none" && o.trace.empty()) {
     throw std::runtime_error("--verify none goes with --trace (the timing runs)");
   }
-  if (o.trace.empty() && (o.compute_scale != 0 || o.comm_rounds != 0)) {
+  if (o.trace.empty() && (o.compute_scale != 0 || o.comm_rounds >= 0)) {
     throw std::runtime_error(
         std::string(o.compute_scale != 0 ? "--compute-scale" : "--comm-rounds") + " needs --trace");
   }
@@ -156,7 +157,7 @@ Options parse(int argc, char** argv) {
     throw std::runtime_error("--compute-ms and --trace are two different trainers: pick one");
   }
   if (o.compute_scale == 0) o.compute_scale = 1.0;
-  if (o.comm_rounds == 0) o.comm_rounds = 5;
+  if (o.comm_rounds < 0) o.comm_rounds = 5;
   return o;
 }
 
@@ -318,9 +319,9 @@ int run(const Options& o) {
     const double factor = rank == fo.straggler_rank ? fo.straggler_factor : 1.0;
     const trainer::TraceOptions to{.node = o.node,
                                    .scale = o.compute_scale * factor,
-                                   .comm_rounds = o.comm_rounds,
+                                   .comm_rounds = static_cast<uint32_t>(o.comm_rounds),
                                    .rounds = o.rounds,
-                                   .check_comm_rounds = o.verify == "every",
+                                   .check_comm_rounds = o.verify == "every" && o.comm_rounds > 0,
                                    .check_final = o.verify != "none"};
     if (trainer::run_trace_rounds(w, compute, decls, params, reference, update, to) != 0) {
       return 1;
@@ -328,7 +329,7 @@ int run(const Options& o) {
     w.barrier();  // nobody leaves before every rank has its last aggregate
     w.shutdown();
     std::printf("%s: done, %u comm-only and %u trace rounds, %s, %s\n", o.node.c_str(),
-                o.comm_rounds, o.rounds,
+                static_cast<uint32_t>(o.comm_rounds), o.rounds,
                 o.verify == "every"  ? "every aggregate exact"
                 : o.verify == "last" ? "the final parameters exact"
                                      : "not checked (--verify none)",

@@ -147,7 +147,8 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
     }
     return wrong;
   };
-  std::vector<worker::Handle> pending(tensors);
+  // Every parameter is in place before the first round (version 0).
+  std::vector<worker::Handle> pending(tensors, worker::Handle::completed());
 
   // Communication alone: every tensor pushed and pulled at once, as the
   // synthetic rounds do, after a barrier. Nothing heavier than a digest of
@@ -189,7 +190,7 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   // partly hide; the bound takes the faster of the two.
   std::vector<double> stream_s;
   int64_t pass_end = now_ns();
-  for (uint32_t p = 0; p <= o.comm_rounds; ++p) {
+  for (uint32_t p = 0; p <= o.comm_rounds && o.comm_rounds > 0; ++p) {
     const uint32_t round = o.comm_rounds + p;
     for (size_t k = 0; k < tensors; ++k) {
       pending[k].wait();
@@ -310,29 +311,44 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   const Spread iteration = spread_of(round_s, warm);
   const Spread waits = spread_of(waited_s, warm);
   const double compute_s = t.compute_us() * o.scale / 1e6;
-  const Spread comm = spread_of(comm_s, comm_warm);
-  // Passes 1..N: without the drain (N) when there is another, then without
-  // the first when there is another.
-  if (stream_s.size() > 1) stream_s.pop_back();
-  const size_t stream_warm = stream_s.size() > 1 ? 1 : 0;
-  const Spread stream = spread_of(stream_s, stream_warm);
-  const double communication = std::min(comm.median, stream.median);
-  const double bound = std::max(compute_s, communication);
-  std::printf(
-      "%s: iteration %.3f s, compute %.3f s, communication %.3f s, lower bound %.3f s, "
-      "ratio %.3f\n",
-      node, iteration.median, compute_s, communication, bound, iteration.median / bound);
-  std::printf(
-      "%s: iteration: median of trace %s [%.3f, %.3f], mean %.3f, waiting for parameters %.3f s "
-      "of it; "
-      "communication: the faster of burst %.3f s (median of comm-only %s [%.3f, %.3f]) and "
-      "streamed %.3f s (median of %s [%.3f, %.3f]); compute: %s's %.1f ms x %g; "
-      "the last round's parameters arrived %.3f s after its backward pass\n",
-      node, rounds_text(warm, round_s.size()).c_str(), iteration.min, iteration.max, iteration.mean,
-      waits.median, comm.median, rounds_text(comm_warm, comm_s.size()).c_str(), comm.min, comm.max,
-      stream.median, rounds_text(stream_warm, stream_s.size()).c_str(), stream.min, stream.max,
-      t.source.c_str(), t.compute_us() / 1e3, o.scale, drain_s);
-  std::fflush(stdout);
+  if (o.comm_rounds == 0) {
+    // No comm-only rounds: the iteration alone (a run whose bound another
+    // run measures).
+    std::printf(
+        "%s: iteration %.3f s, compute %.3f s, communication not measured (--comm-rounds 0)\n",
+        node, iteration.median, compute_s);
+    std::printf(
+        "%s: iteration: median of trace %s [%.3f, %.3f], mean %.3f, waiting for parameters %.3f s "
+        "of it; compute: %s's %.1f ms x %g; the last round's parameters arrived %.3f s after its "
+        "backward pass\n",
+        node, rounds_text(warm, round_s.size()).c_str(), iteration.min, iteration.max,
+        iteration.mean, waits.median, t.source.c_str(), t.compute_us() / 1e3, o.scale, drain_s);
+    std::fflush(stdout);
+  } else {
+    const Spread comm = spread_of(comm_s, comm_warm);
+    // Passes 1..N: without the drain (N) when there is another, then without
+    // the first when there is another.
+    if (stream_s.size() > 1) stream_s.pop_back();
+    const size_t stream_warm = stream_s.size() > 1 ? 1 : 0;
+    const Spread stream = spread_of(stream_s, stream_warm);
+    const double communication = std::min(comm.median, stream.median);
+    const double bound = std::max(compute_s, communication);
+    std::printf(
+        "%s: iteration %.3f s, compute %.3f s, communication %.3f s, lower bound %.3f s, "
+        "ratio %.3f\n",
+        node, iteration.median, compute_s, communication, bound, iteration.median / bound);
+    std::printf(
+        "%s: iteration: median of trace %s [%.3f, %.3f], mean %.3f, waiting for parameters %.3f s "
+        "of it; "
+        "communication: the faster of burst %.3f s (median of comm-only %s [%.3f, %.3f]) and "
+        "streamed %.3f s (median of %s [%.3f, %.3f]); compute: %s's %.1f ms x %g; "
+        "the last round's parameters arrived %.3f s after its backward pass\n",
+        node, rounds_text(warm, round_s.size()).c_str(), iteration.min, iteration.max,
+        iteration.mean, waits.median, comm.median, rounds_text(comm_warm, comm_s.size()).c_str(),
+        comm.min, comm.max, stream.median, rounds_text(stream_warm, stream_s.size()).c_str(),
+        stream.min, stream.max, t.source.c_str(), t.compute_us() / 1e3, o.scale, drain_s);
+    std::fflush(stdout);
+  }
   for (uint32_t round = 0; round <= o.comm_rounds && o.check_comm_rounds; ++round) {
     if (comm_wrong[round] != 0) {
       std::fprintf(stderr, "ps-worker: %s: %u tensors differ from the reference\n",
@@ -342,7 +358,7 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
       return 1;
     }
   }
-  if (o.check_comm_rounds) {
+  if (o.check_comm_rounds && o.comm_rounds > 0) {
     std::printf(
         "%s: comm-only %s and the last streamed round: every aggregate exact (each tensor's "
         "digest)\n",

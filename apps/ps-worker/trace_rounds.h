@@ -22,7 +22,8 @@
 // every parameter in place). The lower bound is max(compute = the trace's
 // sum x scale, communication = the faster of the burst rounds' median after
 // the first and the streamed rounds' median without their first and last
-// passes).
+// passes); with no comm-only rounds (comm_rounds 0) it is not measured and
+// the summary says so.
 //
 // Gradients alternate between two precomputed sets (round parity), so
 // nothing is generated while the clock runs. Checks, after the trace rounds

@@ -106,7 +106,9 @@ SYNC_MODEL_STRAGGLER = "3,4"
 # baselines' store-and-forward has other columns, and is refused rather than mixed in.
 SCHED_FIELDS = ["link_gbps", "model", "variant", "aggregation", "partition_bytes", "credit_bytes", "trial",
                 "iteration_s", "compute_s", "communication_s", "bound_s", "ratio"]
-SWEEP_FIELDS = ["link_gbps", "model", "aggregation", "partition_bytes", "credit_bytes", "iteration_s", "ratio"]
+# Only strict's runs measure the bound (comm-only rounds): the sweep's rows have no ratio, and
+# the others' rows in sched.csv leave communication_s, bound_s and ratio empty.
+SWEEP_FIELDS = ["link_gbps", "model", "aggregation", "partition_bytes", "credit_bytes", "iteration_s"]
 SYNC_FIELDS = ["stragglers", "mode", "trial", "iteration_s", "steps_to_target",
                "seconds_to_target", "final_accuracy", "staleness"]
 CURVE_FIELDS = ["stragglers", "mode", "trial", "epoch", "steps", "seconds", "loss", "accuracy"]
@@ -139,7 +141,8 @@ class Settings:
         self.rounds_25 = 2
         self.comm_rounds_25 = 1
         # Strict's runs measure the lower bound (comm-only rounds, burst and streamed);
-        # the others need only their iteration, after one comm-only round of each kind.
+        # the others need only their iteration (no comm-only rounds: trace round 1, which
+        # the median leaves out, is their warm-up as it is strict's).
         self.comm_rounds = 1 if quick else 2
         self.stragglers = {1: STRAGGLERS[1]} if quick else STRAGGLERS
         self.sync_epochs = 2 if quick else 8
@@ -226,10 +229,15 @@ def scale_of(link_gbps: float) -> float:
 def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
               partition: tuple[int, int] | None, timeline: str = "",
               steps: list[tuple[float, float]] | None = None, rounds: int = 0,
-              comm_rounds: int = 0, wire: str = "", sync: str = "bsp",
+              comm_rounds: int | None = None, wire: str = "", sync: str = "bsp",
               straggler: str = "") -> dict:
     """One trace-driven ps-demo job of `variant`; `sync` (with its SSP_BOUND or
-    PSPLUS_RULE) and `straggler` (ps-demo's RANK,F) for the modes' runs."""
+    PSPLUS_RULE) and `straggler` (ps-demo's RANK,F) for the modes' runs. Only strict's
+    runs measure the lower bound (comm-only rounds) unless `comm_rounds` says otherwise:
+    the others' communication_s, bound_s and ratio are None."""
+    if comm_rounds is None:
+        comm_rounds = 0 if variant != "strict" else \
+            st.comm_rounds_25 if link_gbps == 25 else st.comm_rounds
     scheduler, aggregation = VARIANT_JOB[variant]
     extra = {"ssp": ", staleness_bound: %d" % SSP_BOUND,
              "psplus": ", staleness_lr: %s" % PSPLUS_RULE}.get(sync, "")
@@ -258,18 +266,17 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
              "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
              "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(link_gbps)),
              "--rounds", str(rounds or (st.rounds_25 if link_gbps == 25 else st.rounds)),
-             "--comm-rounds",
-             str(comm_rounds or (1 if variant != "strict" else
-                                 st.comm_rounds_25 if link_gbps == 25 else st.comm_rounds)),
+             "--comm-rounds", str(comm_rounds),
              "--verify", "none", *(["--straggler", straggler] if straggler else [])],
             capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
     finally:
         os.unlink(job)
     m = re.search(r"ps-demo: job: iteration ([\d.]+) s, compute ([\d.]+) s, communication "
-                  r"([\d.]+) s, lower bound ([\d.]+) s, ratio ([\d.]+)", r.stdout)
-    if r.returncode != 0 or not m:
+                  r"(?:([\d.]+) s, lower bound ([\d.]+) s, ratio ([\d.]+)|not measured)",
+                  r.stdout)
+    if r.returncode != 0 or not m or (m.group(3) is None) != (comm_rounds == 0):
         fail(f"the {model} job with {variant} ({scheduler}, aggregation {aggregation})", r)
-    it, cp, cm, lb, ratio = (float(x) for x in m.groups())
+    it, cp, cm, lb, ratio = (None if x is None else float(x) for x in m.groups())
     return {"iteration_s": it, "compute_s": cp, "communication_s": cm, "bound_s": lb,
             "ratio": ratio, "stdout": r.stdout}
 
@@ -335,8 +342,7 @@ def run_sched(a, st: Settings, out: str, progress: Progress) -> None:
                 r = sched_run(a, st, link, model, "partition", part)  # as partition_best runs
                 sweep.add({"link_gbps": link, "model": model,
                            "aggregation": VARIANT_JOB["partition"][1], "partition_bytes": part[0],
-                           "credit_bytes": part[1], "iteration_s": r["iteration_s"],
-                           "ratio": r["ratio"]})
+                           "credit_bytes": part[1], "iteration_s": r["iteration_s"]})
                 progress.line(f"sweep {link}G {model} partition {mib(part[0])}/{mib(part[1])}",
                               f"iteration {r['iteration_s']:.3f} s")
     for trial in range(1, st.trials + 1):
@@ -359,8 +365,9 @@ def run_sched(a, st: Settings, out: str, progress: Progress) -> None:
                                "partition_bytes": part[0] if part else 0,
                                "credit_bytes": part[1] if part else 0, "trial": trial, **r})
                     progress.line(f"sched {link}G {model} {v} trial {trial}",
-                                  f"iteration {r['iteration_s']:.3f} s, bound "
-                                  f"{r['bound_s']:.3f} s, ratio {r['ratio']:.3f}")
+                                  f"iteration {r['iteration_s']:.3f} s" + (
+                                      f", bound {r['bound_s']:.3f} s, ratio {r['ratio']:.3f}"
+                                      if r["bound_s"] is not None else ""))
 
 
 def run_timelines(a, st: Settings, out: str, progress: Progress) -> None:
@@ -371,7 +378,8 @@ def run_timelines(a, st: Settings, out: str, progress: Progress) -> None:
             continue
         with tempfile.TemporaryDirectory() as tl:
             r = sched_run(a, st, st.sweep_link, st.timeline_model, v,
-                          DEFAULT_PARTITION if v == "partition" else None, timeline=tl)
+                          DEFAULT_PARTITION if v == "partition" else None, timeline=tl,
+                          comm_rounds=0)
             shutil.copyfile(os.path.join(tl, "w0.json"), path)
         progress.line(f"timeline {st.timeline_model} {v}", f"iteration {r['iteration_s']:.3f} s")
 
@@ -411,7 +419,7 @@ def run_bandwidth(a, st: Settings, out: str, progress: Progress) -> None:
         part = best_partition(sweep, st.sweep_link, st.bandwidth_model) \
             if v == "partition_best" else None
         r = sched_run(a, st, st.sweep_link, st.bandwidth_model, v, part,
-                      steps=steps, rounds=st.bandwidth_rounds, comm_rounds=1)
+                      steps=steps, rounds=st.bandwidth_rounds, comm_rounds=0)
         starts, traces = round_times(r["stdout"])
         for k, (t0, secs) in enumerate(zip(starts, traces)):
             table.add({"variant": v, "aggregation": VARIANT_JOB[v][1], "trial": trial,
@@ -439,7 +447,7 @@ class SecondJob:
              "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
              "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
              "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(link_gbps)),
-             "--rounds", "100000", "--comm-rounds", "1", "--verify", "none"],
+             "--rounds", "100000", "--comm-rounds", "0", "--verify", "none"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
         self.running = threading.Event()
         self.rounds: list[tuple[float, float]] = []  # worker 0's: (when it ended, seconds)
@@ -492,7 +500,7 @@ def run_shared(a, st: Settings, out: str, progress: Progress) -> None:
             other.wait_running()
             t0 = time.monotonic()
             r = sched_run(a, st, st.sweep_link, st.shared_model, v, part,
-                          rounds=st.shared_rounds, comm_rounds=1, wire=wire)
+                          rounds=st.shared_rounds, comm_rounds=0, wire=wire)
             during = other.rounds_between(t0, time.monotonic())
         finally:
             other.stop()
@@ -606,7 +614,7 @@ def sync_model_run(a, st: Settings, model: str, mode: str) -> dict:
     psplus a model whose communication dominates alternates rounds that wait seconds for
     their parameters with fast ones, and the median would show only the fast ones)."""
     r = sched_run(a, st, st.sweep_link, model, "strict", None, rounds=st.sync_model_rounds,
-                  comm_rounds=1, sync=mode, straggler=SYNC_MODEL_STRAGGLER)
+                  comm_rounds=0, sync=mode, straggler=SYNC_MODEL_STRAGGLER)
     its = dict(re.findall(r"\[(w\d+)\] \1: iteration: median of trace rounds? [\d-]+ "
                           r"\[[\d.]+, [\d.]+\], mean ([\d.]+),", r["stdout"]))
     straggler = "w" + SYNC_MODEL_STRAGGLER.split(",")[0]
@@ -867,8 +875,8 @@ def bandwidth_section(out: str, img: str, st: Settings, plots: list[str]) -> lis
     variants = ["strict", "fifo", "partition_best"]
 
     def phase(r: dict) -> str:
-        # Round times count from worker 0's first comm-only round, which begins after the
-        # link's clock started (the job's start, then version 0 and a barrier): a round is
+        # Round times count from worker 0's first round (a trace round: these runs have no
+        # comm-only rounds), which begins after the link's clock started (the job's start, then version 0 and a barrier): a round is
         # classed only where that offset, up to BANDWIDTH_MARGIN_S, cannot move it across a
         # step.
         t0 = float(r["start_s"])
@@ -945,7 +953,7 @@ def plot_bandwidth(img: str, table: Table, st: Settings) -> str:
                     marker="o", label=VARIANT_LABEL[v])
     ax.axvspan(st.step_down_s, st.step_up_s, color="grey", alpha=0.2,
                label=f"{LINK_EMULATED_GBPS / 2:g} Gbit/s (job clock)")
-    ax.set_xlabel("worker 0's seconds since its first comm-only round")
+    ax.set_xlabel("worker 0's seconds since its first round")
     ax.set_ylabel("iteration (s)")
     ax.set_title(f"{st.bandwidth_model}, trial 1: the link's rate halves, then comes back")
     ax.legend(fontsize=8)
@@ -1015,8 +1023,8 @@ def sync_models_section(out: str, st: Settings) -> list[str]:
     lines = ["", f"The trace-driven trainer (section 1) under each mode: {WORKERS} ps-worker "
              f"processes, strict priority, the {st.sweep_link} Gbit/s scale of section 1 (every "
              f"time x{scale_of(st.sweep_link):g}), rank {rank} a {factor}x straggler (each of "
-             f"its layers computes {factor} times longer), {st.sync_model_rounds} trace rounds "
-             "after one comm-only round of each kind, SSP with staleness_bound "
+             f"its layers computes {factor} times longer), {st.sync_model_rounds} trace rounds, "
+             "SSP with staleness_bound "
              f"{SSP_BOUND}, PS+ with staleness_lr {PSPLUS_RULE}. Per model and mode, median "
              "[min, max] over the trials of rank 0's (a fast worker's) iteration in emulated "
              "seconds (the mean of its trace rounds after the first: what they cost in all); "
@@ -1248,11 +1256,11 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "",
         f"The trace-driven trainer (`ps-worker --trace`, docs/trace-trainer.md) on each "
         f"model's trace, {WORKERS} ps-worker processes and one ps-server (2 shards) over "
-        "net_memif, BSP with the server's SGD; each run measures its own lower bound, "
+        "net_memif, BSP with the server's SGD; strict's runs measure the lower bound, "
         f"max(compute, communication), with {st.comm_rounds} burst and {st.comm_rounds} "
-        f"streamed communication-only rounds (strict's runs; 1 and 1 for the others, whose "
-        f"bound the table does not use; {st.comm_rounds_25} and {st.comm_rounds_25} at 25 "
-        f"Gbit/s), then times {st.rounds} trace rounds ({st.rounds_25} at 25 Gbit/s, where "
+        f"streamed communication-only rounds ({st.comm_rounds_25} and {st.comm_rounds_25} at "
+        f"25 Gbit/s; the other variants run none and are compared with strict's bound), "
+        f"then times {st.rounds} trace rounds ({st.rounds_25} at 25 Gbit/s, where "
         "compute runs 12.5 times slower than real; median of "
         "rounds 2 on; the slowest rank's; `--verify none`: the tests check the aggregates, "
         "these runs only time them). The variants are the job file's `network.scheduler` "
@@ -1276,8 +1284,8 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "",
         "## 2. Changing bandwidth",
         "",
-        f"{st.bandwidth_model} at 10 Gbit/s as above, {st.bandwidth_rounds} trace rounds after "
-        "one comm-only round of each kind, while the link emulator halves every link's rate "
+        f"{st.bandwidth_model} at 10 Gbit/s as above, {st.bandwidth_rounds} trace rounds, "
+        "while the link emulator halves every link's rate "
         f"{st.step_down_s:g} s after the job started and restores it at {st.step_up_s:g} s "
         "(the job file's `link.rate_steps`, docs/link-emulator.md): strict priority, FIFO, and "
         "partitioning with the setting the sweep chose at the full rate, not re-tuned. Per "
@@ -1287,8 +1295,8 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "",
         "### A second job on the same links",
         "",
-        f"{st.shared_model} at 10 Gbit/s as above ({st.shared_rounds} trace rounds after one "
-        "comm-only round of each kind) while a second training job runs on the same wires: "
+        f"{st.shared_model} at 10 Gbit/s as above ({st.shared_rounds} trace rounds) while a "
+        "second training job runs on the same wires: "
         f"{WORKERS} more ps-worker processes and another ps-server, strict priority, "
         f"{st.shared_other_model}'s trace, started first and stopped after the measured job "
         "ends. Every TX direction of the measured job (each worker's link to the server and "

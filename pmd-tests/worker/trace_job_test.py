@@ -6,10 +6,13 @@ MobileNet-v2's tensors and compute trace scaled down, 2 comm-only and 3 trace
 rounds. Every worker must report every comm-only round's aggregates (their
 digests) and its final parameters exact, and an iteration time no shorter than its compute
 time (compute is part of every round: a correctness bound, not a speed
-target); ps-demo must print the job's line. Then the same job under psplus
-with rank 3 a 4x straggler (--verify none, the only choice there): every rank
-runs its trace rounds, the straggler's iteration is at least 4x its compute
-and rank 0 is not held to the straggler's pace. Then the refusals that need
+target); ps-demo must print the job's line. The same job with no comm-only
+rounds (--comm-rounds 0): none run, the final parameters are still exact, and
+every worker and ps-demo say the communication was not measured. Then the same
+job under psplus with rank 3 a 4x straggler (--verify none, the only choice
+there; no comm-only rounds): every rank runs its trace rounds, the straggler's
+iteration is at least 4x its compute and rank 0 is not held to the straggler's
+pace. Then the refusals that need
 no EAL: a trace that does not match the model (file and line named),
 --compute-scale and --verify none without --trace, and --trace under an
 asynchronous mode with checks.
@@ -49,7 +52,12 @@ def run_demo(cmd):
     return out, code
 
 
-def iteration_line(w, out):
+def iteration_line(w, out, measured=True):
+    """Worker w's summary: iteration and compute (groups 1 and 2), with the bound when the
+    communication was measured, or saying it was not (--comm-rounds 0)."""
+    if not measured:
+        return re.search(r"\[%s\] %s: iteration %s s, compute %s s, communication not measured "
+                         r"\(--comm-rounds 0\)" % (w, w, NUM, NUM), out)
     return re.search(r"\[%s\] %s: iteration %s s, compute %s s, communication %s s, lower "
                      r"bound %s s, ratio %s" % (w, w, NUM, NUM, NUM, NUM, NUM), out)
 
@@ -104,6 +112,28 @@ def main():
                         r"bound %s s, ratio %s" % (NUM, NUM, NUM, NUM, NUM), out) is not None,
               "ps-demo's job line", failures)
 
+        # No comm-only rounds: the trace rounds alone, still exact; no bound.
+        out, code = run_demo([ps_demo, "--config", job, "--model", model, "--trace", trace,
+                              "--compute-scale", SCALE, "--comm-rounds", "0", "--rounds", "2"])
+        check(code == 0, "--comm-rounds 0: ps-demo exit %d" % code, failures)
+        check(re.search(r"comm round +\d+:", out) is None,
+              "--comm-rounds 0: no comm-only round ran", failures)
+        for r in range(4):
+            w = "w%d" % r
+            rounds = re.findall(r"\[%s\] %s trace round +\d+: +%s s" % (w, w, NUM), out)
+            check(len(rounds) == 2, "--comm-rounds 0: %s: %d of 2 trace rounds" % (w, len(rounds)),
+                  failures)
+            check("[%s] %s: final parameters exact" % (w, w) in out,
+                  "--comm-rounds 0: %s: final parameters exact" % w, failures)
+            check(iteration_line(w, out, measured=False) is not None,
+                  "--comm-rounds 0: %s's iteration line says the communication was not measured"
+                  % w, failures)
+            check("[%s] %s: done, 0 comm-only and 2 trace rounds, every aggregate exact" % (w, w)
+                  in out, "--comm-rounds 0: %s's closing line" % w, failures)
+        check(re.search(r"ps-demo: job: iteration %s s, compute %s s, communication not measured "
+                        r"\(--comm-rounds 0\)" % (NUM, NUM), out) is not None,
+              "--comm-rounds 0: ps-demo's job line", failures)
+
         # PS+ with a 4x straggler: the trace trainer under an asynchronous mode.
         ps_text = re.sub(r"\n  sync: bsp", "\n  sync: psplus", open(job).read())
         ps_text = re.sub(r"(\n  optimizer:) sum", r"\1 sgd\n  learning_rate: 0.0625", ps_text)
@@ -112,7 +142,7 @@ def main():
             f.write(ps_text)
         ps_rounds = 4
         out, code = run_demo([ps_demo, "--config", ps_job, "--model", model, "--trace", trace,
-                              "--compute-scale", SCALE, "--comm-rounds", "1", "--rounds",
+                              "--compute-scale", SCALE, "--comm-rounds", "0", "--rounds",
                               str(ps_rounds), "--straggler", "3,4", "--verify", "none"])
         check(code == 0, "psplus: ps-demo exit %d" % code, failures)
         check("nothing checked (--verify none)" in out, "psplus: ps-demo says nothing was checked",
@@ -123,7 +153,7 @@ def main():
             rounds = re.findall(r"\[%s\] %s trace round +\d+: +%s s" % (w, w, NUM), out)
             check(len(rounds) == ps_rounds,
                   "psplus: %s: %d of %d trace rounds" % (w, len(rounds), ps_rounds), failures)
-            m = iteration_line(w, out)
+            m = iteration_line(w, out, measured=False)
             check(m is not None, "psplus: %s: the iteration line" % w, failures)
             if m:
                 its[w] = (float(m.group(1)), float(m.group(2)))
