@@ -33,11 +33,11 @@ namespace fs = std::filesystem;
 struct Child {
   std::string name;
   pid_t pid = -1;
-  int out = -1;         // read end of its stdout + stderr
-  std::string partial;  // output not yet ended by a newline
-  int status = -1;      // exit status once reaped
-  bool saw_waiting = false;
-  std::string result;  // a trace-driven worker's summary ("w0: iteration ... ratio ...")
+  int out = -1;             // read end of its stdout + stderr
+  std::string partial;      // output not yet ended by a newline
+  int status = -1;          // exit status once reaped
+  std::string result;       // a trace-driven worker's summary ("w0: iteration ... ratio ...")
+  bool ports_open = false;  // a ps-server printed its first start line
 };
 
 // ps-server and ps-worker beside this executable: build/apps/ps-demo next to
@@ -102,8 +102,8 @@ bool pump(Child& c) {
         line.find("Failed to register mp action callback") != std::string::npos) {
       continue;
     }
-    if (line.find("] waiting") != std::string::npos) c.saw_waiting = true;
     if (line.rfind(c.name + ": iteration ", 0) == 0) c.result = line;
+    if (line.rfind("ps-server " + c.name + ": job ", 0) == 0) c.ports_open = true;
     std::printf("[%s] %s\n", c.name.c_str(), line.c_str());
   }
   std::fflush(stdout);
@@ -168,20 +168,18 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
       has("none") ? "nothing is checked (--verify none)" : "each worker checks its aggregates");
   std::fflush(stdout);
 
-  // Servers first: their memif ports are the socket servers, and they must
-  // be up (printing their first stats line) before the workers connect.
+  // Servers first. Each one's first start line says its ports are open: its
+  // mempools have taken their memory, so that a worker deciding whether
+  // hugepages are free (eal.hugepages: auto) sees what is left, and its
+  // memif sockets listen. The workers start then, without waiting for the
+  // server's first stats line; a worker's net_memif port waits for its
+  // link to come up (PortOptions::peer_wait_ms).
   std::vector<Child> srv;
   for (const config::NodeConfig* s : servers) {
     srv.push_back(spawn(s->name, {server_bin, "--config", config_file, "--node", s->name}));
   }
   std::vector<Child*> all;
   for (Child& c : srv) all.push_back(&c);
-  auto servers_up = [&] {
-    for (Child& c : srv) {
-      if (!c.saw_waiting) return false;
-    }
-    return true;
-  };
   auto stop_servers = [&] {
     for (Child& c : srv) kill(c.pid, SIGINT);
     pump_until(
@@ -200,8 +198,15 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
       }
     }
   };
-  if (!pump_until(all, servers_up, 60)) {
-    std::fprintf(stderr, "ps-demo: the server did not come up\n");
+
+  auto ports_open = [&] {
+    for (Child& c : srv) {
+      if (!c.ports_open && !reap(c, false)) return false;
+    }
+    return true;
+  };
+  if (!pump_until(all, ports_open, 60)) {
+    std::fprintf(stderr, "ps-demo: the server did not open its ports within 60 s\n");
     stop_servers();
     return 1;
   }
@@ -216,10 +221,17 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
     wk.push_back(spawn(w->name, argv));
   }
   for (Child& c : wk) all.push_back(&c);
+  // A server that fails (a refused job, a port it cannot open) ends the run
+  // at once: its workers would otherwise wait for it until their timeout.
+  bool server_failed = false;
   const bool finished = pump_until(
       all,
       [&] {
         if (stop.load()) return true;
+        for (Child& c : srv) {
+          if (reap(c, false) && c.status != 0) server_failed = true;
+        }
+        if (server_failed) return true;
         for (Child& c : wk) {
           if (!reap(c, false)) return false;
         }

@@ -51,7 +51,8 @@ MacAddr to_mac(const config::Mac& m) {
 
 }  // namespace
 
-NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::string>& nodes) {
+NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::string>& nodes,
+                           uint32_t peer_wait_ms) {
   const uint32_t frame = frame_bytes_for_mtu(job.network.mtu);
   std::vector<PortOptions> options;
   std::vector<const config::PortSpec*> specs;
@@ -77,6 +78,7 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
       PortOptions o;
       o.mtu = job.network.mtu;
       o.checksum_offload = checksums_for(job, spec);
+      o.peer_wait_ms = peer_wait_ms;
       if (node.mac) o.mac = to_mac(*node.mac);
       options.push_back(o);
       specs.push_back(&spec);

@@ -41,8 +41,11 @@ struct NodePort {
 
 class NodeNetworks {
  public:
-  /// Opens every port of `nodes` (names from the job). EAL must be up.
-  NodeNetworks(const config::JobConfig& job, const std::vector<std::string>& nodes);
+  /// Opens every port of `nodes` (names from the job). EAL must be up. A
+  /// net_memif client port waits up to `peer_wait_ms` for its server to
+  /// listen (PortOptions::peer_wait_ms).
+  NodeNetworks(const config::JobConfig& job, const std::vector<std::string>& nodes,
+               uint32_t peer_wait_ms = 0);
   ~NodeNetworks();
   NodeNetworks(const NodeNetworks&) = delete;
   NodeNetworks& operator=(const NodeNetworks&) = delete;

@@ -9,9 +9,11 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #ifndef MADV_POPULATE_WRITE
@@ -68,6 +70,46 @@ std::string devargs_of(const rte_eth_dev_info& info) {
 bool copies_at_tx(const std::string& driver, const std::string& devargs) {
   if (driver == "net_memif") return devargs.find("zero-copy=yes") == std::string::npos;
   return driver == "net_af_packet" || driver == "net_pcap";
+}
+
+// The value of `key` in a vdev's arguments ("role=client,id=0,socket=..."),
+// or "" when absent.
+std::string devarg(const std::string& devargs, const std::string& key) {
+  size_t at = 0;
+  while (at <= devargs.size()) {
+    const size_t end = std::min(devargs.find(',', at), devargs.size());
+    const std::string kv = devargs.substr(at, end - at);
+    if (kv.compare(0, key.size() + 1, key + "=") == 0) return kv.substr(key.size() + 1);
+    at = end + 1;
+  }
+  return "";
+}
+
+// A net_memif client's server socket as /proc/net/unix names it ("@" first
+// for an abstract one, DPDK 22.11's default), or "" for any other port.
+std::string memif_server_socket(const std::string& driver, const std::string& devargs) {
+  if (driver != "net_memif" || devarg(devargs, "role") != "client") return "";
+  std::string path = devarg(devargs, "socket");
+  if (path.empty()) path = "/tmp/memif.sock";  // memif's default
+  return devarg(devargs, "socket-abstract") == "no" ? path : "@" + path;
+}
+
+// A socket of that name listens in this network namespace (/proc/net/unix:
+// the flags word has __SO_ACCEPTCON, 0x10000).
+bool unix_socket_listening(const std::string& name) {
+  std::FILE* f = std::fopen("/proc/net/unix", "re");
+  if (f == nullptr) return true;  // cannot tell: let the PMD try
+  bool found = false;
+  char line[512];
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long flags = 0;
+    char path[256] = {};
+    if (std::sscanf(line, "%*s %*s %*s %lx %*s %*s %*s %255s", &flags, path) == 2) {
+      found = (flags & 0x10000) != 0 && name == path;
+    }
+  }
+  std::fclose(f);
+  return found;
 }
 
 // Two rings per direction would be one per queue; a link uses queue 0 only.
@@ -184,7 +226,42 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
       rte_eth_promiscuous_enable(id);
     }
   }
+  const std::string server = memif_server_socket(driver_, devargs_of(info));
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.peer_wait_ms);
+  auto gave_up = [&](const std::string& what) {
+    return std::runtime_error("port " + name_ + ": " + what + " (waited " +
+                              std::to_string(opts.peer_wait_ms) +
+                              " ms): is the server node running, with this socket in its ports?");
+  };
+  // memif's client connects once, at start, and the start fails if nothing
+  // listens yet.
+  while (!server.empty() && !unix_socket_listening(server)) {
+    if (std::chrono::steady_clock::now() >= until) {
+      throw gave_up("no net_memif server listens on " + server);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   if (int rc = rte_eth_dev_start(id); rc != 0) fail(name_, "start", rc);
+  // A memif server listens from EAL's probe but refuses clients until its
+  // own port has started, and a refused client does not try again: while
+  // the link stays down, connect again (stop, start) every 500 ms.
+  if (!server.empty() && opts.peer_wait_ms > 0) {
+    auto last = std::chrono::steady_clock::now();
+    while (!link_up()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= until) {
+        rte_eth_dev_stop(id);
+        throw gave_up("the net_memif server on " + server + " did not accept it");
+      }
+      if (now - last >= std::chrono::milliseconds(500)) {
+        if (int rc = rte_eth_dev_stop(id); rc != 0) fail(name_, "stop to connect again", rc);
+        if (int rc = rte_eth_dev_start(id); rc != 0) fail(name_, "start to connect again", rc);
+        last = now;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
   rte_ether_addr a;
   rte_eth_macaddr_get(id, &a);
   std::copy(std::begin(a.addr_bytes), std::end(a.addr_bytes), mac_.bytes.begin());

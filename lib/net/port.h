@@ -37,6 +37,12 @@ struct PortOptions {
   uint32_t mtu = 1500;           ///< IP MTU
   bool checksum_offload = true;  ///< use the PMD's checksum offload when it has one
   std::optional<MacAddr> mac;    ///< set this MAC (falls back to promiscuous if refused)
+  /// A net_memif client: how long open() waits for its server's socket to
+  /// listen (the server may start after it), polling /proc/net/unix, and
+  /// then for the link to come up, connecting again every 500 ms (a memif
+  /// server refuses clients until its own port has started). 0: neither.
+  /// Either way a server not listening is refused with the socket named.
+  uint32_t peer_wait_ms = 0;
 };
 
 // The PMD's own drop counters (struct rte_eth_stats), by reason: frames the

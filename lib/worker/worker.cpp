@@ -127,7 +127,10 @@ void Worker::Impl::thread_main(std::promise<void> up) {
     core.endpoint.transport.tsc_hz = rte_get_tsc_hz();
     net::Interface* port = iface;
     if (port == nullptr) {
-      nets = std::make_unique<net::NodeNetworks>(*job, std::vector<std::string>{node});
+      // Its server may start after it: a net_memif port waits for it to
+      // listen as long as start() would wait for it to answer.
+      nets = std::make_unique<net::NodeNetworks>(*job, std::vector<std::string>{node},
+                                                 core.start_timeout_ms);
       const std::vector<net::NodePort*> ports = nets->ports_of(node);
       if (ports.empty()) throw WorkerError("worker " + node + " has no port");
       port = ports.front()->interface.get();

@@ -12,10 +12,12 @@
 // runs both ends of a memif link in this process (one thread polls both, so
 // no core is inside a burst when an end closes) and shows it, and the link's
 // state going down when the other end closes. The third maps a memif pair's
-// shared regions in whole (populate_memif_regions).
+// shared regions in whole (populate_memif_regions); the fourth, a memif
+// client whose server never listens, refused with its socket named.
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -43,6 +45,8 @@ constexpr const char* kMemifServer = "net_memif_stats_s";
 constexpr const char* kMemifClient = "net_memif_stats_c";
 constexpr const char* kPopulateServer = "net_memif_pop_s";
 constexpr const char* kPopulateClient = "net_memif_pop_c";
+constexpr const char* kLonelyClient = "net_memif_lonely";  // no server listens on its socket
+std::string g_lonely_socket;                               // written by main()
 
 const LocalAddr kLocal{MacAddr{{0x02, 0, 0, 0, 0, 0x0a}}, 0xc0000201, 47100};
 const Route kFrom{MacAddr{{0x02, 0, 0, 0, 0, 0x0b}}, 0xc0000202, 47101};
@@ -264,6 +268,22 @@ TEST(PortStats, PopulateMapsEveryPageOfAConnectedMemifPairsRegions) {
   EXPECT_EQ(after.resident, after.size) << "a page of the regions is still not mapped in";
   EXPECT_EQ(populate_memif_regions(), after.size) << "again: the same regions, nothing new";
 }
+
+TEST(PortStats, AMemifClientWhoseServerNeverListensIsRefusedNamingTheSocket) {
+  Mempool pool("lonely_memif", 1023, 0, frame_bytes_for_mtu(1500));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    Port p = Port::open(kLonelyClient, pool, PortOptions{.mtu = 1500, .peer_wait_ms = 100});
+    FAIL() << "a memif client opened with no server listening";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "port " + std::string(kLonelyClient) + ": no net_memif server listens on @" +
+                  g_lonely_socket +
+                  " (waited 100 ms): is the server node running, with this socket in its ports?");
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100))
+      << "it gave up before its wait";
+}
 }  // namespace
 }  // namespace mercury::net
 
@@ -274,6 +294,7 @@ int main(int argc, char** argv) {
   // Both ends of one memif link, on an abstract socket named for this process.
   const std::string socket = mercury::pmdtest::memif_socket("port-stats");
   const std::string populate_socket = mercury::pmdtest::memif_socket("port-populate");
+  mercury::net::g_lonely_socket = mercury::pmdtest::memif_socket("port-lonely");
   return mercury::pmdtest::run_all_tests(
       argc, argv,
       {"--vdev=net_pcap_stats0,rx_pcap=" + mercury::net::g_capture,
@@ -282,5 +303,7 @@ int main(int argc, char** argv) {
        "--vdev=" + std::string(mercury::net::kPopulateServer) +
            ",role=server,id=0,socket=" + populate_socket,
        "--vdev=" + std::string(mercury::net::kPopulateClient) +
-           ",role=client,id=0,socket=" + populate_socket});
+           ",role=client,id=0,socket=" + populate_socket,
+       "--vdev=" + std::string(mercury::net::kLonelyClient) +
+           ",role=client,id=0,socket=" + mercury::net::g_lonely_socket});
 }

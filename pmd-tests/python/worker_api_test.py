@@ -13,7 +13,8 @@ timeline holds every iteration's phases of every tensor, in order, with the
 trainer's spans. The same job runs with the workers as processes of their own
 and as forks of the test (mercury.launch's worker_main), whose exit statuses
 (a return, an exception, sys.exit) and refusals (another thread running, both
-or neither of worker_argv and worker_main) are checked too.
+or neither of worker_argv and worker_main) are checked too, and a server that
+cannot start ends the launch with its last line.
 
 Usage: worker_api_test.py BUILD_DIR
 (in worker mode: worker_api_test.py BUILD_DIR --worker JOB NODE)
@@ -271,6 +272,16 @@ class PythonWorker(unittest.TestCase):
             self.assertEqual((status["w0"], status["w1"]), (1, 3), out)
             self.assertIn("w0: ValueError: rank 0 gives up", out)  # its traceback's last line
             self.assertIn("w0: Traceback (most recent call last):", out)
+
+            # A server that cannot start ends the launch, naming it (the forks
+            # waiting for it are killed).
+            with self.assertRaises(RuntimeError) as e:
+                run_job(job, worker_main=lambda node, rank: time.sleep(60), server_bin=server,
+                        server_args=["--no-such-option"], echo=lambda node, line: None,
+                        timeout_s=60)
+            self.assertEqual(str(e.exception),
+                             "ps-server server0 did not open its ports (exit 1): ps-server: "
+                             "unknown argument --no-such-option (see --help)")
 
             with self.assertRaises(ValueError):
                 run_job(job, server_bin=server)  # neither worker_argv nor worker_main

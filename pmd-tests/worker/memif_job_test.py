@@ -2,9 +2,10 @@
 """A whole job in separate processes over net_memif: ps-server and four
 ps-worker processes (config/memif.yaml, with sockets and the EAL file prefix
 made unique to this run), 3 rounds of push_pull over MobileNet-v2's tensors.
-Every worker must report rank 0's initial parameters exact and every
-aggregate of every round exact, and exit 0; the server must stop cleanly
-on SIGINT.
+The workers start first and the server 2 s later: their memif ports wait
+for its sockets to listen. Every worker must report rank 0's initial
+parameters exact and every aggregate of every round exact, and exit 0; the
+server must stop cleanly on SIGINT.
 
   memif_job_test.py PS_SERVER PS_WORKER CONFIG_DIR
 """
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 ROUNDS = 3
 
@@ -28,20 +30,15 @@ def main():
         with open(job, "w") as f:
             f.write(text)
         model = os.path.join(config_dir, "models", "mobilenet_v2.txt")
-        server = subprocess.Popen([ps_server, "--config", job, "--seconds", "100"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        # The workers' memif clients need the server's sockets: wait for its
-        # first stats line (it prints one once its ports are up).
-        head = []
-        for line in server.stdout:
-            head.append(line)
-            if "waiting" in line or server.poll() is not None:
-                break
-        print("".join(head), end="")
+        # The workers first: each one's memif client waits for the server's
+        # socket (up to its start timeout, 30 s); the server comes 2 s later.
         workers = [subprocess.Popen([ps_worker, "--config", job, "--node", "w%d" % r,
                                      "--model", model, "--rounds", str(ROUNDS)],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                    for r in range(4)]
+        time.sleep(2.0)
+        server = subprocess.Popen([ps_server, "--config", job, "--seconds", "100"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         failed = False
         for r, w in enumerate(workers):
             try:
