@@ -33,7 +33,10 @@ start of every step, standing for an accelerator's forward and backward pass;
 makes rank 0 write one CSV line per epoch: epoch, its steps so far, its training
 seconds so far (evaluation excluded), the training loss and the test accuracy;
 --curve-every K adds a line every K steps within the epochs, with the test accuracy
-of the parameters rank 0 held then (evaluated after training) and no training loss.
+of the parameters rank 0 held then (evaluated after training) and no training loss;
+--end-with-rank0 ends the job once rank 0 has trained its epochs: the other workers
+stop at their next step (under asp, ssp and psplus a straggler would otherwise train
+its own epochs on alone; under bsp every rank ends with rank 0 anyway).
 
 Data: the 1797 images, scaled to [0, 1], split once (seed 0) into 1437 for
 training and 360 for testing. Worker r of W owns training samples r, r+W,
@@ -239,12 +242,18 @@ def train(args, node: str = "") -> int:
     every = args.curve_every if args.curve and not quiet else 0
     trained_s = 0.0  # training time so far, evaluation excluded
     done_steps = 0
+    # --end-with-rank0: a flag in memory every fork of the launcher shares.
+    rank0_done = getattr(args, "rank0_done", None) if node and not ddp else None
     t_start = time.monotonic()
     for epoch in range(args.epochs):
+        if rank0_done is not None and rank != 0 and rank0_done.value:
+            break
         t0 = time.monotonic()
         batches = [local_batches(r, workers, epoch, local, len(y)) for r in range(workers)]
         steps = len(batches[0])
         for k in range(steps):
+            if rank0_done is not None and rank != 0 and rank0_done.value:
+                break
             if compute_s > 0:
                 time.sleep(compute_s)
             if every and k > 0 and (done_steps + k) % every == 0:
@@ -292,6 +301,8 @@ def train(args, node: str = "") -> int:
                   f"test accuracy {acc:.4f}  {secs:6.2f} s  "
                   f"{steps * args.batch / secs:8.0f} images/s", flush=True)
 
+    if rank0_done is not None and rank == 0:
+        rank0_done.value = 1
     total = time.monotonic() - t_start
     train_loss, acc = evaluate(model, x, y, xt, yt)
     if args.losses:
@@ -352,6 +363,11 @@ def launch(args) -> int:
     sys.path.insert(0, str(args.python_path))
     import torch  # noqa: F401  (here, once: every worker is a fork of this process)
     from mercury.launch import run_job
+
+    if args.end_with_rank0:
+        import multiprocessing
+
+        args.rank0_done = multiprocessing.RawValue("b", 0)  # shared with every fork
 
     dataset()
 
@@ -427,6 +443,9 @@ def main() -> int:
     p.add_argument("--curve-every", type=int, default=0, metavar="K",
                    help="with --curve: also the test accuracy of rank 0's parameters every K "
                         "steps")
+    p.add_argument("--end-with-rank0", action="store_true",
+                   help="end the job once rank 0 has trained its epochs (the others stop at "
+                        "their next step)")
     args = p.parse_args()
     if args.epochs < 1 or args.batch < 1:
         p.error("--epochs and --batch must be positive")
@@ -449,6 +468,9 @@ def main() -> int:
             p.error(f"--straggler {spec!r}: F must be at least 1")
     if args.straggler and args.compute_ms <= 0:
         p.error("--straggler needs --compute-ms (the compute it slows down)")
+    if args.end_with_rank0 and (args.ddp or args.single or args.node or args.ddp_rank >= 0):
+        p.error("--end-with-rank0 goes with the launched job (its workers share the flag): "
+                "not with --ddp, --single or --node")
     if args.ddp and (args.single or args.node):
         p.error("--ddp runs the job's workers itself: not with --single or --node")
     if args.ddp_rank >= 0:

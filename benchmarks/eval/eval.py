@@ -583,7 +583,7 @@ def run_sync(a, st: Settings, out: str, progress: Progress) -> None:
                     curve_path = os.path.join(tmp, "curve.csv")
                     args = ["--job", job, "--epochs", str(st.sync_epochs),
                             "--compute-ms", "%g" % st.sync_compute_ms,
-                            "--curve-every", str(st.sync_curve_every)]
+                            "--curve-every", str(st.sync_curve_every), "--end-with-rank0"]
                     for s in specs:
                         args += ["--straggler", s]
                     r = digits(a, args, curve_path)
@@ -1324,7 +1324,10 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "staleness) and base 0.4 the fresh updates at the end of a run, when "
         "the other workers have stopped, took 4x ASP's step and the model collapsed in the "
         "last epoch of most runs); no momentum; "
-        f"{st.sync_epochs} epochs per worker; every step sleeps "
+        f"rank 0 trains {st.sync_epochs} epochs and the job ends with them "
+        "(`--end-with-rank0`: the other workers stop at their next step, so a straggler "
+        "does not train on alone; the staleness column counts the updates until then); "
+        "every step sleeps "
         f"{st.sync_compute_ms:g} ms standing for an accelerator's compute, and a straggler "
         "sleeps that times its factor: 1 straggler is rank 3 at 4x, 2 stragglers are rank 3 "
         f"at 4x and rank 2 at 2x. SSP with staleness_bound {SSP_BOUND}.",

@@ -12,6 +12,9 @@ losses) matches torch's own training on the same global batches (--single)
 within a relative 1e-4 over the first half of the run, where rounding
 differences have not yet been amplified by training; and that every run
 reaches 0.95 test accuracy; and that the images are scikit-learn's digits.
+Then, under asp with rank 3 a 4x straggler, --end-with-rank0: rank 0 trains
+all its steps and the straggler stops early (each worker's --losses file has
+one loss per step it trained).
 
 Usage: digits_test.py BUILD_DIR
 """
@@ -145,6 +148,22 @@ class Digits(unittest.TestCase):
         resent = re.search(r"w0: \d+ pushes, (\d+) retransmissions", out)
         self.assertIsNotNone(resent, out)
         self.assertGreater(int(resent.group(1)), 0, out)
+
+    def test_end_with_rank0_stops_the_straggler(self):
+        tmp = self.tmp.name
+        job = job_file(tmp, "digits-asp")
+        with open(job) as f:
+            text = f.read()
+        with open(job, "w") as f:
+            f.write(text.replace("sync: bsp", "sync: asp"))
+        d = os.path.join(tmp, "asp")
+        rc, out = train(job, d, "--compute-ms", "5", "--straggler", "3,4", "--end-with-rank0",
+                        "--target", "0")
+        self.assertEqual(rc, 0, out)
+        steps = [len(read(d, f"w{r}")[0]) for r in range(WORKERS)]
+        self.assertEqual(steps[0], len(self.reference), out)  # rank 0: every step
+        self.assertLess(steps[3], steps[0], f"the straggler trained on: {steps}\n{out}")
+        self.assertGreater(steps[3], 0, out)
 
 
 if __name__ == "__main__":
