@@ -29,6 +29,7 @@ namespace {
 using mercury::worker::Handle;
 using mercury::worker::UsageError;
 using mercury::worker::WorkerError;
+using mercury::worker::WorkerStats;
 
 thread_local std::string g_last_error;
 
@@ -214,6 +215,27 @@ int mercury_worker_drops(mercury_worker* w, char* buf, size_t size, size_t* need
       buf[k] = '\0';
     }
     if (needed_out != nullptr) *needed_out = text.size();
+  });
+}
+
+int mercury_worker_get_stats(mercury_worker* w, mercury_worker_stats* out, size_t size) {
+  if (w == nullptr) return null_argument("mercury_worker_get_stats", "worker");
+  if (out == nullptr) return null_argument("mercury_worker_get_stats", "out");
+  if (size % sizeof(uint64_t) != 0) {
+    return fail(MERCURY_E_USAGE, ("mercury_worker_get_stats: size " + std::to_string(size) +
+                                  " is not a whole number of 8-byte fields")
+                                     .c_str());
+  }
+  return guarded([&] {
+    const WorkerStats s = w->worker.stats();
+    const mercury_worker_stats c{s.pushes,          s.pulls,          s.bytes_pushed,
+                                 s.chunks_received, s.bytes_placed,   s.versions_completed,
+                                 s.retransmits,     s.chunks_dropped, s.control_dropped,
+                                 s.staleness_sum,   s.stale_pushes,   s.staleness_max,
+                                 s.ssp_waits,       s.ssp_gap_max};
+    const size_t k = std::min(size, sizeof c);
+    std::memcpy(out, &c, k);
+    std::memset(reinterpret_cast<char*>(out) + k, 0, size - k);
   });
 }
 

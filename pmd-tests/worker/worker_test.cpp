@@ -753,7 +753,7 @@ void record(void* context, int status, const char* error) {
   ++r->calls;
 }
 
-TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
+TEST(WorkerC, DeclareStartPushPullBarrierStatsErrors) {
   Job job(1);
   mercury_worker* w = wrap_worker_for_c(job.take(0));
   std::vector<float> p(5000), grad(5000);
@@ -822,6 +822,50 @@ TEST(WorkerC, DeclareStartPushPullBarrierErrors) {
   EXPECT_EQ(mercury_worker_mark_read(w, 0, nullptr), MERCURY_E_USAGE);
   EXPECT_STREQ(mercury_last_error(), "mercury_worker_mark_read: version_out is NULL");
   EXPECT_EQ(mercury_worker_mark_read(w, 9, &v), MERCURY_E_USAGE);
+
+  // The counters: one push_pull of 5000 floats by the only rank, which also
+  // sent the initial parameters at start (the net core publishes them with its
+  // slow work: wait for the push to show).
+  mercury_worker_stats st;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {
+    std::memset(&st, 0xff, sizeof st);
+    ASSERT_EQ(mercury_worker_get_stats(w, &st, sizeof st), MERCURY_OK) << mercury_last_error();
+    if (st.pushes != 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  } while (std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(st.pushes, 1u);
+  EXPECT_EQ(st.pulls, 1u);
+  EXPECT_EQ(st.bytes_pushed, 2u * 5000 * sizeof(float));
+  EXPECT_GE(st.bytes_placed, 5000u * sizeof(float));
+  EXPECT_GE(st.versions_completed, 1u);
+  EXPECT_GE(st.chunks_received, 1u);
+  EXPECT_EQ(st.chunks_dropped + st.control_dropped, 0u);
+  EXPECT_EQ(st.staleness_sum + st.stale_pushes + st.staleness_max, 0u);  // bsp
+  EXPECT_EQ(st.ssp_waits + st.ssp_gap_max, 0u);
+  // A caller built against an older, shorter struct gets the fields it knows
+  // and nothing is written past them; a newer, longer one gets zeros past ours.
+  uint64_t older[3] = {7, 7, 7};
+  ASSERT_EQ(mercury_worker_get_stats(w, reinterpret_cast<mercury_worker_stats*>(older),
+                                     2 * sizeof(uint64_t)),
+            MERCURY_OK);
+  EXPECT_EQ(older[0], st.pushes);
+  EXPECT_EQ(older[1], st.pulls);
+  EXPECT_EQ(older[2], 7u);
+  uint64_t newer[sizeof(mercury_worker_stats) / 8 + 2];
+  std::memset(newer, 0xff, sizeof newer);
+  ASSERT_EQ(
+      mercury_worker_get_stats(w, reinterpret_cast<mercury_worker_stats*>(newer), sizeof newer),
+      MERCURY_OK);
+  EXPECT_EQ(newer[0], st.pushes);
+  EXPECT_EQ(newer[sizeof(mercury_worker_stats) / 8], 0u);
+  EXPECT_EQ(newer[sizeof(mercury_worker_stats) / 8 + 1], 0u);
+  EXPECT_EQ(mercury_worker_get_stats(w, &st, 12), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(),
+               "mercury_worker_get_stats: size 12 is not a whole number of 8-byte fields");
+  EXPECT_EQ(mercury_worker_get_stats(w, nullptr, sizeof st), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_get_stats: out is NULL");
+  EXPECT_EQ(mercury_worker_get_stats(nullptr, &st, sizeof st), MERCURY_E_USAGE);
 
   ASSERT_EQ(mercury_worker_shutdown(w), MERCURY_OK);
   EXPECT_EQ(mercury_worker_push(w, 0, grad.data(), grad.size(), &h), MERCURY_E_USAGE);

@@ -108,6 +108,30 @@ int mercury_worker_mark_read(mercury_worker* worker, uint32_t key, uint32_t* ver
  * terminated; `buf` may be NULL when `size` is 0), and *needed_out (when
  * not NULL) is the whole text's length without the NUL. */
 int mercury_worker_drops(mercury_worker* worker, char* buf, size_t size, size_t* needed_out);
+/* The worker's counters (Worker::stats, WorkerStats in mercury/worker.h, the
+ * same fields in the same order: see there what each counts). Fields are
+ * only ever added at the end. */
+typedef struct mercury_worker_stats {
+  uint64_t pushes;
+  uint64_t pulls;
+  uint64_t bytes_pushed;
+  uint64_t chunks_received;
+  uint64_t bytes_placed;
+  uint64_t versions_completed;
+  uint64_t retransmits;
+  uint64_t chunks_dropped;
+  uint64_t control_dropped;
+  uint64_t staleness_sum;
+  uint64_t stale_pushes;
+  uint64_t staleness_max;
+  uint64_t ssp_waits;
+  uint64_t ssp_gap_max;
+} mercury_worker_stats;
+/* Fills *out with the counters now. `size` is sizeof(mercury_worker_stats)
+ * as the caller was compiled (a multiple of 8): a caller built against an
+ * older header gets the fields it knows, a newer one zeros in the fields
+ * this library does not have. */
+int mercury_worker_get_stats(mercury_worker* worker, mercury_worker_stats* out, size_t size);
 /* The job's training.sync ("bsp", "asp", "ssp" or "psplus"); static storage.
  * NULL for a NULL worker. */
 const char* mercury_worker_sync(const mercury_worker* worker);
