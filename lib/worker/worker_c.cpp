@@ -218,6 +218,11 @@ int mercury_worker_drops(mercury_worker* w, char* buf, size_t size, size_t* need
   });
 }
 
+// Both are 64-bit counters only: a field added to WorkerStats must be added
+// at the end of mercury_worker_stats (and below) too.
+static_assert(sizeof(WorkerStats) == sizeof(mercury_worker_stats),
+              "WorkerStats and mercury_worker_stats differ: add the new field to the C struct");
+
 int mercury_worker_get_stats(mercury_worker* w, mercury_worker_stats* out, size_t size) {
   if (w == nullptr) return null_argument("mercury_worker_get_stats", "worker");
   if (out == nullptr) return null_argument("mercury_worker_get_stats", "out");
