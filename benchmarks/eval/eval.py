@@ -1160,10 +1160,10 @@ def goals(sched: dict, sync: dict, ddp: dict, st: Settings) -> list[str]:
             model = max(cands, key=lambda m: cands[m]["comm_over_compute"])
             f = cands[model]
             out.append(f"* Strict priority >= 2x FIFO on the model where communication "
-                       f"dominates ({model}, {link} Gbit/s): {f['fifo']:.2f}x, "
+                       f"dominates ({model}, {link} Gbit/s): {f['fifo']:.3f}x, "
                        + ("**met**" if f["fifo"] >= 2 else "**not met**") + ".")
             out.append(f"* Strict priority >= 1.5x the best-tuned partitioning there: "
-                       f"{f['best']:.2f}x, " + ("**met**" if f["best"] >= 1.5 else "**not met**")
+                       f"{f['best']:.3f}x, " + ("**met**" if f["best"] >= 1.5 else "**not met**")
                        + ".")
         slower = [f"{m} at {l}G ({f['fifo']:.2f}x FIFO, {f['best']:.2f}x best partition"
                   + (f", {f['fifo_chunk']:.2f}x FIFO with immediate aggregation"
