@@ -2,6 +2,7 @@
 // the files it names), EAL argument generation in eal.cpp.
 #include "config/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 
@@ -207,15 +208,22 @@ std::string_view PortSpec::vdev_name() const {
   return t.substr(0, t.find(','));
 }
 
-std::optional<std::string_view> PortSpec::vdev_arg(std::string_view key) const {
-  const std::string_view t = text;
-  for (size_t at = t.find(','); at != std::string_view::npos; at = t.find(',', at + 1)) {
-    const std::string_view arg = t.substr(at + 1, t.find(',', at + 1) - at - 1);
+std::optional<std::string_view> devargs_value(std::string_view args, std::string_view key) {
+  for (size_t at = 0; at <= args.size();) {
+    const size_t end = std::min(args.find(',', at), args.size());
+    const std::string_view arg = args.substr(at, end - at);
     if (arg.size() > key.size() && arg.starts_with(key) && arg[key.size()] == '=') {
       return arg.substr(key.size() + 1);
     }
+    at = end + 1;
   }
   return std::nullopt;
+}
+
+std::optional<std::string_view> PortSpec::vdev_arg(std::string_view key) const {
+  const std::string_view t = text;
+  const size_t comma = t.find(',');
+  return comma == std::string_view::npos ? std::nullopt : devargs_value(t.substr(comma + 1), key);
 }
 
 const NodeConfig* JobConfig::find_node(std::string_view name) const {

@@ -219,6 +219,10 @@ struct TrainingConfig {
   double epsilon = 1.0e-8;
 };
 
+/// The value of the first `key=value` entry with this key in a comma-separated
+/// argument list ("role=client,id=0,socket=/tmp/w0.sock"), or nullopt.
+std::optional<std::string_view> devargs_value(std::string_view args, std::string_view key);
+
 /// One entry of a node's `ports` list.
 struct PortSpec {
   enum Kind : uint8_t {

@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "config/config.h"
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14's value; older headers lack it
 #endif
@@ -72,26 +74,12 @@ bool copies_at_tx(const std::string& driver, const std::string& devargs) {
   return driver == "net_af_packet" || driver == "net_pcap";
 }
 
-// The value of `key` in a vdev's arguments ("role=client,id=0,socket=..."),
-// or "" when absent.
-std::string devarg(const std::string& devargs, const std::string& key) {
-  size_t at = 0;
-  while (at <= devargs.size()) {
-    const size_t end = std::min(devargs.find(',', at), devargs.size());
-    const std::string kv = devargs.substr(at, end - at);
-    if (kv.compare(0, key.size() + 1, key + "=") == 0) return kv.substr(key.size() + 1);
-    at = end + 1;
-  }
-  return "";
-}
-
 // A net_memif client's server socket as /proc/net/unix names it ("@" first
 // for an abstract one, DPDK 22.11's default), or "" for any other port.
 std::string memif_server_socket(const std::string& driver, const std::string& devargs) {
-  if (driver != "net_memif" || devarg(devargs, "role") != "client") return "";
-  std::string path = devarg(devargs, "socket");
-  if (path.empty()) path = "/tmp/memif.sock";  // memif's default
-  return devarg(devargs, "socket-abstract") == "no" ? path : "@" + path;
+  if (driver != "net_memif" || config::devargs_value(devargs, "role") != "client") return "";
+  const std::string path{config::devargs_value(devargs, "socket").value_or("/tmp/memif.sock")};
+  return config::devargs_value(devargs, "socket-abstract") == "no" ? path : "@" + path;
 }
 
 // A socket of that name listens in this network namespace (/proc/net/unix:
