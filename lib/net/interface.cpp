@@ -77,6 +77,9 @@ void Interface::count_drop(const ParsedFrame& f) {
 }
 
 uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
+  if (detached_ != 0) [[unlikely]] {
+    return 0;
+  }
   rte_mbuf* burst[kBurst];
   const uint16_t got = port_.rx_burst(opts_.rx_queue, burst, n < kBurst ? n : kBurst);
   counters_.rx_frames += got;
@@ -277,7 +280,18 @@ void Interface::start_link_schedule_st(uint64_t now) {
   if (emulator_ != nullptr) emulator_->anchor_schedule(now);
 }
 
+uint32_t Interface::tx_pending() const {
+  return staged_ + (emulator_ != nullptr ? emulator_->queued() : 0);
+}
+
 uint16_t Interface::flush_st(uint64_t now) {
+  if (detached_ != 0) [[unlikely]] {
+    // Nothing may reach the PMD: what is staged goes back to its pool.
+    if (staged_ > 0) rte_pktmbuf_free_bulk(stage_.data(), staged_);
+    counters_.tx_detached += staged_;
+    staged_ = 0;
+    return 0;
+  }
   if (emulator_ != nullptr) emulator_->poll(now);
   if (staged_ == 0) return 0;
   const uint16_t sent = emulator_ != nullptr

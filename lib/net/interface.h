@@ -25,6 +25,13 @@
 // there. Other threads read the values as they read counters() (each word
 // whole, possibly one refresh old).
 //
+// Detaching: set_detached_st(true) makes the interface stop calling the PMD
+// (poll_rx_st() receives nothing, flush_st() frees what is staged, counted
+// as tx_detached, and leaves the link emulator's frames queued) until
+// set_detached_st(false). Its owner detaches a net_memif port whose peer is
+// about to close the link: DPDK 22.11's memif unmaps a link's shared memory
+// when the other end goes, under any core inside a burst on it (docs/net.md).
+//
 // RX tap: set_rx_tap() installs a function that sees every received burst,
 // raw, before it is parsed (a recorder writing a pcap trace, a test counting
 // frames). Null by default; the cost when unset is one predictable branch per
@@ -65,6 +72,7 @@ struct InterfaceCounters {
   uint64_t tx_by_reference = 0;  ///< frames staged with their payload by reference
   uint64_t tx_no_shell = 0;      ///< payloads copied because every shell mbuf was out
   uint64_t tx_taken_in = 0;      ///< by-reference payloads copied in: refused by the PMD
+  uint64_t tx_detached = 0;      ///< frames freed unsent: the interface was detached
   uint64_t arp_requests_sent = 0;
   uint64_t arp_replies_sent = 0;
   uint64_t arp_learned = 0;
@@ -151,6 +159,18 @@ class Interface final : public PacketPort {
     rx_tap_context_ = context;
   }
 
+  /// Detached (true), the interface calls the PMD no more until attached
+  /// again (false): see the top of this file. The owning core.
+  void set_detached_st(bool detached) {
+    std::atomic_ref<uint64_t>(detached_).store(detached ? 1 : 0, std::memory_order_relaxed);
+  }
+  /// Gauge: 1 while detached, else 0. Any thread.
+  [[nodiscard]] uint64_t detached() const {
+    return std::atomic_ref<const uint64_t>(detached_).load(std::memory_order_relaxed);
+  }
+  /// Frames not yet handed to the PMD: the stage's and the link emulator's.
+  [[nodiscard]] uint32_t tx_pending() const;
+
   /// Attaches a link emulator in front of the TX queue (nullptr detaches).
   /// The emulator must outlive its attachment.
   void attach_emulator(LinkEmulator* e) { emulator_ = e; }
@@ -226,6 +246,7 @@ class Interface final : public PacketPort {
   PortDrops pmd_drops_;
   uint64_t rx_pool_free_ = 0;
   uint64_t link_up_ = 0;
+  uint64_t detached_ = 0;  // written by the owning core only (set_detached_st)
   // By-reference payloads: a pool of data-less shell mbufs, and the shared
   // info of their external buffers, whose count the interface keeps above 0
   // (the memory is never freed through it).

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -272,12 +273,29 @@ Port::Port(Port&& o) noexcept
       rx_cksum_(o.rx_cksum_),
       tx_by_reference_(o.tx_by_reference_),
       rx_pool_(o.rx_pool_),
-      rings_(std::move(o.rings_)) {
+      rings_(std::move(o.rings_)),
+      linger_until_ns_(std::atomic_ref<int64_t>(o.linger_until_ns_).load()) {
   o.id_ = RTE_MAX_ETHPORTS;
+}
+
+namespace {
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void Port::linger(std::chrono::milliseconds ms) noexcept {
+  if (driver_ != "net_memif") return;
+  std::atomic_ref<int64_t>(linger_until_ns_)
+      .store(steady_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(ms).count());
 }
 
 Port::~Port() {
   if (id_ == RTE_MAX_ETHPORTS) return;
+  const int64_t wait = std::atomic_ref<int64_t>(linger_until_ns_).load() - steady_ns();
+  if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
   rte_eth_dev_stop(id_);
   rte_eth_dev_close(id_);
 }

@@ -17,6 +17,7 @@
 
 #include <rte_ethdev.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -126,6 +127,13 @@ class Port {
   /// read_drops().
   [[nodiscard]] bool link_up() const;
 
+  /// A net_memif port's peer may still poll the link for `ms` milliseconds
+  /// from now: the destructor, which closes the link, waits until then
+  /// (the peer unmaps the link's memory when it closes, under any core of
+  /// its own inside a burst: docs/net.md). Nothing on other PMDs. Any
+  /// thread; the latest call counts.
+  void linger(std::chrono::milliseconds ms) noexcept;
+
   uint16_t rx_burst(uint16_t queue, rte_mbuf** pkts, uint16_t n) {
     return rte_eth_rx_burst(id_, queue, pkts, n);
   }
@@ -148,6 +156,7 @@ class Port {
   bool tx_by_reference_ = false;
   const rte_mempool* rx_pool_ = nullptr;  // what the RX queues allocate from
   std::shared_ptr<void> rings_;           // ring links: the rings outlive both ports
+  int64_t linger_until_ns_ = 0;           // steady clock; atomic_ref (linger())
 };
 
 /// Maps in every page of the net_memif shared-memory regions (its rings and

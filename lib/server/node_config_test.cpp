@@ -203,6 +203,12 @@ TEST(Report, StalenessTextOnlyWhenAnUpdateWasStale) {
 TEST(Report, LinkLineNamesThePort) {
   EXPECT_EQ(link_line("net_memif2", false), "port net_memif2: link down");
   EXPECT_EQ(link_line("net_memif2", true), "port net_memif2: link up");
+  EXPECT_EQ(detach_line("net_memif2", true),
+            "port net_memif2: every worker behind it left; detached (not polled until a new "
+            "peer connects)");
+  EXPECT_EQ(detach_line("net_memif2", false),
+            "port net_memif2: a new peer connected; attached "
+            "again");
 }
 
 TEST(Report, TelemetryHasTheAggregationsAndEveryCounter) {

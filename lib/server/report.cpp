@@ -67,6 +67,13 @@ std::string link_line(const std::string& port, bool up) {
   return "port " + port + ": link " + (up ? "up" : "down");
 }
 
+std::string detach_line(const std::string& port, bool detached) {
+  return "port " + port +
+         (detached ? ": every worker behind it left; detached (not polled until a new peer "
+                     "connects)"
+                   : ": a new peer connected; attached again");
+}
+
 std::string pool_warning(const agg::Placement& placement, const std::vector<uint32_t>& own_shards,
                          uint32_t chunk_bytes, uint32_t workers, uint64_t pool_mbufs,
                          uint64_t staging_chunks) {

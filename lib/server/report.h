@@ -66,6 +66,9 @@ std::string stats_line(double seconds, NodeState state, const Rates& per_second,
 /// changes, as the net core's refresh saw it (a net_memif port is down
 /// while its peer is not connected).
 std::string link_line(const std::string& port, bool up);
+/// "port X: every worker behind it left; detached" or "port X: attached
+/// again" (ServerNode detaches a memif port whose workers all left).
+std::string detach_line(const std::string& port, bool detached);
 
 /// Flow control (docs/server.md) copies a gradient its set would hold into
 /// a staging chunk while a port's pool is nearly all held; without a free

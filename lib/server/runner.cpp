@@ -142,11 +142,17 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     };
     // A port's link going down (a net_memif peer gone) or coming back is
     // said once, as the net core's last refresh saw it.
-    std::vector<uint64_t> links(node_.ports());
+    // So is a port detached because its workers left, or attached again.
+    std::vector<uint64_t> links(node_.ports()), detached(node_.ports());
     for (uint32_t p = 0; p < node_.ports(); ++p) links[p] = node_.interface(p).link_up();
     auto report_links = [&] {
       bool came_up = false;
       for (uint32_t p = 0; p < node_.ports(); ++p) {
+        const uint64_t d = node_.interface(p).detached();
+        if (d != detached[p]) {
+          detached[p] = d;
+          output_.out(who_ + ": " + detach_line(node_.interface(p).port().name(), d != 0));
+        }
         const uint64_t up = node_.interface(p).link_up();
         if (up == links[p]) continue;
         links[p] = up;

@@ -120,6 +120,10 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
     }
     flow_.push_back(
         PortFlow{.port_id = ports[p]->port().id(), .workers = static_cast<uint32_t>(ranks.size())});
+    PortLeave leave;
+    for (uint16_t r : ranks) leave.ranks |= uint64_t{1} << r;
+    leave.memif = ports[p]->port().driver() == "net_memif";
+    leaves_.push_back(leave);
     receivers_.push_back(
         std::make_unique<PortReceiver>(*this, static_cast<uint32_t>(p), std::move(ranks)));
     endpoints_.push_back(std::make_unique<transport::Endpoint>(
@@ -229,6 +233,37 @@ void ServerNode::sync_state() {
   }
   any_left_ = control_->left() != 0;
   placement_ = control_->placement();
+  if (any_left_) {
+    for (PortLeave& l : leaves_) {
+      if (l.memif && l.state == PortLeave::kPolled && !l.attached_again &&
+          (control_->left() & l.ranks) == l.ranks) {
+        l.state = PortLeave::kLeaving;
+        l.since = now_;
+        detach_pending_ = true;
+      }
+    }
+  }
+}
+
+void ServerNode::detach_left_ports_st() {
+  // A memif port whose every worker left is detached once the answers to
+  // their leaves are out of the interface (every ACK owed sent, the stage
+  // and the link emulator empty), or kDetachWaitMs after the last leave
+  // whatever else is queued: its workers' processes close the link soon
+  // after (docs/server.md, "The end of a job").
+  const transport::Tick wait = config_.endpoint.transport.tsc_hz / 1000 * kDetachWaitMs;
+  detach_pending_ = false;
+  for (uint32_t p = 0; p < leaves_.size(); ++p) {
+    PortLeave& l = leaves_[p];
+    if (l.state != PortLeave::kLeaving) continue;
+    if ((endpoints_[p]->owes_acks_st() || ifaces_[p]->tx_pending() != 0) && now_ - l.since < wait) {
+      detach_pending_ = true;
+      continue;
+    }
+    ifaces_[p]->set_detached_st(true);
+    l.state = PortLeave::kDetached;
+    l.saw_down = false;
+  }
 }
 
 // ---- flow control (docs/server.md) ---------------------------------------
@@ -431,6 +466,7 @@ uint32_t ServerNode::poll_st(transport::Tick now) {
     for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
   }
   if (restarted_ != 0) handle_restarts_st();
+  if (detach_pending_) detach_left_ports_st();
   if (push_after_leave_ != 0 && running_) {
     control_->on_push_after_leave_st(static_cast<uint16_t>(push_after_leave_ - 1), now_);
     push_after_leave_ = 0;
@@ -507,6 +543,21 @@ ServerCounters ServerNode::counters_st() const {
 
 void ServerNode::refresh_port_stats_st() {
   for (net::Interface* i : ifaces_) i->refresh_port_stats_st();
+  // A detached port is attached again when a new peer has connected: its
+  // link went down (the workers that left closed it) and is up again.
+  for (uint32_t p = 0; p < leaves_.size(); ++p) {
+    PortLeave& l = leaves_[p];
+    if (l.state != PortLeave::kDetached) continue;
+    if (ifaces_[p]->link_up() == 0) {
+      l.saw_down = true;
+    } else if (l.saw_down) {
+      ifaces_[p]->set_detached_st(false);
+      l.state = PortLeave::kPolled;
+      // Its ranks left for good (a job cannot take one back): whoever came
+      // is refused, and the port stays attached from now on.
+      l.attached_again = true;
+    }
+  }
 }
 
 transport::PeerCounters ServerNode::peer_totals_st() const {

@@ -313,6 +313,9 @@ class ServerNode {
   // next control message, whichever comes first.
   void on_worker_restarted_st(uint16_t rank) { restarted_ |= uint64_t{1} << rank; }
   void handle_restarts_st();
+  // Detaches the interfaces of memif ports whose workers all left (PortLeave).
+  void detach_left_ports_st();
+  static constexpr uint64_t kDetachWaitMs = 100;
   // Every transport::keepalive_interval() while the job runs: a reliable kHeartbeat to every
   // worker, so that a worker that dies while nothing is outstanding towards
   // it is still named by the transport's liveness (agg/control.h).
@@ -353,7 +356,22 @@ class ServerNode {
   std::vector<int32_t> shard_slot_;                // global shard id -> index in shards_, or -1
   std::vector<Stage> stages_;                      // per shard core: items not yet enqueued
   std::vector<PortFlow> flow_;                     // per port
-  MbufReleases releases_;                          // the node's own frees of handed mbufs
+  // Per port: its workers' ranks, and whether its interface is detached
+  // because they all left (a net_memif port only: docs/server.md, "The end
+  // of a job"). kLeaving until the answers to their leaves are out; back to
+  // kPolled when the link went down and came up (a new peer).
+  struct PortLeave {
+    enum State : uint8_t { kPolled, kLeaving, kDetached };
+    uint64_t ranks = 0;
+    transport::Tick since = 0;  // kLeaving: when the last of them left
+    State state = kPolled;
+    bool memif = false;
+    bool saw_down = false;        // kDetached: the link went down since
+    bool attached_again = false;  // detached once, attached again: stays polled
+  };
+  std::vector<PortLeave> leaves_;
+  bool detach_pending_ = false;  // a port is kLeaving
+  MbufReleases releases_;        // the node's own frees of handed mbufs
   std::array<uint64_t, kServerDropCount> drops_{};
 
   std::map<const std::byte*, std::unique_ptr<std::byte[]>> inbox_;  // messages being received

@@ -15,6 +15,7 @@ void add_interface(Registry& registry, const std::string& group, const net::Inte
     v.emplace_back("tx_by_reference", read_counter(c.tx_by_reference));
     v.emplace_back("tx_no_shell", read_counter(c.tx_no_shell));
     v.emplace_back("tx_taken_in", read_counter(c.tx_taken_in));
+    v.emplace_back("tx_detached", read_counter(c.tx_detached));
     v.emplace_back("arp_requests_sent", read_counter(c.arp_requests_sent));
     v.emplace_back("arp_replies_sent", read_counter(c.arp_replies_sent));
     v.emplace_back("arp_learned", read_counter(c.arp_learned));
@@ -34,6 +35,7 @@ void add_interface(Registry& registry, const std::string& group, const net::Inte
     v.emplace_back("drops", drops);
     v.emplace_back("rx_pool_free", ifc.rx_pool_free());
     v.emplace_back("link_up", ifc.link_up());
+    v.emplace_back("detached", ifc.detached());
     for (size_t i = 1; i < wire::kRejectCount; ++i) {
       v.emplace_back("reject_" + std::string(wire::reject_name(static_cast<wire::Reject>(i))),
                      read_counter(c.rejects[i]));

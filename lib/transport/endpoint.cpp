@@ -327,6 +327,13 @@ bool Endpoint::idle_st() const {
   return true;
 }
 
+bool Endpoint::owes_acks_st() const {
+  for (const auto& ptr : peers_) {
+    if (ptr->resolved && ptr->peer.receiver().ack_deadline() != 0) return true;
+  }
+  return false;
+}
+
 EndpointCounters Endpoint::counters_st() const {
   EndpointCounters c = counters_;
   c.passes = passes_;

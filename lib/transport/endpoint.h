@@ -407,6 +407,8 @@ class Endpoint {
 
   /// Net core: nothing is queued, in flight or waiting to be acknowledged.
   bool idle_st() const;
+  /// Net core: a peer waits for an ACK from us (due now or delayed).
+  bool owes_acks_st() const;
   /// Net core: the earliest TSC at which a Peer's timer or delayed ACK has
   /// work (for an idle back-off: sleep until then unless packets arrive);
   /// 0 if nothing is armed.

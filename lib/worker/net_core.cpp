@@ -53,6 +53,10 @@ uint32_t NetCore::poll_st(transport::Tick now) {
     // (every control message is then settled) or the deadline.
     const uint32_t work = endpoint_->poll_st(now);
     if (control_out_.empty() || now >= leave_deadline_) {
+      // Acknowledged: the server detaches its end of a memif link once the
+      // ACKs are out, so the link stays open a moment longer, in case that
+      // core is off its CPU now (docs/server.md, "The end of a job").
+      if (control_out_.empty()) iface_.port().linger(kLeaveLinger);
       const Handle stopped = *stop_;
       stop_.reset();
       finish_stop_st(stopped, now);

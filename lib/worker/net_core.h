@@ -37,6 +37,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <iterator>
 #include <memory>
@@ -169,6 +170,9 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
  public:
   static constexpr uint32_t kRequestBurst = 64;
   static constexpr uint32_t kSlowEvery = 256;
+  /// How long a memif link stays open after the servers acknowledged the
+  /// leave (net::Port::linger).
+  static constexpr std::chrono::milliseconds kLeaveLinger{50};
   /// How often the slow work reads the PMD's drop counters (a call into the
   /// PMD that may lock or make a system call: not every slow pass).
   static constexpr uint32_t kPortStatsMs = 100;

@@ -150,6 +150,67 @@ TEST(Interface, GarbageUnderTheStackIsCountedByReason) {
   EXPECT_EQ(l.end_b().pool.available() + l.b().mbufs_held(), 4095u);
 }
 
+// Detached, an interface calls the PMD no more: a frame waiting in its RX
+// queue stays there, what it stages is freed unsent (counted), and once
+// attached again both directions work as before.
+TEST(Interface, DetachedCallsThePmdNoMore) {
+  RingLink l = link("idet", 1500);
+  const Route r = resolve_a_to_b(l);
+  const auto payload = pattern(256, 3);
+  auto stage = [&](uint32_t seq) {
+    wire::HeaderFields h;
+    h.type = wire::PacketType::kData;
+    h.dtype = wire::Dtype::kFloat32;
+    h.msg_len = 256;
+    h.seq = seq;
+    return l.a().stage_data_st(r, h, payload);
+  };
+  auto receive = [&](uint32_t* seq) {
+    RxPacket rx[Interface::kBurst];
+    uint16_t got = 0;
+    for (int i = 0; i < 1000 && got == 0; ++i) {
+      const uint16_t n = l.b().poll_rx_st(rx, Interface::kBurst, rte_rdtsc());
+      for (uint16_t k = 0; k < n; ++k) {
+        if (seq != nullptr) *seq = rx[k].parsed.header.seq;
+        rte_pktmbuf_free(mbuf_of(rx[k].buf));
+      }
+      got = static_cast<uint16_t>(got + n);
+    }
+    return got;
+  };
+
+  ASSERT_TRUE(stage(1));
+  ASSERT_EQ(l.a().flush_st(rte_rdtsc()), 1);
+  l.b().set_detached_st(true);
+  EXPECT_EQ(l.b().detached(), 1u);
+  const uint64_t rx_before = l.b().counters().rx_frames;
+  EXPECT_EQ(receive(nullptr), 0);
+  EXPECT_EQ(l.b().counters().rx_frames, rx_before);  // the frame waits in the ring
+
+  l.a().set_detached_st(true);
+  ASSERT_TRUE(stage(2));
+  ASSERT_TRUE(stage(3));
+  EXPECT_EQ(l.a().tx_pending(), 2u);
+  const uint64_t tx_before = l.a().counters().tx_frames;
+  EXPECT_EQ(l.a().flush_st(rte_rdtsc()), 0);
+  EXPECT_EQ(l.a().tx_pending(), 0u);
+  EXPECT_EQ(l.a().counters().tx_detached, 2u);
+  EXPECT_EQ(l.a().counters().tx_frames, tx_before);
+
+  l.a().set_detached_st(false);
+  l.b().set_detached_st(false);
+  EXPECT_EQ(l.b().detached(), 0u);
+  uint32_t seq = 0;
+  EXPECT_EQ(receive(&seq), 1);  // the frame that waited, and only it
+  EXPECT_EQ(seq, 1u);
+  ASSERT_TRUE(stage(4));
+  ASSERT_EQ(l.a().flush_st(rte_rdtsc()), 1);
+  EXPECT_EQ(receive(&seq), 1);
+  EXPECT_EQ(seq, 4u);
+  EXPECT_EQ(l.end_a().pool.available() + l.a().mbufs_held(), 4095u);
+  EXPECT_EQ(l.end_b().pool.available() + l.b().mbufs_held(), 4095u);
+}
+
 TEST(Port, UnknownDeviceIsAClearError) {
   Mempool pool("p_unknown", 1023, 0, 2048);
   try {

@@ -4,8 +4,11 @@ ps-worker processes (config/memif.yaml, with sockets and the EAL file prefix
 made unique to this run), 3 rounds of push_pull over MobileNet-v2's tensors.
 The workers start first and the server 2 s later: their memif ports wait
 for its sockets to listen. Every worker must report rank 0's initial
-parameters exact and every aggregate of every round exact, and exit 0; the
-server must stop cleanly on SIGINT.
+parameters exact and every aggregate of every round exact, and exit 0.
+The server runs with --stay: once a port's worker has left, the server
+detaches that memif port (it must say so for all four), and when w0 comes
+back its port is attached again and the new w0 is refused (the job is
+finished). The server must stop cleanly on SIGINT.
 
   memif_job_test.py PS_SERVER PS_WORKER CONFIG_DIR
 """
@@ -37,7 +40,7 @@ def main():
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                    for r in range(4)]
         time.sleep(2.0)
-        server = subprocess.Popen([ps_server, "--config", job, "--seconds", "100"],
+        server = subprocess.Popen([ps_server, "--config", job, "--seconds", "100", "--stay"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         failed = False
         for r, w in enumerate(workers):
@@ -53,6 +56,17 @@ def main():
             if w.returncode != 0 or "initial parameters exact" not in out or exact != ROUNDS:
                 print("w%d: exit %d, %d of %d rounds exact" % (r, w.returncode, exact, ROUNDS))
                 failed = True
+        # A worker of the finished job again: its port, detached when the first
+        # w0 left, must be polled again for the refusal to reach it.
+        again = subprocess.run([ps_worker, "--config", job, "--node", "w0", "--model", model,
+                                "--rounds", str(ROUNDS)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=60)
+        print(again.stdout[-1500:], end="")
+        if again.returncode == 0 or "the job is finished" not in again.stdout:
+            print("w0 again: exit %d, not refused as the job is finished" % again.returncode)
+            failed = True
+        time.sleep(1.5)  # the server's report thread says what changed once a second
         server.send_signal(signal.SIGINT)
         try:
             out, _ = server.communicate(timeout=30)
@@ -62,6 +76,14 @@ def main():
             print("ps-server did not stop on SIGINT")
             failed = True
         print(out[-2000:], end="")
+        detached = re.findall(r"port (net_memif\d+): every worker behind it left; detached", out)
+        attached = re.findall(r"port (net_memif\d+): a new peer connected; attached again", out)
+        if sorted(detached) != ["net_memif%d" % p for p in range(4)]:
+            print("ps-server detached %s, not each of its four ports once" % detached)
+            failed = True
+        if attached != ["net_memif0"]:
+            print("ps-server attached %s again, not w0's port net_memif0" % attached)
+            failed = True
         if server.returncode != 0:
             print("ps-server exit %d" % server.returncode)
             failed = True
