@@ -196,11 +196,11 @@ int run(const Options& o) {
 
   std::string notice;
   config::EalRunOptions eo;
-  eo.hugepages = config::resolve_hugepages(job.eal, &notice);
-  if (!notice.empty()) std::printf("%s\n", notice.c_str());
-  eo.extra = {"--log-level=lib.eal:warning"};
   std::vector<std::string> names;
   for (const auto& n : job.nodes) names.push_back(n.name);
+  eo.hugepages = config::resolve_hugepages(job.eal, net::hugepage_need_bytes(job, names), &notice);
+  if (!notice.empty()) std::printf("%s\n", notice.c_str());
+  eo.extra = {"--log-level=lib.eal:warning"};
   net::Eal eal(config::eal_args(job, names, eo));
   apps::stop_on_signals();
   net::NodeNetworks nets(job, names);

@@ -85,10 +85,10 @@ int run(const Options& o) {
 
   std::string notice;
   config::EalRunOptions eo;
-  eo.hugepages = config::resolve_hugepages(job.eal, &notice);
+  const std::vector<std::string> names{me.name};
+  eo.hugepages = config::resolve_hugepages(job.eal, net::hugepage_need_bytes(job, names), &notice);
   eo.extra = {"--log-level=lib.eal:warning"};
   eo.extra.insert(eo.extra.end(), o.eal_extra.begin(), o.eal_extra.end());
-  const std::vector<std::string> names{me.name};
   const std::vector<std::string> eal_argv = config::eal_args(job, names, eo);
   std::string argv_text, prefix;
   for (const std::string& a : eal_argv) {

@@ -130,15 +130,16 @@ int main(int argc, char** argv) {
     const config::NodeConfig& peer = job.node(link.ring_peer);
     std::string notice;
     config::EalRunOptions eo;
-    eo.hugepages = config::resolve_hugepages(job.eal, &notice);
-    if (!notice.empty()) std::printf("%s\n", notice.c_str());
-    eo.extra = {"--log-level=lib.eal:warning"};
     // Every node of the job runs in this process (ring links cannot cross
     // processes); only the first worker and its peer move traffic.
     std::vector<std::string> names = {peer.name};
     for (const auto& n : job.nodes) {
       if (n.name != peer.name) names.push_back(n.name);
     }
+    eo.hugepages =
+        config::resolve_hugepages(job.eal, net::hugepage_need_bytes(job, names), &notice);
+    if (!notice.empty()) std::printf("%s\n", notice.c_str());
+    eo.extra = {"--log-level=lib.eal:warning"};
     net::Eal eal(config::eal_args(job, names, eo));
     apps::stop_on_signals();
 

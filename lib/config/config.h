@@ -332,17 +332,34 @@ inline uint32_t cpu_of_lcore(uint32_t lcore, std::span<const uint32_t> cpus) {
   return cpus[lcore % cpus.size()];
 }
 
-/// True when at least kMinHugepageBytes of hugepages are free and a
-/// hugetlbfs file system is mounted (e.g. on /dev/hugepages).
-bool hugepages_available();
+/// True when at least max(kMinHugepageBytes, need_bytes) of hugepages are
+/// free and a hugetlbfs file system is mounted (e.g. on /dev/hugepages).
+bool hugepages_available(uint64_t need_bytes = 0);
 /// The same, reading `sysfs_dir` (normally /sys/kernel/mm/hugepages) and
 /// `mounts_path` (normally /proc/mounts); for tests.
-bool hugepages_available(const std::string& sysfs_dir, const std::string& mounts_path);
+bool hugepages_available(const std::string& sysfs_dir, const std::string& mounts_path,
+                         uint64_t need_bytes = 0);
+
+/// The ledger of hugepages decided on and not yet allocated, and how long
+/// resolve_hugepages waits for another process to let go of it.
+inline constexpr const char* kHugepageLedger = "/run/lock/mercury-hugepages";
+inline constexpr uint32_t kHugepageLockWaitMs = 10'000;
 
 /// The hugepage decision for eal.hugepages: on -> true, off -> false, auto ->
-/// hugepages_available(). When auto falls back to no hugepages and `notice`
-/// is not null, sets it to a one-line explanation for the operator
-/// (otherwise clears it).
-bool resolve_hugepages(const EalConfig& eal, std::string* notice);
+/// hugepages_available(need_bytes plus what other processes have decided on
+/// and not yet allocated), `need_bytes` being what this process will take
+/// in hugepages (net::hugepage_need_bytes). Those others are in a ledger,
+/// kHugepageLedger, read and written under an exclusive flock (waiting up to
+/// kHugepageLockWaitMs): a process choosing hugepages adds its need there,
+/// hugepages_settled() takes it out once its pools exist, and the entry of
+/// a process that died counts no more. So processes of one machine starting
+/// together cannot all take the same free pages. When auto falls back to no
+/// hugepages and `notice` is not null, sets it to a one-line explanation for
+/// the operator (otherwise clears it).
+bool resolve_hugepages(const EalConfig& eal, uint64_t need_bytes, std::string* notice);
+/// The process has allocated what it decided on (its mempools exist, or
+/// it failed): takes its entry out of the ledger. Idempotent;
+/// net::NodeNetworks calls it once its pools exist.
+void hugepages_settled();
 
 }  // namespace mercury::config

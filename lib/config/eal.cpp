@@ -1,14 +1,22 @@
 // EAL argument generation and the hugepage probe. No DPDK here: lib/net
 // hands the argv to rte_eal_init().
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "config/config.h"
 
@@ -119,7 +127,9 @@ std::vector<uint32_t> allowed_cpus() {
   return cpus;
 }
 
-bool hugepages_available(const std::string& sysfs_dir, const std::string& mounts_path) {
+namespace {
+
+uint64_t free_hugepage_bytes(const std::string& sysfs_dir) {
   namespace fs = std::filesystem;
   uint64_t free_bytes = 0;
   std::error_code ec;
@@ -132,24 +142,117 @@ bool hugepages_available(const std::string& sysfs_dir, const std::string& mounts
     unsigned long long pages = 0;
     if (in >> pages) free_bytes += pages * kb * 1024;
   }
-  if (free_bytes < kMinHugepageBytes) return false;
+  return free_bytes;
+}
 
-  // EAL maps hugepages through a hugetlbfs mount (normally /dev/hugepages).
+// Where a hugetlbfs file system is mounted (EAL maps hugepages through one,
+// normally /dev/hugepages); "" if none is.
+std::string hugetlbfs_mount(const std::string& mounts_path) {
   std::ifstream mounts(mounts_path);
   std::string line;
   while (std::getline(mounts, line)) {
     std::istringstream fields(line);
     std::string device, mount_point, type;
-    if (fields >> device >> mount_point >> type && type == "hugetlbfs") return true;
+    if (fields >> device >> mount_point >> type && type == "hugetlbfs") return mount_point;
   }
-  return false;
+  return "";
 }
 
-bool hugepages_available() {
-  return hugepages_available("/sys/kernel/mm/hugepages", "/proc/mounts");
+// The ledger of hugepages decided on and not yet allocated
+// (kHugepageLedger): one line "<pid> <bytes>" per process between its
+// resolve_hugepages and its hugepages_settled, read and rewritten under an
+// exclusive flock on the file itself. Not the hugetlbfs mount's directory:
+// EAL takes that one (exclusively while it sets up, then shared for as long
+// as the process runs).
+class Ledger {
+ public:
+  // Opens and locks the ledger, waiting up to kHugepageLockWaitMs; ok()
+  // false if it cannot be had (the decision then goes without it).
+  Ledger() {
+    fd_ = ::open(kHugepageLedger, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd_ < 0) return;
+    for (uint32_t waited = 0;; waited += 2) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        read();
+        return;
+      }
+      if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= kHugepageLockWaitMs) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ::close(fd_);
+    fd_ = -1;
+  }
+  ~Ledger() {
+    if (fd_ >= 0) ::close(fd_);  // releases the flock
+  }
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  [[nodiscard]] bool ok() const { return fd_ >= 0; }
+  // What the other live processes have decided on and not yet allocated.
+  [[nodiscard]] uint64_t pending() const {
+    uint64_t sum = 0;
+    for (const auto& [pid, bytes] : entries_) {
+      if (pid != ::getpid()) sum += bytes;
+    }
+    return sum;
+  }
+  // Sets this process's entry (0: removes it) and writes the ledger back.
+  void set_own(uint64_t bytes) {
+    std::erase_if(entries_, [](const auto& e) { return e.first == ::getpid(); });
+    if (bytes != 0) entries_.emplace_back(::getpid(), bytes);
+    std::string text;
+    for (const auto& [pid, b] : entries_)
+      text += std::to_string(pid) + " " + std::to_string(b) + "\n";
+    if (::ftruncate(fd_, 0) == 0) {
+      const ssize_t n = ::pwrite(fd_, text.data(), text.size(), 0);
+      (void)n;  // a ledger that cannot be written only makes later decisions unlocked
+    }
+  }
+
+ private:
+  // The entries of processes still alive (a process that died before it
+  // allocated took nothing).
+  void read() {
+    std::string text;
+    char buf[4096];
+    for (off_t at = 0;;) {
+      const ssize_t n = ::pread(fd_, buf, sizeof buf, at);
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+      at += n;
+    }
+    std::istringstream in(text);
+    long long pid = 0;
+    unsigned long long bytes = 0;
+    while (in >> pid >> bytes) {
+      if (pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM)) {
+        entries_.emplace_back(static_cast<pid_t>(pid), bytes);
+      }
+    }
+  }
+
+  int fd_ = -1;
+  std::vector<std::pair<pid_t, uint64_t>> entries_;
+};
+
+// This process has an entry in the ledger (resolve_hugepages chose
+// hugepages; hugepages_settled removes it).
+std::atomic<bool> g_pending{false};
+
+}  // namespace
+
+bool hugepages_available(const std::string& sysfs_dir, const std::string& mounts_path,
+                         uint64_t need_bytes) {
+  if (free_hugepage_bytes(sysfs_dir) < std::max(kMinHugepageBytes, need_bytes)) return false;
+  return !hugetlbfs_mount(mounts_path).empty();
 }
 
-bool resolve_hugepages(const EalConfig& eal, std::string* notice) {
+bool hugepages_available(uint64_t need_bytes) {
+  return hugepages_available("/sys/kernel/mm/hugepages", "/proc/mounts", need_bytes);
+}
+
+bool resolve_hugepages(const EalConfig& eal, uint64_t need_bytes, std::string* notice) {
   if (notice) notice->clear();
   switch (eal.hugepages) {
     case Hugepages::kOn:
@@ -159,14 +262,35 @@ bool resolve_hugepages(const EalConfig& eal, std::string* notice) {
     case Hugepages::kAuto:
       break;
   }
-  if (hugepages_available()) return true;
+  // One decision at a time on this machine, each counting what the others
+  // decided on and have not yet allocated: processes starting together would
+  // otherwise all see the same free pages and take more than there are.
+  hugepages_settled();
+  Ledger ledger;
+  const uint64_t want = std::max(kMinHugepageBytes, need_bytes);
+  const uint64_t pending = ledger.ok() ? ledger.pending() : 0;
+  if (hugepages_available(want > UINT64_MAX - pending ? UINT64_MAX : want + pending)) {
+    if (ledger.ok()) {
+      ledger.set_own(need_bytes);
+      g_pending.store(true);
+    }
+    return true;
+  }
   if (notice) {
-    *notice = "eal.hugepages is auto and fewer than " + std::to_string(kMinHugepageBytes >> 20) +
-              " MB of hugepages are free in a mounted hugetlbfs: running without hugepages "
-              "(--no-huge -m " +
-              std::to_string(eal.memory_mb) + ")";
+    *notice = "eal.hugepages is auto and fewer than " + std::to_string(want >> 20) +
+              " MB of hugepages are free in a mounted hugetlbfs" +
+              (pending != 0 ? " beside the " + std::to_string(pending >> 20) +
+                                  " MB other processes are taking"
+                            : std::string()) +
+              ": running without hugepages (--no-huge -m " + std::to_string(eal.memory_mb) + ")";
   }
   return false;
+}
+
+void hugepages_settled() {
+  if (!g_pending.exchange(false)) return;
+  Ledger ledger;
+  if (ledger.ok()) ledger.set_own(0);
 }
 
 }  // namespace mercury::config

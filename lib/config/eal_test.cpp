@@ -1,5 +1,10 @@
 // EAL argument generation and the hugepage probe.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <csignal>
 
 #include <algorithm>
 #include <filesystem>
@@ -234,10 +239,10 @@ TEST(ResolveHugepages, OnAndOffAreObeyed) {
   std::string notice = "stale";
   EalConfig eal;
   eal.hugepages = Hugepages::kOn;
-  EXPECT_TRUE(resolve_hugepages(eal, &notice));
+  EXPECT_TRUE(resolve_hugepages(eal, 0, &notice));
   EXPECT_EQ(notice, "");
   eal.hugepages = Hugepages::kOff;
-  EXPECT_FALSE(resolve_hugepages(eal, &notice));
+  EXPECT_FALSE(resolve_hugepages(eal, 0, &notice));
   EXPECT_EQ(notice, "");
 }
 
@@ -245,7 +250,7 @@ TEST(ResolveHugepages, AutoFollowsTheProbeAndExplainsAFallback) {
   EalConfig eal;
   eal.memory_mb = 768;
   std::string notice;
-  bool decision = resolve_hugepages(eal, &notice);
+  bool decision = resolve_hugepages(eal, 0, &notice);
   EXPECT_EQ(decision, hugepages_available());
   if (decision) {
     EXPECT_EQ(notice, "");
@@ -254,7 +259,77 @@ TEST(ResolveHugepages, AutoFollowsTheProbeAndExplainsAFallback) {
     EXPECT_NE(notice.find("--no-huge -m 768"), std::string::npos) << notice;
     EXPECT_EQ(notice.find('\n'), std::string::npos);
   }
-  EXPECT_EQ(resolve_hugepages(eal, nullptr), decision);
+  EXPECT_EQ(resolve_hugepages(eal, 0, nullptr), decision);
+  hugepages_settled();  // nothing will be allocated: let other processes decide
+}
+
+// This process's entry in the ledger, in bytes (0: none).
+uint64_t ledger_entry() {
+  std::ifstream in(kHugepageLedger);
+  long long pid = 0;
+  unsigned long long bytes = 0;
+  while (in >> pid >> bytes) {
+    if (pid == ::getpid()) return bytes;
+  }
+  return 0;
+}
+
+TEST(ResolveHugepages, AutoCountsWhatOtherProcessesAreTaking) {
+  if (!hugepages_available()) GTEST_SKIP() << "no free hugepages here";
+  EalConfig eal;  // auto
+  hugepages_settled();
+  EXPECT_EQ(ledger_entry(), 0u);
+  ASSERT_TRUE(resolve_hugepages(eal, 100 << 20, nullptr));
+  EXPECT_EQ(ledger_entry(), uint64_t{100} << 20) << "a chosen auto decision is in the ledger";
+  hugepages_settled();
+  EXPECT_EQ(ledger_entry(), 0u);
+  hugepages_settled();  // idempotent
+
+  // Another live process (a child that waits) has decided on all but 100 MB
+  // of what is free: a need of 256 MB no longer fits beside it.
+  const int free_mb = [] {
+    std::ifstream in("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages");
+    int pages = 0;
+    in >> pages;
+    return pages * 2;
+  }();
+  if (free_mb < 512) GTEST_SKIP() << "fewer than 512 MB of 2 MB hugepages free";
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(ready[0]);
+    const bool took = resolve_hugepages(eal, uint64_t(free_mb - 100) << 20, nullptr);
+    const char c = took ? 'y' : 'n';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    ::pause();  // holds its entry until killed
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  EXPECT_EQ(c, 'y');
+  std::string notice;
+  EXPECT_FALSE(resolve_hugepages(eal, 256 << 20, &notice));
+  EXPECT_NE(notice.find("beside the " + std::to_string(free_mb - 100) + " MB other processes"),
+            std::string::npos)
+      << notice;
+  EXPECT_EQ(ledger_entry(), 0u);
+  // Once it is gone, its entry counts no more.
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(resolve_hugepages(eal, 256 << 20, &notice)) << notice;
+  hugepages_settled();
+}
+
+TEST_F(HugepageProbe, WhatTheProcessNeedsCountsAbove256MB) {
+  pages("2048kB", 256);  // 512 MB
+  mounts(kHugetlbfsMounted);
+  EXPECT_TRUE(hugepages_available((dir_ / "sys").string(), (dir_ / "mounts").string(),
+                                  uint64_t{512} << 20));
+  EXPECT_FALSE(hugepages_available((dir_ / "sys").string(), (dir_ / "mounts").string(),
+                                   (uint64_t{512} << 20) + 1));
 }
 
 }  // namespace

@@ -1,13 +1,26 @@
 #include "net/node.h"
 
 #include <rte_cycles.h>
+#include <rte_mbuf.h>
 
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 namespace mercury::net {
+
+uint64_t hugepage_need_bytes(const config::JobConfig& job, const std::vector<std::string>& nodes) {
+  // An mbuf: its header, headroom and frame, plus the mempool's own header
+  // per object, in cache lines.
+  const uint64_t object =
+      (sizeof(rte_mbuf) + RTE_PKTMBUF_HEADROOM + frame_bytes_for_mtu(job.network.mtu) + 64 + 63) /
+      64 * 64;
+  uint64_t ports = 0;
+  for (const std::string& name : nodes) ports += job.node(name).ports.size();
+  return ports * job.mempool.mbufs * object + kEalHugepageOverhead;
+}
 
 LinkParams link_params(const config::LinkConfig& link) {
   LinkParams p;
@@ -57,7 +70,13 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
   std::vector<PortOptions> options;
   std::vector<const config::PortSpec*> specs;
 
-  // Pass 1: a pool and the options for every port.
+  // Pass 1: a pool and the options for every port. Once the pools exist
+  // (or cannot), this process's hugepages are settled: another process may
+  // decide on what is left (config::resolve_hugepages).
+  struct Settle {
+    ~Settle() { config::hugepages_settled(); }
+  };
+  std::optional<Settle> settle(std::in_place);
   for (const std::string& name : nodes) {
     const config::NodeConfig& node = job.node(name);
     for (const config::PortSpec& spec : node.ports) {
@@ -85,6 +104,8 @@ NodeNetworks::NodeNetworks(const config::JobConfig& job, const std::vector<std::
       ports_.push_back(std::move(np));
     }
   }
+
+  settle.reset();
 
   // Pass 2: open them; a ring link is made when its second end is met.
   std::map<std::string, size_t> first_end;

@@ -58,6 +58,14 @@ class NodeNetworks {
   std::vector<std::unique_ptr<NodePort>> ports_;
 };
 
+/// What a process running `nodes` allocates in hugepages, about: the
+/// mempools NodeNetworks creates (a pool of job.mempool.mbufs per port)
+/// plus kEalHugepageOverhead for EAL's own structures, rings and the
+/// smaller pools. config::resolve_hugepages weighs it under eal.hugepages
+/// auto. Needs no EAL.
+uint64_t hugepage_need_bytes(const config::JobConfig& job, const std::vector<std::string>& nodes);
+inline constexpr uint64_t kEalHugepageOverhead = 64ull << 20;
+
 /// LinkParams for the job's `link:` section.
 LinkParams link_params(const config::LinkConfig& link);
 

@@ -224,7 +224,8 @@ Worker::Worker(const WorkerOptions& options) {
     try {
       std::string notice;
       config::EalRunOptions eo;
-      eo.hugepages = config::resolve_hugepages(job.eal, &notice);
+      eo.hugepages = config::resolve_hugepages(
+          job.eal, net::hugepage_need_bytes(job, {options.node}), &notice);
       eo.extra = options.eal_args;
       impl_->eal_argv = config::eal_args(job, std::vector<std::string>{options.node}, eo);
     } catch (const std::exception& e) {
