@@ -33,11 +33,10 @@ namespace fs = std::filesystem;
 struct Child {
   std::string name;
   pid_t pid = -1;
-  int out = -1;             // read end of its stdout + stderr
-  std::string partial;      // output not yet ended by a newline
-  int status = -1;          // exit status once reaped
-  std::string result;       // a trace-driven worker's summary ("w0: iteration ... ratio ...")
-  bool ports_open = false;  // a ps-server printed its first start line
+  int out = -1;         // read end of its stdout + stderr
+  std::string partial;  // output not yet ended by a newline
+  int status = -1;      // exit status once reaped
+  std::string result;   // a trace-driven worker's summary ("w0: iteration ... ratio ...")
 };
 
 // ps-server and ps-worker beside this executable: build/apps/ps-demo next to
@@ -103,7 +102,6 @@ bool pump(Child& c) {
       continue;
     }
     if (line.rfind(c.name + ": iteration ", 0) == 0) c.result = line;
-    if (line.rfind("ps-server " + c.name + ": job ", 0) == 0) c.ports_open = true;
     std::printf("[%s] %s\n", c.name.c_str(), line.c_str());
   }
   std::fflush(stdout);
@@ -168,12 +166,9 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
       has("none") ? "nothing is checked (--verify none)" : "each worker checks its aggregates");
   std::fflush(stdout);
 
-  // Servers first. Each one's first start line says its ports are open: its
-  // mempools have taken their memory, so that a worker deciding whether
-  // hugepages are free (eal.hugepages: auto) sees what is left, and its
-  // memif sockets listen. The workers start then, without waiting for the
-  // server's first stats line; a worker's net_memif port waits for its
-  // link to come up (PortOptions::peer_wait_ms).
+  // Every process at once: a worker's net_memif port waits for its server's
+  // socket and link (PortOptions::peer_wait_ms), and eal.hugepages: auto
+  // counts what the processes starting together take (docs/config.md).
   std::vector<Child> srv;
   for (const config::NodeConfig* s : servers) {
     srv.push_back(spawn(s->name, {server_bin, "--config", config_file, "--node", s->name}));
@@ -198,18 +193,6 @@ int run_processes(const std::string& config_file, const config::JobConfig& job,
       }
     }
   };
-
-  auto ports_open = [&] {
-    for (Child& c : srv) {
-      if (!c.ports_open && !reap(c, false)) return false;
-    }
-    return true;
-  };
-  if (!pump_until(all, ports_open, 60)) {
-    std::fprintf(stderr, "ps-demo: the server did not open its ports within 60 s\n");
-    stop_servers();
-    return 1;
-  }
 
   std::vector<Child> wk;
   wk.reserve(workers.size());

@@ -280,7 +280,7 @@ class PythonWorker(unittest.TestCase):
                         server_args=["--no-such-option"], echo=lambda node, line: None,
                         timeout_s=60)
             self.assertEqual(str(e.exception),
-                             "ps-server server0 did not open its ports (exit 1): ps-server: "
+                             "ps-server server0 failed (exit 1): ps-server: "
                              "unknown argument --no-such-option (see --help)")
 
             with self.assertRaises(ValueError):

@@ -137,7 +137,6 @@ class _Child:
     def __init__(self, name: str, proc: Any, echo: Callable[[str, str], None]) -> None:
         self.name = name
         self.lines: List[str] = []
-        self.ports_open = threading.Event()  # a ps-server printed its first start line
         self.proc = proc
         self._echo = echo
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -148,8 +147,6 @@ class _Child:
         for line in self.proc.stdout:
             line = line.rstrip("\n")
             self.lines.append(line)
-            if line.startswith(f"ps-server {self.name}: job "):
-                self.ports_open.set()
             self._echo(self.name, line)
 
     def finish(self, timeout: Optional[float]) -> int:
@@ -219,19 +216,9 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
         servers = [_Child(s, _popen([server_bin, "--config", job, "--node", s, *server_args],
                                     env), echo)
                    for s in nodes["server"]]
-        # The workers start once every server's first start line says its ports
-        # are open (its mempools took their memory, which a worker deciding whether
-        # hugepages are free must see, and its memif sockets listen), without
-        # waiting for its first stats line; a worker's net_memif port waits for
-        # its link to come up.
-        deadline = time.monotonic() + 60
-        for s in servers:
-            while not s.ports_open.wait(0.05):
-                if s.proc.poll() is not None or time.monotonic() > deadline:
-                    rc = s.finish(None) if s.proc.poll() is not None else None
-                    raise RuntimeError(f"ps-server {s.name} did not open its ports"
-                                       + (f" (exit {rc})" if rc is not None else " in 60 s")
-                                       + ": " + (s.lines[-1] if s.lines else "no output"))
+        # The workers start with the servers: a worker's net_memif port waits
+        # for its server's socket and link, and eal.hugepages: auto counts what
+        # the processes starting together take (docs/config.md, "Hugepages").
         if worker_argv is not None:
             workers = [_Child(w, _popen(worker_argv(w, rank), env), echo)
                        for rank, w in enumerate(nodes["worker"])]
