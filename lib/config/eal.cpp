@@ -206,7 +206,7 @@ class Ledger {
       text += std::to_string(pid) + " " + std::to_string(b) + "\n";
     if (::ftruncate(fd_, 0) == 0) {
       const ssize_t n = ::pwrite(fd_, text.data(), text.size(), 0);
-      (void)n;  // a ledger that cannot be written only makes later decisions unlocked
+      (void)n;  // unwritten, it leaves this process out of later decisions
     }
   }
 

@@ -137,6 +137,8 @@ void Worker::Impl::thread_main(std::promise<void> up) {
     }
     net_core = std::make_unique<NetCore>(table, core, *port, queue, doorbell, stats);
   } catch (...) {
+    // Whatever it decided on, this worker takes no more hugepages now.
+    config::hugepages_settled();
     up.set_exception(std::current_exception());
     net_core.reset();
     nets.reset();
