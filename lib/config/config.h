@@ -50,7 +50,8 @@ inline constexpr uint32_t kUdpHeaderBytes = 8;
 inline constexpr uint32_t kAuthBlockBytes = 24;
 /// The UDP port of nodes that name none (wire::kDefaultUdpPort).
 inline constexpr uint16_t kDefaultUdpPort = 47100;
-/// What hugepages_available() needs free before `auto` chooses hugepages.
+/// What hugepages_available() needs free before `auto` chooses hugepages
+/// when the process does not say what it needs.
 inline constexpr uint64_t kMinHugepageBytes = 256ull << 20;
 
 /// A refused configuration. what() is "<source>:<line>: <key>: <message>";
@@ -332,7 +333,7 @@ inline uint32_t cpu_of_lcore(uint32_t lcore, std::span<const uint32_t> cpus) {
   return cpus[lcore % cpus.size()];
 }
 
-/// True when at least max(kMinHugepageBytes, need_bytes) of hugepages are
+/// True when at least need_bytes (0: kMinHugepageBytes) of hugepages are
 /// free and a hugetlbfs file system is mounted (e.g. on /dev/hugepages).
 bool hugepages_available(uint64_t need_bytes = 0);
 /// The same, reading `sysfs_dir` (normally /sys/kernel/mm/hugepages) and

@@ -244,7 +244,9 @@ std::atomic<bool> g_pending{false};
 
 bool hugepages_available(const std::string& sysfs_dir, const std::string& mounts_path,
                          uint64_t need_bytes) {
-  if (free_hugepage_bytes(sysfs_dir) < std::max(kMinHugepageBytes, need_bytes)) return false;
+  if (free_hugepage_bytes(sysfs_dir) < (need_bytes != 0 ? need_bytes : kMinHugepageBytes)) {
+    return false;
+  }
   return !hugetlbfs_mount(mounts_path).empty();
 }
 
@@ -267,7 +269,7 @@ bool resolve_hugepages(const EalConfig& eal, uint64_t need_bytes, std::string* n
   // otherwise all see the same free pages and take more than there are.
   hugepages_settled();
   Ledger ledger;
-  const uint64_t want = std::max(kMinHugepageBytes, need_bytes);
+  const uint64_t want = need_bytes != 0 ? need_bytes : kMinHugepageBytes;
   const uint64_t pending = ledger.ok() ? ledger.pending() : 0;
   if (hugepages_available(want > UINT64_MAX - pending ? UINT64_MAX : want + pending)) {
     if (ledger.ok()) {

@@ -323,9 +323,13 @@ TEST(ResolveHugepages, AutoCountsWhatOtherProcessesAreTaking) {
   hugepages_settled();
 }
 
-TEST_F(HugepageProbe, WhatTheProcessNeedsCountsAbove256MB) {
-  pages("2048kB", 256);  // 512 MB
+TEST_F(HugepageProbe, WhatTheProcessNeedsReplaces256MB) {
+  pages("2048kB", 64);  // 128 MB
   mounts(kHugetlbfsMounted);
+  EXPECT_FALSE(available());  // 256 MB when the need is not known
+  EXPECT_TRUE(hugepages_available((dir_ / "sys").string(), (dir_ / "mounts").string(),
+                                  uint64_t{100} << 20));
+  pages("2048kB", 256);  // 512 MB
   EXPECT_TRUE(hugepages_available((dir_ / "sys").string(), (dir_ / "mounts").string(),
                                   uint64_t{512} << 20));
   EXPECT_FALSE(hugepages_available((dir_ / "sys").string(), (dir_ / "mounts").string(),
