@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -169,8 +170,14 @@ class Ledger {
   // Opens and locks the ledger, waiting up to kHugepageLockWaitMs; ok()
   // false if it cannot be had (the decision then goes without it).
   Ledger() {
-    fd_ = ::open(kHugepageLedger, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    // No symlink (a sticky, world-writable directory); every user's processes
+    // share the ledger, so its creator makes it writable for all whatever the
+    // umask (a file others cannot write leaves their processes deciding blind).
+    fd_ = ::open(kHugepageLedger, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd_ < 0) return;
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && st.st_uid == ::geteuid() && (st.st_mode & 0666) != 0666)
+      (void)::fchmod(fd_, 0666);
     for (uint32_t waited = 0;; waited += 2) {
       if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
         read();

@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <csignal>
@@ -284,6 +285,11 @@ TEST(ResolveHugepages, AutoCountsWhatOtherProcessesAreTaking) {
   hugepages_settled();
   EXPECT_EQ(ledger_entry(), 0u);
   hugepages_settled();  // idempotent
+  struct stat st {};
+  ASSERT_EQ(::stat(kHugepageLedger, &st), 0);
+  if (st.st_uid == ::geteuid()) {
+    EXPECT_EQ(st.st_mode & 0777, 0666u) << "every user's processes must be able to write it";
+  }
 
   // Another live process (a child that waits) has decided on all but 100 MB
   // of what is free: a need of 256 MB no longer fits beside it.
