@@ -203,6 +203,8 @@ TEST(Report, StalenessTextOnlyWhenAnUpdateWasStale) {
 TEST(Report, LinkLineNamesThePort) {
   EXPECT_EQ(link_line("net_memif2", false), "port net_memif2: link down");
   EXPECT_EQ(link_line("net_memif2", true), "port net_memif2: link up");
+  EXPECT_EQ(populate_line(72'351'744),
+            "mapped in the shared memory of the connected net_memif links (72.4 MB)");
   EXPECT_EQ(detach_line("net_memif2", true),
             "port net_memif2: every worker behind it left; detached (not polled until a new "
             "peer connects)");

@@ -67,6 +67,13 @@ std::string link_line(const std::string& port, bool up) {
   return "port " + port + ": link " + (up ? "up" : "down");
 }
 
+std::string populate_line(uint64_t bytes) {
+  char mb[32];
+  std::snprintf(mb, sizeof mb, "%.1f", static_cast<double>(bytes) / 1e6);
+  return std::string("mapped in the shared memory of the connected net_memif links (") + mb +
+         " MB)";
+}
+
 std::string detach_line(const std::string& port, bool detached) {
   return "port " + port +
          (detached ? ": every worker behind it left; detached (not polled until a new peer "

@@ -66,6 +66,10 @@ std::string stats_line(double seconds, NodeState state, const Rates& per_second,
 /// changes, as the net core's refresh saw it (a net_memif port is down
 /// while its peer is not connected).
 std::string link_line(const std::string& port, bool up);
+/// "mapped in the shared memory of the connected net_memif links (72.0 MB)":
+/// said each time a link came up and net::populate_memif_regions mapped
+/// `bytes` in (every connected link's regions, the new one's included).
+std::string populate_line(uint64_t bytes);
 /// "port X: every worker behind it left; detached" or "port X: attached
 /// again" (ServerNode detaches a memif port whose workers all left).
 std::string detach_line(const std::string& port, bool detached);

@@ -143,10 +143,24 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     // A port's link going down (a net_memif peer gone) or coming back is
     // said once, as the net core's last refresh saw it.
     // So is a port detached because its workers left, or attached again.
-    std::vector<uint64_t> links(node_.ports()), detached(node_.ports());
+    std::vector<uint64_t> links(node_.ports()), detached(node_.ports()), mapped(node_.ports());
     for (uint32_t p = 0; p < node_.ports(); ++p) links[p] = node_.interface(p).link_up();
     auto report_links = [&] {
-      bool came_up = false;
+      // A memif peer that connected brought new shared memory: in with it
+      // now, off the net core (docs/net.md, "net_memif's shared memory").
+      // Also for a link already up when the node started (its workers
+      // started with the server): that one is never said to come up.
+      bool populate = false;
+      for (uint32_t p = 0; p < node_.ports(); ++p) {
+        const uint64_t up = node_.interface(p).link_up();
+        populate |= up != 0 && mapped[p] == 0;
+        mapped[p] = up;
+      }
+      if (populate) {
+        if (const uint64_t bytes = net::populate_memif_regions(); bytes != 0) {
+          output_.out(who_ + ": " + populate_line(bytes));
+        }
+      }
       for (uint32_t p = 0; p < node_.ports(); ++p) {
         const uint64_t d = node_.interface(p).detached();
         if (d != detached[p]) {
@@ -156,12 +170,8 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
         const uint64_t up = node_.interface(p).link_up();
         if (up == links[p]) continue;
         links[p] = up;
-        came_up |= up != 0;
         output_.out(who_ + ": " + link_line(node_.interface(p).port().name(), up != 0));
       }
-      // A memif peer that connected brought new shared memory: in with it
-      // now, off the net core (docs/net.md, "net_memif's shared memory").
-      if (came_up) net::populate_memif_regions();
     };
     ServerCounters prev = published_.read();
     uint64_t prev_in = 0, prev_out = 0;
@@ -174,7 +184,17 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     double prev_t = 0;
     std::unique_lock lock(mu);
     while (!stop.load(std::memory_order_relaxed)) {
-      if (cv.wait_until(lock, next, [&] { return done || stop.load(); })) break;
+      // Between the lines, the links are looked at every kLinkWatchMs: a
+      // memif peer's shared memory is mapped in before the job's first
+      // frames through it, not up to a second later (the link state itself
+      // is what the net core read at its last 100 ms refresh).
+      const auto wake = std::min(
+          next, std::chrono::steady_clock::now() + std::chrono::milliseconds(kLinkWatchMs));
+      if (cv.wait_until(lock, wake, [&] { return done || stop.load(); })) break;
+      if (std::chrono::steady_clock::now() < next) {
+        report_links();
+        continue;
+      }
       next = prev_t == 0 ? t0 + std::chrono::seconds(1) : next + std::chrono::seconds(1);
       const ServerCounters c = published_.read();
       const uint64_t in = frames(true), out = frames(false);
@@ -202,7 +222,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
       options_.seconds > 0
           ? start + static_cast<uint64_t>(options_.seconds * static_cast<double>(hz))
           : UINT64_MAX;
-  uint64_t last_publish = start;
+  uint64_t last_publish = start - publish_every;  // the ports' state is read at once
   net::IdleBackoff backoff(options_.idle, hz);
   NodeState last_state = node_.state_st();
   uint64_t end_at = UINT64_MAX;  // end_with_job: when the job's end stops the loop

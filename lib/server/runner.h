@@ -63,6 +63,13 @@ inline constexpr double kRefusedGraceSeconds = 1.0;
 /// seen to crash (SIGSEGV in eal-intr-thread) when the ports went at once.
 inline constexpr double kFinishedGraceSeconds = 0.5;
 
+/// How often the report thread looks at the ports' link state between its
+/// once-a-second lines: a net_memif link that came up has its shared memory
+/// mapped in (net::populate_memif_regions) at most this long after the net
+/// core's next 100 ms refresh saw it, before the job's first frames fault it
+/// in on the net core.
+inline constexpr int kLinkWatchMs = 10;
+
 /// The CPU EAL runs `lcore` on (NodeStart::cpu_of_lcore for a node of this
 /// process). EAL must be up.
 unsigned eal_cpu_of_lcore(unsigned lcore);

@@ -8,7 +8,8 @@ parameters exact and every aggregate of every round exact, and exit 0.
 The server runs with --stay: once a port's worker has left, the server
 detaches that memif port (it must say so for all four), and when w0 comes
 back its port is attached again and the new w0 is refused (the job is
-finished). The server must stop cleanly on SIGINT.
+finished). The links come up while the server starts: it must map their
+shared memory in (and say so). The server must stop cleanly on SIGINT.
 
   memif_job_test.py PS_SERVER PS_WORKER CONFIG_DIR
 """
@@ -66,7 +67,7 @@ def main():
         if again.returncode == 0 or "the job is finished" not in again.stdout:
             print("w0 again: exit %d, not refused as the job is finished" % again.returncode)
             failed = True
-        time.sleep(1.5)  # the server's report thread says what changed once a second
+        time.sleep(1.5)  # the server's report thread looks every 10 ms, its net core every 100
         server.send_signal(signal.SIGINT)
         try:
             out, _ = server.communicate(timeout=30)
@@ -83,6 +84,15 @@ def main():
             failed = True
         if attached != ["net_memif0"]:
             print("ps-server attached %s again, not w0's port net_memif0" % attached)
+            failed = True
+        # The four links came up while the server was starting (its workers
+        # waited for it): their shared memory must still be mapped in before
+        # the job's frames fault it in on the net core, and said.
+        mapped = [float(mb) for mb in re.findall(
+            r"mapped in the shared memory of the connected net_memif links \(([\d.]+) MB\)", out)]
+        print("ps-server mapped in net_memif shared memory: %s MB" % mapped)
+        if not mapped or max(mapped) <= 0:
+            print("ps-server never mapped its links' shared memory in")
             failed = True
         if server.returncode != 0:
             print("ps-server exit %d" % server.returncode)
