@@ -10,7 +10,7 @@ MessagePool::MessagePool(uint32_t capacity) : capacity_(capacity), head_(pack(kN
     throw std::invalid_argument("MessagePool: capacity must be in 1.." + std::to_string(kNil - 1) +
                                 ", got " + std::to_string(capacity));
   }
-  slots_ = std::make_unique<Message[]>(capacity);
+  slots_ = HugeArray<Message>(capacity);
   // Thread the free list in index order so the first alloc() returns slot 0:
   // nothing depends on it, but it makes dumps readable.
   for (uint32_t i = 0; i < capacity; ++i) {
@@ -20,7 +20,7 @@ MessagePool::MessagePool(uint32_t capacity) : capacity_(capacity), head_(pack(kN
 }
 
 bool MessagePool::owns(const Message* msg) const {
-  return msg >= slots_.get() && msg < slots_.get() + capacity_;
+  return msg >= slots_.data() && msg < slots_.data() + capacity_;
 }
 
 Message* MessagePool::alloc() {
@@ -62,7 +62,7 @@ Message* MessagePool::alloc() {
 }
 
 void MessagePool::free(Message* msg) {
-  const uint32_t index = static_cast<uint32_t>(msg - slots_.get());
+  const uint32_t index = static_cast<uint32_t>(msg - slots_.data());
   uint64_t head = head_.load(std::memory_order_relaxed);
   for (;;) {
     msg->pool_next_.store(static_cast<uint32_t>(head), std::memory_order_relaxed);

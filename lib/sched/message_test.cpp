@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -42,6 +43,42 @@ TEST(MessagePool, AllocResetsPublicFields) {
   EXPECT_EQ(m->len, 0u);
   EXPECT_EQ(m->cookie, 0u);
   EXPECT_EQ(m->priority, 0u);
+}
+
+// Counts live instances, so that construction and destruction are seen.
+struct Counted {
+  static inline int live = 0;
+  uint64_t value = 7;
+  Counted() { ++live; }
+  ~Counted() { --live; }
+};
+
+TEST(HugeArray, ValueInitialisedAlignedAndDestroyed) {
+  {
+    HugeArray<uint64_t> small(10);
+    ASSERT_EQ(small.size(), 10u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+    for (size_t i = 0; i < small.size(); ++i) EXPECT_EQ(small[i], 0u);
+
+    // From 2 MB up the array starts on a huge page boundary.
+    const size_t n = HugeArray<Counted>::kHugePage / sizeof(Counted) + 1;
+    HugeArray<Counted> big(n);
+    EXPECT_EQ(Counted::live, static_cast<int>(n));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(big.data()) % HugeArray<Counted>::kHugePage, 0u);
+    EXPECT_EQ(big[0].value, 7u);
+    EXPECT_EQ(big[n - 1].value, 7u);
+
+    HugeArray<Counted> moved(std::move(big));
+    EXPECT_EQ(moved.size(), n);
+    EXPECT_EQ(big.size(), 0u);  // NOLINT(bugprone-use-after-move): the moved-from state
+    EXPECT_EQ(Counted::live, static_cast<int>(n));
+    moved = HugeArray<Counted>(3);  // the old elements go
+    EXPECT_EQ(Counted::live, 3);
+  }
+  EXPECT_EQ(Counted::live, 0);
+  HugeArray<Counted> none;
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_EQ(none.data(), nullptr);
 }
 
 TEST(MessagePool, RejectsZeroCapacity) { EXPECT_THROW(MessagePool(0), std::invalid_argument); }

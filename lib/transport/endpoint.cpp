@@ -144,7 +144,7 @@ Endpoint::Endpoint(net::PacketPort& port, const EndpointConfig& config, const Re
     }
     for (sched::Message* m : all) pool_->free(m);
   }
-  records_.resize(config.max_messages);
+  records_ = sched::HugeArray<Record>(config.max_messages);
   room_.resize(config.peers.size());
 
   // Retransmission slots: a window of lost packets per peer, plus one

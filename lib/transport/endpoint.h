@@ -541,7 +541,7 @@ class Endpoint {
   std::unique_ptr<sched::MessagePool> pool_;
   std::unique_ptr<sched::PortScheduler> sched_;
   const sched::Message* base_ = nullptr;  // the pool's first descriptor
-  std::vector<Record> records_;           // [descriptor index]
+  sched::HugeArray<Record> records_;      // [descriptor index]
   std::vector<std::unique_ptr<PeerState>> peers_;
   std::vector<uint64_t> by_addr_;  // sorted (ip << 32 | port << 16 | peer index)
   std::unique_ptr<LostMap> lost_;
