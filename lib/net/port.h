@@ -161,7 +161,9 @@ class Port {
 
 /// Maps in every page of the net_memif shared-memory regions (its rings and
 /// packet buffers) this process has mapped, without changing a byte
-/// (madvise MADV_POPULATE_WRITE, Linux 5.14). A region's pages are
+/// (madvise MADV_POPULATE_WRITE, Linux 5.14, then one read of every page
+/// from user mode, which a VM with shadow page tables needs too: its
+/// hypervisor otherwise takes each page's first access). A region's pages are
 /// otherwise faulted in by the first frames through them: on a VM that
 /// faults slowly, the first round of pushes then runs measurably slower than
 /// the next (docs/net.md, "net_memif's shared memory"). Call it from a
