@@ -1,11 +1,18 @@
+// populate_memif_regions() registers an interrupt callback on a handle of
+// its own: rte_intr_instance_alloc and its setters are experimental API in
+// DPDK 22.11, the release this project builds on.
+#define ALLOW_EXPERIMENTAL_API 1
+
 #include "net/port.h"
 
 #include <rte_dev.h>
 #include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_eth_ring.h>
+#include <rte_interrupts.h>
 #include <rte_mempool.h>
 
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -360,34 +367,89 @@ std::string Port::describe() const {
   return s;
 }
 
-uint64_t populate_memif_regions() noexcept {
+namespace {
+
+// Maps in and reads every page of this process's memif regions; runs on
+// EAL's interrupt thread (populate_memif_regions), the thread on which
+// net_memif maps and unmaps them.
+uint64_t populate_memif_regions_here() noexcept {
   // DPDK 22.11's net_memif names each region's memfd "memif_region_<n>";
   // both ends map it shared ("rw-s").
   std::FILE* maps = std::fopen("/proc/self/maps", "re");
   if (maps == nullptr) return 0;
   uint64_t populated = 0;
   char line[512];
+  const auto page = static_cast<unsigned long>(sysconf(_SC_PAGESIZE));
   while (std::fgets(line, sizeof line, maps) != nullptr) {
     unsigned long lo = 0, hi = 0;
     char perms[8] = {};
     if (std::sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) != 3) continue;
     if (perms[3] != 's' || std::strstr(line, "/memfd:memif_region_") == nullptr) continue;
-    if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) == 0) {
-      populated += hi - lo;
-    }
+    if (madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE) != 0) continue;
+    populated += hi - lo;
     // Then one read of every page from user mode: on a VM with shadow page
     // tables (these) the kernel's populate does not reach the tables the
     // hypervisor keeps for this process, and each page's first access would
     // still exit to it (7 us a page here, the first round's copies through
-    // the rings). A read changes nothing the peer writes.
-    const auto page = static_cast<unsigned long>(sysconf(_SC_PAGESIZE));
+    // the rings). A read changes nothing the peer writes, and the region
+    // cannot go meanwhile: only this thread unmaps it.
     unsigned char sum = 0;
-    for (unsigned long a = lo; a < hi; a += page)
+    for (unsigned long a = lo; a < hi; a += page) {
       sum += *reinterpret_cast<volatile const unsigned char*>(a);
+    }
     (void)sum;
   }
   std::fclose(maps);
   return populated;
+}
+
+struct PopulateCall {
+  int fd = -1;  // the eventfd that wakes the interrupt thread
+  std::atomic<bool> done{false};
+  uint64_t bytes = 0;
+};
+
+void populate_on_interrupt_thread(void* arg) {
+  auto* call = static_cast<PopulateCall*>(arg);
+  uint64_t n = 0;
+  if (::read(call->fd, &n, sizeof n) != sizeof n) return;  // not (or no longer) woken
+  if (call->done.load(std::memory_order_relaxed)) return;
+  call->bytes = populate_memif_regions_here();
+  call->done.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+uint64_t populate_memif_regions() noexcept {
+  // The interrupt thread runs it through a callback on an eventfd of our
+  // own, registered for this call only: nothing of it is left for EAL's
+  // cleanup to find (an rte_eal_alarm was: DPDK 22.11's cleanup frees the
+  // alarm's handle under the interrupt thread, which then crashed reading it).
+  PopulateCall call;
+  call.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (call.fd < 0) return 0;
+  rte_intr_handle* handle = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+  const bool registered =
+      handle != nullptr && rte_intr_fd_set(handle, call.fd) == 0 &&
+      rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) == 0 &&
+      rte_intr_callback_register(handle, populate_on_interrupt_thread, &call) == 0;
+  if (registered) {
+    const uint64_t one = 1;
+    if (::write(call.fd, &one, sizeof one) == sizeof one) {
+      for (uint32_t waited = 0;
+           !call.done.load(std::memory_order_acquire) && waited < kPopulateWaitMs; ++waited) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    // -EAGAIN while the callback runs: then it is waited for, and once this
+    // returns the interrupt thread no longer knows `call`.
+    while (rte_intr_callback_unregister(handle, populate_on_interrupt_thread, &call) == -EAGAIN) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  rte_intr_instance_free(handle);
+  ::close(call.fd);
+  return call.done.load(std::memory_order_acquire) ? call.bytes : 0;
 }
 
 }  // namespace mercury::net

@@ -166,12 +166,19 @@ class Port {
 /// hypervisor otherwise takes each page's first access). A region's pages are
 /// otherwise faulted in by the first frames through them: on a VM that
 /// faults slowly, the first round of pushes then runs measurably slower than
-/// the next (docs/net.md, "net_memif's shared memory"). Call it from a
-/// control thread once the links are up (the regions are mapped when the
-/// peers connect); calling it again costs a page-table walk. Returns the
-/// bytes of the regions it populated; 0 when there are none (no connected
-/// net_memif port) or the kernel refuses. Control path: reads
-/// /proc/self/maps; never throws.
+/// the next (docs/net.md, "net_memif's shared memory"). The work runs on
+/// EAL's interrupt thread (a callback on an eventfd registered for the
+/// call), the thread on which net_memif maps and
+/// unmaps the regions, so a peer leaving meanwhile cannot pull a page from
+/// under the reads; the caller waits for it, at most kPopulateWaitMs. Call
+/// it from a control thread (never from the interrupt thread: an EAL
+/// callback) once the links are up (the regions are mapped when the peers
+/// connect); calling it again costs a page-table walk and a read per page
+/// (about 30 ms for an 18 MB region here). Returns the bytes of the regions
+/// it populated; 0 when there are none (no connected net_memif port), the
+/// kernel refuses, or the interrupt thread did not get to it in time.
+/// Control path: reads /proc/self/maps; never throws.
+inline constexpr uint32_t kPopulateWaitMs = 5000;
 uint64_t populate_memif_regions() noexcept;
 
 }  // namespace mercury::net

@@ -17,13 +17,16 @@
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "files.h"
@@ -250,11 +253,11 @@ TEST(PortStats, PopulateMapsEveryPageOfAConnectedMemifPairsRegions) {
   Mempool server_pool("pop_memif_s", 1023, 0, frame_bytes_for_mtu(1500));
   Mempool client_pool("pop_memif_c", 1023, 0, frame_bytes_for_mtu(1500));
   Port server = Port::open(kPopulateServer, server_pool, PortOptions{.mtu = 1500});
-  Port client = Port::open(kPopulateClient, client_pool, PortOptions{.mtu = 1500});
+  std::optional<Port> client(Port::open(kPopulateClient, client_pool, PortOptions{.mtu = 1500}));
   const uint64_t give_up = rte_rdtsc() + 10 * rte_get_tsc_hz();
-  while (!(server.link_up() && client.link_up()) && rte_rdtsc() < give_up) {
+  while (!(server.link_up() && client->link_up()) && rte_rdtsc() < give_up) {
   }
-  ASSERT_TRUE(server.link_up() && client.link_up()) << "the memif pair did not connect";
+  ASSERT_TRUE(server.link_up() && client->link_up()) << "the memif pair did not connect";
 
   // Connected, both ends map the client's regions; nothing has gone through
   // the buffers, so most of their pages are not in yet.
@@ -267,6 +270,30 @@ TEST(PortStats, PopulateMapsEveryPageOfAConnectedMemifPairsRegions) {
   EXPECT_EQ(after.mappings, before.mappings);
   EXPECT_EQ(after.resident, after.size) << "a page of the regions is still not mapped in";
   EXPECT_EQ(populate_memif_regions(), after.size) << "again: the same regions, nothing new";
+
+  // The client closes while another thread populates over and over: the
+  // server's end unmaps its regions on EAL's interrupt thread meanwhile,
+  // where the populating runs too, so no read meets a page pulled away
+  // (the process would die) and no call hangs.
+  std::atomic<bool> closed{false};
+  uint32_t calls = 0;
+  std::thread populating([&] {
+    while (!closed.load() || calls < 20) {
+      (void)populate_memif_regions();
+      ++calls;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  client.reset();
+  const uint64_t down_by = rte_rdtsc() + 10 * rte_get_tsc_hz();
+  while (server.link_up() && rte_rdtsc() < down_by) {
+  }
+  closed.store(true);
+  populating.join();
+  EXPECT_FALSE(server.link_up()) << "the server's end still up 10 s after its peer closed";
+  EXPECT_GE(calls, 20u);
+  EXPECT_EQ(memif_regions().mappings, 0u) << "a memif region is still mapped with no peer";
+  EXPECT_EQ(populate_memif_regions(), 0u) << "nothing to populate once the link is gone";
 }
 
 TEST(PortStats, AMemifClientWhoseServerNeverListensIsRefusedNamingTheSocket) {
