@@ -1,13 +1,13 @@
 #include "agg/chunk_table.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+
+#include "sched/huge_array.h"
 
 namespace mercury::agg {
 
@@ -35,7 +35,7 @@ Layout layout_of(const Placement& placement, const ShardConfig& config) {
 
 // Parameter and state arrays are cache-line aligned and padded to whole
 // lines; from kHugePage up they are whole 2 MB pages (see zeroed() below).
-constexpr uint64_t kHugePage = 2u << 20;
+using sched::kHugePage;
 uint64_t page_rounded(uint64_t bytes) {
   return bytes >= kHugePage ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
 }
@@ -49,10 +49,7 @@ uint64_t float_array_bytes(uint64_t elements) {
 // miss. A hint only; refused is fine. Zeroed only when asked: untouched
 // pages cost nothing until first written.
 void* allocate_array(uint64_t bytes, bool zero) {
-  const bool huge = bytes >= kHugePage;
-  void* p = std::aligned_alloc(huge ? kHugePage : 64, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+  void* p = sched::allocate_huge_hinted(bytes, 64);
   if (zero) std::memset(p, 0, bytes);
   return p;
 }

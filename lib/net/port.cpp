@@ -413,7 +413,6 @@ void populate_on_interrupt_thread(void* arg) {
   auto* call = static_cast<PopulateCall*>(arg);
   uint64_t n = 0;
   if (::read(call->fd, &n, sizeof n) != sizeof n) return;  // not (or no longer) woken
-  if (call->done.load(std::memory_order_relaxed)) return;
   call->bytes = populate_memif_regions_here();
   call->done.store(true, std::memory_order_release);
 }

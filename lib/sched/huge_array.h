@@ -17,22 +17,32 @@
 
 namespace mercury::sched {
 
+inline constexpr size_t kHugePage = size_t{2} << 20;
+
+/// Control path: `bytes` (rounded up to the alignment) from std::aligned_alloc,
+/// `align`-aligned below kHugePage; from kHugePage up 2 MB aligned and asked
+/// for transparent huge pages (a hint; refused is fine). Untouched: its pages
+/// cost nothing until first written. Free with std::free. Throws
+/// std::bad_alloc.
+inline void* allocate_huge_hinted(size_t bytes, size_t align) {
+  const bool huge = bytes >= kHugePage;
+  if (huge) align = kHugePage;
+  void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
+  if (p == nullptr) throw std::bad_alloc();
+  if (huge) ::madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
+
 template <class T>
 class HugeArray {
  public:
-  static constexpr size_t kHugePage = size_t{2} << 20;
+  static constexpr size_t kHugePage = sched::kHugePage;
 
   HugeArray() = default;
   /// Control path: `n` value-initialised elements. Throws std::bad_alloc.
   explicit HugeArray(size_t n) : n_(n) {
     if (n == 0) return;
-    const size_t bytes = n * sizeof(T);
-    const bool huge = bytes >= kHugePage;
-    const size_t align = huge ? kHugePage : (alignof(T) > 64 ? alignof(T) : 64);
-    void* p = std::aligned_alloc(align, (bytes + align - 1) / align * align);
-    if (p == nullptr) throw std::bad_alloc();
-    if (huge) ::madvise(p, bytes, MADV_HUGEPAGE);  // a hint; refused is fine
-    p_ = static_cast<T*>(p);
+    p_ = static_cast<T*>(allocate_huge_hinted(n * sizeof(T), alignof(T) > 64 ? alignof(T) : 64));
     try {
       std::uninitialized_value_construct_n(p_, n);
     } catch (...) {
