@@ -1,18 +1,11 @@
-// populate_memif_regions() registers an interrupt callback on a handle of
-// its own: rte_intr_instance_alloc and its setters are experimental API in
-// DPDK 22.11, the release this project builds on.
-#define ALLOW_EXPERIMENTAL_API 1
-
 #include "net/port.h"
 
 #include <rte_dev.h>
 #include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_eth_ring.h>
-#include <rte_interrupts.h>
 #include <rte_mempool.h>
 
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -21,11 +14,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
 #include "config/config.h"
+#include "net/eal.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14's value; older headers lack it
@@ -34,6 +29,16 @@
 namespace mercury::net {
 
 namespace {
+
+// Held by populate_memif_regions while it reads the regions, and by a
+// net_memif port of this process while it stops or closes: stopping
+// unmaps the port's own regions on the calling thread (DPDK 22.11's
+// memif_disconnect), which would pull pages from under the reads. A
+// peer's regions go on EAL's interrupt thread, where the reads run.
+std::mutex& memif_unmap_lock() {
+  static std::mutex m;
+  return m;
+}
 
 [[noreturn]] void fail(const std::string& dev, const std::string& what, int err) {
   throw std::runtime_error("port " + dev + ": " + what + ": " + rte_strerror(err < 0 ? -err : err));
@@ -248,10 +253,12 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
     while (!link_up()) {
       const auto now = std::chrono::steady_clock::now();
       if (now >= until) {
+        const std::lock_guard<std::mutex> unmapping(memif_unmap_lock());
         rte_eth_dev_stop(id);
         throw gave_up("the net_memif server on " + server + " did not accept it");
       }
       if (now - last >= std::chrono::milliseconds(500)) {
+        const std::lock_guard<std::mutex> unmapping(memif_unmap_lock());
         if (int rc = rte_eth_dev_stop(id); rc != 0) fail(name_, "stop to connect again", rc);
         if (int rc = rte_eth_dev_start(id); rc != 0) fail(name_, "start to connect again", rc);
         last = now;
@@ -304,6 +311,8 @@ Port::~Port() {
   if (id_ == RTE_MAX_ETHPORTS) return;
   const int64_t wait = std::atomic_ref<int64_t>(linger_until_ns_).load() - steady_ns();
   if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
+  std::unique_lock<std::mutex> unmapping(memif_unmap_lock(), std::defer_lock);
+  if (driver_ == "net_memif") unmapping.lock();
   rte_eth_dev_stop(id_);
   rte_eth_dev_close(id_);
 }
@@ -403,52 +412,20 @@ uint64_t populate_memif_regions_here() noexcept {
   return populated;
 }
 
-struct PopulateCall {
-  int fd = -1;  // the eventfd that wakes the interrupt thread
-  std::atomic<bool> done{false};
-  uint64_t bytes = 0;
-};
-
-void populate_on_interrupt_thread(void* arg) {
-  auto* call = static_cast<PopulateCall*>(arg);
-  uint64_t n = 0;
-  if (::read(call->fd, &n, sizeof n) != sizeof n) return;  // not (or no longer) woken
-  call->bytes = populate_memif_regions_here();
-  call->done.store(true, std::memory_order_release);
+void populate_on_interrupt_thread(void* bytes) {
+  *static_cast<uint64_t*>(bytes) = populate_memif_regions_here();
 }
 
 }  // namespace
 
 uint64_t populate_memif_regions() noexcept {
-  // The interrupt thread runs it through a callback on an eventfd of our
-  // own, registered for this call only: nothing of it is left for EAL's
-  // cleanup to find (an rte_eal_alarm was: DPDK 22.11's cleanup frees the
-  // alarm's handle under the interrupt thread, which then crashed reading it).
-  PopulateCall call;
-  call.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (call.fd < 0) return 0;
-  rte_intr_handle* handle = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
-  const bool registered =
-      handle != nullptr && rte_intr_fd_set(handle, call.fd) == 0 &&
-      rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) == 0 &&
-      rte_intr_callback_register(handle, populate_on_interrupt_thread, &call) == 0;
-  if (registered) {
-    const uint64_t one = 1;
-    if (::write(call.fd, &one, sizeof one) == sizeof one) {
-      for (uint32_t waited = 0;
-           !call.done.load(std::memory_order_acquire) && waited < kPopulateWaitMs; ++waited) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    }
-    // -EAGAIN while the callback runs: then it is waited for, and once this
-    // returns the interrupt thread no longer knows `call`.
-    while (rte_intr_callback_unregister(handle, populate_on_interrupt_thread, &call) == -EAGAIN) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-  rte_intr_instance_free(handle);
-  ::close(call.fd);
-  return call.done.load(std::memory_order_acquire) ? call.bytes : 0;
+  // A net_memif port of this process that stops or closes unmaps its own
+  // regions on the thread that stops it: that waits (Port::~Port, the
+  // reconnects in Port's constructor) until this returns.
+  const std::lock_guard<std::mutex> unmapping(memif_unmap_lock());
+  uint64_t bytes = 0;
+  InterruptThreadCall call(populate_on_interrupt_thread, &bytes);
+  return call.wait_done(kPopulateWaitMs) ? bytes : 0;
 }
 
 }  // namespace mercury::net

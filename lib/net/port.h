@@ -167,10 +167,11 @@ class Port {
 /// otherwise faulted in by the first frames through them: on a VM that
 /// faults slowly, the first round of pushes then runs measurably slower than
 /// the next (docs/net.md, "net_memif's shared memory"). The work runs on
-/// EAL's interrupt thread (a callback on an eventfd registered for the
-/// call), the thread on which net_memif maps and
-/// unmaps the regions, so a peer leaving meanwhile cannot pull a page from
-/// under the reads; the caller waits for it, at most kPopulateWaitMs. Call
+/// EAL's interrupt thread (InterruptThreadCall), the thread on which
+/// net_memif unmaps a peer's regions when the peer leaves, and a port of
+/// this process that stops or closes waits for it (its own regions go on
+/// the stopping thread): no page is pulled from under the reads. The caller
+/// waits for it, at most kPopulateWaitMs. Call
 /// it from a control thread (never from the interrupt thread: an EAL
 /// callback) once the links are up (the regions are mapped when the peers
 /// connect); calling it again costs a page-table walk and a read per page

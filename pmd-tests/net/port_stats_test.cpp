@@ -272,7 +272,8 @@ TEST(PortStats, PopulateMapsEveryPageOfAConnectedMemifPairsRegions) {
   EXPECT_EQ(populate_memif_regions(), after.size) << "again: the same regions, nothing new";
 
   // The client closes while another thread populates over and over: the
-  // server's end unmaps its regions on EAL's interrupt thread meanwhile,
+  // client's end unmaps its regions on this thread, once a populate in
+  // progress has returned, and the server's end on EAL's interrupt thread,
   // where the populating runs too, so no read meets a page pulled away
   // (the process would die) and no call hangs.
   std::atomic<bool> closed{false};
