@@ -13,9 +13,11 @@
 // no core is inside a burst when an end closes) and shows it, and the link's
 // state going down when the other end closes. The third maps a memif pair's
 // shared regions in whole (populate_memif_regions); the fourth, a memif
-// client whose server never listens, refused with its socket named.
+// client whose server never listens, refused with its socket named. Last,
+// InterruptThreadCall, on which the populating and Eal's exit rely.
 #include <gtest/gtest.h>
 #include <rte_cycles.h>
+#include <rte_interrupts.h>
 
 #include <atomic>
 #include <chrono>
@@ -30,6 +32,7 @@
 #include <vector>
 
 #include "files.h"
+#include "net/eal.h"
 #include "net/interface.h"
 #include "net/mempool.h"
 #include "net/port.h"
@@ -312,6 +315,47 @@ TEST(PortStats, AMemifClientWhoseServerNeverListensIsRefusedNamingTheSocket) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100))
       << "it gave up before its wait";
 }
+// What a call's function saw and how far it got.
+struct Seen {
+  std::atomic<bool> on_interrupt_thread{false}, started{false}, finished{false};
+  std::thread::id thread;
+  std::chrono::milliseconds linger{0};
+};
+void note_where(void* arg) {
+  auto* seen = static_cast<Seen*>(arg);
+  seen->thread = std::this_thread::get_id();
+  seen->on_interrupt_thread = rte_thread_is_intr();
+  seen->started = true;
+  std::this_thread::sleep_for(seen->linger);
+  seen->finished = true;
+}
+
+TEST(InterruptThreadCall, RunsOnEalsInterruptThreadOnceAndIsWaitedForWhenDestroyed) {
+  Seen seen;
+  {
+    InterruptThreadCall call(note_where, &seen);
+    ASSERT_TRUE(call.woken());
+    EXPECT_TRUE(call.wait_done(5000));
+  }
+  EXPECT_TRUE(seen.on_interrupt_thread) << "it ran on another thread than EAL's interrupt thread";
+  EXPECT_NE(seen.thread, std::this_thread::get_id());
+
+  // Destroyed while its function still runs: the destructor waits for it,
+  // so nothing runs on the interrupt thread with the call gone.
+  Seen slow;
+  slow.linger = std::chrono::milliseconds(500);
+  {
+    InterruptThreadCall call(note_where, &slow);
+    ASSERT_TRUE(call.woken());
+    const uint64_t give_up = rte_rdtsc() + 5 * rte_get_tsc_hz();
+    while (!slow.started && rte_rdtsc() < give_up) {
+    }
+    ASSERT_TRUE(slow.started);
+    EXPECT_FALSE(call.wait_done(1)) << "done before its function returned";
+  }
+  EXPECT_TRUE(slow.finished) << "the destructor returned while its function ran";
+}
+
 }  // namespace
 }  // namespace mercury::net
 
