@@ -315,14 +315,17 @@ TEST(PortStats, AMemifClientWhoseServerNeverListensIsRefusedNamingTheSocket) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(100))
       << "it gave up before its wait";
 }
+
 // What a call's function saw and how far it got.
 struct Seen {
   std::atomic<bool> on_interrupt_thread{false}, started{false}, finished{false};
+  std::atomic<uint32_t> runs{0};
   std::thread::id thread;
   std::chrono::milliseconds linger{0};
 };
 void note_where(void* arg) {
   auto* seen = static_cast<Seen*>(arg);
+  seen->runs.fetch_add(1);
   seen->thread = std::this_thread::get_id();
   seen->on_interrupt_thread = rte_thread_is_intr();
   seen->started = true;
@@ -336,7 +339,10 @@ TEST(InterruptThreadCall, RunsOnEalsInterruptThreadOnceAndIsWaitedForWhenDestroy
     InterruptThreadCall call(note_where, &seen);
     ASSERT_TRUE(call.woken());
     EXPECT_TRUE(call.wait_done(5000));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(seen.runs.load(), 1u) << "one wake, one run";
   }
+  EXPECT_EQ(seen.runs.load(), 1u);
   EXPECT_TRUE(seen.on_interrupt_thread) << "it ran on another thread than EAL's interrupt thread";
   EXPECT_NE(seen.thread, std::this_thread::get_id());
 
@@ -354,6 +360,7 @@ TEST(InterruptThreadCall, RunsOnEalsInterruptThreadOnceAndIsWaitedForWhenDestroy
     EXPECT_FALSE(call.wait_done(1)) << "done before its function returned";
   }
   EXPECT_TRUE(slow.finished) << "the destructor returned while its function ran";
+  EXPECT_EQ(slow.runs.load(), 1u);
 }
 
 }  // namespace
