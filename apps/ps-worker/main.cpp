@@ -337,7 +337,7 @@ int run(const Options& o) {
     return 0;
   }
 
-  trainer::Floats avg;
+  trainer::Floats avg, other;  // the reference's scratch, grown once to the largest tensor
   std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
   std::vector<worker::Handle> pending(decls.size());
   double total_s = 0;
@@ -378,7 +378,7 @@ int run(const Options& o) {
     // rank order, times 1/N, then the optimizer.
     wrong = 0;
     for (size_t k = 0; k < decls.size() && verify; ++k) {
-      trainer::average(avg, n, round, k, grads[k], rank);
+      trainer::average(avg, other, n, round, k, grads[k], rank);
       trainer::apply(reference[k], avg, update, states[k]);
       wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
     }

@@ -32,10 +32,10 @@ Update Update::optimizer_of(const config::TrainingConfig& t) {
   return Update{job::optimizer_config(t), t.optimizer == config::Optimizer::kSum};
 }
 
-void average(Floats& avg, uint32_t workers, uint32_t seed, size_t tensor,
+void average(Floats& avg, Floats& other, uint32_t workers, uint32_t seed, size_t tensor,
              std::span<const float> own, uint32_t own_rank) {
   avg.resize(own.size());
-  Floats other(own.size());
+  other.resize(own.size());
   if (own_rank == 0) {
     avg.assign(own.begin(), own.end());
   } else {

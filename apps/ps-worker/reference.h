@@ -46,7 +46,10 @@ struct OptState {
 /// The rank-order average over `workers` ranks of gradient(r, seed, tensor),
 /// as the servers compute it, into `avg`. `own` is rank `own_rank`'s
 /// gradient, already generated (it is used instead of generating it again).
-void average(Floats& avg, uint32_t workers, uint32_t seed, size_t tensor,
+/// `other` holds another rank's gradient meanwhile: the caller keeps it, so
+/// that checking a round allocates nothing once both have grown to the
+/// largest tensor.
+void average(Floats& avg, Floats& other, uint32_t workers, uint32_t seed, size_t tensor,
              std::span<const float> own, uint32_t own_rank);
 
 /// `params` after the servers applied `avg` (an average()), with the

@@ -287,9 +287,10 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
   const uint32_t end = first_trace_round + o.rounds;
   const uint32_t last_streamed = first_trace_round - 1;
   std::vector<uint32_t> comm_wrong(o.comm_rounds + 1);  // the burst rounds, then the streamed
+  Floats other;
   for (size_t k = 0; k < tensors && o.check_final; ++k) {
     Floats by_parity[2];
-    for (uint32_t s = 0; s < 2; ++s) average(by_parity[s], n, s, k, grads[s][k], rank);
+    for (uint32_t s = 0; s < 2; ++s) average(by_parity[s], other, n, s, k, grads[s][k], rank);
     OptState state;  // the servers' optimizer state of this tensor, replayed
     for (uint32_t round = 0; round < end; ++round) {
       const bool digested =
