@@ -140,6 +140,14 @@ class EvalQuick(unittest.TestCase):
             self.assertIn("| Mercury (mercury.torch", page)
             self.assertIn("Strict priority >= 2x FIFO", page)
             self.assertIn("mercury.torch faster per iteration than DDP", page)
+            # Every CSV notes the code its runs came from, and the page names it.
+            sys.path.insert(0, os.path.join(ROOT, "benchmarks", "eval"))
+            import eval as ev
+            codes = ev.read_codes(work)
+            self.assertEqual(sorted(codes), sorted(n for n in os.listdir(work)
+                                                   if n.endswith(".csv")))
+            self.assertEqual({tuple(v) for v in codes.values()}, {(ev.code_version(),)})
+            self.assertIn(f"its runs by code {ev.code_version()}.", page)
 
             # The page is written from the records alone: rewriting it runs nothing.
             again = subprocess.run(
@@ -148,6 +156,24 @@ class EvalQuick(unittest.TestCase):
                 capture_output=True, text=True, timeout=120)
             self.assertEqual(again.returncode, 0, again.stderr[-2000:])
             self.assertNotIn("[eval ", again.stdout)
+
+    def test_a_speed_up_within_the_timing_resolution_is_a_tie(self):
+        sys.path.insert(0, os.path.join(ROOT, "benchmarks", "eval"))
+        import eval as ev
+        st = ev.Settings(quick=False, trials=5)
+
+        def never_slower(fifo: float) -> str:
+            facts = {"fifo": fifo, "best": 1.2, "default": 1.3, "fifo_chunk": float("nan"),
+                     "strict_s": 1.578, "ratio": 1.0, "dep_ratio": 1.0,
+                     "comm_over_compute": 0.5}
+            line = [g for g in ev.goals({(10, "m"): facts}, {}, {}, st) if "Never slower" in g]
+            self.assertEqual(len(line), 1)
+            return line[0]
+
+        # 1.577 s against strict's 1.578 s: 1 ms, what an iteration is timed to.
+        self.assertIn("**met**", never_slower(1.577 / 1.578))
+        self.assertIn("**not met**: m at 10G (1.00x FIFO", never_slower(1.575 / 1.578))
+        self.assertIn("**met**", never_slower(1.0))
 
     def test_the_dependency_bound_is_at_least_compute_and_the_wire_time(self):
         sys.path.insert(0, os.path.join(ROOT, "benchmarks", "eval"))
