@@ -22,6 +22,15 @@ BUILD = None
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def eval_module():
+    """benchmarks/eval/eval.py, imported (its helpers and constants)."""
+    here = os.path.join(ROOT, "benchmarks", "eval")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import eval as ev
+    return ev
+
+
 def rows(path):
     with open(path) as f:
         return list(csv.DictReader(f))
@@ -141,8 +150,7 @@ class EvalQuick(unittest.TestCase):
             self.assertIn("Strict priority >= 2x FIFO", page)
             self.assertIn("mercury.torch faster per iteration than DDP", page)
             # Every CSV notes the code its runs came from, and the page names it.
-            sys.path.insert(0, os.path.join(ROOT, "benchmarks", "eval"))
-            import eval as ev
+            ev = eval_module()
             codes = ev.read_codes(work)
             self.assertEqual(sorted(codes), sorted(n for n in os.listdir(work)
                                                    if n.endswith(".csv")))
@@ -158,8 +166,7 @@ class EvalQuick(unittest.TestCase):
             self.assertNotIn("[eval ", again.stdout)
 
     def test_a_speed_up_within_the_timing_resolution_is_a_tie(self):
-        sys.path.insert(0, os.path.join(ROOT, "benchmarks", "eval"))
-        import eval as ev
+        ev = eval_module()
         st = ev.Settings(quick=False, trials=5)
 
         def never_slower(fifo: float) -> str:
@@ -176,8 +183,7 @@ class EvalQuick(unittest.TestCase):
         self.assertIn("**met**", never_slower(1.0))
 
     def test_the_dependency_bound_is_at_least_compute_and_the_wire_time(self):
-        sys.path.insert(0, os.path.join(ROOT, "benchmarks", "eval"))
-        import eval as ev
+        ev = eval_module()
         for model in ev.MODELS:
             for link in (10, 25):
                 scale = ev.GPU_SCALE * ev.scale_of(link)
