@@ -7,16 +7,21 @@
 #include <rte_mempool.h>
 
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -88,12 +93,48 @@ bool copies_at_tx(const std::string& driver, const std::string& devargs) {
   return driver == "net_af_packet" || driver == "net_pcap";
 }
 
-// A net_memif client's server socket as /proc/net/unix names it ("@" first
-// for an abstract one, DPDK 22.11's default), or "" for any other port.
-std::string memif_server_socket(const std::string& driver, const std::string& devargs) {
-  if (driver != "net_memif" || config::devargs_value(devargs, "role") != "client") return "";
-  const std::string path{config::devargs_value(devargs, "socket").value_or("/tmp/memif.sock")};
+// A net_memif port's socket path in `role` ("server" or "client"), or ""
+// for any other port or role.
+std::string memif_socket_path(const std::string& driver, const std::string& devargs,
+                              const char* role) {
+  if (driver != "net_memif" || config::devargs_value(devargs, "role") != role) return "";
+  return std::string(config::devargs_value(devargs, "socket").value_or("/tmp/memif.sock"));
+}
+
+// That socket as /proc/net/unix names it ("@" first for an abstract one,
+// DPDK 22.11's default).
+std::string memif_socket_name(const std::string& devargs, const std::string& path) {
   return config::devargs_value(devargs, "socket-abstract") == "no" ? path : "@" + path;
+}
+
+// What a memif server whose port has started listens on besides the PMD's
+// socket: an abstract socket (in this network namespace, like the check of
+// /proc/net/unix that finds it), gone when the port stops or the process
+// dies. Clients connect only once it listens (Port::Port).
+std::string memif_started_name(const std::string& path) { return path + ".started"; }
+
+// Binds and listens on the abstract socket `name`; the descriptor, or
+// throws naming the port.
+int listen_abstract(const std::string& port, const std::string& name) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof a.sun_path) {
+    throw std::runtime_error("port " + port + ": net_memif socket name too long for its " +
+                             "started marker (" + name + ", at most " +
+                             std::to_string(sizeof a.sun_path - 1) + " characters)");
+  }
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("port " + port + ": socket: " + std::strerror(errno));
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0 || listen(fd, 1) != 0) {
+    const int e = errno;
+    close(fd);
+    throw std::runtime_error("port " + port + ": cannot mark its net_memif server started on @" +
+                             name + ": " + std::strerror(e) +
+                             (e == EADDRINUSE ? " (another process serves this socket)" : ""));
+  }
+  return fd;
 }
 
 // A socket of that name listens in this network namespace (/proc/net/unix:
@@ -228,7 +269,9 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
       rte_eth_promiscuous_enable(id);
     }
   }
-  const std::string server = memif_server_socket(driver_, devargs_of(info));
+  const std::string devargs = devargs_of(info);
+  const std::string server_path = memif_socket_path(driver_, devargs, "client");
+  const std::string server = server_path.empty() ? "" : memif_socket_name(devargs, server_path);
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.peer_wait_ms);
   auto gave_up = [&](const std::string& what) {
@@ -237,31 +280,37 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
                               " ms): is the server node running, with this socket in its ports?");
   };
   // memif's client connects once, at start, and the start fails if nothing
-  // listens yet.
-  while (!server.empty() && !unix_socket_listening(server)) {
-    if (std::chrono::steady_clock::now() >= until) {
-      throw gave_up("no net_memif server listens on " + server);
+  // listens yet. A memif server listens from EAL's probe but refuses
+  // clients until its own port has started, and a refused client does not
+  // try again; so a client connects only once the server marks its port
+  // started. It never connects twice: DPDK 22.11's server dies (its
+  // interrupt thread panics on epoll_ctl, EBADF) when a client closes a
+  // connection it has not yet greeted, which a retry on a slow handshake
+  // does (docs/net.md).
+  if (!server.empty()) {
+    std::string started = "@";
+    started += memif_started_name(server_path);
+    while (!unix_socket_listening(started)) {
+      if (std::chrono::steady_clock::now() >= until) {
+        throw gave_up(unix_socket_listening(server)
+                          ? "the net_memif server on " + server + " has not started its port"
+                          : "no net_memif server listens on " + server);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   if (int rc = rte_eth_dev_start(id); rc != 0) fail(name_, "start", rc);
-  // A memif server listens from EAL's probe but refuses clients until its
-  // own port has started, and a refused client does not try again: while
-  // the link stays down, connect again (stop, start) every 500 ms.
+  if (const std::string path = memif_socket_path(driver_, devargs, "server"); !path.empty()) {
+    started_fd_ = listen_abstract(name_, memif_started_name(path));
+  }
   if (!server.empty() && opts.peer_wait_ms > 0) {
-    auto last = std::chrono::steady_clock::now();
     while (!link_up()) {
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= until) {
+      if (std::chrono::steady_clock::now() >= until) {
         const std::lock_guard<std::mutex> unmapping(memif_unmap_lock());
         rte_eth_dev_stop(id);
-        throw gave_up("the net_memif server on " + server + " did not accept it");
-      }
-      if (now - last >= std::chrono::milliseconds(500)) {
-        const std::lock_guard<std::mutex> unmapping(memif_unmap_lock());
-        if (int rc = rte_eth_dev_stop(id); rc != 0) fail(name_, "stop to connect again", rc);
-        if (int rc = rte_eth_dev_start(id); rc != 0) fail(name_, "start to connect again", rc);
-        last = now;
+        throw gave_up("the net_memif server on " + server +
+                      " did not accept it (another client with its id connected, or an id, "
+                      "secret or mode the server does not have?)");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
@@ -289,7 +338,8 @@ Port::Port(Port&& o) noexcept
       tx_by_reference_(o.tx_by_reference_),
       rx_pool_(o.rx_pool_),
       rings_(std::move(o.rings_)),
-      linger_until_ns_(std::atomic_ref<int64_t>(o.linger_until_ns_).load()) {
+      linger_until_ns_(std::atomic_ref<int64_t>(o.linger_until_ns_).load()),
+      started_fd_(std::exchange(o.started_fd_, -1)) {
   o.id_ = RTE_MAX_ETHPORTS;
 }
 
@@ -309,6 +359,7 @@ void Port::linger(std::chrono::milliseconds ms) noexcept {
 
 Port::~Port() {
   if (id_ == RTE_MAX_ETHPORTS) return;
+  if (started_fd_ >= 0) close(started_fd_);  // no new client from here on
   const int64_t wait = std::atomic_ref<int64_t>(linger_until_ns_).load() - steady_ns();
   if (wait > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(wait));
   std::unique_lock<std::mutex> unmapping(memif_unmap_lock(), std::defer_lock);

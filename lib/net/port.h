@@ -38,11 +38,11 @@ struct PortOptions {
   uint32_t mtu = 1500;           ///< IP MTU
   bool checksum_offload = true;  ///< use the PMD's checksum offload when it has one
   std::optional<MacAddr> mac;    ///< set this MAC (falls back to promiscuous if refused)
-  /// A net_memif client: how long open() waits for its server's socket to
-  /// listen (the server may start after it), polling /proc/net/unix, and
-  /// then for the link to come up, connecting again every 500 ms (a memif
-  /// server refuses clients until its own port has started). 0: neither.
-  /// Either way a server not listening is refused with the socket named.
+  /// A net_memif client: how long open() waits for its server's port to
+  /// start (the server may start after it), polling /proc/net/unix for the
+  /// started marker the server's Port listens on, and then for the link to
+  /// come up; it connects once. 0: neither. Either way a server not
+  /// listening, or not started, is refused with the socket named.
   uint32_t peer_wait_ms = 0;
 };
 
@@ -157,6 +157,7 @@ class Port {
   const rte_mempool* rx_pool_ = nullptr;  // what the RX queues allocate from
   std::shared_ptr<void> rings_;           // ring links: the rings outlive both ports
   int64_t linger_until_ns_ = 0;           // steady clock; atomic_ref (linger())
+  int started_fd_ = -1;  // a net_memif server's started marker (port.cpp), closed first
 };
 
 /// Maps in every page of the net_memif shared-memory regions (its rings and
