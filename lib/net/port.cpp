@@ -301,7 +301,13 @@ Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<
   }
   if (int rc = rte_eth_dev_start(id); rc != 0) fail(name_, "start", rc);
   if (const std::string path = memif_socket_path(driver_, devargs, "server"); !path.empty()) {
-    started_fd_ = listen_abstract(name_, memif_started_name(path));
+    try {
+      started_fd_ = listen_abstract(name_, memif_started_name(path));
+    } catch (const std::runtime_error&) {
+      const std::lock_guard<std::mutex> unmapping(memif_unmap_lock());
+      rte_eth_dev_stop(id);  // no client connects to a server not marked started
+      throw;
+    }
   }
   if (!server.empty() && opts.peer_wait_ms > 0) {
     while (!link_up()) {
