@@ -2,7 +2,8 @@
 """ps-server as an operator runs it: --check, refusals, the stats line,
 telemetry over DPDK's socket, a clean stop on SIGTERM, and the end of a job
 (every worker left: exit 0 by itself; the job refused: exit 2; --stay: on
-until a signal), with ps-worker processes over net_memif.
+until a signal), with ps-worker processes over net_memif, and clients that
+close their memif connection before the server greets them.
 
 Usage: ps_server_test.py PS_SERVER_BINARY CONFIG_DIR
 """
@@ -10,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -121,7 +123,10 @@ class JobEnd(unittest.TestCase):
     """config/memif.yaml's 4 workers, as ps-worker processes (one round of
     MobileNetV2), against ps-server without a signal."""
 
-    def run_job(self, tag, stay, models, training=""):
+    def run_job(self, tag, stay, models, training="", poke=0):
+        """`poke`: connections to each worker's memif socket, each closed at
+        once, before the workers start; returns, with the rest, ps-server's
+        open descriptors before and 2 s after them."""
         worker_bin = os.path.join(os.path.dirname(PS_SERVER), "ps-worker", "ps-worker")
         with tempfile.TemporaryDirectory() as tmp:
             name = "psend%s%d" % (tag, os.getpid())
@@ -136,6 +141,20 @@ class JobEnd(unittest.TestCase):
                     self.assertIsNone(p.poll(), "ps-server exited before serving")
                     line = p.stdout.readline()
                     head += line
+                fds = len(os.listdir("/proc/%d/fd" % p.pid))
+                for _ in range(poke):
+                    for w in range(len(models)):
+                        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                        try:
+                            s.connect("\0" + os.path.join(tmp, "w%d.sock" % w))
+                        except ConnectionRefusedError:
+                            self.fail("ps-server stopped listening:\n" + head +
+                                      p.communicate(timeout=30)[0])
+                        finally:
+                            s.close()
+                if poke:
+                    time.sleep(2)
+                fds = (fds, len(os.listdir("/proc/%d/fd" % p.pid)))
                 for w, model in enumerate(models):
                     workers.append(subprocess.Popen(
                         [worker_bin, "--config", job, "--node", "w%d" % w, "--model",
@@ -151,6 +170,7 @@ class JobEnd(unittest.TestCase):
                     self.assertFalse(ended, "ps-server --stay exited by itself")
                     p.send_signal(signal.SIGTERM)
                     rest, _ = p.communicate(timeout=30)
+                self.fds = fds
                 return status, p.returncode, head + rest
             finally:
                 for w in workers:
@@ -169,6 +189,15 @@ class JobEnd(unittest.TestCase):
         self.assertEqual(out.count("every worker declared;"), 1, out)
         self.assertIn("every worker left; the job is done", out)
         self.assertIn("ps-server server0: stopped", out)
+
+    def test_clients_that_close_before_their_greeting_leave_the_server_serving(self):
+        # DPDK 22.11's memif server died of this (memif_server_send.cpp, docs/net.md).
+        status, rc, out = self.run_job("p", False, ["mobilenet_v2.txt"] * 4, poke=20)
+        self.assertEqual(status, [0, 0, 0, 0], out)
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("PANIC", out)
+        self.assertIn("every worker left; the job is done", out)
+        self.assertEqual(self.fds[1], self.fds[0], "descriptors left open by the closed clients")
 
     def test_a_refused_job_ends_the_server_with_status_2(self):
         status, rc, out = self.run_job("r", False, ["mobilenet_v2.txt"] * 3 + ["alexnet.txt"])
