@@ -1147,6 +1147,40 @@ def ddp_section(out: str) -> tuple[list[str], dict]:
     return lines, {"ddp_over_mercury": statistics.median(ratio) if ratio else math.nan}
 
 
+PARTS = ["sched", "timelines", "bandwidth", "shared", "sync", "sync_models", "ddp"]
+
+
+def times_path(work: str) -> str:
+    """Beside the CSVs: the wall seconds each part's runs took, summed over the
+    invocations that ran them (a resumed evaluation adds to them)."""
+    return os.path.join(work, "times.json")
+
+
+def read_times(work: str) -> dict[str, float]:
+    try:
+        with open(times_path(work)) as f:
+            return {k: float(v) for k, v in json.load(f).items()}
+    except FileNotFoundError:
+        return {}
+
+
+def add_time(work: str, part: str, seconds: float) -> None:
+    times = read_times(work)
+    times[part] = times.get(part, 0.0) + seconds
+    with open(times_path(work) + ".tmp", "w") as f:
+        json.dump(times, f, indent=1, sort_keys=True)
+    os.replace(times_path(work) + ".tmp", times_path(work))
+
+
+def runs_time(out: str) -> str:
+    """The wall time the runs took, in all and by part ('' when not recorded)."""
+    times = read_times(out)
+    if not times:
+        return ""
+    parts = ", ".join(f"{p.replace('_', ' ')} {times[p] / 60:.1f}" for p in PARTS if p in times)
+    return f" The runs took {sum(times.values()) / 60:.1f} min of wall time ({parts})."
+
+
 def runs_code(out: str) -> str:
     """Which code recorded the runs: one version for every CSV, or each CSV's."""
     codes = {name: v for name, v in sorted(read_codes(out).items())
@@ -1182,7 +1216,7 @@ def setting_lines(st: Settings, out: str) -> list[str]:
             f"{platform.release()}; {', '.join(versions)}; Python {platform.python_version()}; "
             f"page written by code {git} at "
             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} from the runs in its CSVs, "
-            f"{runs_code(out)}.",
+            f"{runs_code(out)}.{runs_time(out)}",
             f"* **Trials**: {st.trials} per point, variants interleaved in a random order per "
             "trial; every figure is the median with [min, max].",
             f"* **Scaling**: the traces are this CPU's compute at batch 16 "
@@ -1593,20 +1627,27 @@ def main() -> int:
         print(f"eval: {total - done} runs to go" + (f" ({done} recorded before, skipped)"
                                                     if done else "") + f", results in {out}",
               flush=True)
-        if "sched" in only:
-            run_sched(a, st, out, progress)
-            run_timelines(a, st, out, progress)
-        if "bandwidth" in only:
-            if "sched" not in only and not os.path.exists(os.path.join(out, "sweep.csv")):
-                sys.exit("eval: the bandwidth experiment needs the sched experiment's sweep "
-                         "(run sched first)")
-            run_bandwidth(a, st, out, progress)
-            run_shared(a, st, out, progress)
-        if "sync" in only:
-            run_sync(a, st, out, progress)
-            run_sync_models(a, st, out, progress)
-        if "ddp" in only:
-            run_ddp(a, st, out, progress)
+        if "bandwidth" in only and "sched" not in only and \
+                not os.path.exists(os.path.join(out, "sweep.csv")):
+            sys.exit("eval: the bandwidth experiment needs the sched experiment's sweep "
+                     "(run sched first)")
+        parts = {"sched": [run_sched, run_timelines], "bandwidth": [run_bandwidth, run_shared],
+                 "sync": [run_sync, run_sync_models], "ddp": [run_ddp]}
+        spent = {}
+        for experiment in ["sched", "bandwidth", "sync", "ddp"]:
+            if experiment not in only:
+                continue
+            for run in parts[experiment]:
+                part = run.__name__.removeprefix("run_")
+                t0 = time.monotonic()
+                try:
+                    run(a, st, out, progress)
+                finally:  # an interrupted part's runs stay recorded, and so does their time
+                    spent[part] = time.monotonic() - t0
+                    add_time(out, part, spent[part])
+        print("eval: this invocation's wall time by part: " + ", ".join(
+            f"{p.replace('_', ' ')} {s / 60:.1f} min" for p, s in spent.items()) +
+            f"; {sum(spent.values()) / 60:.1f} min in all", flush=True)
     write_page(out, top, st)
     return 0
 

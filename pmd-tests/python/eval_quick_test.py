@@ -156,6 +156,13 @@ class EvalQuick(unittest.TestCase):
                                                    if n.endswith(".csv")))
             self.assertEqual({tuple(v) for v in codes.values()}, {(ev.code_version(),)})
             self.assertIn(f"its runs by code {ev.code_version()}.", page)
+            # Every part's wall time is recorded, and the page sums it.
+            times = ev.read_times(work)
+            self.assertEqual(sorted(times), sorted(ev.PARTS))
+            self.assertTrue(all(t > 0 for t in times.values()), times)
+            self.assertIn(f" The runs took {sum(times.values()) / 60:.1f} min of wall time "
+                          "(sched ", page)
+            self.assertIn("eval: this invocation's wall time by part: sched ", r.stdout)
 
             # The page is written from the records alone: rewriting it runs nothing.
             again = subprocess.run(
@@ -164,6 +171,17 @@ class EvalQuick(unittest.TestCase):
                 capture_output=True, text=True, timeout=120)
             self.assertEqual(again.returncode, 0, again.stderr[-2000:])
             self.assertNotIn("[eval ", again.stdout)
+
+    def test_a_resumed_evaluation_adds_its_wall_time_to_what_was_recorded(self):
+        ev = eval_module()
+        with tempfile.TemporaryDirectory() as work:
+            self.assertEqual(ev.runs_time(work), "")
+            ev.add_time(work, "sched", 600)
+            ev.add_time(work, "ddp", 30)
+            ev.add_time(work, "sched", 300)  # resumed
+            self.assertEqual(ev.read_times(work), {"sched": 900.0, "ddp": 30.0})
+            self.assertEqual(ev.runs_time(work),
+                             " The runs took 15.5 min of wall time (sched 15.0, ddp 0.5).")
 
     def test_a_speed_up_within_the_timing_resolution_is_a_tie(self):
         ev = eval_module()
