@@ -22,7 +22,7 @@ any process's address space grew by more than --max-growth-kb (1024 by default) 
 warm-up. Samples go to a CSV (--csv); when the job fails, its whole output goes beside
 it.
 
-Usage: soak.py [--build build] [--minutes 10] [--every 30] [--csv soak.csv]
+Usage: soak.py [--build build] [--minutes 10] [--every 30] [--csv BUILD/soak.csv]
 """
 import argparse
 import csv
@@ -113,8 +113,9 @@ def main():
     ap.add_argument("--no-auth", action="store_true")
     ap.add_argument("--mbufs", type=int, default=0,
                     help="mempool.mbufs of every node (0: the job file's); smaller pools show a leak sooner")
-    ap.add_argument("--csv", default="soak.csv")
+    ap.add_argument("--csv", default="", help="default: soak.csv in the build directory")
     a = ap.parse_args()
+    a.csv = a.csv or os.path.join(a.build, "soak.csv")
     ps_demo = os.path.join(a.build, "apps", "ps-demo")
     if not os.access(ps_demo, os.X_OK):
         sys.exit(f"soak: {ps_demo} is not built (make build)")
