@@ -405,12 +405,12 @@ TEST(PortStats, AMemifClientConnectsOnceAndOnlyAfterItsServerIsMarkedStarted) {
   std::string error;
   std::thread opening([&] {
     try {
-      Port p = Port::open(kSilentClient, pool, PortOptions{.mtu = 1500, .peer_wait_ms = 2500});
+      Port p = Port::open(kSilentClient, pool, PortOptions{.mtu = 1500, .peer_wait_ms = 4000});
     } catch (const std::exception& e) {
       error = e.what();
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
   EXPECT_EQ(accept_all(server), 0) << "it connected to a server not marked started";
   const int marker = listen_on(g_silent_socket + ".started");
   opening.join();
@@ -418,7 +418,7 @@ TEST(PortStats, AMemifClientConnectsOnceAndOnlyAfterItsServerIsMarkedStarted) {
   EXPECT_EQ(error, "port " + std::string(kSilentClient) + ": the net_memif server on @" +
                        g_silent_socket +
                        " did not accept it (another client with its id connected, or an id, "
-                       "secret or mode the server does not have?) (waited 2500 ms): is the "
+                       "secret or mode the server does not have?) (waited 4000 ms): is the "
                        "server node running, with this socket in its ports?");
   close(marker);
   close(server);
