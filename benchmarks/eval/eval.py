@@ -1147,7 +1147,10 @@ def ddp_section(out: str) -> tuple[list[str], dict]:
     return lines, {"ddp_over_mercury": statistics.median(ratio) if ratio else math.nan}
 
 
-PARTS = ["sched", "timelines", "bandwidth", "shared", "sync", "sync_models", "ddp"]
+# Each experiment's parts in the order they run; a part is named after its function.
+EXPERIMENTS = {"sched": [run_sched, run_timelines], "bandwidth": [run_bandwidth, run_shared],
+               "sync": [run_sync, run_sync_models], "ddp": [run_ddp]}
+PARTS = [run.__name__.removeprefix("run_") for runs in EXPERIMENTS.values() for run in runs]
 
 
 def times_path(work: str) -> str:
@@ -1631,13 +1634,11 @@ def main() -> int:
                 not os.path.exists(os.path.join(out, "sweep.csv")):
             sys.exit("eval: the bandwidth experiment needs the sched experiment's sweep "
                      "(run sched first)")
-        parts = {"sched": [run_sched, run_timelines], "bandwidth": [run_bandwidth, run_shared],
-                 "sync": [run_sync, run_sync_models], "ddp": [run_ddp]}
         spent = {}
-        for experiment in ["sched", "bandwidth", "sync", "ddp"]:
+        for experiment, runs in EXPERIMENTS.items():
             if experiment not in only:
                 continue
-            for run in parts[experiment]:
+            for run in runs:
                 part = run.__name__.removeprefix("run_")
                 t0 = time.monotonic()
                 try:

@@ -137,8 +137,15 @@ int listen_abstract(const std::string& port, const std::string& name) {
   return fd;
 }
 
-// A socket of that name listens in this network namespace (/proc/net/unix:
-// the flags word has __SO_ACCEPTCON, 0x10000).
+// Two rings per direction would be one per queue; a link uses queue 0 only.
+struct RingPair {
+  Ring a_to_b;
+  Ring b_to_a;
+};
+
+}  // namespace
+
+// /proc/net/unix: the flags word has __SO_ACCEPTCON, 0x10000.
 bool unix_socket_listening(const std::string& name) {
   std::FILE* f = std::fopen("/proc/net/unix", "re");
   if (f == nullptr) return true;  // cannot tell: let the PMD try
@@ -154,14 +161,6 @@ bool unix_socket_listening(const std::string& name) {
   std::fclose(f);
   return found;
 }
-
-// Two rings per direction would be one per queue; a link uses queue 0 only.
-struct RingPair {
-  Ring a_to_b;
-  Ring b_to_a;
-};
-
-}  // namespace
 
 Port::Port(uint16_t id, Mempool& pool, const PortOptions& opts, std::shared_ptr<void> rings)
     : id_(id), rx_pool_(pool.get()), rings_(std::move(rings)) {

@@ -183,4 +183,10 @@ class Port {
 inline constexpr uint32_t kPopulateWaitMs = 5000;
 uint64_t populate_memif_regions() noexcept;
 
+/// A unix socket named `name` as /proc/net/unix shows it ("@" first for an
+/// abstract one) listens in this network namespace; true when the file
+/// cannot be read (cannot tell). How a net_memif client finds its server's
+/// socket and started marker (docs/net.md).
+bool unix_socket_listening(const std::string& name);
+
 }  // namespace mercury::net

@@ -328,20 +328,23 @@ TEST(PortStats, AMemifClientWhoseServerNeverListensIsRefusedNamingTheSocket) {
       << "it gave up before its wait";
 }
 
-// The abstract socket `name` (no "@") listens in this network namespace.
-bool abstract_listening(const std::string& name) {
-  std::ifstream in("/proc/net/unix");
-  std::string line;
-  while (std::getline(in, line)) {
-    unsigned long flags = 0;
-    char path[256] = {};
-    if (std::sscanf(line.c_str(), "%*s %*s %*s %lx %*s %*s %*s %255s", &flags, path) == 2 &&
-        (flags & 0x10000) != 0 && "@" + name == path) {
-      return true;
-    }
+// A SOCK_SEQPACKET socket of the test's listening on the abstract `name`
+// (no "@"), as a memif server's would, that never greets; -1 if refused.
+int listen_seqpacket(const std::string& name) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path + 1, name.data(), name.size());
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&a), len) != 0 || listen(fd, 16) != 0) {
+    close(fd);
+    return -1;
   }
-  return false;
+  return fd;
 }
+
+// The abstract socket `name` (no "@") listens in this network namespace.
+bool abstract_listening(const std::string& name) { return unix_socket_listening("@" + name); }
 
 // A client opened before its server's port has started waits for it, and
 // its link comes up once the server's port starts; the server's started
@@ -385,22 +388,13 @@ TEST(PortStats, AMemifClientOpenedBeforeItsServerStartedConnectsOnceItStarts) {
 // greets: the client connects after the marker shows, exactly once, and
 // gives up at its deadline naming the socket.
 TEST(PortStats, AMemifClientConnectsOnceAndOnlyAfterItsServerIsMarkedStarted) {
-  auto listen_on = [](const std::string& name) {
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::memcpy(a.sun_path + 1, name.data(), name.size());
-    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
-    const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-    EXPECT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&a), len), 0) << std::strerror(errno);
-    EXPECT_EQ(listen(fd, 16), 0);
-    return fd;
-  };
   auto accept_all = [](int fd) {
     int n = 0;
     for (int c; (c = accept(fd, nullptr, nullptr)) >= 0; ++n) close(c);
     return n;
   };
-  const int server = listen_on(g_silent_socket);
+  const int server = listen_seqpacket(g_silent_socket);
+  ASSERT_GE(server, 0) << std::strerror(errno);
   Mempool pool("silent_memif", 1023, 0, frame_bytes_for_mtu(1500));
   std::string error;
   std::thread opening([&] {
@@ -412,7 +406,8 @@ TEST(PortStats, AMemifClientConnectsOnceAndOnlyAfterItsServerIsMarkedStarted) {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   EXPECT_EQ(accept_all(server), 0) << "it connected to a server not marked started";
-  const int marker = listen_on(g_silent_socket + ".started");
+  const int marker = listen_seqpacket(g_silent_socket + ".started");
+  EXPECT_GE(marker, 0) << std::strerror(errno);  // not ASSERT: the opening thread must be joined
   opening.join();
   EXPECT_EQ(accept_all(server), 1) << "it should connect once, never again";
   EXPECT_EQ(error, "port " + std::string(kSilentClient) + ": the net_memif server on @" +
@@ -427,14 +422,9 @@ TEST(PortStats, AMemifClientConnectsOnceAndOnlyAfterItsServerIsMarkedStarted) {
 // A server that listens but never marks its port started: the client
 // waits, never connects, and says which it was.
 TEST(PortStats, AMemifClientWhoseServerNeverStartsIsRefusedSayingSo) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
   const std::string name = g_silent_socket + "-unstarted";
-  std::memcpy(a.sun_path + 1, name.data(), name.size());
-  const int server = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0);
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  ASSERT_EQ(bind(server, reinterpret_cast<const sockaddr*>(&a), len), 0);
-  ASSERT_EQ(listen(server, 16), 0);
+  const int server = listen_seqpacket(name);
+  ASSERT_GE(server, 0) << std::strerror(errno);
   Mempool pool("unstarted_memif", 1023, 0, frame_bytes_for_mtu(1500));
   try {
     Port p = Port::open(std::string(kSilentClient) + "2", pool,
