@@ -140,10 +140,11 @@ class Settings:
         self.sweep = SWEEP[:1] if quick else SWEEP
         self.sweep_link = 10                         # the sweep runs at this rate only
         # The ablation (fifo_chunk) runs at the sweep's rate only.
-        self.rounds = 2 if quick else 3              # trace rounds (median of 2..N)
-        # At 25 Gbit/s compute runs 12.5x slower than the real one (VGG-16's iteration
-        # takes 9 s): 2 trace rounds and, for strict, 1 comm-only round of each kind.
-        self.rounds_25 = 2
+        # Trace rounds: round 1 starts the pipeline (its forward pass finds every parameter
+        # in place), round 2 is timed; the trials give the spread. At 25 Gbit/s compute
+        # runs 12.5x slower than the real one (VGG-16's iteration takes 9 s), and strict
+        # runs 1 comm-only round of each kind there.
+        self.rounds = 2
         self.comm_rounds_25 = 1
         # Strict's runs measure the lower bound (comm-only rounds, burst and streamed);
         # the others need only their iteration (no comm-only rounds: trace round 1, which
@@ -304,7 +305,7 @@ def sched_run(a, st: Settings, link_gbps: float, model: str, variant: str,
              "--model", os.path.join(ROOT, "config", "models", model + ".txt"),
              "--trace", os.path.join(ROOT, "config", "traces", model + ".txt"),
              "--compute-scale", "%.6g" % (GPU_SCALE * scale_of(link_gbps)),
-             "--rounds", str(rounds or (st.rounds_25 if link_gbps == 25 else st.rounds)),
+             "--rounds", str(rounds or st.rounds),
              "--comm-rounds", str(comm_rounds),
              "--verify", "none", *(["--straggler", straggler] if straggler else [])],
             capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
@@ -1362,9 +1363,9 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "their trace round 1, which the median leaves out, is their warm-up, as it is "
         "strict's: the memif links' buffers are mapped in and read once at start, "
         "docs/net.md), "
-        f"then times {st.rounds} trace rounds ({st.rounds_25} at 25 Gbit/s, where "
-        "compute runs 12.5 times slower than real; median of "
-        "rounds 2 on; the slowest rank's; `--verify none`: the tests check the aggregates, "
+        f"then times {st.rounds} trace rounds (at 25 Gbit/s compute runs 12.5 times "
+        "slower than real; the median of rounds 2 on, with 2 rounds round 2; the slowest "
+        "rank's; `--verify none`: the tests check the aggregates, "
         "these runs only time them). The variants are the job file's `network.scheduler` "
         "and `training.aggregation` (docs/config.md): **strict** (Mercury: strict priority, "
         "each chunk's aggregate sent back as soon as its last packet is in); **FIFO** (a "
