@@ -1,5 +1,5 @@
-// sendmsg() for the executables that host net_memif servers (ps-server,
-// ps-demo): the C library's, except that a message to an AF_UNIX
+// sendmsg() for the executables that can host net_memif servers (ps-server,
+// ps-demo, ps-worker): the C library's, except that a message to an AF_UNIX
 // SOCK_SEQPACKET peer that has already closed (EPIPE) is reported sent.
 //
 // Why: DPDK 22.11's memif server greets each connection it accepts from EAL's

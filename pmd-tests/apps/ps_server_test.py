@@ -199,6 +199,16 @@ class JobEnd(unittest.TestCase):
         self.assertIn("every worker left; the job is done", out)
         self.assertEqual(self.fds[1], self.fds[0], "descriptors left open by the closed clients")
 
+    def test_every_executable_that_can_host_a_memif_server_exports_its_sendmsg(self):
+        # The PMD calls the executable's sendmsg() only if it is exported (lib/net/meson.build);
+        # the test above runs ps-server's, and ps-demo and ps-worker link the same file.
+        apps = os.path.dirname(PS_SERVER)
+        for exe in ["ps-server", "ps-demo", os.path.join("ps-worker", "ps-worker")]:
+            table = subprocess.run(["nm", "-D", "--defined-only", os.path.join(apps, exe)],
+                                   capture_output=True, text=True, check=True).stdout
+            names = {line.split()[-1] for line in table.splitlines() if line.strip()}
+            self.assertTrue("sendmsg" in names, exe + " does not export sendmsg()")
+
     def test_a_refused_job_ends_the_server_with_status_2(self):
         status, rc, out = self.run_job("r", False, ["mobilenet_v2.txt"] * 3 + ["alexnet.txt"])
         self.assertTrue(all(s != 0 for s in status), status)
