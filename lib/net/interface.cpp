@@ -247,7 +247,7 @@ uint32_t Interface::rx_room() const {
   // Free mbufs of the pool this port receives into (a NIC's RX ring holds its
   // own; memif and af_packet allocate per frame), less what our send path
   // may take from it at once: a stage and a burst of spares.
-  const unsigned free = rte_mempool_avail_count(pool_.get());
+  const unsigned free = pool_free(pool_.get(), cache_lcores_);
   constexpr unsigned kKept = kStage + kBurst;
   return free > kKept ? free - kKept : 0;
 }
@@ -264,6 +264,7 @@ void Interface::refresh_port_stats_st() {
 #undef MERCURY_STORE_PMD_DROP
   }
   std::atomic_ref<uint64_t>(rx_pool_free_).store(port_.rx_pool_free(), std::memory_order_relaxed);
+  cache_lcores_.refresh();  // a thread may have registered since (rx_room)
   std::atomic_ref<uint64_t>(link_up_).store(port_.link_up() ? 1 : 0, std::memory_order_relaxed);
 }
 

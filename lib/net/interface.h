@@ -247,6 +247,9 @@ class Interface final : public PacketPort {
   uint64_t rx_pool_free_ = 0;
   uint64_t link_up_ = 0;
   uint64_t detached_ = 0;  // written by the owning core only (set_detached_st)
+  // The lcores whose caches rx_room() adds to the pool's store, read again by
+  // each refresh_port_stats_st().
+  CacheLcores cache_lcores_;
   // By-reference payloads: a pool of data-less shell mbufs, and the shared
   // info of their external buffers, whose count the interface keeps above 0
   // (the memory is never freed through it).

@@ -3,6 +3,7 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ether.h>
+#include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mbuf_pool_ops.h>
 #include <rte_mempool.h>
@@ -137,6 +138,27 @@ Mempool::~Mempool() {
 }
 
 uint32_t Mempool::available() const { return rte_mempool_avail_count(pool_); }
+
+static_assert(kMaxLcores == RTE_MAX_LCORE);
+
+void CacheLcores::refresh() {
+  n_ = 0;
+  for (uint32_t lcore = 0; lcore < kMaxLcores; ++lcore) {
+    if (rte_eal_lcore_role(lcore) != ROLE_OFF) ids_[n_++] = static_cast<uint16_t>(lcore);
+  }
+}
+
+uint32_t pool_free(const rte_mempool* pool, const CacheLcores& lcores) {
+  // The store's count through the pool's ops, as rte_mempool_avail_count() takes it
+  // (its wrapper rte_mempool_ops_get_count() is not exported).
+  uint64_t n = rte_mempool_get_ops(pool->ops_index)->get_count(pool);
+  if (pool->cache_size != 0) {
+    for (const uint16_t lcore : lcores.ids()) n += pool->local_cache[lcore].len;
+  }
+  // As rte_mempool_avail_count(): a cache read while its core moves objects can
+  // make the sum overshoot.
+  return static_cast<uint32_t>(n < pool->size ? n : pool->size);
+}
 
 Ring::Ring(const std::string& name, uint32_t count, unsigned flags, int socket) {
   ring_ = rte_ring_create(name.c_str(), count, socket < 0 ? SOCKET_ID_ANY : socket, flags);
