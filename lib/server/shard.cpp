@@ -152,7 +152,7 @@ void Shard::on_update(const agg::Update& u) {
     fanout_async_st(u);
     return;
   }
-  if (unit_chunks_ != 0) {
+  if (unit_chunks_ != 0 && u.version != 0) {  // version 0: rank 0's initial values, not held
     hold_st(u);
     return;
   }

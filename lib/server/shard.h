@@ -68,7 +68,10 @@
 // block, the last unit shorter; UINT32_MAX: the whole block) has a new
 // version, then sends the unit's chunks to every worker in offset order. A
 // chunk's bytes stay valid while held, as above: no worker has the update,
-// so none can send the chunk's next gradient. Costs 5 B per chunk.
+// so none can send the chunk's next gradient. Costs 5 B per chunk. Rank 0's
+// initial values (version 0) are not an aggregate and go out chunk by chunk
+// as under chunk aggregation: the baseline is how a PS aggregates gradients,
+// and a job's start is not what it is compared on.
 //
 // Flow control (docs/server.md) reads three things the shard publishes for
 // other cores: every mbuf it frees (the table's releases, free_st), counted
