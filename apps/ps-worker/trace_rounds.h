@@ -18,8 +18,11 @@
 // tensor, in forward order, waits for its previous aggregate and is pushed
 // again at once), then `rounds` trace rounds. A trace round lasts from the
 // start of its forward pass to the start of the next one; the iteration
-// time is the median of the trace rounds after the first (which starts with
-// every parameter in place). The lower bound is max(compute = the trace's
+// time is the median of the trace rounds after the first. The first starts
+// with every parameter in place, so its forward pass would overlap no
+// communication and is skipped (unless it is the only round): round 1 is
+// its backward pass alone, whose pushes start the pipeline that round 2, the
+// first timed, runs in. The lower bound is max(compute = the trace's
 // sum x scale, communication = the faster of the burst rounds' median after
 // the first and the streamed rounds' median without their first and last
 // passes); with no comm-only rounds (comm_rounds 0) it is not measured and

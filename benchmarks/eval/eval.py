@@ -142,8 +142,8 @@ class Settings:
         self.sweep = SWEEP[:1] if quick else SWEEP
         self.sweep_link = 10                         # the sweep runs at this rate only
         # The ablation (fifo_chunk) runs at the sweep's rate only.
-        # Trace rounds: round 1 starts the pipeline (its forward pass finds every parameter
-        # in place), round 2 is timed; the trials give the spread. At 25 Gbit/s compute
+        # Trace rounds: round 1 starts the pipeline (its backward pass alone: the forward
+        # would find every parameter in place), round 2 is timed; the trials give the spread. At 25 Gbit/s compute
         # runs 12.5x slower than the real one (VGG-16's iteration takes 9 s), and strict
         # runs 1 comm-only round of each kind there.
         self.rounds = 2
@@ -922,6 +922,8 @@ def bandwidth_section(out: str, img: str, st: Settings, plots: list[str]) -> lis
         # comm-only rounds), which begins after the link's clock started (the job's start, then version 0 and a barrier): a round is
         # classed only where that offset, up to BANDWIDTH_MARGIN_S, cannot move it across a
         # step.
+        if r["round"] == "1":
+            return ""  # its backward pass alone, no iteration (docs/trace-trainer.md)
         t0 = float(r["start_s"])
         t1 = t0 + float(r["iteration_s"])
         if t1 + BANDWIDTH_MARGIN_S <= st.step_down_s or t0 >= st.step_up_s:
@@ -990,7 +992,8 @@ def plot_bandwidth(img: str, table: Table, st: Settings) -> str:
 
     fig, ax = plt.subplots(figsize=(8, 3.6))
     for v in ["strict", "fifo", "partition_best"]:
-        rows = [r for r in table.rows if r["variant"] == v and r["trial"] == "1"]
+        rows = [r for r in table.rows if r["variant"] == v and r["trial"] == "1"
+                and r["round"] != "1"]  # round 1: its backward pass alone
         if rows:
             ax.plot([float(r["start_s"]) for r in rows], [float(r["iteration_s"]) for r in rows],
                     marker="o", label=VARIANT_LABEL[v])
@@ -1376,7 +1379,8 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "links' buffers are mapped in and read once at start, docs/net.md), "
         f"then runs {st.rounds} trace rounds and times "
         + ("round 2" if st.rounds == 2 else f"the median of rounds 2-{st.rounds}") +
-        " (round 1 starts the pipeline, its forward pass finding every parameter in place; "
+        " (round 1, its backward pass alone, starts the pipeline: its forward pass would "
+        "find every parameter in place, docs/trace-trainer.md; "
         "at 25 Gbit/s compute runs 12.5 times slower than real; the slowest "
         "rank's; `--verify none`: the tests check the aggregates, "
         "these runs only time them). The variants are the job file's `network.scheduler` "
@@ -1406,7 +1410,8 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "(the job file's `link.rate_steps`, docs/link-emulator.md): strict priority, FIFO, and "
         "partitioning with the setting the sweep chose at the full rate, not re-tuned. Per "
         "scheduler, the median iteration of the rounds wholly at each rate (worker 0's; rounds "
-        "that may straddle a step are left out), median [min, max] over the trials.",
+        "that may straddle a step are left out, and round 1, its backward pass alone), "
+        "median [min, max] over the trials.",
         *bandwidth_lines,
         "",
         "### A second job on the same links",
