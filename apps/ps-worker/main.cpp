@@ -322,7 +322,8 @@ int run(const Options& o) {
                                    .comm_rounds = static_cast<uint32_t>(o.comm_rounds),
                                    .rounds = o.rounds,
                                    .check_comm_rounds = o.verify == "every" && o.comm_rounds > 0,
-                                   .check_final = o.verify != "none"};
+                                   .check_final = o.verify != "none",
+                                   .ranks_alike = fo.straggler_factor == 1.0};
     if (trainer::run_trace_rounds(w, compute, decls, params, reference, update, to) != 0) {
       return 1;
     }

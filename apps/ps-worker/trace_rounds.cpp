@@ -248,8 +248,9 @@ int run_trace_rounds(worker::Worker& w, const trace::Trace& t,
       }
       // Round 1's forward pass finds every parameter in place (version 0, or
       // the comm-only rounds' last aggregate) and overlaps no communication:
-      // unless it is the only round (then the one timed), it is not computed.
-      if (i == 0 && o.rounds > 1) continue;
+      // unless it is the only round (then the one timed) or a rank straggles
+      // (whose lag behind the others it starts), it is not computed.
+      if (i == 0 && o.rounds > 1 && o.ranks_alike) continue;
       const int64_t began = gpu.run(static_cast<int64_t>(l.forward_us * o.scale * 1e3), blocked);
       if (timeline) {
         w.timeline_span(l.name, "forward", static_cast<uint64_t>(began),

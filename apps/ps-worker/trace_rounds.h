@@ -20,13 +20,12 @@
 // start of its forward pass to the start of the next one; the iteration
 // time is the median of the trace rounds after the first. The first starts
 // with every parameter in place, so its forward pass would overlap no
-// communication and is skipped (unless it is the only round): round 1 is
-// its backward pass alone, whose pushes start the pipeline that round 2, the
-// first timed, runs in. The lower bound is max(compute = the trace's
-// sum x scale, communication = the faster of the burst rounds' median after
-// the first and the streamed rounds' median without their first and last
-// passes); with no comm-only rounds (comm_rounds 0) it is not measured and
-// the summary says so.
+// communication and is skipped (unless it is the only round, or a rank
+// straggles: ranks_alike): round 1 is its backward pass alone, whose pushes
+// start the pipeline that round 2, the first timed, runs in. The lower bound is max(compute = the
+// trace's sum x scale, communication = the faster of the burst rounds' median after the first and
+// the streamed rounds' median without their first and last passes); with no comm-only rounds
+// (comm_rounds 0) it is not measured and the summary says so.
 //
 // Gradients alternate between two precomputed sets (round parity), so
 // nothing is generated while the clock runs. Checks, after the trace rounds
@@ -53,6 +52,10 @@ struct TraceOptions {
   uint32_t rounds = 10;
   bool check_comm_rounds = true;  // false: only the final parameters (--verify last)
   bool check_final = true;        // false: nothing checked (--verify none, timing runs)
+  // Every rank computes at the same pace (no --straggler): round 1's forward
+  // pass is skipped (above). With a straggler it runs, so that round 2 starts
+  // with the ranks as far apart as every later round does.
+  bool ranks_alike = true;
 };
 
 /// Runs the comm-only and trace rounds on a started worker whose declared

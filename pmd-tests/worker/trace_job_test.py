@@ -10,7 +10,8 @@ correctness bounds, not speed targets); ps-demo must print the job's line. The s
 rounds (--comm-rounds 0): none run, the final parameters are still exact, and
 every worker and ps-demo say the communication was not measured. Then the same
 job under psplus with rank 3 a 4x straggler (--verify none, the only choice
-there; no comm-only rounds): every rank runs its trace rounds, the straggler's
+there; no comm-only rounds): every rank runs its trace rounds, round 1 with its
+forward pass (a straggler's lag starts there), the straggler's
 iteration is at least 4x its compute and rank 0 is not held to the straggler's
 pace. Then the refusals that need
 no EAL: a trace that does not match the model (file and line named),
@@ -175,6 +176,11 @@ def main():
             check(m is not None, "psplus: %s: the iteration line" % w, failures)
             if m:
                 its[w] = (float(m.group(1)), float(m.group(2)))
+                # With a straggler round 1 computes its forward pass too (it sets the lag).
+                if rounds:
+                    check(float(rounds[0]) >= its[w][1] - 0.0015,
+                          "psplus: %s: round 1 %s s >= its compute %.3f s (forward not skipped)"
+                          % (w, rounds[0], its[w][1]), failures)
         if len(its) == 4:
             check(abs(its["w3"][1] - 4 * its["w0"][1]) <= 0.002,
                   "psplus: the straggler's compute %.3f s is 4x rank 0's %.3f s" % (
