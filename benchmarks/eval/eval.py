@@ -1196,11 +1196,13 @@ def runs_code(out: str) -> str:
              if os.path.exists(os.path.join(out, name))}
     if not codes:
         return "the code of its runs was not recorded"
-    kinds = {tuple(v) for v in codes.values()}
-    if len(kinds) == 1:
-        return "its runs by code " + " and ".join(kinds.pop())
-    return "its runs by code " + "; ".join(f"{' and '.join(v)} ({name})"
-                                           for name, v in codes.items())
+    by_code: dict[tuple[str, ...], list[str]] = {}
+    for name, v in codes.items():
+        by_code.setdefault(tuple(v), []).append(name)
+    if len(by_code) == 1:
+        return "its runs by code " + " and ".join(next(iter(by_code)))
+    return "its runs by code " + "; ".join(f"{' and '.join(v)} ({', '.join(names)})"
+                                           for v, names in by_code.items())
 
 
 def setting_lines(st: Settings, out: str) -> list[str]:

@@ -12,6 +12,7 @@ the page has every section with a row of data and its goal lines.
 Usage: eval_quick_test.py BUILD_DIR
 """
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -182,6 +183,21 @@ class EvalQuick(unittest.TestCase):
             self.assertEqual(ev.read_times(work), {"sched": 900.0, "ddp": 30.0})
             self.assertEqual(ev.runs_time(work),
                              " The runs took 15.5 min of wall time (sched 15.0, ddp 0.5).")
+
+    def test_the_page_names_each_code_once_with_the_data_it_recorded(self):
+        ev = eval_module()
+        with tempfile.TemporaryDirectory() as work:
+            self.assertEqual(ev.runs_code(work), "the code of its runs was not recorded")
+            codes = {"sched.csv": ["aaa"], "sync.csv": ["aaa"], "ddp.csv": ["bbb"],
+                     "gone.csv": ["ccc"]}  # a CSV no longer there is not named
+            for name in ["sched.csv", "sync.csv", "ddp.csv"]:
+                open(os.path.join(work, name), "w").close()
+            with open(ev.codes_path(work), "w") as f:
+                json.dump(codes, f)
+            self.assertEqual(ev.runs_code(work),
+                             "its runs by code bbb (ddp.csv); aaa (sched.csv, sync.csv)")
+            os.unlink(os.path.join(work, "ddp.csv"))
+            self.assertEqual(ev.runs_code(work), "its runs by code aaa")
 
     def test_the_evaluation_judges_its_own_time_only_when_every_part_recorded_it(self):
         ev = eval_module()
