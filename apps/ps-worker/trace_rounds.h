@@ -22,9 +22,10 @@
 // with every parameter in place, so its forward pass would overlap no
 // communication and is skipped (unless it is the only round, or a rank
 // straggles: ranks_alike): round 1 is its backward pass alone, whose pushes
-// start the pipeline that round 2, the first timed, runs in. The lower bound is max(compute = the
-// trace's sum x scale, communication = the faster of the burst rounds' median after the first and
-// the streamed rounds' median without their first and last passes); with no comm-only rounds
+// start the pipeline that round 2, the first timed, runs in. The lower
+// bound is max(compute = the trace's sum x scale, communication = the faster
+// of the burst rounds' median after the first and the streamed rounds'
+// median without their first and last passes); with no comm-only rounds
 // (comm_rounds 0) it is not measured and the summary says so.
 //
 // Gradients alternate between two precomputed sets (round parity), so

@@ -143,9 +143,9 @@ class Settings:
         self.sweep_link = 10                         # the sweep runs at this rate only
         # The ablation (fifo_chunk) runs at the sweep's rate only.
         # Trace rounds: round 1 starts the pipeline (its backward pass alone: the forward
-        # would find every parameter in place), round 2 is timed; the trials give the spread. At 25 Gbit/s compute
-        # runs 12.5x slower than the real one (VGG-16's iteration takes 9 s), and strict
-        # runs 1 comm-only round of each kind there.
+        # would find every parameter in place), round 2 is timed; the trials give the
+        # spread. At 25 Gbit/s compute runs 12.5x slower than the real one (VGG-16's
+        # iteration takes 9 s), and strict runs 1 comm-only round of each kind there.
         self.rounds = 2
         self.comm_rounds_25 = 1
         # Strict's runs measure the lower bound (comm-only rounds, burst and streamed);
