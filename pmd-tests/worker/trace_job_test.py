@@ -93,6 +93,7 @@ def main():
                SCALE, "--comm-rounds", str(COMM_ROUNDS), "--rounds", str(ROUNDS)]
         out, code = run_demo(cmd)
         check(code == 0, "ps-demo exit %d" % code, failures)
+        fwd, bwd = forward_backward(trace)
         for r in range(4):
             w = "w%d" % r
             comm = re.findall(r"\[%s\] %s comm round +\d+: +%s s" % (w, w, NUM), out)
@@ -122,7 +123,6 @@ def main():
                     check(float(t) >= compute - 0.0015,
                           "%s: a trace round of %s s >= compute %.3f s" % (w, t, compute), failures)
                 # Round 1 is its backward pass alone (its forward would overlap nothing).
-                fwd, bwd = forward_backward(trace)
                 if rounds:
                     check(bwd - 0.0015 <= float(rounds[0]) < bwd + fwd / 2,
                           "%s: round 1 %s s is the backward pass alone (%.3f s, forward %.3f s)"
