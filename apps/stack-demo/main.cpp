@@ -23,8 +23,8 @@
 #include "../common/main.h"
 #include "config/config.h"
 #include "net/eal.h"
+#include "net/net_telemetry.h"
 #include "net/node.h"
-#include "telemetry/net_counters.h"
 
 namespace {
 
@@ -157,8 +157,8 @@ int main(int argc, char** argv) {
     if (job.link.enabled()) std::printf("link emulator on: %s\n", job.source.c_str());
     // Counters over rte_telemetry: dpdk-telemetry.py -f <file prefix>, /mercury/stats.
     telemetry::Registry registry;
-    telemetry::add_interface(registry, worker.name + "_tx", *sender.ifc);
-    telemetry::add_interface(registry, peer.name + "_rx", rx_ifc);
+    net::add_telemetry(registry, worker.name + "_tx", *sender.ifc);
+    net::add_telemetry(registry, peer.name + "_rx", rx_ifc);
     registry.expose();
     if (rte_eal_remote_launch(sender_main, &sender, worker.net_lcore()) != 0) {
       throw std::runtime_error("cannot launch the sender on lcore " +

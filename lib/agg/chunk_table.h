@@ -79,7 +79,7 @@
 #include "agg/optimizer.h"
 #include "agg/placement.h"
 #include "agg/sync_policy.h"
-#include "telemetry/counter_list.h"
+#include "base/counter_list.h"
 
 namespace mercury::agg {
 
@@ -181,7 +181,7 @@ class ChunkSink {
   virtual void release(void* const* tokens, uint32_t count) = 0;
 };
 
-// Every chunk table counter, once (telemetry/counter_list.h).
+// Every chunk table counter, once (base/counter_list.h).
 #define MERCURY_CHUNK_TABLE_COUNTERS(X)                          \
   X(updates, "chunk updates applied (excluding initial values)") \
   X(gradient_bytes, "contribution bytes reduced")                \
@@ -196,12 +196,12 @@ struct ChunkTableCounters {
   /// f(prefix, name, value) for every counter; outcomes as outcome_<name>.
   template <class F>
   void for_each(F&& f) const {
-    telemetry::visit_array(f, "outcome_", outcomes,
-                           [](size_t i) { return outcome_name(static_cast<Outcome>(i)); });
+    base::visit_array(f, "outcome_", outcomes,
+                      [](size_t i) { return outcome_name(static_cast<Outcome>(i)); });
     MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_VISIT)
   }
   ChunkTableCounters& operator+=(const ChunkTableCounters& o) {
-    telemetry::add_array(outcomes, o.outcomes);
+    base::add_array(outcomes, o.outcomes);
     MERCURY_CHUNK_TABLE_COUNTERS(MERCURY_COUNTER_ADD)
     return *this;
   }

@@ -28,9 +28,9 @@
 #include <span>
 #include <vector>
 
+#include "base/counter_list.h"
 #include "net/frame.h"
 #include "net/packet_port.h"
-#include "telemetry/counter_list.h"
 
 namespace mercury::net {
 
@@ -73,8 +73,8 @@ struct MemoryPortCounters {
   template <class F>
   void for_each(F&& f) const {
     MERCURY_MEMORY_PORT_COUNTERS(MERCURY_COUNTER_VISIT)
-    telemetry::visit_array(f, "drop_", drops,
-                           [](size_t i) { return drop_reason_name(static_cast<DropReason>(i)); });
+    base::visit_array(f, "drop_", drops,
+                      [](size_t i) { return drop_reason_name(static_cast<DropReason>(i)); });
   }
   [[nodiscard]] uint64_t drop(DropReason r) const { return drops[static_cast<size_t>(r)]; }
 };

@@ -24,9 +24,9 @@
 #include <string>
 #include <utility>
 
+#include "base/counter_list.h"
 #include "net/frame.h"
 #include "net/mempool.h"
-#include "telemetry/counter_list.h"
 
 namespace mercury::net {
 

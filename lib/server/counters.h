@@ -1,6 +1,6 @@
 // The server node's states, drop reasons and the counters of its parts
 // (shards, control plane), each counter declared once as a list
-// (telemetry/counter_list.h), so that summing, the stats line, telemetry and
+// (base/counter_list.h), so that summing, the stats line, telemetry and
 // the tests walk the same fields and none can be forgotten. ServerCounters,
 // which gathers them with the endpoints' and the ports', is in
 // server_node.h.
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "telemetry/counter_list.h"
+#include "base/counter_list.h"
 
 namespace mercury::server {
 

@@ -14,7 +14,7 @@
 namespace mercury::server {
 namespace {
 
-// T is made of 64-bit counters only (what telemetry::Published needs too):
+// T is made of 64-bit counters only (what base::Published needs too):
 // fill word i with i + 1, add T to itself, and walk it.
 template <class T>
 void expect_sum_and_walk_cover_every_field() {

@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "job/job.h"
+#include "net/net_telemetry.h"
 #include "net/port.h"
 #include "server/node_config.h"
 #include "server/report.h"
-#include "telemetry/net_counters.h"
 
 namespace mercury::server {
 
@@ -84,7 +84,7 @@ void Runner::add_telemetry(telemetry::Registry& registry) {
   registry.add("server", [this](telemetry::Values& v) { telemetry_values(published_.read(), v); });
   for (uint32_t p = 0; p < node_.ports(); ++p) {
     net::Interface& iface = node_.interface(p);
-    telemetry::add_interface(registry, "port" + std::to_string(iface.port().id()), iface);
+    net::add_telemetry(registry, "port" + std::to_string(iface.port().id()), iface);
   }
 }
 

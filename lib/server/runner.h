@@ -7,7 +7,7 @@
 // (net::IdleBackoff), and every 100 ms the slow work: read the ports' PMD
 // counters and RX pool gauges (ServerNode::refresh_port_stats_st: the one
 // thread that polls a port is the one that asks its PMD), publish the node's
-// counters (telemetry::Published, which the stats thread and telemetry
+// counters (base::Published, which the stats thread and telemetry
 // read, so neither touches the datapath), and report a change of state
 // (running: "every worker declared; N blocks placed, serving", plus the
 // pool warning; refused: the reason, on the error stream).
@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
+#include "base/published.h"
 #include "config/config.h"
 #include "net/idle_backoff.h"
 #include "net/node.h"
 #include "server/server_node.h"
-#include "telemetry/published.h"
 #include "telemetry/telemetry.h"
 
 namespace mercury::server {
@@ -109,7 +109,7 @@ class Runner {
   std::string who_;         // "<program> <node>"
   std::atomic<int> state_;  // the node's state, for the stats thread
   bool announced_serving_ = false;
-  telemetry::Published<ServerCounters> published_;
+  base::Published<ServerCounters> published_;
 };
 
 }  // namespace mercury::server

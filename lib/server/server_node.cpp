@@ -535,7 +535,7 @@ ServerCounters ServerNode::counters_st() const {
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) c.net += e->counters_st();
   for (const net::Interface* i : ifaces_) {
-    telemetry::add_array(c.port_drops, i->counters().drops);
+    base::add_array(c.port_drops, i->counters().drops);
     c.pmd_drops += i->pmd_drops();
   }
   return c;

@@ -150,7 +150,7 @@ struct ServerNodeConfig {
   X(aggregation_mbufs, "mbufs the aggregation path owns now (queued or held)")
 
 /// Everything the node counts, every field a 64-bit counter (so that it can
-/// go through telemetry::Published). for_each() walks them all, with a
+/// go through base::Published). for_each() walks them all, with a
 /// prefix per part: net_ (the endpoints, summed), port_drop_ (the ports'
 /// drops by net::DropReason, then their PMDs' own, rx_nombuf, imissed,
 /// ierrors and oerrors, summed), drop_ (the node's own, by
@@ -173,7 +173,7 @@ struct ServerCounters {
     return net.tx_data + net.tx_retransmits + net.tx_pure_acks;
   }
 
-  /// f(prefix, name, value) for every counter (telemetry/counter_list.h);
+  /// f(prefix, name, value) for every counter (base/counter_list.h);
   /// a part's prefix comes before its own ("net_drop_", ...).
   template <class F>
   void for_each(F&& f) const {
@@ -184,12 +184,12 @@ struct ServerCounters {
       };
     };
     net.for_each(in("net_"));
-    telemetry::visit_array(f, "port_drop_", port_drops, [](size_t i) {
+    base::visit_array(f, "port_drop_", port_drops, [](size_t i) {
       return net::drop_reason_name(static_cast<net::DropReason>(i));
     });
     pmd_drops.for_each(in("port_drop_"));
-    telemetry::visit_array(f, "drop_", drops,
-                           [](size_t i) { return server_drop_name(static_cast<ServerDrop>(i)); });
+    base::visit_array(f, "drop_", drops,
+                      [](size_t i) { return server_drop_name(static_cast<ServerDrop>(i)); });
     shards.for_each(in("shard_"));
     table.for_each(in("table_"));
     control.for_each(in("control_"));
@@ -197,9 +197,9 @@ struct ServerCounters {
   }
   ServerCounters& operator+=(const ServerCounters& o) {
     net += o.net;
-    telemetry::add_array(port_drops, o.port_drops);
+    base::add_array(port_drops, o.port_drops);
     pmd_drops += o.pmd_drops;
-    telemetry::add_array(drops, o.drops);
+    base::add_array(drops, o.drops);
     shards += o.shards;
     table += o.table;
     control += o.control;

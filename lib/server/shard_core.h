@@ -35,9 +35,9 @@
 #include <string>
 
 #include "agg/chunk_table.h"
+#include "base/published.h"
 #include "net/idle_backoff.h"
 #include "server/shard.h"
-#include "telemetry/published.h"
 
 struct rte_ring;
 
@@ -114,7 +114,7 @@ class ShardCore {
   // The shard core's own (then, after stop(), the control path's).
   uint64_t items_ = 0;
   uint64_t sleeps_ = 0;
-  alignas(64) telemetry::Published<ShardStats> published_;
+  alignas(64) base::Published<ShardStats> published_;
 };
 
 }  // namespace mercury::server

@@ -1,5 +1,5 @@
 // The transport's and the endpoint's counter structs are declared from one
-// list each (telemetry/counter_list.h): every field is summed by operator+=
+// list each (base/counter_list.h): every field is summed by operator+=
 // and visited by for_each, so none can be forgotten by a reader.
 #include <gtest/gtest.h>
 

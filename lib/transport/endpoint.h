@@ -74,10 +74,10 @@
 #include <string_view>
 #include <vector>
 
+#include "base/counter_list.h"
 #include "net/packet_port.h"
 #include "sched/message.h"
 #include "sched/port_scheduler.h"
-#include "telemetry/counter_list.h"
 #include "transport/auth.h"
 #include "transport/transport.h"
 #include "wire/header.h"
@@ -299,20 +299,19 @@ struct EndpointCounters {
   std::array<uint64_t, kEndpointDropCount> drops{};
 
   /// f(prefix, name, value) for every counter; the arrays as verdict_<name>
-  /// and drop_<name> (see telemetry/counter_list.h).
+  /// and drop_<name> (see base/counter_list.h).
   template <class F>
   void for_each(F&& f) const {
     MERCURY_ENDPOINT_COUNTERS(MERCURY_COUNTER_VISIT)
-    telemetry::visit_array(f, "verdict_", verdicts,
-                           [](size_t i) { return verdict_name(static_cast<RxVerdict>(i)); });
-    telemetry::visit_array(f, "drop_", drops, [](size_t i) {
-      return endpoint_drop_name(static_cast<EndpointDrop>(i));
-    });
+    base::visit_array(f, "verdict_", verdicts,
+                      [](size_t i) { return verdict_name(static_cast<RxVerdict>(i)); });
+    base::visit_array(f, "drop_", drops,
+                      [](size_t i) { return endpoint_drop_name(static_cast<EndpointDrop>(i)); });
   }
   EndpointCounters& operator+=(const EndpointCounters& o) {
     MERCURY_ENDPOINT_COUNTERS(MERCURY_COUNTER_ADD)
-    telemetry::add_array(verdicts, o.verdicts);
-    telemetry::add_array(drops, o.drops);
+    base::add_array(verdicts, o.verdicts);
+    base::add_array(drops, o.drops);
     return *this;
   }
   [[nodiscard]] uint64_t drop(EndpointDrop d) const { return drops[static_cast<size_t>(d)]; }

@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "telemetry/counter_list.h"
+#include "base/counter_list.h"
 #include "transport/config.h"
 #include "transport/flat_map.h"
 #include "wire/header.h"

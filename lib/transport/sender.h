@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "telemetry/counter_list.h"
+#include "base/counter_list.h"
 #include "transport/config.h"
 #include "wire/header.h"
 

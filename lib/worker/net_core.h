@@ -50,12 +50,12 @@
 
 #include "agg/control.h"
 #include "agg/placement.h"
+#include "base/counter_list.h"
 #include "config/config.h"
 #include "mercury/handle.h"
 #include "mercury/worker.h"
 #include "net/idle_backoff.h"
 #include "net/interface.h"
-#include "telemetry/counter_list.h"
 #include "transport/endpoint.h"
 #include "worker/pull_tracker.h"
 #include "worker/request_queue.h"
@@ -125,8 +125,7 @@ struct Request {
 };
 
 /// The PMD's drop counters (net::PortDrops), by name, in its order.
-inline constexpr telemetry::CounterInfo kPmdDrops[] = {
-    MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_DESCRIBE)};
+inline constexpr base::CounterInfo kPmdDrops[] = {MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_DESCRIBE)};
 inline constexpr size_t kPmdDropCount = std::size(kPmdDrops);
 
 /// What the net core publishes for the trainer side: counters for

@@ -45,10 +45,10 @@
 #include "net/eal.h"
 #include "net/interface.h"
 #include "net/mempool.h"
+#include "net/net_telemetry.h"
 #include "net/port.h"
 #include "peer_process.h"
 #include "pmd_env.h"
-#include "telemetry/net_counters.h"
 #include "telemetry/telemetry.h"
 
 namespace mercury::net {
@@ -163,7 +163,7 @@ TEST(PortStats, AnExhaustedRxPoolIsCountedAndShown) {
   Port port = Port::open("net_pcap_stats0", pool, PortOptions{.mtu = 1500});
   Interface iface(port, pool, kLocal, InterfaceOptions{});
   telemetry::Registry registry;
-  telemetry::add_interface(registry, "port0", iface);
+  net::add_telemetry(registry, "port0", iface);
   EXPECT_EQ(iface.rx_pool_free(), kPoolMbufs) << "the constructor reads the gauge once";
   EXPECT_EQ(iface.pmd_drops().rx_nombuf, 0u);
 

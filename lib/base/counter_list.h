@@ -13,12 +13,12 @@
 //
 //     template <class F> void for_each(F&& f) const {
 //       MERCURY_FOO_COUNTERS(MERCURY_COUNTER_VISIT)
-//       telemetry::visit_array(f, "reason_", by_reason,
+//       base::visit_array(f, "reason_", by_reason,
 //                              [](size_t i) { return reason_name(Reason(i)); });
 //     }
 //     FooCounters& operator+=(const FooCounters& o) {
 //       MERCURY_FOO_COUNTERS(MERCURY_COUNTER_ADD)
-//       telemetry::add_array(by_reason, o.by_reason);
+//       base::add_array(by_reason, o.by_reason);
 //       return *this;
 //     }
 //   };
@@ -51,9 +51,9 @@
   f(std::string_view{}, std::string_view{#name}, static_cast<uint64_t>(name));
 /// One `{"name", "doc"}` entry of a description table.
 #define MERCURY_COUNTER_DESCRIBE(name, doc) \
-  ::mercury::telemetry::CounterInfo{std::string_view{#name}, std::string_view{doc}},
+  ::mercury::base::CounterInfo{std::string_view{#name}, std::string_view{doc}},
 
-namespace mercury::telemetry {
+namespace mercury::base {
 
 /// A scalar counter's name and what it counts, for docs and --help texts.
 struct CounterInfo {
@@ -73,4 +73,4 @@ void add_array(std::array<uint64_t, N>& a, const std::array<uint64_t, N>& b) {
   for (size_t i = 0; i < N; ++i) a[i] += b[i];
 }
 
-}  // namespace mercury::telemetry
+}  // namespace mercury::base

@@ -1,8 +1,10 @@
-#include "telemetry/net_counters.h"
+#include "net/net_telemetry.h"
 
-namespace mercury::telemetry {
+namespace mercury::net {
 
-void add_interface(Registry& registry, const std::string& group, const net::Interface& ifc) {
+void add_telemetry(telemetry::Registry& registry, const std::string& group, const Interface& ifc) {
+  using telemetry::read_counter;
+  using telemetry::Values;
   registry.add(group, [&ifc](Values& v) {
     const net::InterfaceCounters& c = ifc.counters();
     v.emplace_back("rx_frames", read_counter(c.rx_frames));
@@ -43,4 +45,4 @@ void add_interface(Registry& registry, const std::string& group, const net::Inte
   });
 }
 
-}  // namespace mercury::telemetry
+}  // namespace mercury::net

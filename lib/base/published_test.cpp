@@ -1,11 +1,11 @@
-#include "telemetry/published.h"
+#include "base/published.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
 
-namespace mercury::telemetry {
+namespace mercury::base {
 namespace {
 
 struct Counters {
@@ -70,4 +70,4 @@ TEST(Published, ConcurrentReadersSeeEveryCounterWholeAndGrowing) {
 }
 
 }  // namespace
-}  // namespace mercury::telemetry
+}  // namespace mercury::base

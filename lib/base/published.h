@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace mercury::telemetry {
+namespace mercury::base {
 
 template <typename T>
 class Published {
@@ -48,4 +48,4 @@ class Published {
   std::array<std::atomic<uint64_t>, kWords> words_{};
 };
 
-}  // namespace mercury::telemetry
+}  // namespace mercury::base

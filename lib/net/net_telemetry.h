@@ -12,9 +12,9 @@
 #include "net/interface.h"
 #include "telemetry/telemetry.h"
 
-namespace mercury::telemetry {
+namespace mercury::net {
 
 /// `ifc` must outlive the registry's exposure.
-void add_interface(Registry& registry, const std::string& group, const net::Interface& ifc);
+void add_telemetry(telemetry::Registry& registry, const std::string& group, const Interface& ifc);
 
-}  // namespace mercury::telemetry
+}  // namespace mercury::net
