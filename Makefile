@@ -55,7 +55,8 @@ fuzz: deps
 fuzz-long: fuzz
 	@/usr/bin/python3 .ci/fuzz_long.py $(FUZZ_BUILD) $(FUZZ_LONG_RUNS)
 
-# Both papers' experiments (docs/evaluation.md, about 65 minutes here): regenerates the page,
+# Both papers' experiments (docs/evaluation.md, about 45 minutes here plus the build on a
+# fresh clone; the page's setting line has the time of its runs): regenerates the page,
 # its plots and its data; resumes an interrupted run (records in $(BUILD)/eval).
 eval: build
 	@/usr/bin/python3 benchmarks/eval/eval.py --build $(BUILD)
