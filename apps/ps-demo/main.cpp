@@ -42,6 +42,7 @@
 #include "mercury/worker.h"
 #include "net/eal.h"
 #include "net/node.h"
+#include "node/loop.h"
 #include "processes.h"
 #include "server/node_config.h"
 #include "server/server_node.h"
@@ -210,8 +211,8 @@ int run(const Options& o) {
   const uint32_t chunk = job.payload_bytes_per_packet();
   const uint32_t n = static_cast<uint32_t>(workers.size());
   const std::vector<net::NodePort*> server_ports = nets.ports_of(srv.name);
-  std::vector<net::Interface*> ifaces;
-  for (net::NodePort* p : server_ports) ifaces.push_back(p->interface.get());
+  std::vector<net::PacketPort*> ports;
+  for (net::NodePort* p : server_ports) ports.push_back(p->interface.get());
   uint64_t pool_mbufs = 0;
   for (net::NodePort* p : server_ports) pool_mbufs += p->pool->get()->size;
   // As ps-server configures it (lib/server), but every shard inline: one
@@ -227,7 +228,10 @@ int run(const Options& o) {
                              std::string(config::to_string(job.training.optimizer)));
   }
   size_for_rings(sc.endpoint);
-  server::ServerNode server(ifaces, server::job_workers(job, srv), sc, rte_rdtsc());
+  // One loop polls every node (no idle policy: wait() below runs its passes).
+  node::Loop loop({.tick_hz = rte_get_tsc_hz()});
+  server::ServerNode server(ports, server::job_workers(job, srv), sc, rte_rdtsc());
+  server.attach(loop);
 
   // The workers: each the library's, over its own buffers. Rank 0's hold
   // the initial model, which becomes version 0 on every rank; the others
@@ -247,6 +251,7 @@ int run(const Options& o) {
     auto t = std::make_unique<Trainer>();
     t->worker = std::make_unique<worker::PolledWorker>(
         *nets.ports_of(workers[r]->name).front()->interface, c);
+    t->worker->attach(loop);
     t->params.resize(decls.size());
     t->grads.resize(decls.size());
     for (size_t k = 0; k < decls.size(); ++k) {
@@ -257,22 +262,14 @@ int run(const Options& o) {
     trainers.push_back(std::move(t));
   }
   // At the end the workers leave one at a time while the server and the
-  // others run on (each waits for the server to acknowledge its leave; the
-  // one stopping is null in the vector meanwhile), before the server goes.
+  // others run on (each runs the loop until the server acknowledged its
+  // leave, and then leaves the loop), before the server goes.
   struct LeaveInTurn {
     std::vector<std::unique_ptr<Trainer>>& trainers;
     ~LeaveInTurn() {
       for (auto& t : trainers) t.reset();
     }
   } leave_in_turn{trainers};
-  for (uint32_t r = 0; r < n; ++r) {
-    trainers[r]->worker->set_beside([&server, &trainers, r](transport::Tick now) {
-      server.poll_st(now);
-      for (uint32_t k = 0; k < trainers.size(); ++k) {
-        if (k != r && trainers[k]) trainers[k]->worker->poll_st(now);
-      }
-    });
-  }
 
   // Polls every node until every handle is complete (or a signal, or the
   // time runs out); throws on a failed handle.
@@ -281,8 +278,7 @@ int run(const Options& o) {
     const uint64_t deadline = rte_rdtsc() + 120 * hz;
     for (bool done = false; !done && !g_stop;) {
       const uint64_t now = rte_rdtsc();
-      server.poll_st(now);
-      for (auto& t : trainers) t->worker->poll_st(now);
+      loop.pass_st(now);
       done = true;
       for (auto& t : trainers) {
         for (const worker::Handle& h : t->pending) done = done && h.ready();

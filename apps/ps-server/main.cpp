@@ -31,6 +31,7 @@
 #include "config/config.h"
 #include "job/job.h"
 #include "net/eal.h"
+#include "net/net_telemetry.h"
 #include "net/node.h"
 #include "server/node_config.h"
 #include "server/report.h"
@@ -109,10 +110,10 @@ int run(const Options& o) {
     std::printf("%s\n", line.c_str());
   }
 
-  std::vector<net::Interface*> ifaces;
+  std::vector<net::PacketPort*> node_ports;
   uint64_t pool_mbufs = 0;
   for (const net::NodePort* p : ports) {
-    ifaces.push_back(p->interface.get());
+    node_ports.push_back(p->interface.get());
     pool_mbufs += p->pool->get()->size;
   }
   const server::ServerNodeConfig sc =
@@ -121,12 +122,15 @@ int run(const Options& o) {
                            .tsc_hz = rte_get_tsc_hz(),
                            .rx_pool_mbufs = pool_mbufs,
                            .cpu_of_lcore = server::eal_cpu_of_lcore});
-  server::ServerNode node(ifaces, workers, sc, rte_rdtsc());
+  server::ServerNode node(node_ports, workers, sc, rte_rdtsc());
   server::Runner runner(
       node,
       {.node = me.name, .idle = {.mode = me.poll}, .seconds = o.seconds, .end_with_job = !o.stay});
   telemetry::Registry registry;
   runner.add_telemetry(registry);
+  for (const net::NodePort* p : ports) {
+    net::add_telemetry(registry, "port" + std::to_string(p->port->id()), *p->interface);
+  }
   registry.expose();
   std::printf("  telemetry: dpdk-telemetry.py -f %s, command /mercury/stats\n", prefix.c_str());
   std::fflush(stdout);

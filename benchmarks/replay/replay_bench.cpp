@@ -62,6 +62,7 @@
 #include "net/interface.h"
 #include "net/mempool.h"
 #include "net/port.h"
+#include "node/loop.h"
 #include "ratio_reporter.h"
 #include "replay_job.h"
 
@@ -175,13 +176,15 @@ void server_pass(benchmark::State& state) {
         job::endpoint_config(job, static_cast<uint16_t>(srv.index), replay::kServerEpoch, hz);
     sc.endpoint.max_messages = 1 << 17;
     sc.endpoint.ingress_capacity = 1 << 17;
-    server::ServerNode node(std::vector<net::Interface*>{&iface}, workers, sc, rte_rdtsc());
+    node::Loop loop({.tick_hz = hz});
+    server::ServerNode node(std::vector<net::PacketPort*>{&iface}, workers, sc, rte_rdtsc());
+    node.attach(loop);
     const double c0 = thread_cpu_seconds();
     const uint64_t t0 = rte_rdtsc();
     uint64_t now = t0;
     while (iface.counters().rx_frames < g->capture.frames && now - t0 < 60 * hz) {
       now = rte_rdtsc();
-      node.poll_st(now);
+      loop.pass_st(now);
     }
     const uint64_t t1 = rte_rdtsc();
     cpu += thread_cpu_seconds() - c0;

@@ -1,6 +1,8 @@
 #include "net/interface.h"
 
 #include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
 #include <rte_mempool.h>
 
 #include <atomic>
@@ -125,6 +127,42 @@ uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
   }
   counters_.rx_mercury += kept;
   return kept;
+}
+
+namespace {
+
+// An mbuf kept past its burst (PacketPort::buffer_ops): rte_pktmbuf_free is
+// safe from any thread; the mark lives in mbuf->port, which only the
+// receiving node reads once the PMD has handed the mbuf over (net_ring leaves
+// it unset).
+void free_mbuf(PacketBuf* b) { rte_pktmbuf_free(mbuf_of(b)); }
+uint16_t mbuf_mark(const PacketBuf* b) { return reinterpret_cast<const rte_mbuf*>(b)->port; }
+void set_mbuf_mark(PacketBuf* b, uint16_t mark) { mbuf_of(b)->port = mark; }
+const std::byte* mbuf_data(const PacketBuf* b) {
+  return static_cast<const std::byte*>(reinterpret_cast<const rte_mbuf*>(b)->buf_addr);
+}
+PoolFacts mbuf_pool(const PacketBuf* b) {
+  const rte_mempool* pool = reinterpret_cast<const rte_mbuf*>(b)->pool;
+  return PoolFacts{.id = pool,
+                   .size = pool->size,
+                   .cache_size = pool->cache_size,
+                   .cache_lcores = rte_lcore_count()};
+}
+constexpr BufferOps kMbufOps{&free_mbuf, &mbuf_mark, &set_mbuf_mark, &mbuf_data, &mbuf_pool};
+
+}  // namespace
+
+const BufferOps& Interface::buffer_ops() const { return kMbufOps; }
+
+QueueFacts Interface::queue_facts() const {
+  QueueFacts f;
+  rte_eth_rxq_info rxq{};
+  if (rte_eth_rx_queue_info_get(port_.id(), opts_.rx_queue, &rxq) == 0)
+    f.rx_descriptors = rxq.nb_desc;
+  rte_eth_txq_info txq{};
+  if (rte_eth_tx_queue_info_get(port_.id(), opts_.tx_queue, &txq) == 0)
+    f.tx_descriptors = txq.nb_desc;
+  return f;
 }
 
 void Interface::release_st(PacketBuf* const* bufs, uint16_t n) {

@@ -129,6 +129,12 @@ class Interface final : public PacketPort {
   uint16_t poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) override;
   /// Frees the mbufs (rte_pktmbuf_free_bulk).
   void release_st(PacketBuf* const* bufs, uint16_t n) override;
+  /// mbufs: freed on any thread, marked in mbuf->port, data from buf_addr,
+  /// pool facts from mbuf->pool.
+  [[nodiscard]] const BufferOps& buffer_ops() const override;
+  [[nodiscard]] std::string name() const override { return port_.name(); }
+  /// The RX and TX queues' descriptors (rte_eth_*_queue_info_get).
+  [[nodiscard]] QueueFacts queue_facts() const override;
 
   /// The route to (ip, port) if its MAC is known; otherwise sends an ARP
   /// request (at most one per retry interval) and returns false.
@@ -161,41 +167,53 @@ class Interface final : public PacketPort {
 
   /// Detached (true), the interface calls the PMD no more until attached
   /// again (false): see the top of this file. The owning core.
-  void set_detached_st(bool detached) {
+  void set_detached_st(bool detached) override {
     std::atomic_ref<uint64_t>(detached_).store(detached ? 1 : 0, std::memory_order_relaxed);
   }
   /// Gauge: 1 while detached, else 0. Any thread.
-  [[nodiscard]] uint64_t detached() const {
+  [[nodiscard]] uint64_t detached() const override {
     return std::atomic_ref<const uint64_t>(detached_).load(std::memory_order_relaxed);
   }
   /// Frames not yet handed to the PMD: the stage's and the link emulator's.
-  [[nodiscard]] uint32_t tx_pending() const;
+  [[nodiscard]] uint32_t tx_pending() const override;
 
   /// Attaches a link emulator in front of the TX queue (nullptr detaches).
   /// The emulator must outlive its attachment.
   void attach_emulator(LinkEmulator* e) { emulator_ = e; }
   /// Starts the attached emulator's rate schedule (link.rate_steps) at TSC
   /// `now`: its owner calls it when the node sees its job start.
-  void start_link_schedule_st(uint64_t now);
+  void start_link_schedule_st(uint64_t now) override;
 
   [[nodiscard]] const InterfaceCounters& counters() const { return counters_; }
+  [[nodiscard]] Traffic traffic() const override {
+    return {std::atomic_ref<const uint64_t>(counters_.rx_frames).load(std::memory_order_relaxed),
+            std::atomic_ref<const uint64_t>(counters_.tx_frames).load(std::memory_order_relaxed)};
+  }
+  [[nodiscard]] const std::array<uint64_t, kDropReasonCount>& drops() const override {
+    return counters_.drops;
+  }
+  /// A net_memif port: detached once its workers left (see the top).
+  [[nodiscard]] bool detach_when_peers_leave() const override {
+    return port_.driver() == "net_memif";
+  }
+  void linger(std::chrono::milliseconds ms) override { port_.linger(ms); }
   /// Reads the PMD's drop counters, the RX pool's free mbufs and the link's
   /// state (Port::read_drops, rx_pool_free, link_up) into pmd_drops(),
   /// rx_pool_free() and link_up(). The owning core's slow path (a few
   /// microseconds; the PMD may lock or make a system call), or the control
   /// path before that core polls.
-  void refresh_port_stats_st();
+  void refresh_port_stats_st() override;
   /// The PMD's drops as of the last refresh (zero before the first; a
   /// refresh the PMD could not answer changes nothing). Any thread: each
   /// counter is loaded whole.
-  [[nodiscard]] PortDrops pmd_drops() const;
+  [[nodiscard]] PortDrops pmd_drops() const override;
   /// Gauge: free mbufs of the RX pool at the last refresh (the constructor
   /// makes the first). Any thread.
-  [[nodiscard]] uint64_t rx_pool_free() const {
+  [[nodiscard]] uint64_t rx_pool_free() const override {
     return std::atomic_ref<const uint64_t>(rx_pool_free_).load(std::memory_order_relaxed);
   }
   /// Gauge: 1 when the link was up at the last refresh, else 0. Any thread.
-  [[nodiscard]] uint64_t link_up() const {
+  [[nodiscard]] uint64_t link_up() const override {
     return std::atomic_ref<const uint64_t>(link_up_).load(std::memory_order_relaxed);
   }
   /// mbufs of this interface's pool it holds (staged or spare): for leak checks.

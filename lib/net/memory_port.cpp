@@ -30,7 +30,7 @@ MemoryPort::MemoryPort(const LocalAddr& local, const MemoryPortOptions& options)
   buffers_.resize(options.buffers);
   free_.reserve(options.buffers);
   for (uint32_t i = 0; i < options.buffers; ++i) {
-    buffers_[i] = Buffer{this, base + size_t{i} * frame_capacity_, 0};
+    buffers_[i] = Buffer{this, base + size_t{i} * frame_capacity_, 0, 0};
     free_.push_back(&buffers_[i]);
   }
   rx_.resize(options.buffers);
@@ -206,6 +206,20 @@ uint16_t MemoryPort::poll_rx_st(RxPacket* out, uint16_t n, uint64_t) {
 void MemoryPort::release_st(PacketBuf* const* bufs, uint16_t n) {
   for (uint16_t i = 0; i < n; ++i) give_back(reinterpret_cast<Buffer*>(bufs[i]));
 }
+
+const BufferOps MemoryPort::kBufferOps{
+    [](PacketBuf* b) { give_back(reinterpret_cast<Buffer*>(b)); },
+    [](const PacketBuf* b) { return reinterpret_cast<const Buffer*>(b)->mark; },
+    [](PacketBuf* b, uint16_t mark) { reinterpret_cast<Buffer*>(b)->mark = mark; },
+    [](const PacketBuf* b) -> const std::byte* { return reinterpret_cast<const Buffer*>(b)->data; },
+    [](const PacketBuf* b) {
+      const MemoryPort* owner = reinterpret_cast<const Buffer*>(b)->owner;
+      return PoolFacts{.id = owner, .size = owner->buffers(), .cache_size = 0, .cache_lcores = 0};
+    }};
+
+const BufferOps& MemoryPort::buffer_ops() const { return kBufferOps; }
+
+std::string MemoryPort::name() const { return "memory port " + ipv4_to_string(local_.ip); }
 
 bool MemoryPort::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t) {
   if (peer_ == nullptr || ip != peer_->local_.ip) {

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/counter_list.h"
@@ -108,6 +109,18 @@ class MemoryPort final : public PacketPort {
   /// Its own free buffers (a frame arrives in its sender's buffer, as over
   /// net_ring, so this is an approximation, as it is there).
   [[nodiscard]] uint32_t rx_room() const override { return buffers_free(); }
+  [[nodiscard]] std::string name() const override;
+  /// Freed to their own port's pool, on the thread that drives the ports;
+  /// the mark is a field of the buffer; the pool facts are its port's
+  /// buffers (no per-core cache).
+  [[nodiscard]] const BufferOps& buffer_ops() const override;
+  [[nodiscard]] uint32_t tx_pending() const override { return staged_; }
+  [[nodiscard]] Traffic traffic() const override {
+    return {counters_.rx_frames, counters_.tx_frames};
+  }
+  [[nodiscard]] const std::array<uint64_t, kDropReasonCount>& drops() const override {
+    return counters_.drops;
+  }
 
   /// Puts a raw frame into this port's RX queue, as if it came off the link
   /// (a test's synthetic packet). False when no buffer is free or it does
@@ -126,9 +139,11 @@ class MemoryPort final : public PacketPort {
     MemoryPort* owner;
     std::byte* data;
     uint32_t len;
+    uint16_t mark;  // BufferOps::mark
   };
   Buffer* take_buffer();
   static void give_back(Buffer* b) { b->owner->free_.push_back(b); }
+  static const BufferOps kBufferOps;
   // The link's fate for one frame, then into the peer's queue.
   void transmit(Buffer* b);
   bool deliver(Buffer* b);  // into this port's RX queue; false: full (dropped)

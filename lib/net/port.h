@@ -27,6 +27,7 @@
 #include "base/counter_list.h"
 #include "net/frame.h"
 #include "net/mempool.h"
+#include "net/packet_port.h"
 
 namespace mercury::net {
 
@@ -44,29 +45,6 @@ struct PortOptions {
   /// come up; it connects once. 0: neither. Either way a server not
   /// listening, or not started, is refused with the socket named.
   uint32_t peer_wait_ms = 0;
-};
-
-// The PMD's own drop counters (struct rte_eth_stats), by reason: frames the
-// stack never saw. Not every PMD counts every reason: DPDK 22.11's net_memif
-// counts none (a frame it has no mbuf for stays in its ring, uncounted), and
-// net_pcap counts rx_nombuf (docs/net.md, "What the PMD drops").
-#define MERCURY_PORT_PMD_DROPS(X)                                                            \
-  X(rx_nombuf, "frames the PMD could not receive: no free mbuf in the RX pool")              \
-  X(imissed, "frames the device dropped because its RX queue was full (not polled in time)") \
-  X(ierrors, "frames the PMD received in error")                                             \
-  X(oerrors, "frames the PMD failed to send")
-
-/// A port's drops as its PMD counts them (rte_eth_stats_get): totals since
-/// the port started, 64-bit counters only.
-struct PortDrops {
-  MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_DECLARE)
-
-  template <class F>
-  void for_each(F&& f) const {MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_VISIT)} PortDrops& operator+=(
-      const PortDrops& o) {
-    MERCURY_PORT_PMD_DROPS(MERCURY_COUNTER_ADD)
-    return *this;
-  }
 };
 
 class Port {

@@ -1,6 +1,7 @@
 // The single-consumer contract of PortScheduler, checked where it is enforced:
-// this binary compiles the scheduler with assertions on (-UNDEBUG, see
-// meson.build) whatever the build type, so the check really runs in CI.
+// this binary compiles the scheduler with the owner checks on
+// (MERCURY_OWNER_CHECKS=1, see meson.build) whatever the build's
+// owner_checks, so the check really runs in CI.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -22,7 +23,18 @@ TEST(SchedDeathTest, SecondConsumerThreadIsCaught) {
         std::thread other([&] { sched.drain_ingress_st(); });
         other.join();
       },
-      "second thread");
+      "drain_ingress_st called on thread .*, but its object belongs to thread");
+}
+
+// Handed over, the consumer role moves to the next thread that calls.
+TEST(SchedDeathTest, AHandedOverConsumerMoves) {
+  MessagePool pool(1);
+  SchedulerConfig config;
+  PortScheduler sched(config, pool);
+  sched.drain_ingress_st();
+  sched.hand_over_consumer();
+  std::thread other([&] { EXPECT_EQ(sched.drain_ingress_st(), 0u); });
+  other.join();
 }
 
 TEST(SchedDeathTest, TheSameThreadMayCallAgain) {

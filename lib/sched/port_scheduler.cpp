@@ -78,19 +78,8 @@ PortScheduler::PortScheduler(const SchedulerConfig& config, MessagePool& pool,
   }
 }
 
-void PortScheduler::check_consumer() const {
-#ifndef NDEBUG
-  // The first _st call binds the consumer; any other thread is a contract bug.
-  std::thread::id expected{};
-  const std::thread::id self = std::this_thread::get_id();
-  if (!consumer_.compare_exchange_strong(expected, self, std::memory_order_relaxed)) {
-    assert(expected == self && "PortScheduler _st function called from a second thread");
-  }
-#endif
-}
-
 bool PortScheduler::on_acked_st(Message* msg, uint32_t bytes) {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   msg->acked_ = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{msg->acked_} + bytes, msg->len));
   if (msg->len == 0) msg->empty_acked_ = 1;  // the ack (or failure) of its one empty packet
   if (config_.mode == Mode::kPartition) {
@@ -118,7 +107,7 @@ bool PortScheduler::try_release(Message* msg) {
 }
 
 bool PortScheduler::release_st(Message* msg) {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   if (msg->state_ != kCarved || msg->rtx_queued_ != 0) {
     ++stats_.release_refused;
     return false;
@@ -134,12 +123,12 @@ bool PortScheduler::release_st(Message* msg) {
 }
 
 bool PortScheduler::has_work_st() const {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   return !tx_.empty() || !pending_.empty();
 }
 
 SchedulerStats PortScheduler::stats_st() const {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   SchedulerStats s = stats_;
   s.submit_full = producer_stats_.full.load(std::memory_order_relaxed);
   s.submit_invalid = producer_stats_.invalid.load(std::memory_order_relaxed);

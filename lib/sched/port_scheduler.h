@@ -16,7 +16,8 @@
 //    lock-free (one fetch_add and one CAS), never blocks, never allocates, and
 //    returns false when the ingress is full or the message is invalid.
 //  * every function ending in `_st` is for the single consumer thread (the
-//    port's TX core) only; debug builds assert that one thread calls them all.
+//    port's TX core) only; builds with owner checks assert that one thread
+//    calls them all (base/owner.h), handed over only by hand_over_consumer().
 //  * the constructor is control path: it allocates and may throw.
 //
 // Costs (consumer). drain_ingress_st(): O(messages drained), one atomic
@@ -45,6 +46,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/owner.h"
 #include "sched/message.h"
 #include "sched/peer_mask.h"
 
@@ -113,6 +115,10 @@ struct SchedulerStats {
 
 class PortScheduler {
  public:
+  /// Control path: the consumer thread has stopped; the next thread to call
+  /// an _st function is the consumer from now on.
+  void hand_over_consumer() { consumer_.hand_over(); }
+
   /// Control path. `pool` receives descriptors back when messages complete and
   /// must outlive the scheduler. Throws std::invalid_argument on a bad config.
   PortScheduler(const SchedulerConfig& config, MessagePool& pool,
@@ -270,7 +276,6 @@ class PortScheduler {
   };
 
   // port_scheduler.cpp.
-  void check_consumer() const;
   bool try_release(Message* msg);
   /// Every byte of msg acknowledged (or failed); for a 0-byte message, its
   /// empty packet.
@@ -316,7 +321,7 @@ class PortScheduler {
   uint32_t rtx_free_ = kNil;  // free list of rtx_slots_, linked through next
   uint64_t credit_used_ = 0;
   SchedulerStats stats_{};
-  mutable std::atomic<std::thread::id> consumer_{};  // debug builds: the one _st thread
+  base::Owner consumer_;  // the one _st thread (asserted: base/owner.h)
 };
 
 }  // namespace mercury::sched

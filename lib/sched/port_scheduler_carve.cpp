@@ -41,7 +41,7 @@ void PortScheduler::carve(const Pick& pick, uint32_t max_payload, Slice& out) {
 }
 
 bool PortScheduler::next_slice_st(const PeerMask& eligible, uint32_t max_payload, Slice& out) {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   if (max_payload == 0) [[unlikely]] {
     return false;
   }
@@ -213,7 +213,7 @@ size_t PortScheduler::carve_burst(PeerMask& eligible, uint32_t max_payload, Slic
 
 size_t PortScheduler::next_slices_st(const PeerMask& eligible, uint32_t max_payload, Slice* out,
                                      size_t n) {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   if (max_payload == 0) [[unlikely]] {
     return 0;
   }
@@ -223,7 +223,7 @@ size_t PortScheduler::next_slices_st(const PeerMask& eligible, uint32_t max_payl
 
 size_t PortScheduler::next_slices_st(PeerMask& eligible, uint32_t max_payload, Slice* out, size_t n,
                                      uint32_t* room) {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   if (max_payload == 0) [[unlikely]] {
     return 0;
   }

@@ -50,7 +50,7 @@ bool PortScheduler::start_partition(const PeerMask& eligible, Slice& out) {
 }
 
 void PortScheduler::partition_ready_st(Message* msg) {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   if (config_.mode != Mode::kPartition || msg->parts_ready_ >= msg->parts_started_) return;
   // In tx_ iff it has ready partitions not yet fully carved.
   const bool listed = msg->parts_sent_ < msg->parts_ready_;

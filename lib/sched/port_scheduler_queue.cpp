@@ -44,7 +44,7 @@ bool PortScheduler::submit(Message* msg) {
 }
 
 size_t PortScheduler::drain_ingress_st() {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   if (ingress_.head.load(std::memory_order_relaxed) == nullptr) return 0;
   // Acquire pairs with every producer's release CAS (see submit()).
   Message* stack = ingress_.head.exchange(nullptr, std::memory_order_acquire);
@@ -83,7 +83,7 @@ size_t PortScheduler::drain_ingress_st() {
 }
 
 bool PortScheduler::requeue_st(const Slice& slice) {
-  check_consumer();
+  MERCURY_OWNED(consumer_);
   Message* msg = slice.msg;
   if (msg == nullptr || msg->state_ == kIdle) [[unlikely]] {
     ++stats_.requeue_invalid;

@@ -113,7 +113,7 @@ TEST(NodeConfig, TheFanOutRuleMustFitThePolicy) {
   c.sync_policy = [] { return agg::make_asp(); };
   try {
     // Refused before any port is touched: no EAL needed.
-    ServerNode node(std::vector<net::Interface*>{}, {JobWorker{}, JobWorker{}}, c, 0);
+    ServerNode node(std::vector<net::PacketPort*>{}, {JobWorker{}, JobWorker{}}, c, 0);
     FAIL() << "asp ran with the bsp fan-out";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "server: training.sync asp does not match the fan-out rule");

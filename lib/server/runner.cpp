@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "job/job.h"
-#include "net/net_telemetry.h"
 #include "net/port.h"
+#include "node/loop.h"
 #include "server/node_config.h"
 #include "server/report.h"
 
@@ -82,10 +82,6 @@ Runner::Runner(ServerNode& node, RunnerOptions options, Output output)
 
 void Runner::add_telemetry(telemetry::Registry& registry) {
   registry.add("server", [this](telemetry::Values& v) { telemetry_values(published_.read(), v); });
-  for (uint32_t p = 0; p < node_.ports(); ++p) {
-    net::Interface& iface = node_.interface(p);
-    net::add_telemetry(registry, "port" + std::to_string(iface.port().id()), iface);
-  }
 }
 
 void Runner::report_state_st() {
@@ -126,8 +122,8 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     auto frames = [this](bool in) {
       uint64_t n = 0;
       for (uint32_t p = 0; p < node_.ports(); ++p) {
-        const net::InterfaceCounters& c = node_.interface(p).counters();
-        n += telemetry::read_counter(in ? c.rx_frames : c.tx_frames);
+        const net::PacketPort::Traffic t = node_.port(p).traffic();
+        n += in ? t.rx_frames : t.tx_frames;
       }
       return n;
     };
@@ -136,7 +132,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     auto pool_free = [this] {
       uint64_t least = UINT64_MAX;
       for (uint32_t p = 0; p < node_.ports(); ++p) {
-        least = std::min(least, node_.interface(p).rx_pool_free());
+        least = std::min(least, node_.port(p).rx_pool_free());
       }
       return least == UINT64_MAX ? 0 : least;
     };
@@ -144,7 +140,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     // said once, as the net core's last refresh saw it.
     // So is a port detached because its workers left, or attached again.
     std::vector<uint64_t> links(node_.ports()), detached(node_.ports()), mapped(node_.ports());
-    for (uint32_t p = 0; p < node_.ports(); ++p) links[p] = node_.interface(p).link_up();
+    for (uint32_t p = 0; p < node_.ports(); ++p) links[p] = node_.port(p).link_up();
     auto report_links = [&] {
       // A memif peer that connected brought new shared memory: in with it
       // now, off the net core (docs/net.md, "net_memif's shared memory").
@@ -152,7 +148,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
       // started with the server): that one is never said to come up.
       bool populate = false;
       for (uint32_t p = 0; p < node_.ports(); ++p) {
-        const uint64_t up = node_.interface(p).link_up();
+        const uint64_t up = node_.port(p).link_up();
         populate |= up != 0 && mapped[p] == 0;
         mapped[p] = up;
       }
@@ -162,15 +158,15 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
         }
       }
       for (uint32_t p = 0; p < node_.ports(); ++p) {
-        const uint64_t d = node_.interface(p).detached();
+        const uint64_t d = node_.port(p).detached();
         if (d != detached[p]) {
           detached[p] = d;
-          output_.out(who_ + ": " + detach_line(node_.interface(p).port().name(), d != 0));
+          output_.out(who_ + ": " + detach_line(node_.port(p).name(), d != 0));
         }
-        const uint64_t up = node_.interface(p).link_up();
+        const uint64_t up = node_.port(p).link_up();
         if (up == links[p]) continue;
         links[p] = up;
-        output_.out(who_ + ": " + link_line(node_.interface(p).port().name(), up != 0));
+        output_.out(who_ + ": " + link_line(node_.port(p).name(), up != 0));
       }
     };
     ServerCounters prev = published_.read();
@@ -214,27 +210,23 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     }
   });
 
-  // The net core.
+  // The net core: the node's pollers, and the runner's slow work every
+  // 100 ms on the same loop.
   const uint64_t hz = rte_get_tsc_hz();
-  const uint64_t publish_every = hz / 10;
   const uint64_t start = rte_rdtsc();
   const uint64_t end =
       options_.seconds > 0
           ? start + static_cast<uint64_t>(options_.seconds * static_cast<double>(hz))
           : UINT64_MAX;
-  uint64_t last_publish = start - publish_every;  // the ports' state is read at once
-  net::IdleBackoff backoff(options_.idle, hz);
+  node::Loop loop({.idle = options_.idle, .tick_hz = hz});
+  node_.attach(loop);
   NodeState last_state = node_.state_st();
   uint64_t end_at = UINT64_MAX;  // end_with_job: when the job's end stops the loop
-  while (!stop.load(std::memory_order_relaxed)) {
-    const uint64_t now = rte_rdtsc();
-    backoff.idle(node_.poll_st(now), now);
-    if (now - last_publish < publish_every) continue;
-    // The slow work: the PMDs' counters (rte_eth_stats_get) are read here,
-    // by the core that polls the ports, and published with the rest.
+  loop.every(hz / 10, [&](uint64_t now) {
+    // The PMDs' counters (rte_eth_stats_get) are read here, by the core that
+    // polls the ports, and published with the rest.
     node_.refresh_port_stats_st();
     published_.publish_st(node_.counters_st());
-    last_publish = now;
     if (node_.state_st() != last_state) {
       report_state_st();
       last_state = node_.state_st();
@@ -250,8 +242,9 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
         }
       }
     }
-    if (now >= end || now >= end_at) break;
-  }
+    if (now >= end || now >= end_at) loop.stop_st();
+  });
+  loop.run(stop);
   const NodeState final_state = node_.state_st();
   node_.stop();
   node_.refresh_port_stats_st();  // the ports are still open: the totals include their drops

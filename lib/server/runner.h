@@ -1,16 +1,15 @@
-// The run loop of a server process: the net core's poll loop over a
-// ServerNode, its telemetry group, the per-second stats line and the
-// operator's messages (report.h gives the text).
+// The run loop of a server process: the net core's node::Loop with the
+// ServerNode's pollers on it, its telemetry group, the per-second stats line
+// and the operator's messages (report.h gives the text).
 //
-// The loop has the one shape every poll loop of Mercury has: read the TSC
-// once, poll the node (RX, control plane, dispatch, TX), back off when idle
-// (net::IdleBackoff), and every 100 ms the slow work: read the ports' PMD
-// counters and RX pool gauges (ServerNode::refresh_port_stats_st: the one
-// thread that polls a port is the one that asks its PMD), publish the node's
-// counters (base::Published, which the stats thread and telemetry
-// read, so neither touches the datapath), and report a change of state
-// (running: "every worker declared; N blocks placed, serving", plus the
-// pool warning; refused: the reason, on the error stream).
+// The loop is the node's (ServerNode::attach) plus one task of the runner's,
+// every 100 ms: read the ports' device counters and RX pool gauges
+// (ServerNode::refresh_port_stats_st: the one thread that polls a port is the
+// one that asks its PMD), publish the node's counters (base::Published, which
+// the stats thread and telemetry read, so neither touches the datapath),
+// report a change of state (running: "every worker declared; N blocks
+// placed, serving", plus the pool warning; refused: the reason, on the error
+// stream), and end the loop when the job or the time is over.
 //
 // Threads: construct, add_telemetry() and run() on the thread that owns
 // the node (EAL's main lcore when the node has shard cores). run() starts
@@ -28,8 +27,8 @@
 
 #include "base/published.h"
 #include "config/config.h"
-#include "net/idle_backoff.h"
 #include "net/node.h"
+#include "node/idle.h"
 #include "server/server_node.h"
 #include "telemetry/telemetry.h"
 
@@ -46,7 +45,7 @@ struct Output {
 struct RunnerOptions {
   std::string program = "ps-server";  ///< starts the warning line
   std::string node;                   ///< the node's name: "<program> <node>: ..." lines
-  net::IdleOptions idle;              ///< the net core's back-off (the node's poll mode)
+  node::IdleOptions idle;             ///< the net core loop's idle policy (the node's poll mode)
   double seconds = 0;                 ///< stop after this long; 0: only when asked
   /// Stop when the job ends: every worker left (finished), or the job was
   /// refused (a failure: it serves kRefusedGrace longer, so that the refusal
@@ -88,7 +87,8 @@ class Runner {
   Runner& operator=(const Runner&) = delete;
 
   /// Control path, before run(): the group "server" (report.h's
-  /// telemetry_values) and a group "port<id>" per port.
+  /// telemetry_values). The ports' groups are their owner's to register
+  /// (net::add_telemetry).
   void add_telemetry(telemetry::Registry& registry);
 
   /// The net core: polls until `stop` is set, options.seconds have passed

@@ -1,13 +1,11 @@
 #include "server/server_node.h"
 
-#include <rte_ethdev.h>
-#include <rte_lcore.h>
-#include <rte_mempool.h>
-
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
 #include <string>
+
+#include "server/flow_control.h"
 
 namespace mercury::server {
 
@@ -25,16 +23,19 @@ class ServerNode::PortReceiver final : public transport::PacketReceiver,
   }
   bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
                  net::PacketBuf* buf) override {
-    return node_.on_packet_st(port_, ranks_[peer], h, payload, net::mbuf_of(buf));
+    return node_.on_packet_st(port_, ranks_[peer], h, payload, buf);
   }
   std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override {
-    return node_.control_begin(ranks_[peer], h);
+    return node_.control_channel_->begin_st(ranks_[peer], h);
   }
-  void on_message_complete(uint16_t peer, const wire::HeaderFields& h, std::byte* buffer) override {
-    node_.control_complete(ranks_[peer], buffer, h.msg_len);
+  void on_message_complete(uint16_t peer, const wire::HeaderFields& h, std::byte*) override {
+    // A restart the endpoint saw before this message (perhaps on its very
+    // packet) comes first: the message may be the new incarnation's declare.
+    if (node_.restarted_ != 0) node_.handle_restarts_st();
+    node_.control_channel_->complete_st(ranks_[peer], h);
   }
-  void on_message_abandoned(uint16_t, uint32_t, std::byte* buffer) override {
-    node_.control_abandoned(buffer);
+  void on_message_abandoned(uint16_t peer, uint32_t msg_id, std::byte*) override {
+    node_.control_channel_->abandon_st(ranks_[peer], msg_id);
   }
   void on_peer_restarted(uint16_t peer) override { node_.on_worker_restarted_st(ranks_[peer]); }
 
@@ -44,7 +45,39 @@ class ServerNode::PortReceiver final : public transport::PacketReceiver,
   std::vector<uint16_t> ranks_;  // peer index -> rank
 };
 
-ServerNode::ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker> workers,
+// The node's pollers on its net core's loop (attach()).
+class ServerNode::ShardsPoller final : public node::Poller {
+ public:
+  explicit ShardsPoller(ServerNode& n) : node_(n) {}
+  uint32_t poll_st(node::Tick) override { return node_.poll_shards_st(); }
+
+ private:
+  ServerNode& node_;
+};
+
+class ServerNode::PortPoller final : public node::Poller {
+ public:
+  PortPoller(ServerNode& n, uint32_t port) : node_(n), port_(port) {}
+  uint32_t poll_st(node::Tick now) override { return node_.poll_port_st(port_, now); }
+
+ private:
+  ServerNode& node_;
+  uint32_t port_;
+};
+
+class ServerNode::ControlPoller final : public node::Poller {
+ public:
+  ControlPoller(ServerNode& n, node::Tick slow_period) : node_(n), slow_period_(slow_period) {}
+  uint32_t poll_st(node::Tick now) override { return node_.poll_control_st(now); }
+  [[nodiscard]] node::Tick slow_period() const override { return slow_period_; }
+  void slow_st(node::Tick now) override { node_.slow_st(now); }
+
+ private:
+  ServerNode& node_;
+  node::Tick slow_period_;
+};
+
+ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorker> workers,
                        const ServerNodeConfig& config, transport::Tick now)
     : config_(config), now_(now) {
   const job::ShardLayout& layout = config.layout;
@@ -65,6 +98,14 @@ ServerNode::ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker
   shard_slot_.assign(total_shards_, -1);
   check_config(static_cast<uint32_t>(workers.size()));
   open_ports(std::move(ports), workers, now);
+  std::vector<node::ControlPeer> peers;
+  for (const Address& a : rank_at_) peers.push_back({endpoints_[a.port].get(), a.peer});
+  control_channel_.emplace(
+      std::move(peers), static_cast<node::ControlChannel::Handler&>(*this),
+      node::ControlChannel::Options{
+          .max_bytes = config.max_control_bytes,
+          .heartbeat_every = transport::keepalive_interval(config.endpoint.transport)});
+  control_channel_->share_owner(owner_);
   control_.emplace(
       rank_name_, total_shards_, config.server_index == 0,
       [this](const agg::Placement& p) { return start_shards(p); }, now, config.placement);
@@ -96,13 +137,23 @@ void ServerNode::check_config(uint32_t workers) const {
   }
 }
 
-void ServerNode::open_ports(std::vector<net::Interface*> ports,
+void ServerNode::open_ports(std::vector<net::PacketPort*> ports,
                             const std::vector<JobWorker>& workers, transport::Tick now) {
   rank_at_.resize(workers.size());
   rank_name_.resize(workers.size());
+  if (ports.empty()) throw std::invalid_argument("server: the node has no port");
+  if (ports.size() > BufferReleases::kMaxPorts) {
+    throw std::invalid_argument("server: " + std::to_string(ports.size()) + " ports, at most " +
+                                std::to_string(BufferReleases::kMaxPorts));
+  }
   for (size_t p = 0; p < ports.size(); ++p) {
     if (ports[p] == nullptr) {
       throw std::invalid_argument("server: port " + std::to_string(p) + " has no interface");
+    }
+    if (buffers_ == nullptr) buffers_ = &ports[p]->buffer_ops();
+    if (&ports[p]->buffer_ops() != buffers_) {
+      throw std::invalid_argument("server: port " + std::to_string(p) +
+                                  " is of another kind than port 0 (their buffers differ)");
     }
     transport::EndpointConfig ec = config_.endpoint;
     ec.peers.clear();
@@ -118,11 +169,11 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
     if (ranks.empty()) {
       throw std::invalid_argument("server: no worker is reached through port " + std::to_string(p));
     }
-    flow_.push_back(
-        PortFlow{.port_id = ports[p]->port().id(), .workers = static_cast<uint32_t>(ranks.size())});
+    flow_.push_back(PortFlow{.workers = static_cast<uint32_t>(ranks.size()),
+                             .queues = ports[p]->queue_facts()});
     PortLeave leave;
     for (uint16_t r : ranks) leave.ranks |= uint64_t{1} << r;
-    leave.memif = ports[p]->port().driver() == "net_memif";
+    leave.detaches = ports[p]->detach_when_peers_leave();
     leaves_.push_back(leave);
     receivers_.push_back(
         std::make_unique<PortReceiver>(*this, static_cast<uint32_t>(p), std::move(ranks)));
@@ -137,13 +188,14 @@ void ServerNode::open_ports(std::vector<net::Interface*> ports,
           std::to_string(workers[r].port) + ", the node has " + std::to_string(ports.size()));
     }
   }
-  ifaces_ = std::move(ports);
+  ports_ = std::move(ports);
+  releases_.emplace(*buffers_);
 }
 
 void ServerNode::launch_cores() {
   for (size_t i = 0; i < config_.shard_lcores.size(); ++i) {
-    cores_.push_back(
-        std::make_unique<ShardCore>(config_.shard_lcores[i], own_shards_[i], config_.shard_core));
+    cores_.push_back(std::make_unique<ShardCore>(config_.shard_lcores[i], own_shards_[i],
+                                                 config_.shard_core, *buffers_));
   }
   stages_.resize(cores_.size());
 }
@@ -181,8 +233,8 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     // would lose the contribution for good (docs/agg.md).
     shard_slot_[id] = static_cast<int32_t>(shards_.size());
     shards_.push_back(std::make_unique<Shard>(
-        placement, sc, config_.sync_policy(), fanout, config_.fanout_backlog, config_.fanout,
-        config_.snapshots, config_.unit_chunks, config_.staleness_bound));
+        placement, sc, config_.sync_policy(), fanout, *buffers_, config_.fanout_backlog,
+        config_.fanout, config_.snapshots, config_.unit_chunks, config_.staleness_bound));
     started_.push_back(&shards_.back()->started());
   }
 }
@@ -198,44 +250,67 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
     shard_slot_.assign(total_shards_, -1);
     return e.what();
   }
-  for (size_t i = 0; i < cores_.size(); ++i) cores_[i]->attach(shards_[i].get());
+  for (size_t i = 0; i < cores_.size(); ++i) {
+    shards_[i]->hand_over();  // built here, run there
+    cores_[i]->attach(shards_[i].get());
+  }
   return {};
 }
 
+void ServerNode::attach(node::Loop& loop) {
+  if (!pollers_.empty()) throw std::logic_error("server: the node is attached to a loop already");
+  pollers_.push_back(std::make_unique<ShardsPoller>(*this));
+  for (uint32_t p = 0; p < ports(); ++p) pollers_.push_back(std::make_unique<PortPoller>(*this, p));
+  pollers_.push_back(std::make_unique<ControlPoller>(*this, loop.tick_hz() / 1000 * kSlowMs));
+  for (const auto& p : pollers_) loop.add(*p);
+  loop_ = &loop;
+}
+
 ServerNode::~ServerNode() {
+  if (loop_ != nullptr) {
+    for (const auto& p : pollers_) loop_->remove(*p);
+  }
   stop();
-  // Shards hold mbufs of the endpoints' interfaces: they go first, then the
-  // endpoints (which still reference the receivers and complete into outbox_).
+  // Shards hold buffers of the endpoints' ports: they go first, then the
+  // endpoints (which still reference the receivers and complete into the
+  // control channel's outbox).
   started_.clear();
   shards_.clear();
   endpoints_.clear();
 }
 
+void ServerNode::hand_over() {
+  owner_.hand_over();
+  releases_->hand_over();
+  for (auto& e : endpoints_) e->hand_over();
+  for (size_t i = cores_.size(); i < shards_.size(); ++i) shards_[i]->hand_over();
+}
+
 void ServerNode::stop() {
   for (auto& c : cores_) c->stop();
   for (Stage& s : stages_) {
-    for (uint32_t i = 0; i < s.count; ++i) releases_.free_st(s.items[i].mbuf);
+    for (uint32_t i = 0; i < s.count; ++i) releases_->free_st(s.items[i].buf);
     s.count = 0;
   }
   // The shard cores are gone: nothing may be queued to them any more.
   if (!cores_.empty()) {
     control_->on_stopped_st(now_);
-    sync_state();
+    sync_state_st();
   }
 }
 
-void ServerNode::sync_state() {
+void ServerNode::sync_state_st() {
   running_ = control_->state() == NodeState::kRunning;
   if (running_ && !link_schedule_started_) {
     // The job has started: link.rate_steps count from here, on every port.
     link_schedule_started_ = true;
-    for (net::Interface* i : ifaces_) i->start_link_schedule_st(now_);
+    for (net::PacketPort* p : ports_) p->start_link_schedule_st(now_);
   }
   any_left_ = control_->left() != 0;
   placement_ = control_->placement();
   if (any_left_) {
     for (PortLeave& l : leaves_) {
-      if (l.memif && l.state == PortLeave::kPolled && !l.attached_again &&
+      if (l.detaches && l.state == PortLeave::kPolled && !l.attached_again &&
           (control_->left() & l.ranks) == l.ranks) {
         l.state = PortLeave::kLeaving;
         l.since = now_;
@@ -256,11 +331,11 @@ void ServerNode::detach_left_ports_st() {
   for (uint32_t p = 0; p < leaves_.size(); ++p) {
     PortLeave& l = leaves_[p];
     if (l.state != PortLeave::kLeaving) continue;
-    if ((endpoints_[p]->owes_acks_st() || ifaces_[p]->tx_pending() != 0) && now_ - l.since < wait) {
+    if ((endpoints_[p]->owes_acks_st() || ports_[p]->tx_pending() != 0) && now_ - l.since < wait) {
       detach_pending_ = true;
       continue;
     }
-    ifaces_[p]->set_detached_st(true);
+    ports_[p]->set_detached_st(true);
     l.state = PortLeave::kDetached;
     l.saw_down = false;
   }
@@ -268,65 +343,38 @@ void ServerNode::detach_left_ports_st() {
 
 // ---- flow control (docs/server.md) ---------------------------------------
 
-void ServerNode::derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf) {
+void ServerNode::derive_flow_limit_st(uint32_t port, net::PacketBuf* buf) {
   // The pool the port's packets arrive in (the port's own for a NIC,
-  // net_af_packet or net_memif; the sender's for net_ring), less what the
-  // rest of the path may have out of it at once: per port using the pool,
-  // its RX and TX descriptor rings when the PMD says (a NIC's RX ring holds
-  // its mbufs) and its Interface's TX stage and spares; then four RX bursts
-  // and every lcore's mempool cache (mbufs freed on a shard core wait
-  // there). Ports whose packets come from one pool share what is left
-  // equally. A config value (ServerNodeConfig::flow_limit) is kept as is.
-  f.pool = mbuf->pool;
-  const bool staging = std::any_of(shards_.begin(), shards_.end(), [](const auto& sh) {
-    return sh->table().staging_chunks() != 0;
-  });
-  if (config_.flow_limit != 0) {
-    f.limit = config_.flow_limit;
-    f.copies = staging ? net::Interface::kBurst : 0;
-    return;
-  }
-  uint64_t headroom = 4 * uint64_t{net::Interface::kBurst} +
-                      uint64_t{f.pool->cache_size} * 3 / 2 * rte_lcore_count();
-  uint64_t sharing = 0;
-  for (const PortFlow& q : flow_) {
-    if (q.pool != f.pool) continue;
-    ++sharing;
-    headroom += net::Interface::kStage + net::Interface::kBurst;
-    rte_eth_rxq_info rxq{};
-    if (rte_eth_rx_queue_info_get(q.port_id, 0, &rxq) == 0) headroom += rxq.nb_desc;
-    rte_eth_txq_info txq{};
-    if (rte_eth_tx_queue_info_get(q.port_id, 0, &txq) == 0) headroom += txq.nb_desc;
-  }
-  const uint64_t usable = f.pool->size > headroom ? f.pool->size - headroom : 0;
-  // Packets that join a started set are admitted over the limit (refusing
-  // them can deadlock, see admit_st): each set started under the limit may
-  // still take one packet from each other worker behind the port, up to
-  // N - 1 in all. Dividing by that depth keeps starts plus joins within the
-  // pool. One worker per port: depth 1, the whole share. So does a node
-  // whose shards can stage every set: over the limit it copies every packet
-  // a set would hold, and none joins as an mbuf.
-  const bool staged = std::all_of(shards_.begin(), shards_.end(),
-                                  [](const auto& sh) { return sh->stages_every_set(); });
-  // Marked copies wait in a shard core's ring until it copies them: a
-  // quarter of the share is kept for them (inline shards free them at once).
-  const uint64_t share = usable / sharing;
-  const uint64_t copies = !staging ? 0 : cores_.empty() ? net::Interface::kBurst : share / 4;
-  for (PortFlow& q : flow_) {
-    if (q.pool != f.pool) continue;
-    const uint64_t depth =
-        staged ? 1
-               : std::max<uint64_t>(
-                     1, std::min<uint64_t>(q.workers, workers() > 1 ? workers() - 1 : 1));
-    q.limit = std::max<uint64_t>(1, (share - std::min(share, copies)) / depth);
-    q.copies = copies;
+  // net_af_packet or net_memif; the sender's for net_ring) decides, with the
+  // facts of every port already seen using it (flow_control.h). A config
+  // value (ServerNodeConfig::flow_limit) is kept as is.
+  const net::PoolFacts pool = buffers_->pool(buf);
+  flow_[port].pool = pool.id;
+  FlowFacts facts;
+  facts.pool = pool;
+  for (const PortFlow& f : flow_) facts.ports.push_back({f.pool, f.workers, f.queues});
+  facts.workers = workers();
+  facts.configured = config_.flow_limit;
+  facts.configured_port = port;
+  facts.staging = std::any_of(shards_.begin(), shards_.end(),
+                              [](const auto& sh) { return sh->table().staging_chunks() != 0; });
+  facts.stages_every_set = std::all_of(shards_.begin(), shards_.end(),
+                                       [](const auto& sh) { return sh->stages_every_set(); });
+  facts.shard_cores = !cores_.empty();
+  const std::vector<std::optional<FlowLimit>> limits = flow_limits(facts);
+  for (size_t p = 0; p < limits.size(); ++p) {
+    if (!limits[p]) continue;
+    flow_[p].limit = limits[p]->limit;
+    flow_[p].copies = limits[p]->copies;
   }
 }
 
 uint64_t ServerNode::aggregation_mbufs_st(uint32_t port) const {
+  MERCURY_OWNED(owner_);
   const PortFlow& f = flow_[port];
-  uint64_t freed = releases_.freed(f.port_id);
-  for (const auto& sh : shards_) freed += sh->releases().freed(f.port_id);
+  const auto id = static_cast<uint16_t>(port);
+  uint64_t freed = releases_->freed(id);
+  for (const auto& sh : shards_) freed += sh->releases().freed(id);
   // A stale read of a shard's count shows fewer frees, never more.
   return f.handed > freed ? f.handed - freed : 0;
 }
@@ -343,8 +391,8 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
   const int32_t slot = shard_slot_[placement_->at(h.block_key).shard];
   if (slot < 0) return true;
   // Over the limit, a packet is admitted if its shard can stage a copy
-  // (on_packet_st marks it and takes the credit): its mbuf is freed once
-  // copied. At most f.copies such mbufs wait for a shard core.
+  // (on_packet_st marks it and takes the credit): its buffer is freed once
+  // copied. At most f.copies such buffers wait for a shard core.
   if (owned < f.limit + f.copies && shards_[slot]->staging_room_st() > 0) return true;
   // Otherwise only if it joins a set other ranks have started: with two
   // workers it completes it, and in general refusing it could leave every
@@ -354,7 +402,7 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
 }
 
 bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
-                              std::span<const std::byte> payload, rte_mbuf* mbuf) {
+                              std::span<const std::byte> payload, net::PacketBuf* buf) {
   if (!running_) {
     count(ServerDrop::kNotRunning);
     return false;
@@ -386,9 +434,9 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     return false;
   }
   PortFlow& flow = flow_[port];
-  if (flow.pool == nullptr) derive_flow_limit(flow, mbuf);
-  // Counted under the receiving port (net_ring leaves mbuf->port unset).
-  mbuf->port = flow.port_id;
+  if (flow.pool == nullptr) derive_flow_limit_st(port, buf);
+  // Counted under the receiving port when freed (BufferReleases).
+  buffers_->set_mark(buf, static_cast<uint16_t>(port));
   Shard& shard = *shards_[slot];
   // Over the limit, a gradient the shard has a staging credit for is marked
   // to be copied rather than held (admit_st let it in on that credit, or as
@@ -404,22 +452,21 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
       shard.initialize_st(h.block_key, h.offset, payload);
       return false;  // copied
     }
-    // Counted before the call: a completed set releases its mbufs inside it.
+    // Counted before the call: a completed set releases its buffers inside it.
     ++flow.handed;
-    if (shard.contribute_st(rank, h, payload, mbuf, copy)) return true;
+    if (shard.contribute_st(rank, h, payload, buf, copy)) return true;
     --flow.handed;
     return false;
   }
   ++flow.handed;
   Stage& stage = stages_[slot];
   ShardItem& it = stage.items[stage.count++];
-  it.mbuf = mbuf;
+  it.buf = buf;
   it.key = h.block_key;
   it.offset = h.offset;
   it.iteration = h.iteration;
   it.clock = h.param_version;
-  it.payload_at =
-      static_cast<uint16_t>(payload.data() - static_cast<const std::byte*>(mbuf->buf_addr));
+  it.payload_at = static_cast<uint16_t>(payload.data() - buffers_->data(buf));
   it.payload_len = static_cast<uint16_t>(payload.size());
   it.rank = rank;
   it.init = init ? 1 : 0;
@@ -435,49 +482,68 @@ void ServerNode::flush_st(uint32_t slot) {
   for (uint32_t i = n; i < stage.count; ++i) {
     // Already acknowledged: this contribution is lost, and its chunk's set
     // will not complete. Only an undersized ring gets here.
-    releases_.free_st(stage.items[i].mbuf);
+    releases_->free_st(stage.items[i].buf);
     if (stage.items[i].copy != 0) shards_[slot]->unreserve_staging_st();
     count(ServerDrop::kShardRingFull);
   }
   stage.count = 0;
 }
 
-uint32_t ServerNode::poll_st(transport::Tick now) {
-  now_ = now;
+uint32_t ServerNode::poll_shards_st() {
+  MERCURY_OWNED(owner_);
   uint32_t work = 0;
   // Inline shards' slices an endpoint refused, oldest first.
   for (size_t i = cores_.size(); i < shards_.size(); ++i) {
     if (shards_[i]->fanout_pending()) work += shards_[i]->retry_fanout_st();
   }
+  return work;
+}
+
+uint32_t ServerNode::poll_port_st(uint32_t p, transport::Tick now) {
+  MERCURY_OWNED(owner_);
+  now_ = now;
   uint64_t marks = 0;  // marked copies queued to shard cores, not yet taken
   for (size_t i = 0; i < cores_.size() && i < shards_.size(); ++i) {
     marks += shards_[i]->marks_in_flight_st();
   }
-  for (uint32_t p = 0; p < endpoints_.size(); ++p) {
-    // A port whose copy budget a burst could exceed while its copies wait
-    // for a shard core leaves its packets in its RX queue for this pass
-    // rather than have them refused (they drain: a shard core always takes
-    // its ring). Held mbufs alone never pause a port: completing packets
-    // must get in.
-    const PortFlow& f = flow_[p];
-    const bool receive = marks == 0 || f.limit == 0 ||
-                         aggregation_mbufs_st(p) + net::Interface::kBurst < f.limit + f.copies;
-    work += endpoints_[p]->poll_st(now, receive);
-    for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
-  }
+  // A port whose copy budget a burst could exceed while its copies wait for
+  // a shard core leaves its packets in its RX queue for this pass rather
+  // than have them refused (they drain: a shard core always takes its
+  // ring). Held buffers alone never pause a port: completing packets must
+  // get in.
+  const PortFlow& f = flow_[p];
+  const bool receive = marks == 0 || f.limit == 0 ||
+                       aggregation_mbufs_st(p) + net::PacketPort::kBurst < f.limit + f.copies;
+  const uint32_t work = endpoints_[p]->poll_st(now, receive);
+  for (uint32_t s = 0; s < stages_.size(); ++s) flush_st(s);
+  return work;
+}
+
+uint32_t ServerNode::poll_control_st(transport::Tick now) {
+  MERCURY_OWNED(owner_);
+  now_ = now;
   if (restarted_ != 0) handle_restarts_st();
   if (detach_pending_) detach_left_ports_st();
   if (push_after_leave_ != 0 && running_) {
     control_->on_push_after_leave_st(static_cast<uint16_t>(push_after_leave_ - 1), now_);
     push_after_leave_ = 0;
-    sync_state();
-    send_replies();
+    sync_state_st();
+    send_replies_st();
   }
-  if (running_ && (++passes_ & (kLivenessEvery - 1)) == 0) {
-    check_liveness_st();
-    if (running_ && now >= heartbeat_at_) send_heartbeats_st();
+  return 0;
+}
+
+void ServerNode::slow_st(transport::Tick now) {
+  MERCURY_OWNED(owner_);
+  now_ = now;
+  if (!running_) return;
+  check_liveness_st();
+  // A rank that left stops polling once its leave is acknowledged: nothing
+  // more is sent to it, so nothing waits for its acknowledgement.
+  if (running_) {
+    control_channel_->heartbeat_st(now,
+                                   [this](uint32_t rank) { return !control_->has_left(rank); });
   }
-  return work;
 }
 
 void ServerNode::handle_restarts_st() {
@@ -487,36 +553,24 @@ void ServerNode::handle_restarts_st() {
     restarted_ &= restarted_ - 1;
     control_->on_worker_restarted_st(rank, now_);
   }
-  sync_state();
-  send_replies();
-}
-
-void ServerNode::send_heartbeats_st() {
-  heartbeat_at_ = now_ + transport::keepalive_interval(config_.endpoint.transport);
-  agg::ControlMessage m;
-  m.kind = agg::ControlKind::kHeartbeat;
-  for (uint32_t rank = 0; rank < workers(); ++rank) {
-    // A rank that left stops polling once its leave is acknowledged: nothing
-    // more is sent to it, so nothing waits for its acknowledgement.
-    if (!control_->has_left(rank)) send_control_st(rank, m);
-  }
+  sync_state_st();
+  send_replies_st();
 }
 
 void ServerNode::check_liveness_st() {
-  for (uint32_t rank = 0; rank < workers(); ++rank) {
-    const Address a = rank_at_[rank];
-    if (control_->has_left(rank)) continue;  // it left: it owes nothing more
-    if (!endpoints_[a.port]->peer_stats_st(a.peer).dead) continue;
-    // Under BSP every other rank waits for this one's gradients: the
-    // control plane ends the job for all of them, with the reason.
-    control_->on_worker_lost_st(static_cast<uint16_t>(rank), now_);
-    sync_state();
-    send_replies();
-    return;
-  }
+  // A rank that left owes nothing more.
+  const std::optional<uint32_t> lost =
+      control_channel_->lost_st([this](uint32_t rank) { return !control_->has_left(rank); });
+  if (!lost) return;
+  // Under BSP every other rank waits for this one's gradients: the control
+  // plane ends the job for all of them, with the reason.
+  control_->on_worker_lost_st(static_cast<uint16_t>(*lost), now_);
+  sync_state_st();
+  send_replies_st();
 }
 
 ServerCounters ServerNode::counters_st() const {
+  MERCURY_OWNED(owner_);
   ServerCounters c;
   for (size_t i = 0; i < shards_.size(); ++i) {
     if (i >= cores_.size()) {
@@ -531,27 +585,33 @@ ServerCounters ServerNode::counters_st() const {
     }
   }
   c.drops = drops_;
+  // The control channel's drops, under the node's names for them.
+  const node::ControlChannelCounters& ch = control_channel_->counters();
+  c.drops[static_cast<size_t>(ServerDrop::kControlTooBig)] += ch.too_big;
+  c.drops[static_cast<size_t>(ServerDrop::kBadControl)] += ch.malformed;
+  c.drops[static_cast<size_t>(ServerDrop::kReplyNotQueued)] += ch.not_queued;
   c.control = control_->counters();
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) c.net += e->counters_st();
-  for (const net::Interface* i : ifaces_) {
-    base::add_array(c.port_drops, i->counters().drops);
-    c.pmd_drops += i->pmd_drops();
+  for (const net::PacketPort* p : ports_) {
+    base::add_array(c.port_drops, p->drops());
+    c.pmd_drops += p->pmd_drops();
   }
   return c;
 }
 
 void ServerNode::refresh_port_stats_st() {
-  for (net::Interface* i : ifaces_) i->refresh_port_stats_st();
+  MERCURY_OWNED(owner_);
+  for (net::PacketPort* p : ports_) p->refresh_port_stats_st();
   // A detached port is attached again when a new peer has connected: its
   // link went down (the workers that left closed it) and is up again.
   for (uint32_t p = 0; p < leaves_.size(); ++p) {
     PortLeave& l = leaves_[p];
     if (l.state != PortLeave::kDetached) continue;
-    if (ifaces_[p]->link_up() == 0) {
+    if (ports_[p]->link_up() == 0) {
       l.saw_down = true;
     } else if (l.saw_down) {
-      ifaces_[p]->set_detached_st(false);
+      ports_[p]->set_detached_st(false);
       l.state = PortLeave::kPolled;
       // Its ranks left for good (a job cannot take one back): whoever came
       // is refused, and the port stays attached from now on.
@@ -561,6 +621,7 @@ void ServerNode::refresh_port_stats_st() {
 }
 
 transport::PeerCounters ServerNode::peer_totals_st() const {
+  MERCURY_OWNED(owner_);
   transport::PeerCounters t;
   for (const auto& e : endpoints_) {
     for (uint16_t p = 0; p < e->num_peers(); ++p) t += e->peer_stats_st(p).transport;
@@ -583,40 +644,14 @@ int ServerNode::shard_lcore(uint32_t global_id) const {
 
 // ---- control messages -----------------------------------------------------
 
-std::byte* ServerNode::control_begin(uint16_t, const wire::HeaderFields& h) {
-  if (h.msg_len > config_.max_control_bytes) {
-    count(ServerDrop::kControlTooBig);
-    return nullptr;
-  }
-  auto buffer = std::make_unique<std::byte[]>(h.msg_len == 0 ? 1 : h.msg_len);
-  std::byte* p = buffer.get();
-  inbox_.emplace(p, std::move(buffer));
-  return p;
-}
-
-void ServerNode::control_abandoned(std::byte* buffer) { inbox_.erase(buffer); }
-
-void ServerNode::control_complete(uint16_t rank, std::byte* buffer, uint32_t len) {
-  auto it = inbox_.find(buffer);
-  if (it == inbox_.end()) return;
-  const std::unique_ptr<std::byte[]> owned = std::move(it->second);
-  inbox_.erase(it);
-  // A restart the endpoint saw before this message (perhaps on its very
-  // packet) comes first: the message may be the new incarnation's declare.
-  if (restarted_ != 0) handle_restarts_st();
+void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
+  MERCURY_OWNED(owner_);
   // What arrived is acknowledged before the message is handled, in order
   // with the packets around it: the job's start builds the shards on this
   // core for a few hundred milliseconds, and the workers would resend
   // declarations whose ACK waited for the ACK delay meanwhile.
   for (auto& e : endpoints_) e->flush_acks_st(now_);
-  agg::ControlMessage m;
-  try {
-    m = agg::decode_control({owned.get(), len});
-  } catch (const std::invalid_argument&) {
-    count(ServerDrop::kBadControl);
-    return;
-  }
-  switch (control_->on_message_st(rank, std::move(m), now_)) {
+  switch (control_->on_message_st(static_cast<uint16_t>(rank), std::move(m), now_)) {
     case ControlVerdict::kTaken:
       break;
     case ControlVerdict::kWrongRank:
@@ -629,32 +664,14 @@ void ServerNode::control_complete(uint16_t rank, std::byte* buffer, uint32_t len
       count(ServerDrop::kBadControl);
       break;
   }
-  sync_state();
-  send_replies();
+  sync_state_st();
+  send_replies_st();
 }
 
-void ServerNode::send_replies() {
-  for (const ControlReply& r : control_->take_replies_st()) send_control_st(r.rank, r.message);
-}
-
-void ServerNode::send_control_st(uint32_t rank, const agg::ControlMessage& m) {
-  const uint64_t cookie = next_cookie_++;
-  std::vector<std::byte>& bytes = outbox_[cookie] = agg::encode_control(m);
-  transport::MessageMeta meta;
-  meta.type = wire::PacketType::kControl;
-  meta.dtype = wire::Dtype::kBytes;
-  const Address a = rank_at_[rank];
-  const transport::SubmitStatus st =
-      endpoints_[a.port]->send(a.peer, bytes.data(), static_cast<uint32_t>(bytes.size()), 0, meta,
-                               transport::Completion{&ServerNode::on_reply_done, this, cookie});
-  if (st != transport::SubmitStatus::kQueued) {
-    outbox_.erase(cookie);
-    count(ServerDrop::kReplyNotQueued);
+void ServerNode::send_replies_st() {
+  for (const ControlReply& r : control_->take_replies_st()) {
+    control_channel_->send_st(r.rank, r.message);
   }
-}
-
-void ServerNode::on_reply_done(void* self, const transport::SendResult& r) {
-  static_cast<ServerNode*>(self)->outbox_.erase(r.cookie);
 }
 
 }  // namespace mercury::server

@@ -1,8 +1,13 @@
-// A parameter server node: its ports towards the workers (one transport
+// A parameter server node: its ports towards the workers (net::PacketPort:
+// a DPDK Interface in ps-server, a MemoryPort in unit tests; one transport
 // endpoint per port, one transport peer per worker behind it), the job's
-// control plane (server::ControlPlane, fed the endpoints' control messages),
-// and the node's shards (server::Shard), run inline on the polling core or
-// each on a shard core of its own (server::ShardCore).
+// control plane (server::ControlPlane, fed through a node::ControlChannel),
+// and the node's shards (server::Shard), run inline on the net core or each
+// on a shard core of its own (server::ShardCore). The node runs as a set of
+// pollers on its net core's node::Loop (attach()): one per port (its
+// endpoint's pass and the dispatch of what arrived), one for the inline
+// shards' deferred fan-out, one for the control plane's pending work, and a
+// slow task (liveness and heartbeats, every kSlowMs).
 //
 // Life of a node: the ControlPlane's (control_plane.h). Built from the job
 // (its workers, ports and shard layout), the node waits for every rank's
@@ -19,7 +24,8 @@
 // port works as well.
 //
 // Threads. Everything ending in _st, and the control plane, belong to the
-// net core that calls poll_st(). With shard lcores configured, gradient and
+// net core whose loop runs the node's pollers (asserted: base/owner.h).
+// With shard lcores configured, gradient and
 // init packets go to each shard's core through an SP/SC ring (ShardCore); the
 // shards fan out from there (Endpoint::send_slice is lock-free). The
 // constructors and stop() are control path: with shard lcores they must run
@@ -56,7 +62,6 @@
 #include <array>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,8 +70,11 @@
 
 #include "agg/placement.h"
 #include "agg/sync_policy.h"
+#include "base/owner.h"
 #include "job/job.h"
-#include "net/interface.h"
+#include "net/packet_port.h"
+#include "node/control_channel.h"
+#include "node/loop.h"
 #include "server/control_plane.h"
 #include "server/counters.h"
 #include "server/shard.h"
@@ -138,7 +146,7 @@ struct ServerNodeConfig {
   /// mbuf freed, instead of being refused. The default stages every set
   /// (chunks x (N - 1)) within shard_memory_limit; 0 = none (refusals).
   uint64_t staging_chunks = agg::kStagingMost;
-  /// The mbufs of the RX pools of the node's ports, when known (0: not
+  /// The buffers of the RX pools of the node's ports, when known (0: not
   /// known): what node_config() sizes the shard rings by, and what the
   /// runner's warning about small pools compares with.
   uint64_t rx_pool_mbufs = 0;
@@ -147,7 +155,7 @@ struct ServerNodeConfig {
 // The node's gauges (values now, not totals).
 #define MERCURY_SERVER_GAUGES(X)                     \
   X(held, "contributions the chunk tables hold now") \
-  X(aggregation_mbufs, "mbufs the aggregation path owns now (queued or held)")
+  X(aggregation_mbufs, "received buffers the aggregation path owns now (queued or held)")
 
 /// Everything the node counts, every field a 64-bit counter (so that it can
 /// go through base::Published). for_each() walks them all, with a
@@ -208,46 +216,69 @@ struct ServerCounters {
   }
 };
 
-class ServerNode {
+class ServerNode final : private node::ControlChannel::Handler {
  public:
+  /// Between two runs of the node's slow task (liveness, heartbeats).
+  static constexpr uint64_t kSlowMs = 1;
+
   /// Control plane: waits for every worker's declare. `ports` must outlive
-  /// the node; workers[r] is rank r (1..agg::kMaxWorkers of them), and every
-  /// port has at least one worker. config.layout and config.server_index say
-  /// which shards this node runs.
-  ServerNode(std::vector<net::Interface*> ports, std::vector<JobWorker> workers,
+  /// the node and be of one kind (the same net::BufferOps); workers[r] is
+  /// rank r (1..agg::kMaxWorkers of them), and every port has at least one
+  /// worker. config.layout and config.server_index say which shards this
+  /// node runs. Throws std::invalid_argument naming what is wrong.
+  ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorker> workers,
              const ServerNodeConfig& config, transport::Tick now);
   ~ServerNode();
   ServerNode(const ServerNode&) = delete;
   ServerNode& operator=(const ServerNode&) = delete;
 
-  /// Net core: one pass over every endpoint; returns the work done (0 = idle).
-  uint32_t poll_st(transport::Tick now);
+  /// Control path, before `loop` runs: adds the node's pollers (the inline
+  /// shards' deferred fan-out, each port, the control plane's pending work
+  /// with the slow work on its period) to the net core's loop. A node is
+  /// attached to one loop, and leaves it when destroyed.
+  void attach(node::Loop& loop);
 
-  /// Control path, main lcore: stops the shard cores (joins them, frees the
-  /// mbufs queued to them). The node serves nothing afterwards; the
-  /// destructor also does it. Idempotent.
+  /// Control path: the net core's loop has ended on another thread (joined
+  /// since); the node's _st functions belong to the next thread that calls
+  /// one (base/owner.h), e.g. the one reading the final counters.
+  void hand_over();
+
+  /// Control path, the thread that owns the shard cores (the EAL main
+  /// lcore): stops the shard cores (joins them, frees the buffers queued to
+  /// them). The node serves nothing afterwards; the destructor also does
+  /// it. Idempotent.
   void stop();
 
-  [[nodiscard]] NodeState state_st() const { return control_->state(); }
+  [[nodiscard]] NodeState state_st() const {
+    MERCURY_OWNED(owner_);
+    return control_->state();
+  }
   /// Why the node is kRefused ("" otherwise).
-  [[nodiscard]] const std::string& refusal_st() const { return control_->refusal(); }
+  [[nodiscard]] const std::string& refusal_st() const {
+    MERCURY_OWNED(owner_);
+    return control_->refusal();
+  }
   /// The placement once running (null before).
-  [[nodiscard]] const agg::Placement* placement_st() const { return control_->placement(); }
+  [[nodiscard]] const agg::Placement* placement_st() const {
+    MERCURY_OWNED(owner_);
+    return control_->placement();
+  }
   [[nodiscard]] ServerCounters counters_st() const;
-  /// Reads every port's PMD drops and RX pool gauge
-  /// (net::Interface::refresh_port_stats_st) for counters_st() and the
-  /// interfaces' readers. Net core, slow path (Runner: every 100 ms): a few
-  /// microseconds per port.
+  /// Reads every port's device counters and gauges
+  /// (net::PacketPort::refresh_port_stats_st) for counters_st() and the
+  /// ports' readers, and attaches a detached port whose link came back.
+  /// Net core, slow path (Runner: every 100 ms): a few microseconds per port.
   void refresh_port_stats_st();
   /// Every worker's transport counters (both directions), summed.
   [[nodiscard]] transport::PeerCounters peer_totals_st() const;
   [[nodiscard]] const ServerNodeConfig& config() const { return config_; }
   [[nodiscard]] uint32_t workers() const { return static_cast<uint32_t>(rank_at_.size()); }
   [[nodiscard]] uint32_t ports() const { return static_cast<uint32_t>(endpoints_.size()); }
-  /// The endpoint of port `i` (its peers are the workers of that port, in rank order).
+  /// The endpoint of port `i` (its peers are the workers of that port, in
+  /// rank order). Its _st functions belong to the net core.
   [[nodiscard]] transport::Endpoint& endpoint(uint32_t port) { return *endpoints_[port]; }
-  /// The interface of port `i`.
-  [[nodiscard]] net::Interface& interface(uint32_t port) { return *ifaces_[port]; }
+  /// Port `i`. Its gauges may be read from any thread.
+  [[nodiscard]] net::PacketPort& port(uint32_t i) { return *ports_[i]; }
   /// The global shard ids this node runs, in shard order.
   [[nodiscard]] const std::vector<uint32_t>& own_shards() const { return own_shards_; }
   /// The shard with global id `global_id` if this node runs it (null otherwise,
@@ -255,17 +286,27 @@ class ServerNode {
   [[nodiscard]] const Shard* shard(uint32_t global_id) const;
   /// The lcore running shard `global_id` (-1 inline or not ours).
   [[nodiscard]] int shard_lcore(uint32_t global_id) const;
-  /// Flow control of port `port`: the mbufs of its packets the aggregation
-  /// path owns now, and the limit (0 until derived, see ServerNodeConfig).
+  /// Flow control of port `port`: the buffers of its packets the
+  /// aggregation path owns now, and the limit (0 until derived, see
+  /// ServerNodeConfig).
   [[nodiscard]] uint64_t aggregation_mbufs_st(uint32_t port) const;
-  [[nodiscard]] uint64_t flow_limit_st(uint32_t port) const { return flow_[port].limit; }
-  /// Over a port's limit, the most mbufs marked to be copied that may be
+  [[nodiscard]] uint64_t flow_limit_st(uint32_t port) const {
+    MERCURY_OWNED(owner_);
+    return flow_[port].limit;
+  }
+  /// Over a port's limit, the most buffers marked to be copied that may be
   /// owned on top of it, waiting for a shard core (inline shards copy and
   /// free each at once).
-  [[nodiscard]] uint64_t copy_budget_st(uint32_t port) const { return flow_[port].copies; }
+  [[nodiscard]] uint64_t copy_budget_st(uint32_t port) const {
+    MERCURY_OWNED(owner_);
+    return flow_[port].copies;
+  }
 
  private:
   class PortReceiver;
+  class PortPoller;
+  class ShardsPoller;
+  class ControlPoller;
   struct Stage {
     std::array<ShardItem, 32> items;
     uint32_t count = 0;
@@ -274,38 +315,42 @@ class ServerNode {
     uint16_t port;
     uint16_t peer;
   };
-  // Flow control of one port (net core): mbufs handed to the aggregation
-  // path so far, the DPDK port id they are counted under, and the limit.
+  // Flow control of one port (net core): buffers handed to the aggregation
+  // path so far, and the limit.
   struct PortFlow {
     uint64_t handed = 0;
-    uint64_t limit = 0;                 // 0: not derived yet
-    uint64_t copies = 0;                // marked copies allowed over the limit
-    const rte_mempool* pool = nullptr;  // where its packets arrive, once seen
-    uint16_t port_id = 0;
-    uint32_t workers = 1;  // workers behind the port
+    uint64_t limit = 0;          // 0: not derived yet
+    uint64_t copies = 0;         // marked copies allowed over the limit
+    const void* pool = nullptr;  // where its packets arrive, once seen
+    uint32_t workers = 1;        // workers behind the port
+    net::QueueFacts queues;      // its descriptor rings
   };
 
   void check_config(uint32_t workers) const;
-  void open_ports(std::vector<net::Interface*> ports, const std::vector<JobWorker>& workers,
+  void open_ports(std::vector<net::PacketPort*> ports, const std::vector<JobWorker>& workers,
                   transport::Tick now);
   void launch_cores();
   std::string start_shards(const agg::Placement& placement);
   void build_shards(const agg::Placement& placement);
   static void check_levels(const agg::Placement& placement);
 
+  // The pollers' passes (net core).
+  uint32_t poll_shards_st();
+  uint32_t poll_port_st(uint32_t port, transport::Tick now);
+  uint32_t poll_control_st(transport::Tick now);
+  void slow_st(transport::Tick now);
+
   // Datapath (net core).
   bool admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h);
   bool on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
-                    std::span<const std::byte> payload, rte_mbuf* mbuf);
-  void derive_flow_limit(PortFlow& f, const rte_mbuf* mbuf);
+                    std::span<const std::byte> payload, net::PacketBuf* buf);
+  void derive_flow_limit_st(uint32_t port, net::PacketBuf* buf);
   void flush_st(uint32_t slot);
   void count(ServerDrop d) { ++drops_[static_cast<size_t>(d)]; }
 
-  // Control messages (net core, allocates): received whole, handed to the
-  // control plane, its answers sent.
-  std::byte* control_begin(uint16_t rank, const wire::HeaderFields& h);
-  void control_complete(uint16_t rank, std::byte* buffer, uint32_t len);
-  void control_abandoned(std::byte* buffer);
+  // Control messages (net core, allocates): node::ControlChannel's handler.
+  void on_control_st(uint32_t rank, agg::ControlMessage&& m) override;
+  void on_control_failed_st(uint32_t, const transport::SendResult&) override {}
   void check_liveness_st();
   // A worker's transport came back with a new epoch (its process restarted):
   // noted here on the datapath (a bit, nothing else), handed to the control
@@ -313,51 +358,46 @@ class ServerNode {
   // next control message, whichever comes first.
   void on_worker_restarted_st(uint16_t rank) { restarted_ |= uint64_t{1} << rank; }
   void handle_restarts_st();
-  // Detaches the interfaces of memif ports whose workers all left (PortLeave).
+  // Detaches the ports whose workers all left (PortLeave).
   void detach_left_ports_st();
   static constexpr uint64_t kDetachWaitMs = 100;
-  // Every transport::keepalive_interval() while the job runs: a reliable kHeartbeat to every
-  // worker, so that a worker that dies while nothing is outstanding towards
-  // it is still named by the transport's liveness (agg/control.h).
-  void send_heartbeats_st();
-  void sync_state();
-  void send_replies();
-  // One control message to `rank` (control path: encodes into the outbox).
-  void send_control_st(uint32_t rank, const agg::ControlMessage& m);
-  static void on_reply_done(void* self, const transport::SendResult& r);
-  static constexpr uint64_t kLivenessEvery = 1024;  // poll passes between liveness checks
+  // After every control-plane call: the state the datapath reads, and the
+  // control plane's answers sent.
+  void sync_state_st();
+  void send_replies_st();
 
+  base::Owner owner_;  // the net core
   ServerNodeConfig config_;
   std::vector<uint32_t> own_shards_;  // the global ids this node runs
   uint32_t total_shards_ = 0;
-  transport::Tick now_ = 0;           // the current poll pass's time
-  transport::Tick heartbeat_at_ = 0;  // the next send_heartbeats_st()
-  uint64_t passes_ = 0;
+  transport::Tick now_ = 0;              // the current pass's time
   std::optional<ControlPlane> control_;  // set by the constructors
   // The control plane's state as the datapath reads it per packet (after
-  // every control-plane call, sync_state()).
+  // every control-plane call, sync_state_st()).
   bool running_ = false;
   bool link_schedule_started_ = false;
   bool any_left_ = false;  // a rank left: under BSP no push can be aggregated any more
   const agg::Placement* placement_ = nullptr;
-  // A push came after a leave: rank + 1 (0: none), ended by the slow path.
+  // A push came after a leave: rank + 1 (0: none), ended by the control poller.
   uint32_t push_after_leave_ = 0;
   uint64_t restarted_ = 0;  // bit r: rank r restarted, not yet handed to the control plane
   static_assert(agg::kMaxWorkers <= 64, "restarted_ holds a bit per rank");
 
-  std::vector<net::Interface*> ifaces_;
+  std::vector<net::PacketPort*> ports_;
+  const net::BufferOps* buffers_ = nullptr;  // the ports' (all of one kind)
   std::vector<std::unique_ptr<PortReceiver>> receivers_;
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;
-  std::vector<Address> rank_at_;                   // rank -> (port, peer)
-  std::vector<std::string> rank_name_;             // rank -> peer name
-  std::vector<std::unique_ptr<ShardCore>> cores_;  // before the shards: stopped first
-  std::vector<std::unique_ptr<Shard>> shards_;     // after the endpoints they send through
-  std::vector<const StartedSets*> started_;        // per shard: what it publishes for admit_st
-  std::vector<int32_t> shard_slot_;                // global shard id -> index in shards_, or -1
-  std::vector<Stage> stages_;                      // per shard core: items not yet enqueued
-  std::vector<PortFlow> flow_;                     // per port
-  // Per port: its workers' ranks, and whether its interface is detached
-  // because they all left (a net_memif port only: docs/server.md, "The end
+  std::optional<node::ControlChannel> control_channel_;  // after the endpoints it sends through
+  std::vector<Address> rank_at_;                         // rank -> (port, peer)
+  std::vector<std::string> rank_name_;                   // rank -> peer name
+  std::vector<std::unique_ptr<ShardCore>> cores_;        // before the shards: stopped first
+  std::vector<std::unique_ptr<Shard>> shards_;           // after the endpoints they send through
+  std::vector<const StartedSets*> started_;  // per shard: what it publishes for admit_st
+  std::vector<int32_t> shard_slot_;          // global shard id -> index in shards_, or -1
+  std::vector<Stage> stages_;                // per shard core: items not yet enqueued
+  std::vector<PortFlow> flow_;               // per port
+  // Per port: its workers' ranks, and whether it is detached because they
+  // all left (a port that detaches then: net_memif; docs/server.md, "The end
   // of a job"). kLeaving until the answers to their leaves are out; back to
   // kPolled when the link went down and came up (a new peer).
   struct PortLeave {
@@ -365,18 +405,17 @@ class ServerNode {
     uint64_t ranks = 0;
     transport::Tick since = 0;  // kLeaving: when the last of them left
     State state = kPolled;
-    bool memif = false;
+    bool detaches = false;
     bool saw_down = false;        // kDetached: the link went down since
     bool attached_again = false;  // detached once, attached again: stays polled
   };
   std::vector<PortLeave> leaves_;
-  bool detach_pending_ = false;  // a port is kLeaving
-  MbufReleases releases_;        // the node's own frees of handed mbufs
+  bool detach_pending_ = false;             // a port is kLeaving
+  std::optional<BufferReleases> releases_;  // the node's own frees of handed buffers
   std::array<uint64_t, kServerDropCount> drops_{};
-
-  std::map<const std::byte*, std::unique_ptr<std::byte[]>> inbox_;  // messages being received
-  std::map<uint64_t, std::vector<std::byte>> outbox_;               // answers in flight
-  uint64_t next_cookie_ = 1;
+  // The node's pollers, once attached, and their loop.
+  std::vector<std::unique_ptr<node::Poller>> pollers_;
+  node::Loop* loop_ = nullptr;
 };
 
 }  // namespace mercury::server

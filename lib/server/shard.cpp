@@ -10,14 +10,15 @@ namespace mercury::server {
 
 Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
              std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
-             uint64_t fanout_backlog, Fanout rule, uint64_t snapshots, uint32_t unit_chunks,
-             uint32_t staleness_bound)
+             const net::BufferOps& buffers, uint64_t fanout_backlog, Fanout rule,
+             uint64_t snapshots, uint32_t unit_chunks, uint32_t staleness_bound)
     : placement_(placement),
       fanout_(std::move(fanout)),
       chunk_bytes_(config.chunk_bytes),
       started_(placement, config.shard, config.chunk_bytes),
       rule_(rule),
-      staleness_bound_(staleness_bound) {
+      staleness_bound_(staleness_bound),
+      releases_(buffers) {
   if (!fanout_fits(rule_, *policy)) {
     throw std::invalid_argument("Shard: fan-out rule and sync policy " +
                                 std::string(policy->name()) + " do not match");
@@ -66,8 +67,9 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
 }
 
 bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
-                          uint32_t clock, std::span<const std::byte> payload, rte_mbuf* mbuf,
+                          uint32_t clock, std::span<const std::byte> payload, net::PacketBuf* buf,
                           bool copy) {
+  MERCURY_OWNED(owner_);
   const uint64_t released = table_->staging_released();
   const agg::Outcome o =
       table_->contribute(agg::Contribution{.key = key,
@@ -77,7 +79,7 @@ bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t
                                            .clock = clock,
                                            .data = payload.data(),
                                            .bytes = static_cast<uint32_t>(payload.size()),
-                                           .token = mbuf,
+                                           .token = buf,
                                            .copy = copy});
   if (copy) {
     marks_done_.store(marks_done_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -99,6 +101,7 @@ bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t
 }
 
 bool Shard::initialize_st(uint32_t key, uint32_t offset, std::span<const std::byte> payload) {
+  MERCURY_OWNED(owner_);
   const agg::Outcome o =
       table_->initialize(key, offset, payload.data(), static_cast<uint32_t>(payload.size()));
   if (agg::taken(o)) {
@@ -339,6 +342,7 @@ void Shard::on_eager_sent(void* self, const transport::SendResult& r) {
 }
 
 uint32_t Shard::retry_fanout_st() {
+  MERCURY_OWNED(owner_);
   uint32_t sent = 0;
   while (backlog_count_ != 0) {
     const Deferred& d = backlog_[backlog_head_];

@@ -3,12 +3,12 @@
 //
 // contribute_st() takes one worker's packet (one chunk of one block, as
 // the transport accepted it) and gives it to the ChunkTable, which holds the
-// mbuf until the chunk has every worker's contribution, then reduces them in
+// buffer until the chunk has every worker's contribution, then reduces them in
 // rank order, applies the optimizer and calls back on_update(): the shard
 // then submits the updated chunk to every worker as a slice of its block
 // (Endpoint::send_slice: one payload, the shard's parameter memory, N
-// headers), at the block's priority level. The mbufs go back to their
-// pool as soon as the update is applied.
+// headers), at the block's priority level. The buffers go back to their
+// port's pool as soon as the update is applied.
 //
 // Initial parameters: initialize_st() hands one chunk of rank 0's kInit
 // packets to ChunkTable::initialize, which copies it and emits it at
@@ -17,9 +17,13 @@
 // the number of updates applied, initial values are version 0).
 //
 // Threads: a Shard belongs to one lcore (the server's net core when shards
-// run inline, or its own shard core fed by a ring); contribute_st() runs
-// there. The endpoints it sends through may belong to other lcores:
-// send_slice() is lock-free from any thread. Construction is control path
+// run inline, or its own shard core fed by a ring); contribute_st() and the
+// other _st functions but the admission side's run there (base/owner.h
+// asserts it). The admission side (staging_room_st, reserve_staging_st,
+// unreserve_staging_st, marks_in_flight_st) belongs to the server's net core,
+// which owns the staging credits it takes, whichever core runs the shard. The
+// endpoints it sends through may belong to other lcores: send_slice() is
+// lock-free from any thread. Construction is control path
 // (allocates, may throw). Costs: see agg::ChunkTable; the fan-out is one
 // descriptor submission per worker per chunk update.
 //
@@ -74,14 +78,12 @@
 // and a job's start is not what it is compared on.
 //
 // Flow control (docs/server.md) reads three things the shard publishes for
-// other cores: every mbuf it frees (the table's releases, free_st), counted
+// other cores: every buffer it frees (the table's releases, free_st), counted
 // by port in releases(), which chunks' sets other ranks have started,
 // in started() (server/started_sets.h: set when the table takes a
 // contribution, cleared in on_update before the fan-out), and the staging
 // credits it has given back (staging_room_st()).
 #pragma once
-
-#include <rte_mbuf.h>
 
 #include <atomic>
 #include <memory>
@@ -90,9 +92,11 @@
 
 #include "agg/chunk_table.h"
 #include "agg/placement.h"
+#include "base/owner.h"
+#include "net/packet_port.h"
+#include "server/buffer_releases.h"
 #include "server/counters.h"
 #include "server/fanout.h"
-#include "server/mbuf_releases.h"
 #include "server/started_sets.h"
 #include "transport/endpoint.h"
 
@@ -114,25 +118,26 @@ class Shard final : public agg::ChunkSink {
   /// from `snapshots` snapshot chunks (0 = two per chunk of the shard).
   /// `unit_chunks`: 0 sends each update at once; else store-and-forward
   /// (above), only with kEvery. `staleness_bound`: kSlowest's
-  /// (fanout_recipients).
+  /// (fanout_recipients). `buffers`: how to free and read the marks of the
+  /// received buffers contribute_st() is given (the node's ports' own).
   Shard(const agg::Placement& placement, const agg::ShardConfig& config,
         std::unique_ptr<agg::SyncPolicy> policy, std::vector<FanOut> fanout,
-        uint64_t fanout_backlog = 0, Fanout rule = Fanout::kEvery, uint64_t snapshots = 0,
-        uint32_t unit_chunks = 0, uint32_t staleness_bound = 0);
+        const net::BufferOps& buffers, uint64_t fanout_backlog = 0, Fanout rule = Fanout::kEvery,
+        uint64_t snapshots = 0, uint32_t unit_chunks = 0, uint32_t staleness_bound = 0);
 
   /// One chunk of worker `rank`'s gradient. True when the table took the
-  /// mbuf (it frees it later); false leaves the mbuf with the caller, also
-  /// when the table took a copy. `copy`: the packet came with a staging
-  /// credit (reserve_staging_st): the table copies it rather than hold the
-  /// mbuf, and the credit comes back when the copy's set completes, or at
-  /// once if no copy was made.
+  /// buffer (it frees it later); false leaves the buffer with the caller,
+  /// also when the table took a copy. `copy`: the packet came with a
+  /// staging credit (reserve_staging_st): the table copies it rather than
+  /// hold the buffer, and the credit comes back when the copy's set
+  /// completes, or at once if no copy was made.
   /// `clock`: the push's wire param_version (agg::Contribution::clock).
   bool contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t iteration,
-                     uint32_t clock, std::span<const std::byte> payload, rte_mbuf* mbuf,
+                     uint32_t clock, std::span<const std::byte> payload, net::PacketBuf* buf,
                      bool copy = false);
   bool contribute_st(uint16_t rank, const wire::HeaderFields& h, std::span<const std::byte> payload,
-                     rte_mbuf* mbuf, bool copy = false) {
-    return contribute_st(rank, h.block_key, h.offset, h.iteration, h.param_version, payload, mbuf,
+                     net::PacketBuf* buf, bool copy = false) {
+    return contribute_st(rank, h.block_key, h.offset, h.iteration, h.param_version, payload, buf,
                          copy);
   }
 
@@ -141,25 +146,33 @@ class Shard final : public agg::ChunkSink {
   /// `copy`, and only while staging_room_st() > 0, so a marked packet always
   /// finds a free staging chunk. Net core only.
   [[nodiscard]] uint64_t staging_room_st() const {
+    MERCURY_OWNED(admission_);
     const uint64_t out = staging_taken_ - staging_returned_.load(std::memory_order_relaxed);
     return staging_chunks_ > out ? staging_chunks_ - out : 0;
   }
-  void reserve_staging_st() { ++staging_taken_; }
+  void reserve_staging_st() {
+    MERCURY_OWNED(admission_);
+    ++staging_taken_;
+  }
   /// The net core gives a credit back for a marked packet it never handed over.
-  void unreserve_staging_st() { --staging_taken_; }
+  void unreserve_staging_st() {
+    MERCURY_OWNED(admission_);
+    --staging_taken_;
+  }
   /// Net core: marked packets handed over that the shard has not taken yet
   /// (queued to its shard core; 0 for an inline shard between packets).
   [[nodiscard]] uint64_t marks_in_flight_st() const {
+    MERCURY_OWNED(admission_);
     return staging_taken_ - marks_done_.load(std::memory_order_relaxed);
   }
   /// True when the table can stage every contribution a set may hold
-  /// (chunks x (N - 1)): then a marked packet never holds an mbuf.
+  /// (chunks x (N - 1)): then a marked packet never holds a buffer.
   [[nodiscard]] bool stages_every_set() const {
     return staging_chunks_ != 0 && staging_chunks_ == table_->chunks() * (table_->workers() - 1);
   }
 
   /// One chunk of rank 0's initial parameters (a kInit packet): adopted by
-  /// the table (copied; the caller keeps the mbuf) and sent to every worker
+  /// the table (copied; the caller keeps the buffer) and sent to every worker
   /// as version 0 of the chunk. False when refused (counted).
   bool initialize_st(uint32_t key, uint32_t offset, std::span<const std::byte> payload);
 
@@ -169,11 +182,20 @@ class Shard final : public agg::ChunkSink {
   uint32_t retry_fanout_st();
   [[nodiscard]] bool fanout_pending() const { return backlog_count_ != 0 || eager_pending_ != 0; }
 
-  /// The shard's owner: frees an mbuf of a packet handed to it that the
+  /// The shard's owner: frees a buffer of a packet handed to it that the
   /// table did not take (counted for flow control, as the table's releases).
-  void free_st(rte_mbuf* m) { releases_.free_st(m); }
-  /// Any thread: what the shard has freed, per DPDK port (flow control).
-  [[nodiscard]] const MbufReleases& releases() const { return releases_; }
+  void free_st(net::PacketBuf* b) {
+    MERCURY_OWNED(owner_);
+    releases_.free_st(b);
+  }
+  /// Any thread: what the shard has freed, per port of the node (flow control).
+  [[nodiscard]] const BufferReleases& releases() const { return releases_; }
+  /// The shard moves to another thread (attached to its shard core, or
+  /// drained by the control path once that core stopped).
+  void hand_over() {
+    owner_.hand_over();
+    releases_.hand_over();
+  }
   /// Any thread: which chunks' sets hold a contribution (flow control).
   [[nodiscard]] const StartedSets& started() const { return started_; }
 
@@ -293,7 +315,9 @@ class Shard final : public agg::ChunkSink {
   alignas(64) std::atomic<uint64_t> staging_returned_{0};
   uint64_t marks_returned_ = 0;             // marked packets the table did not copy (owner)
   std::atomic<uint64_t> marks_done_{0};     // marked packets contributed (owner writes)
-  MbufReleases releases_;                   // before table_: its destructor releases into it
+  BufferReleases releases_;                 // before table_: its destructor releases into it
+  base::Owner owner_;                       // the shard's core
+  base::Owner admission_;                   // the net core (staging credits)
   std::unique_ptr<agg::ChunkTable> table_;  // last: its destructor releases through this sink
 };
 

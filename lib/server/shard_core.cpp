@@ -5,9 +5,6 @@
 #include <rte_errno.h>
 #include <rte_launch.h>
 #include <rte_lcore.h>
-#include <rte_pause.h>
-#include <rte_ring.h>
-#include <rte_ring_elem.h>
 
 #include <stdexcept>
 #include <string>
@@ -18,8 +15,22 @@ namespace {
 constexpr uint32_t kBurst = 32;
 }  // namespace
 
-ShardCore::ShardCore(unsigned lcore, uint32_t shard_id, const ShardCoreOptions& options)
-    : lcore_(lcore), shard_id_(shard_id), options_(options) {
+class ShardCore::Consumer final : public node::Poller {
+ public:
+  explicit Consumer(ShardCore& core) : core_(core) {}
+  uint32_t poll_st(node::Tick) override { return core_.poll_st(); }
+
+ private:
+  ShardCore& core_;
+};
+
+ShardCore::ShardCore(unsigned lcore, uint32_t shard_id, const ShardCoreOptions& options,
+                     const net::BufferOps& buffers)
+    : ring_(std::max(options.ring_entries, kBurst)),
+      buffers_(&buffers),
+      lcore_(lcore),
+      shard_id_(shard_id),
+      options_(options) {
   const std::string who =
       "server: shard " + std::to_string(shard_id) + " on lcore " + std::to_string(lcore);
   if (rte_lcore_id() != rte_get_main_lcore()) {
@@ -35,45 +46,35 @@ ShardCore::ShardCore(unsigned lcore, uint32_t shard_id, const ShardCoreOptions& 
     throw std::invalid_argument(who + ": shard_ring_entries must be at least " +
                                 std::to_string(kBurst));
   }
-  static std::atomic<uint32_t> serial{0};
-  const std::string name = "srv_shard" + std::to_string(serial.fetch_add(1));
-  ring_ = rte_ring_create_elem(name.c_str(), sizeof(ShardItem), options.ring_entries, SOCKET_ID_ANY,
-                               RING_F_SP_ENQ | RING_F_SC_DEQ | RING_F_EXACT_SZ);
-  if (ring_ == nullptr) {
-    throw std::runtime_error(who + ": cannot create its ring of " +
-                             std::to_string(options.ring_entries) +
-                             " items: " + rte_strerror(rte_errno));
-  }
   if (int rc = rte_eal_remote_launch(&ShardCore::main, this, lcore); rc != 0) {
-    rte_ring_free(ring_);
     throw std::runtime_error(who + ": cannot launch: " + rte_strerror(-rc));
   }
   launched_ = true;
 }
 
-ShardCore::~ShardCore() {
-  stop();
-  rte_ring_free(ring_);
-}
+ShardCore::~ShardCore() { stop(); }
 
 void ShardCore::stop() {
   if (!launched_) return;
-  // Release: pairs with run()'s acquire load; nothing else is handed over.
+  // Release: pairs with the loop's acquire load of the flag; nothing else is
+  // handed over.
   stop_.store(true, std::memory_order_release);
   rte_eal_wait_lcore(lcore_);
   launched_ = false;
   // The core is gone: whatever is still queued was never given to the table.
-  // The shard's releases are this thread's now (the wait above ordered them).
+  // The shard's releases and the ring's consumer side are this thread's now
+  // (the wait above ordered them).
   Shard* shard = shard_.load(std::memory_order_acquire);
+  ring_.hand_over_consumer();
+  if (shard != nullptr) shard->hand_over();
   ShardItem items[kBurst];
-  unsigned n;
-  while ((n = rte_ring_sc_dequeue_burst_elem(ring_, items, sizeof(ShardItem), kBurst, nullptr)) >
-         0) {
-    for (unsigned i = 0; i < n; ++i) {
+  uint32_t n;
+  while ((n = ring_.dequeue_burst(items, kBurst)) > 0) {
+    for (uint32_t i = 0; i < n; ++i) {
       if (shard != nullptr) {
-        shard->free_st(items[i].mbuf);
+        shard->free_st(items[i].buf);
       } else {
-        rte_pktmbuf_free(items[i].mbuf);
+        buffers_->free(items[i].buf);
       }
     }
   }
@@ -81,7 +82,7 @@ void ShardCore::stop() {
 }
 
 uint32_t ShardCore::enqueue_st(const ShardItem* items, uint32_t n) {
-  return rte_ring_sp_enqueue_burst_elem(ring_, items, sizeof(ShardItem), n, nullptr);
+  return ring_.enqueue_burst(items, n);
 }
 
 int ShardCore::main(void* self) {
@@ -93,34 +94,37 @@ void ShardCore::run() {
   // Named after its shard (EAL calls it rte-worker-<lcore>), for profiles and top.
   const std::string name = "mercury-shard" + std::to_string(shard_id_);
   pthread_setname_np(pthread_self(), name.c_str());
+  node::Loop loop({.idle = options_.idle, .tick_hz = rte_get_tsc_hz()});
+  Consumer consumer(*this);
+  loop.add(consumer);
+  loop_ = &loop;
+  loop.run(stop_);
+  sleeps_ = loop.sleeps();
+  loop_ = nullptr;
+}
+
+uint32_t ShardCore::poll_st() {
+  // Acquire: pairs with attach()'s release, so the shard's table is built.
+  Shard* shard = shard_.load(std::memory_order_acquire);
+  if (shard == nullptr) return 0;
+  // Slices an endpoint refused go first: they are the oldest updates.
+  uint32_t work = 0;
+  if (shard->fanout_pending() && (work = shard->retry_fanout_st()) > 0) publish(*shard);
   ShardItem items[kBurst];
-  net::IdleBackoff backoff(options_.idle, rte_get_tsc_hz());
-  while (!stop_.load(std::memory_order_acquire)) {
-    // Acquire: pairs with attach()'s release, so the shard's table is built.
-    Shard* shard = shard_.load(std::memory_order_acquire);
-    // Slices an endpoint refused go first: they are the oldest updates.
-    if (shard != nullptr && shard->fanout_pending() && shard->retry_fanout_st() > 0) {
-      publish(*shard);
-    }
-    const unsigned n = shard == nullptr ? 0
-                                        : rte_ring_sc_dequeue_burst_elem(
-                                              ring_, items, sizeof(ShardItem), kBurst, nullptr);
-    backoff.idle(n, rte_rdtsc());
-    sleeps_ = backoff.sleeps();
-    if (n == 0) continue;
-    for (unsigned i = 0; i < n; ++i) {
-      const ShardItem& it = items[i];
-      const std::span<const std::byte> payload(
-          static_cast<const std::byte*>(it.mbuf->buf_addr) + it.payload_at, it.payload_len);
-      const bool took =
-          it.init == 0 && shard->contribute_st(it.rank, it.key, it.offset, it.iteration, it.clock,
-                                               payload, it.mbuf, it.copy != 0);
-      if (it.init != 0) shard->initialize_st(it.key, it.offset, payload);
-      if (!took) shard->free_st(it.mbuf);
-    }
-    items_ += n;
-    publish(*shard);
+  const uint32_t n = ring_.dequeue_burst(items, kBurst);
+  if (n == 0) return work;
+  for (uint32_t i = 0; i < n; ++i) {
+    const ShardItem& it = items[i];
+    const std::span<const std::byte> payload(buffers_->data(it.buf) + it.payload_at,
+                                             it.payload_len);
+    const bool took = it.init == 0 && shard->contribute_st(it.rank, it.key, it.offset, it.iteration,
+                                                           it.clock, payload, it.buf, it.copy != 0);
+    if (it.init != 0) shard->initialize_st(it.key, it.offset, payload);
+    if (!took) shard->free_st(it.buf);
   }
+  items_ += n;
+  publish(*shard);
+  return work + n;
 }
 
 void ShardCore::publish(const Shard& shard) {
@@ -128,7 +132,7 @@ void ShardCore::publish(const Shard& shard) {
                                    .table = shard.table().counters(),
                                    .held = shard.table().held(),
                                    .items = items_,
-                                   .sleeps = sleeps_});
+                                   .sleeps = loop_ != nullptr ? loop_->sleeps() : sleeps_});
 }
 
 ShardStats ShardCore::stats() const { return published_.read(); }

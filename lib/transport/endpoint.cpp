@@ -265,6 +265,7 @@ SubmitStatus Endpoint::submit(uint16_t peer, const std::byte* data, uint32_t len
 // The pass (net core).
 
 uint32_t Endpoint::poll_st(Tick now, bool receive) {
+  MERCURY_OWNED(owner_);
   const uint64_t rx_before = counters_.rx_packets;
   const uint64_t tx_before = counters_.tx_data + counters_.tx_retransmits + counters_.tx_pure_acks;
   bool drained = false;
@@ -320,6 +321,7 @@ void Endpoint::on_complete(void* self, const sched::Message& msg) {
 // Telemetry.
 
 bool Endpoint::idle_st() const {
+  MERCURY_OWNED(owner_);
   if (sched_->has_work_st() || !stash_.empty() || lost_->size() != 0) return false;
   for (const auto& ptr : peers_) {
     if (ptr->peer.sender().outstanding() != 0 && !ptr->peer.dead()) return false;
@@ -328,6 +330,7 @@ bool Endpoint::idle_st() const {
 }
 
 bool Endpoint::owes_acks_st() const {
+  MERCURY_OWNED(owner_);
   for (const auto& ptr : peers_) {
     if (ptr->resolved && ptr->peer.receiver().ack_deadline() != 0) return true;
   }
@@ -335,6 +338,7 @@ bool Endpoint::owes_acks_st() const {
 }
 
 EndpointCounters Endpoint::counters_st() const {
+  MERCURY_OWNED(owner_);
   EndpointCounters c = counters_;
   c.passes = passes_;
   c.submit_no_descriptor = submit_no_descriptor_.load(std::memory_order_relaxed);
@@ -345,6 +349,7 @@ EndpointCounters Endpoint::counters_st() const {
 }
 
 EndpointPeerStats Endpoint::peer_stats_st(uint16_t peer) const {
+  MERCURY_OWNED(owner_);
   const PeerState& ps = *peers_.at(peer);
   EndpointPeerStats s = ps.stats;
   s.transport = ps.peer.counters();

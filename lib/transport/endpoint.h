@@ -75,6 +75,7 @@
 #include <vector>
 
 #include "base/counter_list.h"
+#include "base/owner.h"
 #include "net/packet_port.h"
 #include "sched/message.h"
 #include "sched/port_scheduler.h"
@@ -392,6 +393,14 @@ class Endpoint {
                           uint32_t logical_len, uint8_t priority, const MessageMeta& meta,
                           const Completion& done);
 
+  /// Control path: the net core that polled the endpoint has stopped (its
+  /// thread joined); its _st functions, and the scheduler's consumer side,
+  /// belong to the next thread that calls one (base/owner.h).
+  void hand_over() {
+    owner_.hand_over();
+    sched_->hand_over_consumer();
+  }
+
   /// Net core: one pass of the poll loop at TSC `now`. Returns the packets
   /// received plus sent, so an idle loop can back off when it returns 0.
   /// `receive` false skips the receive burst (the packets wait in the
@@ -539,6 +548,7 @@ class Endpoint {
   uint32_t rx_window_;                   // the Peers' receive window (Params::rx_window)
   std::unique_ptr<sched::MessagePool> pool_;
   std::unique_ptr<sched::PortScheduler> sched_;
+  base::Owner owner_;                     // the net core (asserted by every public _st function)
   const sched::Message* base_ = nullptr;  // the pool's first descriptor
   sched::HugeArray<Record> records_;      // [descriptor index]
   std::vector<std::unique_ptr<PeerState>> peers_;

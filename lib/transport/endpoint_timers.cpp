@@ -24,6 +24,7 @@ void Endpoint::run_timers_st(Tick now) {
 }
 
 Tick Endpoint::next_deadline_st() const {
+  MERCURY_OWNED(owner_);
   Tick next = 0;
   for (const auto& ptr : peers_) {
     const Tick t = ptr->peer.next_deadline();

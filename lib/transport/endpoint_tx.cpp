@@ -94,7 +94,10 @@ void Endpoint::transmit_st(Tick now) {
   send_pure_acks_st(now, false);
 }
 
-uint32_t Endpoint::flush_acks_st(Tick now) { return send_pure_acks_st(now, true); }
+uint32_t Endpoint::flush_acks_st(Tick now) {
+  MERCURY_OWNED(owner_);
+  return send_pure_acks_st(now, true);
+}
 
 uint32_t Endpoint::send_pure_acks_st(Tick now, bool every_owed) {
   for (auto& ptr : peers_) {

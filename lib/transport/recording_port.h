@@ -39,6 +39,13 @@ class RecordingPort final : public net::PacketPort {
   uint16_t flush_st(uint64_t now) override { return inner_.flush_st(now); }
   [[nodiscard]] uint32_t mtu() const override { return inner_.mtu(); }
   [[nodiscard]] uint32_t rx_room() const override { return inner_.rx_room(); }
+  [[nodiscard]] std::string name() const override { return "recording " + inner_.name(); }
+  [[nodiscard]] const net::BufferOps& buffer_ops() const override { return inner_.buffer_ops(); }
+  [[nodiscard]] uint32_t tx_pending() const override { return inner_.tx_pending(); }
+  [[nodiscard]] Traffic traffic() const override { return inner_.traffic(); }
+  [[nodiscard]] const std::array<uint64_t, net::kDropReasonCount>& drops() const override {
+    return inner_.drops();
+  }
 
   /// The first recorded frame that is data (not a pure ACK).
   [[nodiscard]] const std::vector<std::byte>& first_data() const {

@@ -12,7 +12,8 @@
 
 #include "config/config.h"
 #include "mercury/worker.h"
-#include "net/interface.h"
+#include "net/packet_port.h"
+#include "node/loop.h"
 #include "worker/net_core.h"
 
 struct mercury_worker;
@@ -25,39 +26,37 @@ namespace mercury::worker {
 NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view node);
 
 /// A Worker whose net core runs on a new thread of the EAL this process
-/// already started (registered with rte_thread_register) and polls `iface`,
+/// already started (registered with rte_thread_register) and polls `port`,
 /// which must outlive the worker and be polled by no one else.
-Worker attach_worker(net::Interface& iface, const NetCoreConfig& config);
+Worker attach_worker(net::PacketPort& port, const NetCoreConfig& config);
 
-/// A Worker whose net core has no thread: its owner runs it, one pass at a
-/// time, on one thread, beside whatever else that thread polls (a server
-/// node and several workers over net_ring in one test). The worker is the
-/// public Worker in every respect but two: its blocking calls cannot wait
-/// (start() unless already started, barrier(): UsageError), so the owner
-/// calls start_async() / barrier_async() and polls until the handle is
-/// ready; and shutdown() (or the destructor) must run on the polling thread,
-/// which it uses to run the net core until it has stopped. A worker stopping
-/// tells the servers it leaves and waits for their acknowledgement
-/// (docs/server.md, "The end of a job"); a PolledWorker does so only once
-/// set_beside() said what else its owner polls (the servers among it), and
-/// otherwise stops at once, as a worker that crashed would. Handles
-/// complete, and callbacks run, inside poll_st(). `iface` must outlive the
-/// worker and be polled by no one else; EAL must be up.
+/// A Worker whose net core has no thread: it is a poller of its owner's
+/// node::Loop (attach()), run beside whatever else that loop polls (a server
+/// node and several workers in one test, on net_ring or on MemoryPorts). The
+/// worker is the public Worker in every respect but two: its blocking calls
+/// cannot wait (start() unless already started, barrier(): UsageError), so
+/// the owner calls start_async() / barrier_async() and runs its loop until
+/// the handle is ready; and shutdown() (or the destructor) must run on the
+/// loop's thread, which it uses to run the loop until the net core has
+/// stopped (with its net core back on the loop if its owner had taken it
+/// off, as a test does to play a dead rank). A worker stopping tells the servers it leaves and
+/// waits for their acknowledgement (docs/server.md, "The end of a job"); a PolledWorker does so
+/// only once attached (its loop polls the servers too), and otherwise stops at once, as a worker
+/// that crashed would. Handles complete, and callbacks run, inside the loop's passes. `port` must
+/// outlive the worker and be polled by no one else. Without EAL (a unit test
+/// on MemoryPorts) config.endpoint.transport.tsc_hz gives the clock's rate.
 class PolledWorker {
  public:
-  PolledWorker(net::Interface& iface, const NetCoreConfig& config);
+  PolledWorker(net::PacketPort& port, const NetCoreConfig& config);
 
   Worker& worker() { return worker_; }
   const Worker& worker() const { return worker_; }
-  /// One pass of the net core (NetCore::poll_st); 0 after shutdown.
-  uint32_t poll_st(transport::Tick now);
-  /// The net core, for the owner's diagnostics on the polling thread; null
+  /// Control path, once: the net core becomes a poller of `loop`, whose
+  /// passes shutdown() runs with `clock` (the TSC, or a test's fake clock).
+  void attach(node::Loop& loop, node::Tick (*clock)() = &node::tsc_now);
+  /// The net core, for the owner's diagnostics on the loop's thread; null
   /// after shutdown.
   NetCore* net_core();
-  /// What the owner's thread polls besides this worker (its server nodes,
-  /// other workers), run between the net core's passes while shutdown()
-  /// waits for the stop. It must not poll this worker.
-  void set_beside(std::function<void(transport::Tick)> poll_others);
 
  private:
   Worker::Impl* impl_ = nullptr;  // owned by worker_ (stable across moves); set first

@@ -2,8 +2,6 @@
 // start-up protocol, the slow work and the published counters.
 #include "worker/net_core.h"
 
-#include <rte_cycles.h>
-
 #include <algorithm>
 
 #include "config/config.h"
@@ -21,14 +19,9 @@ std::string address(const transport::PeerSpec& p) {
 
 }  // namespace
 
-NetCore::NetCore(const TensorTable& table, const NetCoreConfig& config, net::Interface& iface,
-                 RequestQueue<Request>& queue, Doorbell& doorbell, PublishedStats& stats)
-    : table_(table),
-      config_(config),
-      iface_(iface),
-      queue_(queue),
-      doorbell_(doorbell),
-      stats_(stats) {
+NetCore::NetCore(const TensorTable& table, const NetCoreConfig& config, net::PacketPort& port,
+                 RequestQueue<Request>& queue, PublishedStats& stats)
+    : table_(table), config_(config), port_(port), queue_(queue), stats_(stats) {
   config_.endpoint.peers.clear();
   for (uint16_t s = 0; s < config_.servers.size(); ++s) {
     config_.endpoint.peers.push_back(config_.servers[s].peer);
@@ -36,7 +29,15 @@ NetCore::NetCore(const TensorTable& table, const NetCoreConfig& config, net::Int
   }
 }
 
-NetCore::~NetCore() = default;
+NetCore::~NetCore() {
+  if (loop_ != nullptr) loop_->remove(*this);
+}
+
+void NetCore::attach(node::Loop& loop, bool ends_loop) {
+  loop.add(*this);
+  loop_ = &loop;
+  ends_loop_ = ends_loop;
+}
 
 std::string NetCore::server_name(uint16_t server) const {
   return server < config_.servers.size() ? "server " + address(config_.servers[server].peer)
@@ -47,16 +48,18 @@ std::string NetCore::server_name(uint16_t server) const {
 // The pass and the loop.
 
 uint32_t NetCore::poll_st(transport::Tick now) {
+  MERCURY_OWNED(owner_);
+  now_ = now;
   if (stopped_) return 0;
   if (stop_) {
     // Leaving: only the endpoint runs, until the servers acknowledged kLeave
     // (every control message is then settled) or the deadline.
     const uint32_t work = endpoint_->poll_st(now);
-    if (control_out_.empty() || now >= leave_deadline_) {
+    if (control_->settled_st() || now >= leave_deadline_) {
       // Acknowledged: the server detaches its end of a memif link once the
       // ACKs are out, so the link stays open a moment longer, in case that
       // core is off its CPU now (docs/server.md, "The end of a job").
-      if (control_out_.empty()) iface_.port().linger(kLeaveLinger);
+      if (control_->settled_st()) port_.linger(kLeaveLinger);
       const Handle stopped = *stop_;
       stop_.reset();
       finish_stop_st(stopped, now);
@@ -80,23 +83,7 @@ uint32_t NetCore::poll_st(transport::Tick now) {
       }
     }
   }
-  if (++passes_ % kSlowEvery == 0) slow_st(now);
   return work;
-}
-
-void NetCore::run() {
-  net::IdleBackoff backoff(config_.idle, rte_get_tsc_hz());
-  while (!stopped_) {
-    const uint64_t now = rte_rdtsc();
-    const uint32_t work = poll_st(now);
-    if (stopped_ || !backoff.after_pass(work, now)) continue;
-    const uint32_t ticket = doorbell_.arm();
-    if (queue_.empty_sc()) {
-      doorbell_.sleep(ticket, backoff.sleep_us());  // a trainer's request wakes it at once
-    } else {
-      doorbell_.disarm();
-    }
-  }
 }
 
 uint32_t NetCore::take_requests_st(transport::Tick now) {
@@ -156,6 +143,7 @@ void NetCore::stop_st(const Handle& stopped, transport::Tick now) {
 
 void NetCore::finish_stop_st(const Handle& stopped, transport::Tick now) {
   stopped_ = true;
+  if (ends_loop_) loop_->stop_st();
   // What arrived and waits for a delayed ACK is acknowledged now: the server
   // would otherwise resend it to a worker that no longer polls.
   if (endpoint_) endpoint_->flush_acks_st(now);
@@ -228,8 +216,15 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
       timeline_first_.assign(table_.tensors(), 0);
     }
     pushes_ = std::make_unique<PushTracker>(table_);
-    endpoint_ = std::make_unique<transport::Endpoint>(iface_, config_.endpoint,
+    endpoint_ = std::make_unique<transport::Endpoint>(port_, config_.endpoint,
                                                       transport::Receivers{this, this}, now);
+    std::vector<node::ControlPeer> peers;
+    for (uint16_t s = 0; s < config_.servers.size(); ++s) peers.push_back({endpoint_.get(), s});
+    control_.emplace(std::move(peers), static_cast<node::ControlChannel::Handler&>(*this),
+                     node::ControlChannel::Options{.max_bytes = kMaxControlBytes,
+                                                   .heartbeat_every = transport::keepalive_interval(
+                                                       config_.endpoint.transport)});
+    control_->share_owner(owner_);
   } catch (const std::exception& e) {
     fail_start_st(std::string("start: ") + e.what());
     return;
@@ -303,6 +298,8 @@ void NetCore::fail_pending_st(const std::string& why) {
 // Slow work.
 
 void NetCore::slow_st(transport::Tick now) {
+  MERCURY_OWNED(owner_);
+  if (stopped_) return;
   if ((phase_ == Phase::kDeclaring || phase_ == Phase::kInitialising) && now > start_deadline_) {
     const std::string within = " within " + std::to_string(config_.start_timeout_ms) + " ms";
     if (phase_ == Phase::kDeclaring) {
@@ -324,41 +321,34 @@ void NetCore::slow_st(transport::Tick now) {
                     " (first: '" + first + "')");
     }
   }
+  const auto every = [](uint32_t) { return true; };
   if (endpoint_ && broken_.empty()) {
-    for (uint16_t s = 0; s < endpoint_->num_peers(); ++s) {
-      if (endpoint_->peer_stats_st(s).dead) {
-        break_st(server_name(s) + " stopped answering");
-        break;
-      }
+    if (const std::optional<uint32_t> lost = control_->lost_st(every)) {
+      break_st(server_name(static_cast<uint16_t>(*lost)) + " stopped answering");
     }
   }
-  if (broken_.empty() && (phase_ == Phase::kInitialising || phase_ == Phase::kRunning) &&
-      now >= heartbeat_at_) {
-    send_heartbeats_st(now);
+  // While the job runs, a heartbeat to every server each keepalive
+  // interval: the transport's liveness names a dead server even when
+  // nothing else is outstanding.
+  if (broken_.empty() && (phase_ == Phase::kInitialising || phase_ == Phase::kRunning)) {
+    control_->heartbeat_st(now, every);
   }
   if (now >= port_stats_at_) {
     port_stats_at_ = now + config_.endpoint.transport.tsc_hz * kPortStatsMs / 1000;
-    iface_.refresh_port_stats_st();
+    port_.refresh_port_stats_st();
   }
   publish_st();
-}
-
-void NetCore::send_heartbeats_st(transport::Tick now) {
-  heartbeat_at_ = now + transport::keepalive_interval(config_.endpoint.transport);
-  agg::ControlMessage m;
-  m.kind = agg::ControlKind::kHeartbeat;
-  for (uint16_t s = 0; s < endpoint_->num_peers(); ++s) send_control_st(s, m);
 }
 
 void NetCore::publish_st() {
   stats_.pushes.store(pushes_taken_, std::memory_order_relaxed);
   stats_.pulls.store(pulls_taken_, std::memory_order_relaxed);
-  const net::InterfaceCounters& port = iface_.counters();
+  const std::array<uint64_t, net::kDropReasonCount>& drops = port_.drops();
   for (size_t i = 0; i < net::kDropReasonCount; ++i) {
-    stats_.port_drops[i].store(port.drops[i], std::memory_order_relaxed);
+    stats_.port_drops[i].store(drops[i], std::memory_order_relaxed);
   }
   size_t pmd = 0;
-  iface_.pmd_drops().for_each([this, &pmd](std::string_view, std::string_view, uint64_t n) {
+  port_.pmd_drops().for_each([this, &pmd](std::string_view, std::string_view, uint64_t n) {
     stats_.pmd_drops[pmd++].store(n, std::memory_order_relaxed);
   });
   if (!endpoint_) return;
@@ -377,7 +367,9 @@ void NetCore::publish_st() {
   stats_.versions_completed.store(p.versions_completed, std::memory_order_relaxed);
   stats_.retransmits.store(endpoint_->counters_st().tx_retransmits, std::memory_order_relaxed);
   stats_.chunks_dropped.store(dropped, std::memory_order_relaxed);
-  stats_.control_dropped.store(control_malformed_, std::memory_order_relaxed);
+  const node::ControlChannelCounters& ch = control_->counters();
+  stats_.control_dropped.store(control_malformed_ + ch.too_big + ch.malformed,
+                               std::memory_order_relaxed);
   stats_.staleness_sum.store(staleness_sum_, std::memory_order_relaxed);
   stats_.stale_pushes.store(stale_pushes_, std::memory_order_relaxed);
   stats_.staleness_max.store(staleness_max_, std::memory_order_relaxed);

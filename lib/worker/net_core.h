@@ -4,30 +4,32 @@
 // RequestQueue, runs the start-up protocol (agg/control.h) and the barrier,
 // and completes every Handle.
 //
-// One pass, poll_st(now) (docs/architecture.md, "Threads and ownership"): take up
-// to kRequestBurst requests; one pass of the endpoint (receive: aggregated
-// chunks go through on_packet() into the PullTracker, which writes them into
-// the trainer's buffers; timers; transmit); queue the pushes that can go;
-// complete the pulls whose version is in; every kSlowEvery passes the slow
-// work (start deadline, dead servers, publishing counters). Returns the work
-// done. run() is poll_st() in a loop with the idle back-off (net::IdleBackoff,
-// sleeping on the Doorbell) until a kStop request.
+// The net core is a poller of a node::Loop (loop.h). One pass, poll_st(now):
+// take up to kRequestBurst requests; one pass of the endpoint (receive:
+// aggregated chunks go through on_packet() into the PullTracker, which writes
+// them into the trainer's buffers; timers; transmit); queue the pushes that
+// can go; complete the pulls whose version is in. Returns the work done.
+// Every kSlowMs, slow_st(now): the start deadline, dead servers, heartbeats,
+// publishing counters. The loop may sleep only while the request queue is
+// empty (may_sleep_st), on its doorbell, which a trainer thread rings after
+// each request.
 //
-// Who runs it: the Worker's own thread calls run(); a PolledWorker
-// (worker/attach.h) leaves it to its owner, who calls poll_st() on one
-// thread beside other nodes (the PMD tests, ps-demo, ps_bench).
+// Who runs it: the Worker's own thread runs a loop of its own, which the net
+// core ends once it has stopped (attach(loop, true)); a PolledWorker
+// (worker/attach.h) is a poller on its owner's loop, beside other nodes (the
+// PMD tests, ps-demo, ps_bench, the unit tests).
 //
-// Threads: poll_st()/run() and everything else here belong to the thread
-// that runs the net core. The trainer side (worker.cpp) only enqueues
-// Requests. The TensorTable is frozen before the net core sees a kStart and
-// is not shut down before the kStop has been taken.
+// Threads: poll_st() and everything else here belong to the thread that
+// runs the net core's loop (asserted: base/owner.h). The trainer side
+// (worker.cpp) only enqueues Requests. The TensorTable is frozen before the net core sees a kStart
+// and is not shut down before the kStop has been taken.
 //
 // Memory: the request queue, the trackers (pull_tracker.h), the endpoint
 // (transport/endpoint.h), and per tensor one push slot; the pending pull and
 // push lists are reserved for 8 entries per tensor at start and fail
 // requests beyond that with a clear message (never grown on the datapath).
-// Control messages (declare, barrier) are encoded and buffered on this
-// thread: control path, allocates. Per aggregated chunk received: one
+// Control messages (declare, barrier) go through a node::ControlChannel:
+// control path, allocates. Per aggregated chunk received: one
 // virtual call and PullTracker::deliver_st().
 //
 // Files: net_core.cpp (the pass, requests, start, slow work, counters),
@@ -54,8 +56,10 @@
 #include "config/config.h"
 #include "mercury/handle.h"
 #include "mercury/worker.h"
-#include "net/idle_backoff.h"
-#include "net/interface.h"
+#include "net/packet_port.h"
+#include "node/control_channel.h"
+#include "node/idle.h"
+#include "node/loop.h"
 #include "transport/endpoint.h"
 #include "worker/pull_tracker.h"
 #include "worker/request_queue.h"
@@ -78,7 +82,7 @@ struct NetCoreConfig {
   transport::EndpointConfig endpoint;  ///< peers: set from `servers`
   PullTrackerConfig pulls;
   uint32_t start_timeout_ms = 30'000;
-  net::IdleOptions idle;             ///< the idle back-off (the node's poll mode)
+  node::IdleOptions idle;            ///< the loop's idle policy (the node's poll mode)
   uint32_t request_capacity = 4096;  // cells of ~100 B; a full queue makes callers yield
   /// The job's training.optimizer as the YAML spells it: whether the servers'
   /// versions are parameters (sgd, momentum, adam) or the averaged gradient
@@ -165,23 +169,32 @@ struct PublishedStats {
 };
 
 // PacketReceiver first: the per-packet call needs no this-adjusting thunk.
-class NetCore final : public transport::PacketReceiver, public transport::MessageReceiver {
+class NetCore final : public transport::PacketReceiver,
+                      public transport::MessageReceiver,
+                      public node::Poller,
+                      private node::ControlChannel::Handler {
  public:
   static constexpr uint32_t kRequestBurst = 64;
-  static constexpr uint32_t kSlowEvery = 256;
+  /// Between two runs of the slow work.
+  static constexpr uint32_t kSlowMs = 1;
   /// How long a memif link stays open after the servers acknowledged the
   /// leave (net::Port::linger).
   static constexpr std::chrono::milliseconds kLeaveLinger{50};
   /// How often the slow work reads the PMD's drop counters (a call into the
   /// PMD that may lock or make a system call: not every slow pass).
   static constexpr uint32_t kPortStatsMs = 100;
+  /// Control messages are a few KB (a declaration list); anything larger is refused.
+  static constexpr uint32_t kMaxControlBytes = 1u << 22;
 
-  /// Control path, on the thread that will run the net core. `iface` must
-  /// be polled by no other thread; `table`, `queue` and `stats` outlive the
-  /// core.
-  NetCore(const TensorTable& table, const NetCoreConfig& config, net::Interface& iface,
-          RequestQueue<Request>& queue, Doorbell& doorbell, PublishedStats& stats);
-  ~NetCore();
+  /// Control path. `port` must be polled by no other thread; `table`,
+  /// `queue` and `stats` outlive the core.
+  NetCore(const TensorTable& table, const NetCoreConfig& config, net::PacketPort& port,
+          RequestQueue<Request>& queue, PublishedStats& stats);
+  ~NetCore() override;
+
+  /// Control path: the net core is a poller of `loop` from now on; with
+  /// `ends_loop`, it ends the loop (Loop::stop_st) once it has stopped.
+  void attach(node::Loop& loop, bool ends_loop);
 
   /// One pass (see the file comment) at TSC `now`; returns the work done
   /// (requests, packets, pushes queued, pulls completed: 0 = idle). The
@@ -189,16 +202,26 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   /// then sends kLeave to every server and goes on polling its endpoint
   /// until they acknowledged it (at most a keepalive interval). Once the
   /// stop request has completed it does nothing and stopped_st() is true.
-  uint32_t poll_st(transport::Tick now);
+  uint32_t poll_st(transport::Tick now) override;
+  /// The loop may sleep while no request waits.
+  bool may_sleep_st() override { return queue_.empty_sc(); }
+  [[nodiscard]] transport::Tick slow_period() const override {
+    return config_.endpoint.transport.tsc_hz / 1000 * kSlowMs;
+  }
+  void slow_st(transport::Tick now) override;
   /// Whether a stop sends kLeave and waits for it (default true); false for
   /// a net core whose servers nobody polls while it stops.
   void set_leave_on_stop(bool leave) { leave_on_stop_ = leave; }
-  /// poll_st() until the kStop request, with the idle back-off.
-  void run();
-  [[nodiscard]] bool stopped_st() const { return stopped_; }
+  [[nodiscard]] bool stopped_st() const {
+    MERCURY_OWNED(owner_);
+    return stopped_;
+  }
   /// The endpoint towards the servers once started (null before): for the
   /// poller's diagnostics, on the net core's thread.
-  [[nodiscard]] const transport::Endpoint* endpoint_st() const { return endpoint_.get(); }
+  [[nodiscard]] const transport::Endpoint* endpoint_st() const {
+    MERCURY_OWNED(owner_);
+    return endpoint_.get();
+  }
 
   // transport::MessageReceiver: the servers' control messages.
   std::byte* on_message_begin(uint16_t peer, const wire::HeaderFields& h) override;
@@ -262,37 +285,38 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   // one; returns the first not queued (the block count when all are).
   uint32_t send_blocks_st(const PendingPush& p);
   uint32_t complete_pulls_st();
-  void slow_st(transport::Tick now);
   void on_ready_st(uint16_t server, const agg::ControlMessage& m);
   void fail_start_st(const std::string& why);
   // A server failed: every pending handle fails with `why`, and so does every later request.
   void break_st(const std::string& why);
   void fail_pending_st(const std::string& why);
   bool send_control_st(uint16_t server, const agg::ControlMessage& m);
+  // node::ControlChannel::Handler: a server's message, and one of ours lost.
+  void on_control_st(uint32_t server, agg::ControlMessage&& m) override;
+  void on_control_failed_st(uint32_t server, const transport::SendResult& r) override;
   bool version_in_st(TensorId t, uint32_t version) const;
   void publish_st();
-  // Every transport::keepalive_interval() while the job runs: a reliable kHeartbeat to
-  // every server, so that the transport's liveness names a dead server even
-  // when nothing else is outstanding.
-  void send_heartbeats_st(transport::Tick now);
   std::string server_name(uint16_t server) const;
 
   static void on_push_sent(void* self, const transport::SendResult& r);
   void mark_chunk_st(uint32_t key, uint32_t version);
-  static void on_control_sent(void* self, const transport::SendResult& r);
 
+  base::Owner owner_;  // the thread that runs the net core's loop
   const TensorTable& table_;
   NetCoreConfig config_;
-  net::Interface& iface_;
+  net::PacketPort& port_;
   RequestQueue<Request>& queue_;
-  Doorbell& doorbell_;
   PublishedStats& stats_;
+  node::Loop* loop_ = nullptr;  // attach()
+  bool ends_loop_ = false;
+  transport::Tick now_ = 0;             // the current pass's time
   std::vector<uint16_t> shard_server_;  // global shard id -> server peer index
   // Built at start, once the table is frozen. The endpoint is declared last:
   // destroyed first, before the trackers its receivers write into.
   std::unique_ptr<PullTracker> pulls_;
   std::unique_ptr<PushTracker> pushes_;
   std::unique_ptr<transport::Endpoint> endpoint_;
+  std::optional<node::ControlChannel> control_;  // with the endpoint; destroyed before it
 
   Phase phase_ = Phase::kIdle;
   std::optional<Handle> start_;
@@ -320,13 +344,8 @@ class NetCore final : public transport::PacketReceiver, public transport::Messag
   std::vector<uint32_t> timeline_push_;
   std::vector<uint32_t> timeline_first_;
 
-  transport::Tick heartbeat_at_ = 0;   // the next send_heartbeats_st()
   transport::Tick port_stats_at_ = 0;  // the next read of the PMD's drops
-  uint64_t next_control_ = 0;
-  std::unordered_map<uint64_t, std::vector<std::byte>> control_out_;  // by cookie
-  std::unordered_map<uint64_t, std::vector<std::byte>> control_in_;   // by peer << 32 | msg_id
-  uint64_t control_malformed_ = 0;
-  uint64_t passes_ = 0;
+  uint64_t control_malformed_ = 0;     // messages of a kind a worker is never sent
   uint64_t pushes_taken_ = 0, pulls_taken_ = 0;
   uint64_t chunks_received_ = 0, bytes_pushed_ = 0;
   // Asynchronous: per tensor, the version its last completed pull delivered

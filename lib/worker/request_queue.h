@@ -1,7 +1,7 @@
 // RequestQueue: the bounded multi-producer, single-consumer queue that
 // carries trainer requests (push, pull, barrier, start, stop) to the
-// worker's net core; and Doorbell, with which producers wake the consumer
-// when it sleeps for want of work.
+// worker's net core (whose loop's node::Doorbell the producers ring after
+// each request, so that a sleeping net core wakes at once).
 //
 // What it is for. Any number of trainer threads call try_push_mp() at once;
 // the net core drains with try_pop_sc(). Nothing is locked and nothing is
@@ -114,43 +114,6 @@ class RequestQueue {
   std::unique_ptr<Cell[]> cells_;
   alignas(64) std::atomic<size_t> tail_{0};  // producers
   alignas(64) size_t head_ = 0;              // the consumer only
-};
-
-/// How an idle net core sleeps without making a trainer's request wait for
-/// the end of its sleep: it sleeps on a futex with a timeout (the transport's
-/// timers still run), and a producer that finds it asleep rings (one
-/// increment and one futex wake; nothing when the core is polling).
-///
-/// The lost-wake-up argument (a Dekker pair): the core stores `sleeping`,
-/// fences, reads the ticket, then checks the queue; a producer publishes its
-/// request, fences, then reads `sleeping`. With both fences seq_cst, either
-/// the core sees the request (and does not sleep) or the producer sees
-/// `sleeping` and rings, which changes the ticket, so the futex wait
-/// returns at once.
-class Doorbell {
- public:
-  /// Net core, before its last look at the queue. Returns the ticket to sleep on.
-  uint32_t arm() {
-    sleeping_.store(true, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    return word_.load(std::memory_order_relaxed);
-  }
-  /// Net core: sleeps up to `timeout_us` unless rung since arm() (or a
-  /// signal or spurious wake-up), then disarms.
-  void sleep(uint32_t ticket, uint32_t timeout_us);
-  void disarm() { sleeping_.store(false, std::memory_order_relaxed); }
-  /// Any thread, after publishing a request.
-  void ring() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!sleeping_.load(std::memory_order_relaxed)) return;
-    word_.fetch_add(1, std::memory_order_relaxed);
-    wake();
-  }
-
- private:
-  void wake();
-  alignas(64) std::atomic<uint32_t> word_{0};
-  std::atomic<bool> sleeping_{false};
 };
 
 }  // namespace mercury::worker

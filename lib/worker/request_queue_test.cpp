@@ -2,6 +2,8 @@
 // with every value delivered exactly once, in each producer's order.
 #include "worker/request_queue.h"
 
+#include "node/doorbell.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +13,8 @@
 
 namespace mercury::worker {
 namespace {
+
+using node::Doorbell;
 
 TEST(RequestQueue, FifoFullAndWrapAround) {
   RequestQueue<int> q(3);  // rounded up to 4

@@ -36,21 +36,21 @@ struct Worker::Impl {
   std::vector<std::string> eal_argv;     // owns_eal
   std::optional<config::JobConfig> job;  // ports opened from the job file
   std::string node;
-  net::Interface* iface = nullptr;  // attach_worker(), PolledWorker: the caller's port
+  net::PacketPort* port = nullptr;  // attach_worker(), PolledWorker: the caller's port
 
   TensorTable table;
   std::unique_ptr<Timeline> timeline;  // core.timeline points here
   RequestQueue<Request> queue;
-  Doorbell doorbell;
+  node::Doorbell doorbell;  // the net core's loop sleeps on it; requests ring it
   PublishedStats stats;
   std::thread thread;
-  // PolledWorker: the net core, run by the owner's thread (no thread here);
-  // destroyed by shutdown(), which runs it until it has taken the stop.
+  // PolledWorker: the net core, a poller of the owner's loop (no thread
+  // here); destroyed by shutdown(), which runs that loop until the net core
+  // has taken the stop.
   std::unique_ptr<NetCore> polled;
   bool owner_polls = false;
-  // PolledWorker::set_beside: what the owner's thread also polls, run between
-  // the net core's passes while shutdown() waits for the stop.
-  std::function<void(transport::Tick)> beside;
+  node::Loop* owner_loop = nullptr;        // PolledWorker::attach
+  node::Tick (*clock)() = &node::tsc_now;  // the owner's loop's clock
 
   // ---- trainer side ----
   std::unique_ptr<std::atomic<uint32_t>[]> iterations;  // per tensor: pushes so far
@@ -125,17 +125,17 @@ void Worker::Impl::thread_main(std::promise<void> up) {
       registered = rte_thread_register() == 0;  // an lcore id (mempool caches); optional
     }
     core.endpoint.transport.tsc_hz = rte_get_tsc_hz();
-    net::Interface* port = iface;
-    if (port == nullptr) {
+    net::PacketPort* node_port = port;
+    if (node_port == nullptr) {
       // Its server may start after it: a net_memif port waits for it to
       // listen as long as start() would wait for it to answer.
       nets = std::make_unique<net::NodeNetworks>(*job, std::vector<std::string>{node},
                                                  core.start_timeout_ms);
       const std::vector<net::NodePort*> ports = nets->ports_of(node);
       if (ports.empty()) throw WorkerError("worker " + node + " has no port");
-      port = ports.front()->interface.get();
+      node_port = ports.front()->interface.get();
     }
-    net_core = std::make_unique<NetCore>(table, core, *port, queue, doorbell, stats);
+    net_core = std::make_unique<NetCore>(table, core, *node_port, queue, stats);
   } catch (...) {
     // Whatever it decided on, this worker takes no more hugepages now.
     config::hugepages_settled();
@@ -146,8 +146,14 @@ void Worker::Impl::thread_main(std::promise<void> up) {
     return;  // `eal` cleans up on the way out
   }
   up.set_value();
-  net_core->run();
-  net_core.reset();
+  {
+    // The net core's own loop, which it ends once it has stopped.
+    node::Loop loop(
+        {.idle = core.idle, .tick_hz = core.endpoint.transport.tsc_hz, .doorbell = &doorbell});
+    net_core->attach(loop, true);
+    loop.run();
+    net_core.reset();
+  }
   nets.reset();
   if (registered) rte_thread_unregister();
 }
@@ -250,9 +256,9 @@ Worker::Worker(const WorkerOptions& options) {
 
 Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Worker attach_worker(net::Interface& iface, const NetCoreConfig& config) {
+Worker attach_worker(net::PacketPort& port, const NetCoreConfig& config) {
   auto impl = std::make_unique<Worker::Impl>(config);
-  impl->iface = &iface;
+  impl->port = &port;
   start_thread(*impl);
   return Worker(std::move(impl));
 }
@@ -260,16 +266,19 @@ Worker attach_worker(net::Interface& iface, const NetCoreConfig& config) {
 namespace {
 
 // A PolledWorker's Impl: the net core built here, on the owner's thread.
-std::unique_ptr<Worker::Impl> polled_impl(net::Interface& iface, const NetCoreConfig& config,
+std::unique_ptr<Worker::Impl> polled_impl(net::PacketPort& port, const NetCoreConfig& config,
                                           Worker::Impl*& out) {
   auto impl = std::make_unique<Worker::Impl>(config);
-  impl->iface = &iface;
+  impl->port = &port;
   impl->owner_polls = true;
-  impl->core.endpoint.transport.tsc_hz = rte_get_tsc_hz();
-  impl->polled = std::make_unique<NetCore>(impl->table, impl->core, iface, impl->queue,
-                                           impl->doorbell, impl->stats);
-  // Nobody polls the servers while shutdown() runs this net core, unless the
-  // owner says what to poll besides (set_beside): until then it stops at once.
+  // The caller's clock rate if it gave one (a unit test's fake clock), else
+  // the TSC's (EAL is up).
+  if (impl->core.endpoint.transport.tsc_hz == 0) {
+    impl->core.endpoint.transport.tsc_hz = rte_get_tsc_hz();
+  }
+  impl->polled = std::make_unique<NetCore>(impl->table, impl->core, port, impl->queue, impl->stats);
+  // Nobody polls the servers while shutdown() runs this net core, unless it
+  // is a poller of its owner's loop (attach): until then it stops at once.
   impl->polled->set_leave_on_stop(false);
   out = impl.get();
   return impl;
@@ -277,19 +286,22 @@ std::unique_ptr<Worker::Impl> polled_impl(net::Interface& iface, const NetCoreCo
 
 }  // namespace
 
-PolledWorker::PolledWorker(net::Interface& iface, const NetCoreConfig& config)
-    : worker_(polled_impl(iface, config, impl_)) {}
+PolledWorker::PolledWorker(net::PacketPort& port, const NetCoreConfig& config)
+    : worker_(polled_impl(port, config, impl_)) {}
 
-uint32_t PolledWorker::poll_st(transport::Tick now) {
-  return impl_->polled ? impl_->polled->poll_st(now) : 0;
+void PolledWorker::attach(node::Loop& loop, node::Tick (*clock)()) {
+  if (impl_->owner_loop != nullptr) throw UsageError("PolledWorker: attached to a loop already");
+  impl_->owner_loop = &loop;
+  impl_->clock = clock;
+  if (impl_->polled) {
+    impl_->polled->attach(loop, false);
+    // The owner's loop polls the servers too: a stop can wait for their
+    // acknowledgement of the leave.
+    impl_->polled->set_leave_on_stop(true);
+  }
 }
 
 NetCore* PolledWorker::net_core() { return impl_->polled.get(); }
-
-void PolledWorker::set_beside(std::function<void(transport::Tick)> poll_others) {
-  impl_->beside = std::move(poll_others);
-  if (impl_->polled) impl_->polled->set_leave_on_stop(impl_->beside != nullptr);
-}
 
 Worker::~Worker() {
   if (!impl_) return;
@@ -356,8 +368,9 @@ void Worker::start() {
   // The links are up and the initial pull has gone through the server's
   // direction: the pushes' direction of a memif link is still unfaulted
   // shared memory, which the first push would fault in page by page
-  // (docs/net.md, "net_memif's shared memory").
-  net::populate_memif_regions();
+  // (docs/net.md, "net_memif's shared memory"). Only for the ports this
+  // worker opened from its job file: a caller's own ports are the caller's.
+  if (i.job) net::populate_memif_regions();
   i.started.store(true, std::memory_order_release);
 }
 
@@ -464,12 +477,19 @@ void Worker::shutdown() {
   while (!i.queue.try_push_mp(r)) std::this_thread::yield();
   i.doorbell.ring();
   if (i.polled) {
-    // The owner's thread runs the net core until it has taken the stop.
-    while (!stopped.ready()) {
-      const uint64_t now = rte_rdtsc();
-      i.polled->poll_st(now);
-      if (i.beside) i.beside(now);
+    // The owner's thread runs its loop (this net core and whatever else it
+    // polls) until the net core has taken the stop; a net core never
+    // attached runs on a loop of its own here.
+    std::optional<node::Loop> own;
+    node::Loop* loop = i.owner_loop;
+    if (loop == nullptr) {
+      own.emplace(node::LoopOptions{.tick_hz = i.core.endpoint.transport.tsc_hz});
+      i.polled->attach(*own, false);
+      loop = &*own;
+    } else if (!loop->contains(*i.polled)) {
+      loop->add(*i.polled);  // its owner took it off the loop (a test's dead rank)
     }
+    while (!stopped.ready()) loop->pass_st(i.clock());
     i.polled.reset();
   } else {
     stopped.wait();

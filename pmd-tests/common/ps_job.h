@@ -42,6 +42,7 @@
 #include "mercury/worker.h"
 #include "net/frame.h"
 #include "net/interface.h"
+#include "node/loop.h"
 #include "ring_link.h"
 #include "server/server_node.h"
 #include "transport/endpoint.h"
@@ -92,8 +93,9 @@ inline worker::NetCoreConfig worker_config(uint32_t rank, uint32_t workers,
 class TestWorker {
  public:
   TestWorker(const std::vector<agg::TensorDecl>& decls, net::Interface& iface,
-             const worker::NetCoreConfig& config)
+             const worker::NetCoreConfig& config, node::Loop& loop)
       : polled_(iface, config) {
+    polled_.attach(loop);
     params_.resize(decls.size());
     grads_.resize(decls.size());
     for (size_t t = 0; t < decls.size(); ++t) {
@@ -146,7 +148,7 @@ class TestWorker {
 /// peers: every server node) that sends what the test asks and collects
 /// the servers' control answers. The aggregated chunks sent to it are
 /// acknowledged and dropped.
-class RawPeer final : public transport::MessageReceiver {
+class RawPeer final : public transport::MessageReceiver, public node::Poller {
  public:
   RawPeer(uint32_t rank, const std::vector<agg::TensorDecl>& decls, uint32_t shards,
           uint32_t chunk_bytes, net::Interface& iface, std::vector<PeerSpec> servers,
@@ -166,7 +168,7 @@ class RawPeer final : public transport::MessageReceiver {
         *this, now);
   }
 
-  uint32_t poll_st(transport::Tick now) { return endpoint_->poll_st(now); }
+  uint32_t poll_st(transport::Tick now) override { return endpoint_->poll_st(now); }
   /// What an honest worker would declare (priorities mapped onto levels).
   const std::vector<agg::TensorDecl>& declarations() const { return table_.declarations(); }
   const worker::TensorTable& table() const { return table_; }
@@ -278,7 +280,7 @@ class Job {
     const auto servers = static_cast<uint32_t>(o.job_shards.size());
     if (servers > 1 && !o.hub) throw std::invalid_argument("several server nodes need the hub");
     for (uint32_t s : o.job_shards) total_shards_ += s;
-    std::vector<std::vector<net::Interface*>> ports(servers);
+    std::vector<std::vector<net::PacketPort*>> ports(servers);
     std::vector<server::JobWorker> jw;
     const auto net = static_cast<uint8_t>(100 + id_);
     if (o.hub) {
@@ -336,6 +338,11 @@ class Job {
       if (s == 0) sc.shard_lcores = o.shard_lcores;
       sc.shard_core = o.shard_core;
       servers_.push_back(std::make_unique<server::ServerNode>(ports[s], jw, sc, now));
+      servers_.back()->attach(loop_);
+    }
+    if (switch_) {
+      switch_poller_ = std::make_unique<SwitchPoller>(*switch_);
+      loop_.add(*switch_poller_);
     }
     workers_.resize(o.workers);
     raw_.resize(o.workers);
@@ -346,17 +353,22 @@ class Job {
         for (const worker::ServerSpec& s : servers_of_[w]) peers.push_back(s.peer);
         raw_[w] = std::make_unique<RawPeer>(w, decls_, total_shards_, chunk_, *worker_if_[w],
                                             std::move(peers), now);
+        loop_.add(*raw_[w]);
       } else {
         replace_worker(w, worker_config(w));
       }
     }
   }
   ~Job() {
-    // The workers first, one by one (a worker's shutdown polls its net core
-    // and, while it waits for its leave to be acknowledged, everything else:
-    // set_beside), then the servers, then the ports.
+    // The workers first, one by one (a worker's shutdown runs the loop, so
+    // everything else runs while it waits for its leave to be
+    // acknowledged), then the servers, then the ports.
+    // (A silenced worker's shutdown puts its net core back on the loop.)
     for (auto& w : workers_) w.reset();
     workers_.clear();
+    for (auto& r : raw_) {
+      if (r && !silent_[&r - raw_.data()]) loop_.remove(*r);
+    }
     raw_.clear();
     servers_.clear();
   }
@@ -369,12 +381,21 @@ class Job {
   }
 
   server::ServerNode& server(uint32_t s = 0) { return *servers_[s]; }
+  /// The loop every node of the job is a poller of.
+  node::Loop& loop() { return loop_; }
   /// Rank `w`'s link to the server (not with the hub).
   RingLink& link(uint32_t w) { return *links_[w]; }
   TestWorker& worker(uint32_t w) { return *workers_[w]; }
   RawPeer& raw(uint32_t w) { return *raw_[w]; }
   /// Rank `w` is no longer polled: to the others it has died.
-  void silence(uint32_t w) { silent_[w] = true; }
+  void silence(uint32_t w) {
+    if (silent_[w]) return;
+    silent_[w] = true;
+    if (workers_[w] && workers_[w]->polled().net_core() != nullptr) {
+      loop_.remove(*workers_[w]->polled().net_core());
+    }
+    if (raw_[w]) loop_.remove(*raw_[w]);
+  }
   uint32_t workers() const { return options_.workers; }
   const std::vector<agg::TensorDecl>& decls() const { return decls_; }
   uint32_t chunk_bytes() const { return chunk_; }
@@ -392,30 +413,21 @@ class Job {
     workers_[w].reset();
     std::vector<agg::TensorDecl> decls = decls_;
     if (options_.model_of) options_.model_of(w, decls);
-    workers_[w] = std::make_unique<TestWorker>(decls, *worker_if_[w], config);
-    // While it stops, the rest of the job runs on (it waits for the servers
-    // to acknowledge its leave); the one being reset is null meanwhile.
-    workers_[w]->polled().set_beside([this, w](transport::Tick now) { poll_others(w, now); });
+    // While it stops, the rest of the job runs on (its shutdown runs the
+    // loop until the servers acknowledged its leave).
+    workers_[w] = std::make_unique<TestWorker>(decls, *worker_if_[w], config, loop_);
+    silent_[w] = false;
   }
 
-  /// One pass of everything but worker `except` (kEveryone: everything).
-  static constexpr uint32_t kEveryone = UINT32_MAX;
-  void poll_others(uint32_t except, transport::Tick now) {
-    for (auto& s : servers_) s->poll_st(now);
-    if (switch_) switch_->forward();
-    for (uint32_t w = 0; w < workers_.size(); ++w) {
-      if (w == except || silent_[w]) continue;
-      if (workers_[w]) workers_[w]->polled().poll_st(now);
-      if (raw_[w]) raw_[w]->poll_st(now);
-    }
-  }
+  /// One pass of everything (the loop of every node of the job).
+  void poll_all(transport::Tick now) { loop_.pass_st(now); }
 
   /// Polls everything until `done()` or `limit_s` seconds; false on time out.
   bool poll_until(const std::function<bool()>& done, double limit_s = 60) {
     const uint64_t deadline = rte_rdtsc() + static_cast<uint64_t>(limit_s * rte_get_tsc_hz());
     for (;;) {
       const uint64_t now = rte_rdtsc();
-      poll_others(kEveryone, now);
+      poll_all(now);
       if (done()) return true;
       if (now > deadline) return false;
     }
@@ -584,6 +596,18 @@ class Job {
     return s;
   }
 
+  // The switch's forwarding, a poller of the job's loop.
+  struct SwitchPoller final : node::Poller {
+    explicit SwitchPoller(pmdtest::RingSwitch& s) : sw(s) {}
+    uint32_t poll_st(node::Tick) override {
+      sw.forward();
+      return 0;
+    }
+    pmdtest::RingSwitch& sw;
+  };
+
+  // First: every node's pollers are on it until they are destroyed.
+  node::Loop loop_{{.tick_hz = rte_get_tsc_hz()}};
   JobOptions options_;
   int id_ = 0;
   std::vector<agg::TensorDecl> decls_;
@@ -592,6 +616,7 @@ class Job {
   uint32_t incarnations_ = 0;
   std::vector<std::unique_ptr<RingLink>> links_;
   std::unique_ptr<pmdtest::RingSwitch> switch_;
+  std::unique_ptr<SwitchPoller> switch_poller_;
   std::vector<net::Interface*> worker_if_;  // per rank
   std::vector<std::vector<worker::ServerSpec>>
       servers_of_;  // per rank: the servers as it sees them

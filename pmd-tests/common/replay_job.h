@@ -45,6 +45,7 @@
 #include "config/config.h"
 #include "job/job.h"
 #include "net/node.h"
+#include "node/loop.h"
 #include "server/server_node.h"
 #include "worker/attach.h"
 #include "worker/tensor_table.h"
@@ -242,7 +243,10 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
   sc.endpoint = job::endpoint_config(job, static_cast<uint16_t>(srv.index), kServerEpoch, hz);
   sc.endpoint.max_messages = 1 << 17;
   sc.endpoint.ingress_capacity = 1 << 17;
-  server::ServerNode server(ports, job_workers, sc, rte_rdtsc());
+  node::Loop loop({.tick_hz = hz});  // every node of the capture, one pass at a time
+  server::ServerNode server(std::vector<net::PacketPort*>(ports.begin(), ports.end()), job_workers,
+                            sc, rte_rdtsc());
+  server.attach(loop);
 
   // The workers: the library's, each over its own buffers; rank 0's hold the
   // initial values, which become version 0 everywhere.
@@ -260,6 +264,7 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
     c.endpoint.ingress_capacity = 1 << 17;
     t->worker = std::make_unique<worker::PolledWorker>(
         *nets.ports_of(workers[r]->name).front()->interface, c);
+    t->worker->attach(loop);
     t->params.resize(decls.size());
     t->grads.resize(decls.size());
     for (size_t k = 0; k < decls.size(); ++k) {
@@ -277,8 +282,7 @@ inline Capture capture(const config::JobConfig& job, const std::vector<agg::Tens
   auto wait = [&](const std::vector<worker::Handle>& hs, const std::string& what) {
     for (;;) {
       const uint64_t now = rte_rdtsc();
-      server.poll_st(now);
-      for (auto& t : trainers) t->worker->poll_st(now);
+      loop.pass_st(now);
       bool done = true;
       for (const worker::Handle& h : hs) done = done && h.ready();
       if (done) break;

@@ -87,13 +87,15 @@ class AheadJob {
     sc.shard_lcores = std::move(shard_lcores);
     sc.shard_core = {.ring_entries = 1 << 15};
     sc.staging_chunks = staging;
-    server_ = std::make_unique<server::ServerNode>(std::vector<net::Interface*>{&hub_.server()}, jw,
-                                                   sc, rte_rdtsc());
+    server_ = std::make_unique<server::ServerNode>(std::vector<net::PacketPort*>{&hub_.server()},
+                                                   jw, sc, rte_rdtsc());
+    server_->attach(loop_);
+    loop_.add(hub_poller_);
     for (uint32_t w = 0; w < workers; ++w) {
       const worker::NetCoreConfig c =
           pstest::worker_config(w, workers, {{{"ps", CopyingHub::server_ip(), 47100}, 2}}, chunk_,
                                 static_cast<uint16_t>(5 + w));
-      workers_.push_back(std::make_unique<TestWorker>(decls_, hub_.worker(w), c));
+      workers_.push_back(std::make_unique<TestWorker>(decls_, hub_.worker(w), c, loop_));
     }
   }
   ~AheadJob() { workers_.clear(); }  // before the server and the hub
@@ -122,9 +124,7 @@ class AheadJob {
     const uint64_t deadline = rte_rdtsc() + 120 * rte_get_tsc_hz();
     for (;;) {
       const uint64_t now = rte_rdtsc();
-      server_->poll_st(now);
-      hub_.forward();
-      for (auto& w : workers_) w->polled().poll_st(now);
+      loop_.pass_st(now);
       if (only_w0)
         most_owned_alone_ = std::max(most_owned_alone_, server_->aggregation_mbufs_st(0));
       if (done()) return true;
@@ -207,7 +207,18 @@ class AheadJob {
   }
 
  private:
+  // The hub's forwarding, a poller of the job's loop.
+  struct HubPoller final : node::Poller {
+    explicit HubPoller(CopyingHub& h) : hub(h) {}
+    uint32_t poll_st(node::Tick) override {
+      hub.forward();
+      return 0;
+    }
+    CopyingHub& hub;
+  };
+  node::Loop loop_{{.tick_hz = rte_get_tsc_hz()}};  // first: every poller is on it until it goes
   CopyingHub hub_;
+  HubPoller hub_poller_{hub_};
   std::vector<agg::TensorDecl> decls_;
   uint32_t chunk_ = 0;
   agg::OptimizerConfig optimizer_ = {.kind = agg::OptimizerKind::kSgd, .learning_rate = 0.1f};

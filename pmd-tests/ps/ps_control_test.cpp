@@ -335,13 +335,11 @@ TEST(PsControl, ARestartedWorkerEndsTheJobForEveryRank) {
   EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
 
   // Its process comes back: the same rank on the same port, a new epoch.
-  pstest::TestWorker again(job.decls(), job.link(3).b(), job.worker_config(3));
-  again.polled().set_beside([&](transport::Tick now) { job.poll_others(3, now); });
+  pstest::TestWorker again(job.decls(), job.link(3).b(), job.worker_config(3), job.loop());
   const Handle start = again.start();
   const uint64_t t0 = rte_rdtsc();
   ASSERT_TRUE(job.poll_until(
       [&] {
-        again.polled().poll_st(rte_rdtsc());
         if (!start.ready()) return false;
         for (const auto& hs : rounds) {
           for (const Handle& h : hs) {
@@ -567,11 +565,11 @@ TEST(PsControl, BadJobShapesAreRefusedAtConstruction) {
   sc.chunk_bytes = 1408;
   sc.layout = job::ShardLayout::of({1, 2});
   sc.server_index = 2;
-  EXPECT_THROW(server::ServerNode(std::vector<net::Interface*>{}, {}, sc, 0),
+  EXPECT_THROW(server::ServerNode(std::vector<net::PacketPort*>{}, {}, sc, 0),
                std::invalid_argument);
   sc.layout = job::ShardLayout::of({1, 0});
   sc.server_index = 0;
-  EXPECT_THROW(server::ServerNode(std::vector<net::Interface*>{}, {}, sc, 0),
+  EXPECT_THROW(server::ServerNode(std::vector<net::PacketPort*>{}, {}, sc, 0),
                std::invalid_argument);
 }
 

@@ -85,7 +85,7 @@ class Job {
                const std::optional<net::LinkParams>& rank0_impair = std::nullopt) {
     static int run = 0;
     const int id = run++;
-    std::vector<net::Interface*> ports;
+    std::vector<net::PacketPort*> ports;
     std::vector<server::JobWorker> workers;
     for (uint32_t r = 0; r < ranks; ++r) {
       net::LinkParams p = r == 0 && rank0_impair ? *rank0_impair : impair;
@@ -110,12 +110,9 @@ class Job {
     sc.server_index = 0;
     sc.endpoint = pmdtest::endpoint_config(3, 0, {}, {.messages = 1 << 16});
     server_ = std::make_unique<server::ServerNode>(ports, workers, sc, rte_rdtsc());
+    server_->attach(server_loop_);
     if (kind == Server::kRunning) {
-      server_thread_ = std::thread([this] {
-        while (!stop_.load(std::memory_order_acquire)) {
-          if (server_->poll_st(rte_rdtsc()) == 0) rte_pause();
-        }
-      });
+      server_thread_ = std::thread([this] { server_loop_.run(stop_); });
     }
     for (uint32_t r = 0; r < ranks; ++r) {
       NetCoreConfig c;
@@ -140,6 +137,7 @@ class Job {
   void stop_server() {
     stop_ = true;
     if (server_thread_.joinable()) server_thread_.join();
+    server_->hand_over();  // its counters are this thread's to read now
   }
   Worker& worker(uint32_t r) { return workers_[r]; }
   std::vector<Worker>& workers() { return workers_; }
@@ -165,6 +163,8 @@ class Job {
 
  private:
   std::vector<std::unique_ptr<RingLink>> links_;
+  // The server's net core: a busy loop on a thread of the test's own.
+  node::Loop server_loop_{{.idle = {.mode = config::Poll::kBusy}, .tick_hz = rte_get_tsc_hz()}};
   std::unique_ptr<server::ServerNode> server_;
   std::atomic<bool> stop_{false};
   std::thread server_thread_;
@@ -716,8 +716,10 @@ TEST(WorkerApi, PolledWorkerRefusesToBlock) {
   Worker& w = polled.worker();
   std::vector<float> a(100);
   w.declare("a", a);
+  node::Loop loop({.tick_hz = rte_get_tsc_hz()});
+  polled.attach(loop);
   const Handle started = w.start_async();
-  for (int i = 0; i < 1000; ++i) polled.poll_st(rte_rdtsc());
+  for (int i = 0; i < 1000; ++i) loop.pass_st(rte_rdtsc());
   EXPECT_FALSE(started.ready());  // nobody polls link.a(): no server answers
   try {
     w.start();
@@ -735,7 +737,7 @@ TEST(WorkerApi, PolledWorkerRefusesToBlock) {
   EXPECT_FALSE(started.ok());
   EXPECT_NE(started.error().find("shut down"), std::string_view::npos) << started.error();
   EXPECT_EQ(polled.net_core(), nullptr);
-  EXPECT_EQ(polled.poll_st(rte_rdtsc()), 0u);
+  EXPECT_EQ(loop.pass_st(rte_rdtsc()), 0u);  // the net core left the loop
 }
 
 // ---------------------------------------------------------------------------

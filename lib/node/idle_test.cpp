@@ -1,11 +1,11 @@
 // The idle back-off's two modes, under a fake clock (1 tick = 1 us): busy
 // never gives the CPU up; adaptive pauses, then yields until yield_us of
 // empty passes have gone by, then asks to sleep; any work starts it over.
-#include "net/idle_backoff.h"
+#include "node/idle.h"
 
 #include <gtest/gtest.h>
 
-namespace mercury::net {
+namespace mercury::node {
 namespace {
 
 constexpr uint64_t kTickHz = 1'000'000;
@@ -59,4 +59,4 @@ TEST(IdleBackoff, DefaultsAreAdaptive) {
 }
 
 }  // namespace
-}  // namespace mercury::net
+}  // namespace mercury::node

@@ -1,4 +1,4 @@
-#include "worker/request_queue.h"
+#include "node/doorbell.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -6,7 +6,7 @@
 
 #include <ctime>
 
-namespace mercury::worker {
+namespace mercury::node {
 
 // The futex is the atomic's own 32-bit word.
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
@@ -26,4 +26,4 @@ void Doorbell::wake() {
           0);
 }
 
-}  // namespace mercury::worker
+}  // namespace mercury::node

@@ -1,5 +1,5 @@
-// The idle back-off every poll loop of Mercury shares: the server's net core,
-// its shard cores and the worker's net core.
+// The idle policy of node::Loop (loop.h), which runs every poll loop of
+// Mercury: the server's net core, its shard cores and the worker's net core.
 //
 // What it is for. A poll loop that finds nothing to do must not keep a CPU
 // that another thread needs: on a machine where the nodes, their shard cores
@@ -23,25 +23,25 @@
 // benchmarks/README.md ("Measured design decisions") has the measurement that
 // chose these defaults over spinning and over timed sleeps.
 //
-// How a loop uses it: once per pass, `if (backoff.after_pass(work, now))`
-// sleep for sleep_us() on whatever can wake it early, or call
-// backoff.idle(work, now), which sleeps with nanosleep. `now` is the loop's
-// clock in ticks of `tick_hz` (the TSC in the datapath; any clock in tests).
+// How the loop uses it: once per pass, `if (backoff.after_pass(work, now))`
+// the loop may sleep for sleep_us(), on its doorbell (so a producer can wake
+// it early), once every poller agrees (Poller::may_sleep_st). `now` is the
+// loop's clock in ticks of `tick_hz` (the TSC in the datapath; any clock in
+// tests).
 //
 // Threads: an IdleBackoff belongs to its loop's thread. Costs: a compare and
 // a pause per empty pass while it spins, a sched_yield system call per empty
 // pass while it yields; nothing allocates, locks or logs.
 #pragma once
 
-#include <rte_cycles.h>
-#include <rte_pause.h>
+#include <immintrin.h>
 #include <sched.h>
 
 #include <cstdint>
 
 #include "config/config.h"
 
-namespace mercury::net {
+namespace mercury::node {
 
 struct IdleOptions {
   config::Poll mode = config::Poll::kAdaptive;
@@ -66,7 +66,7 @@ class IdleBackoff {
     }
     if (options_.mode == config::Poll::kBusy || empty_ < options_.spins) {
       if (empty_ < options_.spins) ++empty_;
-      rte_pause();
+      _mm_pause();
       return false;
     }
     if (empty_ == options_.spins) {  // the first pass past the spins
@@ -80,11 +80,6 @@ class IdleBackoff {
     }
     ++sleeps_;
     return true;
-  }
-
-  /// after_pass(work, now), sleeping sleep_us() in the kernel when it says so.
-  void idle(uint32_t work, uint64_t now) {
-    if (after_pass(work, now)) rte_delay_us_sleep(options_.sleep_us);
   }
 
   [[nodiscard]] uint32_t sleep_us() const { return options_.sleep_us; }
@@ -102,4 +97,4 @@ class IdleBackoff {
   uint64_t sleeps_ = 0;
 };
 
-}  // namespace mercury::net
+}  // namespace mercury::node
