@@ -134,36 +134,77 @@ def local_optimizer(training: Dict, params):
 
 
 class ServerArithmetic:
-    """The update the servers apply to one parameter (lib/agg/optimizer.h),
-    one float32 operation at a time as the server rounds them: g = sum of the
-    local gradients in rank order times 1/W; sgd p = p - lr * g; momentum
-    u = mu * u + g, p = p - lr * u."""
+    """The update the servers apply to each parameter (lib/agg/optimizer.h, docs/agg.md),
+    one float32 operation at a time as the server rounds them: g = the local gradients
+    summed in rank order, times 1/W; with weight decay wd (L2) g = g + wd * p; then
+    sgd p = p - lr * g; momentum u = mu * u + g, p = p - lr * u; adam m = b1 * m +
+    (1 - b1) * g, v = b2 * v + (1 - b2) * (g * g), p = p - (a * m) / (sqrt(v * c2) + eps)
+    with a = lr / (1 - b1^t), c2 = 1 / (1 - b2^t) rounded once from double; adamw the
+    same without the L2 term and p = p * (1 - lr * wd) before the step. set() changes a
+    hyperparameter from the next step on, as a versioned setting does on the servers."""
+
+    KINDS = ("sgd", "momentum", "adam", "adamw")
 
     def __init__(self, training: Dict, params, workers: int) -> None:
         import torch
 
         self.kind = training.get("optimizer", "sgd")
-        if self.kind not in ("sgd", "momentum"):
-            raise SystemExit(f"train-digits: --exact reproduces sgd and momentum, not {self.kind}")
+        if self.kind not in self.KINDS:
+            raise SystemExit(f"train-digits: --exact reproduces {', '.join(self.KINDS)}, "
+                             f"not {self.kind}")
         self.params = list(params)
-        self.lr = torch.tensor(float(training.get("learning_rate", 0.01)), dtype=torch.float32)
-        self.mu = torch.tensor(float(training.get("momentum", 0.9)), dtype=torch.float32)
         self.inv_n = torch.tensor(1.0, dtype=torch.float32) / workers
-        self.u = [torch.zeros_like(p) for p in self.params]
+        self.t = 0
+        self.values: Dict[str, object] = {}
+        self.set(learning_rate=training.get("learning_rate", 0.01),
+                 momentum=training.get("momentum", 0.9),
+                 weight_decay=training.get("weight_decay", 0.0),
+                 beta1=training.get("beta1", 0.9), beta2=training.get("beta2", 0.999),
+                 epsilon=training.get("epsilon", 1e-8))
+        self.s0 = [torch.zeros_like(p) for p in self.params]  # momentum's u, Adam's m
+        self.s1 = [torch.zeros_like(p) for p in self.params]  # Adam's v
+
+    def set(self, **values: float) -> None:
+        """Hyperparameters as the servers hold them: float32."""
+        import torch
+
+        for name, v in values.items():
+            self.values[name] = torch.tensor(float(v), dtype=torch.float32)
 
     def step(self, grads_by_rank) -> None:
         import torch
 
+        f32 = functools.partial(torch.tensor, dtype=torch.float32)
+        h = self.values
+        lr, wd = h["learning_rate"], h["weight_decay"]
+        self.t += 1
+        adam = self.kind in ("adam", "adamw")
+        l2 = self.kind != "adamw" and float(wd) != 0.0
+        decoupled = self.kind == "adamw" and float(wd) != 0.0
+        if adam:
+            one = f32(1.0)
+            b1, b2 = h["beta1"], h["beta2"]
+            a = f32(float(lr) / (1.0 - float(b1) ** self.t))
+            c2 = f32(1.0 / (1.0 - float(b2) ** self.t))
+            d = f32(1.0 - float(lr) * float(wd))
         with torch.no_grad():
             for i, p in enumerate(self.params):
                 g = grads_by_rank[0][i].clone()
                 for r in range(1, len(grads_by_rank)):
                     g = g + grads_by_rank[r][i]
                 g = g * self.inv_n
-                if self.kind == "momentum":
-                    self.u[i] = self.u[i] * self.mu + g
-                    g = self.u[i]
-                p.copy_(p - self.lr * g)
+                if l2:
+                    g = g + wd * p
+                if self.kind == "sgd":
+                    p.copy_(p - lr * g)
+                elif self.kind == "momentum":
+                    self.s0[i] = h["momentum"] * self.s0[i] + g
+                    p.copy_(p - lr * self.s0[i])
+                else:
+                    self.s0[i] = b1 * self.s0[i] + (one - b1) * g
+                    self.s1[i] = b2 * self.s1[i] + (one - b2) * (g * g)
+                    q = (a * self.s0[i]) / (torch.sqrt(self.s1[i] * c2) + h["epsilon"])
+                    p.copy_((p * d if decoupled else p) - q)
 
 
 def evaluate(model, x: np.ndarray, y: np.ndarray, xt: np.ndarray, yt: np.ndarray):
