@@ -25,8 +25,11 @@ void grid_gradient(Floats& g, uint32_t rank, size_t tensor) {
   for (float& x : g) x = on_grid(n);
 }
 
+// Whether an update depends on more than the gradient (state, or the decay's term of the
+// parameters), so that updates applied in another order give other parameters.
 bool stateful(const config::TrainingConfig& t) {
-  return t.optimizer == config::Optimizer::kMomentum || t.optimizer == config::Optimizer::kAdam;
+  return t.optimizer == config::Optimizer::kMomentum || t.optimizer == config::Optimizer::kAdam ||
+         t.optimizer == config::Optimizer::kAdamW || t.weight_decay != 0;
 }
 
 }  // namespace

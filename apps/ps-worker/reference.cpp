@@ -55,18 +55,22 @@ void average(Floats& avg, Floats& other, uint32_t workers, uint32_t seed, size_t
 
 void apply(std::span<float> params, std::span<const float> avg, const Update& u, OptState& state) {
   const uint64_t t = ++state.updates;
+  // The L2 term of weight decay (sgd, momentum, adam): g + wd * p.
+  const float wd = u.opt.weight_decay;
+  const bool l2 = wd != 0.0f && !u.opt.decoupled_weight_decay;
+  auto grad = [&](size_t i) { return l2 ? avg[i] + wd * params[i] : avg[i]; };
   switch (u.opt.kind) {
     case agg::OptimizerKind::kSumOnly:
       for (size_t i = 0; i < params.size(); ++i) params[i] = avg[i];
       return;
     case agg::OptimizerKind::kSgd:
       for (size_t i = 0; i < params.size(); ++i)
-        params[i] = params[i] - u.opt.learning_rate * avg[i];
+        params[i] = params[i] - u.opt.learning_rate * grad(i);
       return;
     case agg::OptimizerKind::kMomentum:
       state.s0.resize(params.size(), 0.0f);
       for (size_t i = 0; i < params.size(); ++i) {
-        state.s0[i] = u.opt.momentum * state.s0[i] + avg[i];
+        state.s0[i] = u.opt.momentum * state.s0[i] + grad(i);
         params[i] = params[i] - u.opt.learning_rate * state.s0[i];
       }
       return;
@@ -81,13 +85,17 @@ void apply(std::span<float> params, std::span<const float> avg, const Update& u,
           static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(u.opt.beta2), td)));
       const float one_minus_b1 = 1.0f - u.opt.beta1;
       const float one_minus_b2 = 1.0f - u.opt.beta2;
+      // AdamW: the decay scales the parameters, d = 1 - lr * wd (in double, once).
+      const bool adamw = wd != 0.0f && u.opt.decoupled_weight_decay;
+      const auto d = static_cast<float>(1.0 - static_cast<double>(u.opt.learning_rate) * wd);
       for (size_t i = 0; i < params.size(); ++i) {
-        const float g = avg[i];
+        const float g = grad(i);
         const float m = u.opt.beta1 * state.s0[i] + one_minus_b1 * g;
         const float v = u.opt.beta2 * state.s1[i] + one_minus_b2 * (g * g);
         state.s0[i] = m;
         state.s1[i] = v;
-        params[i] = params[i] - (a * m) / (std::sqrt(v * c2) + u.opt.epsilon);
+        const float p = adamw ? params[i] * d : params[i];
+        params[i] = p - (a * m) / (std::sqrt(v * c2) + u.opt.epsilon);
       }
       return;
     }

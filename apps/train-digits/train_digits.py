@@ -38,6 +38,17 @@ of the parameters rank 0 held then (evaluated after training) and no training lo
 stop at their next step (under asp, ssp and psplus a straggler would otherwise train
 its own epochs on alone; under bsp every rank ends with rank 0 anyway).
 
+What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"), the
+same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches
+per step, no_sync() or with --backward-passes backward_passes_per_step=K), and, with
+training.optimizer sum (a local optimizer), --clip NORM, --amp (bf16 autocast and a
+GradScaler), --local-optimizer KIND, --lr LR and --schedule (warm-up, then cosine);
+--losses then also writes what the optimizer's side did (clipped and skipped steps,
+the scale, the last learning rate) to NODE.steps. --checkpoint FILE: rank 0 saves the
+model and that side (optimizer, scaler, schedule) after every epoch; --stop-after E
+stops after epoch E as if interrupted; --resume FILE goes on from the file's epoch
+(training.optimizer sum: the servers' own state is not in the file yet).
+
 Data: the 1797 images, scaled to [0, 1], split once (seed 0) into 1437 for
 training and 360 for testing. Worker r of W owns training samples r, r+W,
 r+2W, ... (its shard) and reshuffles it every epoch; step k of an epoch is
@@ -48,6 +59,7 @@ is those local batches in rank order, which is what --single trains on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -122,48 +134,198 @@ def local_optimizer(training: Dict, params):
 
     kind = training.get("optimizer", "sgd")
     lr = float(training.get("learning_rate", 0.01))
+    wd = float(training.get("weight_decay", 0.0))
     if kind == "sgd":
-        return torch.optim.SGD(params, lr=lr)
+        return torch.optim.SGD(params, lr=lr, weight_decay=wd)
     if kind == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=float(training.get("momentum", 0.9)))
-    if kind == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=(float(training.get("beta1", 0.9)),
-                                                      float(training.get("beta2", 0.999))),
-                                eps=float(training.get("epsilon", 1e-8)))
+        return torch.optim.SGD(params, lr=lr, momentum=float(training.get("momentum", 0.9)),
+                               weight_decay=wd)
+    if kind in ("adam", "adamw"):
+        return (torch.optim.AdamW if kind == "adamw" else torch.optim.Adam)(
+            params, lr=lr, betas=(float(training.get("beta1", 0.9)),
+                                  float(training.get("beta2", 0.999))),
+            eps=float(training.get("epsilon", 1e-8)), weight_decay=wd)
     raise SystemExit(f"train-digits: --single cannot reproduce optimizer {kind!r}")
 
 
 class ServerArithmetic:
-    """The update the servers apply to one parameter (lib/agg/optimizer.h),
-    one float32 operation at a time as the server rounds them: g = sum of the
-    local gradients in rank order times 1/W; sgd p = p - lr * g; momentum
-    u = mu * u + g, p = p - lr * u."""
+    """The update the servers apply to each parameter (lib/agg/optimizer.h, docs/agg.md),
+    one float32 operation at a time as the server rounds them: g = the local gradients
+    summed in rank order, times 1/W; with weight decay wd (L2) g = g + wd * p; then
+    sgd p = p - lr * g; momentum u = mu * u + g, p = p - lr * u; adam m = b1 * m +
+    (1 - b1) * g, v = b2 * v + (1 - b2) * (g * g), p = p - (a * m) / (sqrt(v * c2) + eps)
+    with a = lr / (1 - b1^t), c2 = 1 / (1 - b2^t) rounded once from double; adamw the
+    same without the L2 term and p = p * (1 - lr * wd) before the step; sum writes g into
+    each .grad, as the workers do with what the servers return. set() changes a
+    hyperparameter from the next step on, as a versioned setting does on the servers."""
+
+    KINDS = ("sgd", "momentum", "adam", "adamw", "sum")
 
     def __init__(self, training: Dict, params, workers: int) -> None:
         import torch
 
         self.kind = training.get("optimizer", "sgd")
-        if self.kind not in ("sgd", "momentum"):
-            raise SystemExit(f"train-digits: --exact reproduces sgd and momentum, not {self.kind}")
+        if self.kind not in self.KINDS:
+            raise SystemExit(f"train-digits: --exact reproduces {', '.join(self.KINDS)}, "
+                             f"not {self.kind}")
         self.params = list(params)
-        self.lr = torch.tensor(float(training.get("learning_rate", 0.01)), dtype=torch.float32)
-        self.mu = torch.tensor(float(training.get("momentum", 0.9)), dtype=torch.float32)
         self.inv_n = torch.tensor(1.0, dtype=torch.float32) / workers
-        self.u = [torch.zeros_like(p) for p in self.params]
+        self.t = 0
+        self.values: Dict[str, object] = {}
+        self.set(learning_rate=training.get("learning_rate", 0.01),
+                 momentum=training.get("momentum", 0.9),
+                 weight_decay=training.get("weight_decay", 0.0),
+                 beta1=training.get("beta1", 0.9), beta2=training.get("beta2", 0.999),
+                 epsilon=training.get("epsilon", 1e-8))
+        self.s0 = [torch.zeros_like(p) for p in self.params]  # momentum's u, Adam's m
+        self.s1 = [torch.zeros_like(p) for p in self.params]  # Adam's v
+
+    def set(self, **values: float) -> None:
+        """Hyperparameters as the servers hold them: float32."""
+        import torch
+
+        for name, v in values.items():
+            self.values[name] = torch.tensor(float(v), dtype=torch.float32)
 
     def step(self, grads_by_rank) -> None:
         import torch
 
+        f32 = functools.partial(torch.tensor, dtype=torch.float32)
+        h = self.values
+        lr, wd = h["learning_rate"], h["weight_decay"]
+        self.t += 1
+        adam = self.kind in ("adam", "adamw")
+        l2 = self.kind not in ("adamw", "sum") and float(wd) != 0.0
+        decoupled = self.kind == "adamw" and float(wd) != 0.0
+        if adam:
+            one = f32(1.0)
+            b1, b2 = h["beta1"], h["beta2"]
+            a = f32(float(lr) / (1.0 - float(b1) ** self.t))
+            c2 = f32(1.0 / (1.0 - float(b2) ** self.t))
+            d = f32(1.0 - float(lr) * float(wd))
         with torch.no_grad():
             for i, p in enumerate(self.params):
                 g = grads_by_rank[0][i].clone()
                 for r in range(1, len(grads_by_rank)):
                     g = g + grads_by_rank[r][i]
                 g = g * self.inv_n
-                if self.kind == "momentum":
-                    self.u[i] = self.u[i] * self.mu + g
-                    g = self.u[i]
-                p.copy_(p - self.lr * g)
+                if self.kind == "sum":
+                    p.grad = g
+                    continue
+                if l2:
+                    g = g + wd * p
+                if self.kind == "sgd":
+                    p.copy_(p - lr * g)
+                elif self.kind == "momentum":
+                    self.s0[i] = h["momentum"] * self.s0[i] + g
+                    p.copy_(p - lr * self.s0[i])
+                else:
+                    self.s0[i] = b1 * self.s0[i] + (one - b1) * g
+                    self.s1[i] = b2 * self.s1[i] + (one - b2) * (g * g)
+                    q = (a * self.s0[i]) / (torch.sqrt(self.s1[i] * c2) + h["epsilon"])
+                    p.copy_((p * d if decoupled else p) - q)
+
+
+class Recipe:
+    """What a DDP training script does around its optimizer (--accumulate, --clip, --amp,
+    --local-optimizer, --lr, --schedule): each step's batch in K micro-batches whose
+    gradients accumulate, the loss scaled (a GradScaler; bf16 autocast of the forward
+    pass), then, once the averaged gradient is in .grad, unscaled, clipped and applied by
+    the trainer's optimizer, whose learning rate follows a warm-up and cosine schedule.
+    The same code runs under Mercury, DDP and the one-process reference. Without those
+    flags it is the plain step: one backward pass of the batch's loss."""
+
+    def __init__(self, args, training: Dict, params, steps: int, optimizer: bool) -> None:
+        """optimizer: whether this process steps a torch optimizer (under Mercury, only
+        with training.optimizer sum; then SGD at the job's rate unless told otherwise)."""
+        self.k = args.accumulate
+        self.clip = args.clip
+        self.amp = args.amp
+        self.clipped = self.skipped = 0
+        self.opt = self.scaler = self.sched = None
+        if not optimizer:
+            return
+        kind = training.get("optimizer", "sgd")
+        self.opt = local_optimizer(dict(training, optimizer=args.local_optimizer or (
+            "sgd" if kind == "sum" else kind), learning_rate=args.lr or training.get(
+                "learning_rate", 0.01)), params)
+        if args.amp:
+            from cpu_grad_scaler import CpuGradScaler
+
+            # A scale that overflows at first and again after each growth: the steps
+            # skipped, and the back-off, are part of what the runs must agree on.
+            self.scaler = CpuGradScaler(init_scale=2.0 ** 127, growth_interval=8)
+        if args.schedule:
+            import warnings
+            from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+
+            warm = max(1, steps // 10)
+            warnings.filterwarnings("ignore", "The epoch parameter", UserWarning)
+            self.sched = SequentialLR(self.opt, [
+                LinearLR(self.opt, start_factor=0.1, total_iters=warm),
+                CosineAnnealingLR(self.opt, T_max=steps - warm)], milestones=[warm])
+
+    @staticmethod
+    def steps_locally(args) -> bool:
+        """Whether the flags act on the averaged gradient, before a local optimizer."""
+        return bool(args.clip or args.amp or args.local_optimizer or args.lr or args.schedule)
+
+    def backward(self, net, xb, yb) -> float:
+        """One micro-batch's forward and backward pass; returns its loss."""
+        import contextlib
+
+        import torch
+        import torch.nn.functional as F
+
+        cast = torch.autocast("cpu", dtype=torch.bfloat16) if self.amp else \
+            contextlib.nullcontext()
+        with cast:
+            loss = F.cross_entropy(net(torch.from_numpy(xb)), torch.from_numpy(yb))
+        scaled = loss / self.k if self.k > 1 else loss
+        (self.scaler.scale(scaled) if self.scaler else scaled).backward()
+        return loss.item()
+
+    def step(self, params) -> None:
+        """The optimizer's step on the averaged gradient in .grad, as a DDP script takes it."""
+        import torch
+
+        if self.scaler:
+            self.scaler.unscale_(self.opt)
+        if self.clip:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.clip)
+            self.clipped += int(norm > self.clip)
+        if self.scaler:
+            before = self.scaler.get_scale()
+            self.scaler.step(self.opt)
+            self.scaler.update()
+            self.skipped += int(self.scaler.get_scale() < before)
+        else:
+            self.opt.step()
+        if self.sched:
+            self.sched.step()
+        self.opt.zero_grad()
+
+    def state_dict(self) -> Dict:
+        """What a checkpoint holds of the optimizer's side."""
+        return {"optimizer": self.opt.state_dict() if self.opt else None,
+                "scaler": self.scaler.state_dict() if self.scaler else None,
+                "schedule": self.sched.state_dict() if self.sched else None,
+                "clipped": self.clipped, "skipped": self.skipped}
+
+    def load_state_dict(self, state: Dict) -> None:
+        for part, name in ((self.opt, "optimizer"), (self.scaler, "scaler"),
+                           (self.sched, "schedule")):
+            if (part is None) != (state[name] is None):
+                raise SystemExit(f"train-digits: --resume: the checkpoint's {name} does not "
+                                 "match this run's flags")
+            if part is not None:
+                part.load_state_dict(state[name])
+        self.clipped, self.skipped = state["clipped"], state["skipped"]
+
+    def summary(self) -> str:
+        scale = self.scaler.get_scale() if self.scaler else 1.0
+        lr = self.opt.param_groups[0]["lr"] if self.opt else 0.0
+        return f"clipped {self.clipped} skipped {self.skipped} scale {scale:g} lr {lr:.9e}"
 
 
 def evaluate(model, x: np.ndarray, y: np.ndarray, xt: np.ndarray, yt: np.ndarray):
@@ -185,7 +347,6 @@ def train(args, node: str = "") -> int:
     """One worker of the job (node set), one DDP rank (--ddp-rank) or the whole
     job in one process."""
     import torch
-    import torch.nn.functional as F
 
     torch.set_num_threads(1)  # 4 trainers and a server share this machine's CPUs
     job = load_job(args.job)
@@ -197,18 +358,37 @@ def train(args, node: str = "") -> int:
     x, y, xt, yt = dataset()
     model = make_model()
     losses: List[float] = []
+    checkpoint = None
+    if args.resume:
+        # As a DDP script resumes: every rank loads the same file before the job starts
+        # (rank 0's parameters are version 0, so the others' would be replaced anyway).
+        checkpoint = torch.load(args.resume)
+        model.load_state_dict(checkpoint["model"])
 
     ddp = args.ddp_rank >= 0
+    summed = job["training"].get("optimizer") == "sum"
+    if Recipe.steps_locally(args) and not summed and (node or args.exact):
+        raise SystemExit("train-digits: --clip, --amp, --local-optimizer, --lr and --schedule act "
+                         "on the averaged gradient: under Mercury they need training.optimizer "
+                         "sum (a server-side optimizer never shows it to the trainer)")
+    if args.resume and not summed and node:
+        raise SystemExit("train-digits: --resume: the servers' optimizer state (momentum, Adam's "
+                         "moments) is not in a checkpoint yet, so only training.optimizer sum "
+                         "resumes where it stopped")
+    steps_per_epoch = (len(y) // workers) // local
+    recipe = Recipe(args, job["training"], model.parameters(), args.epochs * steps_per_epoch,
+                    optimizer=summed or ddp or (not node and not args.exact))
+    if checkpoint:
+        recipe.load_state_dict(checkpoint["recipe"])
     if node:
         import mercury
         import mercury.torch
 
         worker = mercury.Worker(args.job, node)
         rank = worker.rank
-        opt = None
-        if worker.optimizer == "sum":
-            opt = local_optimizer(dict(job["training"], optimizer="sgd"), model.parameters())
-        net = mercury.torch.DistributedModel(model, worker, opt)
+        net = mercury.torch.DistributedModel(
+            model, worker, recipe.opt,
+            backward_passes_per_step=args.accumulate if args.backward_passes else 1)
         # The job starts at the first forward pass (the declarations, every worker joined,
         # version 0 in the parameters): run one without gradients before the clock starts,
         # so that no rank's training time holds another's start-up.
@@ -223,15 +403,10 @@ def train(args, node: str = "") -> int:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.ddp_port}",
                                 rank=rank, world_size=workers)
         net = DistributedDataParallel(model)  # averages the local gradients: BSP's g
-        opt = local_optimizer(dict(job["training"], optimizer="sgd")
-                              if job["training"].get("optimizer") == "sum" else job["training"],
-                              net.parameters())
     else:
         rank, worker = 0, None
         if args.exact:
-            opt = ServerArithmetic(job["training"], model.parameters(), workers)
-        else:
-            opt = local_optimizer(job["training"], model.parameters())
+            server = ServerArithmetic(job["training"], model.parameters(), workers)
         net = model
     rank_losses: List[List[float]] = [[] for _ in range(workers)]  # --exact
 
@@ -241,11 +416,13 @@ def train(args, node: str = "") -> int:
     snapshots: List[Tuple] = []  # --curve-every: (epoch, steps, seconds, parameters)
     every = args.curve_every if args.curve and not quiet else 0
     trained_s = 0.0  # training time so far, evaluation excluded
-    done_steps = 0
     # --end-with-rank0: a flag in memory every fork of the launcher shares.
     rank0_done = getattr(args, "rank0_done", None) if node and not ddp else None
     t_start = time.monotonic()
-    for epoch in range(args.epochs):
+    first_epoch = checkpoint["epoch"] if checkpoint else 0
+    done_steps = first_epoch * steps_per_epoch
+    epochs = 0  # trained in this run
+    for epoch in range(first_epoch, args.epochs):
         if rank0_done is not None and rank != 0 and rank0_done.value:
             break
         t0 = time.monotonic()
@@ -270,36 +447,47 @@ def train(args, node: str = "") -> int:
             if args.exact:
                 grads = []
                 for r in range(workers):
-                    xb = torch.from_numpy(x[batches[r][k]])
-                    yb = torch.from_numpy(y[batches[r][k]])
                     model.zero_grad()
-                    loss = F.cross_entropy(model(xb), yb)
-                    loss.backward()
+                    for part in np.array_split(batches[r][k], recipe.k):
+                        rank_losses[r].append(recipe.backward(model, x[part], y[part]))
                     grads.append([p.grad.clone() for p in model.parameters()])
-                    rank_losses[r].append(loss.item())
-                opt.step(grads)
+                server.step(grads)  # with sum: the averaged gradient into .grad
+                if summed:
+                    recipe.step(list(model.parameters()))
                 continue
             idx = batches[rank][k] if node else np.concatenate([b[k] for b in batches])
-            xb, yb = torch.from_numpy(x[idx]), torch.from_numpy(y[idx])
             net.zero_grad()
-            loss = F.cross_entropy(net(xb), yb)
-            loss.backward()
-            if node and not ddp:
-                net.step()
+            parts = np.array_split(idx, recipe.k)
+            for j, part in enumerate(parts):
+                # The first K-1 micro-batches only accumulate (DDP's no_sync(); with
+                # --backward-passes the model counts the passes itself).
+                accumulating = j + 1 < len(parts) and (node or ddp) and not args.backward_passes
+                with net.no_sync() if accumulating else contextlib.nullcontext():
+                    losses.append(recipe.backward(net, x[part], y[part]))
+            if node and not ddp and not summed:
+                net.step()  # the servers' optimizer: nothing to do, the next forward waits
             else:
-                opt.step()
-            losses.append(loss.item())
+                recipe.step(list(model.parameters()))
         if node and not ddp:
             net.synchronize()  # the epoch's last update is in the parameters
         secs = time.monotonic() - t0
         trained_s += secs
         done_steps += steps
+        epochs += 1
         if not quiet:
             train_loss, acc = evaluate(model, x, y, xt, yt)
             curve.append((epoch + 1, done_steps, trained_s, train_loss, acc))
             print(f"epoch {epoch + 1:3d}/{args.epochs}: train loss {train_loss:.4f}  "
                   f"test accuracy {acc:.4f}  {secs:6.2f} s  "
                   f"{steps * args.batch / secs:8.0f} images/s", flush=True)
+        if args.checkpoint and rank == 0:
+            # A DDP script's checkpoint: the model and the optimizer's side, after the
+            # epoch's last update (written whole, then renamed over the last one).
+            torch.save({"epoch": epoch + 1, "model": model.state_dict(),
+                        "recipe": recipe.state_dict()}, args.checkpoint + ".tmp")
+            os.replace(args.checkpoint + ".tmp", args.checkpoint)
+        if epoch + 1 == args.stop_after:
+            break
 
     if rank0_done is not None and rank == 0:
         rank0_done.value = 1
@@ -314,6 +502,9 @@ def train(args, node: str = "") -> int:
             np.savetxt(os.path.join(args.losses, f"{name}.txt"), np.array(curve), fmt="%.9e")
             with open(os.path.join(args.losses, f"{name}.result"), "w") as f:
                 f.write(f"{acc:.6f} {train_loss:.9e} {total:.3f}\n")
+            if recipe.opt:  # what the optimizer's side did: the same on every rank
+                with open(os.path.join(args.losses, f"{name}.steps"), "w") as f:
+                    f.write(recipe.summary() + "\n")
     if args.curve and not quiet:
         probe = make_model()
         for e, n, secs, params in snapshots:
@@ -342,7 +533,7 @@ def train(args, node: str = "") -> int:
     if not quiet:
         verdict = "PASS" if acc >= args.target else "FAIL"
         print(f"train-digits: {verdict}: test accuracy {acc:.4f} (target {args.target:g}) after "
-              f"{args.epochs} epochs in {total:.1f} s ({total / args.epochs:.2f} s per epoch), "
+              f"{epochs} epochs in {total:.1f} s ({total / max(epochs, 1):.2f} s per epoch), "
               f"{workers} workers" + ("" if node else " emulated in one process") +
               (" (DDP over gloo)" if ddp else ""), flush=True)
     return 0 if acc >= args.target else 1
@@ -355,6 +546,7 @@ def launch(args) -> int:
                   "--compute-ms", str(args.compute_ms), "--target", str(args.target)]
         for spec in args.straggler:
             script += ["--straggler", spec]
+        script += recipe_flags(args)
         if args.losses:
             script += ["--losses", args.losses]
         if args.curve:
@@ -393,6 +585,16 @@ def launch(args) -> int:
     for n, s in failed.items():
         print(f"train-digits: {n} exited with status {s}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def recipe_flags(args) -> List[str]:
+    """The command line of the Recipe's and the checkpoints' flags, for the processes
+    --ddp starts."""
+    flags = ["--accumulate", str(args.accumulate)]
+    for name in ("clip", "local_optimizer", "lr", "checkpoint", "stop_after", "resume"):
+        if getattr(args, name):
+            flags += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    return flags + [f for f, on in (("--amp", args.amp), ("--schedule", args.schedule)) if on]
 
 
 def launch_ddp(args, script: List[str]) -> int:
@@ -443,6 +645,32 @@ def main() -> int:
     p.add_argument("--curve-every", type=int, default=0, metavar="K",
                    help="with --curve: also the test accuracy of rank 0's parameters every K "
                         "steps")
+    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+                   help="each step's local batch in K micro-batches: the first K-1 backward "
+                        "passes inside no_sync() accumulate, the last one pushes the sum")
+    p.add_argument("--backward-passes", action="store_true",
+                   help="with --accumulate: DistributedModel(backward_passes_per_step=K) "
+                        "instead of no_sync()")
+    p.add_argument("--clip", type=float, default=0.0, metavar="NORM",
+                   help="clip_grad_norm_ of the averaged gradient before the optimizer's step")
+    p.add_argument("--amp", action="store_true",
+                   help="bf16 autocast of the forward pass and loss scaling with a GradScaler "
+                        "(on CPU, cpu_grad_scaler.CpuGradScaler): the averaged gradient is "
+                        "unscaled before clipping, a step whose gradient overflowed is skipped")
+    p.add_argument("--local-optimizer", choices=("sgd", "momentum", "adam", "adamw"),
+                   help="the trainer's optimizer under training.optimizer sum (default sgd)")
+    p.add_argument("--lr", type=float, default=0.0,
+                   help="its learning rate (default: the job's, else 0.01)")
+    p.add_argument("--schedule", action="store_true",
+                   help="warm-up over the first tenth of the steps, then cosine annealing of "
+                        "that learning rate")
+    p.add_argument("--checkpoint", default="", metavar="FILE",
+                   help="rank 0 saves the model and the optimizer's side here after every "
+                        "epoch (torch.save)")
+    p.add_argument("--stop-after", type=int, default=0, metavar="E",
+                   help="stop after epoch E of --epochs (as if interrupted)")
+    p.add_argument("--resume", default="", metavar="FILE",
+                   help="every rank loads this checkpoint and goes on from its epoch")
     p.add_argument("--end-with-rank0", action="store_true",
                    help="end the job once rank 0 has trained its epochs (the others stop at "
                         "their next step)")
@@ -473,6 +701,16 @@ def main() -> int:
                 "not with --ddp, --single or --node")
     if args.ddp and (args.single or args.node):
         p.error("--ddp runs the job's workers itself: not with --single or --node")
+    if args.accumulate < 1 or args.accumulate > args.batch:
+        p.error("--accumulate K needs 1 <= K <= the batch")
+    if args.backward_passes and (args.accumulate < 2 or args.ddp or args.ddp_rank >= 0):
+        p.error("--backward-passes goes with --accumulate K > 1, under Mercury")
+    if args.clip < 0 or args.lr < 0:
+        p.error("--clip and --lr must not be negative")
+    if not 0 <= args.stop_after < args.epochs:
+        p.error("--stop-after E needs 0 < E < --epochs")
+    if args.resume and args.exact:
+        p.error("--resume goes with a run that keeps a torch optimizer, not --exact")
     if args.ddp_rank >= 0:
         return train(args)
     build = Path(args.build)

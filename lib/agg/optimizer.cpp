@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -97,36 +98,75 @@ inline void prefetch_chunk(const std::byte* const* src, uint32_t n, uint64_t ele
 #endif
 }
 
+// What one element's update does: the optimizer kind with its weight-decay
+// variant. The decay terms are separate kernels rather than multiplied by a
+// zero weight decay, so a job without decay computes what it always did
+// (0 x inf would be a NaN, and every extra operation is memory traffic).
+enum class Rule : uint8_t {
+  kSumOnly,
+  kSgd,
+  kSgdL2,
+  kMomentum,
+  kMomentumL2,
+  kAdam,
+  kAdamL2,
+  kAdamW
+};
+
+constexpr bool has_l2(Rule r) {
+  return r == Rule::kSgdL2 || r == Rule::kMomentumL2 || r == Rule::kAdamL2;
+}
+
+Rule rule_of(OptimizerKind kind, const StepParams& k) {
+  const bool l2 = k.wd != 0.0f;
+  switch (kind) {
+    case OptimizerKind::kSumOnly:
+      return Rule::kSumOnly;
+    case OptimizerKind::kSgd:
+      return l2 ? Rule::kSgdL2 : Rule::kSgd;
+    case OptimizerKind::kMomentum:
+      return l2 ? Rule::kMomentumL2 : Rule::kMomentum;
+    case OptimizerKind::kAdam:
+      return k.decoupled ? Rule::kAdamW : l2 ? Rule::kAdamL2 : Rule::kAdam;
+  }
+  return Rule::kSumOnly;
+}
+
 // Elements [first, last) of one update with vector type V.
-template <class V, OptimizerKind kKind, uint32_t kN>
+template <class V, Rule kRule, uint32_t kN>
 inline void apply_range(const std::byte* const* src, uint32_t n, uint64_t first, uint64_t last,
                         float* param, float* s0, float* s1, const StepParams& k) {
   const auto inv_n = V::set1(k.inv_n);
   const auto lr = V::set1(k.lr);
   for (uint64_t i = first; i + V::kLanes <= last; i += V::kLanes) {
-    const auto g = V::mul(rank_sum<V, kN>(src, n, i * sizeof(float)), inv_n);
-    if constexpr (kKind == OptimizerKind::kSumOnly) {
+    auto g = V::mul(rank_sum<V, kN>(src, n, i * sizeof(float)), inv_n);
+    if constexpr (kRule == Rule::kSumOnly) {
       V::store(param + i, g);
-    } else if constexpr (kKind == OptimizerKind::kSgd) {
-      V::store(param + i, V::sub(V::load(param + i), V::mul(lr, g)));
-    } else if constexpr (kKind == OptimizerKind::kMomentum) {
-      const auto u = V::add(V::mul(V::set1(k.mu), V::load(s0 + i)), g);
-      V::store(s0 + i, u);
-      V::store(param + i, V::sub(V::load(param + i), V::mul(lr, u)));
     } else {
-      const auto m =
-          V::add(V::mul(V::set1(k.b1), V::load(s0 + i)), V::mul(V::set1(k.one_minus_b1), g));
-      const auto v = V::add(V::mul(V::set1(k.b2), V::load(s1 + i)),
-                            V::mul(V::set1(k.one_minus_b2), V::mul(g, g)));
-      V::store(s0 + i, m);
-      V::store(s1 + i, v);
-      const auto den = V::add(V::sqrt(V::mul(v, V::set1(k.adam_c2))), V::set1(k.eps));
-      V::store(param + i, V::sub(V::load(param + i), V::div(V::mul(V::set1(k.adam_a), m), den)));
+      auto p = V::load(param + i);
+      if constexpr (has_l2(kRule)) g = V::add(g, V::mul(V::set1(k.wd), p));
+      if constexpr (kRule == Rule::kSgd || kRule == Rule::kSgdL2) {
+        V::store(param + i, V::sub(p, V::mul(lr, g)));
+      } else if constexpr (kRule == Rule::kMomentum || kRule == Rule::kMomentumL2) {
+        const auto u = V::add(V::mul(V::set1(k.mu), V::load(s0 + i)), g);
+        V::store(s0 + i, u);
+        V::store(param + i, V::sub(p, V::mul(lr, u)));
+      } else {
+        const auto m =
+            V::add(V::mul(V::set1(k.b1), V::load(s0 + i)), V::mul(V::set1(k.one_minus_b1), g));
+        const auto v = V::add(V::mul(V::set1(k.b2), V::load(s1 + i)),
+                              V::mul(V::set1(k.one_minus_b2), V::mul(g, g)));
+        V::store(s0 + i, m);
+        V::store(s1 + i, v);
+        const auto den = V::add(V::sqrt(V::mul(v, V::set1(k.adam_c2))), V::set1(k.eps));
+        if constexpr (kRule == Rule::kAdamW) p = V::mul(p, V::set1(k.decay));
+        V::store(param + i, V::sub(p, V::div(V::mul(V::set1(k.adam_a), m), den)));
+      }
     }
   }
 }
 
-template <class V, OptimizerKind kKind, uint32_t kN>
+template <class V, Rule kRule, uint32_t kN>
 void apply_all(const std::byte* const* src_in, uint32_t n, uint64_t elements, float* param,
                float* s0, float* s1, const StepParams& k) {
   // A local copy of the source pointers: otherwise the compiler reloads them
@@ -139,41 +179,40 @@ void apply_all(const std::byte* const* src_in, uint32_t n, uint64_t elements, fl
   }
   prefetch_chunk(src, kN ? kN : n, elements, param);
   const uint64_t body = elements / V::kLanes * V::kLanes;
-  apply_range<V, kKind, kN>(src, n, 0, body, param, s0, s1, k);
+  apply_range<V, kRule, kN>(src, n, 0, body, param, s0, s1, k);
   // The tail goes through the scalar formulas, which are the same operations.
-  apply_range<Scalar, kKind, kN>(src, n, body, elements, param, s0, s1, k);
+  apply_range<Scalar, kRule, kN>(src, n, body, elements, param, s0, s1, k);
 }
 
-template <class V, OptimizerKind kKind>
+template <class V, Rule kRule>
 void apply_n(const std::byte* const* src, uint32_t n, uint64_t elements, float* param, float* s0,
              float* s1, const StepParams& k) {
   switch (n) {
     case 1:
-      return apply_all<V, kKind, 1>(src, n, elements, param, s0, s1, k);
+      return apply_all<V, kRule, 1>(src, n, elements, param, s0, s1, k);
     case 2:
-      return apply_all<V, kKind, 2>(src, n, elements, param, s0, s1, k);
+      return apply_all<V, kRule, 2>(src, n, elements, param, s0, s1, k);
     case 4:
-      return apply_all<V, kKind, 4>(src, n, elements, param, s0, s1, k);
+      return apply_all<V, kRule, 4>(src, n, elements, param, s0, s1, k);
     case 8:
-      return apply_all<V, kKind, 8>(src, n, elements, param, s0, s1, k);
+      return apply_all<V, kRule, 8>(src, n, elements, param, s0, s1, k);
     default:
-      return apply_all<V, kKind, 0>(src, n, elements, param, s0, s1, k);
+      return apply_all<V, kRule, 0>(src, n, elements, param, s0, s1, k);
   }
 }
 
 template <class V>
 void apply_kind(OptimizerKind kind, const std::byte* const* src, uint32_t n, uint64_t elements,
                 float* param, float* s0, float* s1, const StepParams& k) {
-  switch (kind) {
-    case OptimizerKind::kSumOnly:
-      return apply_n<V, OptimizerKind::kSumOnly>(src, n, elements, param, s0, s1, k);
-    case OptimizerKind::kSgd:
-      return apply_n<V, OptimizerKind::kSgd>(src, n, elements, param, s0, s1, k);
-    case OptimizerKind::kMomentum:
-      return apply_n<V, OptimizerKind::kMomentum>(src, n, elements, param, s0, s1, k);
-    case OptimizerKind::kAdam:
-      return apply_n<V, OptimizerKind::kAdam>(src, n, elements, param, s0, s1, k);
-  }
+  using Kernel = void (*)(const std::byte* const*, uint32_t, uint64_t, float*, float*, float*,
+                          const StepParams&);
+  // Indexed by Rule.
+  static constexpr Kernel kKernels[] = {
+      &apply_n<V, Rule::kSumOnly>,  &apply_n<V, Rule::kSgd>,        &apply_n<V, Rule::kSgdL2>,
+      &apply_n<V, Rule::kMomentum>, &apply_n<V, Rule::kMomentumL2>, &apply_n<V, Rule::kAdam>,
+      &apply_n<V, Rule::kAdamL2>,   &apply_n<V, Rule::kAdamW>};
+  static_assert(std::size(kKernels) == static_cast<size_t>(Rule::kAdamW) + 1);
+  kKernels[static_cast<size_t>(rule_of(kind, k))](src, n, elements, param, s0, s1, k);
 }
 
 template <class V>
@@ -257,23 +296,79 @@ Simd resolve_simd(Simd simd) {
 #endif
 }
 
-StepParams step_params(const OptimizerConfig& c, uint32_t contributions, uint64_t step,
-                       float lr_scale) {
+Hyperparameters hyperparameters_of(const OptimizerConfig& c) {
+  return Hyperparameters{.learning_rate = c.learning_rate,
+                         .momentum = c.momentum,
+                         .weight_decay = c.weight_decay,
+                         .beta1 = c.beta1,
+                         .beta2 = c.beta2,
+                         .epsilon = c.epsilon};
+}
+
+std::string hyperparameters_refused(OptimizerKind kind, bool decoupled, const Hyperparameters& h) {
+  auto bad = [](const char* name, float v, const char* rule) {
+    return std::string(name) + " " + std::to_string(v) + " is not " + rule;
+  };
+  auto unit = [](float v) { return std::isfinite(v) && v >= 0.0f && v < 1.0f; };
+  if (decoupled && kind != OptimizerKind::kAdam) {
+    return "a decoupled weight decay (AdamW) needs optimizer adam, not " +
+           std::string(optimizer_name(kind));
+  }
+  if (kind == OptimizerKind::kSumOnly) {
+    if (h.weight_decay != 0.0f) return "weight_decay is not used by optimizer sum-only";
+    return {};
+  }
+  if (!std::isfinite(h.learning_rate) || h.learning_rate < 0.0f) {
+    return bad("learning_rate", h.learning_rate, "finite and >= 0");
+  }
+  if (!std::isfinite(h.weight_decay) || h.weight_decay < 0.0f) {
+    return bad("weight_decay", h.weight_decay, "finite and >= 0");
+  }
+  if (kind == OptimizerKind::kMomentum && !unit(h.momentum)) {
+    return bad("momentum", h.momentum, "in [0, 1)");
+  }
+  if (kind == OptimizerKind::kAdam) {
+    if (!unit(h.beta1)) return bad("beta1", h.beta1, "in [0, 1)");
+    if (!unit(h.beta2)) return bad("beta2", h.beta2, "in [0, 1)");
+    if (!std::isfinite(h.epsilon) || h.epsilon <= 0.0f) {
+      return bad("epsilon", h.epsilon, "finite and > 0");
+    }
+  }
+  return {};
+}
+
+StepParams step_params(OptimizerKind kind, bool decoupled, const Hyperparameters& h,
+                       uint32_t contributions, uint64_t step, float lr_scale) {
   StepParams k;
   k.inv_n = 1.0f / static_cast<float>(contributions);
-  k.lr = c.learning_rate * lr_scale;
-  k.mu = c.momentum;
-  k.b1 = c.beta1;
-  k.one_minus_b1 = 1.0f - c.beta1;
-  k.b2 = c.beta2;
-  k.one_minus_b2 = 1.0f - c.beta2;
-  k.eps = c.epsilon;
-  if (c.kind == OptimizerKind::kAdam) {  // two pow() calls: only where they are used
+  k.lr = h.learning_rate * lr_scale;
+  k.mu = h.momentum;
+  k.b1 = h.beta1;
+  k.one_minus_b1 = 1.0f - h.beta1;
+  k.b2 = h.beta2;
+  k.one_minus_b2 = 1.0f - h.beta2;
+  k.eps = h.epsilon;
+  if (kind != OptimizerKind::kSumOnly && h.weight_decay != 0.0f) {
+    if (decoupled && kind == OptimizerKind::kAdam) {
+      k.decoupled = true;
+      k.decay =
+          static_cast<float>(1.0 - static_cast<double>(k.lr) * static_cast<double>(h.weight_decay));
+    } else {
+      k.wd = h.weight_decay;
+    }
+  }
+  if (kind == OptimizerKind::kAdam) {  // two pow() calls: only where they are used
     const double t = static_cast<double>(step);
-    k.adam_a = static_cast<float>(k.lr / (1.0 - std::pow(static_cast<double>(c.beta1), t)));
-    k.adam_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(c.beta2), t)));
+    k.adam_a = static_cast<float>(k.lr / (1.0 - std::pow(static_cast<double>(h.beta1), t)));
+    k.adam_c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(h.beta2), t)));
   }
   return k;
+}
+
+StepParams step_params(const OptimizerConfig& c, uint32_t contributions, uint64_t step,
+                       float lr_scale) {
+  return step_params(c.kind, c.decoupled_weight_decay, hyperparameters_of(c), contributions, step,
+                     lr_scale);
 }
 
 void reduce_apply(OptimizerKind kind, Simd simd, const std::byte* const* src, uint32_t n,

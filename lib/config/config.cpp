@@ -199,6 +199,8 @@ std::string_view to_string(Optimizer v) {
       return "adam";
     case Optimizer::kSum:
       return "sum";
+    case Optimizer::kAdamW:
+      return "adamw";
   }
   return "?";
 }

@@ -114,7 +114,7 @@ enum class Poll : uint8_t {
 };
 enum class Role : uint8_t { kServer, kWorker };
 enum class Sync : uint8_t { kBsp, kAsp, kSsp, kPsPlus };
-enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum };
+enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum, kAdamW };
 /// PS+'s learning rate for an update s versions stale: lr / (1 + s),
 /// lr / sqrt(1 + s), or lr.
 enum class StalenessLr : uint8_t { kInverse, kInverseSqrt, kNone };
@@ -218,6 +218,8 @@ struct TrainingConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1.0e-8;
+  /// sgd, momentum, adam: an L2 term; adamw: decoupled. 0 = none.
+  double weight_decay = 0.0;
 };
 
 /// The value of the first `key=value` entry with this key in a comma-separated

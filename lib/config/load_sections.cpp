@@ -2,6 +2,8 @@
 // job, network (with the partition scheduler's keys and their credit rule),
 // mempool, eal (refusing options the generator writes), link and training
 // (with the keys each optimizer owns).
+#include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -182,7 +184,7 @@ void parse_training(const Section& root, TrainingConfig& t) {
   Section s =
       optional_section(root, "training",
                        {"sync", "staleness_bound", "staleness_lr", "aggregation", "optimizer",
-                        "learning_rate", "momentum", "beta1", "beta2", "epsilon"});
+                        "learning_rate", "momentum", "beta1", "beta2", "epsilon", "weight_decay"});
   const std::optional<Value> sync = s.get("sync");
   if (sync) {
     t.sync = sync->choice<Sync>(
@@ -192,6 +194,7 @@ void parse_training(const Section& root, TrainingConfig& t) {
     t.optimizer = v->choice<Optimizer>({{"sgd", Optimizer::kSgd},
                                         {"momentum", Optimizer::kMomentum},
                                         {"adam", Optimizer::kAdam},
+                                        {"adamw", Optimizer::kAdamW},
                                         {"sum", Optimizer::kSum}});
   }
   const std::string opt_name(to_string(t.optimizer));
@@ -240,18 +243,28 @@ void parse_training(const Section& root, TrainingConfig& t) {
     }
     t.learning_rate = positive(*v);
   }
-  auto only_for = [&](const char* key, Optimizer owner) -> std::optional<Value> {
+  auto only_for = [&](const char* key, std::initializer_list<Optimizer> owners,
+                      const char* names) -> std::optional<Value> {
     auto v = s.get(key);
-    if (v && t.optimizer != owner) {
-      v->fail("only used by optimizer " + std::string(to_string(owner)) +
-              " (training.optimizer is " + opt_name + ")");
+    if (v && std::find(owners.begin(), owners.end(), t.optimizer) == owners.end()) {
+      v->fail(std::string("only used by optimizer ") + names + " (training.optimizer is " +
+              opt_name + ")");
     }
     return v;
   };
-  if (auto v = only_for("momentum", Optimizer::kMomentum)) t.momentum = half_open(*v, 0, 1);
-  if (auto v = only_for("beta1", Optimizer::kAdam)) t.beta1 = half_open(*v, 0, 1);
-  if (auto v = only_for("beta2", Optimizer::kAdam)) t.beta2 = half_open(*v, 0, 1);
-  if (auto v = only_for("epsilon", Optimizer::kAdam)) t.epsilon = positive(*v);
+  const std::initializer_list<Optimizer> kAdams = {Optimizer::kAdam, Optimizer::kAdamW};
+  if (auto v = only_for("momentum", {Optimizer::kMomentum}, "momentum")) {
+    t.momentum = half_open(*v, 0, 1);
+  }
+  if (auto v = only_for("beta1", kAdams, "adam and adamw")) t.beta1 = half_open(*v, 0, 1);
+  if (auto v = only_for("beta2", kAdams, "adam and adamw")) t.beta2 = half_open(*v, 0, 1);
+  if (auto v = only_for("epsilon", kAdams, "adam and adamw")) t.epsilon = positive(*v);
+  if (auto v =
+          only_for("weight_decay",
+                   {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam, Optimizer::kAdamW},
+                   "sgd, momentum, adam and adamw")) {
+    t.weight_decay = half_open(*v, 0, 1);
+  }
 }
 
 }  // namespace mercury::config::detail

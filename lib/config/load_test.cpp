@@ -90,11 +90,12 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
           "  rate_steps: [{at_s: 5, rate_gbps: 1.25}, {at_s: 10.5, rate_gbps: 0}]\n"
           "training:\n"
           "  sync: bsp\n"
-          "  optimizer: adam\n"
+          "  optimizer: adamw\n"
           "  learning_rate: 1.0e-3\n"
           "  beta1: 0.8\n"
           "  beta2: 0.99\n"
-          "  epsilon: 1e-6\n",
+          "  epsilon: 1e-6\n"
+          "  weight_decay: 0.01\n",
           "  - name: s0\n"
           "    role: server\n"
           "    ipv4: 10.0.0.1\n"
@@ -134,7 +135,9 @@ TEST(ConfigLoad, EveryKeySetIsRead) {
   EXPECT_TRUE(job.link.enabled());
   EXPECT_EQ(job.training.sync, Sync::kBsp);
   EXPECT_EQ(job.training.staleness_bound, 0u);
-  EXPECT_EQ(job.training.optimizer, Optimizer::kAdam);
+  EXPECT_EQ(job.training.optimizer, Optimizer::kAdamW);
+  EXPECT_EQ(to_string(job.training.optimizer), "adamw");
+  EXPECT_DOUBLE_EQ(job.training.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(job.training.learning_rate, 1.0e-3);
   EXPECT_DOUBLE_EQ(job.training.beta1, 0.8);
   EXPECT_DOUBLE_EQ(job.training.beta2, 0.99);

@@ -155,7 +155,7 @@ TEST(ConfigRefuse, NotOneOfTheChoices) {
   EXPECT_TRUE(refused(doc("training:\n  sync: bulk\n"), 5, "training.sync",
                       "is not one of bsp, asp, ssp, psplus"));
   EXPECT_TRUE(refused(doc("training:\n  optimizer: lamb\n"), 5, "training.optimizer",
-                      "is not one of sgd, momentum, adam, sum"));
+                      "is not one of sgd, momentum, adam, adamw, sum"));
   std::string nodes = "  - name: s0\n    role: boss\n";
   EXPECT_TRUE(refused(doc("", nodes), 6, "nodes[0].role", "\"boss\" is not one of server, worker"));
 }

@@ -277,7 +277,11 @@ TEST(ConfigRefuse, OptimizerKeyForAnotherOptimizer) {
   EXPECT_TRUE(refused(doc("training:\n  momentum: 0.5\n"), 5, "training.momentum",
                       "only used by optimizer momentum (training.optimizer is sgd)"));
   EXPECT_TRUE(refused(doc("training:\n  optimizer: momentum\n  beta1: 0.5\n"), 6, "training.beta1",
-                      "only used by optimizer adam (training.optimizer is momentum)"));
+                      "only used by optimizer adam and adamw (training.optimizer is momentum)"));
+  EXPECT_TRUE(refused(doc("training:\n  optimizer: sum\n  weight_decay: 0.1\n"), 6,
+                      "training.weight_decay",
+                      "only used by optimizer sgd, momentum, adam and adamw (training.optimizer is "
+                      "sum)"));
   EXPECT_TRUE(refused(doc("training:\n  beta2: 0.5\n"), 5, "training.beta2", "only used by"));
   EXPECT_TRUE(refused(doc("training:\n  epsilon: 0.5\n"), 5, "training.epsilon", "only used by"));
 }
@@ -287,6 +291,8 @@ TEST(ConfigRefuse, OptimizerParameterOutOfRange) {
                       "training.momentum", "1 is out of range [0, 1)"));
   EXPECT_TRUE(refused(doc("training:\n  optimizer: adam\n  beta2: 1.5\n"), 6, "training.beta2",
                       "out of range [0, 1)"));
+  EXPECT_TRUE(refused(doc("training:\n  optimizer: adamw\n  weight_decay: -0.1\n"), 6,
+                      "training.weight_decay", "out of range [0, 1)"));
 }
 
 }  // namespace

@@ -77,12 +77,17 @@ agg::OptimizerConfig optimizer_config(const config::TrainingConfig& t) {
     case config::Optimizer::kAdam:
       o.kind = agg::OptimizerKind::kAdam;
       break;
+    case config::Optimizer::kAdamW:
+      o.kind = agg::OptimizerKind::kAdam;
+      o.decoupled_weight_decay = true;
+      break;
   }
   o.learning_rate = static_cast<float>(t.learning_rate);
   o.momentum = static_cast<float>(t.momentum);
   o.beta1 = static_cast<float>(t.beta1);
   o.beta2 = static_cast<float>(t.beta2);
   o.epsilon = static_cast<float>(t.epsilon);
+  o.weight_decay = static_cast<float>(t.weight_decay);
   return o;
 }
 

@@ -65,7 +65,24 @@ TEST(Job, OptimizerAndSyncFollowTheTrainingSection) {
   EXPECT_EQ(o.kind, agg::OptimizerKind::kAdam);
   EXPECT_FLOAT_EQ(o.learning_rate, 0.5f);
   EXPECT_FLOAT_EQ(o.beta1, 0.8f);
+  EXPECT_EQ(o.weight_decay, 0.0f);
+  EXPECT_FALSE(o.decoupled_weight_decay);
   EXPECT_NE(sync_policy(j.training), nullptr);
+}
+
+TEST(Job, AdamwIsAdamWithADecoupledWeightDecay) {
+  std::string text = kJob;
+  text.replace(text.find("optimizer: adam,"), 16, "optimizer: adamw, weight_decay: 0.25,");
+  const agg::OptimizerConfig o = optimizer_config(config::load_string(text).training);
+  EXPECT_EQ(o.kind, agg::OptimizerKind::kAdam);
+  EXPECT_TRUE(o.decoupled_weight_decay);
+  EXPECT_EQ(o.weight_decay, 0.25f);
+  text.replace(text.find("optimizer: adamw,"), 17, "optimizer: momentum,");
+  text.replace(text.find(", beta1: 0.8"), 12, "");
+  const agg::OptimizerConfig l2 = optimizer_config(config::load_string(text).training);
+  EXPECT_EQ(l2.kind, agg::OptimizerKind::kMomentum);
+  EXPECT_FALSE(l2.decoupled_weight_decay);
+  EXPECT_EQ(l2.weight_decay, 0.25f);
 }
 
 TEST(Job, StoreForwardUnitIsATensorOrAPartitionOfWholePackets) {

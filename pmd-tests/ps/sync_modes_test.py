@@ -10,9 +10,9 @@ Also checked: the server's count of updates, exactly one per chunk per push (and
 0), ssp's largest gap to the slowest never above its bound, no pull delivering an older
 version than the one before, and the server's clean stop.
 
-`optimizers`: bsp with momentum and with adam over memif, every round's aggregate checked
-bit for bit against ps-worker's replay of the servers' optimizer (its state carried from
-round to round); and momentum and adam under psplus and adam under bsp in free-running
+`optimizers`: bsp with momentum, adam, momentum with weight decay and adamw over memif,
+every round's aggregate checked bit for bit against ps-worker's replay of the servers'
+optimizer (its state carried from round to round); and momentum and adam under psplus and adam under bsp in free-running
 rounds, every rank pushing the same gradient so that the end state is the optimizer's
 step replayed once per push; under asp and ssp (which send a worker only its own updates)
 ps-worker refuses to check momentum's end state, saying why.
@@ -106,7 +106,10 @@ def run_memif(build, model, mode, extra, optimizer=None):
 
 
 OPTIMIZERS = ["optimizer: momentum, learning_rate: 0.01, momentum: 0.9",
-              "optimizer: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-8"]
+              "optimizer: adam, learning_rate: 0.001, beta1: 0.9, beta2: 0.999, epsilon: 1.0e-8",
+              # Weight decay: an L2 term, and AdamW's decoupled decay.
+              "optimizer: momentum, learning_rate: 0.01, momentum: 0.9, weight_decay: 0.001",
+              "optimizer: adamw, learning_rate: 0.001, weight_decay: 0.01"]
 # Momentum and Adam in free-running rounds, where the end state can be read by every worker.
 STATEFUL = [("psplus", "staleness_lr: none, ", OPTIMIZERS[0]),
             ("psplus", "staleness_lr: none, ", OPTIMIZERS[1]),

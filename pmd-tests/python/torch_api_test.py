@@ -182,36 +182,47 @@ def worker_main(job, node, optimizer):
     print(f"{node}: every check passed", flush=True)
 
 
+def run_torch_job(case, script, build, name, optimizer, lr, check=None):
+    """ps-server and two processes of `script` (BUILD --worker JOB NODE OPTIMIZER) on
+    the two-worker job with `optimizer` (at learning rate `lr` unless sum): asserts on
+    `case` that each exits 0 saying every check passed; check(tmp, node) runs then."""
+    from mercury.launch import run_job
+
+    with tempfile.TemporaryDirectory() as tmp:
+        job = os.path.join(tmp, "job.yaml")
+        text = JOB.format(name=name, tmp=tmp)
+        text = text.replace("optimizer: sum", "optimizer: " + optimizer +
+                            ("" if optimizer == "sum" else f", learning_rate: {lr}"))
+        with open(job, "w") as f:
+            f.write(text)
+        lines = []
+        status = run_job(
+            job, lambda node, rank: [sys.executable, script, build, "--worker", job, node,
+                                     optimizer],
+            server_bin=os.path.join(build, "apps", "ps-server"),
+            echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120)
+        out = "\n".join(lines)
+        case.assertEqual(status, {"w0": 0, "w1": 0, "server0": 0}, out)
+        for node in ("w0", "w1"):
+            case.assertIn(f"{node}: {node}: every check passed", out)
+            if check:
+                check(tmp, node)
+
+
 class TorchIntegration(unittest.TestCase):
     def run_job(self, optimizer):
         import json
 
-        from mercury.launch import run_job
+        def timeline(tmp, node):
+            with open(os.path.join(tmp, "timeline", node + ".json")) as f:
+                events = json.load(f)["traceEvents"]
+            rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+            tracks = {rows[e["tid"]] for e in events if e["ph"] == "X"}
+            self.assertLessEqual({"forward", "backward", "inner.net.0.weight"}, tracks)
+            if optimizer == "sgd":
+                self.assertIn("wait", set(rows.values()))
 
-        with tempfile.TemporaryDirectory() as tmp:
-            job = os.path.join(tmp, "job.yaml")
-            text = JOB.format(name="pytorch-" + optimizer, tmp=tmp)
-            text = text.replace("optimizer: sum", "optimizer: " + optimizer +
-                                ("" if optimizer == "sum" else f", learning_rate: {LR}"))
-            with open(job, "w") as f:
-                f.write(text)
-            lines = []
-            status = run_job(
-                job, lambda node, rank: [sys.executable, __file__, BUILD, "--worker", job, node,
-                                         optimizer],
-                server_bin=os.path.join(BUILD, "apps", "ps-server"),
-                echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120)
-            out = "\n".join(lines)
-            self.assertEqual(status, {"w0": 0, "w1": 0, "server0": 0}, out)
-            for node in ("w0", "w1"):
-                self.assertIn(f"{node}: {node}: every check passed", out)
-                with open(os.path.join(tmp, "timeline", node + ".json")) as f:
-                    events = json.load(f)["traceEvents"]
-                rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
-                tracks = {rows[e["tid"]] for e in events if e["ph"] == "X"}
-                self.assertLessEqual({"forward", "backward", "inner.net.0.weight"}, tracks)
-                if optimizer == "sgd":
-                    self.assertIn("wait", set(rows.values()))
+        run_torch_job(self, __file__, BUILD, "pytorch-" + optimizer, optimizer, LR, timeline)
 
     def test_server_side_sgd(self):
         self.run_job("sgd")

@@ -51,6 +51,9 @@ class TransferError(WorkerError):
     or says why (a server stopped answering, the worker was shut down)."""
 
 
+UPDATE_RULES = ("optimizer", "average", "rank0")
+"""How the servers may make a tensor's versions from the ranks' pushes (declare())."""
+
 Key = Union[int, str]
 """A declared tensor: the int declare() returned, or its name."""
 
@@ -185,12 +188,21 @@ class Worker:
 
     # ---- declarations ----
 
-    def declare(self, name: str, params: Any, priority: int = -1) -> int:
+    def declare(self, name: str, params: Any, priority: int = -1,
+                update: str = "optimizer") -> int:
         """Declares a tensor whose parameters live in ``params`` (float32,
         C-contiguous, kept alive by the worker). ``priority`` >= 0, 0 the most
         urgent (the first layer of the forward pass), or -1 for the
-        declaration index. Returns its key. Raises UsageError: duplicate or
-        empty name, empty tensor, bad priority, after start."""
+        declaration index. ``update`` is how the servers make each version
+        from the ranks' pushes: ``"optimizer"`` (the job's
+        ``training.optimizer``), ``"average"`` (the average in rank order,
+        whatever the job's optimizer) or ``"rank0"`` (rank 0's push); see
+        update_refused(). Returns its key. Raises UsageError: duplicate or
+        empty name, empty tensor, bad priority, after start, an update rule
+        the servers cannot apply."""
+        why = self.update_refused(update)
+        if why:
+            raise UsageError(f"declare {name!r}: {why}")
         buf = _as_buffer(params, f"declare {name!r}")
         key = self._w.declare(name, buf, int(priority))
         self._keys[name] = key
@@ -204,6 +216,21 @@ class Worker:
         pull, push_pull or barrier. Raises WorkerError naming the server that
         refused or never answered."""
         self._w.start()
+
+    def update_refused(self, update: str) -> str:
+        """Why this job's servers cannot make a tensor's versions by rule
+        ``update`` (declare()), or "" if they can. Today they apply one rule
+        to every tensor: the job's optimizer, which for ``training.optimizer:
+        sum`` is the average; a rule per tensor ("average" under a
+        server-side optimizer, "rank0") needs the servers' support, not built
+        yet."""
+        if update not in UPDATE_RULES:
+            return f"update must be one of {', '.join(UPDATE_RULES)}, not {update!r}"
+        if update == "optimizer" or (update == "average" and self.optimizer == "sum"):
+            return ""
+        return (f"update {update!r} needs the servers to apply a rule of its own to a tensor, "
+                f"which they do not do yet: every tensor gets the job's training.optimizer "
+                f"({self.optimizer}; with sum, every tensor is averaged)")
 
     # ---- transfers ----
 

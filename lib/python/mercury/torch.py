@@ -21,9 +21,12 @@ What happens:
 * During ``backward()``, the moment autograd has accumulated a parameter's
   gradient, it is copied into the parameter's push buffer and push_pull'ed:
   the last layers go out first, while the first ones are still computing.
-  A parameter that received no gradient in a pass pushes zeros when the
+  A parameter that received no gradient in a step pushes zeros when the
   pass ends, so no server waits for it.
-* With a server-side optimizer (``training.optimizer`` sgd, momentum or adam
+* Accumulation: inside ``with model.no_sync():`` (as DDP's) a backward pass
+  only accumulates into ``.grad``; the first pass outside pushes the sum.
+  ``backward_passes_per_step=K`` does the same for K passes (Horovod's).
+* With a server-side optimizer (``training.optimizer`` sgd, momentum, adam or adamw
   in the job file), the servers send back the new parameters, written
   straight into the parameters' memory. ``step()`` returns at once; the next
   forward pass waits, module by module (a forward pre-hook), only for that
@@ -32,40 +35,49 @@ What happens:
   the module reads (Worker.mark_read) as its gradients' base, which the
   servers count their staleness from.
 * With ``training.optimizer: sum``, the servers send back the averaged
-  gradient; ``step()`` waits for it, writes it into each ``.grad`` and runs
-  the local optimizer given to the constructor.
+  gradient: the step's last ``backward()`` returns once every averaged
+  gradient is in ``.grad`` (as under DDP), so the trainer may unscale
+  (GradScaler) and clip (clip_grad_norm_) before ``optimizer.step()``, or
+  ``model.step()``, runs the local optimizer given to the constructor.
+* Buffers (BatchNorm's running statistics) follow ``buffers=``: each rank's
+  own (None), rank 0's (``"broadcast"``, DDP's default) or the ranks'
+  average (``"average"``), made the same on every rank once per step.
 * With a timeline (``MERCURY_TIMELINE=DIR`` or ``Worker(timeline=DIR)``), each
   module's forward pass, each wait for parameters and the backward pass
   between gradients are recorded beside the tensors' transfers.
 
 Limits (refused with an error where they can be detected): CPU float32
-parameters only (a CUDA tensor would be staged through pinned host memory:
-docs/python.md); one ``backward()`` per step (no gradient accumulation over
-several passes, no gradient clipping: the gradient leaves when autograd
-produces it; a second backward() in one step raises UsageError, and a pass
-that raised is completed with zeros at the next forward, with a warning);
-buffers such as BatchNorm's running statistics are not synchronised (each
-rank keeps its own); a parameter's arrival is waited for by the module that
-owns it, so one used elsewhere too (weights tied across modules,
-F.linear(x, other.weight)) needs synchronize() before that use; a parameter
-that got no gradient pushes zeros, which momentum and Adam on the server
-still apply (torch's optimizers skip a None gradient). Each parameter's
-push_pull follows the job's ``training.sync`` (docs/worker.md, "Modes"); the
-end-to-end tests of this module run bsp.
+parameters and buffers only (a CUDA tensor would be staged through pinned
+host memory: docs/python.md); a second backward pass in a step outside
+no_sync() or backward_passes_per_step raises UsageError, and a pass that
+raised is completed at the next forward, with a warning; with a server-side
+optimizer the averaged gradient never reaches the trainer, so clipping and
+loss scaling of it need optimizer sum for now; buffers "broadcast", and
+"average" with a server-side optimizer, need the servers' per-tensor update
+rules (Worker.update_refused says so); a parameter's arrival is waited for by
+the module that owns it, so one used elsewhere too (weights tied across
+modules, F.linear(x, other.weight)) needs synchronize() before that use; a
+parameter that got no gradient pushes zeros, which momentum and Adam on the
+server still apply (torch's optimizers skip a None gradient). Each
+parameter's push_pull follows the job's ``training.sync`` (docs/worker.md,
+"Modes"); the end-to-end tests of this module run bsp.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
-import numpy as np
 import torch
 
-from . import Handle, UsageError, Worker
+from . import Handle, UsageError, Worker, _as_buffer
 
 __all__ = ["DistributedModel"]
+
+# DistributedModel's buffers= choices and the server's update rule for each.
+_BUFFER_RULES = {"broadcast": "rank0", "average": "average"}
 
 
 class DistributedModel(torch.nn.Module):
@@ -78,14 +90,27 @@ class DistributedModel(torch.nn.Module):
             when the job's ``training.optimizer`` is ``sum`` and refused
             otherwise (the servers apply the job's optimizer; a local one
             would apply every update twice).
+        backward_passes_per_step: K >= 1: every K-th backward pass pushes
+            what the K passes accumulated in ``.grad`` (the others push
+            nothing). 1 with ``no_sync()`` for DDP's way of doing the same.
+        buffers: the module's floating-point buffers (BatchNorm's running
+            statistics): None keeps each rank's own, ``"broadcast"`` gives
+            every rank rank 0's before each step's next forward pass (DDP's
+            ``broadcast_buffers``), ``"average"`` the average over the ranks,
+            in rank order. They are pushed once per step, after its last
+            backward pass. Integer buffers (``num_batches_tracked``) are left
+            alone: they count the same steps on every rank.
 
     Raises:
-        UsageError: a started worker, a parameter that is not CPU float32,
-            an optimizer given or missing against the job's optimizer.
+        UsageError: a started worker, a parameter or buffer that is not CPU
+            float32, an optimizer given or missing against the job's
+            optimizer, a bad K, a buffers= rule the job's servers cannot
+            apply.
     """
 
     def __init__(self, module: torch.nn.Module, worker: Worker,
-                 optimizer: Optional[torch.optim.Optimizer] = None) -> None:
+                 optimizer: Optional[torch.optim.Optimizer] = None, *,
+                 backward_passes_per_step: int = 1, buffers: Optional[str] = None) -> None:
         super().__init__()
         if worker.started:
             raise UsageError("DistributedModel: the worker has started already; the model's "
@@ -103,31 +128,45 @@ class DistributedModel(torch.nn.Module):
                 f"DistributedModel: the job's training.optimizer is {worker.optimizer}, applied "
                 "by the servers; a local optimizer would apply every update twice (use "
                 "training.optimizer: sum in the job file to keep a local one)")
+        if isinstance(backward_passes_per_step, bool) or \
+                not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+            raise UsageError(f"DistributedModel: backward_passes_per_step must be an int >= 1, "
+                             f"not {backward_passes_per_step!r}")
         self._optimizer = optimizer
         self._params: List[torch.nn.Parameter] = []
         for name, p in module.named_parameters():
             if not p.requires_grad:
                 continue
-            if p.device.type != "cpu":
-                raise UsageError(
-                    f"DistributedModel: parameter {name} is on {p.device}; Mercury moves host "
-                    "memory (stage CUDA tensors through pinned CPU copies, docs/python.md)")
-            if p.dtype != torch.float32:
-                raise UsageError(f"DistributedModel: parameter {name} is {p.dtype}, "
-                                 "Mercury moves float32")
-            if not p.is_contiguous():
-                raise UsageError(f"DistributedModel: parameter {name} is not contiguous")
+            _as_buffer(p, f"DistributedModel: parameter {name}")
             self._params.append(p)
         if not self._params:
             raise UsageError("DistributedModel: the module has no trainable parameter")
+        self._buffers_rule = self._rule_for_buffers(buffers)
+        self._synced_buffers: List[Tuple[str, torch.Tensor]] = []
+        if self._buffers_rule:
+            for name, b in module.named_buffers():
+                if b.dtype.is_floating_point:
+                    _as_buffer(b, f"DistributedModel: buffer {name}")
+                    self._synced_buffers.append((name, b))
         self._names = {id(p): n for n, p in module.named_parameters()}
         self._declared = False
-        self._keys: Dict[int, int] = {}             # id(param) -> key
+        self._keys: Dict[int, int] = {}             # id(param or buffer) -> key
+        self._buffer_keys: List[Tuple[int, torch.Tensor]] = []  # (key, the module's buffer)
         self._pending: Dict[int, Handle] = {}       # key -> the step's push_pull
         self._grad: Dict[int, torch.Tensor] = {}    # key -> push buffer
         self._out: Dict[int, torch.Tensor] = {}     # key -> what the servers return
-        self._pushed: set = set()                   # keys pushed in this step
-        self._pass_open = False                     # a backward pass has pushed, not ended
+        self._pushed: Set[int] = set()              # keys pushed in this step
+        # Accumulation: passes that pushed nothing since the last one that did,
+        # the keys they gave a gradient, and what the next pass does.
+        self._passes_per_step = backward_passes_per_step
+        self._passes = 0
+        self._accumulated: Set[int] = set()
+        self._no_sync = False                       # inside no_sync()
+        self._sync_at_forward = True                # the last forward pass was outside it
+        self._forwarded = False                     # a forward pass since the last push began
+        self._pass_open = False                     # a backward pass has begun, not ended
+        self._pass_syncs = False                    # ... and pushes at its end
+        self._grads_ready = False                   # sum: averaged gradients in .grad, not stepped
         self._hooks: List[Any] = []
         self._grad_accumulators: List[Any] = []     # kept alive: hooks live on them
         self._timeline = False
@@ -135,6 +174,35 @@ class DistributedModel(torch.nn.Module):
         self._forward_begin: Dict[int, int] = {}    # id(module) -> ns, with a timeline
         self._last_gradient_ns = 0
         self._forward_done_ns = 0
+
+    def _rule_for_buffers(self, buffers: Optional[str]) -> str:
+        """The servers' update rule for the buffers, or "" to leave them alone."""
+        if buffers is None:
+            return ""
+        rule = _BUFFER_RULES.get(buffers)
+        if rule is None:
+            raise UsageError(f"DistributedModel: buffers must be None, 'broadcast' or 'average', "
+                             f"not {buffers!r}")
+        why = self._worker.update_refused(rule)
+        if why:
+            raise UsageError(f"DistributedModel: buffers={buffers!r}: {why}")
+        return rule
+
+    # ---- accumulation ----
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """As DDP's: the backward passes of forward passes run inside it only
+        accumulate into ``.grad``; the first one outside pushes the sum."""
+        if self._passes_per_step != 1:
+            raise UsageError("DistributedModel: no_sync() with backward_passes_per_step > 1: "
+                             "choose one way to accumulate")
+        before = self._no_sync
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = before
 
     # ---- the forward pass ----
 
@@ -147,18 +215,22 @@ class DistributedModel(torch.nn.Module):
             warnings.warn("mercury.torch: the previous backward pass did not finish; its "
                           "missing gradients were pushed as zeros", RuntimeWarning)
             self._end_of_pass()
+        if torch.is_grad_enabled():
+            # As DDP, whether the coming backward pass pushes is decided here.
+            self._sync_at_forward = not self._no_sync
+            self._forwarded = True
         if not self._sum:
             self._pushed.clear()  # a forward pass starts the next step
         return self.module(*args, **kwargs)
 
     def _declare(self, args: Any, kwargs: Any) -> None:
-        """Orders the parameters by first use in a forward pass (run once in
-        eval mode, without gradients, so nothing is learnt or counted),
-        declares them and starts the job."""
+        """Orders the parameters (and synchronised buffers) by first use in a
+        forward pass (run once in eval mode, without gradients, so nothing is
+        learnt or counted), declares them and starts the job."""
         owners: Dict[int, torch.nn.Module] = {}
         for m in self.module.modules():
-            for p in m.parameters(recurse=False):
-                owners.setdefault(id(p), m)
+            for t in list(m.parameters(recurse=False)) + list(m.buffers(recurse=False)):
+                owners.setdefault(id(t), m)
         order: List[torch.nn.Module] = []
         seen = set()
 
@@ -169,7 +241,8 @@ class DistributedModel(torch.nn.Module):
 
         modes = {id(m): m.training for m in self.module.modules()}
         probes = [m.register_forward_pre_hook(record) for m in self.module.modules()
-                  if any(True for _ in m.parameters(recurse=False))]
+                  if any(True for _ in m.parameters(recurse=False)) or
+                  any(True for _ in m.buffers(recurse=False))]
         try:
             self.module.eval()
             with torch.no_grad():
@@ -181,39 +254,48 @@ class DistributedModel(torch.nn.Module):
                 m.train(modes[id(m)])
         rank_of = {id(m): i for i, m in enumerate(order)}
         never = len(order)  # modules the pass did not call: after every called one
-        ordered = sorted(self._params, key=lambda p: rank_of.get(id(owners[id(p)]), never))
+        tensors = [(self._names[id(p)], p, "optimizer") for p in self._params]
+        tensors += [(n, b, self._buffers_rule) for n, b in self._synced_buffers]
+        # Sorted by the owning module's first use; stable, so a module's
+        # parameters come before its buffers.
+        tensors.sort(key=lambda t: rank_of.get(id(owners[id(t[1])]), never))
 
         w = self._worker
-        for priority, p in enumerate(ordered):
-            grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        for priority, (name, t, rule) in enumerate(tensors):
+            grad = torch.zeros_like(t, memory_format=torch.contiguous_format)
             if self._sum:
                 # Version 0 is rank 0's buffer: its parameters, so every rank
                 # starts from the same model; later versions are gradients.
-                out = p.detach().clone(memory_format=torch.contiguous_format)
-                key = w.declare(self._names[id(p)], out, priority)
+                out = t.detach().clone(memory_format=torch.contiguous_format)
             else:
-                out = p.data  # the servers write the new parameters here
-                key = w.declare(self._names[id(p)], out, priority)
-            self._keys[id(p)] = key
+                out = t.data  # the servers write the new values here
+            key = w.declare(name, out, priority, update=rule)
+            self._keys[id(t)] = key
             self._grad[key] = grad
             self._out[key] = out
+            if rule != "optimizer":
+                self._buffer_keys.append((key, t))
         w.start()
         if self._sum:
             with torch.no_grad():
-                for p in self._params:
-                    p.copy_(self._out[self._keys[id(p)]])
+                for _, t, _ in tensors:
+                    t.copy_(self._out[self._keys[id(t)]])
 
         # Gradients: a hook on each parameter's AccumulateGrad node runs once
-        # its gradient is complete in .grad for this pass.
+        # its gradient is complete in .grad for this pass; one on the
+        # parameter runs before, so that a gradient refused leaves .grad alone.
         with torch.enable_grad():  # the first call may come under no_grad
             for p in self._params:
+                self._hooks.append(p.register_hook(self._gradient_coming(p)))
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 acc.register_hook(self._gradient_hook(p))
                 self._grad_accumulators.append(acc)
-        # Parameters: each module waits for its own before it runs.
+        # Parameters and buffers: each module waits for its own before it runs.
         self._timeline = w.timeline_enabled
         for m in self.module.modules():
-            keys = [self._keys[id(p)] for p in m.parameters(recurse=False) if id(p) in self._keys]
+            keys = [self._keys[id(t)] for t in
+                    list(m.parameters(recurse=False)) + list(m.buffers(recurse=False))
+                    if id(t) in self._keys]
             if keys and not self._sum:
                 self._hooks.append(m.register_forward_pre_hook(self._waiter(keys)))
             if self._timeline and (keys or m is self.module):
@@ -256,24 +338,29 @@ class DistributedModel(torch.nn.Module):
 
     # ---- the backward pass ----
 
+    def _gradient_coming(self, p: torch.nn.Parameter) -> Any:
+        key = self._keys[id(p)]
+
+        def before_accumulation(_grad: torch.Tensor) -> None:
+            if not self._pass_open:
+                self._open_pass()
+            if self._pass_syncs and key in self._pushed:
+                raise UsageError(
+                    f"mercury.torch: {self._names[id(p)]} received a second gradient in one "
+                    "step: one backward pass per step pushes (a forward pass starts the next "
+                    "step); accumulate with no_sync() or backward_passes_per_step")
+        return before_accumulation
+
     def _gradient_hook(self, p: torch.nn.Parameter) -> Any:
         key = self._keys[id(p)]
 
         def on_gradient(*_unused: Any) -> None:
-            if key in self._pushed:
-                raise UsageError(
-                    f"mercury.torch: {self._names[id(p)]} received a second gradient in one "
-                    "step: one backward pass per step (a forward pass starts the next step; "
-                    "with optimizer sum, step() does)")
-            if not self._pass_open:
-                self._pass_open = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_pass)
-                # The first gradient's span starts where the forward pass
-                # ended (it includes the loss).
-                self._last_gradient_ns = self._forward_done_ns or time.monotonic_ns()
-            self._settle(key)
-            self._grad[key].copy_(p.grad)
-            self._push(key)
+            if self._pass_syncs:
+                self._settle(key)
+                self._grad[key].copy_(p.grad)
+                self._push(key)
+            else:
+                self._accumulated.add(key)  # it stays in .grad, where the next pass adds to it
             if self._timeline:
                 # The backward work since the previous gradient produced this one.
                 now = time.monotonic_ns()
@@ -281,6 +368,25 @@ class DistributedModel(torch.nn.Module):
                                            self._last_gradient_ns, now)
                 self._last_gradient_ns = now
         return on_gradient
+
+    def _open_pass(self) -> None:
+        """The first gradient of a backward pass: whether it pushes (the last
+        pass of a step) is decided once for all of its gradients."""
+        syncs = self._sync_at_forward and self._passes + 1 >= self._passes_per_step
+        if syncs and not self._forwarded:
+            raise UsageError(
+                "mercury.torch: a second gradient in one step: a backward pass that pushes "
+                "needs a forward pass of its own since the last one (accumulate with no_sync() "
+                "or backward_passes_per_step)")
+        self._pass_open = True
+        self._pass_syncs = syncs
+        self._grads_ready = False  # a new pass: the last step's averages are spent
+        if syncs:
+            self._forwarded = False
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_of_pass)
+        # The first gradient's span starts where the forward pass ended (it
+        # includes the loss).
+        self._last_gradient_ns = self._forward_done_ns or time.monotonic_ns()
 
     def _settle(self, key: int) -> None:
         """Waits for the key's previous transfer, if still in flight (its
@@ -294,42 +400,76 @@ class DistributedModel(torch.nn.Module):
         self._pending[key] = self._worker.push_pull(key, self._grad[key], self._out[key])
 
     def _end_of_pass(self) -> None:
-        """Every parameter the pass gave no gradient pushes zeros, as its
-        gradient is: a BSP server waits for every rank's every tensor."""
-        for p in self._params:
-            key = self._keys[id(p)]
-            if key not in self._pushed:
-                self._settle(key)
-                self._grad[key].zero_()
-                self._push(key)
+        """A pass that accumulates only counts. The pass that pushes pushes
+        what the step's hooks did not: a parameter's gradient from the
+        step's earlier passes, or zeros if it got none (a BSP server waits for
+        every rank's every tensor); then the buffers. With optimizer sum it
+        waits for the averages and writes them into .grad and the buffers."""
         self._pass_open = False
+        if not self._pass_syncs:
+            self._passes += 1
+            return
+        self._passes = 0
+        with torch.no_grad():
+            for p in self._params:
+                key = self._keys[id(p)]
+                if key in self._pushed:
+                    continue
+                self._settle(key)
+                if key in self._accumulated and p.grad is not None:
+                    self._grad[key].copy_(p.grad)
+                else:
+                    self._grad[key].zero_()
+                self._push(key)
+            for key, b in self._buffer_keys:
+                self._settle(key)
+                self._grad[key].copy_(b)
+                self._push(key)
+        self._accumulated.clear()
+        if self._sum:
+            self._collect()
+
+    def _collect(self) -> None:
+        """optimizer sum: every averaged gradient into .grad, every averaged
+        (or rank 0's) buffer into the module, as DDP's backward leaves them."""
+        with torch.no_grad():
+            for p in self._params:
+                key = self._keys[id(p)]
+                self._pending.pop(key).wait()
+                if p.grad is None:
+                    p.grad = self._out[key].clone()
+                else:
+                    p.grad.copy_(self._out[key])
+            for key, b in self._buffer_keys:
+                self._pending.pop(key).wait()
+                b.copy_(self._out[key])
+        self._pushed.clear()
+        self._grads_ready = True
 
     # ---- the step ----
 
     def step(self) -> None:
         """Ends the step. With a server-side optimizer there is nothing to do
         here (the next forward pass waits module by module). With ``sum``,
-        waits for every averaged gradient, writes it into ``.grad`` and runs
-        the local optimizer."""
+        runs the local optimizer on the averaged gradients, which the step's
+        last backward pass left in ``.grad`` (``optimizer.step()`` does the
+        same)."""
         if not self._sum:
             return
-        with torch.no_grad():
-            for p in self._params:
-                key = self._keys[id(p)]
-                h = self._pending.pop(key, None)
-                if h is None:
-                    raise UsageError("mercury.torch: step() without a backward pass before it")
-                h.wait()
-                if p.grad is None:
-                    p.grad = self._out[key].clone()
-                else:
-                    p.grad.copy_(self._out[key])
-        self._pushed.clear()
+        if not self._grads_ready:
+            raise UsageError("mercury.torch: step() without a backward pass that pushed before "
+                             "it (inside no_sync(), or before the K-th of "
+                             "backward_passes_per_step, a pass only accumulates)")
+        self._grads_ready = False
         self._optimizer.step()
 
     def synchronize(self) -> None:
-        """Waits for every transfer in flight, so the parameters (with a
-        server-side optimizer) are the newest version: before evaluating on
-        another thread, saving a checkpoint, or leaving."""
+        """Waits for every transfer in flight. With a server-side optimizer
+        the parameters (and buffers) are then the newest version: before
+        evaluating on another thread, saving a checkpoint, or leaving. With
+        ``sum`` the step's last backward pass has already waited: every
+        averaged gradient is in ``.grad``, ready to be unscaled and clipped
+        before ``optimizer.step()``."""
         for h in list(self._pending.values()):
             h.wait()  # kept: a forward pre-hook or step() still takes it
+

@@ -247,7 +247,7 @@ class Worker {
   /// "ssp", "psplus").
   [[nodiscard]] std::string_view sync() const;
   /// The job's training.optimizer as the job file spells it ("sgd",
-  /// "momentum", "adam" or "sum"). With "sum" every version of a tensor is
+  /// "momentum", "adam", "adamw" or "sum"). With "sum" every version of a tensor is
   /// the workers' averaged gradient, for the trainer's own optimizer; with
   /// the others it is the parameters, updated by the servers.
   [[nodiscard]] std::string_view optimizer() const;
