@@ -1,5 +1,6 @@
 #include "agg/control.h"
 
+#include <bit>
 #include <stdexcept>
 
 namespace mercury::agg {
@@ -7,7 +8,8 @@ namespace mercury::agg {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'M', 'P', 'S', 'C'};
-constexpr uint8_t kControlVersion = 1;
+// 2: a declared tensor's update rule, rank 0's resume, settings and state.
+constexpr uint8_t kControlVersion = 2;
 
 class Writer {
  public:
@@ -19,6 +21,12 @@ class Writer {
     be(s.size(), len_bytes);
     for (char c : s) u8(static_cast<uint8_t>(c));
   }
+  void blob(const std::vector<std::byte>& b) {
+    if (b.size() > UINT32_MAX) throw std::invalid_argument("control message: bytes too long");
+    be(b.size(), 4);
+    out_.insert(out_.end(), b.begin(), b.end());
+  }
+  void f32(float v) { be(std::bit_cast<uint32_t>(v), 4); }
   std::vector<std::byte> take() { return std::move(out_); }
 
  private:
@@ -41,6 +49,24 @@ class Reader {
     pos_ += n;
     return s;
   }
+  std::vector<std::byte> blob(const char* what) {
+    const size_t n = be(4, what);
+    need(n, what);
+    std::vector<std::byte> b(in_.begin() + static_cast<ptrdiff_t>(pos_),
+                             in_.begin() + static_cast<ptrdiff_t>(pos_ + n));
+    pos_ += n;
+    return b;
+  }
+  float f32(const char* what) { return std::bit_cast<float>(static_cast<uint32_t>(be(4, what))); }
+  // A byte that must be 0 or 1, so that every message has one encoding.
+  bool flag(const char* what) {
+    const uint64_t v = be(1, what);
+    if (v > 1) {
+      throw std::invalid_argument(std::string("control message: ") + what + " is " +
+                                  std::to_string(v) + ", not 0 or 1");
+    }
+    return v == 1;
+  }
   void done() const {
     if (pos_ != in_.size()) {
       throw std::invalid_argument("control message: " + std::to_string(in_.size() - pos_) +
@@ -59,9 +85,28 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// "'name' (N elements, priority P)"; an update rule other than the
+// optimizer's is named after the priority.
 std::string describe(const TensorDecl& t) {
-  return "'" + t.name + "' (" + std::to_string(t.elements) + " elements, priority " +
-         std::to_string(t.priority) + ")";
+  std::string s = "'" + t.name + "' (" + std::to_string(t.elements) + " elements, priority " +
+                  std::to_string(t.priority);
+  if (t.update != UpdateRule::kOptimizer) s.append(", update ").append(update_rule_name(t.update));
+  return s + ")";
+}
+
+// kSettings' values, in Hyperparameters' order.
+void put_values(Writer& w, const Hyperparameters& h) {
+  for (float v : {h.learning_rate, h.momentum, h.weight_decay, h.beta1, h.beta2, h.epsilon}) {
+    w.f32(v);
+  }
+}
+Hyperparameters get_values(Reader& r) {
+  Hyperparameters h;
+  for (float* v :
+       {&h.learning_rate, &h.momentum, &h.weight_decay, &h.beta1, &h.beta2, &h.epsilon}) {
+    *v = r.f32("settings values");
+  }
+  return h;
 }
 
 }  // namespace
@@ -83,12 +128,16 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
         }
         w.be(t.elements, 8);
         w.u8(t.priority);
+        w.u8(static_cast<uint8_t>(t.update));
         w.text(t.name, 2);
       }
+      w.u8(m.seeded ? 1 : 0);
+      w.be(m.version, 4);
       break;
     case ControlKind::kReady:
       w.be(m.fingerprint, 8);
       w.be(m.shards, 4);
+      w.be(m.version, 4);
       break;
     case ControlKind::kRefused:
       if (m.text.size() > UINT32_MAX) throw std::invalid_argument("refused: text too long");
@@ -105,6 +154,33 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       break;
     case ControlKind::kLeave:
       w.be(m.rank, 4);
+      break;
+    // Settings and the job's state.
+    case ControlKind::kSettings:
+      w.be(m.sequence, 8);
+      w.be(m.version, 4);
+      put_values(w, m.values);
+      break;
+    case ControlKind::kSettingsDone:
+    case ControlKind::kStateSeeded:
+      if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
+      w.be(m.sequence, 8);
+      w.text(m.text, 4);
+      break;
+    case ControlKind::kStatePull:
+      w.be(m.sequence, 8);
+      w.be(m.cursor, 8);
+      break;
+    case ControlKind::kStatePage:
+      w.be(m.sequence, 8);
+      w.be(m.cursor, 8);
+      w.u8(m.last ? 1 : 0);
+      w.blob(m.bytes);
+      break;
+    case ControlKind::kStateSeed:
+      w.be(m.sequence, 8);
+      w.u8(m.last ? 1 : 0);
+      w.blob(m.bytes);
       break;
     default:
       throw std::invalid_argument("control message: unknown kind " +
@@ -130,15 +206,22 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
     case ControlKind::kDeclare: {
       m.rank = static_cast<uint32_t>(r.be(4, "rank"));
       const uint64_t n = r.be(4, "tensor count");
-      // Each tensor takes at least 11 bytes: refuse a count the buffer cannot
+      // Each tensor takes at least 12 bytes: refuse a count the buffer cannot
       // hold before reserving for it.
-      if (n > r.left() / 11) throw std::invalid_argument("control message: truncated tensor list");
+      if (n > r.left() / 12) throw std::invalid_argument("control message: truncated tensor list");
       m.tensors.reserve(n);
       for (uint64_t i = 0; i < n; ++i) {
         TensorDecl t;
         t.elements = r.be(8, "tensor elements");
         t.priority = static_cast<uint8_t>(r.be(1, "tensor priority"));
+        const uint64_t update = r.be(1, "tensor update rule");
         t.name = r.text(2, "tensor name");
+        if (update >= kUpdateRules) {
+          throw std::invalid_argument("control message: tensor '" + t.name + "' has update rule " +
+                                      std::to_string(update) +
+                                      " (0 optimizer, 1 average, 2 rank0)");
+        }
+        t.update = static_cast<UpdateRule>(update);
         if (t.name.size() > kMaxTensorNameBytes) {
           throw std::invalid_argument("control message: a tensor name of " +
                                       std::to_string(t.name.size()) + " bytes (at most " +
@@ -153,11 +236,14 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
         }
         m.tensors.push_back(std::move(t));
       }
+      m.seeded = r.flag("seeded");
+      m.version = static_cast<uint32_t>(r.be(4, "version"));
       break;
     }
     case ControlKind::kReady:
       m.fingerprint = r.be(8, "fingerprint");
       m.shards = static_cast<uint32_t>(r.be(4, "shards"));
+      m.version = static_cast<uint32_t>(r.be(4, "version"));
       break;
     case ControlKind::kRefused:
       m.text = r.text(4, "text");
@@ -174,6 +260,32 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
     case ControlKind::kLeave:
       m.rank = static_cast<uint32_t>(r.be(4, "rank"));
       break;
+    // Settings and the job's state.
+    case ControlKind::kSettings:
+      m.sequence = r.be(8, "sequence");
+      m.version = static_cast<uint32_t>(r.be(4, "version"));
+      m.values = get_values(r);
+      break;
+    case ControlKind::kSettingsDone:
+    case ControlKind::kStateSeeded:
+      m.sequence = r.be(8, "sequence");
+      m.text = r.text(4, "text");
+      break;
+    case ControlKind::kStatePull:
+      m.sequence = r.be(8, "sequence");
+      m.cursor = r.be(8, "cursor");
+      break;
+    case ControlKind::kStatePage:
+      m.sequence = r.be(8, "sequence");
+      m.cursor = r.be(8, "cursor");
+      m.last = r.flag("last");
+      m.bytes = r.blob("records");
+      break;
+    case ControlKind::kStateSeed:
+      m.sequence = r.be(8, "sequence");
+      m.last = r.flag("last");
+      m.bytes = r.blob("records");
+      break;
     default:
       throw std::invalid_argument("control message: unknown kind " + std::to_string(kind));
   }
@@ -185,7 +297,7 @@ std::string first_difference(std::span<const TensorDecl> a, std::span<const Tens
   const size_t n = std::min(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {
     if (a[i].name != b[i].name || a[i].elements != b[i].elements ||
-        a[i].priority != b[i].priority) {
+        a[i].priority != b[i].priority || a[i].update != b[i].update) {
       return "tensor " + std::to_string(i) + " is " + describe(a[i]) + " on one side and " +
              describe(b[i]) + " on the other";
     }

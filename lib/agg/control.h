@@ -16,7 +16,16 @@
 //   4. kBarrier / kBarrierDone implement Worker::barrier(): a worker sends
 //      kBarrier(generation) to server 0, which answers every worker with
 //      kBarrierDone(generation) once all ranks have arrived.
-//   5. A worker that stops sends kLeave(rank) to every server and stops
+//   5. Settings and the job's state, while the job runs (docs/agg.md,
+//      "Settings and the job's state"): rank 0 sends kSettings(from version,
+//      hyperparameters) to every server, each answers kSettingsDone once
+//      every shard it runs applied them; any worker asks each server for
+//      its shards' state page by page (kStatePull, answered kStatePage:
+//      optimizer_state.h records); and a job that resumes from a checkpoint
+//      starts with rank 0's kStateSeed pages (answered kStateSeeded) instead
+//      of its kInit packets: rank 0's kDeclare says so and the version the
+//      job resumes at, which every kReady repeats to every worker.
+//   6. A worker that stops sends kLeave(rank) to every server and stops
 //      polling once it is acknowledged (or after a keepalive interval): the
 //      server sends it nothing more. Under BSP a push from any rank after
 //      a rank left can never be aggregated, so it ends the job naming both;
@@ -37,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "agg/optimizer.h"
 #include "agg/placement.h"
 
 namespace mercury::agg {
@@ -53,6 +63,14 @@ enum class ControlKind : uint8_t {
   /// nothing else was outstanding is still named within the peer timeout.
   kHeartbeat = 6,
   kLeave = 7,  ///< worker -> every server: this rank is done with the job
+  // Settings and the job's state (5. above). Each request carries a sequence
+  // number its answer repeats; an answer's `text` is empty when it went well.
+  kSettings = 8,      ///< rank 0 -> every server: `values` from version `version` on
+  kSettingsDone = 9,  ///< server -> rank 0: every shard it runs applied them (or `text`)
+  kStatePull = 10,    ///< worker -> server: its shards' state from `cursor` (0: the start)
+  kStatePage = 11,    ///< server -> worker: `bytes` (records), next `cursor`, `last` page
+  kStateSeed = 12,    ///< rank 0 -> server: `bytes` (records) to resume from; `last` page
+  kStateSeeded = 13,  ///< server -> rank 0: the page was applied (or `text`)
 };
 
 struct ControlMessage {
@@ -62,7 +80,18 @@ struct ControlMessage {
   uint64_t fingerprint = 0;         ///< kReady: Placement::fingerprint()
   uint32_t shards = 0;              ///< kReady: global shard count of the job
   uint64_t generation = 0;          ///< kBarrier, kBarrierDone
-  std::string text;                 ///< kRefused
+  std::string text;                 ///< kRefused; kSettingsDone, kStateSeeded: "" or why not
+  /// kDeclare of rank 0: the job resumes from rank 0's kStateSeed pages at
+  /// `version` instead of starting from its kInit packets at version 0.
+  bool seeded = false;
+  /// kDeclare (seeded), kReady: the version the job starts at; kSettings:
+  /// the first version whose update uses `values`.
+  uint32_t version = 0;
+  uint64_t sequence = 0;         ///< kSettings .. kStateSeeded: the request's number
+  Hyperparameters values;        ///< kSettings
+  uint64_t cursor = 0;           ///< kStatePull: where to go on; kStatePage: the next page's
+  bool last = false;             ///< kStatePage, kStateSeed: no page follows
+  std::vector<std::byte> bytes;  ///< kStatePage, kStateSeed: whole records (optimizer_state.h)
 };
 
 /// Bytes of `m`. Throws std::invalid_argument for a tensor name longer than

@@ -8,7 +8,11 @@ namespace mercury::agg {
 namespace {
 
 std::vector<TensorDecl> sample() {
-  return {{"conv1.weight", 9408, 0}, {"fc.bias", 1000, 161}, {"", 1, 255}};
+  return {{"conv1.weight", 9408, 0},
+          {"fc.bias", 1000, 161},
+          {"", 1, 255},
+          {"bn.running_mean", 64, 2, UpdateRule::kRank0},
+          {"bn.running_var", 64, 2, UpdateRule::kAverage}};
 }
 
 TEST(Control, EveryKindRoundTrips) {
@@ -20,15 +24,24 @@ TEST(Control, EveryKindRoundTrips) {
   EXPECT_EQ(d2.kind, ControlKind::kDeclare);
   EXPECT_EQ(d2.rank, 3u);
   EXPECT_EQ(first_difference(d2.tensors, d.tensors), "");
+  EXPECT_EQ(d2.tensors[3].update, UpdateRule::kRank0);
+  EXPECT_FALSE(d2.seeded);
+  d.seeded = true;
+  d.version = 88;
+  const ControlMessage d3 = decode_control(encode_control(d));
+  EXPECT_TRUE(d3.seeded);
+  EXPECT_EQ(d3.version, 88u);
 
   ControlMessage r;
   r.kind = ControlKind::kReady;
   r.fingerprint = 0x0123456789abcdefull;
   r.shards = 7;
+  r.version = 12;
   const ControlMessage r2 = decode_control(encode_control(r));
   EXPECT_EQ(r2.kind, ControlKind::kReady);
   EXPECT_EQ(r2.fingerprint, r.fingerprint);
   EXPECT_EQ(r2.shards, 7u);
+  EXPECT_EQ(r2.version, 12u);
 
   ControlMessage x;
   x.kind = ControlKind::kRefused;
@@ -67,6 +80,78 @@ TEST(Control, EveryKindRoundTrips) {
   EXPECT_EQ(leave2.kind, ControlKind::kLeave);
   EXPECT_EQ(leave2.rank, 3u);
   EXPECT_THROW(decode_control(std::span(leave_bytes).first(9)), std::invalid_argument);
+}
+
+TEST(Control, SettingsAndStateRoundTrip) {
+  ControlMessage s;
+  s.kind = ControlKind::kSettings;
+  s.sequence = 5;
+  s.version = 41;
+  s.values = {.learning_rate = 0.125f,
+              .momentum = 0.875f,
+              .weight_decay = 1e-4f,
+              .beta1 = 0.5f,
+              .beta2 = 0.25f,
+              .epsilon = 1e-6f};
+  const std::vector<std::byte> s_bytes = encode_control(s);
+  EXPECT_EQ(s_bytes.size(), 6u + 8 + 4 + 6 * 4);
+  const ControlMessage s2 = decode_control(s_bytes);
+  EXPECT_EQ(s2.kind, ControlKind::kSettings);
+  EXPECT_EQ(s2.sequence, 5u);
+  EXPECT_EQ(s2.version, 41u);
+  EXPECT_EQ(s2.values, s.values);
+
+  for (ControlKind k : {ControlKind::kSettingsDone, ControlKind::kStateSeeded}) {
+    ControlMessage d;
+    d.kind = k;
+    d.sequence = 9;
+    d.text = "shard 3: too late";
+    const ControlMessage d2 = decode_control(encode_control(d));
+    EXPECT_EQ(d2.kind, k);
+    EXPECT_EQ(d2.sequence, 9u);
+    EXPECT_EQ(d2.text, d.text);
+  }
+
+  ControlMessage pull;
+  pull.kind = ControlKind::kStatePull;
+  pull.sequence = 2;
+  pull.cursor = uint64_t{3} << 32 | 17;
+  const ControlMessage pull2 = decode_control(encode_control(pull));
+  EXPECT_EQ(pull2.sequence, 2u);
+  EXPECT_EQ(pull2.cursor, pull.cursor);
+
+  for (ControlKind k : {ControlKind::kStatePage, ControlKind::kStateSeed}) {
+    ControlMessage p;
+    p.kind = k;
+    p.sequence = 4;
+    p.cursor = k == ControlKind::kStatePage ? 99 : 0;
+    p.last = true;
+    p.bytes = {std::byte{1}, std::byte{2}, std::byte{0xff}};
+    const std::vector<std::byte> bytes = encode_control(p);
+    const ControlMessage p2 = decode_control(bytes);
+    EXPECT_EQ(p2.kind, k);
+    EXPECT_EQ(p2.cursor, p.cursor);
+    EXPECT_TRUE(p2.last);
+    EXPECT_EQ(p2.bytes, p.bytes);
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      EXPECT_THROW(decode_control(std::span(bytes).first(n)), std::invalid_argument) << n;
+    }
+    // `last` is 0 or 1: any other byte would be a second encoding.
+    std::vector<std::byte> odd = bytes;
+    odd[k == ControlKind::kStatePage ? 22 : 14] = std::byte{2};
+    EXPECT_THROW(decode_control(odd), std::invalid_argument);
+  }
+}
+
+TEST(Control, AnUnknownUpdateRuleIsRefused) {
+  ControlMessage d;
+  d.kind = ControlKind::kDeclare;
+  d.tensors = {{"t", 1, 0}};
+  std::vector<std::byte> bytes = encode_control(d);
+  bytes[23] = std::byte{3};  // header 6 + rank 4 + count 4 + elements 8 + priority 1
+  EXPECT_THROW(decode_control(bytes), std::invalid_argument);
+  bytes[23] = std::byte{2};
+  EXPECT_EQ(decode_control(bytes).tensors[0].update, UpdateRule::kRank0);
 }
 
 TEST(Control, EveryTruncationIsRefused) {
@@ -136,7 +221,11 @@ TEST(Control, FirstDifferenceNamesTheTensor) {
   EXPECT_NE(why.find("999"), std::string::npos) << why;
   b = sample();
   b.pop_back();
-  EXPECT_NE(first_difference(a, b).find("3 tensors"), std::string::npos);
+  EXPECT_NE(first_difference(a, b).find("5 tensors"), std::string::npos);
+  b = sample();
+  b[4].update = UpdateRule::kOptimizer;
+  const std::string rule = first_difference(a, b);
+  EXPECT_NE(rule.find("update average"), std::string::npos) << rule;
 }
 
 }  // namespace

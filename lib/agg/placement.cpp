@@ -20,6 +20,18 @@ void fnv(uint64_t& h, uint64_t v) {
 
 }  // namespace
 
+std::string_view update_rule_name(UpdateRule rule) {
+  switch (rule) {
+    case UpdateRule::kOptimizer:
+      return "optimizer";
+    case UpdateRule::kAverage:
+      return "average";
+    case UpdateRule::kRank0:
+      return "rank0";
+  }
+  return "?";
+}
+
 Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shards,
                              const PlacementOptions& options) {
   if (tensors.empty()) throw std::invalid_argument("placement: no tensors declared");
@@ -33,6 +45,11 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
     if (t.elements > kMaxTensorElements) {
       throw std::invalid_argument("placement: tensor '" + t.name + "' has " +
                                   std::to_string(t.elements) + " elements, more than 2^36");
+    }
+    if (static_cast<uint8_t>(t.update) >= kUpdateRules) {
+      throw std::invalid_argument("placement: tensor '" + t.name + "' has update rule " +
+                                  std::to_string(static_cast<int>(t.update)) +
+                                  " (0 optimizer, 1 average, 2 rank0)");
     }
     // At most 2^38 bytes a tensor: the sum of 2^25 of them still fits.
     if (total > (uint64_t{1} << 62)) throw std::invalid_argument("placement: too many tensors");
@@ -68,7 +85,8 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
                                 .tensor = t,
                                 .first_element = start,
                                 .elements = end - start,
-                                .priority = d.priority});
+                                .priority = d.priority,
+                                .update = d.update});
       start = end;
     }
   }
@@ -114,6 +132,7 @@ uint64_t Placement::fingerprint() const {
     fnv(h, q.elements);
     fnv(h, q.shard);
     fnv(h, q.priority);
+    fnv(h, static_cast<uint8_t>(q.update));
   }
   return h;
 }

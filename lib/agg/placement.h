@@ -48,20 +48,34 @@ inline constexpr uint32_t kElementBytes = 4;
 inline constexpr uint64_t kMaxTensorElements = uint64_t{1} << 36;
 inline constexpr size_t kMaxTensorNameBytes = 1024;
 
+/// How the servers make a tensor's next version from the ranks' pushes.
+/// The optimizer's is the job's (training.optimizer); the others are for
+/// tensors that are no parameters beside a server-side optimizer: the
+/// running statistics of BatchNorm (docs/agg.md, "Update rules").
+enum class UpdateRule : uint8_t {
+  kOptimizer = 0,  ///< the job's optimizer applied to the averaged push
+  kAverage = 1,    ///< the pushes averaged in rank order (the optimizer's "sum-only")
+  kRank0 = 2,      ///< rank 0's push as it is (a broadcast from rank 0)
+};
+inline constexpr uint8_t kUpdateRules = 3;
+std::string_view update_rule_name(UpdateRule rule);
+
 struct TensorDecl {
   std::string name;
   uint64_t elements = 0;  ///< 1..kMaxTensorElements
   uint8_t priority = 0;   ///< 0 is the most urgent (first layer of the forward pass)
+  UpdateRule update = UpdateRule::kOptimizer;
 };
 
 /// A contiguous range of one tensor, owned by one shard; the unit on the wire.
 struct Block {
-  uint32_t key = 0;            ///< wire block_key; index in Placement::blocks()
-  uint32_t tensor = 0;         ///< index into the declaration list
-  uint64_t first_element = 0;  ///< first element of the range within the tensor
-  uint64_t elements = 0;       ///< > 0
-  uint32_t shard = 0;          ///< global shard id
-  uint8_t priority = 0;        ///< the tensor's priority
+  uint32_t key = 0;                            ///< wire block_key; index in Placement::blocks()
+  uint32_t tensor = 0;                         ///< index into the declaration list
+  uint64_t first_element = 0;                  ///< first element of the range within the tensor
+  uint64_t elements = 0;                       ///< > 0
+  uint32_t shard = 0;                          ///< global shard id
+  uint8_t priority = 0;                        ///< the tensor's priority
+  UpdateRule update = UpdateRule::kOptimizer;  ///< the tensor's
   [[nodiscard]] uint64_t bytes() const { return elements * kElementBytes; }
 };
 
@@ -97,7 +111,8 @@ class Placement {
   /// Keys owned by shard s, ascending.
   [[nodiscard]] std::vector<uint32_t> shard_keys(uint32_t shard) const;
   /// 64-bit FNV-1a over every block's (key, tensor, range, shard,
-  /// priority): nodes compare it at join time to prove they agree.
+  /// priority, update rule): nodes compare it at join time to prove they
+  /// agree; a job's state records carry it (optimizer_state.h).
   [[nodiscard]] uint64_t fingerprint() const;
 
  private:

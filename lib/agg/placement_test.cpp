@@ -98,6 +98,20 @@ TEST(AggPlacement, DeterministicAndExactOnRealModels) {
   }
 }
 
+// A tensor's update rule is in its blocks and in the fingerprint: a worker
+// that declares BatchNorm's statistics broadcast and one that declares them
+// averaged do not agree on the job.
+TEST(AggPlacement, TheUpdateRuleIsInTheBlocksAndTheFingerprint) {
+  std::vector<TensorDecl> decls = {{"w", 5000, 0}, {"bn.mean", 64, 1, UpdateRule::kRank0}};
+  const Placement a = Placement::compute(decls, 2);
+  for (const Block& b : a.tensor_blocks(1)) EXPECT_EQ(b.update, UpdateRule::kRank0);
+  for (const Block& b : a.tensor_blocks(0)) EXPECT_EQ(b.update, UpdateRule::kOptimizer);
+  decls[1].update = UpdateRule::kAverage;
+  EXPECT_NE(Placement::compute(decls, 2).fingerprint(), a.fingerprint());
+  decls[1].update = static_cast<UpdateRule>(kUpdateRules);
+  EXPECT_THROW(Placement::compute(decls, 2), std::invalid_argument);
+}
+
 TEST(AggPlacement, BalancedByBytesOnRealModels) {
   for (const char* model : {"resnet50", "vgg16"}) {
     const auto decls = load_model(model);
