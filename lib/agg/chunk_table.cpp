@@ -64,6 +64,12 @@ uint64_t staging_bytes(uint64_t chunks, uint32_t chunk_bytes) {
   return staging_array_bytes(chunks, chunk_bytes) + chunks * sizeof(uint32_t);
 }
 
+// BSP changes settings from a version; the others from each chunk's next update.
+SettingsMode settings_mode(const SyncPolicy* policy) {
+  return dynamic_cast<const BspPolicy*>(policy) != nullptr ? SettingsMode::kFromVersion
+                                                           : SettingsMode::kNextUpdate;
+}
+
 }  // namespace
 
 std::string_view outcome_name(Outcome outcome) {
@@ -150,7 +156,7 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
       chunk_bytes_(config.chunk_bytes),
       chunk_elements_(config.chunk_bytes / kElementBytes),
       div_magic_(config.chunk_bytes == 0 ? 0 : UINT64_MAX / config.chunk_bytes + 1),
-      optimizer_(config.optimizer),
+      optimizer_(config.optimizer, settings_mode(policy_.get())),
       simd_(resolve_simd(config.simd)) {
   if (!policy_) throw std::invalid_argument("chunk table: no sync policy");
   if (config.workers == 0 || config.workers > kMaxWorkers) {
@@ -178,7 +184,7 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
   }
   track_ranks_ = policy_->tracks_rank_iterations();
   bsp_ = dynamic_cast<const BspPolicy*>(policy_.get()) != nullptr;
-  state_arrays_ = state_floats_per_element(optimizer_.kind);
+  state_arrays_ = state_floats_per_element(optimizer_.kind());
 
   const Layout l = layout_of(placement, config);
   keys_.assign(placement.blocks().size(), KeyEntry{});
@@ -194,7 +200,8 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
                                 .first_chunk = static_cast<uint32_t>(chunks_.size()),
                                 .first_element = element,
                                 .elements = p.elements,
-                                .priority = p.priority});
+                                .priority = p.priority,
+                                .update = p.update});
     for (uint64_t e = 0; e < p.elements; e += chunk_elements_) {
       Chunk c;
       c.first_element = element + e;
@@ -336,19 +343,6 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
   return Outcome::kApplied;
 }
 
-const StepParams& ChunkTable::step_for(uint32_t n, uint64_t step, uint32_t staleness) {
-  const float scale = policy_->lr_scale(staleness);
-  // Only Adam's scalars depend on the step number.
-  if (optimizer_.kind != OptimizerKind::kAdam) step = 0;
-  if (n != step_n_ || step != step_t_ || scale != step_scale_) {
-    step_ = step_params(optimizer_, n, step, scale);
-    step_n_ = n;
-    step_t_ = step;
-    step_scale_ = scale;
-  }
-  return step_;
-}
-
 void ChunkTable::complete(uint64_t index) {
   Chunk& ch = chunks_[index];
   const Held* slots = &slots_[index * workers_];
@@ -372,10 +366,31 @@ void ChunkTable::complete(uint64_t index) {
     }
   }
   const uint32_t staleness = static_cast<uint32_t>(serial_diff(ch.version, ch.oldest));
-  const StepParams& step = step_for(n, uint64_t{ch.version} + 1, staleness);
   const uint64_t e = ch.first_element;
-  reduce_apply(optimizer_.kind, simd_, src.data(), n, ch.elements, params_.get() + e,
-               state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr, step);
+  switch (local_[ch.block].update) {
+    case UpdateRule::kOptimizer: {
+      // The update of version v uses the settings in effect at v; Adam's t
+      // is the chunk's update number.
+      const StepParams& step = optimizer_.step_for(ch.version, n, uint64_t{ch.version} + 1,
+                                                   policy_->lr_scale(staleness));
+      reduce_apply(optimizer_.kind(), simd_, src.data(), n, ch.elements, params_.get() + e,
+                   state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr,
+                   step);
+      break;
+    }
+    case UpdateRule::kAverage: {
+      StepParams average;
+      average.inv_n = 1.0f / static_cast<float>(n);
+      reduce_apply(OptimizerKind::kSumOnly, simd_, src.data(), n, ch.elements, params_.get() + e,
+                   nullptr, nullptr, average);
+      break;
+    }
+    case UpdateRule::kRank0:
+      if ((contributors & 1) != 0) {  // rank 0's is the first, in rank order
+        std::memcpy(params_.get() + e, src[0], uint64_t{ch.elements} * kElementBytes);
+      }
+      break;
+  }
   if (buffers != 0) sink_.release(tokens.data(), buffers);
   held_ -= buffers;
   ch.have = 0;
@@ -473,6 +488,63 @@ std::span<const float> ChunkTable::parameters(uint32_t key) const {
   if (key >= keys_.size() || keys_[key].local < 0) return {};
   const LocalBlock& p = local_[static_cast<uint32_t>(keys_[key].local)];
   return {params_.get() + p.first_element, p.elements};
+}
+
+std::pair<uint32_t, uint32_t> ChunkTable::version_range() const {
+  if (chunks_.empty()) return {0, 0};
+  uint32_t lowest = chunks_[0].version;
+  uint32_t highest = lowest;
+  for (const Chunk& c : chunks_) {
+    if (serial_diff(c.version, lowest) < 0) lowest = c.version;
+    if (serial_diff(c.version, highest) > 0) highest = c.version;
+  }
+  return {lowest, highest};
+}
+
+ChunkTable::ChunkView ChunkTable::chunk_view(uint64_t index) const {
+  const Chunk& ch = chunks_[index];
+  const LocalBlock& p = local_[ch.block];
+  const uint64_t e = ch.first_element;
+  auto array = [&](const float* a) {
+    return a == nullptr ? std::span<const float>{} : std::span<const float>(a + e, ch.elements);
+  };
+  return ChunkView{.key = p.key,
+                   .offset = static_cast<uint32_t>((index - p.first_chunk) * chunk_bytes_),
+                   .version = ch.version,
+                   .initialized = ch.initialized != 0 || ch.version != 0,
+                   .params = array(params_.get()),
+                   .state0 = array(state0_.get()),
+                   .state1 = array(state1_.get())};
+}
+
+Outcome ChunkTable::restore(uint32_t key, uint32_t offset, uint32_t version,
+                            std::span<const float> params, std::span<const float> state0,
+                            std::span<const float> state1) {
+  uint64_t index = 0;
+  Outcome o = locate(key, offset, static_cast<uint32_t>(params.size_bytes()), index);
+  if (o == Outcome::kHeld) {
+    Chunk& ch = chunks_[index];
+    const size_t n = ch.elements;
+    if (params.size() != n || state0.size() != (state0_ ? n : 0) ||
+        state1.size() != (state1_ ? n : 0)) {
+      o = Outcome::kBadLength;
+    } else if (ch.initialized) {
+      o = Outcome::kDuplicate;
+    } else if (ch.version != 0 || ch.have != 0) {
+      o = Outcome::kStale;
+    } else {
+      const uint64_t e = ch.first_element;
+      std::memcpy(params_.get() + e, params.data(), params.size_bytes());
+      if (state0_) std::memcpy(state0_.get() + e, state0.data(), state0.size_bytes());
+      if (state1_) std::memcpy(state1_.get() + e, state1.data(), state1.size_bytes());
+      ch.version = version;
+      ch.initialized = 1;
+      o = Outcome::kInitialized;
+      emit(index, 0, 0);
+    }
+  }
+  ++counters_.outcomes[static_cast<size_t>(o)];
+  return o;
 }
 
 uint32_t ChunkTable::version(uint32_t key, uint32_t offset) const {

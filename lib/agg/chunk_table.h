@@ -43,7 +43,16 @@
 // chunk, as its packets arrive, or initialize_block() for a whole
 // block on the control path); each adopted chunk is handed to on_update()
 // at version 0 so the server can send it to every worker. After the first
-// update of a chunk, initialize() is refused as stale.
+// update of a chunk, initialize() is refused as stale. A job that resumes
+// from a checkpoint restore()s each chunk instead (its values, optimizer
+// state and version; shard_state.h reads and writes them as records).
+//
+// Update rules. A block's tensor may have a rule of its own instead of the
+// optimizer (placement.h, UpdateRule): kAverage makes the chunk the pushes'
+// average (reduced in rank order and scaled by 1/n as every set is),
+// kRank0 rank 0's push (a set without it, in the asynchronous policies,
+// leaves the values as they are). Either way the chunk's version moves on
+// and the update is emitted as any other.
 //
 // Threads. A ChunkTable belongs to the one lcore that owns its shard; no
 // method may be called concurrently or from another thread (the sink is
@@ -76,6 +85,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agg/hyperparameters.h"
 #include "agg/optimizer.h"
 #include "agg/placement.h"
 #include "agg/sync_policy.h"
@@ -109,11 +119,14 @@ std::string_view outcome_name(Outcome outcome);
 constexpr bool taken(Outcome o) { return o <= Outcome::kInitialized; }
 
 struct ShardConfig {
-  uint32_t shard = 0;         ///< the global shard id this table serves
-  uint32_t workers = 1;       ///< N, 1..kMaxWorkers; ranks are 0..N-1
-  uint32_t chunk_bytes = 0;   ///< net::payload_per_packet(mtu); a multiple of 4 in [4, 65532]
-  OptimizerConfig optimizer;  ///< applied per chunk update
-  Simd simd = Simd::kAuto;    ///< must be available (optimizer.h)
+  uint32_t shard = 0;        ///< the global shard id this table serves
+  uint32_t workers = 1;      ///< N, 1..kMaxWorkers; ranks are 0..N-1
+  uint32_t chunk_bytes = 0;  ///< net::payload_per_packet(mtu); a multiple of 4 in [4, 65532]
+  /// Applied per chunk update, with its initial hyperparameters: versioned
+  /// settings from then on (optimizer(), hyperparameters.h; BSP from a
+  /// version, the asynchronous policies from each chunk's next update).
+  OptimizerConfig optimizer;
+  Simd simd = Simd::kAuto;  ///< must be available (optimizer.h)
   /// Construction fails if the table would need more (memory_needed()).
   uint64_t memory_limit_bytes = uint64_t{4} << 30;
   /// Cap on contributions held at once (caller buffers); 0 = chunks x (quorum - 1), the most
@@ -250,6 +263,33 @@ class ChunkTable {
   /// chunk that does not exist here.
   [[nodiscard]] uint32_t slowest(uint32_t key, uint32_t offset) const;
 
+  // ---- settings and checkpoints: control path, the owner's thread ----
+  /// The optimizer and its versioned hyperparameters (hyperparameters.h):
+  /// a change is seen by the next update.
+  [[nodiscard]] ShardOptimizer& optimizer() { return optimizer_; }
+  [[nodiscard]] const ShardOptimizer& optimizer() const { return optimizer_; }
+  /// The least and the greatest version of the table's chunks (a scan).
+  [[nodiscard]] std::pair<uint32_t, uint32_t> version_range() const;
+  /// Chunk `index` (< chunks(), in key and offset order) as a checkpoint
+  /// holds it: where it is, its version, its parameters and optimizer
+  /// state (state_floats_per_element() arrays; the others empty).
+  struct ChunkView {
+    uint32_t key = 0;
+    uint32_t offset = 0;
+    uint32_t version = 0;
+    bool initialized = false;  ///< has values: initial, restored or updated
+    std::span<const float> params, state0, state1;
+  };
+  [[nodiscard]] ChunkView chunk_view(uint64_t index) const;
+  /// Adopts a checkpoint's chunk: its parameters, optimizer state and
+  /// version (copied), and emits it at that version, as initialize() emits
+  /// version 0. Refused (counted) as initialize() refuses: kUnknownKey,
+  /// kNotOwned, kBadOffset, kBadLength (`params` is not the chunk's
+  /// length, or a state array not as long), kDuplicate (the chunk has
+  /// values already), kStale (it was updated).
+  Outcome restore(uint32_t key, uint32_t offset, uint32_t version, std::span<const float> params,
+                  std::span<const float> state0, std::span<const float> state1);
+
   [[nodiscard]] const ChunkTableCounters& counters() const { return counters_; }
   [[nodiscard]] const SyncPolicy& policy() const { return *policy_; }
   [[nodiscard]] uint32_t workers() const { return workers_; }
@@ -289,6 +329,7 @@ class ChunkTable {
     uint64_t first_element;
     uint64_t elements;
     uint8_t priority;
+    UpdateRule update;  // the optimizer's, or a rule of its own (placement.h)
   };
   static_assert(sizeof(LocalBlock) == 32);
   struct FreeDeleter {
@@ -307,7 +348,6 @@ class ChunkTable {
   void complete(uint64_t index);
   // The token of a staged copy: the table's own address, never a caller's buffer.
   [[nodiscard]] void* staged_token() const { return const_cast<ChunkTable*>(this); }
-  const StepParams& step_for(uint32_t n, uint64_t step, uint32_t staleness);
   void emit(uint64_t index, uint64_t contributors, uint32_t staleness);
   [[nodiscard]] uint32_t slowest_clock(uint64_t index) const;
 
@@ -318,7 +358,7 @@ class ChunkTable {
   uint32_t chunk_bytes_;
   uint32_t chunk_elements_;
   uint64_t div_magic_;  // ceil(2^64 / chunk_bytes_): see locate()
-  OptimizerConfig optimizer_;
+  ShardOptimizer optimizer_;
   Simd simd_;
   bool track_ranks_;
   bool bsp_;  // the policy is BspPolicy: its admit() is inlined (the default mode's hot path)
@@ -350,12 +390,6 @@ class ChunkTable {
   std::unique_ptr<float[], FreeDeleter> staging_;
   std::vector<uint32_t> staging_free_;
   ChunkTableCounters counters_;
-  // The last update's scalars: in BSP every chunk update of an iteration
-  // has the same (n, step, scale), so they are computed once per iteration.
-  StepParams step_{};
-  uint32_t step_n_ = 0;
-  uint64_t step_t_ = 0;
-  float step_scale_ = 0;
 };
 
 }  // namespace mercury::agg
