@@ -100,6 +100,10 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
       // The latest list from a rank counts (a worker restarted before the
       // job started may have changed it); the answer comes when all are in.
       declared_[rank] = std::move(m.tensors);
+      if (rank == 0) {
+        seeded_ = m.seeded;
+        start_version_ = m.seeded ? m.version : 0;
+      }
       for (const auto& d : declared_) {
         if (!d.has_value()) return;
       }
@@ -197,6 +201,10 @@ void ControlPlane::on_stopped_st(Tick now) {
   if (state_ == NodeState::kRunning) enter(NodeState::kStopped, now);
 }
 
+void ControlPlane::refuse_st(std::string why, Tick now) {
+  if (state_ == NodeState::kRunning) refuse_all(std::move(why), false, now);
+}
+
 void ControlPlane::refuse_all(std::string why, bool answering_declares, Tick now) {
   refusal_ = std::move(why);
   enter(NodeState::kRefused, now);
@@ -253,6 +261,7 @@ void ControlPlane::reply_ready(uint16_t rank) {
   r.kind = agg::ControlKind::kReady;
   r.fingerprint = placement_->fingerprint();
   r.shards = placement_->shards();
+  r.version = start_version_;
   reply(rank, std::move(r));
 }
 

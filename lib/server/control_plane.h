@@ -6,7 +6,10 @@
 //
 // States (NodeState):
 //  * kWaiting: every rank must declare (kDeclare: its rank and tensor list).
-//    A rank declaring again replaces its list (counted as repeated). When
+//    A rank declaring again replaces its list (counted as repeated). Rank
+//    0's declare also says whether the job resumes from its checkpoint, and
+//    at which version (seeded(), start_version(); kReady repeats the
+//    version to every rank; the node runs the resume, job_state.h). When
 //    the last rank is in, every list is compared with rank 0's: equal, the
 //    placement is computed (agg::Placement::compute over the job's global
 //    shard count) and handed to the Starter, which builds what runs on it
@@ -122,6 +125,13 @@ class ControlPlane {
   /// The node stopped serving (its shard cores are gone): a running job
   /// becomes kStopped.
   void on_stopped_st(Tick now);
+  /// The job cannot go on (a resume failed): while running, every rank is
+  /// answered kRefused with `why`. Otherwise nothing changes.
+  void refuse_st(std::string why, Tick now);
+  /// Whether rank 0's declare resumes the job from its checkpoint, and the
+  /// version the job starts at (0 unless it resumes): rank 0's latest.
+  [[nodiscard]] bool seeded() const { return seeded_; }
+  [[nodiscard]] uint32_t start_version() const { return start_version_; }
 
   /// The answers queued since the last call, in the order they were made.
   std::vector<ControlReply> take_replies_st();
@@ -160,6 +170,8 @@ class ControlPlane {
   std::optional<agg::Placement> owned_placement_;
   const agg::Placement* placement_ = nullptr;
   std::vector<std::optional<std::vector<agg::TensorDecl>>> declared_;  // per rank
+  bool seeded_ = false;         // rank 0's declare: the job resumes
+  uint32_t start_version_ = 0;  // ... at this version
   std::map<uint64_t, uint64_t> barrier_arrived_;  // incomplete generation -> rank bitmap
   uint64_t barrier_floor_ = 0;                    // every generation below is complete
   uint64_t left_ = 0;                             // bit r: rank r left while running

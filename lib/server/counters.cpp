@@ -42,6 +42,8 @@ std::string_view server_drop_name(ServerDrop d) {
       return "reply_not_queued";
     case ServerDrop::kAfterLeave:
       return "after_leave";
+    case ServerDrop::kInitResumed:
+      return "init_resumed";
     case ServerDrop::kCount:
       break;
   }

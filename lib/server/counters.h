@@ -40,6 +40,7 @@ enum class ServerDrop : uint8_t {
   kBarrierNotHere,  ///< a barrier sent to a server other than server 0
   kReplyNotQueued,  ///< the endpoint did not queue a control answer
   kAfterLeave,      ///< a gradient from any rank after a rank left (BSP: the job ends)
+  kInitResumed,     ///< a kInit packet in a job that resumes from rank 0's checkpoint
   kCount,
 };
 inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
@@ -85,7 +86,12 @@ struct ShardCounters {
   X(workers_lost, "ranks the transport declared dead while running")                    \
   X(workers_restarted, "jobs ended by a rank that restarted while running")             \
   X(leaves, "kLeave messages taken (a worker stopping)")                                \
-  X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")
+  X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")  \
+  /* Settings and the job's state (server/job_state.h). */                      \
+  X(settings, "kSettings taken (rank 0's hyperparameters)")                      \
+  X(state_pages, "kStatePull taken (pages of the state asked for)")              \
+  X(seed_pages, "kStateSeed taken (pages of a checkpoint to resume from)")       \
+  X(state_refused, "settings and state requests refused before any shard ran them")
 
 struct ControlCounters {
   MERCURY_CONTROL_COUNTERS(MERCURY_COUNTER_DECLARE)

@@ -109,6 +109,7 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
   control_.emplace(
       rank_name_, total_shards_, config.server_index == 0,
       [this](const agg::Placement& p) { return start_shards(p); }, now, config.placement);
+  job_state_.emplace([this](uint32_t slot, ShardTask& t) { submit_task_st(slot, t); });
   launch_cores();
 }
 
@@ -241,6 +242,10 @@ void ServerNode::build_shards(const agg::Placement& placement) {
 
 // The control plane's Starter: called when every rank declared the same list.
 std::string ServerNode::start_shards(const agg::Placement& placement) {
+  if (control_->seeded() && config_.fanout != Fanout::kEvery) {
+    // The versions of an asynchronous job's chunks are not one step boundary.
+    return "rank 0 resumes the job from a checkpoint, which needs training.sync bsp";
+  }
   try {
     check_levels(placement);
     build_shards(placement);
@@ -254,6 +259,9 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
     shards_[i]->hand_over();  // built here, run there
     cores_[i]->attach(shards_[i].get());
   }
+  seeded_ = control_->seeded();
+  job_state_->start_st(placement, shard_slot_, static_cast<uint32_t>(shards_.size()),
+                       control_->start_version(), seeded_);
   return {};
 }
 
@@ -289,7 +297,13 @@ void ServerNode::hand_over() {
 void ServerNode::stop() {
   for (auto& c : cores_) c->stop();
   for (Stage& s : stages_) {
-    for (uint32_t i = 0; i < s.count; ++i) releases_->free_st(s.items[i].buf);
+    for (uint32_t i = 0; i < s.count; ++i) {
+      if (s.items[i].kind == ShardItem::kTask) {
+        s.items[i].task->finish("the node stopped");
+      } else {
+        releases_->free_st(s.items[i].buf);
+      }
+    }
     s.count = 0;
   }
   // The shard cores are gone: nothing may be queued to them any more.
@@ -416,6 +430,10 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kInitNotRank0);
     return false;
   }
+  if (init && seeded_) {  // the job's chunks come from rank 0's checkpoint
+    count(ServerDrop::kInitResumed);
+    return false;
+  }
   if (any_left_ && config_.fanout == Fanout::kEvery) {
     // BSP: a rank left after its last round, so this gradient's set can
     // never be complete. The slow path ends the job for every rank. (The
@@ -469,7 +487,7 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
   it.payload_at = static_cast<uint16_t>(payload.data() - buffers_->data(buf));
   it.payload_len = static_cast<uint16_t>(payload.size());
   it.rank = rank;
-  it.init = init ? 1 : 0;
+  it.kind = init ? ShardItem::kInit : ShardItem::kGradient;
   it.copy = copy ? 1 : 0;
   if (stage.count == stage.items.size()) flush_st(static_cast<uint32_t>(slot));
   return true;
@@ -480,6 +498,10 @@ void ServerNode::flush_st(uint32_t slot) {
   if (stage.count == 0) return;
   const uint32_t n = cores_[slot]->enqueue_st(stage.items.data(), stage.count);
   for (uint32_t i = n; i < stage.count; ++i) {
+    if (stage.items[i].kind == ShardItem::kTask) {
+      stage.items[i].task->finish("shard ring full");
+      continue;
+    }
     // Already acknowledged: this contribution is lost, and its chunk's set
     // will not complete. Only an undersized ring gets here.
     releases_->free_st(stage.items[i].buf);
@@ -522,6 +544,7 @@ uint32_t ServerNode::poll_port_st(uint32_t p, transport::Tick now) {
 uint32_t ServerNode::poll_control_st(transport::Tick now) {
   MERCURY_OWNED(owner_);
   now_ = now;
+  if (job_state_->pending_st() || !job_state_unsent_.empty()) poll_job_state_st();
   if (restarted_ != 0) handle_restarts_st();
   if (detach_pending_) detach_left_ports_st();
   if (push_after_leave_ != 0 && running_) {
@@ -591,6 +614,7 @@ ServerCounters ServerNode::counters_st() const {
   c.drops[static_cast<size_t>(ServerDrop::kBadControl)] += ch.malformed;
   c.drops[static_cast<size_t>(ServerDrop::kReplyNotQueued)] += ch.not_queued;
   c.control = control_->counters();
+  c.control += job_state_->counters();
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) c.net += e->counters_st();
   for (const net::PacketPort* p : ports_) {
@@ -651,6 +675,12 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
   // core for a few hundred milliseconds, and the workers would resend
   // declarations whose ACK waited for the ACK delay meanwhile.
   for (auto& e : endpoints_) e->flush_acks_st(now_);
+  if (JobState::handles(m.kind)) {
+    // Settings and the job's state: the shards' work (job_state.h).
+    job_state_->on_message_st(static_cast<uint16_t>(rank), std::move(m));
+    poll_job_state_st();
+    return;
+  }
   switch (control_->on_message_st(static_cast<uint16_t>(rank), std::move(m), now_)) {
     case ControlVerdict::kTaken:
       break;
@@ -666,6 +696,36 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
   }
   sync_state_st();
   send_replies_st();
+}
+
+void ServerNode::submit_task_st(uint32_t slot, ShardTask& task) {
+  if (slot >= cores_.size()) {  // inline: this thread owns the shard
+    shards_[slot]->run_task_st(task);
+    return;
+  }
+  // Behind the packets staged for the core, and sent at once.
+  Stage& stage = stages_[slot];
+  ShardItem& it = stage.items[stage.count++];
+  it.task = &task;
+  it.kind = ShardItem::kTask;
+  flush_st(slot);
+}
+
+void ServerNode::poll_job_state_st() {
+  // A page is up to a MiB: an endpoint out of descriptors takes it on a
+  // later pass (a worker waits for every answer).
+  std::vector<ControlReply> replies = std::move(job_state_unsent_);
+  job_state_unsent_.clear();
+  std::string refusal;
+  job_state_->poll_st(replies, refusal);
+  for (ControlReply& r : replies) {
+    if (!control_channel_->send_st(r.rank, r.message)) job_state_unsent_.push_back(std::move(r));
+  }
+  if (!refusal.empty()) {
+    control_->refuse_st(std::move(refusal), now_);
+    sync_state_st();
+    send_replies_st();
+  }
 }
 
 void ServerNode::send_replies_st() {

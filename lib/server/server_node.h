@@ -77,6 +77,7 @@
 #include "node/loop.h"
 #include "server/control_plane.h"
 #include "server/counters.h"
+#include "server/job_state.h"
 #include "server/shard.h"
 #include "server/shard_core.h"
 #include "transport/endpoint.h"
@@ -347,6 +348,10 @@ class ServerNode final : private node::ControlChannel::Handler {
   void derive_flow_limit_st(uint32_t port, net::PacketBuf* buf);
   void flush_st(uint32_t slot);
   void count(ServerDrop d) { ++drops_[static_cast<size_t>(d)]; }
+  // Settings and the job's state (job_state.h): runs `task` on the shard in
+  // `slot`, inline at once or through its core's ring.
+  void submit_task_st(uint32_t slot, ShardTask& task);
+  void poll_job_state_st();
 
   // Control messages (net core, allocates): node::ControlChannel's handler.
   void on_control_st(uint32_t rank, agg::ControlMessage&& m) override;
@@ -394,6 +399,11 @@ class ServerNode final : private node::ControlChannel::Handler {
   std::vector<std::unique_ptr<Shard>> shards_;           // after the endpoints they send through
   std::vector<const StartedSets*> started_;  // per shard: what it publishes for admit_st
   std::vector<int32_t> shard_slot_;          // global shard id -> index in shards_, or -1
+  // Settings and the job's state; its tasks run on the shards (after them:
+  // destroyed first, once stop() has finished what the cores held).
+  std::optional<JobState> job_state_;
+  std::vector<ControlReply> job_state_unsent_;  // answers the endpoint did not queue yet
+  bool seeded_ = false;  // the job resumes from rank 0's checkpoint: no kInit
   std::vector<Stage> stages_;                // per shard core: items not yet enqueued
   std::vector<PortFlow> flow_;               // per port
   // Per port: its workers' ranks, and whether it is detached because they

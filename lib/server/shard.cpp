@@ -155,7 +155,8 @@ void Shard::on_update(const agg::Update& u) {
     fanout_async_st(u);
     return;
   }
-  if (unit_chunks_ != 0 && u.version != 0) {  // version 0: rank 0's initial values, not held
+  // Initial or restored values are no aggregate: not held.
+  if (unit_chunks_ != 0 && u.contributors != 0) {
     hold_st(u);
     return;
   }

@@ -97,6 +97,7 @@
 #include "server/buffer_releases.h"
 #include "server/counters.h"
 #include "server/fanout.h"
+#include "server/shard_task.h"
 #include "server/started_sets.h"
 #include "transport/endpoint.h"
 
@@ -175,6 +176,11 @@ class Shard final : public agg::ChunkSink {
   /// the table (copied; the caller keeps the buffer) and sent to every worker
   /// as version 0 of the chunk. False when refused (counted).
   bool initialize_st(uint32_t key, uint32_t offset, std::span<const std::byte> payload);
+
+  /// Runs a settings or checkpoint task on the shard's thread (shard_task.h)
+  /// and marks it done. A restored chunk goes to every worker as rank 0's
+  /// initial values do, at its version. Control path.
+  void run_task_st(ShardTask& task);
 
   /// Resubmits the slices an endpoint refused, oldest first, until one is
   /// refused again; returns how many went. Called by the shard's owner

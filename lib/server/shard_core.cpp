@@ -71,7 +71,9 @@ void ShardCore::stop() {
   uint32_t n;
   while ((n = ring_.dequeue_burst(items, kBurst)) > 0) {
     for (uint32_t i = 0; i < n; ++i) {
-      if (shard != nullptr) {
+      if (items[i].kind == ShardItem::kTask) {
+        items[i].task->finish("shard " + std::to_string(shard_id_) + "'s core stopped");
+      } else if (shard != nullptr) {
         shard->free_st(items[i].buf);
       } else {
         buffers_->free(items[i].buf);
@@ -115,11 +117,16 @@ uint32_t ShardCore::poll_st() {
   if (n == 0) return work;
   for (uint32_t i = 0; i < n; ++i) {
     const ShardItem& it = items[i];
+    if (it.kind == ShardItem::kTask) {
+      shard->run_task_st(*it.task);
+      continue;
+    }
     const std::span<const std::byte> payload(buffers_->data(it.buf) + it.payload_at,
                                              it.payload_len);
-    const bool took = it.init == 0 && shard->contribute_st(it.rank, it.key, it.offset, it.iteration,
-                                                           it.clock, payload, it.buf, it.copy != 0);
-    if (it.init != 0) shard->initialize_st(it.key, it.offset, payload);
+    const bool init = it.kind == ShardItem::kInit;
+    const bool took = !init && shard->contribute_st(it.rank, it.key, it.offset, it.iteration,
+                                                    it.clock, payload, it.buf, it.copy != 0);
+    if (init) shard->initialize_st(it.key, it.offset, payload);
     if (!took) shard->free_st(it.buf);
   }
   items_ += n;

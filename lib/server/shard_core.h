@@ -7,7 +7,9 @@
 //
 // What crosses the ring. One ShardItem (32 bytes) per accepted packet: the
 // buffer, where its payload starts, and the parsed fields the chunk table needs
-// (key, offset, iteration, rank, gradient or initial values). The net core
+// (key, offset, iteration, rank, gradient or initial values); and the
+// control path's tasks (settings, checkpoints: shard_task.h), which run
+// between the packets before and after them. The net core
 // has already handed the packet to the transport's acknowledgement state, so
 // an item must never be refused: the ring has room for every buffer of the
 // node's RX pools (ServerNodeConfig::shard_core.ring_entries), hence it cannot
@@ -45,16 +47,24 @@
 
 namespace mercury::server {
 
-/// One packet for a shard core.
+/// One packet for a shard core, or a task (shard_task.h).
 struct ShardItem {
-  net::PacketBuf* buf;
+  enum Kind : uint8_t {
+    kGradient = 0,  ///< a gradient (kData)
+    kInit = 1,      ///< rank 0's initial values (kInit)
+    kTask = 2,      ///< `task`: settings or checkpoint work; no packet
+  };
+  union {
+    net::PacketBuf* buf;  ///< kGradient, kInit
+    ShardTask* task;      ///< kTask: the net core's, until it is done
+  };
   uint32_t key;
   uint32_t offset;
   uint32_t iteration;
   uint16_t payload_at;  ///< payload start, in bytes from net::BufferOps::data(buf)
   uint16_t payload_len;
   uint16_t rank;
-  uint8_t init;    ///< 1: rank 0's initial values (kInit), 0: a gradient (kData)
+  uint8_t kind;    ///< a Kind
   uint8_t copy;    ///< 1: a gradient with a staging credit (Shard::contribute_st's `copy`)
   uint32_t clock;  ///< the push's wire param_version (asynchronous modes' clock)
 };
@@ -94,7 +104,8 @@ class ShardCore {
   uint32_t enqueue_st(const ShardItem* items, uint32_t n);
 
   /// Control path, main lcore: stops the loop, waits for the lcore and
-  /// frees the buffers of items still in the ring. Idempotent.
+  /// frees the buffers of items still in the ring (a task still there is
+  /// done, failed). Idempotent.
   void stop();
 
   [[nodiscard]] unsigned lcore() const { return lcore_; }
