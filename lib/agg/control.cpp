@@ -172,9 +172,11 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       w.be(m.cursor, 8);
       break;
     case ControlKind::kStatePage:
+      if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
       w.be(m.sequence, 8);
       w.be(m.cursor, 8);
       w.u8(m.last ? 1 : 0);
+      w.text(m.text, 4);
       w.blob(m.bytes);
       break;
     case ControlKind::kStateSeed:
@@ -279,6 +281,7 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
       m.sequence = r.be(8, "sequence");
       m.cursor = r.be(8, "cursor");
       m.last = r.flag("last");
+      m.text = r.text(4, "text");
       m.bytes = r.blob("records");
       break;
     case ControlKind::kStateSeed:

@@ -68,7 +68,7 @@ enum class ControlKind : uint8_t {
   kSettings = 8,      ///< rank 0 -> every server: `values` from version `version` on
   kSettingsDone = 9,  ///< server -> rank 0: every shard it runs applied them (or `text`)
   kStatePull = 10,    ///< worker -> server: its shards' state from `cursor` (0: the start)
-  kStatePage = 11,    ///< server -> worker: `bytes` (records), next `cursor`, `last` page
+  kStatePage = 11,    ///< server -> worker: `bytes` (records), next `cursor`, `last` page (or `text`)
   kStateSeed = 12,    ///< rank 0 -> server: `bytes` (records) to resume from; `last` page
   kStateSeeded = 13,  ///< server -> rank 0: the page was applied (or `text`)
 };
@@ -80,7 +80,7 @@ struct ControlMessage {
   uint64_t fingerprint = 0;         ///< kReady: Placement::fingerprint()
   uint32_t shards = 0;              ///< kReady: global shard count of the job
   uint64_t generation = 0;          ///< kBarrier, kBarrierDone
-  std::string text;                 ///< kRefused; kSettingsDone, kStateSeeded: "" or why not
+  std::string text;  ///< kRefused; kSettingsDone, kStatePage, kStateSeeded: "" or why not
   /// kDeclare of rank 0: the job resumes from rank 0's kStateSeed pages at
   /// `version` instead of starting from its kInit packets at version 0.
   bool seeded = false;

@@ -126,6 +126,7 @@ TEST(Control, SettingsAndStateRoundTrip) {
     p.sequence = 4;
     p.cursor = k == ControlKind::kStatePage ? 99 : 0;
     p.last = true;
+    if (k == ControlKind::kStatePage) p.text = "no";
     p.bytes = {std::byte{1}, std::byte{2}, std::byte{0xff}};
     const std::vector<std::byte> bytes = encode_control(p);
     const ControlMessage p2 = decode_control(bytes);
@@ -133,6 +134,7 @@ TEST(Control, SettingsAndStateRoundTrip) {
     EXPECT_EQ(p2.cursor, p.cursor);
     EXPECT_TRUE(p2.last);
     EXPECT_EQ(p2.bytes, p.bytes);
+    EXPECT_EQ(p2.text, p.text);
     for (size_t n = 0; n < bytes.size(); ++n) {
       EXPECT_THROW(decode_control(std::span(bytes).first(n)), std::invalid_argument) << n;
     }

@@ -170,8 +170,8 @@ class ControlPlane {
   std::optional<agg::Placement> owned_placement_;
   const agg::Placement* placement_ = nullptr;
   std::vector<std::optional<std::vector<agg::TensorDecl>>> declared_;  // per rank
-  bool seeded_ = false;         // rank 0's declare: the job resumes
-  uint32_t start_version_ = 0;  // ... at this version
+  bool seeded_ = false;                           // rank 0's declare: the job resumes
+  uint32_t start_version_ = 0;                    // ... at this version
   std::map<uint64_t, uint64_t> barrier_arrived_;  // incomplete generation -> rank bitmap
   uint64_t barrier_floor_ = 0;                    // every generation below is complete
   uint64_t left_ = 0;                             // bit r: rank r left while running

@@ -86,11 +86,11 @@ struct ShardCounters {
   X(workers_lost, "ranks the transport declared dead while running")                    \
   X(workers_restarted, "jobs ended by a rank that restarted while running")             \
   X(leaves, "kLeave messages taken (a worker stopping)")                                \
-  X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")  \
-  /* Settings and the job's state (server/job_state.h). */                      \
-  X(settings, "kSettings taken (rank 0's hyperparameters)")                      \
-  X(state_pages, "kStatePull taken (pages of the state asked for)")              \
-  X(seed_pages, "kStateSeed taken (pages of a checkpoint to resume from)")       \
+  X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")       \
+  /* Settings and the job's state (server/job_state.h). */                              \
+  X(settings, "kSettings taken (rank 0's hyperparameters)")                             \
+  X(state_pages, "kStatePull taken (pages of the state asked for)")                     \
+  X(seed_pages, "kStateSeed taken (pages of a checkpoint to resume from)")              \
   X(state_refused, "settings and state requests refused before any shard ran them")
 
 struct ControlCounters {

@@ -70,7 +70,7 @@ void JobState::on_message_st(uint16_t rank, agg::ControlMessage&& m) {
     r->last = m.last;
     r->page = std::move(m.bytes);
     if (rank != 0 || !seeded_ || resumed_) {
-      r->error = !seeded_  ? "rank 0 did not declare that the job resumes from a checkpoint"
+      r->error = !seeded_    ? "rank 0 did not declare that the job resumes from a checkpoint"
                  : rank != 0 ? "the state comes from rank 0"
                              : "the job has resumed already";
     } else {
@@ -98,9 +98,8 @@ void JobState::seed_st(Request& r) {
       continue;
     }
     const uint32_t key = rec.header.key;
-    const int32_t slot = key < placement_->blocks().size()
-                             ? slot_of_shard_[placement_->at(key).shard]
-                             : -1;
+    const int32_t slot =
+        key < placement_->blocks().size() ? slot_of_shard_[placement_->at(key).shard] : -1;
     if (slot < 0) {
       r.error = "the page holds block " + std::to_string(key) + ", which no shard here owns";
       return;
@@ -121,7 +120,8 @@ bool JobState::finish_st(Request& r, std::vector<ControlReply>& replies, std::st
   std::string error = r.error;
   for (uint32_t i = 0; i < r.tasks.size() && error.empty(); ++i) {
     const ShardTask& t = *r.tasks[i];
-    if (!t.error.empty()) error = "shard " + std::to_string(shard_of_slot_[r.slots[i]]) + ": " + t.error;
+    if (!t.error.empty())
+      error = "shard " + std::to_string(shard_of_slot_[r.slots[i]]) + ": " + t.error;
   }
   agg::ControlMessage a;
   a.sequence = r.sequence;

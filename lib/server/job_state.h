@@ -75,8 +75,8 @@ class JobState {
     uint16_t rank = 0;
     agg::ControlKind kind = agg::ControlKind::kSettings;
     uint64_t sequence = 0;
-    uint32_t slot = 0;  // kStatePull: the shard whose page it is
-    bool last = false;  // kStateSeed: the last page
+    uint32_t slot = 0;     // kStatePull: the shard whose page it is
+    bool last = false;     // kStateSeed: the last page
     bool checked = false;  // kStateSeed, last: the shards were asked for chunks without values
     std::string error;     // refused before any task
     std::vector<std::byte> page;  // kStateSeed: the records the tasks read

@@ -403,9 +403,9 @@ class ServerNode final : private node::ControlChannel::Handler {
   // destroyed first, once stop() has finished what the cores held).
   std::optional<JobState> job_state_;
   std::vector<ControlReply> job_state_unsent_;  // answers the endpoint did not queue yet
-  bool seeded_ = false;  // the job resumes from rank 0's checkpoint: no kInit
-  std::vector<Stage> stages_;                // per shard core: items not yet enqueued
-  std::vector<PortFlow> flow_;               // per port
+  bool seeded_ = false;         // the job resumes from rank 0's checkpoint: no kInit
+  std::vector<Stage> stages_;   // per shard core: items not yet enqueued
+  std::vector<PortFlow> flow_;  // per port
   // Per port: its workers' ranks, and whether it is detached because they
   // all left (a port that detaches then: net_memif; docs/server.md, "The end
   // of a job"). kLeaving until the answers to their leaves are out; back to

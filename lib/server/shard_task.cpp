@@ -19,8 +19,8 @@ void Shard::run_task_st(ShardTask& task) {
       error = "settings from version " + std::to_string(task.version) + " " +
               std::string(agg::change_name(c));
       if (c == agg::Change::kInvalid) {
-        error += ": " + agg::hyperparameters_refused(settings.kind(),
-                                                     settings.decoupled_weight_decay(), task.values);
+        error += ": " + agg::hyperparameters_refused(
+                            settings.kind(), settings.decoupled_weight_decay(), task.values);
       } else if (c == agg::Change::kTooLate) {
         error += ": a chunk is at version " + std::to_string(highest);
       }

@@ -75,9 +75,17 @@ uint32_t NetCore::poll_st(transport::Tick now) {
     if (phase_ == Phase::kInitialising &&
         pulls_->counters_st().versions_completed >= table_.tensors()) {
       bool all = true;
-      for (TensorId t = 0; t < table_.tensors() && all; ++t) all = version_in_st(t, 0);
+      for (TensorId t = 0; t < table_.tensors() && all; ++t) all = version_in_st(t, start_version_);
       if (all) {
         phase_ = Phase::kRunning;
+        // The version every tensor holds now: the trainer side counts its
+        // pushes from it (release: the handle's completion).
+        stats_.start_version.store(start_version_, std::memory_order_relaxed);
+        for (TensorId t = 0; t < table_.tensors(); ++t) {
+          stats_.delivered[t].store(start_version_, std::memory_order_relaxed);
+          base_[t] = start_version_;
+        }
+        next_push_ = start_version_;
         start_->complete();
         start_.reset();
       }
@@ -154,6 +162,7 @@ void NetCore::finish_stop_st(const Handle& stopped, transport::Tick now) {
 void NetCore::take_st(Request& r, transport::Tick now) {
   using Kind = Request::Kind;
   if (r.kind == Kind::kStart) {
+    resume_ = std::move(r.resume);
     start_st(r.handle, now);
     return;
   }
@@ -166,6 +175,7 @@ void NetCore::take_st(Request& r, transport::Tick now) {
   switch (r.kind) {
     case Kind::kPush:
       ++pushes_taken_;
+      if (static_cast<int32_t>(r.iteration + 1 - next_push_) > 0) next_push_ = r.iteration + 1;
       if (config_.timeline)
         config_.timeline->mark_st(r.tensor, r.iteration, Timeline::Mark::kRequested);
       push_st(r.tensor, r.iteration, r.marked, r.grad, wire::PacketType::kData, r.handle);
@@ -177,6 +187,7 @@ void NetCore::take_st(Request& r, transport::Tick now) {
     case Kind::kPushPull:
       ++pushes_taken_;
       ++pulls_taken_;
+      if (static_cast<int32_t>(r.iteration + 1 - next_push_) > 0) next_push_ = r.iteration + 1;
       if (config_.timeline)
         config_.timeline->mark_st(r.tensor, r.iteration, Timeline::Mark::kRequested);
       push_st(r.tensor, r.iteration, r.marked, r.grad, wire::PacketType::kData, *r.push);
@@ -184,6 +195,12 @@ void NetCore::take_st(Request& r, transport::Tick now) {
       break;
     case Kind::kBarrier:
       barrier_st(r.generation, r.handle);
+      break;
+    case Kind::kSettings:
+      settings_st(r.values, r.handle);
+      break;
+    case Kind::kState:
+      state_st(r.state_out, r.handle);
       break;
     default:
       break;
@@ -241,6 +258,9 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
   declare.kind = agg::ControlKind::kDeclare;
   declare.rank = config_.rank;
   declare.tensors = table_.declarations();
+  // Rank 0 resuming: the servers start from its pages, at their version.
+  declare.seeded = resume_ != nullptr;
+  declare.version = resume_ ? resume_->version : 0;
   phase_ = Phase::kDeclaring;
   start_deadline_ = now + config_.start_timeout_ms * (config_.endpoint.transport.tsc_hz / 1000);
   for (uint16_t s = 0; s < config_.servers.size(); ++s) {
@@ -292,6 +312,7 @@ void NetCore::fail_pending_st(const std::string& why) {
   pull_queue_.clear();
   for (PendingBarrier& b : barriers_) b.handle.fail(why);
   barriers_.clear();
+  fail_state_requests_st(why);
 }
 
 // ---------------------------------------------------------------------------

@@ -34,7 +34,8 @@
 //
 // Files: net_core.cpp (the pass, requests, start, slow work, counters),
 // net_core_transfer.cpp (push, pull, barrier, received chunks),
-// net_core_control.cpp (control messages in and out).
+// net_core_control.cpp (control messages in and out), net_core_state.cpp
+// (settings, the job's state, a resume).
 #pragma once
 
 #include <array>
@@ -98,6 +99,10 @@ struct NetCoreConfig {
   /// Non-null: the net core marks every data push's and version's phases
   /// there (timeline.h). Owned by the Worker, outlives the core.
   Timeline* timeline = nullptr;
+  /// The servers' optimizer (job::optimizer_config): its kind and decay,
+  /// which a resumed state and changed settings must fit, and the job
+  /// file's hyperparameters, Worker::hyperparameters() until changed.
+  agg::OptimizerConfig optimizer_config;
 
   [[nodiscard]] uint32_t total_shards() const {
     uint32_t n = 0;
@@ -106,9 +111,23 @@ struct NetCoreConfig {
   }
 };
 
+/// Rank 0's resume from a job's state file (Worker::resume_from): the
+/// version the job starts at and, per server in job-file order, the pages
+/// of records it is sent (agg/shard_state.h), each at most
+/// agg::kStatePageBytes, the hyperparameter record first.
+struct Resume {
+  uint32_t version = 0;
+  std::vector<std::vector<std::vector<std::byte>>> pages;  // [server][page]
+};
+/// Checks `state` against the frozen `table` and the job (agg::check_state)
+/// and cuts it into each server's pages. Throws UsageError naming what is
+/// wrong. Control path.
+std::shared_ptr<const Resume> make_resume(const TensorTable& table, const NetCoreConfig& config,
+                                          std::span<const std::byte> state);
+
 /// What a trainer thread asks of the net core.
 struct Request {
-  enum class Kind : uint8_t { kStart, kPush, kPull, kPushPull, kBarrier, kStop };
+  enum class Kind : uint8_t { kStart, kPush, kPull, kPushPull, kBarrier, kStop, kSettings, kState };
   Kind kind = Kind::kStop;
   TensorId tensor = 0;
   uint32_t iteration = 0;  ///< kPush, kPushPull: the version the gradient was computed from
@@ -126,6 +145,12 @@ struct Request {
   /// read before computing the gradient (Worker::mark_read), 0 = none (the
   /// version the tensor's last pull delivered).
   uint32_t marked = 0;
+  /// Settings and the job's state (net_core_state.cpp): kSettings' values;
+  /// kState's output, the caller's, alive until the handle completes;
+  /// kStart's resume (rank 0), or null.
+  agg::Hyperparameters values;
+  std::vector<std::byte>* state_out = nullptr;
+  std::shared_ptr<const Resume> resume;
 };
 
 /// The PMD's drop counters (net::PortDrops), by name, in its order.
@@ -152,6 +177,9 @@ struct PublishedStats {
   /// now, the least over its chunks (Worker::mark_read), stored once the
   /// chunks that made it are fenced. Set like `delivered`.
   std::unique_ptr<std::atomic<uint32_t>[]> in_place;
+  /// The version the job started at (kReady's: 0, or a resumed state's),
+  /// stored before the start's handle completes.
+  std::atomic<uint32_t> start_version{0};
   /// Written once by the net core (control path), before it fails the
   /// handles; read by the trainer after a handle failed.
   void set_failure(const std::string& why) {
@@ -280,6 +308,14 @@ class NetCore final : public transport::PacketReceiver,
   [[nodiscard]] bool push_ready_st(const PendingPush& p) const;
   [[nodiscard]] bool pull_ready_st(const PendingPull& p) const;
   void barrier_st(uint64_t generation, const Handle& h);
+  // Settings and the job's state (net_core_state.cpp).
+  void settings_st(const agg::Hyperparameters& values, const Handle& h);
+  void state_st(std::vector<std::byte>* out, const Handle& h);
+  void send_seed_page_st(uint16_t server);
+  void on_state_reply_st(uint16_t server, agg::ControlMessage& m);
+  // BSP: whether a push of `iteration` waits for rank 0's settings to be in.
+  [[nodiscard]] bool held_by_settings_st(uint32_t iteration) const;
+  void fail_state_requests_st(const std::string& why);
   uint32_t send_pushes_st();
   // Queues the push's blocks from p.next on until the endpoint refuses
   // one; returns the first not queued (the block count when all are).
@@ -334,6 +370,31 @@ class NetCore final : public transport::PacketReceiver,
   std::vector<std::optional<Handle>> in_flight_;  // per tensor: the push the tracker holds
   std::vector<PendingPull> pull_queue_;
   std::vector<PendingBarrier> barriers_;
+  // Settings and the job's state: requests answered per server, matched by
+  // their sequence number.
+  struct PendingSettings {
+    uint64_t sequence = 0;
+    uint32_t from = 0;     // BSP: pushes of this iteration on wait for it
+    uint32_t waiting = 0;  // servers that have not answered
+    std::string error;
+    Handle handle;
+  };
+  struct PendingState {
+    uint64_t sequence = 0;
+    std::vector<std::byte>* out = nullptr;
+    std::vector<std::byte> pages;  // every server's, as they come
+    uint32_t waiting = 0;          // servers with pages to come
+    std::string error;
+    Handle handle;
+  };
+  std::vector<PendingSettings> settings_;
+  std::vector<PendingState> states_;
+  uint64_t next_sequence_ = 1;
+  uint32_t start_version_ = 0;  // kReady's
+  uint32_t next_push_ = 0;      // BSP: the iteration of the next push (the settings' version)
+  std::shared_ptr<const Resume> resume_;  // rank 0's, while it is sent
+  std::vector<uint32_t> seed_next_;       // per server: its next page
+  uint64_t seed_sequence_ = 0;
   std::vector<Handle> init_pushes_;  // rank 0's, internal
   uint64_t seen_versions_ = 0;       // tracker's versions_completed at the last pull scan
   uint64_t seen_settled_ = 0;        // pushes settled at the last pull scan

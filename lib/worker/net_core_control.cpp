@@ -27,11 +27,33 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
                   ": the nodes disagree on the tensors or the shards");
     return;
   }
+  if (m.version != start_version_ &&
+      std::find(ready_.begin(), ready_.end(), true) != ready_.end()) {
+    fail_start_st("start: " + server_name(server) + " starts the job at version " +
+                  std::to_string(m.version) + ", another server at " +
+                  std::to_string(start_version_));
+    return;
+  }
+  start_version_ = m.version;
   ready_[server] = true;
   if (std::find(ready_.begin(), ready_.end(), false) != ready_.end()) return;
   phase_ = Phase::kInitialising;
   // The job has started (every server placed it): link.rate_steps count from here.
   port_.start_link_schedule_st(now_);
+  if (start_version_ != 0 && !async()) {
+    // A resumed job: the first version every tensor waits for is the state's.
+    PullTrackerConfig pulls = config_.pulls;
+    pulls.first_version = start_version_;
+    pulls_ = std::make_unique<PullTracker>(table_, pulls);
+  }
+  if (resume_) {
+    // Rank 0 resumes the job: its pages instead of its buffers, one page in
+    // flight per server (net_core_state.cpp).
+    seed_next_.assign(config_.servers.size(), 0);
+    seed_sequence_ = next_sequence_++;
+    for (uint16_t s = 0; s < config_.servers.size(); ++s) send_seed_page_st(s);
+    return;
+  }
   if (config_.rank == 0) {
     // Rank 0's buffers as they are now become version 0 on every rank.
     init_pushes_.reserve(table_.tensors());
@@ -94,6 +116,11 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
       break;
     case agg::ControlKind::kHeartbeat:
       break;  // its acknowledgement was the point (agg/control.h)
+    case agg::ControlKind::kSettingsDone:
+    case agg::ControlKind::kStatePage:
+    case agg::ControlKind::kStateSeeded:
+      on_state_reply_st(peer, m);
+      break;
     default:
       ++control_malformed_;  // a worker is never sent declarations or barriers
       break;

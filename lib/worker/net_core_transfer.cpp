@@ -19,7 +19,8 @@ bool NetCore::push_ready_st(const PendingPush& p) const {
   if (p.type != wire::PacketType::kData) return true;
   // BSP: a gradient computed from version i goes once version i is in here:
   // before that, the servers would refuse it as from the future.
-  if (!async()) return version_in_st(p.tensor, p.iteration);
+  // Rank 0's pushes of a version its settings apply from wait for them.
+  if (!async()) return version_in_st(p.tensor, p.iteration) && !held_by_settings_st(p.iteration);
   // Asynchronous: every chunk's initial values are in and the tensor's
   // previous push was applied (its answers are in), so the servers see one
   // push per rank and chunk at a time, in clock order.

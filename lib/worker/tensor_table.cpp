@@ -24,7 +24,8 @@ void TensorTable::check_frozen(std::string_view call) const {
   }
 }
 
-TensorId TensorTable::declare(std::string_view name, std::span<float> params, int priority) {
+TensorId TensorTable::declare(std::string_view name, std::span<float> params, int priority,
+                              agg::UpdateRule update) {
   std::lock_guard lock(mutex_);
   check_live("declare");
   if (frozen()) {
@@ -38,6 +39,11 @@ TensorId TensorTable::declare(std::string_view name, std::span<float> params, in
                      " bytes; at most " + std::to_string(agg::kMaxTensorNameBytes));
   }
   if (params.empty()) throw UsageError("declare: tensor " + quoted(name) + " has no elements");
+  if (static_cast<uint8_t>(update) >= agg::kUpdateRules) {
+    throw UsageError("declare: tensor " + quoted(name) + " has update rule " +
+                     std::to_string(static_cast<int>(update)) +
+                     " (0 optimizer, 1 average, 2 rank 0)");
+  }
   if (params.size() > agg::kMaxTensorElements) {
     throw UsageError("declare: tensor " + quoted(name) + " has " + std::to_string(params.size()) +
                      " elements; at most 2^36 (" + std::to_string(agg::kMaxTensorElements) + ")");
@@ -55,6 +61,7 @@ TensorId TensorTable::declare(std::string_view name, std::span<float> params, in
   info.name = std::string(name);
   info.params = params;
   info.priority = priority == -1 ? static_cast<int>(id) : priority;
+  info.update = update;
   tensors_.push_back(std::move(info));
   by_name_.emplace(std::string(name), id);
   return id;
@@ -94,8 +101,10 @@ void TensorTable::freeze(uint32_t shards, uint32_t chunk_bytes,
   std::vector<agg::TensorDecl> decls;
   decls.reserve(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    decls.push_back(
-        {.name = tensors_[i].name, .elements = tensors_[i].params.size(), .priority = levels[i]});
+    decls.push_back({.name = tensors_[i].name,
+                     .elements = tensors_[i].params.size(),
+                     .priority = levels[i],
+                     .update = tensors_[i].update});
   }
   std::optional<agg::Placement> placement;
   try {

@@ -76,6 +76,9 @@ struct TensorInfo {
   std::string name;
   std::span<float> params;  ///< the trainer's buffer: pulled parameters land here
   int priority = 0;         ///< as given (or the declaration index)
+  /// How the servers make its versions (agg::UpdateRule: the job's optimizer,
+  /// or the pushes' average or rank 0's push).
+  agg::UpdateRule update = agg::UpdateRule::kOptimizer;
   // ---- set by freeze() ----
   uint8_t level = 0;       ///< scheduler level, < sched::kPriorityLevels
   uint32_t first_key = 0;  ///< keys first_key .. first_key + blocks - 1
@@ -94,7 +97,8 @@ class TensorTable {
   /// (received parameters are written there). `priority` >= 0, 0 = most
   /// urgent, or -1 = the declaration index. Returns its id (declaration
   /// index). Throws UsageError (see the file comment).
-  TensorId declare(std::string_view name, std::span<float> params, int priority = -1);
+  TensorId declare(std::string_view name, std::span<float> params, int priority = -1,
+                   agg::UpdateRule update = agg::UpdateRule::kOptimizer);
 
   /// Computes the placement on `shards` global shards with chunks of
   /// `chunk_bytes` (net::payload_per_packet(mtu); a multiple of 4 in

@@ -64,6 +64,14 @@ struct Worker::Impl {
   std::atomic<uint32_t> callers{0};  // threads between their shut-down check and enqueue
   std::atomic<bool> down{false};     // the net core has stopped and been joined
   std::atomic<uint64_t> barrier_generation{0};
+  // The version the job started at: pushes count from it (set by start()).
+  std::atomic<uint32_t> first_version{0};
+  // Settings and checkpoints: this process's view of the servers'
+  // hyperparameters, and the state to resume from (rank 0 sends it).
+  mutable std::mutex settings_mutex;
+  agg::Hyperparameters settings;
+  std::vector<std::byte> resume;
+  bool resuming = false;
 
   void check_live(const char* call) const {
     if (shut_down.load(std::memory_order_acquire)) {
@@ -195,6 +203,7 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   c.sync = job.training.sync;
   c.staleness_bound = job.training.staleness_bound;
   c.placement = job::placement_options(job);
+  c.optimizer_config = job::optimizer_config(job.training);
   c.pulls.async = c.sync != config::Sync::kBsp;
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
@@ -224,6 +233,7 @@ Worker::Worker(const WorkerOptions& options) {
   c.start_timeout_ms = options.start_timeout_ms;
   if (!options.idle_backoff) c.idle.mode = config::Poll::kBusy;
   impl_ = std::make_unique<Impl>(c);
+  impl_->settings = agg::hyperparameters_of(c.optimizer_config);
   impl_->node = options.node;
   bool own = options.eal == EalMode::kStart;
   if (options.eal == EalMode::kAuto) own = rte_lcore_count() == 0;  // 0 until rte_eal_init
@@ -254,7 +264,9 @@ Worker::Worker(const WorkerOptions& options) {
   start_thread(*impl_);
 }
 
-Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  impl_->settings = agg::hyperparameters_of(impl_->core.optimizer_config);
+}
 
 Worker attach_worker(net::PacketPort& port, const NetCoreConfig& config) {
   auto impl = std::make_unique<Worker::Impl>(config);
@@ -326,7 +338,7 @@ Worker& Worker::operator=(Worker&& other) noexcept {
   return *this;
 }
 
-Key Worker::declare(std::string_view name, std::span<float> params, int priority) {
+Key Worker::declare(std::string_view name, std::span<float> params, int priority, Update update) {
   Impl& i = *impl_;
   i.check_live("declare");
   if (i.started.load(std::memory_order_acquire) || i.table.frozen()) {
@@ -334,7 +346,7 @@ Key Worker::declare(std::string_view name, std::span<float> params, int priority
                      "' declared after start: the declarations freeze at start() or at the "
                      "first push, pull, push_pull or barrier");
   }
-  return i.table.declare(name, params, priority);
+  return i.table.declare(name, params, priority, static_cast<agg::UpdateRule>(update));
 }
 
 Handle Worker::start_async() {
@@ -346,6 +358,12 @@ Handle Worker::start_async() {
     throw UsageError("start: no tensor has been declared; declare every tensor first");
   }
   i.table.freeze(i.core.total_shards(), i.core.chunk_bytes, i.core.placement);
+  std::shared_ptr<const Resume> resume;
+  {
+    std::lock_guard settings_lock(i.settings_mutex);
+    if (i.resuming && i.core.rank == 0) resume = make_resume(i.table, i.core, i.resume);
+    i.resume = {};
+  }
   i.iterations = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
   // Published to the net core with the start request, below.
   i.stats.delivered = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
@@ -353,6 +371,7 @@ Handle Worker::start_async() {
   i.marked = std::make_unique<std::atomic<uint32_t>[]>(i.table.tensors());
   Handle h;
   Request r{Request::Kind::kStart, 0, 0, 0, 0, false, 0, nullptr, nullptr, h, std::nullopt};
+  r.resume = std::move(resume);
   i.submit(r, "start");
   i.start = h;
   return h;
@@ -371,6 +390,9 @@ void Worker::start() {
   // (docs/net.md, "net_memif's shared memory"). Only for the ports this
   // worker opened from its job file: a caller's own ports are the caller's.
   if (i.job) net::populate_memif_regions();
+  // Every caller stores the same value; the handle's completion ordered it.
+  i.first_version.store(i.stats.start_version.load(std::memory_order_relaxed),
+                        std::memory_order_relaxed);
   i.started.store(true, std::memory_order_release);
 }
 
@@ -380,7 +402,8 @@ Handle Worker::push(Key key, std::span<const float> grad) {
   i.ensure_started(*this);
   i.table.check_push(key, grad);
   Handle h;
-  const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
+  const uint32_t it = i.first_version.load(std::memory_order_relaxed) +
+                      i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
   Request r{Request::Kind::kPush, key, it, 0, 0, false, 0, grad.data(), nullptr, h, std::nullopt};
   r.marked = i.marked[key].exchange(0, std::memory_order_acq_rel);
   i.submit(r, "push");
@@ -396,7 +419,8 @@ Handle Worker::pull(Key key, std::span<float> out, uint32_t min_version) {
   i.ensure_started(*this);
   i.table.check_pull(key, out);
   Handle h;
-  const uint32_t version = i.iterations[key].load(std::memory_order_acquire);
+  const uint32_t version = i.first_version.load(std::memory_order_relaxed) +
+                           i.iterations[key].load(std::memory_order_acquire);
   Request r{Request::Kind::kPull, key, 0,           version, min_version, true, 0, nullptr,
             out.data(),           h,   std::nullopt};
   i.submit(r, "pull");
@@ -436,7 +460,8 @@ Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> 
   i.table.check_pull(key, out);
   Handle h;
   Handle pushed;
-  const uint32_t it = i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
+  const uint32_t it = i.first_version.load(std::memory_order_relaxed) +
+                      i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
   Request r{
       Request::Kind::kPushPull, key, it, it + 1, 0, false, 0, grad.data(), out.data(), h, pushed};
   r.marked = i.marked[key].exchange(0, std::memory_order_acq_rel);
@@ -454,6 +479,93 @@ Handle Worker::barrier_async() {
       Request::Kind::kBarrier, 0, 0, 0, 0, false, generation, nullptr, nullptr, h, std::nullopt};
   i.submit(r, "barrier");
   return h;
+}
+
+Hyperparameters Worker::hyperparameters() const {
+  const Impl& i = *impl_;
+  std::lock_guard lock(i.settings_mutex);
+  const agg::Hyperparameters& h = i.settings;
+  return Hyperparameters{h.learning_rate, h.momentum, h.weight_decay, h.beta1, h.beta2, h.epsilon};
+}
+
+Handle Worker::set_hyperparameters(const Hyperparameters& v) {
+  Impl& i = *impl_;
+  i.check_live("set_hyperparameters");
+  const agg::OptimizerConfig& o = i.core.optimizer_config;
+  if (o.kind == agg::OptimizerKind::kSumOnly) {
+    throw UsageError(
+        "set_hyperparameters: the job's training.optimizer is sum: the servers average, and the "
+        "trainer's own optimizer has the hyperparameters");
+  }
+  if (!started()) {
+    throw UsageError("set_hyperparameters: the worker has not started (start() first)");
+  }
+  i.ensure_started(*this);  // started: returns at once
+  const agg::Hyperparameters h{.learning_rate = v.learning_rate,
+                               .momentum = v.momentum,
+                               .weight_decay = v.weight_decay,
+                               .beta1 = v.beta1,
+                               .beta2 = v.beta2,
+                               .epsilon = v.epsilon};
+  const std::string why = agg::hyperparameters_refused(o.kind, o.decoupled_weight_decay, h);
+  if (!why.empty()) throw UsageError("set_hyperparameters: " + why);
+  {
+    std::lock_guard lock(i.settings_mutex);
+    i.settings = h;
+  }
+  if (i.core.rank != 0) return Handle::completed();  // rank 0's are the job's
+  Handle done;
+  Request r{Request::Kind::kSettings, 0, 0, 0, 0, false, 0, nullptr, nullptr, done, std::nullopt};
+  r.values = h;
+  i.submit(r, "set_hyperparameters");
+  return done;
+}
+
+Handle Worker::server_state_async(std::vector<std::byte>& out) {
+  Impl& i = *impl_;
+  i.check_live("server_state");
+  if (!started()) throw UsageError("server_state: the worker has not started (start() first)");
+  i.ensure_started(*this);  // started: returns at once
+  Handle done;
+  Request r{Request::Kind::kState, 0, 0, 0, 0, false, 0, nullptr, nullptr, done, std::nullopt};
+  r.state_out = &out;
+  i.submit(r, "server_state");
+  return done;
+}
+
+std::vector<std::byte> Worker::server_state() {
+  Impl& i = *impl_;
+  i.check_may_block("server_state");
+  std::vector<std::byte> out;
+  const Handle h = server_state_async(out);
+  if (!h.wait()) throw WorkerError(std::string(h.error()));
+  return out;
+}
+
+void Worker::resume_from(std::span<const std::byte> state) {
+  Impl& i = *impl_;
+  i.check_live("resume_from");
+  std::lock_guard start_lock(i.start_mutex);
+  if (i.start) throw UsageError("resume_from: after start: the job has begun from its own values");
+  if (i.core.sync != config::Sync::kBsp) {
+    throw UsageError(std::string("resume_from: the job's training.sync is ") +
+                     std::string(config::to_string(i.core.sync)) +
+                     ": only bsp stops every chunk at one version");
+  }
+  if (i.core.optimizer_config.kind == agg::OptimizerKind::kSumOnly) {
+    throw UsageError(
+        "resume_from: the job's training.optimizer is sum: the servers keep no optimizer "
+        "state, the trainer's checkpoint is the whole state");
+  }
+  std::lock_guard lock(i.settings_mutex);
+  i.resume.assign(state.begin(), state.end());
+  i.resuming = true;
+}
+
+uint32_t Worker::start_version() const {
+  const Impl& i = *impl_;
+  if (!started()) throw UsageError("start_version: the worker has not started");
+  return i.stats.start_version.load(std::memory_order_acquire);
 }
 
 void Worker::barrier() {

@@ -80,6 +80,17 @@
 // kernel, never spinning); start_async() and barrier_async() return a
 // Handle at once.
 //
+// Settings and checkpoints (docs/worker.md, "Settings and checkpoints").
+// With a server-side optimizer the servers hold the optimizer's state and
+// its hyperparameters. set_hyperparameters() changes them from this
+// worker's next push on (rank 0's change is the job's; under BSP every
+// shard applies it from the same version); server_state() reads every
+// shard's parameters, optimizer state, versions and hyperparameters as a
+// job's state file (docs/agg.md, "A job's state"); resume_from() (rank 0,
+// before start) makes the job start from such a file instead of rank 0's
+// buffers: every tensor at the file's version, every rank's pushes counted
+// from there.
+//
 // Errors. Misuse throws UsageError (an unknown key, a buffer of the wrong
 // size, a declaration after start, any call after shutdown()). A failed
 // transfer fails its Handle with a text that names the server; a server
@@ -162,6 +173,28 @@ struct WorkerStats {
 /// A drop reason and how many times it happened (Worker::drops).
 using DropCount = std::pair<std::string, uint64_t>;
 
+/// How the servers make a tensor's versions from the ranks' pushes
+/// (Worker::declare).
+enum class Update : uint8_t {
+  kOptimizer = 0,  ///< the job's training.optimizer (with sum: the pushes' average)
+  kAverage = 1,    ///< the pushes' average in rank order, whatever the job's optimizer
+  kRank0 = 2,      ///< rank 0's push: its values, on every rank
+};
+
+/// The servers' optimizer's hyperparameters (docs/agg.md, "Optimizers"):
+/// the optimizer reads those of its kind (momentum: momentum; adam and
+/// adamw: beta1, beta2, epsilon; weight_decay all but sum) and keeps the
+/// others as given.
+struct Hyperparameters {
+  float learning_rate = 0;
+  float momentum = 0;
+  float weight_decay = 0;
+  float beta1 = 0;
+  float beta2 = 0;
+  float epsilon = 0;
+  friend bool operator==(const Hyperparameters&, const Hyperparameters&) = default;
+};
+
 class Worker {
  public:
   /// Connects: loads the job, starts the net core (and EAL, see EalMode),
@@ -177,10 +210,12 @@ class Worker {
 
   /// Declares a tensor whose parameters live in `params` (which must
   /// outlive the worker). `priority` >= 0, 0 the most urgent (the first
-  /// layer of the forward pass), or -1 for the declaration index. Returns
-  /// its key. Throws UsageError: duplicate or empty name, empty tensor, bad
-  /// priority, after start, after shutdown.
-  Key declare(std::string_view name, std::span<float> params, int priority = -1);
+  /// layer of the forward pass), or -1 for the declaration index. `update`:
+  /// how the servers make its versions (every rank must declare the same).
+  /// Returns its key. Throws UsageError: duplicate or empty name, empty
+  /// tensor, bad priority or update rule, after start, after shutdown.
+  Key declare(std::string_view name, std::span<float> params, int priority = -1,
+              Update update = Update::kOptimizer);
 
   /// Freezes the declarations and joins the job (see the file comment).
   /// Idempotent. Throws WorkerError (a server refused or did not answer in
@@ -230,6 +265,45 @@ class Worker {
   /// reached this generation, or fails with the reason. Starts the worker
   /// if needed. Throws UsageError (after shutdown).
   Handle barrier_async();
+
+  /// The servers' hyperparameters as this worker last set them (the job
+  /// file's training section until then).
+  [[nodiscard]] Hyperparameters hyperparameters() const;
+  /// Changes the servers' hyperparameters from this worker's next push on.
+  /// Rank 0's change is the job's: it goes to every server and the handle
+  /// completes once every shard applied it; under bsp rank 0's pushes of
+  /// the version it applies from wait for that, so every shard uses it
+  /// from the same version on (asp, ssp, psplus: from each chunk's next
+  /// update). Any other rank's call is checked, recorded (hyperparameters())
+  /// and its handle complete at once, so one script runs on every rank.
+  /// The handle fails if a server refused it, which also ends the worker's
+  /// job (its shards would disagree). Throws UsageError: not started, after
+  /// shutdown, the job's optimizer is sum (the trainer's own optimizer has
+  /// the hyperparameters), values the optimizer cannot take (named).
+  Handle set_hyperparameters(const Hyperparameters& values);
+
+  /// Every shard's state: parameters, optimizer state, versions and the
+  /// hyperparameters, as a job's state file (docs/agg.md, "A job's
+  /// state"), into `out` (replaced; alive until the handle completes).
+  /// Under bsp, asked once this worker's pulls are complete, every chunk
+  /// is at the version its pushes led to: one step boundary. The handle
+  /// fails naming the server. Throws UsageError: not started, after
+  /// shutdown.
+  Handle server_state_async(std::vector<std::byte>& out);
+  /// The same, waiting. Throws WorkerError if it failed.
+  std::vector<std::byte> server_state();
+  /// Before start: the job resumes from `state` (server_state()'s file, a
+  /// copy is kept). On rank 0 the servers then start from its chunks, at
+  /// its version, instead of rank 0's buffers, and every rank's pushes are
+  /// counted from that version (start_version()); checked against the
+  /// declarations at start, which throws UsageError naming what differs.
+  /// On any other rank it is kept and not used (the same script runs on
+  /// every rank). Throws UsageError: after start, under a sync mode other
+  /// than bsp, a job whose optimizer is sum.
+  void resume_from(std::span<const std::byte> state);
+  /// The version the job started at: 0, or the resumed state's. Throws
+  /// UsageError before start.
+  [[nodiscard]] uint32_t start_version() const;
 
   /// Stops the net core: handles still pending fail ("the worker was shut
   /// down ..."), EAL is cleaned up if the worker started it. Idempotent;
