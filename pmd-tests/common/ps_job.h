@@ -101,7 +101,8 @@ class TestWorker {
     for (size_t t = 0; t < decls.size(); ++t) {
       params_[t].assign(decls[t].elements, 0.0f);
       grads_[t].assign(decls[t].elements, 0.0f);
-      api().declare(decls[t].name, params_[t], static_cast<int>(decls[t].priority));
+      api().declare(decls[t].name, params_[t], static_cast<int>(decls[t].priority),
+                    static_cast<worker::Update>(decls[t].update));
     }
   }
 
@@ -405,6 +406,7 @@ class Job {
     worker::NetCoreConfig c = pstest::worker_config(w, options_.workers, servers_of_[w], chunk_,
                                                     5 + w + 16 * ++incarnations_);
     c.placement = options_.placement;
+    c.optimizer_config = options_.optimizer;
     return c;
   }
   /// Rank `w`'s worker process (re)starts with `config`: the old one, if

@@ -129,6 +129,76 @@ TEST(PsCores, SeveralWorkersOnOnePortWithShardCores) {
   run_job(o, 2, 3);
 }
 
+// Settings and the job's state through the shard cores' rings (each a task
+// run between two bursts on the shard's core): momentum, a rate change
+// before round 2; 4 rounds straight against 2 rounds, a checkpoint pulled
+// by rank 1, a new job resumed from it on rank 0 and 2 more rounds, the
+// same parameters bit for bit.
+void random_gradients(Job& job, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (uint32_t w = 0; w < job.workers(); ++w) {
+    for (auto& g : job.worker(w).grads()) {
+      for (float& x : g) x = dist(rng);
+    }
+  }
+}
+
+void set_rate(Job& job, float lr) {
+  worker::Worker& w0 = job.worker(0).api();
+  worker::Hyperparameters h = w0.hyperparameters();
+  h.learning_rate = lr;
+  const worker::Handle set = w0.set_hyperparameters(h);
+  ASSERT_TRUE(job.wait({set}));
+  ASSERT_TRUE(set.ok()) << set.error();
+}
+
+TEST(PsCores, SettingsAndACheckpointThroughTheRings) {
+  JobOptions o;
+  o.shard_lcores = {1, 2};
+  o.optimizer = {.kind = agg::OptimizerKind::kMomentum, .learning_rate = 0.05f, .momentum = 0.9f};
+  std::vector<std::vector<float>> straight;
+  {
+    Job job(o);
+    job.start(3);
+    std::mt19937 rng(4);
+    for (uint32_t r = 0; r < 4; ++r) {
+      if (r == 2) set_rate(job, 0.02f);
+      random_gradients(job, rng);
+      ASSERT_EQ(job.push_pull("round " + std::to_string(r)), "");
+    }
+    straight = job.worker(0).params();
+    EXPECT_EQ(job.server().counters_st().control.settings, 1u);
+  }
+  std::mt19937 rng(4);
+  std::vector<std::byte> state;
+  std::vector<std::vector<float>> half;
+  {
+    Job job(o);
+    job.start(3);
+    for (uint32_t r = 0; r < 2; ++r) {
+      random_gradients(job, rng);
+      ASSERT_EQ(job.push_pull("round " + std::to_string(r)), "");
+    }
+    set_rate(job, 0.02f);
+    const worker::Handle pulled = job.worker(1).api().server_state_async(state);
+    ASSERT_TRUE(job.wait({pulled}));
+    ASSERT_TRUE(pulled.ok()) << pulled.error();
+    half = job.worker(1).params();
+    EXPECT_GE(job.server().counters_st().control.state_pages, 2u);  // a page per shard at least
+  }
+  Job job(o);
+  job.worker(0).api().resume_from(state);
+  job.start(99);  // rank 0's own buffers are not the job's: the state is
+  ASSERT_EQ(job.compare(half, "the resumed parameters"), "");
+  for (uint32_t w = 0; w < job.workers(); ++w) EXPECT_EQ(job.worker(w).api().start_version(), 2u);
+  for (uint32_t r = 2; r < 4; ++r) {
+    random_gradients(job, rng);
+    ASSERT_EQ(job.push_pull("round " + std::to_string(r)), "");
+  }
+  ASSERT_EQ(job.compare(straight, "the resumed run"), "");
+  EXPECT_GE(job.server().counters_st().control.seed_pages, 1u);
+}
+
 // The test: 200 rounds over the ResNet-50 shapes (161 tensors, their
 // names and priorities), 4 workers, 2 shards. At full size a round costs
 // 0.4-2.6 s here (push to last pull, with the machine's load), 80 s or more
