@@ -3,6 +3,7 @@
 #include "mercury/worker_c.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -69,6 +70,16 @@ int status_of(const Handle& h) {
     default:
       return MERCURY_E_PENDING;
   }
+}
+
+// The C struct and Hyperparameters hold the same floats in the same order.
+static_assert(sizeof(mercury_hyperparameters) == sizeof(mercury::worker::Hyperparameters));
+
+int check_size(const char* call, size_t size) {
+  if (size % sizeof(float) == 0) return MERCURY_OK;
+  return fail(MERCURY_E_USAGE, (std::string(call) + ": size " + std::to_string(size) +
+                                " is not a whole number of 4-byte fields")
+                                   .c_str());
 }
 
 int wrap(Handle h, mercury_handle** out) {
@@ -295,6 +306,100 @@ int mercury_worker_timeline_span(mercury_worker* w, const char* name, const char
     return null_argument("mercury_worker_timeline_span", name == nullptr ? "name" : "track");
   }
   return guarded([&] { w->worker.timeline_span(name, track, begin_ns, end_ns); });
+}
+
+int mercury_worker_declare_update(mercury_worker* w, const char* name, float* params,
+                                  size_t elements, int priority, int update, uint32_t* key_out) {
+  if (w == nullptr) return null_argument("mercury_worker_declare_update", "worker");
+  if (name == nullptr) return null_argument("mercury_worker_declare_update", "name");
+  if (params == nullptr && elements != 0) {
+    return null_argument("mercury_worker_declare_update", "params");
+  }
+  if (update < MERCURY_UPDATE_OPTIMIZER || update > MERCURY_UPDATE_RANK0) {
+    return fail(MERCURY_E_USAGE, ("mercury_worker_declare_update: update " +
+                                  std::to_string(update) + " is not a mercury_update")
+                                     .c_str());
+  }
+  return guarded([&] {
+    const uint32_t k = w->worker.declare(name, {params, elements}, priority,
+                                         static_cast<mercury::worker::Update>(update));
+    if (key_out != nullptr) *key_out = k;
+  });
+}
+
+int mercury_worker_hyperparameters(mercury_worker* w, mercury_hyperparameters* out, size_t size) {
+  if (w == nullptr) return null_argument("mercury_worker_hyperparameters", "worker");
+  if (out == nullptr) return null_argument("mercury_worker_hyperparameters", "out");
+  if (int bad = check_size("mercury_worker_hyperparameters", size); bad != MERCURY_OK) return bad;
+  return guarded([&] {
+    const mercury::worker::Hyperparameters h = w->worker.hyperparameters();
+    const mercury_hyperparameters c{h.learning_rate, h.momentum, h.weight_decay,
+                                    h.beta1,         h.beta2,    h.epsilon};
+    const size_t k = std::min(size, sizeof c);
+    std::memcpy(out, &c, k);
+    std::memset(reinterpret_cast<char*>(out) + k, 0, size - k);
+  });
+}
+
+int mercury_worker_set_hyperparameters(mercury_worker* w, const mercury_hyperparameters* values,
+                                       size_t size, mercury_handle** handle_out) {
+  if (w == nullptr) return null_argument("mercury_worker_set_hyperparameters", "worker");
+  if (values == nullptr) return null_argument("mercury_worker_set_hyperparameters", "values");
+  if (handle_out == nullptr) {
+    return null_argument("mercury_worker_set_hyperparameters", "handle_out");
+  }
+  if (int bad = check_size("mercury_worker_set_hyperparameters", size); bad != MERCURY_OK) {
+    return bad;
+  }
+  return guarded([&] {
+    mercury::worker::Hyperparameters h = w->worker.hyperparameters();
+    // A newer caller's fields past ours must be those it did not set.
+    for (size_t at = sizeof h; at < size; ++at) {
+      if (reinterpret_cast<const char*>(values)[at] != 0) {
+        throw UsageError(
+            "mercury_worker_set_hyperparameters: a field this library does not "
+            "know is set (byte " +
+            std::to_string(at) + ")");
+      }
+    }
+    mercury_hyperparameters c{h.learning_rate, h.momentum, h.weight_decay,
+                              h.beta1,         h.beta2,    h.epsilon};
+    std::memcpy(&c, values, std::min(size, sizeof c));
+    h = {c.learning_rate, c.momentum, c.weight_decay, c.beta1, c.beta2, c.epsilon};
+    wrap(w->worker.set_hyperparameters(h), handle_out);
+  });
+}
+
+int mercury_worker_server_state(mercury_worker* w, void** state_out, size_t* size_out) {
+  if (w == nullptr) return null_argument("mercury_worker_server_state", "worker");
+  if (state_out == nullptr || size_out == nullptr) {
+    return null_argument("mercury_worker_server_state",
+                         state_out == nullptr ? "state_out" : "size_out");
+  }
+  *state_out = nullptr;
+  *size_out = 0;
+  return guarded([&] {
+    const std::vector<std::byte> state = w->worker.server_state();
+    void* copy = std::malloc(std::max<size_t>(state.size(), 1));
+    if (copy == nullptr) throw std::bad_alloc();
+    std::memcpy(copy, state.data(), state.size());
+    *state_out = copy;
+    *size_out = state.size();
+  });
+}
+
+void mercury_state_release(void* state) { std::free(state); }
+
+int mercury_worker_resume_from(mercury_worker* w, const void* state, size_t size) {
+  if (w == nullptr) return null_argument("mercury_worker_resume_from", "worker");
+  if (state == nullptr && size != 0) return null_argument("mercury_worker_resume_from", "state");
+  return guarded([&] { w->worker.resume_from({static_cast<const std::byte*>(state), size}); });
+}
+
+int mercury_worker_start_version(mercury_worker* w, uint32_t* version_out) {
+  if (w == nullptr) return null_argument("mercury_worker_start_version", "worker");
+  if (version_out == nullptr) return null_argument("mercury_worker_start_version", "version_out");
+  return guarded([&] { *version_out = w->worker.start_version(); });
 }
 
 int mercury_handle_wait(mercury_handle* h) {

@@ -125,6 +125,7 @@ class Job {
       c.start_timeout_ms = start_timeout_ms;
       c.sync = sync;
       c.pulls.async = sync != config::Sync::kBsp;
+      c.optimizer_config = sc.optimizer;
       workers_.push_back(attach_worker(links_[r]->b(), c));
     }
   }
@@ -895,6 +896,91 @@ TEST(WorkerC, DeclareStartPushPullBarrierStatsErrors) {
   EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_WORKER);
   EXPECT_NE(std::string(mercury_last_error()).find("/nonexistent/job.yaml"), std::string::npos)
       << mercury_last_error();
+}
+
+// Settings, a tensor with a rule of its own, a checkpoint and a resume
+// through the C ABI: the rate set by rank 0 makes the next version; the
+// state read back is a job's state file at version 1, which a new job on a
+// new server starts from, with the same parameters, and goes on from.
+TEST(WorkerC, SettingsStateAndResume) {
+  std::vector<float> p(3000), bn(100), grad(3000), bn_push(100);
+  for (size_t i = 0; i < p.size(); ++i) {
+    p[i] = static_cast<float>(i % 11) * 0.5f;
+    grad[i] = static_cast<float>(i % 7) - 3.0f;
+  }
+  for (size_t i = 0; i < bn.size(); ++i) bn_push[i] = static_cast<float>(i) * 0.125f;
+  void* state = nullptr;
+  size_t state_bytes = 0;
+  std::vector<float> after_one;
+  {
+    Job job(1);
+    mercury_worker* w = wrap_worker_for_c(job.take(0));
+    uint32_t key = 9;
+    ASSERT_EQ(mercury_worker_declare(w, "p", p.data(), p.size(), -1, &key), MERCURY_OK);
+    ASSERT_EQ(mercury_worker_declare_update(w, "bn", bn.data(), bn.size(), -1, MERCURY_UPDATE_RANK0,
+                                            &key),
+              MERCURY_OK)
+        << mercury_last_error();
+    EXPECT_EQ(mercury_worker_declare_update(w, "x", bn.data(), bn.size(), -1, 7, &key),
+              MERCURY_E_USAGE);
+    EXPECT_STREQ(mercury_last_error(),
+                 "mercury_worker_declare_update: update 7 is not a mercury_update");
+    mercury_hyperparameters h;
+    mercury_handle* set = nullptr;
+    EXPECT_EQ(mercury_worker_set_hyperparameters(w, &h, sizeof h, &set), MERCURY_E_USAGE);
+    EXPECT_STREQ(mercury_last_error(),
+                 "set_hyperparameters: the worker has not started (start() first)");
+    ASSERT_EQ(mercury_worker_start(w), MERCURY_OK) << mercury_last_error();
+    ASSERT_EQ(mercury_worker_hyperparameters(w, &h, sizeof h), MERCURY_OK);
+    EXPECT_EQ(h.learning_rate, kLr);
+    h.learning_rate = 0.5f;
+    ASSERT_EQ(mercury_worker_set_hyperparameters(w, &h, sizeof h, &set), MERCURY_OK)
+        << mercury_last_error();
+    EXPECT_EQ(mercury_handle_wait(set), MERCURY_OK) << mercury_handle_error(set);
+    mercury_handle_release(set);
+    const std::vector<float> before = p;
+    mercury_handle* a = nullptr;
+    mercury_handle* b = nullptr;
+    ASSERT_EQ(mercury_worker_push_pull(w, 0, grad.data(), p.data(), p.size(), &a), MERCURY_OK);
+    ASSERT_EQ(mercury_worker_push_pull(w, 1, bn_push.data(), bn.data(), bn.size(), &b), MERCURY_OK);
+    EXPECT_EQ(mercury_handle_wait(a), MERCURY_OK);
+    EXPECT_EQ(mercury_handle_wait(b), MERCURY_OK);
+    mercury_handle_release(a);
+    mercury_handle_release(b);
+    for (size_t i = 0; i < p.size(); ++i) ASSERT_EQ(p[i], before[i] - 0.5f * grad[i]) << i;
+    EXPECT_EQ(bn, bn_push);  // rank 0's push, as it is
+    ASSERT_EQ(mercury_worker_server_state(w, &state, &state_bytes), MERCURY_OK)
+        << mercury_last_error();
+    EXPECT_GT(state_bytes, 64u * 3);  // the settings and a record per chunk
+    after_one = p;
+    mercury_worker_destroy(w);
+  }
+  Job job(1);
+  mercury_worker* w = wrap_worker_for_c(job.take(0));
+  std::vector<float> q(3000, -1.0f), bn2(100, -1.0f);
+  uint32_t key = 0;
+  ASSERT_EQ(mercury_worker_declare(w, "p", q.data(), q.size(), -1, &key), MERCURY_OK);
+  ASSERT_EQ(mercury_worker_declare_update(w, "bn", bn2.data(), bn2.size(), -1, MERCURY_UPDATE_RANK0,
+                                          &key),
+            MERCURY_OK);
+  ASSERT_EQ(mercury_worker_resume_from(w, state, state_bytes), MERCURY_OK) << mercury_last_error();
+  mercury_state_release(state);
+  ASSERT_EQ(mercury_worker_start(w), MERCURY_OK) << mercury_last_error();
+  uint32_t v = 0;
+  ASSERT_EQ(mercury_worker_start_version(w, &v), MERCURY_OK);
+  EXPECT_EQ(v, 1u);
+  EXPECT_EQ(q, after_one);
+  EXPECT_EQ(bn2, bn_push);
+  // The resumed table holds the rate set before the checkpoint.
+  mercury_handle* a = nullptr;
+  ASSERT_EQ(mercury_worker_push_pull(w, 0, grad.data(), q.data(), q.size(), &a), MERCURY_OK);
+  EXPECT_EQ(mercury_handle_wait(a), MERCURY_OK) << mercury_handle_error(a);
+  mercury_handle_release(a);
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(q[i], after_one[i] - 0.5f * grad[i]) << i;
+  ASSERT_EQ(mercury_worker_version(w, 0, &v), MERCURY_OK);
+  EXPECT_EQ(v, 2u);
+  EXPECT_EQ(mercury_worker_resume_from(w, &v, 4), MERCURY_E_USAGE);  // after start
+  mercury_worker_destroy(w);
 }
 
 }  // namespace

@@ -149,6 +149,52 @@ uint32_t mercury_worker_workers(const mercury_worker* worker);
 int mercury_worker_timeline_span(mercury_worker* worker, const char* name, const char* track,
                                  uint64_t begin_ns, uint64_t end_ns);
 
+/* Settings and checkpoints (mercury/worker.h, "Settings and checkpoints"). */
+
+/* How the servers make a tensor's versions (Worker::declare's update). */
+typedef enum mercury_update {
+  MERCURY_UPDATE_OPTIMIZER = 0, /* the job's training.optimizer */
+  MERCURY_UPDATE_AVERAGE = 1,   /* the pushes' average in rank order */
+  MERCURY_UPDATE_RANK0 = 2      /* rank 0's push */
+} mercury_update;
+/* mercury_worker_declare with an update rule (a mercury_update). */
+int mercury_worker_declare_update(mercury_worker* worker, const char* name, float* params,
+                                  size_t elements, int priority, int update, uint32_t* key_out);
+
+/* The servers' hyperparameters (Worker::hyperparameters): the same fields
+ * in the same order. Fields are only ever added at the end. */
+typedef struct mercury_hyperparameters {
+  float learning_rate;
+  float momentum;
+  float weight_decay;
+  float beta1;
+  float beta2;
+  float epsilon;
+} mercury_hyperparameters;
+/* Fills *out with the hyperparameters as this worker last set them (the
+ * job file's until then). `size` is sizeof(mercury_hyperparameters) as the
+ * caller was compiled (a multiple of 4): an older caller gets the fields it
+ * knows, a newer one zeros past this library's. */
+int mercury_worker_hyperparameters(mercury_worker* worker, mercury_hyperparameters* out,
+                                   size_t size);
+/* Changes them from this worker's next push on (Worker::set_hyperparameters):
+ * `size` as above; the fields an older caller's struct lacks keep their
+ * values. *handle_out completes once every server applied them (rank 0), at
+ * once on another rank. */
+int mercury_worker_set_hyperparameters(mercury_worker* worker,
+                                       const mercury_hyperparameters* values, size_t size,
+                                       mercury_handle** handle_out);
+/* Every shard's state as a job's state file (Worker::server_state), waiting:
+ * *state_out is a buffer of *size_out bytes the library allocated; release
+ * it with mercury_state_release. */
+int mercury_worker_server_state(mercury_worker* worker, void** state_out, size_t* size_out);
+void mercury_state_release(void* state);
+/* Before start: the job resumes from a job's state file (Worker::resume_from;
+ * the bytes are copied). */
+int mercury_worker_resume_from(mercury_worker* worker, const void* state, size_t size);
+/* The version the job started at (Worker::start_version). */
+int mercury_worker_start_version(mercury_worker* worker, uint32_t* version_out);
+
 /* Blocks until complete: MERCURY_OK or MERCURY_E_FAILED. */
 int mercury_handle_wait(mercury_handle* handle);
 /* MERCURY_OK, MERCURY_E_FAILED or MERCURY_E_PENDING; never blocks. */
