@@ -40,14 +40,15 @@ its own epochs on alone; under bsp every rank ends with rank 0 anyway).
 
 What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"), the
 same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches
-per step, no_sync() or with --backward-passes backward_passes_per_step=K), and, with
+per step, no_sync() or with --backward-passes backward_passes_per_step=K), --lr LR and
+--schedule (warm-up, then cosine: with a server-side optimizer the script's torch
+optimizer, of the job's kind, is handed to the servers, which take its rate), and, with
 training.optimizer sum (a local optimizer), --clip NORM, --amp (bf16 autocast and a
-GradScaler), --local-optimizer KIND, --lr LR and --schedule (warm-up, then cosine);
---losses then also writes what the optimizer's side did (clipped and skipped steps,
-the scale, the last learning rate) to NODE.steps. --checkpoint FILE: rank 0 saves the
-model and that side (optimizer, scaler, schedule) after every epoch; --stop-after E
-stops after epoch E as if interrupted; --resume FILE goes on from the file's epoch
-(training.optimizer sum: the servers' own state is not in the file yet).
+GradScaler) and --local-optimizer KIND; --losses then also writes what the optimizer's
+side did (clipped and skipped steps, the scale, the last learning rate) to NODE.steps.
+--checkpoint FILE: rank 0 saves the model (under Mercury with the servers' state) and
+that side (optimizer, scaler, schedule) after every epoch; --stop-after E stops after
+epoch E as if interrupted; --resume FILE goes on from the file's epoch.
 
 Data: the 1797 images, scaled to [0, 1], split once (seed 0) into 1437 for
 training and 360 for testing. Worker r of W owns training samples r, r+W,
@@ -235,15 +236,20 @@ class Recipe:
     The same code runs under Mercury, DDP and the one-process reference. Without those
     flags it is the plain step: one backward pass of the batch's loss."""
 
-    def __init__(self, args, training: Dict, params, steps: int, optimizer: bool) -> None:
+    def __init__(self, args, training: Dict, params, steps: int, optimizer: bool,
+                 servers: bool = False) -> None:
         """optimizer: whether this process steps a torch optimizer (under Mercury, only
-        with training.optimizer sum; then SGD at the job's rate unless told otherwise)."""
+        with training.optimizer sum; then SGD at the job's rate unless told otherwise).
+        servers: the servers apply the job's optimizer (under Mercury, or --exact's
+        arithmetic); with --lr or --schedule the script still makes its torch optimizer,
+        of the job's kind, and hands it to them: its learning rate, which the schedule
+        drives, is theirs (DistributedModel's settings, ServerArithmetic.set)."""
         self.k = args.accumulate
         self.clip = args.clip
         self.amp = args.amp
         self.clipped = self.skipped = 0
         self.opt = self.scaler = self.sched = None
-        if not optimizer:
+        if not optimizer and not (servers and (args.lr or args.schedule)):
             return
         kind = training.get("optimizer", "sgd")
         self.opt = local_optimizer(dict(training, optimizer=args.local_optimizer or (
@@ -264,11 +270,6 @@ class Recipe:
             self.sched = SequentialLR(self.opt, [
                 LinearLR(self.opt, start_factor=0.1, total_iters=warm),
                 CosineAnnealingLR(self.opt, T_max=steps - warm)], milestones=[warm])
-
-    @staticmethod
-    def steps_locally(args) -> bool:
-        """Whether the flags act on the averaged gradient, before a local optimizer."""
-        return bool(args.clip or args.amp or args.local_optimizer or args.lr or args.schedule)
 
     def backward(self, net, xb, yb) -> float:
         """One micro-batch's forward and backward pass; returns its loss."""
@@ -304,6 +305,19 @@ class Recipe:
         if self.sched:
             self.sched.step()
         self.opt.zero_grad()
+
+    def server_values(self) -> Dict[str, float]:
+        """The handed optimizer's hyperparameters as the servers name them (what
+        DistributedModel sends before a step's first push)."""
+        group = self.opt.param_groups[0]
+        values = {"learning_rate": group["lr"], "weight_decay": group.get("weight_decay", 0.0)}
+        if "momentum" in group:
+            values["momentum"] = group["momentum"]
+        if "betas" in group:
+            values["beta1"], values["beta2"] = group["betas"]
+        if "eps" in group:
+            values["epsilon"] = group["eps"]
+        return values
 
     def state_dict(self) -> Dict:
         """What a checkpoint holds of the optimizer's side."""
@@ -359,25 +373,24 @@ def train(args, node: str = "") -> int:
     model = make_model()
     losses: List[float] = []
     checkpoint = None
+    ddp = args.ddp_rank >= 0
     if args.resume:
         # As a DDP script resumes: every rank loads the same file before the job starts
         # (rank 0's parameters are version 0, so the others' would be replaced anyway).
+        # Under Mercury the wrapped model's state (with the servers') is loaded below.
         checkpoint = torch.load(args.resume)
-        model.load_state_dict(checkpoint["model"])
+        if not node or ddp:
+            model.load_state_dict(checkpoint["model"])
 
-    ddp = args.ddp_rank >= 0
     summed = job["training"].get("optimizer") == "sum"
-    if Recipe.steps_locally(args) and not summed and (node or args.exact):
-        raise SystemExit("train-digits: --clip, --amp, --local-optimizer, --lr and --schedule act "
-                         "on the averaged gradient: under Mercury they need training.optimizer "
-                         "sum (a server-side optimizer never shows it to the trainer)")
-    if args.resume and not summed and node:
-        raise SystemExit("train-digits: --resume: the servers' optimizer state (momentum, Adam's "
-                         "moments) is not in a checkpoint yet, so only training.optimizer sum "
-                         "resumes where it stopped")
+    if (args.clip or args.amp or args.local_optimizer) and not summed and (node or args.exact):
+        raise SystemExit("train-digits: --clip, --amp and --local-optimizer act on the averaged "
+                         "gradient: under Mercury they need training.optimizer sum (a "
+                         "server-side optimizer never shows it to the trainer)")
     steps_per_epoch = (len(y) // workers) // local
+    servers = not summed and ((node and not ddp) or args.exact)
     recipe = Recipe(args, job["training"], model.parameters(), args.epochs * steps_per_epoch,
-                    optimizer=summed or ddp or (not node and not args.exact))
+                    optimizer=summed or ddp or (not node and not args.exact), servers=servers)
     if checkpoint:
         recipe.load_state_dict(checkpoint["recipe"])
     if node:
@@ -389,6 +402,9 @@ def train(args, node: str = "") -> int:
         net = mercury.torch.DistributedModel(
             model, worker, recipe.opt,
             backward_passes_per_step=args.accumulate if args.backward_passes else 1)
+        if checkpoint:
+            # The module's parameters and the servers' state: the job resumes from them.
+            net.load_state_dict(checkpoint["model"])
         # The job starts at the first forward pass (the declarations, every worker joined,
         # version 0 in the parameters): run one without gradients before the clock starts,
         # so that no rank's training time holds another's start-up.
@@ -451,9 +467,13 @@ def train(args, node: str = "") -> int:
                     for part in np.array_split(batches[r][k], recipe.k):
                         rank_losses[r].append(recipe.backward(model, x[part], y[part]))
                     grads.append([p.grad.clone() for p in model.parameters()])
+                if not summed and recipe.opt:
+                    server.set(**recipe.server_values())  # the step's settings, as sent
                 server.step(grads)  # with sum: the averaged gradient into .grad
                 if summed:
                     recipe.step(list(model.parameters()))
+                elif recipe.sched:
+                    recipe.sched.step()
                 continue
             idx = batches[rank][k] if node else np.concatenate([b[k] for b in batches])
             net.zero_grad()
@@ -464,9 +484,11 @@ def train(args, node: str = "") -> int:
                 accumulating = j + 1 < len(parts) and (node or ddp) and not args.backward_passes
                 with net.no_sync() if accumulating else contextlib.nullcontext():
                     losses.append(recipe.backward(net, x[part], y[part]))
-            if node and not ddp and not summed:
+            if node and not ddp and not summed and not recipe.opt:
                 net.step()  # the servers' optimizer: nothing to do, the next forward waits
             else:
+                # A handed optimizer's step() is the servers' (nothing applied here); its
+                # schedule moves the rate the next step's settings carry.
                 recipe.step(list(model.parameters()))
         if node and not ddp:
             net.synchronize()  # the epoch's last update is in the parameters
@@ -483,7 +505,9 @@ def train(args, node: str = "") -> int:
         if args.checkpoint and rank == 0:
             # A DDP script's checkpoint: the model and the optimizer's side, after the
             # epoch's last update (written whole, then renamed over the last one).
-            torch.save({"epoch": epoch + 1, "model": model.state_dict(),
+            # Under Mercury the wrapped model's: the servers' state with the module's.
+            torch.save({"epoch": epoch + 1,
+                        "model": (net if node and not ddp else model).state_dict(),
                         "recipe": recipe.state_dict()}, args.checkpoint + ".tmp")
             os.replace(args.checkpoint + ".tmp", args.checkpoint)
         if epoch + 1 == args.stop_after:

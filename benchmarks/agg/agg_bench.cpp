@@ -15,6 +15,10 @@
 // 2-core machine the wall clock also counts time descheduled).
 //
 // Variants: sgd, sum_only, momentum, adam (the table, AVX-512 kernel);
+// momentum_wd, adam_wd (with torch's L2 weight decay), adamw (the decay
+// decoupled), adamw_scheduled (AdamW whose learning rate changes every
+// iteration, a versioned setting from that iteration's version, as a
+// warm-up or cosine schedule sets it);
 // sgd_portable (the table with the intrinsic-free kernel); sgd_jumbo (the
 // table with 8896-byte chunks, MTU 9000, over the same bytes); kernel_sgd
 // (reduce_apply() chunk by chunk without the table: the table's own cost is
@@ -146,15 +150,28 @@ void BM_LimitSum(benchmark::State& state, bool cached) {
   set_rate(state, bytes * kWorkers);
 }
 
-void BM_ChunkTable(benchmark::State& state, OptimizerKind kind, Simd simd, bool cached,
-                   bool jumbo) {
+struct Variant {
+  const char* name;
+  OptimizerKind kind;
+  Simd simd = Simd::kAuto;
+  bool jumbo = false;
+  float weight_decay = 0;
+  bool decoupled = false;
+  bool scheduled = false;  // a new learning rate from every iteration's version
+};
+
+void BM_ChunkTable(benchmark::State& state, const Variant& v, bool cached) {
   Workload& w = Workload::get();
   NullSink sink;
+  const bool jumbo = v.jumbo;
   const ShardConfig config{.shard = 0,
                            .workers = kWorkers,
                            .chunk_bytes = jumbo ? kJumboChunkBytes : kChunkBytes,
-                           .optimizer = {.kind = kind, .learning_rate = 1e-6f},
-                           .simd = simd};
+                           .optimizer = {.kind = v.kind,
+                                         .learning_rate = 1e-6f,
+                                         .weight_decay = v.weight_decay,
+                                         .decoupled_weight_decay = v.decoupled},
+                           .simd = v.simd};
   // One table per benchmark run, built outside the timed loop.
   ChunkTable table(w.placement, config, make_bsp(), sink);
   const std::vector<ChunkRef>& refs = jumbo ? w.jumbo_chunks : w.chunks;
@@ -165,7 +182,16 @@ void BM_ChunkTable(benchmark::State& state, OptimizerKind kind, Simd simd, bool 
     while (refs[chunks].first_byte < set_bytes(w, cached)) ++chunks;
   }
   uint32_t iteration = 0;
+  Hyperparameters h = hyperparameters_of(config.optimizer);
   for (auto _ : state) {
+    if (v.scheduled) {
+      // What a schedule's step costs the shard: a setting from this version on.
+      h.learning_rate = 1e-6f * static_cast<float>(1 + iteration % 7);
+      const auto [lowest, highest] = table.version_range();
+      if (!accepted(table.optimizer().hyperparameters().change(iteration, h, lowest, highest))) {
+        state.SkipWithError("the setting was refused");
+      }
+    }
     for (size_t c = 0; c < chunks; ++c) {
       const ChunkRef& ch = refs[c];
       for (uint32_t k = 0; k < kWorkers; ++k) {
@@ -219,20 +245,20 @@ void register_all() {
     benchmark::RegisterBenchmark(("agg/limit_sum" + arg).c_str(), BM_LimitSum, cached)->Unit(unit);
     benchmark::RegisterBenchmark(("agg/kernel_sgd" + arg).c_str(), BM_KernelSgd, cached)
         ->Unit(unit);
-    struct Variant {
-      const char* name;
-      OptimizerKind kind;
-      Simd simd;
-      bool jumbo = false;
-    };
-    for (const Variant& v : {Variant{"sgd", OptimizerKind::kSgd, Simd::kAuto},
-                             Variant{"sum_only", OptimizerKind::kSumOnly, Simd::kAuto},
-                             Variant{"momentum", OptimizerKind::kMomentum, Simd::kAuto},
-                             Variant{"adam", OptimizerKind::kAdam, Simd::kAuto},
-                             Variant{"sgd_portable", OptimizerKind::kSgd, Simd::kPortable},
-                             Variant{"sgd_jumbo", OptimizerKind::kSgd, Simd::kAuto, true}}) {
-      benchmark::RegisterBenchmark((std::string("agg/") + v.name + arg).c_str(), BM_ChunkTable,
-                                   v.kind, v.simd, cached, v.jumbo)
+    static const Variant kVariants[] = {
+        {"sgd", OptimizerKind::kSgd},
+        {"sum_only", OptimizerKind::kSumOnly},
+        {"momentum", OptimizerKind::kMomentum},
+        {"adam", OptimizerKind::kAdam},
+        {"momentum_wd", OptimizerKind::kMomentum, Simd::kAuto, false, 1e-4f},
+        {"adam_wd", OptimizerKind::kAdam, Simd::kAuto, false, 1e-4f},
+        {"adamw", OptimizerKind::kAdam, Simd::kAuto, false, 1e-2f, true},
+        {"adamw_scheduled", OptimizerKind::kAdam, Simd::kAuto, false, 1e-2f, true, true},
+        {"sgd_portable", OptimizerKind::kSgd, Simd::kPortable},
+        {"sgd_jumbo", OptimizerKind::kSgd, Simd::kAuto, true}};
+    for (const Variant& v : kVariants) {
+      benchmark::RegisterBenchmark((std::string("agg/") + v.name + arg).c_str(), BM_ChunkTable, v,
+                                   cached)
           ->Unit(unit);
     }
   }

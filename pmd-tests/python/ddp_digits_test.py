@@ -19,7 +19,15 @@ Every worker's loss at every micro-batch must be the reference's, bit for bit:
   clip_grad_norm_, AdamW and a warm-up then cosine schedule;
 * that script stopped after its first epoch (every process gone) and resumed from
   rank 0's checkpoint (model, optimizer, scaler, schedule): its losses are the
-  uninterrupted reference's.
+  uninterrupted reference's;
+* with the servers' optimizer: the script's AdamW handed to the servers, its
+  learning rate driven by a warm-up then cosine schedule (every step's rate a
+  versioned setting on every shard), with no_sync() accumulation;
+* checkpoints with the servers' state (every shard's parameters, optimizer
+  state, versions and settings, in the wrapped model's state_dict()): 4 epochs,
+  every process stopped, 4 more from rank 0's checkpoint, under momentum and
+  under Adam (with a schedule and accumulation): the losses of the 8
+  uninterrupted epochs.
 
 Each run also reports what the optimizer's side did (steps clipped and skipped,
 the last scale and learning rate), which must be the reference's and show that
@@ -45,6 +53,12 @@ STEPS = EPOCHS * 22  # 1437 samples, 4 workers, local batches of 16
 TENSORS = 8  # the CNN's weights and biases
 COMMON = ["--epochs", str(EPOCHS), "--target", "0"]
 SERVERS_ADAMW = "  optimizer: adamw\n  learning_rate: 0.005\n  weight_decay: 0.05\n"
+SERVERS_MOMENTUM = "  optimizer: momentum\n  learning_rate: 0.05\n  momentum: 0.9\n"
+SERVERS_ADAM = "  optimizer: adam\n  learning_rate: 0.002\n  weight_decay: 0.01\n"
+# The same script with the servers' optimizer: the script's optimizer handed to them,
+# its rate on a warm-up then cosine schedule, no_sync() accumulation.
+SERVER_SCRIPT = ["--accumulate", "2", "--lr", "0.01", "--schedule"]
+HALVES = 4  # epochs before the stop, and after the resume
 # A DDP script: no_sync() accumulation, GradScaler, clip_grad_norm_, AdamW, warm-up + cosine.
 SCRIPT = ["--accumulate", "2", "--amp", "--clip", "1.0", "--local-optimizer", "adamw",
           "--lr", "0.01", "--schedule"]
@@ -81,18 +95,18 @@ class DdpDigits(unittest.TestCase):
                 steps = f.read().split()
         return curve, dict(zip(steps[::2], steps[1::2]))
 
-    def reference(self, name, optimizer, flags):
+    def reference(self, name, optimizer, flags, common=COMMON):
         """The one-process reference's directory for `flags` (computed once)."""
         ref = os.path.join(self.tmp.name, name + "-exact")
         if not os.path.isdir(ref):
-            rc, out = train(self.job(name, optimizer), ref, "--single", "--exact", *COMMON,
+            rc, out = train(self.job(name, optimizer), ref, "--single", "--exact", *common,
                             *[f for f in flags if f != "--backward-passes"])
             self.assertEqual(rc, 0, out)
         return ref
 
-    def run_job(self, name, optimizer, flags, *extra):
+    def run_job(self, name, optimizer, flags, *extra, common=COMMON):
         run = os.path.join(self.tmp.name, name)
-        rc, out = train(self.job(name, optimizer), run, *COMMON, *flags, *extra)
+        rc, out = train(self.job(name, optimizer), run, *common, *flags, *extra)
         self.assertEqual(rc, 0, out)
         return run, out
 
@@ -153,6 +167,40 @@ class DdpDigits(unittest.TestCase):
             self.assertTrue(np.array_equal(got, want),
                             f"w{r}'s losses differ from the reference's\n{out1}\n{out2}")
             self.assertEqual(self.read(second, f"w{r}")[1], want_report, out2)
+
+
+    def test_schedule_and_adamw_on_the_servers(self):
+        """The servers' AdamW with every step's rate set by torch's schedulers on the
+        script's optimizer, handed to them: bit for bit the reference's."""
+        report = self.check("server-schedule", SERVERS_ADAMW, "--lr", "0.01", "--schedule")
+        self.assertEqual(float(report["lr"]), 0.0)  # the cosine annealed it to its end
+
+    def resume(self, name, optimizer, flags):
+        """HALVES epochs with a checkpoint every epoch, every process stopped, HALVES more
+        from rank 0's last checkpoint: the losses of 2 x HALVES uninterrupted epochs."""
+        common = ["--epochs", str(2 * HALVES), "--target", "0"]
+        ref = self.reference(name, optimizer, flags, common)
+        checkpoint = os.path.join(self.tmp.name, name + ".pt")
+        first, out1 = self.run_job(name + "-first", optimizer, flags, "--checkpoint",
+                                   checkpoint, "--stop-after", str(HALVES), common=common)
+        second, out2 = self.run_job(name + "-second", optimizer, flags, "--resume", checkpoint,
+                                    common=common)
+        for r in range(WORKERS):
+            want, want_report = self.read(ref, f"w{r}")
+            got = np.concatenate([self.read(first, f"w{r}")[0], self.read(second, f"w{r}")[0]])
+            self.assertEqual(len(got), len(want))
+            self.assertTrue(np.array_equal(got, want),
+                            f"{name}: w{r}'s losses differ from the reference's\n{out1}\n{out2}")
+            self.assertEqual(self.read(second, f"w{r}")[1], want_report, out2)
+        print(f"\n{name}: {HALVES} + {HALVES} epochs resumed from the servers' state, "
+              f"{len(want)} losses per worker bit-identical to the reference's",
+              file=sys.stderr)
+
+    def test_resuming_the_servers_momentum(self):
+        self.resume("resume-momentum", SERVERS_MOMENTUM, [])
+
+    def test_resuming_the_servers_adam_with_the_whole_script(self):
+        self.resume("resume-adam", SERVERS_ADAM, SERVER_SCRIPT)
 
 
 if __name__ == "__main__":

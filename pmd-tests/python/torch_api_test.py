@@ -93,10 +93,10 @@ def worker_main(job, node, optimizer):
         ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
     else:
         try:
-            mercury.torch.DistributedModel(module, w, torch.optim.SGD(module.parameters(), lr=LR))
-            raise AssertionError("a local optimizer with a server-side one was not refused")
+            mercury.torch.DistributedModel(module, w, torch.optim.Adam(module.parameters()))
+            raise AssertionError("an optimizer of another kind than the servers' was not refused")
         except mercury.UsageError as e:
-            assert "twice" in str(e), e
+            assert "hand the servers a torch.optim.SGD" in str(e), e
         model = mercury.torch.DistributedModel(module, w)
     unused_before = [p.detach().clone() for p in unused.parameters()]
 

@@ -13,10 +13,14 @@ pass that pushed is refused; torch.cuda.amp.GradScaler's calls (on this CPU
 machine a pass-through: it disables itself without CUDA) and clip_grad_norm_
 go between backward() and optimizer.step(); buffers="average" makes every
 BatchNorm statistic the ranks' average each step, starting from rank 0's.
-With the servers' optimizer (sgd): backward_passes_per_step=2 gives the same
-parameters as the reference's arithmetic. What cannot work yet is refused:
-buffers="broadcast" (and "average" with a server-side optimizer), a bad K,
-no_sync() with K > 1.
+With the servers' optimizer (sgd): the script's torch SGD handed to the
+servers and a StepLR halving its rate each step, backward_passes_per_step=2
+and buffers="broadcast" give the same parameters as the reference's
+arithmetic at each step's rate, and every rank's BatchNorm statistics are
+rank 0's; state_dict() holds the servers' state; then a GradScaler's step and
+a clip_grad_norm_ after the push are refused (the servers applied the
+gradient as pushed). Refused too: an optimizer of another kind than the
+job's, a bad K, no_sync() with K > 1.
 
 Each worker computes what every step must produce from both ranks' data with
 a reference copy of the model (the per-rank BatchNorm statistics emulated).
@@ -29,6 +33,7 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from torch_api_test import run_torch_job  # noqa: E402  (ps-server and two workers)
 from worker_api_test import test_main  # noqa: E402
@@ -86,7 +91,7 @@ def worker_main(job, node, optimizer):
     rank = w.rank
     net = make_model(torch)
     reference = copy.deepcopy(net)
-    synced = list(net.parameters()) + (buffers_of(net) if optimizer == "sum" else [])
+    synced = list(net.parameters()) + buffers_of(net)
     if rank != 0:
         with torch.no_grad():
             for t in synced:
@@ -105,19 +110,28 @@ def worker_main(job, node, optimizer):
         net, w, local, backward_passes_per_step=0), "backward_passes_per_step")
     refused("buffers='bogus'", lambda: mercury.torch.DistributedModel(
         net, w, local, buffers="bogus"), "buffers must be")
-    refused("buffers='broadcast'", lambda: mercury.torch.DistributedModel(
-        net, w, local, buffers="broadcast"), "do not do yet")
-    refused("update='rank0'", lambda: w.declare("x", torch.zeros(3), update="rank0"),
-            "do not do yet")
+    refused("update='bogus'", lambda: w.declare("x", torch.zeros(3), update="bogus"),
+            "update must be one of")
 
     if optimizer == "sum":
         model = mercury.torch.DistributedModel(net, w, local, buffers="average")
         ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
         scaler = torch.cuda.amp.GradScaler(enabled=False)  # what a CPU run of a DDP script gets
     else:
-        refused("buffers='average' with sgd", lambda: mercury.torch.DistributedModel(
-            net, w, buffers="average"), "do not do yet")
-        model = mercury.torch.DistributedModel(net, w, backward_passes_per_step=2)
+        refused("a handed Adam under sgd", lambda: mercury.torch.DistributedModel(
+            net, w, torch.optim.Adam(net.parameters())), "hand the servers a torch.optim.SGD")
+        refused("a handed SGD with momentum under sgd", lambda: mercury.torch.DistributedModel(
+            net, w, torch.optim.SGD(net.parameters(), lr=LR, momentum=0.5)), "use momentum")
+        refused("two param groups", lambda: mercury.torch.DistributedModel(
+            net, w, torch.optim.SGD([{"params": [net.fc1.weight]},
+                                     {"params": [p for n, p in net.named_parameters()
+                                                 if n != "fc1.weight"]}], lr=LR)),
+                "2 param groups")
+        opt = torch.optim.SGD(net.parameters(), lr=LR)  # what the DDP script made
+        model = mercury.torch.DistributedModel(net, w, opt, backward_passes_per_step=2,
+                                               buffers="broadcast")
+        assert model.optimizer is opt
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
         refused("no_sync() with K = 2", lambda: model.no_sync().__enter__(), "choose one")
 
     net.eval()  # in training mode BatchNorm counts even a pass without gradients
@@ -185,15 +199,37 @@ def worker_main(job, node, optimizer):
         else:
             for x, y, extra in batches:  # the model counts the passes
                 (torch.nn.functional.cross_entropy(model(x, extra), y) / 2).backward()
-            model.step()
+            opt.step()  # the servers' (nothing applied here)
+            sched.step()  # the next step's rate, sent before its first push
             with torch.no_grad():
+                lr = torch.tensor(LR * 0.5 ** step)  # powers of two: the products are exact
                 for p, g in zip(reference.parameters(), average):
-                    p.copy_(p - torch.tensor(LR) * g)
+                    p.copy_(p - lr * g)
+                for b, s0 in zip(buffers_of(reference), stats[0]):
+                    b.copy_(s0)  # rank 0's, on every rank
         model.synchronize()
         for i, (a, b) in enumerate(zip(net.parameters(), reference.parameters())):
             assert torch.equal(a, b), f"step {step}: parameter {i} differs from the reference"
+        for i, (a, b) in enumerate(zip(buffers_of(net), buffers_of(reference))):
+            assert torch.equal(a, b), f"step {step}: buffer {i} differs from the reference"
     if optimizer == "sum":
         assert norm > CLIP, "clip_grad_norm_ never clipped: the test checks nothing"
+    else:
+        # The servers' state, as a checkpoint holds it: a job's state file.
+        servers = model.state_dict()["_extra_state"]["servers"]
+        assert servers is not None and servers.numel() > 64, "no servers' state in state_dict()"
+        assert bytes(servers[:4].tolist()) == b"MSTA", "the state is not a state file"
+        # What acts on the averaged gradient after backward() cannot act here: a last
+        # step, scaled as a GradScaler scales it, is refused at the optimizer's step.
+        sys.path.insert(0, os.path.join(ROOT, "apps", "train-digits"))
+        from cpu_grad_scaler import CpuGradScaler
+
+        scaler = CpuGradScaler(init_scale=2.0 ** 4)
+        for x, y, extra in micro_batches(torch, rank, STEPS):
+            scaler.scale(torch.nn.functional.cross_entropy(model(x, extra), y) / 2).backward()
+        refused("a GradScaler's step", lambda: scaler.step(opt), "GradScaler")
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-6)
+        refused("clip_grad_norm_ after the push", opt.step, "changed after it was pushed")
     w.barrier()
     w.shutdown()
     print(f"{node}: every check passed", flush=True)

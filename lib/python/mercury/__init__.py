@@ -204,7 +204,7 @@ class Worker:
         if why:
             raise UsageError(f"declare {name!r}: {why}")
         buf = _as_buffer(params, f"declare {name!r}")
-        key = self._w.declare(name, buf, int(priority))
+        key = self._w.declare(name, buf, int(priority), UPDATE_RULES.index(update))
         self._keys[name] = key
         self._buffers.append(buf)
         return key
@@ -218,19 +218,53 @@ class Worker:
         self._w.start()
 
     def update_refused(self, update: str) -> str:
-        """Why this job's servers cannot make a tensor's versions by rule
-        ``update`` (declare()), or "" if they can. Today they apply one rule
-        to every tensor: the job's optimizer, which for ``training.optimizer:
-        sum`` is the average; a rule per tensor ("average" under a
-        server-side optimizer, "rank0") needs the servers' support, not built
-        yet."""
+        """Why the servers cannot make a tensor's versions by rule ``update``
+        (declare()), or "" if they can: every job's servers apply each of
+        UPDATE_RULES, the job's optimizer to most tensors and a rule of their
+        own to the others."""
         if update not in UPDATE_RULES:
             return f"update must be one of {', '.join(UPDATE_RULES)}, not {update!r}"
-        if update == "optimizer" or (update == "average" and self.optimizer == "sum"):
-            return ""
-        return (f"update {update!r} needs the servers to apply a rule of its own to a tensor, "
-                f"which they do not do yet: every tensor gets the job's training.optimizer "
-                f"({self.optimizer}; with sum, every tensor is averaged)")
+        return ""
+
+    # ---- settings and checkpoints ----
+
+    @property
+    def hyperparameters(self) -> Dict[str, float]:
+        """The servers' optimizer's hyperparameters as this worker last set
+        them (the job file's until then): learning_rate, momentum,
+        weight_decay, beta1, beta2, epsilon (float32 values)."""
+        return dict(self._w.hyperparameters())
+
+    def set_hyperparameters(self, **values: float) -> Handle:
+        """Changes the servers' hyperparameters from this worker's next push
+        on (those not named keep their values). Rank 0's change is the
+        job's: sent to every server, the handle completes once every shard
+        applied it, and under bsp rank 0's pushes of that version wait for
+        it, so every shard uses it from the same version; another rank's
+        is checked and recorded only (one script runs on every rank).
+        Raises UsageError: before start, a job whose optimizer is sum, a
+        value the optimizer cannot take."""
+        return Handle(self._w.set_hyperparameters(dict(values)))
+
+    def server_state(self) -> bytes:
+        """Every shard's parameters, optimizer state, versions and the
+        hyperparameters, as a job's state file (docs/agg.md, "A job's
+        state"). Under bsp, once this worker's pulls are complete, one step
+        boundary. Blocks (GIL released); raises WorkerError naming a server
+        that failed."""
+        return self._w.server_state()
+
+    def resume_from(self, state: bytes) -> None:
+        """Before start: the job resumes from ``state`` (server_state()'s
+        bytes). On rank 0 the servers start from its values at its version
+        instead of rank 0's buffers; on the others it is kept, not used.
+        Checked at start (UsageError naming what does not fit)."""
+        self._w.resume_from(bytes(state))
+
+    @property
+    def start_version(self) -> int:
+        """The version the job started at: 0, or the resumed state's."""
+        return self._w.start_version()
 
     # ---- transfers ----
 

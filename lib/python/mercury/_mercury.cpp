@@ -238,9 +238,10 @@ class PyWorker {
     worker_.reset();
   }
 
-  uint32_t declare(const std::string& name, const py::object& params, int priority) {
+  uint32_t declare(const std::string& name, const py::object& params, int priority, int update) {
     FloatBuffer b = float_buffer(params, true, "declare");
-    const mw::Key key = live().declare(name, std::span<float>(b.data, b.elements), priority);
+    const mw::Key key = live().declare(name, std::span<float>(b.data, b.elements), priority,
+                                       static_cast<mw::Update>(update));
     declared_.push_back(std::move(b.owner));
     return key;
   }
@@ -339,6 +340,66 @@ class PyWorker {
     live().timeline_span(name, track, begin_ns, end_ns);
   }
 
+  // Settings and checkpoints: the hyperparameters as a dict of floats, the
+  // state as bytes.
+  py::dict hyperparameters() const {
+    const mw::Hyperparameters h = live().hyperparameters();
+    py::dict d;
+    d["learning_rate"] = h.learning_rate;
+    d["momentum"] = h.momentum;
+    d["weight_decay"] = h.weight_decay;
+    d["beta1"] = h.beta1;
+    d["beta2"] = h.beta2;
+    d["epsilon"] = h.epsilon;
+    return d;
+  }
+
+  std::shared_ptr<PyHandle> set_hyperparameters(const py::dict& values) {
+    mw::Hyperparameters h = live().hyperparameters();
+    for (const auto& [k, v] : values) {
+      const std::string name = py::str(k);
+      const auto f = v.cast<float>();
+      if (name == "learning_rate") {
+        h.learning_rate = f;
+      } else if (name == "momentum") {
+        h.momentum = f;
+      } else if (name == "weight_decay") {
+        h.weight_decay = f;
+      } else if (name == "beta1") {
+        h.beta1 = f;
+      } else if (name == "beta2") {
+        h.beta2 = f;
+      } else if (name == "epsilon") {
+        h.epsilon = f;
+      } else {
+        throw mw::UsageError("set_hyperparameters: no hyperparameter is called '" + name +
+                             "' (learning_rate, momentum, weight_decay, beta1, beta2, epsilon)");
+      }
+    }
+    mw::Worker& w = live();
+    auto handle = std::make_shared<PyHandle>();
+    py::gil_scoped_release release;  // it may wait for queue room
+    handle->handle = w.set_hyperparameters(h);
+    return handle;
+  }
+
+  py::bytes server_state() {
+    mw::Worker& w = live();
+    std::vector<std::byte> state;
+    {
+      py::gil_scoped_release release;
+      state = w.server_state();
+    }
+    return py::bytes(reinterpret_cast<const char*>(state.data()), state.size());
+  }
+
+  void resume_from(const py::bytes& state) {
+    const std::string_view v = state;
+    live().resume_from(std::span(reinterpret_cast<const std::byte*>(v.data()), v.size()));
+  }
+
+  uint32_t start_version() const { return live().start_version(); }
+
   py::dict stats() const {
     const mw::WorkerStats s = live().stats();
     py::dict d;
@@ -427,6 +488,11 @@ PYBIND11_MODULE(_mercury, m) {
       .def("optimizer", &PyWorker::optimizer)
       .def("timeline_enabled", &PyWorker::timeline_enabled)
       .def("timeline_span", &PyWorker::timeline_span)
+      .def("hyperparameters", &PyWorker::hyperparameters)
+      .def("set_hyperparameters", &PyWorker::set_hyperparameters)
+      .def("server_state", &PyWorker::server_state)
+      .def("resume_from", &PyWorker::resume_from)
+      .def("start_version", &PyWorker::start_version)
       .def("stats", &PyWorker::stats);
 
   m.def("run_callbacks", &run_callbacks);

@@ -34,6 +34,16 @@ What happens:
   still on the wire. Under asp, ssp and psplus it also marks the versions
   the module reads (Worker.mark_read) as its gradients' base, which the
   servers count their staleness from.
+* Its hyperparameters are the trainer's: ``model.optimizer`` (the torch
+  optimizer handed to the constructor, or one made from the job file) holds
+  them in its param group, any ``torch.optim.lr_scheduler`` drives it, and
+  ``model.set_lr(x)`` sets the rate; what changed goes to the servers
+  before the step's first push (rank 0's is the job's; under bsp every
+  shard applies it from that step on). ``optimizer.step()`` applies nothing
+  locally: the servers did.
+* ``state_dict()`` holds every shard's parameters, optimizer state and
+  versions (pulled from the servers); ``load_state_dict()`` before the first
+  forward pass makes the job resume from them, bit for bit.
 * With ``training.optimizer: sum``, the servers send back the averaged
   gradient: the step's last ``backward()`` returns once every averaged
   gradient is in ``.grad`` (as under DDP), so the trainer may unscale
@@ -51,10 +61,10 @@ parameters and buffers only (a CUDA tensor would be staged through pinned
 host memory: docs/python.md); a second backward pass in a step outside
 no_sync() or backward_passes_per_step raises UsageError, and a pass that
 raised is completed at the next forward, with a warning; with a server-side
-optimizer the averaged gradient never reaches the trainer, so clipping and
-loss scaling of it need optimizer sum for now; buffers "broadcast", and
-"average" with a server-side optimizer, need the servers' per-tensor update
-rules (Worker.update_refused says so); a parameter's arrival is waited for by
+optimizer the averaged gradient never reaches the trainer, so clipping it
+(clip_grad_norm_) and loss scaling (a GradScaler) need optimizer sum: the
+handed optimizer's step() raises UsageError when .grad changed after it was
+pushed or a GradScaler steps it; a parameter's arrival is waited for by
 the module that owns it, so one used elsewhere too (weights tied across
 modules, F.linear(x, other.weight)) needs synchronize() before that use; a
 parameter that got no gradient pushes zeros, which momentum and Adam on the
@@ -67,14 +77,52 @@ from __future__ import annotations
 
 import contextlib
 import time
+import types
 import warnings
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 
 from . import Handle, UsageError, Worker, _as_buffer
 
-__all__ = ["DistributedModel"]
+__all__ = ["DistributedModel", "ServerOptimizer"]
+
+
+class ServerOptimizer(torch.optim.Optimizer):
+    """The servers' optimizer as torch sees it: one param group over the
+    model's parameters holding the job file's hyperparameters (lr,
+    momentum, weight_decay, betas, eps), for torch.optim.lr_scheduler to
+    drive. DistributedModel makes one when no optimizer is handed to it
+    (``model.optimizer``) and sends its values to the servers before each
+    step's first push; its step() applies nothing locally."""
+
+    def __init__(self, params: List[torch.nn.Parameter], hyperparameters: Dict[str, float]):
+        h = hyperparameters
+        super().__init__(params, dict(lr=h["learning_rate"], momentum=h["momentum"],
+                                      weight_decay=h["weight_decay"],
+                                      betas=(h["beta1"], h["beta2"]), eps=h["epsilon"]))
+
+    def step(self, closure: Any = None) -> None:  # replaced by DistributedModel
+        raise UsageError("ServerOptimizer: step() of an optimizer no DistributedModel took")
+
+
+# The job's training.optimizer and the torch optimizers that state it.
+_HANDED = {"sgd": (torch.optim.SGD,), "momentum": (torch.optim.SGD,),
+           "adam": (torch.optim.Adam,), "adamw": (torch.optim.AdamW,)}
+
+
+def _settings_of(group: Dict[str, Any]) -> Dict[str, float]:
+    """A param group's hyperparameters as the servers name them."""
+    values = {"learning_rate": float(group["lr"]),
+              "weight_decay": float(group.get("weight_decay", 0.0))}
+    if "momentum" in group:
+        values["momentum"] = float(group["momentum"])
+    if "betas" in group:
+        values["beta1"], values["beta2"] = (float(b) for b in group["betas"])
+    if "eps" in group:
+        values["epsilon"] = float(group["eps"])
+    return values
 
 # DistributedModel's buffers= choices and the server's update rule for each.
 _BUFFER_RULES = {"broadcast": "rank0", "average": "average"}
@@ -86,10 +134,14 @@ class DistributedModel(torch.nn.Module):
     Args:
         module: the model; its trainable parameters must be CPU float32.
         worker: a connected, not yet started mercury.Worker.
-        optimizer: the local optimizer over ``module``'s parameters, required
-            when the job's ``training.optimizer`` is ``sum`` and refused
-            otherwise (the servers apply the job's optimizer; a local one
-            would apply every update twice).
+        optimizer: with ``training.optimizer: sum``, the local optimizer
+            over ``module``'s parameters (required). With a server-side
+            optimizer, optionally the torch optimizer a DDP script made
+            (SGD for sgd and momentum, Adam, AdamW; one param group over
+            every trainable parameter): handed to the servers, its param
+            group's hyperparameters are theirs from the first step on and
+            its step() applies nothing locally. Without one,
+            ``model.optimizer`` is a ServerOptimizer of the job file's.
         backward_passes_per_step: K >= 1: every K-th backward pass pushes
             what the K passes accumulated in ``.grad`` (the others push
             nothing). 1 with ``no_sync()`` for DDP's way of doing the same.
@@ -103,9 +155,9 @@ class DistributedModel(torch.nn.Module):
 
     Raises:
         UsageError: a started worker, a parameter or buffer that is not CPU
-            float32, an optimizer given or missing against the job's
-            optimizer, a bad K, a buffers= rule the job's servers cannot
-            apply.
+            float32, no optimizer with sum, a handed optimizer that does not
+            state the job's (its kind, an option the servers do not have,
+            param groups), a bad K, an unknown buffers= rule.
     """
 
     def __init__(self, module: torch.nn.Module, worker: Worker,
@@ -123,16 +175,10 @@ class DistributedModel(torch.nn.Module):
             raise UsageError(
                 "DistributedModel: the job's training.optimizer is sum, so the servers return "
                 "the averaged gradient; pass the local optimizer that applies it")
-        if not self._sum and optimizer is not None:
-            raise UsageError(
-                f"DistributedModel: the job's training.optimizer is {worker.optimizer}, applied "
-                "by the servers; a local optimizer would apply every update twice (use "
-                "training.optimizer: sum in the job file to keep a local one)")
         if isinstance(backward_passes_per_step, bool) or \
                 not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
             raise UsageError(f"DistributedModel: backward_passes_per_step must be an int >= 1, "
                              f"not {backward_passes_per_step!r}")
-        self._optimizer = optimizer
         self._params: List[torch.nn.Parameter] = []
         for name, p in module.named_parameters():
             if not p.requires_grad:
@@ -141,6 +187,20 @@ class DistributedModel(torch.nn.Module):
             self._params.append(p)
         if not self._params:
             raise UsageError("DistributedModel: the module has no trainable parameter")
+        # Settings and checkpoints: with a server-side optimizer, the torch
+        # optimizer whose param group holds the servers' hyperparameters
+        # (handed over, or made here), what was last sent of them, and a
+        # checkpoint's servers' state to resume from.
+        if not self._sum:
+            if optimizer is None:
+                optimizer = ServerOptimizer(self._params, worker.hyperparameters)
+            else:
+                self._check_handed(optimizer)
+            self._take_over(optimizer)
+        self._optimizer = optimizer
+        self._settings_sent: Optional[Dict[str, float]] = None
+        self._settings_handle: Optional[Handle] = None
+        self._resume: Optional[bytes] = None
         self._buffers_rule = self._rule_for_buffers(buffers)
         self._synced_buffers: List[Tuple[str, torch.Tensor]] = []
         if self._buffers_rule:
@@ -174,6 +234,143 @@ class DistributedModel(torch.nn.Module):
         self._forward_begin: Dict[int, int] = {}    # id(module) -> ns, with a timeline
         self._last_gradient_ns = 0
         self._forward_done_ns = 0
+
+    # ---- the servers' optimizer ----
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """With sum, the local optimizer; with a server-side optimizer, the
+        one whose param group holds the servers' hyperparameters (handed to
+        the constructor, or a ServerOptimizer of the job file's): give it to
+        any torch.optim.lr_scheduler."""
+        return self._optimizer
+
+    def set_lr(self, lr: float) -> None:
+        """Sets every param group's learning rate: with a server-side
+        optimizer the servers use it from the next step on (sent now if
+        the job has started, else before the first push)."""
+        for group in self._optimizer.param_groups:
+            group["lr"] = float(lr)
+        if self._declared and not self._sum:
+            self._sync_settings()
+
+    def _check_handed(self, opt: torch.optim.Optimizer) -> None:
+        """Refuses an optimizer the servers cannot be: another kind than the
+        job's, options they do not have, several param groups."""
+        kind = self._worker.optimizer
+        classes = _HANDED.get(kind, ())
+        ok = isinstance(opt, ServerOptimizer) or (
+            type(opt) in classes and not (kind == "adam" and type(opt) is torch.optim.AdamW))
+        if not ok:
+            names = " or ".join(f"torch.optim.{c.__name__}" for c in classes)
+            raise UsageError(
+                f"DistributedModel: the job's training.optimizer is {kind}: hand the servers "
+                f"a {names}, not a {type(opt).__name__} (or none: model.optimizer is made from "
+                "the job file)")
+        if len(opt.param_groups) != 1:
+            raise UsageError("DistributedModel: the handed optimizer has "
+                             f"{len(opt.param_groups)} param groups; the servers apply one set "
+                             "of hyperparameters to every parameter")
+        group = opt.param_groups[0]
+        if {id(p) for p in group["params"]} != {id(p) for p in self._params}:
+            raise UsageError("DistributedModel: the handed optimizer's parameters are not the "
+                             "module's trainable parameters")
+        refused = [name for name, bad in (
+            ("nesterov", group.get("nesterov", False)),
+            ("dampening", group.get("dampening", 0) != 0),
+            ("amsgrad", group.get("amsgrad", False)),
+            ("maximize", group.get("maximize", False))) if bad]
+        if refused:
+            raise UsageError(f"DistributedModel: the servers' {kind} has no "
+                             f"{', '.join(refused)}; the handed optimizer sets it")
+        if kind == "sgd" and group.get("momentum", 0) != 0:
+            raise UsageError("DistributedModel: the handed SGD has momentum "
+                             f"{group['momentum']}, the job's training.optimizer is sgd "
+                             "(use momentum)")
+        if kind == "momentum" and group.get("momentum", 0) == 0:
+            raise UsageError("DistributedModel: the handed SGD has no momentum, the job's "
+                             "training.optimizer is momentum")
+
+    def _take_over(self, opt: torch.optim.Optimizer) -> None:
+        """The optimizer's step() becomes the servers' (nothing applied
+        here); a GradScaler hands itself to it, which is refused there.
+        Counted as torch's schedulers count steps, whether they wrapped
+        step() before or do so after."""
+        model = weakref.ref(self)
+
+        def step(opt_self: torch.optim.Optimizer, closure: Any = None, **kwargs: Any) -> None:
+            opt_self._step_count = getattr(opt_self, "_step_count", 0) + 1
+            m = model()
+            if m is not None:
+                m._server_step(closure, kwargs)
+        step._with_counter = True  # type: ignore[attr-defined]
+        opt.step = types.MethodType(step, opt)  # type: ignore[assignment]
+        opt._step_supports_amp_scaling = True  # type: ignore[attr-defined]
+
+    def _server_step(self, closure: Any, kwargs: Dict[str, Any]) -> None:
+        """optimizer.step() with a server-side optimizer: the update was the
+        servers', made from the gradients as pushed. What acts on the
+        averaged gradient after backward() cannot act here: refused."""
+        if "grad_scaler" in kwargs:
+            raise UsageError(
+                "mercury.torch: a GradScaler steps the optimizer, but the servers apply it to "
+                "the gradients as pushed (scaled): loss scaling needs the averaged gradient in "
+                "the trainer, training.optimizer: sum (docs/python.md, \"Moving from DDP\")")
+        if closure is not None:
+            raise UsageError("mercury.torch: the servers' optimizer takes no closure")
+        with torch.no_grad():
+            for p in self._params:
+                key = self._keys.get(id(p))
+                if key is None or p.grad is None or key not in self._grad:
+                    continue
+                if not torch.equal(p.grad, self._grad[key]):
+                    raise UsageError(
+                        f"mercury.torch: {self._names[id(p)]}'s .grad changed after it was "
+                        "pushed (clip_grad_norm_, a GradScaler's unscale_?): the servers "
+                        "applied it as pushed; acting on the averaged gradient needs "
+                        "training.optimizer: sum (docs/python.md, \"Moving from DDP\")")
+        self.step()
+
+    def _sync_settings(self) -> None:
+        """Sends the optimizer's param group to the servers if it changed
+        since it was last sent (before the step's first push; rank 0's are
+        the job's). A refusal from an earlier change is raised here."""
+        if self._settings_handle is not None and self._settings_handle.ready():
+            self._settings_handle.wait()  # raises TransferError if a server refused it
+            self._settings_handle = None
+        values = _settings_of(self._optimizer.param_groups[0])
+        if values == self._settings_sent:
+            return
+        self._settings_handle = self._worker.set_hyperparameters(**values)
+        self._settings_sent = values
+
+    # ---- checkpoints: the servers' state as the module's extra state ----
+
+    def get_extra_state(self) -> Dict[str, Any]:
+        """state_dict()'s part of the servers: every shard's state (a job's
+        state file, docs/agg.md), pulled once every transfer in flight is
+        in: under bsp, the step boundary this rank reached. None before the
+        job started, and with sum (the trainer's own state is the whole)."""
+        if self._sum or not self._declared:
+            return {"servers": None}
+        self.synchronize()
+        state = self._worker.server_state()
+        return {"servers": torch.frombuffer(bytearray(state), dtype=torch.uint8)}
+
+    def set_extra_state(self, state: Dict[str, Any]) -> None:
+        """load_state_dict()'s part of the servers: before the first forward
+        pass, the job resumes from the checkpoint's servers' state (rank 0's
+        is the one used; every rank may load the same file)."""
+        servers = state.get("servers") if isinstance(state, dict) else None
+        if servers is None:
+            return
+        if self._declared:
+            raise UsageError("DistributedModel: load_state_dict() with the servers' state goes "
+                             "before the first forward pass, which starts the job from it")
+        if self._sum:
+            raise UsageError("DistributedModel: the checkpoint holds servers' optimizer state, "
+                             "but this job's training.optimizer is sum")
+        self._resume = bytes(servers.numpy().tobytes())
 
     def _rule_for_buffers(self, buffers: Optional[str]) -> str:
         """The servers' update rule for the buffers, or "" to leave them alone."""
@@ -261,6 +458,9 @@ class DistributedModel(torch.nn.Module):
         tensors.sort(key=lambda t: rank_of.get(id(owners[id(t[1])]), never))
 
         w = self._worker
+        if self._resume is not None:
+            w.resume_from(self._resume)  # rank 0's starts the job; the others keep it
+            self._resume = None
         for priority, (name, t, rule) in enumerate(tensors):
             grad = torch.zeros_like(t, memory_format=torch.contiguous_format)
             if self._sum:
@@ -383,6 +583,8 @@ class DistributedModel(torch.nn.Module):
         self._grads_ready = False  # a new pass: the last step's averages are spent
         if syncs:
             self._forwarded = False
+            if not self._sum:
+                self._sync_settings()  # before the step's first push
         torch.autograd.Variable._execution_engine.queue_callback(self._end_of_pass)
         # The first gradient's span starts where the forward pass ended (it
         # includes the loss).
@@ -450,10 +652,10 @@ class DistributedModel(torch.nn.Module):
 
     def step(self) -> None:
         """Ends the step. With a server-side optimizer there is nothing to do
-        here (the next forward pass waits module by module). With ``sum``,
-        runs the local optimizer on the averaged gradients, which the step's
-        last backward pass left in ``.grad`` (``optimizer.step()`` does the
-        same)."""
+        here (the next forward pass waits module by module; the handed
+        optimizer's step() is this). With ``sum``, runs the local optimizer
+        on the averaged gradients, which the step's last backward pass left
+        in ``.grad`` (``optimizer.step()`` does the same)."""
         if not self._sum:
             return
         if not self._grads_ready:
