@@ -68,7 +68,7 @@ enum class ControlKind : uint8_t {
   kSettings = 8,      ///< rank 0 -> every server: `values` from version `version` on
   kSettingsDone = 9,  ///< server -> rank 0: every shard it runs applied them (or `text`)
   kStatePull = 10,    ///< worker -> server: its shards' state from `cursor` (0: the start)
-  kStatePage = 11,    ///< server -> worker: `bytes` (records), next `cursor`, `last` page (or `text`)
+  kStatePage = 11,    ///< server -> worker: `bytes`, next `cursor`, `last` page (or `text`)
   kStateSeed = 12,    ///< rank 0 -> server: `bytes` (records) to resume from; `last` page
   kStateSeeded = 13,  ///< server -> rank 0: the page was applied (or `text`)
 };

@@ -163,8 +163,9 @@ bool JobState::finish_st(Request& r, std::vector<ControlReply>& replies, std::st
         }
         if (error.empty()) resumed_ = true;
       }
-      // A resume that failed leaves shards half restored: the job cannot go on.
-      if (!error.empty() && r.rank == 0 && seeded_ && !resumed_ && r.error.empty()) {
+      // A resume that failed leaves shards half restored (or never restored:
+      // the workers would wait for the state's version): the job cannot go on.
+      if (!error.empty() && r.rank == 0 && seeded_ && !resumed_) {
         refusal = "cannot resume from rank 0's checkpoint: " + error;
       }
       break;
