@@ -399,6 +399,7 @@ class Endpoint {
   void hand_over() {
     owner_.hand_over();
     sched_->hand_over_consumer();
+    if (auth_) auth_->hand_over();
   }
 
   /// Net core: one pass of the poll loop at TSC `now`. Returns the packets
