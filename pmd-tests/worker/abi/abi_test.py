@@ -9,46 +9,19 @@ today's header, linked against the library under test. Checks the ELF facts
 the compatibility rests on (the old binary's references are unversioned; the
 library's oldest version is MERCURY_1, holding the old entry points, and
 MERCURY_2 the default), that the stand-in really is inert, then runs one job
-over net_memif: ps-server and three trainers with the library under test on
-the library path: w0 the old binary, w1 the new one, w2 the new one with the
-struct of a caller built against a newer header (a nonzero unknown field is
-refused, zeros are accepted). Every trainer must deliver version 0 and every
+over net_memif (config/memif.yaml, optimizer sum): ps-server and four trainers
+with the library under test on the library path: w0 and w3 the old binary, w1
+the new one, w2 the new one with the struct of a caller built against a newer
+header (a nonzero unknown field is refused, zeros are accepted). Every trainer must deliver version 0 and every
 round's aggregate bit for bit and exit 0; the server must end the job.
 
-  abi_test.py BUILD_DIR SOURCE_DIR     (SOURCE_DIR: pmd-tests/worker/abi)
+  abi_test.py BUILD_DIR SOURCE_DIR CONFIG_DIR    (SOURCE_DIR: pmd-tests/worker/abi)
 """
 import os
 import re
 import subprocess
 import sys
 import tempfile
-
-JOB = """
-job: {{id: 9, name: abi{pid}}}
-network: {{mtu: 9000, peer_timeout_ms: 5000}}
-mempool: {{mbufs: 4095, cache: 128}}
-eal: {{memory_mb: 512, hugepages: "off"}}
-training: {{sync: bsp, optimizer: sum}}
-nodes:
-  - name: server0
-    role: server
-    ipv4: 10.0.0.1
-    mac: 02:00:00:00:00:01
-    ports:
-      - net_memif0,role=server,id=0,socket={tmp}/w0.sock,bsize=9216
-      - net_memif1,role=server,id=0,socket={tmp}/w1.sock,bsize=9216
-      - net_memif2,role=server,id=0,socket={tmp}/w2.sock,bsize=9216
-    lcores: [0, 1]
-    shards: 1
-{workers}"""
-
-WORKER = """  - name: w{r}
-    role: worker
-    ipv4: 10.0.0.1{r}
-    mac: 02:00:00:00:00:1{r}
-    ports: [ "net_memif1{r},role=client,id=0,socket={tmp}/w{r}.sock,bsize=9216" ]
-    lcores: [{lcore}]
-"""
 
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off"]
 
@@ -97,7 +70,7 @@ def elf_checks(library, old, new):
 
 
 def main():
-    build, src = sys.argv[1:3]
+    build, src, config_dir = sys.argv[1:4]
     libdir = os.path.join(build, "lib", "worker")
     library = os.path.join(libdir, "libmercury-worker.so.1")
     include = os.path.join(src, "..", "..", "..", "lib", "worker", "include")
@@ -123,8 +96,16 @@ def main():
         if r.returncode != -6:
             problems.append("the old trainer on the stand-in: exit %d, not SIGABRT" % r.returncode)
 
-        text = JOB.format(pid=os.getpid(), tmp=tmp, workers="".join(
-            WORKER.format(r=r, tmp=tmp, lcore=r + 2) for r in range(3)))
+        # The shipped four-worker job, made unique to this run, with optimizer
+        # sum: what comes back is the rank-order average, which the trainers
+        # check bit for bit.
+        text = open(os.path.join(config_dir, "memif.yaml")).read()
+        text = text.replace("/tmp/mercury/", tmp + "/")
+        text = re.sub(r"(\n  name:) memif", r"\1 wkabi%d" % os.getpid(), text)
+        text, n = re.subn(r"optimizer: \w+\n(\s+learning_rate: \S+.*\n)?", "optimizer: sum\n",
+                          text)
+        if n != 1:
+            raise SystemExit("config/memif.yaml: no training.optimizer to replace")
         job = os.path.join(tmp, "job.yaml")
         with open(job, "w") as f:
             f.write(text)
@@ -133,7 +114,7 @@ def main():
                                    "--seconds", "100"],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         commands = {"w0": [old, job, "w0"], "w1": [new, job, "w1"],
-                    "w2": [new, job, "w2", "newer"]}
+                    "w2": [new, job, "w2", "newer"], "w3": [old, job, "w3"]}
         workers = {}
         outs = {}
         try:
@@ -164,7 +145,8 @@ def main():
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-        expected = {"w0": "the 0.3.0 layout (56 bytes), defaults set, nothing written past it",
+        old_layout = "the 0.3.0 layout (56 bytes), defaults set, nothing written past it"
+        expected = {"w0": old_layout, "w3": old_layout,
                     "w1": "options: today's layout",
                     "w2": "sets an option this library does not have"}
         for n, line in expected.items():
