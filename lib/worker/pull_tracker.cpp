@@ -45,9 +45,9 @@ PullTracker::PullTracker(const TensorTable& table, const PullTrackerConfig& conf
   uint64_t words = 0;
   for (TensorId id = 0; id < n; ++id) {
     const TensorInfo& info = table.tensor(id);
-    auto* base = reinterpret_cast<std::byte*>(info.params.data());
+    std::byte* base = info.buffer.data();
     for (const BlockGeometry& p : table.blocks(id)) {
-      keys_[p.key] = {.base = base + p.first_element * agg::kElementBytes,
+      keys_[p.key] = {.base = base + p.first_byte(),
                       .tensor = id,
                       .first_chunk = p.first_chunk,
                       .bytes = static_cast<uint32_t>(p.bytes())};

@@ -13,9 +13,11 @@
 //    too new (both counted, dropped, the buffer untouched);
 //  * records it in the bitmap of its (tensor, version) exactly once (a
 //    duplicate is counted and dropped);
-//  * copies the payload straight into the trainer's buffer (the span given
-//    to TensorTable::declare) unless a newer version of the same chunk is
-//    already there;
+//  * copies the payload straight into the trainer's buffer (the one given
+//    to TensorTable::declare; elements of the tensor's dtype, as they
+//    arrive: a chunk of a bfloat16 tensor is chunk_bytes / 2 elements from
+//    byte offset 2 x its first element) unless a newer version of the same
+//    chunk is already there;
 //  * and when every chunk of every block of the tensor at the awaited
 //    version is in, moves the window on: awaited_st() then says the version
 //    is complete, which is how the net core completes pulls (net_core.h).
