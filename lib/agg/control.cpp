@@ -8,8 +8,9 @@ namespace mercury::agg {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'M', 'P', 'S', 'C'};
-// 2: a declared tensor's update rule, rank 0's resume, settings and state.
-constexpr uint8_t kControlVersion = 2;
+// 2: a declared tensor carries its dtype. 3: its update rule, rank 0's
+// resume, settings and the job's state.
+constexpr uint8_t kControlVersion = 3;
 
 class Writer {
  public:
@@ -85,11 +86,13 @@ class Reader {
   size_t pos_ = 0;
 };
 
-// "'name' (N elements, priority P)"; an update rule other than the
-// optimizer's is named after the priority.
+// "'name' (N elements, priority P)"; a dtype other than float32 is named
+// before "elements", an update rule other than the optimizer's after the
+// priority.
 std::string describe(const TensorDecl& t) {
-  std::string s = "'" + t.name + "' (" + std::to_string(t.elements) + " elements, priority " +
-                  std::to_string(t.priority);
+  std::string s = "'" + t.name + "' (" + std::to_string(t.elements);
+  if (t.dtype != wire::Dtype::kFloat32) s.append(" ").append(wire::dtype_name(t.dtype));
+  s += " elements, priority " + std::to_string(t.priority);
   if (t.update != UpdateRule::kOptimizer) s.append(", update ").append(update_rule_name(t.update));
   return s + ")";
 }
@@ -128,6 +131,7 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
         }
         w.be(t.elements, 8);
         w.u8(t.priority);
+        w.u8(static_cast<uint8_t>(t.dtype));
         w.u8(static_cast<uint8_t>(t.update));
         w.text(t.name, 2);
       }
@@ -216,6 +220,7 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
         TensorDecl t;
         t.elements = r.be(8, "tensor elements");
         t.priority = static_cast<uint8_t>(r.be(1, "tensor priority"));
+        const uint64_t dtype = r.be(1, "tensor dtype");
         const uint64_t update = r.be(1, "tensor update rule");
         t.name = r.text(2, "tensor name");
         if (update >= kUpdateRules) {
@@ -235,6 +240,12 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
         }
         if (t.elements == 0) {
           throw std::invalid_argument("control message: tensor '" + t.name + "' has no elements");
+        }
+        t.dtype = static_cast<wire::Dtype>(dtype);
+        if (!wire::is_tensor_dtype(t.dtype)) {
+          throw std::invalid_argument("control message: tensor '" + t.name + "' has dtype " +
+                                      std::to_string(dtype) +
+                                      " (1 float32, 2 bfloat16 or 3 float16)");
         }
         m.tensors.push_back(std::move(t));
       }
@@ -300,7 +311,7 @@ std::string first_difference(std::span<const TensorDecl> a, std::span<const Tens
   const size_t n = std::min(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {
     if (a[i].name != b[i].name || a[i].elements != b[i].elements ||
-        a[i].priority != b[i].priority || a[i].update != b[i].update) {
+        a[i].priority != b[i].priority || a[i].update != b[i].update || a[i].dtype != b[i].dtype) {
       return "tensor " + std::to_string(i) + " is " + describe(a[i]) + " on one side and " +
              describe(b[i]) + " on the other";
     }

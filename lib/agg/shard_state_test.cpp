@@ -107,9 +107,10 @@ TEST(AggSettings, ARateChangeAppliesFromItsVersion) {
 // the average is the rank-order sum times 1/n, rank 0's push is copied,
 // and neither touches the optimizer's state.
 TEST(AggRules, AverageAndRank0BesideTheOptimizer) {
-  const std::vector<TensorDecl> decls = {{"w", 400, 0, UpdateRule::kOptimizer},
-                                         {"bn.mean", 300, 1, UpdateRule::kAverage},
-                                         {"bn.var", 500, 2, UpdateRule::kRank0}};
+  const std::vector<TensorDecl> decls = {
+      {"w", 400, 0, wire::Dtype::kFloat32, UpdateRule::kOptimizer},
+      {"bn.mean", 300, 1, wire::Dtype::kFloat32, UpdateRule::kAverage},
+      {"bn.var", 500, 2, wire::Dtype::kFloat32, UpdateRule::kRank0}};
   const Placement p = Placement::compute(decls, 1);
   const auto chunks = chunks_of(p, 0);
   RecordingSink sink;
@@ -153,7 +154,8 @@ TEST(AggRules, AverageAndRank0BesideTheOptimizer) {
 
 // ASP applies each push alone: a rank-0 tensor changes only with rank 0's.
 TEST(AggRules, Rank0UnderAspTakesOnlyRank0sPush) {
-  const std::vector<TensorDecl> decls = {{"bn.var", 100, 0, UpdateRule::kRank0}};
+  const std::vector<TensorDecl> decls = {
+      {"bn.var", 100, 0, wire::Dtype::kFloat32, UpdateRule::kRank0}};
   const Placement p = Placement::compute(decls, 1);
   const auto chunks = chunks_of(p, 0);
   RecordingSink sink;
@@ -178,7 +180,9 @@ TEST(AggShardState, ResumeIsBitExact) {
         std::pair{OptimizerKind::kAdam, true}}) {
     SCOPED_TRACE(std::string(optimizer_name(kind)) + (decoupled ? "w" : ""));
     const std::vector<TensorDecl> decls = {
-        {"conv", 1000, 0}, {"fc", 5000, 1}, {"bn.mean", 64, 2, UpdateRule::kAverage}};
+        {"conv", 1000, 0},
+        {"fc", 5000, 1},
+        {"bn.mean", 64, 2, wire::Dtype::kFloat32, UpdateRule::kAverage}};
     const Placement p = Placement::compute(decls, 2);
     const uint64_t job = p.fingerprint();
     RecordingSink sink;

@@ -66,6 +66,7 @@
 
 #include "agg/control.h"
 #include "agg/placement.h"
+#include "base/owner.h"
 #include "server/counters.h"
 
 namespace mercury::server {
@@ -133,6 +134,9 @@ class ControlPlane {
   [[nodiscard]] bool seeded() const { return seeded_; }
   [[nodiscard]] uint32_t start_version() const { return start_version_; }
 
+  /// The net core's thread changed (ServerNode::hand_over).
+  void hand_over() { owner_.hand_over(); }
+
   /// The answers queued since the last call, in the order they were made.
   std::vector<ControlReply> take_replies_st();
 
@@ -178,6 +182,7 @@ class ControlPlane {
   std::set<uint64_t> barrier_completed_;          // complete generations >= the floor
   std::vector<ControlReply> replies_;
   ControlCounters counters_;
+  base::Owner owner_;  // the node's net core
 };
 
 }  // namespace mercury::server

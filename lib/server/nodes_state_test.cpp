@@ -166,8 +166,8 @@ TEST(NodesState, ACheckpointResumesBitExact) {
 // averaged, one taken from rank 0, the others SGD's.
 TEST(NodesState, AveragedAndRank0TensorsBesideTheOptimizer) {
   std::vector<agg::TensorDecl> model = kModel;
-  model.push_back({"bn.running_mean", 100, 4, agg::UpdateRule::kAverage});
-  model.push_back({"bn.running_var", 2000, 5, agg::UpdateRule::kRank0});
+  model.push_back({"bn.running_mean", 100, 4, wire::Dtype::kFloat32, agg::UpdateRule::kAverage});
+  model.push_back({"bn.running_var", 2000, 5, wire::Dtype::kFloat32, agg::UpdateRule::kRank0});
   std::vector<std::vector<float>> initial;
   Nodes job({.workers = 3, .model = model});
   ASSERT_EQ(job.start(initial), "");
