@@ -7,7 +7,9 @@ Each worker trains a small model for a few steps on data it can regenerate
 for every rank, so it computes what every step must produce and checks the
 parameters bit for bit: with sgd, the server's arithmetic
 (p - lr * ((g0 + g1) * 1/2)); with sum, torch's SGD applied to the averaged
-gradient the servers return. It also checks what the integration refuses or
+gradient the servers return. Halfway, model.set_lr() halves the rate: the
+servers' (a versioned setting from that step's version on) or the local
+optimizer's. It also checks what the integration refuses or
 repairs: a first forward pass under no_grad, a second backward pass in one
 step (UsageError), a backward pass that raised half-way (completed with
 zeros at the next forward, with a warning), a parameter with no gradient
@@ -29,6 +31,7 @@ from worker_api_test import JOB, test_main  # noqa: E402  (the two-worker memif 
 BUILD = None
 LR = 0.125  # a power of two: lr * g is exact
 STEPS = 4
+SET_LR_AT = 2  # model.set_lr(LR / 2) before this step
 
 
 def make_model(torch):
@@ -98,6 +101,9 @@ def worker_main(job, node, optimizer):
         except mercury.UsageError as e:
             assert "hand the servers a torch.optim.SGD" in str(e), e
         model = mercury.torch.DistributedModel(module, w)
+        # No optimizer handed: model.optimizer holds the job file's values.
+        assert isinstance(model.optimizer, mercury.torch.ServerOptimizer), model.optimizer
+        assert model.optimizer.param_groups[0]["lr"] == LR, model.optimizer.param_groups
     unused_before = [p.detach().clone() for p in unused.parameters()]
 
     with torch.no_grad():  # the first call (declare and start) under no_grad
@@ -106,6 +112,9 @@ def worker_main(job, node, optimizer):
         assert torch.equal(a, b), "version 0 is not rank 0's parameters"
 
     for step in range(STEPS):
+        if step == SET_LR_AT:
+            model.set_lr(LR * 0.5)  # the servers' rate from this step on (sum: the local one)
+        lr = LR if step < SET_LR_AT else LR * 0.5
         model.zero_grad()
         x, y = batch(torch, rank, step)
         loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -130,8 +139,10 @@ def worker_main(job, node, optimizer):
                 if optimizer == "sum":
                     p.grad = avg
                 else:
-                    p.copy_(p - torch.tensor(LR, dtype=torch.float32) * avg)
+                    p.copy_(p - torch.tensor(lr, dtype=torch.float32) * avg)
         if optimizer == "sum":
+            for group in ref_opt.param_groups:
+                group["lr"] = lr
             ref_opt.step()
         model.synchronize()
         for a, b in zip(net.parameters(), reference.parameters()):
