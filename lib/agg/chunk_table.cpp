@@ -595,7 +595,10 @@ Outcome ChunkTable::restore(uint32_t key, uint32_t offset, uint32_t version,
                             std::span<const float> params, std::span<const float> state0,
                             std::span<const float> state1) {
   uint64_t index = 0;
-  Outcome o = locate(key, offset, static_cast<uint32_t>(params.size_bytes()), index);
+  // The chunk's length on the wire: its elements in the block's dtype.
+  const uint32_t shift = key < keys_.size() ? keys_[key].shift : 2;
+  const uint64_t wire = std::min<uint64_t>(uint64_t{params.size()} << shift, UINT32_MAX);
+  Outcome o = locate(key, offset, static_cast<uint32_t>(wire), index);
   if (o == Outcome::kHeld) {
     Chunk& ch = chunks_[index];
     const size_t n = ch.elements;

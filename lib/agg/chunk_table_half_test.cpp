@@ -254,6 +254,115 @@ TEST(AggChunkTableHalf, UpdatesAreTheFloat32UpdatesOfTheWidenedContributions) {
   }
 }
 
+// A half-precision tensor's own update rule (the average, rank 0's push)
+// and the optimizer's beside it are those of the float32 table given the
+// widened contributions; a chunk restored from a checkpoint (float32
+// values, as chunk_view() exports them) is emitted rounded and goes on
+// exactly as the table it was exported from.
+TEST(AggChunkTableHalf, UpdateRulesAndARestoreAreTheFloat32Table) {
+  constexpr uint32_t kWorkers = 3;
+  std::mt19937 rng(5);
+  for (const Dtype d : {Dtype::kBFloat16, Dtype::kFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(d)));
+    const std::vector<TensorDecl> decls{{"w", 1000, 0, d},
+                                        {"mean", 900, 1, d, UpdateRule::kAverage},
+                                        {"var", 900, 2, d, UpdateRule::kRank0}};
+    std::vector<TensorDecl> f32_decls = decls;
+    for (TensorDecl& t : f32_decls) t.dtype = Dtype::kFloat32;
+    const Placement half = Placement::compute(decls, 1);
+    const Placement f32 = Placement::compute(f32_decls, 1);
+    const ShardConfig config = test::config(kWorkers, OptimizerKind::kMomentum);
+    Sink half_sink, f32_sink, restored_sink;
+    ChunkTable half_table(half, config, make_bsp(), half_sink);
+    ChunkTable f32_table(f32, config, make_bsp(), f32_sink);
+    for (uint32_t key = 0; key < 3; ++key) {
+      std::vector<float> init(half.at(key).elements);
+      for (float& v : init) v = std::normal_distribution<float>(0.0f, 0.1f)(rng);
+      half_table.initialize_block(key, init);
+      f32_table.initialize_block(key, init);
+    }
+    // One iteration into both tables, ranks in reverse order; a table may
+    // hold a contribution's buffer until its set completes, so every buffer
+    // lives until the iteration ends.
+    auto iterate = [&](ChunkTable& a, ChunkTable* b, uint32_t it) {
+      std::vector<std::vector<uint16_t>> halves;
+      std::vector<std::vector<float>> wides;
+      halves.reserve(kWorkers * 3);
+      wides.reserve(kWorkers * 3);
+      for (uint32_t r = kWorkers; r-- > 0;) {
+        for (uint32_t key = 0; key < 3; ++key) {
+          const uint32_t n = static_cast<uint32_t>(half.at(key).elements);
+          std::vector<uint16_t>& g = halves.emplace_back(n);
+          std::vector<float>& wide = wides.emplace_back(n);
+          for (uint32_t i = 0; i < n; ++i) {
+            g[i] = narrow(d, std::normal_distribution<float>(0.0f, 1.0f)(rng));
+            wide[i] = widen(d, g[i]);
+          }
+          for (uint32_t first = 0; first < n; first += kChunkBytes / 2) {
+            const uint32_t m = std::min(kChunkBytes / 2, n - first);
+            ASSERT_TRUE(taken(a.contribute(
+                Contribution{.key = key,
+                             .offset = first * 2,
+                             .iteration = it,
+                             .rank = static_cast<uint16_t>(r),
+                             .data = reinterpret_cast<const std::byte*>(g.data() + first),
+                             .bytes = m * 2})));
+          }
+          for (uint32_t e = 0; b != nullptr && e < n; e += kChunkBytes / 4) {
+            const uint32_t m = std::min(kChunkBytes / 4, n - e);
+            ASSERT_TRUE(taken(b->contribute(
+                Contribution{.key = key,
+                             .offset = e * 4,
+                             .iteration = it,
+                             .rank = static_cast<uint16_t>(r),
+                             .data = reinterpret_cast<const std::byte*>(wide.data() + e),
+                             .bytes = m * 4})));
+          }
+          if (r == 0 && key == 2 && b != nullptr) {  // rank 0's push, widened
+            const auto v = a.parameters(2);
+            for (uint32_t i = 0; i < n; ++i) ASSERT_EQ(v[i], wide[i]) << i;
+          }
+        }
+      }
+    };
+    iterate(half_table, &f32_table, 0);
+    for (uint32_t key = 0; key < 3; ++key) {
+      const auto a = half_table.parameters(key);
+      const auto b = f32_table.parameters(key);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size_bytes())) << "key " << key;
+    }
+    // Every chunk of the half table into a new one, then the same next
+    // iteration into both: the same parameters and the same emitted bytes.
+    ChunkTable restored(half, config, make_bsp(), restored_sink);
+    for (uint64_t i = 0; i < half_table.chunks(); ++i) {
+      const ChunkTable::ChunkView v = half_table.chunk_view(i);
+      ASSERT_EQ(restored.restore(v.key, v.offset, v.version, v.params, v.state0, v.state1),
+                Outcome::kInitialized);
+    }
+    ASSERT_EQ(restored_sink.updates.size(), half_table.chunks());
+    for (size_t i = 0; i < restored_sink.updates.size(); ++i) {
+      const auto& s = restored_sink.updates[i];
+      EXPECT_EQ(s.u.version, 1u);
+      EXPECT_EQ(s.u.dtype, d);
+      const auto params = restored.parameters(s.u.key);
+      for (size_t e = 0; e < s.bytes.size() / 2; ++e) {
+        uint16_t h;
+        std::memcpy(&h, s.bytes.data() + 2 * e, 2);
+        ASSERT_EQ(h, narrow(d, params[s.u.offset / 2 + e])) << i;
+      }
+    }
+    const std::mt19937 before = rng;
+    iterate(half_table, nullptr, 1);
+    rng = before;
+    iterate(restored, nullptr, 1);
+    for (uint32_t key = 0; key < 3; ++key) {
+      const auto a = half_table.parameters(key);
+      const auto b = restored.parameters(key);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size_bytes())) << "key " << key;
+    }
+  }
+}
+
 // ASP applies each contribution alone (quorum 1): the same holds.
 TEST(AggChunkTableHalf, AsynchronousUpdatesAreExactToo) {
   const Dtype d = Dtype::kBFloat16;
