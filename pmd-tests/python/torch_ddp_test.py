@@ -17,7 +17,7 @@ With the servers' optimizer (sgd): the script's torch SGD handed to the
 servers and a StepLR halving its rate each step, backward_passes_per_step=2
 and buffers="broadcast" give the same parameters as the reference's
 arithmetic at each step's rate, and every rank's BatchNorm statistics are
-rank 0's; state_dict() holds the servers' state; then a GradScaler's step and
+rank 0's (with buffers="average", the ranks' average); state_dict() holds the servers' state; then a GradScaler's step and
 a clip_grad_norm_ after the push are refused (the servers applied the
 gradient as pushed). Refused too: an optimizer of another kind than the
 job's, a bad K, no_sync() with K > 1.
@@ -42,6 +42,9 @@ BUILD = None
 LR = 0.125  # a power of two: lr * g is exact
 STEPS = 3
 CLIP = 0.5
+# With the servers' optimizer: DistributedModel's buffers= (the test case sets it for
+# the worker processes it starts).
+BUFFERS = os.environ.get("TORCH_DDP_TEST_BUFFERS", "broadcast")
 
 
 def make_model(torch):
@@ -129,7 +132,7 @@ def worker_main(job, node, optimizer):
                 "2 param groups")
         opt = torch.optim.SGD(net.parameters(), lr=LR)  # what the DDP script made
         model = mercury.torch.DistributedModel(net, w, opt, backward_passes_per_step=2,
-                                               buffers="broadcast")
+                                               buffers=BUFFERS)
         assert model.optimizer is opt
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
         refused("no_sync() with K = 2", lambda: model.no_sync().__enter__(), "choose one")
@@ -205,8 +208,9 @@ def worker_main(job, node, optimizer):
                 lr = torch.tensor(LR * 0.5 ** step)  # powers of two: the products are exact
                 for p, g in zip(reference.parameters(), average):
                     p.copy_(p - lr * g)
-                for b, s0 in zip(buffers_of(reference), stats[0]):
-                    b.copy_(s0)  # rank 0's, on every rank
+                for b, s0, s1 in zip(buffers_of(reference), *stats):
+                    # rank 0's on every rank, or the ranks' average
+                    b.copy_(s0 if BUFFERS == "broadcast" else (s0 + s1) * half)
         model.synchronize()
         for i, (a, b) in enumerate(zip(net.parameters(), reference.parameters())):
             assert torch.equal(a, b), f"step {step}: parameter {i} differs from the reference"
@@ -244,6 +248,13 @@ class TorchDdp(unittest.TestCase):
 
     def test_server_side_sgd(self):
         self.run_job("sgd")
+
+    def test_server_side_sgd_averaging_the_buffers(self):
+        os.environ["TORCH_DDP_TEST_BUFFERS"] = "average"
+        try:
+            self.run_job("sgd")
+        finally:
+            del os.environ["TORCH_DDP_TEST_BUFFERS"]
 
 
 if __name__ == "__main__":
