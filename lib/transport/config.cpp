@@ -97,6 +97,12 @@ Params resolve(const Config& c) {
   p.peer_timeout = us_to_ticks(c.peer_timeout_us, c.tsc_hz);
   p.connect_timeout = us_to_ticks(c.connect_timeout_us, c.tsc_hz);
   p.ack_delay = us_to_ticks(c.ack_delay_us, c.tsc_hz);
+  if (c.challenge_timeout_us != 0 && c.challenge_timeout_us >= c.peer_timeout_us) {
+    bad("challenge_timeout_us", "must be < peer_timeout_us");
+  }
+  p.challenge_timeout = us_to_ticks(
+      c.challenge_timeout_us != 0 ? c.challenge_timeout_us : c.peer_timeout_us / 4, c.tsc_hz);
+  p.epochs_authenticated = c.epochs_authenticated;
   if (p.min_rto == 0) bad("min_rto_us", "is below one tick at tsc_hz");
   return p;
 }
@@ -131,6 +137,8 @@ std::string_view verdict_name(RxVerdict v) {
       return "bad_message";
     case RxVerdict::kAckOnly:
       return "ack_only";
+    case RxVerdict::kChallenged:
+      return "challenged";
     case RxVerdict::kCount:
       break;
   }

@@ -155,7 +155,18 @@ TEST(Peer, APeerRestartFailsPendingAndRestartsTheStream) {
   for (uint32_t i = 0; i < 3; ++i) in_flight.push_back(send_data(a, i, 10 * kUs));
   const wire::HeaderFields old_b = send_data(b, 9, 10 * kUs);
   Endpoint b2(6, 1 * kMs);
-  handshake(a, b2, 1 * kMs);
+  // B2's probe: A challenges old B (which is gone) and drops the probe.
+  EXPECT_EQ(a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink).verdict,
+            RxVerdict::kChallenged);
+  ASSERT_TRUE(a.peer.ack_due(1 * kMs));
+  EXPECT_NE(pure_ack(a, 1 * kMs).offset & kChallengeToken, 0u);  // lost with old B
+  EXPECT_TRUE(a.sink.failed.empty());
+  // Unanswered for the challenge timeout (a quarter of the peer timeout):
+  // old B is gone, B2 is the peer.
+  EXPECT_FALSE(a.peer.on_timer(250 * kMs, a.sink));
+  EXPECT_TRUE(a.peer.on_timer(251 * kMs, a.sink));
+  EXPECT_FALSE(a.peer.challenging());
+  handshake(a, b2, 251 * kMs);
   ASSERT_EQ(a.sink.failed.size(), 3u);
   for (const auto& f : a.sink.failed) EXPECT_EQ(f.why, FailReason::kPeerRestarted);
   EXPECT_EQ(a.peer.peer_epoch(), 6u);
@@ -200,14 +211,148 @@ TEST(Peer, ADeadPeerCanBeReachedAgainByReincarnating) {
   EXPECT_TRUE(a.sink.failed.empty());  // nothing was left pending
   EXPECT_FALSE(a.peer.dead());
   ASSERT_TRUE(a.peer.can_send());
-  const RxResult r = b.peer.on_packet(send_data(a, 5, 2'000 * kMs), 2'000 * kMs, b.sink);
-  EXPECT_TRUE(r.peer_restarted);
-  EXPECT_EQ(r.verdict, RxVerdict::kNew);
+  // B challenges A's old incarnation: A's answer carries its new epoch, so
+  // it is no answer of the old one, which is gone.
+  const wire::HeaderFields first = send_data(a, 5, 2'000 * kMs);
+  EXPECT_EQ(b.peer.on_packet(first, 2'000 * kMs, b.sink).verdict, RxVerdict::kChallenged);
   ASSERT_TRUE(b.peer.ack_due(2'000 * kMs));
-  a.peer.on_packet(pure_ack(b, 2'000 * kMs), 2'001 * kMs, a.sink);
+  a.peer.on_packet(pure_ack(b, 2'000 * kMs), 2'000 * kMs, a.sink);
+  ASSERT_TRUE(a.peer.ack_due(2'000 * kMs));
+  const wire::HeaderFields answer = pure_ack(a, 2'000 * kMs);
+  EXPECT_NE(answer.flags & wf::kAnswer, 0);
+  EXPECT_EQ(b.peer.on_packet(answer, 2'000 * kMs, b.sink).verdict, RxVerdict::kChallenged);
+  EXPECT_TRUE(b.peer.on_timer(2'251 * kMs, b.sink));
+  const RxResult r = b.peer.on_packet(first, 2'252 * kMs, b.sink);  // A's resend of it
+  EXPECT_EQ(r.verdict, RxVerdict::kNew);
+  ASSERT_TRUE(b.peer.ack_due(2'252 * kMs));
+  a.peer.on_packet(pure_ack(b, 2'252 * kMs), 2'253 * kMs, a.sink);
   ASSERT_EQ(a.sink.acked.size(), 1u);
   EXPECT_EQ(a.sink.acked[0], slice_of(5));
   EXPECT_THROW(a.peer.reincarnate(2, 0, a.sink), std::invalid_argument);
+}
+
+// One packet with the peer's address and a newer epoch (a forged ACK, with
+// no key to refuse it) must not end a live peer's streams: the Peer asks
+// the incarnation it knows, drops the new epoch's packets until it answers,
+// and both streams go on as if nothing had come.
+TEST(Peer, ANewerEpochIsChallengedAndALiveIncarnationKeepsItsStreams) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  const wire::HeaderFields in_flight = send_data(a, 0, 10 * kUs);
+  wire::HeaderFields forged = pure_ack(b, 10 * kUs);
+  forged.epoch = 6;
+  for (int i = 0; i < 3; ++i) {
+    const RxResult r = a.peer.on_packet(forged, 20 * kUs, a.sink);
+    EXPECT_EQ(r.verdict, RxVerdict::kChallenged);
+    EXPECT_FALSE(r.peer_restarted);
+  }
+  EXPECT_TRUE(a.peer.challenging());
+  EXPECT_EQ(a.peer.counters().challenges, 1u);
+  EXPECT_EQ(a.peer.counters().challenged, 3u);
+  EXPECT_EQ(a.peer.peer_epoch(), 5u);
+  ASSERT_TRUE(a.peer.ack_due(20 * kUs));
+  const wire::HeaderFields challenge = pure_ack(a, 20 * kUs);
+  EXPECT_EQ(challenge.epoch, 1u);
+  EXPECT_NE(challenge.flags & wf::kAckRequest, 0);
+  EXPECT_NE(challenge.offset & kChallengeToken, 0u);
+  // B is alive: it answers, echoing the token.
+  b.peer.on_packet(in_flight, 30 * kUs, b.sink);
+  b.peer.on_packet(challenge, 30 * kUs, b.sink);
+  const wire::HeaderFields answer = pure_ack(b, 30 * kUs);
+  EXPECT_NE(answer.flags & wf::kAnswer, 0);
+  EXPECT_EQ(answer.offset, challenge.offset);
+  EXPECT_EQ(a.peer.on_packet(answer, 40 * kUs, a.sink).verdict, RxVerdict::kAckOnly);
+  EXPECT_FALSE(a.peer.challenging());
+  EXPECT_EQ(a.peer.counters().challenge_answers, 1u);
+  // The answer's ACK counted; nothing failed, no restart, past the deadline too.
+  ASSERT_EQ(a.sink.acked.size(), 1u);
+  EXPECT_FALSE(a.peer.on_timer(500 * kMs, a.sink));
+  EXPECT_TRUE(a.sink.failed.empty());
+  EXPECT_EQ(a.peer.counters().rx.peer_restarts, 0u);
+  EXPECT_EQ(a.peer.peer_epoch(), 5u);
+  EXPECT_EQ(a.peer.on_packet(send_data(b, 1, 501 * kMs), 501 * kMs, a.sink).verdict,
+            RxVerdict::kNew);
+  EXPECT_EQ(b.peer.on_packet(send_data(a, 2, 501 * kMs), 501 * kMs, b.sink).verdict,
+            RxVerdict::kNew);
+  // The forged epoch again: a new challenge, answered again.
+  EXPECT_EQ(a.peer.on_packet(forged, 502 * kMs, a.sink).verdict, RxVerdict::kChallenged);
+  EXPECT_EQ(a.peer.counters().challenges, 2u);
+}
+
+// An unanswered challenge is repeated (the incarnation may only have lost
+// it) until the challenge timeout, then the newer epoch is the peer.
+TEST(Peer, AChallengeIsRepeatedUntilTheTimeout) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  Endpoint b2(6, 1 * kMs);
+  a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink);
+  std::vector<Tick> challenges;
+  bool restarted = false;
+  for (Tick now = 1 * kMs; now <= 300 * kMs && !restarted; now += 100 * kUs) {
+    restarted = a.peer.on_timer(now, a.sink);
+    if (!restarted && a.peer.ack_due(now)) {
+      const wire::HeaderFields h = pure_ack(a, now);
+      if ((h.offset & kChallengeToken) != 0) challenges.push_back(now);
+    }
+  }
+  ASSERT_TRUE(restarted);
+  EXPECT_EQ(a.peer.peer_epoch(), 6u);
+  // Every RTO (5 ms before a sample, backing off), at most a quarter of the timeout apart.
+  ASSERT_GE(challenges.size(), 4u);
+  EXPECT_EQ(challenges[0], 1 * kMs);
+  for (size_t i = 1; i < challenges.size(); ++i) {
+    EXPECT_LE(challenges[i] - challenges[i - 1], 250 * kMs / 4 + 100 * kUs);
+  }
+  EXPECT_EQ(a.peer.counters().challenges, 1u);
+  EXPECT_EQ(a.peer.counters().challenge_answers, 0u);
+  EXPECT_EQ(a.peer.counters().rx.peer_restarts, 1u);
+}
+
+// With a job key every packet was verified before the Peer sees it: a newer
+// epoch is a restart at once. So is one of a peer declared dead already.
+TEST(Peer, AnAuthenticatedOrADeadIncarnationIsReplacedAtOnce) {
+  Config c = test::test_config();
+  c.epochs_authenticated = true;
+  Endpoint a(1, 0, c), b(5, 0);
+  handshake(a, b, 0);
+  send_data(a, 0, 10 * kUs);
+  Endpoint b2(6, 1 * kMs);
+  const RxResult r = a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink);
+  EXPECT_TRUE(r.peer_restarted);
+  EXPECT_EQ(a.peer.counters().challenges, 0u);
+  ASSERT_EQ(a.sink.failed.size(), 1u);
+
+  Endpoint x(1, 0), y(5, 0);
+  handshake(x, y, 0);
+  send_data(x, 0, 10 * kUs);
+  for (Tick now = 0; now <= 1'100 * kMs && !x.peer.dead(); now += 1 * kMs) {
+    x.peer.on_timer(now, x.sink);
+    x.sink.lost.clear();
+  }
+  ASSERT_TRUE(x.peer.dead());
+  Endpoint y2(7, 1'200 * kMs);
+  EXPECT_TRUE(x.peer.on_packet(pure_ack(y2, 1'200 * kMs), 1'200 * kMs, x.sink).peer_restarted);
+  EXPECT_FALSE(x.peer.dead());
+  EXPECT_EQ(x.peer.counters().challenges, 0u);
+}
+
+// A peer declared dead while its incarnation is challenged: gone, at once.
+TEST(Peer, AChallengedIncarnationDeclaredDeadIsReplaced) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  send_data(a, 0, 10 * kUs);
+  Endpoint b2(6, 900 * kMs);
+  bool restarted = false;
+  Tick at = 0;
+  for (Tick now = 0; now <= 1'100 * kMs && !restarted; now += 1 * kMs) {
+    if (now == 900 * kMs) a.peer.on_packet(pure_ack(b2, now), now, a.sink);
+    restarted = a.peer.on_timer(now, a.sink);
+    at = now;
+    a.sink.lost.clear();
+  }
+  ASSERT_TRUE(restarted);
+  EXPECT_LT(at, 900 * kMs + 250 * kMs);  // the death, not the challenge timeout
+  EXPECT_EQ(a.peer.peer_epoch(), 6u);
 }
 
 TEST(Peer, ATimerExpiryAsksThePeerAndAnAnswerOfEverythingResendsNothing) {
