@@ -134,7 +134,11 @@ void Peer::restart_as(uint32_t epoch, Tick now, SenderSink& sink) {
   receiver_.restart(epoch);
   // The peer's receiver for us is fresh: what we had in flight is lost with
   // its old incarnation, and our stream must start where it now looks.
-  sender_.restart(stream_origin(), now, FailReason::kPeerRestarted, sink);
+  restart_stream(now, FailReason::kPeerRestarted, sink);
+}
+
+void Peer::restart_stream(Tick now, FailReason why, SenderSink& sink) {
+  sender_.restart(stream_origin(), now, why, sink);
   owe_epoch_ = true;
   answer_token_ = 0;
   challenge_epoch_ = 0;
@@ -228,11 +232,7 @@ void Peer::reincarnate(uint32_t new_local_epoch, Tick now, SenderSink& sink) {
   }
   local_epoch_ = new_local_epoch;
   receiver_.reincarnate(local_epoch_);
-  sender_.restart(stream_origin(), now, FailReason::kReset, sink);
-  owe_epoch_ = true;
-  answer_token_ = 0;
-  challenge_epoch_ = 0;
-  challenge_token_ = 0;
+  restart_stream(now, FailReason::kReset, sink);
   connect_failed_ = false;
 }
 

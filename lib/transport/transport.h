@@ -184,6 +184,9 @@ class Peer {
   bool incarnation_gone(uint32_t epoch, Tick now);
   // The peer is `epoch` from now on: its old stream is dropped, ours restarts.
   void restart_as(uint32_t epoch, Tick now, SenderSink& sink);
+  // A new stream to the peer (what was pending fails with `why`), our epoch
+  // owed, no answer or challenge pending.
+  void restart_stream(Tick now, FailReason why, SenderSink& sink);
   bool challenge_due(Tick now) const { return challenge_epoch_ != 0 && now >= next_challenge_; }
   // Between two challenges while unanswered.
   Tick challenge_interval() const;
