@@ -211,10 +211,16 @@ void parse_training(const Section& root, TrainingConfig& t) {
   } else if (auto v = s.get("staleness_bound")) {
     v->fail("only used by training.sync ssp (training.sync is " + sync_name + ")");
   }
-  if (auto v = s.get("staleness_lr")) {
-    if (t.sync != Sync::kPsPlus) {
-      v->fail("only used by training.sync psplus (training.sync is " + sync_name + ")");
+  // A key of one sync mode is refused under the others.
+  auto only_with = [&](const char* key, Sync owner) -> std::optional<Value> {
+    auto v = s.get(key);
+    if (v && t.sync != owner) {
+      v->fail("only used by training.sync " + std::string(to_string(owner)) +
+              " (training.sync is " + sync_name + ")");
     }
+    return v;
+  };
+  if (auto v = only_with("staleness_lr", Sync::kPsPlus)) {
     t.staleness_lr = v->choice<StalenessLr>({{"inverse", StalenessLr::kInverse},
                                              {"inverse_sqrt", StalenessLr::kInverseSqrt},
                                              {"none", StalenessLr::kNone}});
@@ -228,10 +234,7 @@ void parse_training(const Section& root, TrainingConfig& t) {
       v->fail("tensor needs training.sync bsp (training.sync is " + sync_name + ")");
     }
   }
-  if (auto v = s.get("on_worker_loss")) {
-    if (t.sync != Sync::kBsp) {
-      v->fail("only used by training.sync bsp (training.sync is " + sync_name + ")");
-    }
+  if (auto v = only_with("on_worker_loss", Sync::kBsp)) {
     t.on_worker_loss = v->choice<OnWorkerLoss>({{"fail", OnWorkerLoss::kFail},
                                                 {"wait", OnWorkerLoss::kWait},
                                                 {"shrink", OnWorkerLoss::kShrink}});
