@@ -40,6 +40,12 @@ uint32_t initial_seq(uint32_t sender_epoch, uint32_t receiver_epoch, uint32_t sa
   return mix32(mix32(sender_epoch) ^ receiver_epoch) + salt;
 }
 
+uint32_t challenge_token(uint32_t local_epoch, uint64_t n, Tick now) {
+  const uint32_t h = mix32(mix32(static_cast<uint32_t>(now) ^ static_cast<uint32_t>(n)) ^
+                           static_cast<uint32_t>(now >> 32) ^ local_epoch);
+  return kChallengeToken | h;
+}
+
 uint32_t bdp_window(uint64_t link_bits_per_sec, uint32_t base_rtt_us, uint32_t packet_bytes,
                     uint32_t floor, uint32_t ceiling) {
   if (packet_bytes == 0) return floor;

@@ -43,6 +43,11 @@ uint32_t initial_seq(uint32_t sender_epoch, uint32_t receiver_epoch, uint32_t sa
 /// says which of the two it answers.
 inline constexpr uint32_t kChallengeToken = 0x80000000u;
 
+/// The token of the `n`th epoch challenge of a Peer of epoch `local_epoch`,
+/// begun at `now`: kChallengeToken and 31 bits mixed from the clock's, so a
+/// forger off the path cannot echo it (and end the challenge) by guessing.
+uint32_t challenge_token(uint32_t local_epoch, uint64_t n, Tick now);
+
 /// Largest window (send or receive) in packets.
 inline constexpr uint32_t kMaxWindow = 1u << 16;
 /// Largest reordering threshold (packets), adaptive or configured.

@@ -119,8 +119,7 @@ bool Peer::incarnation_gone(uint32_t epoch, Tick now) {
     // new epoch's packets go nowhere (one forged packet must not end a live
     // peer's streams).
     challenge_epoch_ = epoch;
-    if (++last_challenge_ >= kChallengeToken) last_challenge_ = 1;
-    challenge_token_ = kChallengeToken | last_challenge_;
+    challenge_token_ = challenge_token(local_epoch_, challenges_, now);
     next_challenge_ = now;
     challenge_deadline_ = now + p_.challenge_timeout;
     ++challenges_;

@@ -274,9 +274,21 @@ TEST(Peer, ANewerEpochIsChallengedAndALiveIncarnationKeepsItsStreams) {
             RxVerdict::kNew);
   EXPECT_EQ(b.peer.on_packet(send_data(a, 2, 501 * kMs), 501 * kMs, b.sink).verdict,
             RxVerdict::kNew);
-  // The forged epoch again: a new challenge, answered again.
+  // The forged epoch again: a new challenge with a token of its own. An echo
+  // of the first token (an answer forged from an old one) ends nothing; B's
+  // answer to this one does.
   EXPECT_EQ(a.peer.on_packet(forged, 502 * kMs, a.sink).verdict, RxVerdict::kChallenged);
   EXPECT_EQ(a.peer.counters().challenges, 2u);
+  ASSERT_TRUE(a.peer.ack_due(502 * kMs));
+  const wire::HeaderFields again = pure_ack(a, 502 * kMs);
+  EXPECT_NE(again.offset & kChallengeToken, 0u);
+  EXPECT_NE(again.offset, challenge.offset);
+  a.peer.on_packet(answer, 503 * kMs, a.sink);
+  EXPECT_TRUE(a.peer.challenging());
+  b.peer.on_packet(again, 503 * kMs, b.sink);
+  a.peer.on_packet(pure_ack(b, 503 * kMs), 503 * kMs, a.sink);
+  EXPECT_FALSE(a.peer.challenging());
+  EXPECT_EQ(a.peer.counters().challenge_answers, 2u);
 }
 
 // An unanswered challenge is repeated (the incarnation may only have lost

@@ -207,7 +207,6 @@ class Peer {
   // unanswered challenge takes the incarnation as gone.
   uint32_t challenge_epoch_ = 0;
   uint32_t challenge_token_ = 0;
-  uint32_t last_challenge_ = 0;
   Tick next_challenge_ = 0;
   Tick challenge_deadline_ = 0;
   uint64_t probes_sent_ = 0;
