@@ -81,10 +81,12 @@ struct Config {
   /// dead. 0: wait for ever (a server waiting for its workers).
   uint32_t connect_timeout_us = 0;
   /// A packet with a newer epoch is a restart only once the peer's current
-  /// incarnation is shown gone: it is challenged (a pure ACK with a token it
-  /// must echo) and taken as gone if it has not answered within this long
-  /// (0: a quarter of peer_timeout). Meanwhile the new epoch's packets are
-  /// dropped (RxVerdict::kChallenged). Not used with epochs_authenticated.
+  /// incarnation is shown gone and the new one has echoed the challenge (a
+  /// pure ACK with a token) sent to the peer's address: the current one is
+  /// gone if dead or silent this long (0: a quarter of peer_timeout), and an
+  /// epoch that never echoes is forgotten then. Meanwhile the new epoch's
+  /// packets are dropped (RxVerdict::kChallenged). Not used with
+  /// epochs_authenticated.
   uint32_t challenge_timeout_us = 0;
   /// Every packet the Peer sees was authenticated under the job key before
   /// (the endpoint sets it with a key): a newer epoch is a restart at once.

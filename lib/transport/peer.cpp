@@ -111,22 +111,27 @@ void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
   }
 }
 
-bool Peer::incarnation_gone(uint32_t epoch, Tick now) {
-  // Proven by the MAC, or the incarnation we know was declared dead.
-  if (p_.epochs_authenticated || sender_.dead()) return true;
+bool Peer::incarnation_gone(const wire::HeaderFields& h, Tick now) {
+  if (p_.epochs_authenticated) return true;  // proven by the MAC
   if (challenge_epoch_ == 0) {
-    // Ask the incarnation we know; until it answers or the time is up, the
-    // new epoch's packets go nowhere (one forged packet must not end a live
-    // peer's streams).
-    challenge_epoch_ = epoch;
+    // Ask the incarnation we know; until it is shown gone and the new one
+    // shown real, the new epoch's packets go nowhere (one forged packet
+    // must not end a live peer's streams, nor replace a dead one).
+    challenge_epoch_ = h.epoch;
     challenge_token_ = challenge_token(local_epoch_, challenges_, now);
     next_challenge_ = now;
     challenge_deadline_ = now + p_.challenge_timeout;
+    proven_epoch_ = 0;
     ++challenges_;
     return false;
   }
-  if (epoch_newer(epoch, challenge_epoch_)) challenge_epoch_ = epoch;
-  return now >= challenge_deadline_;  // the timer has not run since
+  if (epoch_newer(h.epoch, challenge_epoch_)) challenge_epoch_ = h.epoch;
+  // The newer incarnation answered our challenge: it receives what we send
+  // to the peer's address, which a forger off the path does not.
+  const bool echo = h.type == wire::PacketType::kAck && (h.flags & wf::kAnswer) != 0 &&
+                    h.offset == challenge_token_;
+  if (echo && (proven_epoch_ == 0 || epoch_newer(h.epoch, proven_epoch_))) proven_epoch_ = h.epoch;
+  return h.epoch == proven_epoch_ && old_gone(now);
 }
 
 void Peer::restart_as(uint32_t epoch, Tick now, SenderSink& sink) {
@@ -140,15 +145,20 @@ void Peer::restart_stream(Tick now, FailReason why, SenderSink& sink) {
   sender_.restart(stream_origin(), now, why, sink);
   owe_epoch_ = true;
   answer_token_ = 0;
+  clear_challenge();
+}
+
+void Peer::clear_challenge() {
   challenge_epoch_ = 0;
   challenge_token_ = 0;
+  proven_epoch_ = 0;
 }
 
 RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink) {
   EpochCheck ec = receiver_.observe_epoch(h.epoch);
   if (ec == EpochCheck::kStale) return RxResult::of(RxVerdict::kStaleEpoch, false, false);
   if (ec == EpochCheck::kNewer) {
-    if (!incarnation_gone(h.epoch, now)) {
+    if (!incarnation_gone(h, now)) {
       ++challenged_;  // nothing of it is believed, its ACK part neither
       return RxResult::of(RxVerdict::kChallenged, false, false);
     }
@@ -190,8 +200,7 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
     if (challenge_epoch_ != 0 && h.offset == challenge_token_) {
       // The incarnation we know is alive: the newer epoch was no restart.
       ++challenge_answers_;
-      challenge_epoch_ = 0;
-      challenge_token_ = 0;
+      clear_challenge();
     } else {
       sender_.on_answer(h.offset, now, sink);
     }
@@ -202,23 +211,28 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
 bool Peer::on_timer(Tick now, SenderSink& sink) {
   sender_.on_timer(now, sink);
   if (connect_deadline_ != 0 && !peer_known() && now >= connect_deadline_) connect_failed_ = true;
-  if (challenge_epoch_ == 0 || (now < challenge_deadline_ && !sender_.dead())) return false;
-  // Unanswered for the challenge timeout, or declared dead meanwhile: the
-  // incarnation is gone, and the newer one is the peer from now on (it
-  // learns our epoch from the pure ACK this makes due).
-  restart_as(challenge_epoch_, now, sink);
+  if (challenge_epoch_ == 0 || !old_gone(now)) return false;
+  if (proven_epoch_ == 0) {
+    // Nothing at the peer's address answered for a newer epoch: forged (or
+    // every answer lost). Forget it at the timeout; its next packet asks again.
+    if (now >= challenge_deadline_) clear_challenge();
+    return false;
+  }
+  // The known incarnation is gone and the newer one answered: it is the
+  // peer from now on (it learns our epoch from the pure ACK this makes due).
+  restart_as(proven_epoch_, now, sink);
   return true;
 }
 
 Tick Peer::next_deadline() const {
-  if (dead()) return 0;
+  const Tick challenge =
+      challenge_epoch_ != 0 ? std::max<Tick>(std::min(next_challenge_, challenge_deadline_), 1) : 0;
+  if (dead()) return challenge;  // a newer incarnation may still be shown real
   // 0 means "nothing armed" in every source.
   const auto earliest = [](Tick a, Tick b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); };
   if (!peer_known()) return earliest(next_probe_ == 0 ? 1 : next_probe_, connect_deadline_);
   const Tick owed = owe_epoch_ || answer_token_ != 0 || sender_.probe_due() ? 1 : 0;
   const Tick persist = persisting() ? std::max<Tick>(next_persist_, 1) : 0;
-  const Tick challenge =
-      challenge_epoch_ != 0 ? std::max<Tick>(std::min(next_challenge_, challenge_deadline_), 1) : 0;
   return earliest(
       earliest(earliest(earliest(sender_.next_deadline(), receiver_.ack_deadline()), owed),
                persist),

@@ -47,6 +47,20 @@ wire::HeaderFields pure_ack(Endpoint& from, Tick now) {
   return over_the_wire(h);
 }
 
+// A's pending challenge reaches `to` (a newer incarnation of A's peer), and
+// its answer reaches A; returns that answer.
+wire::HeaderFields answer_challenge(Endpoint& a, Endpoint& to, Tick now) {
+  EXPECT_TRUE(a.peer.ack_due(now));
+  const wire::HeaderFields challenge = pure_ack(a, now);
+  EXPECT_NE(challenge.offset & kChallengeToken, 0u);
+  to.peer.on_packet(challenge, now, to.sink);
+  EXPECT_TRUE(to.peer.ack_due(now));
+  const wire::HeaderFields answer = pure_ack(to, now);
+  EXPECT_NE(answer.flags & wire::flags::kAnswer, 0);
+  EXPECT_EQ(answer.offset, challenge.offset);
+  return answer;
+}
+
 // Runs the probe exchange between fresh endpoints a and b.
 void handshake(Endpoint& a, Endpoint& b, Tick now) {
   for (int i = 0; i < 4 && (a.peer.ack_due(now) || b.peer.ack_due(now)); ++i) {
@@ -155,14 +169,15 @@ TEST(Peer, APeerRestartFailsPendingAndRestartsTheStream) {
   for (uint32_t i = 0; i < 3; ++i) in_flight.push_back(send_data(a, i, 10 * kUs));
   const wire::HeaderFields old_b = send_data(b, 9, 10 * kUs);
   Endpoint b2(6, 1 * kMs);
-  // B2's probe: A challenges old B (which is gone) and drops the probe.
+  // B2's probe: A challenges old B (which is gone) and drops the probe. The
+  // challenge reaches B2, whose answer shows it real, but not yet old B gone.
   EXPECT_EQ(a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink).verdict,
             RxVerdict::kChallenged);
-  ASSERT_TRUE(a.peer.ack_due(1 * kMs));
-  EXPECT_NE(pure_ack(a, 1 * kMs).offset & kChallengeToken, 0u);  // lost with old B
+  const wire::HeaderFields answer = answer_challenge(a, b2, 1 * kMs);
+  EXPECT_EQ(a.peer.on_packet(answer, 1 * kMs, a.sink).verdict, RxVerdict::kChallenged);
   EXPECT_TRUE(a.sink.failed.empty());
-  // Unanswered for the challenge timeout (a quarter of the peer timeout):
-  // old B is gone, B2 is the peer.
+  // Old B silent for the challenge timeout (a quarter of the peer timeout):
+  // it is gone, and B2 the peer.
   EXPECT_FALSE(a.peer.on_timer(250 * kMs, a.sink));
   EXPECT_TRUE(a.peer.on_timer(251 * kMs, a.sink));
   EXPECT_FALSE(a.peer.challenging());
@@ -292,7 +307,8 @@ TEST(Peer, ANewerEpochIsChallengedAndALiveIncarnationKeepsItsStreams) {
 }
 
 // An unanswered challenge is repeated (the incarnation may only have lost
-// it) until the challenge timeout, then the newer epoch is the peer.
+// it) until the challenge timeout, then the newer epoch is the peer if it
+// answered one (here the last before the timeout).
 TEST(Peer, AChallengeIsRepeatedUntilTheTimeout) {
   Endpoint a(1, 0), b(5, 0);
   handshake(a, b, 0);
@@ -300,14 +316,22 @@ TEST(Peer, AChallengeIsRepeatedUntilTheTimeout) {
   a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink);
   std::vector<Tick> challenges;
   bool restarted = false;
+  Tick at = 0;
   for (Tick now = 1 * kMs; now <= 300 * kMs && !restarted; now += 100 * kUs) {
     restarted = a.peer.on_timer(now, a.sink);
+    at = now;
     if (!restarted && a.peer.ack_due(now)) {
       const wire::HeaderFields h = pure_ack(a, now);
-      if ((h.offset & kChallengeToken) != 0) challenges.push_back(now);
+      if ((h.offset & kChallengeToken) == 0) continue;
+      challenges.push_back(now);
+      if (now >= 200 * kMs) {
+        b2.peer.on_packet(h, now, b2.sink);
+        a.peer.on_packet(pure_ack(b2, now), now, a.sink);
+      }
     }
   }
   ASSERT_TRUE(restarted);
+  EXPECT_EQ(at, 251 * kMs);  // the timeout, not B2's answer
   EXPECT_EQ(a.peer.peer_epoch(), 6u);
   // Every RTO (5 ms before a sample, backing off), at most a quarter of the timeout apart.
   ASSERT_GE(challenges.size(), 4u);
@@ -320,8 +344,30 @@ TEST(Peer, AChallengeIsRepeatedUntilTheTimeout) {
   EXPECT_EQ(a.peer.counters().rx.peer_restarts, 1u);
 }
 
+// A newer epoch nothing at the peer's address answers for (a forged packet)
+// replaces nothing, even once the known incarnation is gone: at the timeout
+// the challenge is forgotten, and a later packet of it asks again.
+TEST(Peer, ANewerEpochThatNeverAnswersIsForgotten) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  wire::HeaderFields forged = pure_ack(b, 1 * kMs);
+  forged.epoch = 6;
+  EXPECT_EQ(a.peer.on_packet(forged, 1 * kMs, a.sink).verdict, RxVerdict::kChallenged);
+  for (Tick now = 1 * kMs; now <= 300 * kMs; now += 1 * kMs) {
+    EXPECT_FALSE(a.peer.on_timer(now, a.sink)) << now;
+    if (a.peer.ack_due(now)) pure_ack(a, now);  // to old B, silent
+  }
+  EXPECT_FALSE(a.peer.challenging());
+  EXPECT_EQ(a.peer.peer_epoch(), 5u);
+  EXPECT_EQ(a.peer.counters().rx.peer_restarts, 0u);
+  EXPECT_EQ(a.peer.on_packet(forged, 301 * kMs, a.sink).verdict, RxVerdict::kChallenged);
+  EXPECT_EQ(a.peer.counters().challenges, 2u);
+}
+
 // With a job key every packet was verified before the Peer sees it: a newer
-// epoch is a restart at once. So is one of a peer declared dead already.
+// epoch is a restart at once. A peer declared dead is replaced as soon as
+// the newer incarnation answers the challenge, even by an older epoch than
+// a forged one seen meanwhile.
 TEST(Peer, AnAuthenticatedOrADeadIncarnationIsReplacedAtOnce) {
   Config c = test::test_config();
   c.epochs_authenticated = true;
@@ -342,10 +388,22 @@ TEST(Peer, AnAuthenticatedOrADeadIncarnationIsReplacedAtOnce) {
     x.sink.lost.clear();
   }
   ASSERT_TRUE(x.peer.dead());
+  wire::HeaderFields forged = pure_ack(y, 1'200 * kMs);
+  forged.epoch = 0x40000000;  // far newer than any real restart
+  EXPECT_EQ(x.peer.on_packet(forged, 1'200 * kMs, x.sink).verdict, RxVerdict::kChallenged);
   Endpoint y2(7, 1'200 * kMs);
-  EXPECT_TRUE(x.peer.on_packet(pure_ack(y2, 1'200 * kMs), 1'200 * kMs, x.sink).peer_restarted);
+  EXPECT_EQ(x.peer.on_packet(pure_ack(y2, 1'200 * kMs), 1'200 * kMs, x.sink).verdict,
+            RxVerdict::kChallenged);
+  const wire::HeaderFields answer = answer_challenge(x, y2, 1'201 * kMs);
+  EXPECT_TRUE(x.peer.on_packet(answer, 1'201 * kMs, x.sink).peer_restarted);
   EXPECT_FALSE(x.peer.dead());
-  EXPECT_EQ(x.peer.counters().challenges, 0u);
+  EXPECT_EQ(x.peer.peer_epoch(), 7u);
+  EXPECT_EQ(x.peer.counters().challenges, 1u);
+  // The forgery again: y2 answers the challenge it makes.
+  EXPECT_EQ(x.peer.on_packet(forged, 1'202 * kMs, x.sink).verdict, RxVerdict::kChallenged);
+  x.peer.on_packet(answer_challenge(x, y2, 1'202 * kMs), 1'202 * kMs, x.sink);
+  EXPECT_FALSE(x.peer.challenging());
+  EXPECT_EQ(x.peer.peer_epoch(), 7u);
 }
 
 // A peer declared dead while its incarnation is challenged: gone, at once.
@@ -357,7 +415,10 @@ TEST(Peer, AChallengedIncarnationDeclaredDeadIsReplaced) {
   bool restarted = false;
   Tick at = 0;
   for (Tick now = 0; now <= 1'100 * kMs && !restarted; now += 1 * kMs) {
-    if (now == 900 * kMs) a.peer.on_packet(pure_ack(b2, now), now, a.sink);
+    if (now == 900 * kMs) {
+      a.peer.on_packet(pure_ack(b2, now), now, a.sink);
+      a.peer.on_packet(answer_challenge(a, b2, now), now, a.sink);
+    }
     restarted = a.peer.on_timer(now, a.sink);
     at = now;
     a.sink.lost.clear();

@@ -90,11 +90,12 @@ struct PeerCounters {
 ///    kAckValid, it carries our epoch), backing off from initial_rto to
 ///    max_rto; any packet from the peer teaches us its epoch;
 ///  * a newer epoch is a restart only once the current incarnation is shown
-///    gone (unless epochs_authenticated, or the peer is dead already): the
-///    Peer challenges it (a pure ACK with kAckRequest and a token, as TCP
-///    answers a suspicious RST with a challenge ACK, RFC 5961) and drops the
-///    new epoch's packets (kChallenged) until it answers (the new epoch was
-///    not a restart) or challenge_timeout passes without an answer;
+///    gone and the new one real (unless epochs_authenticated): the Peer
+///    challenges the peer's address (a pure ACK with kAckRequest and a
+///    token, as TCP answers a suspicious RST with a challenge ACK, RFC 5961)
+///    and drops the new epoch's packets (kChallenged) until the current
+///    incarnation answers (no restart), or it is dead or silent for
+///    challenge_timeout and the new one has echoed the token;
 ///  * then everything pending for the peer fails with kPeerRestarted and a
 ///    new stream starts keyed to the new epoch.
 class Peer {
@@ -179,9 +180,13 @@ class Peer {
   bool persisting() const {
     return sender_.credit_exhausted() && sender_.outstanding() == 0 && peer_known();
   }
-  // A packet of the newer epoch `epoch`: true if the current incarnation is
-  // gone (or the epoch is proven); otherwise starts or goes on challenging it.
-  bool incarnation_gone(uint32_t epoch, Tick now);
+  // A packet `h` of a newer epoch: true if it is the peer now (proven by the
+  // MAC, or the known incarnation gone and h's answered our challenge);
+  // otherwise starts or goes on challenging.
+  bool incarnation_gone(const wire::HeaderFields& h, Tick now);
+  // The known incarnation is gone: dead, or silent to the challenge.
+  bool old_gone(Tick now) const { return sender_.dead() || now >= challenge_deadline_; }
+  void clear_challenge();
   // The peer is `epoch` from now on: its old stream is dropped, ours restarts.
   void restart_as(uint32_t epoch, Tick now, SenderSink& sink);
   // A new stream to the peer (what was pending fails with `why`), our epoch
@@ -203,10 +208,12 @@ class Peer {
   Tick next_persist_ = 0;  // the next persist probe, while persisting()
   bool connect_failed_ = false;
   // The epoch challenge: the newest epoch waiting (0: none), the token the
-  // current incarnation must echo, when it is due again, and when an
-  // unanswered challenge takes the incarnation as gone.
+  // known incarnation must echo (and a newer one, to be believed), when it
+  // is due again, and when an unanswered challenge takes the known
+  // incarnation as gone.
   uint32_t challenge_epoch_ = 0;
   uint32_t challenge_token_ = 0;
+  uint32_t proven_epoch_ = 0;  // the newest epoch that echoed the token (0: none)
   Tick next_challenge_ = 0;
   Tick challenge_deadline_ = 0;
   uint64_t probes_sent_ = 0;
