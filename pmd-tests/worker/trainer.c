@@ -17,7 +17,7 @@ int main(void) {
   int bad = 0;
   mercury_worker* w = NULL;
   mercury_worker_options o;
-  mercury_worker_options_init(&o);
+  mercury_worker_options_init(&o, sizeof o);
   bad |= expect(mercury_worker_connect(&o, &w), MERCURY_E_USAGE, "connect without a job file");
   o.job_file = "/nonexistent/job.yaml";
   o.node = "w0";
