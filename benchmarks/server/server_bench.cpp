@@ -32,11 +32,12 @@
 // reading gradient at the kernel's rate would carry (2 x the bytes it
 // reads, since every byte in brings one byte out under BSP), so the ratio
 // is the share of the memory bandwidth the server turns into aggregation.
-// Time on the CPU: the TSC time of the passes times `cpu_share`, the share
-// of the run's wall time the thread was on a CPU (thread CPU time over
-// wall time; reading the thread's CPU clock costs about 1 us here, too much
-// for every pass), so descheduling on this shared machine counts on
-// neither side; `wall_Gbps` is the same per TSC second. `read_GBps` (the
+// Time on the CPU: the TSC time of the passes times the share of the
+// round's (or the limit pass's) wall time the thread was on a CPU (thread
+// CPU time over wall time; reading the thread's CPU clock costs about 1 us
+// here, too much for every pass), so descheduling on this shared machine
+// counts on neither side; `cpu_share` is that share over the run,
+// `wall_Gbps` the figure per TSC second. `read_GBps` (the
 // limit): gradient read per second. `ns_per_packet`: server time per data
 // packet in or out (`packets` of them in the run). `idle`: idle passes'
 // time over busy time.
@@ -192,10 +193,34 @@ net::LocalAddr address(const config::NodeConfig& node, uint16_t udp_port) {
   return a;
 }
 
+// The share of the wall time since its construction the thread was on a
+// CPU: on this shared machine a pass timed with the TSC also counts the
+// time the thread was descheduled, the limit's as the server's. Within a
+// round descheduling falls on the server's passes and the workers' alike,
+// so the round's share scales the server's TSC time to its CPU time.
+class CpuShare {
+ public:
+  CpuShare() : tsc_(__rdtsc()), cpu_(thread_cpu_ns()) {}
+  [[nodiscard]] double share() const {
+    const double wall = static_cast<double>(__rdtsc() - tsc_) / static_cast<double>(tsc_hz());
+    return static_cast<double>(thread_cpu_ns() - cpu_) / 1e9 / wall;
+  }
+
+ private:
+  static uint64_t thread_cpu_ns() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
+  }
+  uint64_t tsc_;
+  uint64_t cpu_;
+};
+
 // What a round of the server cost.
 struct ServerTime {
-  uint64_t busy = 0;  // TSC ticks of the passes that did work
-  uint64_t idle = 0;  // ... and of those that did none
+  uint64_t busy = 0;     // TSC ticks of the passes that did work
+  uint64_t idle = 0;     // ... and of those that did none
+  double cpu_share = 1;  // of the round's wall time on a CPU (CpuShare)
 };
 
 // A pass of the server's own loop, timed: the workers' loop runs it after
@@ -305,7 +330,9 @@ class Job {
                                                      {params_.get() + g_.model.at[t], d.elements}));
       }
     }
+    const CpuShare cpu;
     run_until(hs, "a round");
+    pass_.time.cpu_share = cpu.share();
     pass_.measuring = false;
     const server::ServerCounters after = server_->counters_st();
     if (after.shards.updates - before.shards.updates != chunks()) {
@@ -380,28 +407,6 @@ class Job {
   uint64_t resent_ = 0, refused_ = 0;
 };
 
-// The share of a run's wall time the thread was on a CPU: on this shared
-// machine a pass timed with the TSC also counts the time the thread was
-// descheduled, the limit's as the server's. Descheduling falls on the
-// server's passes and the workers' alike, so the run's share scales both.
-class CpuShare {
- public:
-  CpuShare() : tsc_(__rdtsc()), cpu_(thread_cpu_ns()) {}
-  [[nodiscard]] double share() const {
-    const double wall = static_cast<double>(__rdtsc() - tsc_) / static_cast<double>(tsc_hz());
-    return static_cast<double>(thread_cpu_ns() - cpu_) / 1e9 / wall;
-  }
-
- private:
-  static uint64_t thread_cpu_ns() {
-    timespec t{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return static_cast<uint64_t>(t.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(t.tv_nsec);
-  }
-  uint64_t tsc_;
-  uint64_t cpu_;
-};
-
 // Rounds (or limit passes) per run: the same bytes through the server
 // whatever N.
 int64_t rounds(uint32_t n) { return kMaxWorkers / n; }
@@ -414,22 +419,22 @@ void BM_Limit(benchmark::State& state) {
     src.push_back(reinterpret_cast<const std::byte*>(g.grads[r].get()));
   const uint64_t bytes = g.model.floats * 4;
   uint64_t ticks = 0, read = 0;
-  const CpuShare cpu;
+  double on_cpu = 0;  // seconds
   for (auto _ : state) {
+    const CpuShare cpu;
     const uint64_t t0 = __rdtsc();
     read += bench::limit_sum(src.data(), n, bytes, g.sum_out.get());
     benchmark::ClobberMemory();
     const uint64_t t = __rdtsc() - t0;
     ticks += t;
+    on_cpu += static_cast<double>(t) / static_cast<double>(tsc_hz()) * cpu.share();
     state.SetIterationTime(static_cast<double>(t) / static_cast<double>(tsc_hz()));
   }
-  const double share = cpu.share();
   const double wall = static_cast<double>(ticks) / static_cast<double>(tsc_hz());
-  const double seconds = wall * share;  // on the CPU
-  state.counters["read_GBps"] = static_cast<double>(read) / seconds / 1e9;
-  state.counters["Gbps"] = 2 * 8 * static_cast<double>(read) / seconds / 1e9;
+  state.counters["read_GBps"] = static_cast<double>(read) / on_cpu / 1e9;
+  state.counters["Gbps"] = 2 * 8 * static_cast<double>(read) / on_cpu / 1e9;
   state.counters["wall_Gbps"] = 2 * 8 * static_cast<double>(read) / wall / 1e9;
-  state.counters["cpu_share"] = share;
+  state.counters["cpu_share"] = on_cpu / wall;
 }
 
 void BM_Server(benchmark::State& state, const char* optimizer) {
@@ -444,8 +449,8 @@ void BM_Server(benchmark::State& state, const char* optimizer) {
   }
   const uint64_t resent0 = job->resent(), refused0 = job->refused();
   ServerTime total;
+  double on_cpu = 0;  // seconds of the server's busy passes
   uint64_t rounds_run = 0;
-  const CpuShare cpu;
   for (auto _ : state) {
     ServerTime t;
     try {
@@ -456,13 +461,13 @@ void BM_Server(benchmark::State& state, const char* optimizer) {
     }
     total.busy += t.busy;
     total.idle += t.idle;
+    on_cpu += static_cast<double>(t.busy) / static_cast<double>(tsc_hz()) * t.cpu_share;
     ++rounds_run;
     state.SetIterationTime(static_cast<double>(t.busy) / static_cast<double>(tsc_hz()));
   }
   const Gradients& g = Gradients::of(n);
-  const double share = cpu.share();
   const double wall = static_cast<double>(total.busy) / static_cast<double>(tsc_hz());
-  const double seconds = wall * share;  // on the CPU
+  const double seconds = on_cpu;
   const double bytes =
       2.0 * n * static_cast<double>(g.model.bytes) * static_cast<double>(rounds_run);
   const double packets =
@@ -474,7 +479,7 @@ void BM_Server(benchmark::State& state, const char* optimizer) {
   state.counters["idle"] = static_cast<double>(total.idle) / static_cast<double>(total.busy);
   state.counters["resent"] = static_cast<double>(job->resent() - resent0);
   state.counters["refused"] = static_cast<double>(job->refused() - refused0);
-  state.counters["cpu_share"] = share;
+  state.counters["cpu_share"] = on_cpu / wall;
 }
 
 void register_all() {
