@@ -22,7 +22,8 @@ own `ns_per_packet` of the same run (which perf slows a little).
 --callgrind: `valgrind --tool=callgrind --toggle-collect=*measured_pass*` instead, on a
 build valgrind can decode (valgrind 3.19 has no AVX-512: `meson setup build-avx2
 -Dnative=false -Dcpp_args=-march=x86-64-v3 -Dtests=disabled`), one repetition:
-instructions per data packet, repeatable where times are not.
+instructions per data packet, repeatable where times are not. Not run yet: no such
+build has been made here.
 """
 import argparse
 import collections
