@@ -60,7 +60,7 @@ Options parse(int argc, char** argv) {
   apps::Args args("ps-job",
                   "(--hostfile FILE | --hosts H1,H2,... | --slurm) [options] [--check]\n"
                   "       ps-job --check -- FILE");
-  args.text("--hostfile", "FILE",  &o.hostfile,
+  args.text("--hostfile", "FILE", &o.hostfile,
             "one host per line: NAME [nic=NIC,...] [servers=N] [workers=N] [cpus=N]");
   args.text("--hosts", "H1,H2", &o.hosts, "the hosts, in order");
   args.flag("--slurm", &o.slurm,
@@ -121,7 +121,8 @@ std::string run_command(const std::string& command) {
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = pclose(p);
-  if (status != 0) throw std::runtime_error(command + " failed (status " + std::to_string(status) + ")");
+  if (status != 0)
+    throw std::runtime_error(command + " failed (status " + std::to_string(status) + ")");
   return out;
 }
 
@@ -129,8 +130,9 @@ std::string run_command(const std::string& command) {
 std::vector<config::HostSpec> slurm_hosts() {
   const char* list = std::getenv("SLURM_JOB_NODELIST");
   if (list == nullptr || *list == '\0') {
-    throw std::runtime_error("--slurm: SLURM_JOB_NODELIST is not set (run inside an allocation: "
-                             "sbatch, salloc or srun)");
+    throw std::runtime_error(
+        "--slurm: SLURM_JOB_NODELIST is not set (run inside an allocation: "
+        "sbatch, salloc or srun)");
   }
   for (const char* c = list; *c; ++c) {
     if (std::string_view("'\"\\$`;&|<> ").find(*c) != std::string_view::npos) {
@@ -180,7 +182,8 @@ int run(const Options& o) {
   const int sources = !o.hostfile.empty() + !o.hosts.empty() + o.slurm;
   if (sources == 0) {
     if (!o.check || o.rest.size() != 1) {
-      throw std::runtime_error("give the hosts (--hostfile, --hosts or --slurm), or --check -- FILE");
+      throw std::runtime_error(
+          "give the hosts (--hostfile, --hosts or --slurm), or --check -- FILE");
     }
     const config::JobConfig job = config::load_file(o.rest[0]);
     check(job, stdout);
@@ -241,7 +244,8 @@ int run(const Options& o) {
     FILE* out = o.output.empty() ? stderr : stdout;
     std::fflush(stdout);
     check(job, out);
-    std::fprintf(out, "ps-job: %s: %zu server(s), %zu worker(s) on %zu host(s); every node checks\n",
+    std::fprintf(out,
+                 "ps-job: %s: %zu server(s), %zu worker(s) on %zu host(s); every node checks\n",
                  name.c_str(), job.servers().size(), job.workers().size(), hosts.size());
   }
   return 0;

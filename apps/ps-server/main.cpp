@@ -88,7 +88,8 @@ int run(const Options& o) {
   // The job and the node: the command line's, else the launcher's (job/identity.h).
   const job::Environment env = job::process_environment();
   const config::JobConfig job = config::load_file(job::job_file(o.config, env));
-  const job::NodeChoice choice = job::choose_node(job, config::Role::kServer, o.node, "--node", env);
+  const job::NodeChoice choice =
+      job::choose_node(job, config::Role::kServer, o.node, "--node", env);
   const config::NodeConfig& me = *choice.node;
   // Everything the node derives from the job, checked before EAL starts.
   const std::vector<server::JobWorker> workers = server::job_workers(job, me);

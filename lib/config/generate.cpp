@@ -25,9 +25,9 @@ uint32_t whole(std::string_view text, const std::string& source, int line, const
   const char* end = text.data() + text.size();
   const auto [p, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || ec != std::errc() || p != end || v > max) {
-    throw ConfigError(source, line, key,
-                      "'" + std::string(text) + "' is not a whole number 0.." +
-                          std::to_string(max));
+    throw ConfigError(
+        source, line, key,
+        "'" + std::string(text) + "' is not a whole number 0.." + std::to_string(max));
   }
   return v;
 }
@@ -46,8 +46,8 @@ std::vector<std::string> split(std::string_view text, char sep) {
 bool valid_host_name(std::string_view s) {
   if (s.empty() || s.size() > 253) return false;
   return std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '.' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_';
   });
 }
 
@@ -111,11 +111,9 @@ std::string network_section(const NetworkConfig& n, const std::string& template_
   s.add("udp_checksum", n.udp_checksum, d.udp_checksum, std::string(to_string(n.udp_checksum)));
   s.add("poll", n.poll, d.poll, std::string(to_string(n.poll)));
   s.add("window", n.window, d.window, std::to_string(n.window));
-  s.add("peer_timeout_ms", n.peer_timeout_ms, d.peer_timeout_ms,
-        std::to_string(n.peer_timeout_ms));
+  s.add("peer_timeout_ms", n.peer_timeout_ms, d.peer_timeout_ms, std::to_string(n.peer_timeout_ms));
   s.add("scheduler", n.scheduler, d.scheduler, std::string(to_string(n.scheduler)));
-  s.add("partition_bytes", n.partition_bytes, d.partition_bytes,
-        std::to_string(n.partition_bytes));
+  s.add("partition_bytes", n.partition_bytes, d.partition_bytes, std::to_string(n.partition_bytes));
   s.add("credit_bytes", n.credit_bytes, d.credit_bytes, std::to_string(n.credit_bytes));
   if (!n.auth_key_file.empty()) {
     // A relative path is the template's directory's; the result may be written elsewhere.
@@ -227,16 +225,15 @@ struct Nic {
 
 Nic parse_nic(const std::string& text, const HostSpec& host, const std::string& origin) {
   const auto fail = [&](const std::string& why) -> ConfigError {
-    return ConfigError(origin, host.line, "host " + host.name,
-                       "NIC '" + text + "': " + why);
+    return ConfigError(origin, host.line, "host " + host.name, "NIC '" + text + "': " + why);
   };
   if (text == "memif") return {NicKind::kMemif, ""};
   if (text.starts_with("af_packet:")) {
     const std::string iface = text.substr(10);
-    if (iface.empty() || iface.size() > 15 ||
-        iface.find_first_of(",= /") != std::string::npos) {
-      throw fail("af_packet: wants an interface name (at most 15 characters, no ',', '=', ' ' "
-                 "or '/')");
+    if (iface.empty() || iface.size() > 15 || iface.find_first_of(",= /") != std::string::npos) {
+      throw fail(
+          "af_packet: wants an interface name (at most 15 characters, no ',', '=', ' ' "
+          "or '/')");
     }
     return {NicKind::kAfPacket, iface};
   }
@@ -338,7 +335,8 @@ std::vector<HostSpec> parse_host_list(std::string_view text) {
     if (!valid_host_name(name)) {
       throw ConfigError("--hosts", "'" + name + "' is not a host name");
     }
-    if (!seen.insert(name).second) throw ConfigError("--hosts", "host " + name + " is listed twice");
+    if (!seen.insert(name).second)
+      throw ConfigError("--hosts", "host " + name + " is listed twice");
     hosts.push_back(HostSpec{.name = name});
   }
   return hosts;
@@ -446,12 +444,14 @@ std::string generate_job(std::span<const HostSpec> hosts, const GenerateOptions&
                                   " workers; a job needs at least one of each");
   }
   if (memif && (other || hosts.size() > 1)) {
-    throw ConfigError(origin, "memif joins the processes of one host: a job over memif lists "
-                              "one host");
+    throw ConfigError(origin,
+                      "memif joins the processes of one host: a job over memif lists "
+                      "one host");
   }
   if (memif && servers != 1) {
-    throw ConfigError(origin, "a job over memif has one server (a worker has one port, and a "
-                              "memif link reaches one peer)");
+    throw ConfigError(origin,
+                      "a job over memif has one server (a worker has one port, and a "
+                      "memif link reaches one peer)");
   }
   if (nodes.size() > subnet.hosts) {
     throw ConfigError("--subnet", o.subnet + " holds " + std::to_string(subnet.hosts) +
@@ -467,9 +467,8 @@ std::string generate_job(std::span<const HostSpec> hosts, const GenerateOptions&
                     "# one that starts the workers alone, worker r (docs/cluster.md).\n\n";
   out += "job:\n  id: " + std::to_string(id) + "\n  name: " + name + "\n\n";
   const std::string template_dir =
-      o.template_source.empty()
-          ? std::string(".")
-          : std::filesystem::path(o.template_source).parent_path().string();
+      o.template_source.empty() ? std::string(".")
+                                : std::filesystem::path(o.template_source).parent_path().string();
   out += network_section(t.network, template_dir.empty() ? "." : template_dir);
   out += other_sections(t);
   // memif buffers hold a whole frame: bsize >= MTU + 14, in whole KiB.

@@ -72,13 +72,13 @@ struct GenerateOptions {
   /// A job file whose sections other than `nodes` the result takes (its
   /// nodes, if any, are replaced); empty: every section at its defaults.
   std::string template_text;
-  std::string template_source;  ///< its path, for messages and relative paths
-  std::string name;             ///< job.name; empty: the template's
-  std::optional<uint32_t> id;   ///< job.id; unset: the template's, else 1
+  std::string template_source;    ///< its path, for messages and relative paths
+  std::string name;               ///< job.name; empty: the template's
+  std::optional<uint32_t> id;     ///< job.id; unset: the template's, else 1
   std::vector<std::string> nics;  ///< every host's NICs unless it names its own
   uint32_t servers_per_host = 1;
   uint32_t workers_per_host = 1;
-  uint32_t cpus = 0;  ///< every host's CPU count unless it gives its own (0: none)
+  uint32_t cpus = 0;               ///< every host's CPU count unless it gives its own (0: none)
   std::optional<uint32_t> shards;  ///< per server; unset: from the CPUs
   std::string subnet = "10.0.0.0/24";
   std::string memif_dir = "/tmp/mercury";  ///< memif socket names: DIR/<job>-<worker>.sock

@@ -213,8 +213,9 @@ TEST(Generate, WhatCannotMakeAJobIsRefused) {
             "reaches one peer)");
   o.servers_per_host = 1;
   o.nics = {"memif", "af_packet:eth0"};
-  EXPECT_NE(error_of([&] { generate_job(parse_host_list("a"), o); }).find("memif is a host's only NIC"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { generate_job(parse_host_list("a"), o); }).find("memif is a host's only NIC"),
+      std::string::npos);
   o.nics = {"eth0"};
   EXPECT_EQ(error_of([&] { generate_job(parse_host_list("a"), o); }),
             "hosts.txt: host a: NIC 'eth0': expected a PCI address (0000:03:00.0), "
@@ -245,7 +246,9 @@ TEST(Generate, WhatCannotMakeAJobIsRefused) {
   o.name = "x";
   o.template_text = "training: {optimizer: sgd, momentum: 0.5}\n";
   o.template_source = "tmpl.yaml";
-  EXPECT_NE(error_of([&] { generate_job(parse_host_list("a"), o); }).find("tmpl.yaml:1: training.momentum"),
+  EXPECT_NE(error_of([&] {
+              generate_job(parse_host_list("a"), o);
+            }).find("tmpl.yaml:1: training.momentum"),
             std::string::npos);
 }
 

@@ -52,8 +52,8 @@ const config::NodeConfig& named(const config::JobConfig& job, config::Role role,
   }
   if (n->role != role) {
     throw config::ConfigError(job.source, how + ": node " + n->name + " is a " +
-                                              std::string(config::to_string(n->role)) +
-                                              ", not a " + std::string(config::to_string(role)));
+                                              std::string(config::to_string(n->role)) + ", not a " +
+                                              std::string(config::to_string(role)));
   }
   return *n;
 }
@@ -87,12 +87,12 @@ std::optional<LauncherRank> launcher_rank(const Environment& env) {
     r.rank = whole(l.rank, *rank);
     r.size = whole(l.size, *size);
     if (r.size == 0 || r.size > kMaxLauncherSize) {
-      throw config::ConfigError(kEnvironment, std::string(l.size) + "=" + *size +
-                                                  " is not a number of processes");
+      throw config::ConfigError(
+          kEnvironment, std::string(l.size) + "=" + *size + " is not a number of processes");
     }
     if (r.rank >= r.size) {
-      throw config::ConfigError(kEnvironment, std::string(l.rank) + "=" + *rank +
-                                                  " is not below " + l.size + "=" + *size);
+      throw config::ConfigError(kEnvironment, std::string(l.rank) + "=" + *rank + " is not below " +
+                                                  l.size + "=" + *size);
     }
     r.source = std::string(l.rank) + "=" + *rank + " of " + l.size + "=" + *size;
     return r;
@@ -131,8 +131,10 @@ NodeChoice choose_node(const config::JobConfig& job, config::Role role,
       if (n->role != role) {
         throw config::ConfigError(
             job.source, l->source + " is " + std::string(config::to_string(n->role)) + " " +
-                            n->name + " (rank r is the job file's r-th node when the launcher "
-                            "starts every node), not a " + role_name);
+                            n->name +
+                            " (rank r is the job file's r-th node when the launcher "
+                            "starts every node), not a " +
+                            role_name);
       }
       return {n, l->source};
     }

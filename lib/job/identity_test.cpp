@@ -61,10 +61,8 @@ const config::Role kWorker = config::Role::kWorker;
 
 TEST(Identity, LaunchersAreReadInOrder) {
   EXPECT_FALSE(launcher_rank(env_of({})).has_value());
-  const auto torch = launcher_rank(env_of({{"RANK", "2"},
-                                           {"WORLD_SIZE", "4"},
-                                           {"SLURM_PROCID", "0"},
-                                           {"SLURM_NTASKS", "1"}}));
+  const auto torch = launcher_rank(
+      env_of({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}));
   ASSERT_TRUE(torch.has_value());
   EXPECT_EQ(torch->rank, 2u);
   EXPECT_EQ(torch->size, 4u);
@@ -204,9 +202,7 @@ TEST(Identity, IdentifyReadsTheProcessEnvironment) {
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
-  {
-    std::ofstream(path) << kOneServer;
-  }
+  { std::ofstream(path) << kOneServer; }
   setenv("MERCURY_JOB", path, 1);
   setenv("SLURM_PROCID", "2", 1);
   setenv("SLURM_NTASKS", "3", 1);
