@@ -32,35 +32,9 @@ import unittest
 import numpy as np
 
 import slurm_cluster
+from digits_job import EPOCHS, SCRIPT, exact_losses, job_file, losses
 
 BUILD = None
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "apps", "train-digits", "train_digits.py")
-EPOCHS = 3
-
-
-def template(work, name, mtu=None):
-    """config/digits.yaml for a test: no hugepages (--no-huge -m 512), and an
-    optional MTU."""
-    with open(os.path.join(ROOT, "config", "digits.yaml")) as f:
-        text = f.read()
-    text = text.replace("memory_mb: 256", "memory_mb: 512").replace("hugepages: auto",
-                                                                   'hugepages: "off"')
-    if mtu:
-        text = text.replace("mtu: 9000", f"mtu: {mtu}\n  peer_timeout_ms: 20000")
-    path = os.path.join(work, name)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
-def exact_losses(job, out, workers):
-    """The one-process reference: the job's arithmetic, each worker's losses."""
-    r = subprocess.run([sys.executable, SCRIPT, "--job", job, "--single", "--exact", "--epochs",
-                        str(EPOCHS), "--losses", out, "--build", BUILD, "--target", "0"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return [np.loadtxt(os.path.join(out, f"w{r}.txt")) for r in range(workers)]
 
 
 class Slurm(unittest.TestCase):
@@ -97,17 +71,16 @@ class Slurm(unittest.TestCase):
                 text = f.read()
         return r.returncode, r.stdout + r.stderr + text
 
-    def check_exact(self, job, losses, workers, out, what):
-        exact = exact_losses(job, os.path.join(self.work, os.path.basename(losses) + "-exact"),
-                             workers)
+    def check_exact(self, job, got_dir, workers, out, what):
+        want = exact_losses(BUILD, job, got_dir + "-exact", workers)
+        got = losses(got_dir, workers)
         for r in range(workers):
-            got = np.loadtxt(os.path.join(losses, f"w{r}.txt"))
-            self.assertEqual(len(got), len(exact[r]), out)
-            self.assertGreater(len(got), 0, out)
-            self.assertTrue(np.array_equal(got, exact[r]),
+            self.assertEqual(len(got[r]), len(want[r]), out)
+            self.assertGreater(len(got[r]), 0, out)
+            self.assertTrue(np.array_equal(got[r], want[r]),
                             f"w{r}'s losses differ from the one-process reference's\n{out}")
         stopped = [line for line in out.splitlines() if ": stopped; " in line]
-        print(f"\n{what}: {workers} workers x {len(exact[0])} steps, every loss bit for bit the "
+        print(f"\n{what}: {workers} workers x {len(want[0])} steps, every loss bit for bit the "
               f"reference's; {stopped[-1] if stopped else ''}", file=sys.stderr)
 
     def test_1_srun_starts_the_job_from_the_allocation(self):
@@ -117,7 +90,8 @@ class Slurm(unittest.TestCase):
         trainer = (f"{sys.executable} {SCRIPT} --epochs {EPOCHS} --target 0 --losses {losses} "
                    f"--build {BUILD}")
         rc, out = self.sbatch("memif", f"""
-{BUILD}/apps/ps-job --slurm --template {template(self.work, "digits.yaml")} --name {name} \\
+{BUILD}/apps/ps-job --slurm --template {job_file(os.path.join(self.work, "digits.yaml"))} \\
+  --name {name} \\
   --nic memif --servers-per-host 1 --workers-per-host 4 --memif-dir {self.work} \\
   --output {job} --multi-prog {job}.conf --server-command {BUILD}/apps/ps-server \\
   --trainer {shlex.quote(trainer)} --check
@@ -128,7 +102,7 @@ srun --ntasks=5 --multi-prog {job}.conf
         with open(job) as f:
             text = f.read()
         host = self.slurm.host
-        self.assertIn(f"# Written by ps-job from SLURM_JOB_NODELIST: 1 host, 1 server, 4 workers",
+        self.assertIn("# Written by ps-job from SLURM_JOB_NODELIST: 1 host, 1 server, 4 workers",
                       text)
         self.assertEqual(len(re.findall(f"# host {host}$", text, re.M)), 5, text)
         with open(job + ".conf") as f:
@@ -164,7 +138,8 @@ srun --ntasks=5 --multi-prog {job}.conf
             trainer = (f"{on_host} {sys.executable} {SCRIPT} --epochs {EPOCHS} --target 0 "
                        f"--losses {losses} --build {BUILD}")
             rc, out = self.sbatch("ns", f"""
-{BUILD}/apps/ps-job --hostfile {hosts} --template {template(self.work, "ns-t.yaml", 1500)} \\
+{BUILD}/apps/ps-job --hostfile {hosts} \\
+  --template {job_file(os.path.join(self.work, "ns-t.yaml"), mtu=1500)} \\
   --name {tag} --id 44 --subnet 10.79.0.0/24 --output {job} --multi-prog {job}.conf \\
   --server-command "{on_host} {BUILD}/apps/ps-server" --trainer {shlex.quote(trainer)} --check
 export MERCURY_JOB={job}

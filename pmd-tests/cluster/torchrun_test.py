@@ -26,10 +26,9 @@ import unittest
 
 import numpy as np
 
+from digits_job import EPOCHS, SCRIPT, exact_losses, job_file, losses
+
 BUILD = None
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "apps", "train-digits", "train_digits.py")
-EPOCHS = 3
 WORKERS = 4
 
 
@@ -43,16 +42,9 @@ def torchrun():
 class Torchrun(unittest.TestCase):
     def test_torchrun_trains_beside_a_ps_server(self):
         with tempfile.TemporaryDirectory(prefix="mercury-torchrun-") as tmp:
-            with open(os.path.join(ROOT, "config", "digits.yaml")) as f:
-                text = f.read()
-            name = f"torchrun{os.getpid()}"
-            text = (text.replace("/tmp/mercury/", tmp + "/").replace("name: digits", "name: " + name)
-                    .replace("memory_mb: 256", "memory_mb: 512")
-                    .replace("hugepages: auto", 'hugepages: "off"'))
-            job = os.path.join(tmp, "digits.yaml")
-            with open(job, "w") as f:
-                f.write(text)
-            losses = os.path.join(tmp, "losses")
+            job = job_file(os.path.join(tmp, "digits.yaml"), name=f"torchrun{os.getpid()}",
+                           sockets=tmp)
+            got_dir = os.path.join(tmp, "losses")
             log = open(os.path.join(tmp, "server.log"), "w+")
             server = subprocess.Popen([os.path.join(BUILD, "apps", "ps-server"), "--config", job],
                                       stdout=log, stderr=subprocess.STDOUT)
@@ -63,7 +55,7 @@ class Torchrun(unittest.TestCase):
                 r = subprocess.run(
                     [*torchrun(), "--standalone", "--nproc_per_node=4", "--redirects", "2", "--tee",
                      "1", "--log_dir", logs, SCRIPT, "--job", job, "--epochs", str(EPOCHS),
-                     "--target", "0", "--losses", losses, "--build", BUILD],
+                     "--target", "0", "--losses", got_dir, "--build", BUILD],
                     capture_output=True, text=True, timeout=400, env=env)
                 out = r.stdout + r.stderr
                 for base, _, files in os.walk(logs):
@@ -84,19 +76,14 @@ class Torchrun(unittest.TestCase):
                 self.assertIn(f"train-digits: worker w{rank} of {job} (RANK={rank} of "
                               "WORLD_SIZE=4)", out)
             self.assertIn("every worker left; the job is done", server_out)
-            exact = os.path.join(tmp, "exact")
-            r = subprocess.run([sys.executable, SCRIPT, "--job", job, "--single", "--exact",
-                                "--epochs", str(EPOCHS), "--losses", exact, "--build", BUILD,
-                                "--target", "0"], capture_output=True, text=True, timeout=600)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            want = exact_losses(BUILD, job, os.path.join(tmp, "exact"), WORKERS)
+            got = losses(got_dir, WORKERS)
             for rank in range(WORKERS):
-                got = np.loadtxt(os.path.join(losses, f"w{rank}.txt"))
-                want = np.loadtxt(os.path.join(exact, f"w{rank}.txt"))
-                self.assertEqual(len(got), len(want), out)
-                self.assertTrue(np.array_equal(got, want),
+                self.assertEqual(len(got[rank]), len(want[rank]), out)
+                self.assertTrue(np.array_equal(got[rank], want[rank]),
                                 f"w{rank}'s losses differ from the reference's\n{out}")
             stopped = [line for line in server_out.splitlines() if ": stopped; " in line]
-            print(f"\ntorchrun --nproc_per_node=4: {WORKERS} workers x {len(want)} steps, every "
+            print(f"\ntorchrun --nproc_per_node=4: {WORKERS} workers x {len(want[0])} steps, every "
                   f"loss bit for bit the reference's; {stopped[-1] if stopped else ''}",
                   file=sys.stderr)
 
