@@ -74,8 +74,12 @@ class Venv(unittest.TestCase):
                                capture_output=True, text=True, timeout=1500)
             self.assertEqual(r.returncode, 0, r.stdout[-4000:] + r.stderr[-4000:])
             bin_dir = os.path.join(venv, "bin")
-            for app in ("ps-server", "ps-job"):
+            for app in ("ps-server", "ps-job", "ps-worker"):
                 self.assertTrue(os.path.exists(os.path.join(bin_dir, app)), app)
+            # The worker library for C and C++ trainers, bundled in the wheel.
+            libs = [os.path.join(d, f) for d, _, files in os.walk(venv) for f in files
+                    if f.startswith("libmercury-worker.so")]
+            self.assertTrue(libs, "libmercury-worker.so is not in the venv")
             # A job of one server and one worker over memif, written by the venv's ps-job.
             job = os.path.join(tmp, "job.yaml")
             template = os.path.join(tmp, "template.yaml")
@@ -101,7 +105,8 @@ class Venv(unittest.TestCase):
                     server.kill()
                     server.wait()
                 server.stdout.close()
-            print("\n" + w.stdout.strip(), file=sys.stderr)
+            print("\n" + w.stdout.strip() + "; the worker library in "
+                  + os.path.relpath(os.path.dirname(libs[0]), venv), file=sys.stderr)
 
 
 if __name__ == "__main__":
