@@ -140,19 +140,19 @@ def local_optimizer(training: Dict, params):
     """The job's optimizer as torch runs it (for --single), or None (server-side)."""
     import torch
 
-    kind = training["optimizer"]
-    lr = float(training["learning_rate"])
-    wd = float(training["weight_decay"])
+    kind = training.get("optimizer", "sgd")
+    lr = float(training.get("learning_rate", 0.01))
+    wd = float(training.get("weight_decay", 0.0))
     if kind == "sgd":
         return torch.optim.SGD(params, lr=lr, weight_decay=wd)
     if kind == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=float(training["momentum"]),
+        return torch.optim.SGD(params, lr=lr, momentum=float(training.get("momentum", 0.9)),
                                weight_decay=wd)
     if kind in ("adam", "adamw"):
         return (torch.optim.AdamW if kind == "adamw" else torch.optim.Adam)(
-            params, lr=lr, betas=(float(training["beta1"]),
-                                  float(training["beta2"])),
-            eps=float(training["epsilon"]), weight_decay=wd)
+            params, lr=lr, betas=(float(training.get("beta1", 0.9)),
+                                  float(training.get("beta2", 0.999))),
+            eps=float(training.get("epsilon", 1e-8)), weight_decay=wd)
     raise SystemExit(f"train-digits: --single cannot reproduce optimizer {kind!r}")
 
 
@@ -172,7 +172,7 @@ class ServerArithmetic:
     def __init__(self, training: Dict, params, workers: int) -> None:
         import torch
 
-        self.kind = training["optimizer"]
+        self.kind = training.get("optimizer", "sgd")
         if self.kind not in self.KINDS:
             raise SystemExit(f"train-digits: --exact reproduces {', '.join(self.KINDS)}, "
                              f"not {self.kind}")
@@ -180,11 +180,11 @@ class ServerArithmetic:
         self.inv_n = torch.tensor(1.0, dtype=torch.float32) / workers
         self.t = 0
         self.values: Dict[str, object] = {}
-        self.set(learning_rate=training["learning_rate"],
-                 momentum=training["momentum"],
-                 weight_decay=training["weight_decay"],
-                 beta1=training["beta1"], beta2=training["beta2"],
-                 epsilon=training["epsilon"])
+        self.set(learning_rate=training.get("learning_rate", 0.01),
+                 momentum=training.get("momentum", 0.9),
+                 weight_decay=training.get("weight_decay", 0.0),
+                 beta1=training.get("beta1", 0.9), beta2=training.get("beta2", 0.999),
+                 epsilon=training.get("epsilon", 1e-8))
         self.s0 = [torch.zeros_like(p) for p in self.params]  # momentum's u, Adam's m
         self.s1 = [torch.zeros_like(p) for p in self.params]  # Adam's v
 
@@ -253,9 +253,10 @@ class Recipe:
         self.opt = self.scaler = self.sched = None
         if not optimizer:
             return
-        kind = training["optimizer"]
+        kind = training.get("optimizer", "sgd")
         self.opt = local_optimizer(dict(training, optimizer=args.local_optimizer or (
-            "sgd" if kind == "sum" else kind), learning_rate=args.lr or training["learning_rate"]), params)
+            "sgd" if kind == "sum" else kind), learning_rate=args.lr or training.get(
+                "learning_rate", 0.01)), params)
         if args.amp:
             from cpu_grad_scaler import CpuGradScaler
 

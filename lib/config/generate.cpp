@@ -177,6 +177,7 @@ std::string other_sections(const JobConfig& t) {
     s.add("beta1", tr.beta1, d.beta1, number(tr.beta1));
     s.add("beta2", tr.beta2, d.beta2, number(tr.beta2));
     s.add("epsilon", tr.epsilon, d.epsilon, number(tr.epsilon));
+    s.add("weight_decay", tr.weight_decay, d.weight_decay, number(tr.weight_decay));
     out += s.text();
   }
   return out;

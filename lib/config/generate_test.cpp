@@ -168,8 +168,8 @@ TEST(Generate, PciHostsShardsFromTheCpus) {
 TEST(Generate, ATemplateWithoutNodesOrJob) {
   GenerateOptions o;
   o.template_text =
-      "training: {sync: ssp, staleness_bound: 0, optimizer: adam, learning_rate: 0.003,\n"
-      "           beta2: 0.98, epsilon: 1.0e-7}\n"
+      "training: {sync: ssp, staleness_bound: 0, optimizer: adamw, learning_rate: 0.003,\n"
+      "           beta2: 0.98, epsilon: 1.0e-7, weight_decay: 0.01}\n"
       "link: {loss: 0.01, rate_steps: [{at_s: 1.5, rate_gbps: 2}]}\n"
       "eal: {hugepages: off, extra: [\"--log-level=lib.eal:debug\"]}\n";
   o.template_source = "t.yaml";
@@ -182,7 +182,8 @@ TEST(Generate, ATemplateWithoutNodesOrJob) {
   EXPECT_EQ(j.id, 1u);
   EXPECT_EQ(j.training.sync, Sync::kSsp);
   EXPECT_EQ(j.training.staleness_bound, 0u);
-  EXPECT_EQ(j.training.optimizer, Optimizer::kAdam);
+  EXPECT_EQ(j.training.optimizer, Optimizer::kAdamW);
+  EXPECT_EQ(j.training.weight_decay, 0.01);
   EXPECT_EQ(j.training.learning_rate, 0.003);
   EXPECT_EQ(j.training.beta2, 0.98);
   EXPECT_EQ(j.training.epsilon, 1.0e-7);

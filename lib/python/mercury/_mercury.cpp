@@ -437,6 +437,7 @@ py::dict job_dict(const mercury::config::JobConfig& j) {
   t["beta1"] = tr.beta1;
   t["beta2"] = tr.beta2;
   t["epsilon"] = tr.epsilon;
+  t["weight_decay"] = tr.weight_decay;
   d["training"] = t;
   py::list nodes;
   for (const mc::NodeConfig& n : j.nodes) nodes.append(node_dict(n));
