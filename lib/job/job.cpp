@@ -139,25 +139,6 @@ ShardLayout shard_layout(const config::JobConfig& job) {
   return l;
 }
 
-const config::NodeConfig& server_node(const config::JobConfig& job, std::string_view name) {
-  if (!name.empty()) {
-    const config::NodeConfig& n = job.node(name);
-    if (n.role != config::Role::kServer) {
-      throw config::ConfigError(job.source, "node " + n.name + " is a worker, not a server");
-    }
-    return n;
-  }
-  const auto servers = job.servers();
-  if (servers.size() != 1) {
-    std::string names;
-    for (const auto* s : servers) names += (names.empty() ? "" : ", ") + s->name;
-    throw config::ConfigError(job.source, "the job has " + std::to_string(servers.size()) +
-                                              " server nodes (" + names +
-                                              "): say which with --node NAME");
-  }
-  return *servers.front();
-}
-
 std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
                                      const config::NodeConfig& server) {
   const auto workers = job.workers();

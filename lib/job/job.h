@@ -74,12 +74,6 @@ struct ShardLayout {
 /// Throws ConfigError when the job has no server shards.
 ShardLayout shard_layout(const config::JobConfig& job);
 
-/// The server node a process runs: `name`, which must be a server of the
-/// job, or, when `name` is empty, the job's only server. Throws ConfigError
-/// naming the file (a worker's name, an unknown name listing the valid
-/// ones, or several servers and no name).
-const config::NodeConfig& server_node(const config::JobConfig& job, std::string_view name);
-
 /// Which of `server`'s ports leads to each worker, in rank order: a ring
 /// link whose far end is that worker; otherwise, with one port per worker,
 /// port r serves worker r; with a single port (a bridge, a switch), every
