@@ -53,6 +53,7 @@
 #include "agg/placement.h"
 #include "config/config.h"
 #include "free_rounds.h"
+#include "job/job.h"
 #include "mercury/worker.h"
 #include "reference.h"
 #include "report.h"
@@ -168,10 +169,7 @@ using trainer::Update;
 
 int run(const Options& o) {
   const config::JobConfig job = config::load_file(o.config);
-  const config::NodeConfig& me = job.node(o.node);
-  if (me.role != config::Role::kWorker) {
-    throw std::runtime_error(o.config + ": node " + o.node + " is a server, not a worker");
-  }
+  const config::NodeConfig& me = job::worker_node(job, o.node);
   // Free-running rounds: asked for, or an asynchronous mode without a trace.
   const bool bsp = job.training.sync == config::Sync::kBsp;
   const bool free = o.compute_ms >= 0 || (!bsp && o.trace.empty());

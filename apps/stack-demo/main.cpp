@@ -25,6 +25,7 @@
 #include "net/eal.h"
 #include "net/net_telemetry.h"
 #include "net/node.h"
+#include "node/loop.h"
 
 namespace {
 
@@ -66,48 +67,85 @@ struct Sender {
   std::atomic<bool> done{false};
 };
 
-int sender_main(void* arg) {
-  auto& s = *static_cast<Sender*>(arg);
-  std::vector<std::byte> buffer(64 << 20);
-  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = std::byte(i * 13 + 7);
-  net::Route route;
-  wire::HeaderFields h;
-  h.type = wire::PacketType::kData;
-  h.dtype = wire::Dtype::kFloat32;
-  h.msg_len = static_cast<uint32_t>(buffer.size());
-  uint32_t offset = 0;
-  net::RxPacket rx[net::Interface::kBurst];
-  bool routed = false;
-  const uint64_t refresh_every = rte_get_tsc_hz() / 10;
-  uint64_t refreshed = rte_rdtsc();
-  while (!g_stop.load(std::memory_order_relaxed)) {
-    const uint64_t now = rte_rdtsc();
-    if (now - refreshed >= refresh_every) {
-      // The slow work: the PMD's drops and the pool gauge, for telemetry.
-      s.ifc->refresh_port_stats_st();
-      refreshed = now;
-    }
-    const uint16_t n = s.ifc->poll_rx_st(rx, net::Interface::kBurst, now);
-    for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(net::mbuf_of(rx[i].buf));
-    if (!routed) routed = s.ifc->resolve_st(s.dst_ip, s.dst_port, route, now);
-    uint64_t sent = 0;
-    while (routed && s.ifc->tx_room() > 0) {
-      if (offset + s.payload > h.msg_len) offset = 0;
-      h.offset = offset;
-      if (!s.ifc->stage_data_st(route, h, {buffer.data() + offset, s.payload})) break;
-      ++h.seq;
-      offset += s.payload;
+// The sender: a poller of its lcore's loop. Each pass drains what arrives
+// (ARP), resolves the route once, fills the TX stage with data frames and
+// flushes; its slow work reads the PMD's drops and the pool gauge for
+// telemetry every 100 ms.
+class SenderPoller final : public node::Poller {
+ public:
+  explicit SenderPoller(Sender& s) : s_(s), buffer_(64 << 20) {
+    for (size_t i = 0; i < buffer_.size(); ++i) buffer_[i] = std::byte(i * 13 + 7);
+    h_.type = wire::PacketType::kData;
+    h_.dtype = wire::Dtype::kFloat32;
+    h_.msg_len = static_cast<uint32_t>(buffer_.size());
+  }
+  uint32_t poll_st(node::Tick now) override {
+    const uint16_t n = s_.ifc->poll_rx_st(rx_, net::Interface::kBurst, now);
+    for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(net::mbuf_of(rx_[i].buf));
+    if (!routed_) routed_ = s_.ifc->resolve_st(s_.dst_ip, s_.dst_port, route_, now);
+    uint32_t sent = 0;
+    while (routed_ && s_.ifc->tx_room() > 0) {
+      if (offset_ + s_.payload > h_.msg_len) offset_ = 0;
+      h_.offset = offset_;
+      if (!s_.ifc->stage_data_st(route_, h_, {buffer_.data() + offset_, s_.payload})) break;
+      ++h_.seq;
+      offset_ += s_.payload;
       ++sent;
     }
-    s.ifc->flush_st(now);
+    s_.ifc->flush_st(now);
     // Staged frames the PMD refused stay staged; count what left.
-    s.stats.packets.store(s.ifc->counters().tx_frames, std::memory_order_relaxed);
-    s.stats.payload_bytes.store(s.ifc->counters().tx_frames * s.payload, std::memory_order_relaxed);
-    if (sent == 0) rte_pause();
+    s_.stats.packets.store(s_.ifc->counters().tx_frames, std::memory_order_relaxed);
+    s_.stats.payload_bytes.store(s_.ifc->counters().tx_frames * s_.payload,
+                                 std::memory_order_relaxed);
+    return sent + n;
   }
+  [[nodiscard]] node::Tick slow_period() const override { return rte_get_tsc_hz() / 10; }
+  void slow_st(node::Tick) override { s_.ifc->refresh_port_stats_st(); }
+
+ private:
+  Sender& s_;
+  std::vector<std::byte> buffer_;
+  wire::HeaderFields h_;
+  net::Route route_;
+  net::RxPacket rx_[net::Interface::kBurst];
+  uint32_t offset_ = 0;
+  bool routed_ = false;
+};
+
+int sender_main(void* arg) {
+  auto& s = *static_cast<Sender*>(arg);
+  SenderPoller poller(s);
+  node::Loop loop({.idle = {.mode = config::Poll::kBusy}, .tick_hz = rte_get_tsc_hz()});
+  loop.add(poller);
+  loop.run(g_stop);
   s.done = true;
   return 0;
 }
+
+// The receiver: what arrives, checked for gaps in the sequence.
+class ReceiverPoller final : public node::Poller {
+ public:
+  explicit ReceiverPoller(net::Interface& ifc) : ifc_(ifc) {}
+  uint32_t poll_st(node::Tick now) override {
+    const uint16_t n = ifc_.poll_rx_st(rx_, net::Interface::kBurst, now);
+    for (uint16_t i = 0; i < n; ++i) {
+      const auto& p = rx_[i].parsed;
+      if (p.header.seq != expect_seq_) ++gaps;
+      expect_seq_ = p.header.seq + 1;
+      bytes += p.payload.size();
+      rte_pktmbuf_free(net::mbuf_of(rx_[i].buf));
+    }
+    received += n;
+    ifc_.flush_st(now);
+    return n;
+  }
+  uint64_t received = 0, bytes = 0, gaps = 0;
+
+ private:
+  net::Interface& ifc_;
+  net::RxPacket rx_[net::Interface::kBurst];
+  uint32_t expect_seq_ = 0;
+};
 
 }  // namespace
 
@@ -169,55 +207,37 @@ int main(int argc, char** argv) {
 
     const uint64_t hz = rte_get_tsc_hz();
     const uint64_t start = rte_rdtsc();
-    uint64_t next_report = start + hz, received = 0, bytes = 0, last_rx = 0, last_tx = 0;
-    uint32_t expect_seq = 0;
-    uint64_t gaps = 0;
-    net::RxPacket rx[net::Interface::kBurst];
+    ReceiverPoller receiver(rx_ifc);
+    node::Loop loop({.idle = {.mode = config::Poll::kBusy}, .tick_hz = hz});
+    loop.add(receiver);
+    uint64_t last_rx = 0, last_tx = 0, next_report = start + hz;
     int second = 0;
-    while (!g_stop.load(std::memory_order_relaxed)) {
-      const uint64_t now = rte_rdtsc();
-      const uint16_t n = rx_ifc.poll_rx_st(rx, net::Interface::kBurst, now);
-      for (uint16_t i = 0; i < n; ++i) {
-        const auto& p = rx[i].parsed;
-        if (p.header.seq != expect_seq) ++gaps;
-        expect_seq = p.header.seq + 1;
-        bytes += p.payload.size();
-        rte_pktmbuf_free(net::mbuf_of(rx[i].buf));
+    // Each second: the PMD's drops and the pool gauge for telemetry, and the line.
+    loop.every(hz / 100, [&](node::Tick now) {
+      if (now < next_report) return;
+      next_report += hz;
+      ++second;
+      rx_ifc.refresh_port_stats_st();
+      const uint64_t tx = sender.stats.packets.load(std::memory_order_relaxed);
+      std::printf(
+          "t=%2ds  sent %6.2f Mpps  received %6.2f Mpps  %7.2f Gbit/s payload  "
+          "drops %lu\n",
+          second, static_cast<double>(tx - last_tx) / 1e6,
+          static_cast<double>(receiver.received - last_rx) / 1e6,
+          static_cast<double>((receiver.received - last_rx) * sender.payload) * 8 / 1e9,
+          static_cast<unsigned long>(rx_ifc.counters().total_drops()));
+      std::fflush(stdout);
+      last_tx = tx;
+      last_rx = receiver.received;
+      if (now - start >= static_cast<uint64_t>(o.seconds * static_cast<double>(hz))) {
+        g_stop = true;
       }
-      received += n;
-      rx_ifc.flush_st(now);
-      if (now >= next_report) {
-        rx_ifc.refresh_port_stats_st();  // for telemetry (the PMD's drops, the pool gauge)
-        ++second;
-        const uint64_t tx = sender.stats.packets.load(std::memory_order_relaxed);
-        std::printf(
-            "t=%2ds  sent %6.2f Mpps  received %6.2f Mpps  %7.2f Gbit/s payload  "
-            "drops %lu\n",
-            second, static_cast<double>(tx - last_tx) / 1e6,
-            static_cast<double>(received - last_rx) / 1e6,
-            static_cast<double>((received - last_rx) * sender.payload) * 8 / 1e9,
-            static_cast<unsigned long>(rx_ifc.counters().total_drops()));
-        std::fflush(stdout);
-        last_tx = tx;
-        last_rx = received;
-        next_report += hz;
-        if (now - start >= static_cast<uint64_t>(o.seconds * static_cast<double>(hz)))
-          g_stop = true;
-      }
-    }
+    });
+    loop.run(g_stop);
     rte_eal_wait_lcore(worker.net_lcore());
-    // Drain what is still on the link.
-    for (int idle = 0; idle < 1000;) {
-      const uint16_t n = rx_ifc.poll_rx_st(rx, net::Interface::kBurst, rte_rdtsc());
-      for (uint16_t i = 0; i < n; ++i) {
-        if (rx[i].parsed.header.seq != expect_seq) ++gaps;
-        expect_seq = rx[i].parsed.header.seq + 1;
-        bytes += rx[i].parsed.payload.size();
-        rte_pktmbuf_free(net::mbuf_of(rx[i].buf));
-      }
-      received += n;
-      idle = n == 0 ? idle + 1 : 0;
-    }
+    // Drain what is still on the link: 1000 passes in a row that find nothing.
+    for (int idle = 0; idle < 1000;) idle = loop.pass_st(rte_rdtsc()) == 0 ? idle + 1 : 0;
+    const uint64_t received = receiver.received, bytes = receiver.bytes, gaps = receiver.gaps;
     const uint64_t sent = sender.ifc->counters().tx_frames;
     const double secs = static_cast<double>(rte_rdtsc() - start) / static_cast<double>(hz);
     std::printf(

@@ -21,12 +21,28 @@
 // the gap to sgd). Arg "all" = every chunk (from DRAM); "l2" = the first 180
 // chunks (4 x 255 KB, L2-resident: the compute-bound case).
 //
-// Run (interleaved, repeated; figures in docs/agg.md):
+// Group "half": the half-precision kernels (agg/half.h) and the table with
+// bfloat16 and float16 tensors, against the same memory-bandwidth limit, all
+// in GB/s of memory traffic, the bytes each must read and write per element
+// (so that kernels moving different amounts compare with one limit):
+// limit_sum 20 (4 float32 in, 1 out), sgd_f32 24 (4 gradients in, the
+// parameters in and out), sgd_bf16 / sgd_fp16 16 (4 two-byte gradients, the
+// float32 parameters in and out; the rounded update stays in L1), widen_<dtype>_<impl>
+// 12 (4 two-byte contributions in, the float32 sum out), narrow_<dtype>_<impl> 6
+// (float32 in, two bytes out), for every implementation compiled in. The
+// kernels run over the whole set as one stream per buffer, as the limit does;
+// the table variants chunk by chunk, as sgd does (704 elements a chunk, the
+// same ResNet-50 shapes in the dtype). After the usual tables, the time per
+// element of sgd_bf16 and sgd_fp16 over sgd_f32's, repetition by repetition.
+//
+// Run (interleaved, repeated; figures in docs/agg.md and benchmarks/README.md):
 //   agg_bench --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -36,6 +52,7 @@
 #include <vector>
 
 #include "agg/chunk_table.h"
+#include "agg/half.h"
 #include "ratio_reporter.h"
 
 namespace mercury::agg {
@@ -75,6 +92,14 @@ struct ChunkRef {
   uint64_t first_byte;  // in the shard's element order
 };
 
+// The same tensors in a two-byte dtype: placement, chunks (MTU 1500) and one
+// buffer of each rank's gradients rounded into it.
+struct HalfSet {
+  Placement placement;
+  std::vector<ChunkRef> chunks;
+  std::vector<Floats> grads;  // elements x 2 bytes each, in float-sized storage
+};
+
 struct Workload {
   Placement placement;
   std::vector<ChunkRef> chunks;        // MTU 1500
@@ -82,6 +107,7 @@ struct Workload {
   uint64_t bytes = 0;
   std::vector<Floats> grads;  // one buffer per rank
   Floats sum_out;
+  std::vector<TensorDecl> decls;
 
   static Workload& get() {
     static Workload w = make();
@@ -94,7 +120,7 @@ struct Workload {
     std::stringstream ss;
     ss << in.rdbuf();
     const auto decls = parse_model_shapes(ss.str());
-    Workload w{Placement::compute(decls, 1), {}, {}, 0, {}, {}};
+    Workload w{Placement::compute(decls, 1), {}, {}, 0, {}, {}, decls};
     for (const Block& p : w.placement.blocks()) {
       for (uint64_t b = 0; b < p.bytes(); b += kChunkBytes) {
         const auto len = static_cast<uint32_t>(std::min<uint64_t>(kChunkBytes, p.bytes() - b));
@@ -116,6 +142,37 @@ struct Workload {
   }
 };
 
+// The half-precision sets, made when a benchmark of group half first asks
+// (so that the other groups run in the same memory as before they existed).
+const HalfSet& half_set(wire::Dtype d) {
+  static const std::vector<HalfSet> sets = [] {
+    const Workload& w = Workload::get();
+    const uint64_t elems = w.bytes / 4;
+    std::vector<HalfSet> out;
+    for (const wire::Dtype d : {wire::Dtype::kBFloat16, wire::Dtype::kFloat16}) {
+      std::vector<TensorDecl> half_decls = w.decls;
+      for (TensorDecl& t : half_decls) t.dtype = d;
+      HalfSet h{Placement::compute(half_decls, 1), {}, {}};
+      uint64_t first = 0;
+      for (const Block& p : h.placement.blocks()) {
+        for (uint64_t b = 0; b < p.bytes(); b += kChunkBytes) {
+          const auto len = static_cast<uint32_t>(std::min<uint64_t>(kChunkBytes, p.bytes() - b));
+          h.chunks.push_back({p.key, static_cast<uint32_t>(b), len, first + b});
+        }
+        first += p.bytes();
+      }
+      for (uint32_t r = 0; r < kWorkers; ++r) {
+        h.grads.push_back(huge_floats(elems / 2 + 1));
+        half_kernels(d).narrow(w.grads[r].get(), elems,
+                               reinterpret_cast<std::byte*>(h.grads[r].get()));
+      }
+      out.push_back(std::move(h));
+    }
+    return out;
+  }();
+  return sets[d == wire::Dtype::kBFloat16 ? 0 : 1];
+}
+
 void set_rate(benchmark::State& state, uint64_t bytes_per_iteration) {
   state.counters["GBps"] = benchmark::Counter(
       static_cast<double>(bytes_per_iteration) * static_cast<double>(state.iterations()) / 1e9,
@@ -132,18 +189,20 @@ uint64_t set_bytes(const Workload& w, bool cached) {
   return cached ? w.chunks[kCachedChunks].first_byte : w.bytes;
 }
 
-void BM_LimitSum(benchmark::State& state, bool cached) {
+// `counted` bytes per element: the gradient read (group agg) or all the
+// traffic, the sum written too (group half).
+void BM_LimitSum(benchmark::State& state, bool cached, uint64_t counted) {
   Workload& w = Workload::get();
   const std::byte* src[kWorkers];
   for (uint32_t r = 0; r < kWorkers; ++r) {
     src[r] = reinterpret_cast<const std::byte*>(w.grads[r].get());
   }
-  const uint64_t bytes = set_bytes(w, cached);
+  const uint64_t elements = set_bytes(w, cached) / 4;
   for (auto _ : state) {
-    reduce_sum(Simd::kAuto, src, kWorkers, bytes / 4, w.sum_out.get());
+    reduce_sum(Simd::kAuto, src, kWorkers, elements, w.sum_out.get());
     benchmark::ClobberMemory();
   }
-  set_rate(state, bytes * kWorkers);
+  set_rate(state, elements * counted);
 }
 
 void BM_ChunkTable(benchmark::State& state, OptimizerKind kind, Simd simd, bool cached,
@@ -210,13 +269,116 @@ void BM_KernelSgd(benchmark::State& state, bool cached) {
   set_rate(state, set_bytes(w, cached) * kWorkers);
 }
 
+// ---- group "half": rates in bytes of memory traffic (file comment) ----
+
+// Elements in the working set: every one, or those of the first kCachedChunks
+// float32 chunks.
+uint64_t set_elements(const Workload& w, bool cached) { return set_bytes(w, cached) / 4; }
+
+void BM_Widen(benchmark::State& state, wire::Dtype d, const HalfKernels* k, bool cached) {
+  Workload& w = Workload::get();
+  const HalfSet& h = half_set(d);
+  const std::byte* src[kWorkers];
+  for (uint32_t r = 0; r < kWorkers; ++r) {
+    src[r] = reinterpret_cast<const std::byte*>(h.grads[r].get());
+  }
+  const uint64_t n = set_elements(w, cached);
+  for (auto _ : state) {
+    k->widen_sum(src, kWorkers, n, w.sum_out.get());
+    benchmark::ClobberMemory();
+  }
+  set_rate(state, n * (kWorkers * 2 + 4));
+}
+
+void BM_Narrow(benchmark::State& state, wire::Dtype d, const HalfKernels* k, bool cached) {
+  Workload& w = Workload::get();
+  const HalfSet& h = half_set(d);
+  auto* out = reinterpret_cast<std::byte*>(h.grads[0].get());  // overwritten with itself
+  const uint64_t n = set_elements(w, cached);
+  for (auto _ : state) {
+    k->narrow(w.grads[0].get(), n, out);
+    benchmark::ClobberMemory();
+  }
+  set_rate(state, n * (4 + 2));
+}
+
+// The chunk table, SGD, every chunk's four contributions (as BM_ChunkTable),
+// float32 or a two-byte dtype.
+void BM_HalfTable(benchmark::State& state, wire::Dtype d, Simd simd, bool cached) {
+  Workload& w = Workload::get();
+  const bool f32 = d == wire::Dtype::kFloat32;
+  const HalfSet* h = f32 ? nullptr : &half_set(d);
+  const Placement& placement = f32 ? w.placement : h->placement;
+  const std::vector<ChunkRef>& refs = f32 ? w.chunks : h->chunks;
+  const uint32_t size = wire::element_bytes(d);
+  NullSink sink;
+  const ShardConfig config{.shard = 0,
+                           .workers = kWorkers,
+                           .chunk_bytes = kChunkBytes,
+                           .optimizer = {.kind = OptimizerKind::kSgd, .learning_rate = 1e-6f},
+                           .simd = simd};
+  ChunkTable table(placement, config, make_bsp(), sink);
+  const uint64_t elements = set_elements(w, cached);
+  size_t chunks = 0;
+  while (chunks < refs.size() && refs[chunks].first_byte < elements * size) ++chunks;
+  uint32_t iteration = 0;
+  for (auto _ : state) {
+    for (size_t c = 0; c < chunks; ++c) {
+      const ChunkRef& ch = refs[c];
+      for (uint32_t k = 0; k < kWorkers; ++k) {
+        const uint32_t r = static_cast<uint32_t>((c + k) % kWorkers);
+        const auto* base =
+            reinterpret_cast<const std::byte*>(f32 ? w.grads[r].get() : h->grads[r].get());
+        table.contribute(Contribution{.key = ch.key,
+                                      .offset = ch.offset,
+                                      .iteration = iteration,
+                                      .rank = static_cast<uint16_t>(r),
+                                      .data = base + ch.first_byte,
+                                      .bytes = ch.bytes});
+      }
+    }
+    ++iteration;
+  }
+  if (table.counters().updates != uint64_t{iteration} * chunks) {
+    state.SkipWithError("not every chunk was updated");
+  }
+  const uint64_t done = chunks == refs.size() ? w.bytes / 4 : refs[chunks].first_byte / size;
+  set_rate(state, done * (kWorkers * size + 8));
+}
+
+// The usual tables, then the table's time per element with a two-byte dtype
+// over float32's (group "half": rates are bytes moved, 16 and 24 an element).
+class AggReporter final : public bench::RatioReporter {
+ public:
+  AggReporter() : RatioReporter("GBps", "limit_sum") {}
+  void Finalize() override {
+    RatioReporter::Finalize();
+    std::printf("\ntime per element over sgd_f32's (group half, per repetition)\n");
+    for (const char* arg : {"all", "l2"}) {
+      const std::vector<double> f32 = values("half", "sgd_f32", arg);
+      for (const char* v : {"sgd_bf16", "sgd_fp16", "sgd_bf16_portable", "sgd_fp16_portable"}) {
+        std::vector<double> r;
+        const std::vector<double> half = values("half", v, arg);
+        for (size_t i = 0; i < half.size() && i < f32.size(); ++i) {
+          if (half[i] > 0) r.push_back((f32[i] / 24) / (half[i] / 16));
+        }
+        if (r.empty()) continue;
+        const auto [mn, mx] = std::minmax_element(r.begin(), r.end());
+        std::printf("  %-4s %-18s %8.3f   [%6.3f, %6.3f]  (n=%zu)\n", arg, v, bench::median(r), *mn,
+                    *mx, r.size());
+      }
+    }
+  }
+};
+
 // CPU time, not wall time: on a shared 2-core machine the wall clock also
 // counts the time this thread is descheduled, which is not aggregation.
 void register_all() {
   for (const bool cached : {false, true}) {
     const std::string arg = cached ? "/l2" : "/all";
     const auto unit = cached ? benchmark::kMicrosecond : benchmark::kMillisecond;
-    benchmark::RegisterBenchmark(("agg/limit_sum" + arg).c_str(), BM_LimitSum, cached)->Unit(unit);
+    benchmark::RegisterBenchmark(("agg/limit_sum" + arg).c_str(), BM_LimitSum, cached, kWorkers * 4)
+        ->Unit(unit);
     benchmark::RegisterBenchmark(("agg/kernel_sgd" + arg).c_str(), BM_KernelSgd, cached)
         ->Unit(unit);
     struct Variant {
@@ -235,6 +397,39 @@ void register_all() {
                                    v.kind, v.simd, cached, v.jumbo)
           ->Unit(unit);
     }
+
+    benchmark::RegisterBenchmark(("half/limit_sum" + arg).c_str(), BM_LimitSum, cached,
+                                 kWorkers * 4 + 4)
+        ->Unit(unit);
+    struct Table {
+      const char* name;
+      wire::Dtype dtype;
+      Simd simd;
+    };
+    for (const Table& t : {Table{"sgd_f32", wire::Dtype::kFloat32, Simd::kAuto},
+                           Table{"sgd_bf16", wire::Dtype::kBFloat16, Simd::kAuto},
+                           Table{"sgd_fp16", wire::Dtype::kFloat16, Simd::kAuto},
+                           Table{"sgd_bf16_portable", wire::Dtype::kBFloat16, Simd::kPortable},
+                           Table{"sgd_fp16_portable", wire::Dtype::kFloat16, Simd::kPortable}}) {
+      benchmark::RegisterBenchmark((std::string("half/") + t.name + arg).c_str(), BM_HalfTable,
+                                   t.dtype, t.simd, cached)
+          ->Unit(unit);
+    }
+    for (const wire::Dtype d : {wire::Dtype::kBFloat16, wire::Dtype::kFloat16}) {
+      const std::string type = d == wire::Dtype::kBFloat16 ? "bf16_" : "fp16_";
+      WidenSumFn widen_done = nullptr;  // variants may share a widen_sum (avx512, avx512_bf16)
+      for (const HalfKernels& k : half_kernel_variants(d)) {
+        if (k.widen_sum != widen_done) {
+          benchmark::RegisterBenchmark(("half/widen_" + type + std::string(k.name) + arg).c_str(),
+                                       BM_Widen, d, &k, cached)
+              ->Unit(unit);
+          widen_done = k.widen_sum;
+        }
+        benchmark::RegisterBenchmark(("half/narrow_" + type + std::string(k.name) + arg).c_str(),
+                                     BM_Narrow, d, &k, cached)
+            ->Unit(unit);
+      }
+    }
   }
 }
 
@@ -244,7 +439,7 @@ void register_all() {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   mercury::agg::register_all();
-  mercury::bench::RatioReporter reporter("GBps", "limit_sum");
+  mercury::agg::AggReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;

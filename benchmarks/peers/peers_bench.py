@@ -4,7 +4,7 @@ same tensors, on the same machine, interleaved (benchmarks/README.md, "peers").
 
   benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
                                   [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]
-                                  [--loss P]
+                                  [--loss P] [--compare-build DIR]
 
 For each model and worker count, each trial runs four variants in random order:
   mercury     ps-demo on a memif job like config/memif.yaml (one ps-server, N ps-worker
@@ -22,6 +22,9 @@ With --loss P (e.g. 0.01), a fifth variant, mercury_loss: the mercury job with t
 emulator dropping a fraction P of the frames on every TX queue of every process (the job
 file's `link: {loss: P}`), to compare with the loss-free mercury of the same trials (gloo
 runs over the kernel's loopback, which has no loss to inject).
+With --compare-build DIR, one more variant, mercury_b: the same mercury job run by the
+build in DIR (another commit's binaries, this checkout's job files and models), in the same
+random order as the rest of each trial: a change's before and after, interleaved.
 An iteration's time is the slowest rank's (from the barrier to its last completion); a
 trial's figure is the median over `iters` iterations after `warmup`. The table gives, per
 variant, the median [min, max] over the trials and the ratio to gloo_fused taken per
@@ -175,13 +178,16 @@ def main():
     ap.add_argument("--csv", help="also write every trial's figures here")
     ap.add_argument("--loss", type=float, default=0.0,
                     help="also run mercury_loss: the mercury job at this frame loss rate")
+    ap.add_argument("--compare-build", default="",
+                    help="also run mercury_b: the mercury job with this build's binaries")
     a = ap.parse_args()
     try:
         import torch  # noqa: F401  (only to fail early with a clear message)
     except ImportError:
         sys.exit("peers_bench: needs Debian's python3-torch, run with /usr/bin/python3")
-    variants = ["mercury", "tcp_ps", "gloo", "gloo_fused"] + (["mercury_loss"] if a.loss > 0
-                                                                 else [])
+    variants = (["mercury", "tcp_ps", "gloo", "gloo_fused"] +
+                (["mercury_loss"] if a.loss > 0 else []) +
+                (["mercury_b"] if a.compare_build else []))
     rows = []
     for m in a.models.split(","):
         model = os.path.join(ROOT, "config/models", m + ".txt")
@@ -193,7 +199,8 @@ def main():
                 trial = {}
                 for v in order:
                     if v.startswith("mercury"):
-                        trial[v] = mercury(a.build, model, n, a.iters, a.warmup,
+                        trial[v] = mercury(a.compare_build if v == "mercury_b" else a.build,
+                                           model, n, a.iters, a.warmup,
                                            a.loss if v == "mercury_loss" else 0.0)
                     elif v == "tcp_ps":
                         trial[v] = tcp_ps(model, n, a.iters, a.warmup)

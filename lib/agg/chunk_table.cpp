@@ -19,16 +19,23 @@ struct Layout {
   uint64_t elements = 0;
   uint64_t chunks = 0;
   uint32_t blocks = 0;
+  bool half = false;  // a bfloat16 or float16 block is owned
 };
+
+// Elements per chunk of a block of `dtype`: a chunk is chunk_bytes on the wire.
+uint32_t chunk_elements(uint32_t chunk_bytes, wire::Dtype dtype) {
+  return chunk_bytes / wire::element_bytes(dtype);
+}
 
 Layout layout_of(const Placement& placement, const ShardConfig& config) {
   Layout l;
-  const uint32_t chunk_elements = config.chunk_bytes / kElementBytes;
   for (const Block& p : placement.blocks()) {
     if (p.shard != config.shard) continue;
+    const uint32_t per_chunk = chunk_elements(config.chunk_bytes, p.dtype);
     l.elements += p.elements;
-    l.chunks += (p.elements + chunk_elements - 1) / chunk_elements;
+    l.chunks += (p.elements + per_chunk - 1) / per_chunk;
     ++l.blocks;
+    l.half = l.half || p.dtype != wire::Dtype::kFloat32;
   }
   return l;
 }
@@ -55,6 +62,13 @@ void* allocate_array(uint64_t bytes, bool zero) {
 }
 
 uint64_t staging_stride(uint32_t chunk_bytes) { return (uint64_t{chunk_bytes} + 63) / 64 * 64; }
+
+// A half-precision chunk's float32 sum (chunk_bytes / 2 floats), then its
+// rounded update (chunk_bytes), each on whole cache lines.
+uint64_t half_sum_bytes(uint32_t chunk_bytes) { return staging_stride(2 * chunk_bytes); }
+uint64_t half_scratch_bytes(uint32_t chunk_bytes) {
+  return half_sum_bytes(chunk_bytes) + staging_stride(chunk_bytes);
+}
 
 // The staging array, then its free-list indices.
 uint64_t staging_array_bytes(uint64_t chunks, uint32_t chunk_bytes) {
@@ -117,7 +131,8 @@ uint64_t ChunkTable::base_memory(const Placement& placement, const ShardConfig& 
   return arrays * float_array_bytes(l.elements) + l.chunks * sizeof(Chunk) +
          l.chunks * config.workers * sizeof(Held) +
          (policy.tracks_rank_iterations() ? l.chunks * config.workers * sizeof(uint32_t) : 0) +
-         placement.blocks().size() * sizeof(KeyEntry) + l.blocks * sizeof(LocalBlock);
+         placement.blocks().size() * sizeof(KeyEntry) + l.blocks * sizeof(LocalBlock) +
+         (l.half ? half_scratch_bytes(config.chunk_bytes) : 0);
 }
 
 uint64_t ChunkTable::staging_for(const Placement& placement, const ShardConfig& config,
@@ -148,7 +163,6 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
       policy_(std::move(policy)),
       workers_(config.workers),
       chunk_bytes_(config.chunk_bytes),
-      chunk_elements_(config.chunk_bytes / kElementBytes),
       div_magic_(config.chunk_bytes == 0 ? 0 : UINT64_MAX / config.chunk_bytes + 1),
       optimizer_(config.optimizer),
       simd_(resolve_simd(config.simd)) {
@@ -187,22 +201,36 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
   uint64_t element = 0;
   for (const Block& p : placement.blocks()) {
     if (p.shard != config.shard) continue;
-    keys_[p.key] = KeyEntry{.first_chunk = static_cast<uint32_t>(chunks_.size()),
-                            .bytes = static_cast<uint32_t>(p.bytes()),
-                            .local = static_cast<int32_t>(local_.size())};
+    keys_[p.key] =
+        KeyEntry{.first_chunk = static_cast<uint32_t>(chunks_.size()),
+                 .bytes = static_cast<uint32_t>(p.bytes()),
+                 .local = static_cast<int32_t>(local_.size()),
+                 .shift = static_cast<uint32_t>(std::countr_zero(wire::element_bytes(p.dtype)))};
     local_.push_back(LocalBlock{.key = p.key,
                                 .first_chunk = static_cast<uint32_t>(chunks_.size()),
                                 .first_element = element,
                                 .elements = p.elements,
-                                .priority = p.priority});
-    for (uint64_t e = 0; e < p.elements; e += chunk_elements_) {
+                                .priority = p.priority,
+                                .dtype = p.dtype});
+    const uint32_t per_chunk = chunk_elements(chunk_bytes_, p.dtype);
+    for (uint64_t e = 0; e < p.elements; e += per_chunk) {
       Chunk c;
       c.first_element = element + e;
       c.block = static_cast<uint32_t>(local_.size() - 1);
-      c.elements = static_cast<uint16_t>(std::min<uint64_t>(chunk_elements_, p.elements - e));
+      c.elements = static_cast<uint16_t>(std::min<uint64_t>(per_chunk, p.elements - e));
+      c.dtype = p.dtype;
       chunks_.push_back(c);
     }
     element += p.elements;
+  }
+  if (l.half) {
+    for (const wire::Dtype d : {wire::Dtype::kBFloat16, wire::Dtype::kFloat16}) {
+      half_[static_cast<size_t>(d)] = &half_kernels(d, simd_ == Simd::kPortable);
+    }
+    half_scratch_.reset(
+        static_cast<float*>(allocate_array(half_scratch_bytes(chunk_bytes_), false)));
+    half_sum_ = half_scratch_.get();
+    half_out_ = reinterpret_cast<std::byte*>(half_scratch_.get()) + half_sum_bytes(chunk_bytes_);
   }
   elements_ = element;
   slots_.assign(chunks_.size() * workers_, Held{nullptr, nullptr});
@@ -246,7 +274,8 @@ uint64_t ChunkTable::memory_bytes() const {
   return (1 + state_arrays_) * float_array_bytes(elements_) + chunks_.size() * sizeof(Chunk) +
          slots_.size() * sizeof(Held) + next_clock_.size() * sizeof(uint32_t) +
          keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalBlock) +
-         staging_bytes(staging_capacity_, chunk_bytes_);
+         staging_bytes(staging_capacity_, chunk_bytes_) +
+         (half_scratch_ ? half_scratch_bytes(chunk_bytes_) : 0);
 }
 
 Outcome ChunkTable::locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64_t& chunk) const {
@@ -261,7 +290,7 @@ Outcome ChunkTable::locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64
   }
   chunk = k.first_chunk +
           static_cast<uint64_t>((static_cast<unsigned __int128>(div_magic_) * offset) >> 64);
-  if (bytes != uint32_t{chunks_[chunk].elements} * kElementBytes) return Outcome::kBadLength;
+  if (bytes != uint32_t{chunks_[chunk].elements} << k.shift) return Outcome::kBadLength;
   return Outcome::kHeld;
 }
 
@@ -374,15 +403,44 @@ void ChunkTable::complete(uint64_t index) {
   const uint32_t staleness = static_cast<uint32_t>(serial_diff(ch.version, ch.oldest));
   const StepParams& step = step_for(n, uint64_t{ch.version} + 1, staleness);
   const uint64_t e = ch.first_element;
-  reduce_apply(optimizer_.kind, simd_, src.data(), n, ch.elements, params_.get() + e,
-               state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr, step);
+  if (ch.dtype == wire::Dtype::kFloat32) [[likely]] {
+    reduce_apply(optimizer_.kind, simd_, src.data(), n, ch.elements, params_.get() + e,
+                 state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr,
+                 step);
+  } else {
+    reduce_half(ch, src.data(), n, step);
+  }
   if (buffers != 0) sink_.release(tokens.data(), buffers);
   held_ -= buffers;
   ch.have = 0;
   ++ch.version;
   ++counters_.updates;
-  counters_.gradient_bytes += uint64_t{n} * ch.elements * kElementBytes;
+  counters_.gradient_bytes += uint64_t{n} * ch.elements * wire::element_bytes(ch.dtype);
   emit(index, contributors, staleness);
+}
+
+void ChunkTable::reduce_half(const Chunk& ch, const std::byte* const* src, uint32_t n,
+                             const StepParams& step) {
+  // Rank order into float32 first; then the float32 kernel over that one
+  // sum, scaled by the set's 1/n (step): g = ((w0 + w1) + ...) x (1/n), the
+  // float32 path's very operations. Every line of the set is asked for
+  // first, as the float32 kernel does for its own.
+  const uint64_t bytes = uint64_t{ch.elements} * 2;
+  for (uint32_t r = 0; r < n; ++r) {
+    for (uint64_t b = 0; b < bytes; b += 64) __builtin_prefetch(src[r] + b, 0, 3);
+  }
+  half_[static_cast<size_t>(ch.dtype)]->widen_sum(src, n, ch.elements, half_sum_);
+  const auto* sum = reinterpret_cast<const std::byte*>(half_sum_);
+  const uint64_t e = ch.first_element;
+  reduce_apply(optimizer_.kind, simd_, &sum, 1, ch.elements, params_.get() + e,
+               state0_ ? state0_.get() + e : nullptr, state1_ ? state1_.get() + e : nullptr, step);
+}
+
+const std::byte* ChunkTable::narrow_half(const Chunk& ch) {
+  // The one rounding of this version into the workers' dtype.
+  half_[static_cast<size_t>(ch.dtype)]->narrow(params_.get() + ch.first_element, ch.elements,
+                                               half_out_);
+  return half_out_;
 }
 
 uint32_t ChunkTable::slowest_clock(uint64_t index) const {
@@ -398,6 +456,9 @@ uint32_t ChunkTable::slowest_clock(uint64_t index) const {
 void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness) {
   const Chunk& ch = chunks_[index];
   const LocalBlock& p = local_[ch.block];
+  const std::byte* data = ch.dtype == wire::Dtype::kFloat32
+                              ? reinterpret_cast<const std::byte*>(params_.get() + ch.first_element)
+                              : narrow_half(ch);
   sink_.on_update(Update{
       .key = p.key,
       .offset = static_cast<uint32_t>((index - p.first_chunk) * chunk_bytes_),
@@ -410,28 +471,32 @@ void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness)
                    ? next_clock_[index * workers_ + std::countr_zero(contributors)]
                    : 0,
       .clocks = track_ranks_ ? &next_clock_[index * workers_] : nullptr,
-      .data = reinterpret_cast<const std::byte*>(params_.get() + ch.first_element),
-      .bytes = uint32_t{ch.elements} * kElementBytes,
+      .data = data,
+      .bytes = uint32_t{ch.elements} * wire::element_bytes(ch.dtype),
+      .dtype = ch.dtype,
   });
+}
+
+Outcome ChunkTable::adopt(uint64_t index, const std::byte* data, bool master) {
+  Chunk& ch = chunks_[index];
+  if (ch.version != 0) return Outcome::kStale;
+  if (ch.initialized) return Outcome::kDuplicate;
+  float* params = params_.get() + ch.first_element;
+  if (master || ch.dtype == wire::Dtype::kFloat32) {
+    std::memcpy(params, data, uint64_t{ch.elements} * kElementBytes);
+  } else {
+    half_[static_cast<size_t>(ch.dtype)]->widen_sum(&data, 1, ch.elements, params);
+  }
+  ch.initialized = 1;
+  emit(index, 0, 0);
+  return Outcome::kInitialized;
 }
 
 Outcome ChunkTable::initialize(uint32_t key, uint32_t offset, const std::byte* data,
                                uint32_t bytes) {
   uint64_t index = 0;
   Outcome o = locate(key, offset, bytes, index);
-  if (o == Outcome::kHeld) {
-    Chunk& ch = chunks_[index];
-    if (ch.version != 0) {
-      o = Outcome::kStale;
-    } else if (ch.initialized) {
-      o = Outcome::kDuplicate;
-    } else {
-      std::memcpy(params_.get() + ch.first_element, data, bytes);
-      ch.initialized = 1;
-      o = Outcome::kInitialized;
-      emit(index, 0, 0);
-    }
-  }
+  if (o == Outcome::kHeld) o = adopt(index, data, false);
   ++counters_.outcomes[static_cast<size_t>(o)];
   return o;
 }
@@ -447,11 +512,11 @@ void ChunkTable::initialize_block(uint32_t key, std::span<const float> values) {
                                 std::to_string(p.elements) + " elements, given " +
                                 std::to_string(values.size()));
   }
-  const auto* bytes = reinterpret_cast<const std::byte*>(values.data());
-  for (uint64_t e = 0; e < p.elements; e += chunk_elements_) {
-    const uint64_t n = std::min<uint64_t>(chunk_elements_, p.elements - e);
-    initialize(key, static_cast<uint32_t>(e * kElementBytes), bytes + e * kElementBytes,
-               static_cast<uint32_t>(n * kElementBytes));
+  const uint32_t per_chunk = chunk_elements(chunk_bytes_, p.dtype);
+  for (uint32_t c = 0; uint64_t{c} * per_chunk < p.elements; ++c) {
+    const auto* master =
+        reinterpret_cast<const std::byte*>(values.data() + uint64_t{c} * per_chunk);
+    ++counters_.outcomes[static_cast<size_t>(adopt(p.first_chunk + c, master, true))];
   }
 }
 

@@ -20,6 +20,18 @@
 // (block_key, offset) name it: offset must be a multiple of chunk_bytes and
 // the payload exactly the chunk's length.
 //
+// Element types. Each block has its tensor's dtype (placement.h): its
+// contributions, initial values and updates are elements of that type, so a
+// chunk of a bfloat16 or float16 block holds chunk_bytes / 2 elements, twice
+// a float32 chunk's. Parameters and optimizer state are float32 for every
+// block (master weights). A half-precision set is widened and summed in rank
+// order into float32 (half.h: exact widening, float32 additions), then goes
+// through the same optimizer kernel as a float32 set with the same 1/n, so
+// its parameters are bit for bit those of a float32 block fed the widened
+// contributions; the updated chunk is rounded once, to nearest even, into
+// the dtype for on_update(). A half-precision set costs one more pass over
+// the chunk in L1 (the float32 sum) and the rounding.
+//
 // Ownership of buffers. contribute() returning kHeld or kApplied means the
 // table took the contribution: its token is released exactly once through
 // ChunkSink::release() (for kApplied, before contribute() returns). Every
@@ -63,7 +75,9 @@
 // from 2 MB up, which are asked for transparent huge pages) + 32 B per chunk +
 // 16 B x N per chunk (held slots) + 4 B x N per chunk when the policy tracks
 // rank iterations + 16 B per block of the job + 32 B per owned
-// block + (chunk_bytes + 4 B) per staging chunk; plus, outside the table, at
+// block + (chunk_bytes + 4 B) per staging chunk + 3 x chunk_bytes (each part
+// rounded to 64 B) when it owns a bfloat16 or float16 block (the float32 sum
+// and the rounded update of one chunk); plus, outside the table, at
 // most max_held contributions held in the caller's buffers. A staged copy
 // costs one memcpy of the chunk.
 #pragma once
@@ -76,10 +90,12 @@
 #include <string_view>
 #include <vector>
 
+#include "agg/half.h"
 #include "agg/optimizer.h"
 #include "agg/placement.h"
 #include "agg/sync_policy.h"
 #include "base/counter_list.h"
+#include "wire/dtype.h"
 
 namespace mercury::agg {
 
@@ -113,7 +129,9 @@ struct ShardConfig {
   uint32_t workers = 1;       ///< N, 1..kMaxWorkers; ranks are 0..N-1
   uint32_t chunk_bytes = 0;   ///< net::payload_per_packet(mtu); a multiple of 4 in [4, 65532]
   OptimizerConfig optimizer;  ///< applied per chunk update
-  Simd simd = Simd::kAuto;    ///< must be available (optimizer.h)
+  /// Must be available (optimizer.h). kPortable also takes the portable
+  /// half-precision kernels (half.h); anything else the fastest compiled in.
+  Simd simd = Simd::kAuto;
   /// Construction fails if the table would need more (memory_needed()).
   uint64_t memory_limit_bytes = uint64_t{4} << 30;
   /// Cap on contributions held at once (caller buffers); 0 = chunks x (quorum - 1), the most
@@ -140,14 +158,14 @@ struct Contribution {
   /// param_version of a push). Per (chunk, rank) a clock below the next one
   /// expected is a replay (kDuplicate); BSP ignores it.
   uint32_t clock = 0;
-  const std::byte* data = nullptr;  ///< payload: float32 elements, any alignment
+  const std::byte* data = nullptr;  ///< payload: elements of the block's dtype, any alignment
   uint32_t bytes = 0;               ///< payload length
   void* token = nullptr;            ///< handed back to ChunkSink::release() when taken
   bool copy = false;                ///< stage a copy rather than hold the buffer (see Staging)
 };
 
 /// An updated chunk, valid only during ChunkSink::on_update(): `data` points
-/// into the table's parameters, which the next update of the chunk changes.
+/// into the table's memory, which the next update changes.
 struct Update {
   uint32_t key = 0;
   uint32_t offset = 0;        ///< byte offset in the block
@@ -165,8 +183,13 @@ struct Update {
   /// Asynchronous policies: every rank's clock of this chunk, rank order
   /// (the table's own, valid only during on_update); nullptr under BSP.
   const uint32_t* clocks = nullptr;
-  const std::byte* data = nullptr;  ///< the chunk's parameters (sum-only: averaged gradient)
-  uint32_t bytes = 0;
+  /// The chunk's parameters (sum-only: the averaged gradient) in the block's
+  /// dtype, what the workers get: float32, the table's parameters
+  /// themselves; bfloat16 or float16, those rounded once to nearest even
+  /// (half.h) into a buffer of the table's.
+  const std::byte* data = nullptr;
+  uint32_t bytes = 0;                         ///< the chunk's elements x wire::element_bytes(dtype)
+  wire::Dtype dtype = wire::Dtype::kFloat32;  ///< the block's
 };
 
 /// Implemented by the caller (lib/server): where updates and buffers go.
@@ -228,17 +251,21 @@ class ChunkTable {
   /// Records one contribution (see the file comment). Never throws.
   Outcome contribute(const Contribution& c);
 
-  /// Adopts initial values for one chunk (rank 0's packet) and emits them at
-  /// version 0. kDuplicate if the chunk was already initialised, kStale once
-  /// it has been updated; the data is copied, the caller keeps its buffer.
+  /// Adopts initial values for one chunk (rank 0's packet: elements of the
+  /// block's dtype, widened exactly into the float32 parameters) and emits
+  /// them at version 0. kDuplicate if the chunk was already initialised,
+  /// kStale once it has been updated; the data is copied, the caller keeps
+  /// its buffer.
   Outcome initialize(uint32_t key, uint32_t offset, const std::byte* data, uint32_t bytes);
-  /// Control path: initialize() every chunk of block `key` from
-  /// `values` (the whole block). Throws std::invalid_argument if the
-  /// block is not owned here or the size is wrong.
+  /// Control path: initialises every chunk of block `key` from `values`,
+  /// the whole block's float32 parameters whatever its dtype (emitted as
+  /// initialize() emits, so rounded into a half-precision dtype). Throws
+  /// std::invalid_argument if the block is not owned here or the size is
+  /// wrong.
   void initialize_block(uint32_t key, std::span<const float> values);
 
-  /// The current parameters of an owned block (sum-only: the last
-  /// averaged gradient). Empty if not owned.
+  /// The current float32 parameters of an owned block, whatever its dtype
+  /// (sum-only: the last averaged gradient). Empty if not owned.
   [[nodiscard]] std::span<const float> parameters(uint32_t key) const;
   /// Version of the chunk at (key, offset); UINT32_MAX if it does not exist here.
   [[nodiscard]] uint32_t version(uint32_t key, uint32_t offset) const;
@@ -275,7 +302,7 @@ class ChunkTable {
     uint32_t block = 0;          // index into local_
     uint16_t elements = 0;
     uint8_t initialized = 0;
-    uint8_t pad = 0;
+    wire::Dtype dtype = wire::Dtype::kFloat32;  // the block's
   };
   static_assert(sizeof(Chunk) == 32);
   // A held contribution.
@@ -289,6 +316,7 @@ class ChunkTable {
     uint64_t first_element;
     uint64_t elements;
     uint8_t priority;
+    wire::Dtype dtype;
   };
   static_assert(sizeof(LocalBlock) == 32);
   struct FreeDeleter {
@@ -305,6 +333,14 @@ class ChunkTable {
                                                             uint64_t& index) const;
   [[gnu::always_inline]] inline Outcome record(const Contribution& c, uint64_t index);
   void complete(uint64_t index);
+  // Adopts version 0 of chunk `index` from wire elements (or, `master`, from
+  // float32 values whatever the dtype) and emits it.
+  Outcome adopt(uint64_t index, const std::byte* data, bool master);
+  // A half-precision chunk's set into its float32 parameters, and its update
+  // rounded into the dtype (out of line: the float32 path stays as small).
+  [[gnu::noinline]] void reduce_half(const Chunk& ch, const std::byte* const* src, uint32_t n,
+                                     const StepParams& step);
+  [[gnu::noinline]] const std::byte* narrow_half(const Chunk& ch);
   // The token of a staged copy: the table's own address, never a caller's buffer.
   [[nodiscard]] void* staged_token() const { return const_cast<ChunkTable*>(this); }
   const StepParams& step_for(uint32_t n, uint64_t step, uint32_t staleness);
@@ -316,7 +352,6 @@ class ChunkTable {
   uint32_t workers_;
   uint32_t quorum_;
   uint32_t chunk_bytes_;
-  uint32_t chunk_elements_;
   uint64_t div_magic_;  // ceil(2^64 / chunk_bytes_): see locate()
   OptimizerConfig optimizer_;
   Simd simd_;
@@ -331,7 +366,7 @@ class ChunkTable {
     uint32_t first_chunk = 0;
     uint32_t bytes = 0;
     int32_t local = -1;
-    uint32_t pad = 0;
+    uint32_t shift = 0;  // log2 of the block's element size on the wire
   };
   static_assert(sizeof(KeyEntry) == 16);
   std::vector<KeyEntry> keys_;
@@ -349,6 +384,13 @@ class ChunkTable {
   uint64_t staging_released_ = 0;
   std::unique_ptr<float[], FreeDeleter> staging_;
   std::vector<uint32_t> staging_free_;
+  // Half-precision blocks: each dtype's kernels (null for the others) and,
+  // when the table owns such a block, one chunk's float32 sum and its
+  // rounded update, 64-byte aligned.
+  std::array<const HalfKernels*, wire::kDtypeCount> half_{};
+  std::unique_ptr<float[], FreeDeleter> half_scratch_;
+  float* half_sum_ = nullptr;
+  std::byte* half_out_ = nullptr;
   ChunkTableCounters counters_;
   // The last update's scalars: in BSP every chunk update of an iteration
   // has the same (n, step, scale), so they are computed once per iteration.

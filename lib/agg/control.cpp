@@ -7,7 +7,8 @@ namespace mercury::agg {
 namespace {
 
 constexpr uint8_t kMagic[4] = {'M', 'P', 'S', 'C'};
-constexpr uint8_t kControlVersion = 1;
+// 2: a declared tensor carries its dtype.
+constexpr uint8_t kControlVersion = 2;
 
 class Writer {
  public:
@@ -59,9 +60,12 @@ class Reader {
   size_t pos_ = 0;
 };
 
+// "'name' (N elements, priority P)"; a dtype other than float32 is named
+// before "elements".
 std::string describe(const TensorDecl& t) {
-  return "'" + t.name + "' (" + std::to_string(t.elements) + " elements, priority " +
-         std::to_string(t.priority) + ")";
+  std::string s = "'" + t.name + "' (" + std::to_string(t.elements);
+  if (t.dtype != wire::Dtype::kFloat32) s.append(" ").append(wire::dtype_name(t.dtype));
+  return s + " elements, priority " + std::to_string(t.priority) + ")";
 }
 
 }  // namespace
@@ -83,6 +87,7 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
         }
         w.be(t.elements, 8);
         w.u8(t.priority);
+        w.u8(static_cast<uint8_t>(t.dtype));
         w.text(t.name, 2);
       }
       break;
@@ -130,14 +135,15 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
     case ControlKind::kDeclare: {
       m.rank = static_cast<uint32_t>(r.be(4, "rank"));
       const uint64_t n = r.be(4, "tensor count");
-      // Each tensor takes at least 11 bytes: refuse a count the buffer cannot
+      // Each tensor takes at least 12 bytes: refuse a count the buffer cannot
       // hold before reserving for it.
-      if (n > r.left() / 11) throw std::invalid_argument("control message: truncated tensor list");
+      if (n > r.left() / 12) throw std::invalid_argument("control message: truncated tensor list");
       m.tensors.reserve(n);
       for (uint64_t i = 0; i < n; ++i) {
         TensorDecl t;
         t.elements = r.be(8, "tensor elements");
         t.priority = static_cast<uint8_t>(r.be(1, "tensor priority"));
+        const uint64_t dtype = r.be(1, "tensor dtype");
         t.name = r.text(2, "tensor name");
         if (t.name.size() > kMaxTensorNameBytes) {
           throw std::invalid_argument("control message: a tensor name of " +
@@ -150,6 +156,12 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
         }
         if (t.elements == 0) {
           throw std::invalid_argument("control message: tensor '" + t.name + "' has no elements");
+        }
+        t.dtype = static_cast<wire::Dtype>(dtype);
+        if (!wire::is_tensor_dtype(t.dtype)) {
+          throw std::invalid_argument("control message: tensor '" + t.name + "' has dtype " +
+                                      std::to_string(dtype) +
+                                      " (1 float32, 2 bfloat16 or 3 float16)");
         }
         m.tensors.push_back(std::move(t));
       }
@@ -185,7 +197,7 @@ std::string first_difference(std::span<const TensorDecl> a, std::span<const Tens
   const size_t n = std::min(a.size(), b.size());
   for (size_t i = 0; i < n; ++i) {
     if (a[i].name != b[i].name || a[i].elements != b[i].elements ||
-        a[i].priority != b[i].priority) {
+        a[i].priority != b[i].priority || a[i].dtype != b[i].dtype) {
       return "tensor " + std::to_string(i) + " is " + describe(a[i]) + " on one side and " +
              describe(b[i]) + " on the other";
     }

@@ -4,7 +4,8 @@
 //
 // The job's life, as these messages tell it:
 //   1. Each worker sends kDeclare to every server: its rank and the full,
-//      ordered list of tensors it declared (name, element count, priority).
+//      ordered list of tensors it declared (name, element count, priority,
+//      dtype).
 //   2. A server waits for kDeclare from every rank the job file names. When
 //      all lists are equal it computes agg::Placement (the same function of
 //      the same list on every node) and answers each worker with kReady,
@@ -71,7 +72,8 @@ std::vector<std::byte> encode_control(const ControlMessage& m);
 
 /// Parses `bytes`. Throws std::invalid_argument naming what is wrong
 /// (bad magic, unknown version or kind, truncated field, trailing bytes,
-/// a zero-element tensor).
+/// a zero-element tensor, a tensor dtype that is not float32, bfloat16 or
+/// float16).
 ControlMessage decode_control(std::span<const std::byte> bytes);
 
 /// "" when `a` and `b` are the same list; otherwise a sentence naming the

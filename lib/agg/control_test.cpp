@@ -8,7 +8,9 @@ namespace mercury::agg {
 namespace {
 
 std::vector<TensorDecl> sample() {
-  return {{"conv1.weight", 9408, 0}, {"fc.bias", 1000, 161}, {"", 1, 255}};
+  return {{"conv1.weight", 9408, 0},
+          {"fc.bias", 1000, 161, wire::Dtype::kBFloat16},
+          {"", 1, 255, wire::Dtype::kFloat16}};
 }
 
 TEST(Control, EveryKindRoundTrips) {
@@ -20,6 +22,10 @@ TEST(Control, EveryKindRoundTrips) {
   EXPECT_EQ(d2.kind, ControlKind::kDeclare);
   EXPECT_EQ(d2.rank, 3u);
   EXPECT_EQ(first_difference(d2.tensors, d.tensors), "");
+  ASSERT_EQ(d2.tensors.size(), 3u);
+  EXPECT_EQ(d2.tensors[0].dtype, wire::Dtype::kFloat32);
+  EXPECT_EQ(d2.tensors[1].dtype, wire::Dtype::kBFloat16);
+  EXPECT_EQ(d2.tensors[2].dtype, wire::Dtype::kFloat16);
 
   ControlMessage r;
   r.kind = ControlKind::kReady;
@@ -110,6 +116,28 @@ TEST(Control, ZeroElementTensorIsRefused) {
   EXPECT_THROW(decode_control(bytes), std::invalid_argument);
 }
 
+// A tensor's dtype (the byte after its priority) must be a tensor dtype:
+// bytes (0) and anything past float16 are refused, naming the tensor.
+TEST(Control, ADtypeThatIsNotATensorDtypeIsRefused) {
+  ControlMessage d;
+  d.kind = ControlKind::kDeclare;
+  d.tensors = {{"w", 1, 0, wire::Dtype::kFloat16}};
+  std::vector<std::byte> bytes = encode_control(d);
+  constexpr size_t kDtypeAt = 6 + 4 + 4 + 8 + 1;  // header, rank, count, elements, priority
+  ASSERT_EQ(bytes[kDtypeAt], std::byte{3});
+  for (uint8_t bad : {0, 4, 255}) {
+    bytes[kDtypeAt] = std::byte{bad};
+    try {
+      decode_control(bytes);
+      ADD_FAILURE() << "dtype " << int{bad} << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor 'w' has dtype " + std::to_string(bad)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Control, OversizedTensorsAndNamesAreRefused) {
   ControlMessage d;
   d.kind = ControlKind::kDeclare;
@@ -134,6 +162,13 @@ TEST(Control, FirstDifferenceNamesTheTensor) {
   EXPECT_NE(why.find("tensor 1"), std::string::npos) << why;
   EXPECT_NE(why.find("fc.bias"), std::string::npos) << why;
   EXPECT_NE(why.find("999"), std::string::npos) << why;
+  b = sample();
+  b[0].dtype = wire::Dtype::kBFloat16;
+  const std::string dtype_why = first_difference(a, b);
+  EXPECT_NE(dtype_why.find("'conv1.weight' (9408 elements, priority 0) on one side and "
+                           "'conv1.weight' (9408 bfloat16 elements, priority 0)"),
+            std::string::npos)
+      << dtype_why;
   b = sample();
   b.pop_back();
   EXPECT_NE(first_difference(a, b).find("3 tensors"), std::string::npos);

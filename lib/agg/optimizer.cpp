@@ -1,31 +1,17 @@
 // Optimizer names and step parameters, and the runtime choice of kernel:
-// the instruction sets this CPU has are read once (cpuid, and the OS's
-// support for their registers, through GCC's __builtin_cpu_supports), and
+// the instruction sets this CPU has are read once (isa.h), and
 // every call goes to the chosen set's kernels (optimizer_kernels.h).
 #include "agg/optimizer.h"
 
 #include <cmath>
 #include <string>
 
+#include "agg/isa.h"
 #include "agg/optimizer_kernels.h"
 
 namespace mercury::agg {
 
 namespace {
-
-struct Cpu {
-  bool avx2 = false;
-  bool avx512 = false;
-};
-
-// Read once, at the first call (a function-local static: thread-safe).
-const Cpu& cpu() {
-  static const Cpu c = [] {
-    __builtin_cpu_init();
-    return Cpu{__builtin_cpu_supports("avx2") != 0, __builtin_cpu_supports("avx512f") != 0};
-  }();
-  return c;
-}
 
 // The kernels of a resolved, available set (kPortable: the plain kernel of
 // the widest set this CPU has).
@@ -87,17 +73,17 @@ bool simd_available(Simd simd) {
     case Simd::kPortable:
       return true;
     case Simd::kAvx2:
-      return cpu().avx2;
+      return cpu_isa().avx2;
     case Simd::kAvx512:
-      return cpu().avx512;
+      return cpu_isa().avx512f;
   }
   return false;
 }
 
 Simd resolve_simd(Simd simd) {
   if (simd != Simd::kAuto) return simd;
-  if (cpu().avx512) return Simd::kAvx512;
-  if (cpu().avx2) return Simd::kAvx2;
+  if (cpu_isa().avx512f) return Simd::kAvx512;
+  if (cpu_isa().avx2) return Simd::kAvx2;
   return Simd::kPortable;
 }
 

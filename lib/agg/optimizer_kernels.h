@@ -43,7 +43,7 @@ struct KernelSet {
 /// baseline in a portable build); apply is apply_plain.
 extern const KernelSet kBaselineKernels;
 /// optimizer_avx2.cpp, optimizer_avx512.cpp: only called on CPUs that have
-/// the set (cpu_has_avx2/avx512 in optimizer.cpp).
+/// the set (isa.h).
 extern const KernelSet kAvx2Kernels;
 extern const KernelSet kAvx512Kernels;
 

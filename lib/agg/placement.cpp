@@ -34,9 +34,14 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
       throw std::invalid_argument("placement: tensor '" + t.name + "' has " +
                                   std::to_string(t.elements) + " elements, more than 2^36");
     }
+    if (!wire::is_tensor_dtype(t.dtype)) {
+      throw std::invalid_argument("placement: tensor '" + t.name + "' has dtype " +
+                                  std::string(wire::dtype_name(t.dtype)) +
+                                  " (float32, bfloat16 or float16)");
+    }
     // At most 2^38 bytes a tensor: the sum of 2^25 of them still fits.
     if (total > (uint64_t{1} << 62)) throw std::invalid_argument("placement: too many tensors");
-    total += t.elements * kElementBytes;
+    total += t.elements * wire::element_bytes(t.dtype);
   }
   uint64_t max_block = options.max_block_bytes;
   if (max_block == 0) max_block = shards > 1 ? ceil_div(total, uint64_t{8} * shards) : total;
@@ -47,14 +52,14 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
   p.tensor_first_.reserve(tensors.size() + 1);
   for (uint32_t t = 0; t < tensors.size(); ++t) {
     const TensorDecl& d = tensors[t];
+    const uint64_t size = wire::element_bytes(d.dtype);
     p.tensor_first_.push_back(static_cast<uint32_t>(p.blocks_.size()));
     // k near-equal ranges; at least `align` elements each so that the aligned
     // boundaries below are strictly increasing.
-    uint64_t k = ceil_div(d.elements * kElementBytes, max_block);
+    uint64_t k = ceil_div(d.elements * size, max_block);
     k = std::max<uint64_t>(1, std::min(k, d.elements / align));
     // Alignment could push one range past the message cap: add ranges until none does.
-    while (ceil_div(d.elements, k) * kElementBytes + align * kElementBytes >
-               PlacementOptions::kMaxMessageBytes &&
+    while (ceil_div(d.elements, k) * size + align * size > PlacementOptions::kMaxMessageBytes &&
            k < d.elements / align) {
       ++k;
     }
@@ -68,7 +73,8 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
                                 .tensor = t,
                                 .first_element = start,
                                 .elements = end - start,
-                                .priority = d.priority});
+                                .priority = d.priority,
+                                .dtype = d.dtype});
       start = end;
     }
   }
@@ -79,7 +85,7 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
   std::vector<uint32_t> order(p.blocks_.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return p.blocks_[a].elements > p.blocks_[b].elements;
+    return p.blocks_[a].bytes() > p.blocks_[b].bytes();
   });
   p.shard_bytes_.assign(shards, 0);
   for (uint32_t key : order) {
@@ -114,6 +120,7 @@ uint64_t Placement::fingerprint() const {
     fnv(h, q.elements);
     fnv(h, q.shard);
     fnv(h, q.priority);
+    fnv(h, static_cast<uint8_t>(q.dtype));
   }
   return h;
 }

@@ -2,7 +2,7 @@
 // block travels under on the wire.
 //
 // What it is for. Workers declare the model's tensors (name, element count,
-// float32, priority). Every node of a job (each worker, each server) calls
+// priority, dtype). Every node of a job (each worker, each server) calls
 // Placement::compute() with the same declaration list and the same global
 // shard count and gets the same answer, with no message exchanged: the result
 // is a pure function of (declarations, shard count, options). Shard ids are
@@ -16,6 +16,9 @@
 // ordered by (tensor declaration index, range start): tensor t's blocks
 // have consecutive keys, in range order. The byte offset of a packet inside a
 // block (wire field offset) names the chunk (see chunk_table.h).
+//
+// Sizes are the tensors' bytes on the wire (elements x the dtype's element
+// size): what a block costs its shard's links and what its message carries.
 //
 // Balance. A tensor larger than max_block_bytes is split into near-equal
 // ranges (boundaries aligned to align_elements); blocks are then assigned
@@ -35,12 +38,15 @@
 #include <string_view>
 #include <vector>
 
+#include "wire/dtype.h"
+
 namespace mercury::agg {
 
-/// Elements are float32 (the only dtype aggregated so far).
+/// Bytes of a float32 element: the servers' parameters and optimizer state
+/// are float32 whatever a tensor's dtype (its wire elements are
+/// wire::element_bytes(dtype) bytes each).
 inline constexpr uint32_t kElementBytes = 4;
 
-/// One tensor as a worker declares it.
 /// Largest tensor a job may declare, in elements (2^36: 256 GiB of float32),
 /// and longest tensor name, in bytes. Beyond them a declaration is refused
 /// (by the worker's declare, the control decoder and Placement::compute), so
@@ -48,21 +54,27 @@ inline constexpr uint32_t kElementBytes = 4;
 inline constexpr uint64_t kMaxTensorElements = uint64_t{1} << 36;
 inline constexpr size_t kMaxTensorNameBytes = 1024;
 
+/// One tensor as a worker declares it.
 struct TensorDecl {
   std::string name;
   uint64_t elements = 0;  ///< 1..kMaxTensorElements
   uint8_t priority = 0;   ///< 0 is the most urgent (first layer of the forward pass)
+  /// Its elements on the wire and in the workers' buffers: float32,
+  /// bfloat16 or float16 (wire::is_tensor_dtype).
+  wire::Dtype dtype = wire::Dtype::kFloat32;
 };
 
 /// A contiguous range of one tensor, owned by one shard; the unit on the wire.
 struct Block {
-  uint32_t key = 0;            ///< wire block_key; index in Placement::blocks()
-  uint32_t tensor = 0;         ///< index into the declaration list
-  uint64_t first_element = 0;  ///< first element of the range within the tensor
-  uint64_t elements = 0;       ///< > 0
-  uint32_t shard = 0;          ///< global shard id
-  uint8_t priority = 0;        ///< the tensor's priority
-  [[nodiscard]] uint64_t bytes() const { return elements * kElementBytes; }
+  uint32_t key = 0;                           ///< wire block_key; index in Placement::blocks()
+  uint32_t tensor = 0;                        ///< index into the declaration list
+  uint64_t first_element = 0;                 ///< first element of the range within the tensor
+  uint64_t elements = 0;                      ///< > 0
+  uint32_t shard = 0;                         ///< global shard id
+  uint8_t priority = 0;                       ///< the tensor's priority
+  wire::Dtype dtype = wire::Dtype::kFloat32;  ///< the tensor's dtype
+  /// Bytes on the wire and in a worker's buffer: the message's length.
+  [[nodiscard]] uint64_t bytes() const { return elements * wire::element_bytes(dtype); }
 };
 
 struct PlacementOptions {
@@ -79,8 +91,8 @@ struct PlacementOptions {
 class Placement {
  public:
   /// Places `tensors` on `shards` global shards. Throws std::invalid_argument
-  /// for no tensors, a zero-element tensor, zero shards, a zero alignment or
-  /// more than 2^32 - 1 blocks.
+  /// for no tensors, a zero-element tensor, a dtype that is not a tensor
+  /// dtype, zero shards, a zero alignment or more than 2^32 - 1 blocks.
   static Placement compute(std::span<const TensorDecl> tensors, uint32_t shards,
                            const PlacementOptions& options = {});
 
@@ -92,12 +104,12 @@ class Placement {
   [[nodiscard]] std::span<const Block> tensor_blocks(uint32_t tensor) const;
   [[nodiscard]] uint32_t tensors() const { return static_cast<uint32_t>(tensor_first_.size() - 1); }
   [[nodiscard]] uint32_t shards() const { return static_cast<uint32_t>(shard_bytes_.size()); }
-  /// Bytes of parameters shard s owns.
+  /// Bytes (on the wire) of the blocks shard s owns.
   [[nodiscard]] uint64_t shard_bytes(uint32_t shard) const { return shard_bytes_[shard]; }
   /// Keys owned by shard s, ascending.
   [[nodiscard]] std::vector<uint32_t> shard_keys(uint32_t shard) const;
   /// 64-bit FNV-1a over every block's (key, tensor, range, shard,
-  /// priority): nodes compare it at join time to prove they agree.
+  /// priority, dtype): nodes compare it at join time to prove they agree.
   [[nodiscard]] uint64_t fingerprint() const;
 
  private:
@@ -107,8 +119,9 @@ class Placement {
 };
 
 /// Parses a model-shape list (config/models/*.txt: "name elements shape"
-/// per line, '#' comments, forward order) into declarations whose priority
-/// is the line order, saturated at 255. Pure: the caller reads the file.
+/// per line, '#' comments, forward order) into float32 declarations whose
+/// priority is the line order, saturated at 255. Pure: the caller reads the
+/// file.
 /// Throws std::invalid_argument naming the line for a malformed one.
 std::vector<TensorDecl> parse_model_shapes(std::string_view text);
 

@@ -163,6 +163,62 @@ TEST(AggPlacement, RejectsBadDeclarations) {
   EXPECT_THROW(Placement::compute(ok, 0), std::invalid_argument);
   EXPECT_THROW(Placement::compute(empty_tensor, 2), std::invalid_argument);
   EXPECT_THROW(Placement::compute(ok, 2, {.align_elements = 0}), std::invalid_argument);
+  try {
+    Placement::compute(std::vector<TensorDecl>{{"opaque", 10, 0, wire::Dtype::kBytes}}, 2);
+    ADD_FAILURE() << "a bytes tensor was placed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'opaque' has dtype bytes"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Placement::compute(std::vector<TensorDecl>{{"x", 10, 0, wire::Dtype{9}}}, 2),
+               std::invalid_argument);
+}
+
+// Sizes are the tensors' bytes on the wire: a bfloat16 or float16 tensor
+// costs its shard half what a float32 one of as many elements does, splits
+// at half the bytes' count of elements as often, and carries its dtype in
+// its blocks and the fingerprint.
+TEST(AggPlacement, HalfPrecisionTensorsAreSizedInTheirBytes) {
+  const std::vector<TensorDecl> mixed{{"w", 100000, 0, wire::Dtype::kBFloat16},
+                                      {"v", 100000, 1, wire::Dtype::kFloat16},
+                                      {"u", 100000, 2}};
+  const Placement p = Placement::compute(mixed, 3, {.max_block_bytes = 40000});
+  EXPECT_EQ(p.tensor_blocks(0).size(), 5u);  // 200 000 bytes
+  EXPECT_EQ(p.tensor_blocks(1).size(), 5u);
+  EXPECT_EQ(p.tensor_blocks(2).size(), 10u);  // 400 000 bytes
+  uint64_t total = 0;
+  for (uint32_t t = 0; t < 3; ++t) {
+    for (const Block& q : p.tensor_blocks(t)) {
+      EXPECT_EQ(q.dtype, mixed[t].dtype);
+      EXPECT_EQ(q.bytes(), q.elements * wire::element_bytes(mixed[t].dtype));
+      EXPECT_LE(q.bytes(), 40000u + 256u);
+      total += q.bytes();
+    }
+  }
+  EXPECT_EQ(total, 800000u);
+  EXPECT_EQ(p.shard_bytes(0) + p.shard_bytes(1) + p.shard_bytes(2), total);
+  // Balanced by bytes: each shard holds a third of them, within a block.
+  for (uint32_t s = 0; s < 3; ++s) EXPECT_NEAR(p.shard_bytes(s), total / 3.0, 40000.0 + 256);
+
+  // ResNet-50 in bfloat16 places exactly as in float32, with half the bytes
+  // per shard: nothing but the sizes scales.
+  const auto f32 = load_model("resnet50");
+  std::vector<TensorDecl> bf16 = f32;
+  for (TensorDecl& t : bf16) t.dtype = wire::Dtype::kBFloat16;
+  for (uint32_t shards : {1u, 2u, 4u}) {
+    const Placement a = Placement::compute(f32, shards);
+    const Placement b = Placement::compute(bf16, shards);
+    ASSERT_EQ(a.blocks().size(), b.blocks().size());
+    for (size_t i = 0; i < a.blocks().size(); ++i) {
+      const Block& x = a.blocks()[i];
+      const Block& y = b.blocks()[i];
+      EXPECT_TRUE(x.first_element == y.first_element && x.elements == y.elements &&
+                  x.shard == y.shard && y.dtype == wire::Dtype::kBFloat16);
+    }
+    for (uint32_t s = 0; s < shards; ++s) EXPECT_EQ(a.shard_bytes(s), 2 * b.shard_bytes(s));
+    // The nodes that agree on everything but a dtype see it at join time.
+    EXPECT_NE(a.fingerprint(), b.fingerprint());
+  }
 }
 
 }  // namespace

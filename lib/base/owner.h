@@ -88,7 +88,9 @@ class Owner {
   [[nodiscard]] uint64_t owner() const noexcept { return 0; }
 };
 
-#define MERCURY_OWNED(owner) static_cast<void>(0)
+// Names the field (so an Owner used only here is not an unused field) and
+// compiles to nothing.
+#define MERCURY_OWNED(owner) static_cast<void>(owner)
 
 #endif
 

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "base/owner.h"
+
 namespace mercury::base {
 
 template <typename T>
@@ -33,9 +35,13 @@ class Published {
  public:
   /// Owner only.
   void publish_st(const T& value) {
+    MERCURY_OWNED(writer_);
     const auto w = std::bit_cast<std::array<uint64_t, kWords>>(value);
     for (size_t i = 0; i < kWords; ++i) words_[i].store(w[i], std::memory_order_relaxed);
   }
+
+  /// The writer changes (its thread has stopped).
+  void hand_over() { writer_.hand_over(); }
 
   /// Any thread.
   [[nodiscard]] T read() const {
@@ -46,6 +52,7 @@ class Published {
 
  private:
   std::array<std::atomic<uint64_t>, kWords> words_{};
+  base::Owner writer_;
 };
 
 }  // namespace mercury::base

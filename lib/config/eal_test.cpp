@@ -252,15 +252,17 @@ TEST(ResolveHugepages, AutoFollowsTheProbeAndExplainsAFallback) {
   eal.memory_mb = 768;
   std::string notice;
   bool decision = resolve_hugepages(eal, 0, &notice);
-  EXPECT_EQ(decision, hugepages_available());
+  // Other processes' pending decisions (the ledger) can only make the answer
+  // no where the probe alone says yes, never the other way round; the test
+  // suite runs such processes beside this one.
   if (decision) {
+    EXPECT_TRUE(hugepages_available());
     EXPECT_EQ(notice, "");
   } else {
     EXPECT_NE(notice.find("eal.hugepages is auto"), std::string::npos) << notice;
     EXPECT_NE(notice.find("--no-huge -m 768"), std::string::npos) << notice;
     EXPECT_EQ(notice.find('\n'), std::string::npos);
   }
-  EXPECT_EQ(resolve_hugepages(eal, 0, nullptr), decision);
   hugepages_settled();  // nothing will be allocated: let other processes decide
 }
 

@@ -139,6 +139,19 @@ ShardLayout shard_layout(const config::JobConfig& job) {
   return l;
 }
 
+const config::NodeConfig& worker_node(const config::JobConfig& job, std::string_view name) {
+  const config::NodeConfig& n = job.node(name);
+  if (n.role != config::Role::kWorker) {
+    throw config::ConfigError(job.source, "node " + n.name + " is a server, not a worker");
+  }
+  if (n.ports.empty()) throw config::ConfigError(job.source, "worker " + n.name + " has no port");
+  return n;
+}
+
+transport::PeerSpec peer_of(const config::NodeConfig& n) {
+  return transport::PeerSpec{n.name, n.ipv4.value, n.udp_port, 0, static_cast<uint16_t>(n.index)};
+}
+
 std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
                                      const config::NodeConfig& server) {
   const auto workers = job.workers();

@@ -74,6 +74,16 @@ struct ShardLayout {
 /// Throws ConfigError when the job has no server shards.
 ShardLayout shard_layout(const config::JobConfig& job);
 
+/// The worker node a process runs: `name`, which must be a worker of the job
+/// with a port. Throws ConfigError naming the file (an unknown name listing
+/// the nodes, a server's name, a worker without a port).
+const config::NodeConfig& worker_node(const config::JobConfig& job, std::string_view name);
+
+/// Node `n` as its peers address it: its name, IPv4 and UDP port, and its id
+/// in the job (its index in the job file: the sender id its packets carry).
+/// The peer's epoch is left to learn (0).
+transport::PeerSpec peer_of(const config::NodeConfig& n);
+
 /// Which of `server`'s ports leads to each worker, in rank order: a ring
 /// link whose far end is that worker; otherwise, with one port per worker,
 /// port r serves worker r; with a single port (a bridge, a switch), every

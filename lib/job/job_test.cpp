@@ -128,6 +128,36 @@ TEST(Job, ShardLayoutOfCountsIsWhatTheJobFileGives) {
   EXPECT_EQ(l.count(2), 0u);
 }
 
+TEST(Job, WorkerNodeIsAWorkerOfTheJob) {
+  const config::JobConfig j = config::load_string(kJob);
+  EXPECT_EQ(worker_node(j, "w1").name, "w1");
+  try {
+    worker_node(j, "s0");
+    FAIL() << "a server";
+  } catch (const config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("node s0 is a server, not a worker"), std::string::npos);
+  }
+  try {
+    worker_node(j, "nobody");
+    FAIL() << "no such node";
+  } catch (const config::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("(nodes are: s0, s1, w0, w1)"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Every node addresses a peer the same way: name, address, and its index in
+// the job file as the id its packets carry.
+TEST(Job, PeerOfANodeIsItsAddressAndItsIndex) {
+  const config::JobConfig j = config::load_string(kJob);
+  const transport::PeerSpec p = peer_of(j.node("w1"));
+  EXPECT_EQ(p.name, "w1");
+  EXPECT_EQ(p.ip, 0x0a000004u);
+  EXPECT_EQ(p.udp_port, j.node("w1").udp_port);
+  EXPECT_EQ(p.node_id, 3);
+  EXPECT_EQ(p.peer_epoch, 0u);
+}
+
 // A server with `ports` and three workers on memif ports of their own.
 std::string three_workers(const std::string& server_ports) {
   return R"(

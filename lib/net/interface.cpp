@@ -38,6 +38,7 @@ Interface::Interface(Port& port, Mempool& pool, const LocalAddr& local,
     rte_mbuf_ext_refcnt_set(&shared_, 1);
   }
   refresh_port_stats_st();
+  owner_.hand_over();  // built here; the core that polls it owns it
 }
 
 Interface::~Interface() {
@@ -79,6 +80,7 @@ void Interface::count_drop(const ParsedFrame& f) {
 }
 
 uint16_t Interface::poll_rx_st(RxPacket* out, uint16_t n, uint64_t now) {
+  MERCURY_OWNED(owner_);
   if (detached_ != 0) [[unlikely]] {
     return 0;
   }
@@ -166,6 +168,7 @@ QueueFacts Interface::queue_facts() const {
 }
 
 void Interface::release_st(PacketBuf* const* bufs, uint16_t n) {
+  MERCURY_OWNED(owner_);
   // The endpoint's burst is one PacketBuf* array; rte_pktmbuf_free_bulk
   // takes rte_mbuf*, so the pointers are converted, a burst at a time.
   rte_mbuf* mbufs[kBurst];
@@ -205,6 +208,7 @@ bool Interface::stage_arp_st(uint16_t oper, const MacAddr& mac, uint32_t ip) {
 }
 
 bool Interface::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t now) {
+  MERCURY_OWNED(owner_);
   if (const MacAddr* mac = arp_.lookup(ip)) {
     out = Route{*mac, ip, udp_port};
     out.frame = make_frame_template(local_, out);
@@ -236,6 +240,7 @@ bool Interface::chain_payload_st(rte_mbuf* m, std::span<const std::byte> payload
 
 bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
                               std::span<const std::byte> payload, const wire::AuthBlock* auth) {
+  MERCURY_OWNED(owner_);
   rte_mbuf* m = mbuf_for_stage_st();
   if (m == nullptr) return false;
   // Start the frame so that its payload lands on a cache-line boundary: the
@@ -271,6 +276,7 @@ bool Interface::stage_data_st(const Route& route, const wire::HeaderFields& h,
 }
 
 uint16_t Interface::stage_burst_st(const TxFrame* frames, uint16_t n) {
+  MERCURY_OWNED(owner_);
   uint16_t staged = 0;
   for (uint16_t i = 0; i < n; ++i) {
     const TxFrame& f = frames[i];
@@ -291,6 +297,7 @@ uint32_t Interface::rx_room() const {
 }
 
 void Interface::refresh_port_stats_st() {
+  MERCURY_OWNED(owner_);
   // Stored word by word with relaxed atomics: readers on other threads
   // (telemetry, the stats line) load each word whole. Every counter of the
   // list, so that one added to it cannot be left out.
@@ -316,6 +323,7 @@ PortDrops Interface::pmd_drops() const {
 }
 
 void Interface::start_link_schedule_st(uint64_t now) {
+  MERCURY_OWNED(owner_);
   if (emulator_ != nullptr) emulator_->anchor_schedule(now);
 }
 
@@ -324,6 +332,7 @@ uint32_t Interface::tx_pending() const {
 }
 
 uint16_t Interface::flush_st(uint64_t now) {
+  MERCURY_OWNED(owner_);
   if (detached_ != 0) [[unlikely]] {
     // Nothing may reach the PMD: what is staged goes back to its pool.
     if (staged_ > 0) rte_pktmbuf_free_bulk(stage_.data(), staged_);

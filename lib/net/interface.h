@@ -38,7 +38,9 @@
 // non-empty burst.
 //
 // Threading: the whole object belongs to one core (its net core); every
-// method ends in _st. Nothing here allocates, throws, locks or logs after
+// method that is that core's ends in _st and asserts it (base/owner.h: the
+// first _st call claims the interface, so it may be built on the control
+// thread and polled by another). Nothing here allocates, throws, locks or logs after
 // construction. The class is final, so calls through an Interface& are
 // direct; only calls through a PacketPort& are virtual.
 #pragma once
@@ -51,6 +53,7 @@
 #include <optional>
 #include <span>
 
+#include "base/owner.h"
 #include "net/arp.h"
 #include "net/frame.h"
 #include "net/mempool.h"
@@ -161,6 +164,7 @@ class Interface final : public PacketPort {
   /// non-empty received burst. Set it from the interface's core, or before
   /// that core starts polling; `context` must outlive the installation.
   void set_rx_tap_st(RxTap tap, void* context) {
+    MERCURY_OWNED(owner_);
     rx_tap_ = tap;
     rx_tap_context_ = context;
   }
@@ -168,6 +172,7 @@ class Interface final : public PacketPort {
   /// Detached (true), the interface calls the PMD no more until attached
   /// again (false): see the top of this file. The owning core.
   void set_detached_st(bool detached) override {
+    MERCURY_OWNED(owner_);
     std::atomic_ref<uint64_t>(detached_).store(detached ? 1 : 0, std::memory_order_relaxed);
   }
   /// Gauge: 1 while detached, else 0. Any thread.
@@ -273,6 +278,7 @@ class Interface final : public PacketPort {
   // (the memory is never freed through it).
   std::optional<Mempool> shells_;
   rte_mbuf_ext_shared_info shared_{};
+  base::Owner owner_;  // the net core that polls the port
 };
 
 }  // namespace mercury::net

@@ -85,6 +85,7 @@ MemoryPort::Buffer* MemoryPort::take_buffer() {
 }
 
 uint16_t MemoryPort::stage_burst_st(const TxFrame* frames, uint16_t n) {
+  MERCURY_OWNED(owner_);
   uint16_t staged = 0;
   for (uint16_t i = 0; i < n; ++i) {
     if (staged_ == kStage) {
@@ -112,6 +113,7 @@ uint16_t MemoryPort::stage_burst_st(const TxFrame* frames, uint16_t n) {
 }
 
 uint16_t MemoryPort::flush_st(uint64_t) {
+  MERCURY_OWNED(owner_);
   // A frame held back for reordering waits for the next frame, or for one
   // flush at most.
   if (staged_ == 0 && held_ != nullptr) {
@@ -176,6 +178,7 @@ bool MemoryPort::deliver(Buffer* b) {
 }
 
 uint16_t MemoryPort::poll_rx_st(RxPacket* out, uint16_t n, uint64_t) {
+  MERCURY_OWNED(owner_);
   if (n > kBurst) n = kBurst;
   uint16_t kept = 0;
   while (kept < n && rx_count_ > 0) {
@@ -204,6 +207,7 @@ uint16_t MemoryPort::poll_rx_st(RxPacket* out, uint16_t n, uint64_t) {
 }
 
 void MemoryPort::release_st(PacketBuf* const* bufs, uint16_t n) {
+  MERCURY_OWNED(owner_);
   for (uint16_t i = 0; i < n; ++i) give_back(reinterpret_cast<Buffer*>(bufs[i]));
 }
 
@@ -222,6 +226,7 @@ const BufferOps& MemoryPort::buffer_ops() const { return kBufferOps; }
 std::string MemoryPort::name() const { return "memory port " + ipv4_to_string(local_.ip); }
 
 bool MemoryPort::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t) {
+  MERCURY_OWNED(owner_);
   if (peer_ == nullptr || ip != peer_->local_.ip) {
     ++counters_.resolve_failed;
     return false;
@@ -232,6 +237,7 @@ bool MemoryPort::resolve_st(uint32_t ip, uint16_t udp_port, Route& out, uint64_t
 }
 
 bool MemoryPort::inject_st(std::span<const std::byte> frame) {
+  MERCURY_OWNED(owner_);
   if (frame.size() > frame_capacity_) return false;
   Buffer* b = take_buffer();
   if (b == nullptr) return false;

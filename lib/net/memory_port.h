@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "base/counter_list.h"
+#include "base/owner.h"
 #include "net/frame.h"
 #include "net/packet_port.h"
 
@@ -166,6 +167,7 @@ class MemoryPort final : public PacketPort {
   std::array<Buffer*, kStage> stage_{};
   uint16_t staged_ = 0;
   MemoryPortCounters counters_;
+  base::Owner owner_;  // the thread that drives the ports
 };
 
 }  // namespace mercury::net

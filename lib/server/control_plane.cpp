@@ -25,7 +25,10 @@ ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_sha
   declared_.resize(names_.size());
 }
 
-std::vector<ControlReply> ControlPlane::take_replies_st() { return std::exchange(replies_, {}); }
+std::vector<ControlReply> ControlPlane::take_replies_st() {
+  MERCURY_OWNED(owner_);
+  return std::exchange(replies_, {});
+}
 
 void ControlPlane::enter(NodeState s, Tick now) {
   state_ = s;
@@ -33,6 +36,7 @@ void ControlPlane::enter(NodeState s, Tick now) {
 }
 
 ControlVerdict ControlPlane::on_message_st(uint16_t rank, agg::ControlMessage m, Tick now) {
+  MERCURY_OWNED(owner_);
   switch (m.kind) {
     case agg::ControlKind::kDeclare:
       ++counters_.declares;
@@ -138,6 +142,7 @@ void ControlPlane::start(Tick now) {
 }
 
 void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
+  MERCURY_OWNED(owner_);
   if (state_ != NodeState::kRunning || rank >= workers()) return;
   ++counters_.workers_lost;
   refuse_all("worker " + names_[rank] + " (rank " + std::to_string(rank) +
@@ -147,6 +152,7 @@ void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
 }
 
 void ControlPlane::on_worker_restarted_st(uint16_t rank, Tick now) {
+  MERCURY_OWNED(owner_);
   if (rank >= workers()) return;
   if (state_ == NodeState::kWaiting) {
     declared_[rank].reset();  // the old process's declare: the new one declares again
@@ -183,6 +189,7 @@ void ControlPlane::on_leave(uint16_t rank, Tick now) {
 }
 
 void ControlPlane::on_push_after_leave_st(uint16_t rank, Tick now) {
+  MERCURY_OWNED(owner_);
   if (state_ != NodeState::kRunning || rank >= workers() || left_ == 0) return;
   ++counters_.pushes_after_leave;
   const auto gone = static_cast<uint32_t>(std::countr_zero(left_));
@@ -194,6 +201,7 @@ void ControlPlane::on_push_after_leave_st(uint16_t rank, Tick now) {
 }
 
 void ControlPlane::on_stopped_st(Tick now) {
+  MERCURY_OWNED(owner_);
   if (state_ == NodeState::kRunning) enter(NodeState::kStopped, now);
 }
 

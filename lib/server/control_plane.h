@@ -63,6 +63,7 @@
 
 #include "agg/control.h"
 #include "agg/placement.h"
+#include "base/owner.h"
 #include "server/counters.h"
 
 namespace mercury::server {
@@ -123,6 +124,9 @@ class ControlPlane {
   /// becomes kStopped.
   void on_stopped_st(Tick now);
 
+  /// The net core's thread changed (ServerNode::hand_over).
+  void hand_over() { owner_.hand_over(); }
+
   /// The answers queued since the last call, in the order they were made.
   std::vector<ControlReply> take_replies_st();
 
@@ -166,6 +170,7 @@ class ControlPlane {
   std::set<uint64_t> barrier_completed_;          // complete generations >= the floor
   std::vector<ControlReply> replies_;
   ControlCounters counters_;
+  base::Owner owner_;  // the node's net core
 };
 
 }  // namespace mercury::server

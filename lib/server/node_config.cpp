@@ -82,9 +82,7 @@ std::vector<JobWorker> job_workers(const config::JobConfig& job, const config::N
   const auto workers = job.workers();
   std::vector<JobWorker> out;
   for (size_t r = 0; r < workers.size(); ++r) {
-    const config::NodeConfig& w = *workers[r];
-    out.push_back(
-        JobWorker{{w.name, w.ipv4.value, w.udp_port, 0, static_cast<uint16_t>(w.index)}, port[r]});
+    out.push_back(JobWorker{job::peer_of(*workers[r]), port[r]});
   }
   return out;
 }

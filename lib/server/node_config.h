@@ -32,9 +32,9 @@ inline constexpr uint32_t kServerEndpointMessages = 1 << 17;
 /// What a server process knows beyond the job file when it starts a node.
 struct NodeStart {
   uint32_t epoch = 1;          ///< the node's transport incarnation (non-zero)
-  uint64_t tsc_hz = 0;         ///< rte_get_tsc_hz()
+  uint64_t tsc_hz = 0;         ///< the TSC rate (EAL's, once it is up)
   uint64_t rx_pool_mbufs = 0;  ///< mbufs of the RX pools of the node's ports, summed
-  /// The CPU an lcore runs on (rte_lcore_to_cpu_id once EAL is up); empty:
+  /// The CPU an lcore runs on (EAL's lcore-to-CPU map once it is up); empty:
   /// every lcore on a CPU of its own.
   std::function<unsigned(unsigned)> cpu_of_lcore;
 };

@@ -281,6 +281,7 @@ ServerNode::~ServerNode() {
 
 void ServerNode::hand_over() {
   owner_.hand_over();
+  control_->hand_over();
   releases_->hand_over();
   for (auto& e : endpoints_) e->hand_over();
   for (size_t i = cores_.size(); i < shards_.size(); ++i) shards_[i]->hand_over();

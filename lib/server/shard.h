@@ -195,6 +195,7 @@ class Shard final : public agg::ChunkSink {
   void hand_over() {
     owner_.hand_over();
     releases_.hand_over();
+    started_.hand_over();
   }
   /// Any thread: which chunks' sets hold a contribution (flow control).
   [[nodiscard]] const StartedSets& started() const { return started_; }

@@ -67,6 +67,7 @@ void ShardCore::stop() {
   Shard* shard = shard_.load(std::memory_order_acquire);
   ring_.hand_over_consumer();
   if (shard != nullptr) shard->hand_over();
+  published_.hand_over();
   ShardItem items[kBurst];
   uint32_t n;
   while ((n = ring_.dequeue_burst(items, kBurst)) > 0) {

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "agg/placement.h"
+#include "base/owner.h"
 
 namespace mercury::server {
 
@@ -55,8 +56,12 @@ class StartedSets {
   /// chunk table cuts them (chunk_bytes each, the last one shorter).
   StartedSets(const agg::Placement& placement, uint32_t shard, uint32_t chunk_bytes);
 
+  /// The shard moved to another thread (Shard::hand_over).
+  void hand_over() { owner_.hand_over(); }
+
   /// Owner: rank `rank`'s contribution to chunk (key, offset) was taken into its set.
   void held_st(uint32_t key, uint32_t offset, uint16_t rank) {
+    MERCURY_OWNED(owner_);
     if (const int64_t i = index(key, offset); i >= 0) {
       view_[i].store(static_cast<uint8_t>(rank + 1), std::memory_order_relaxed);
     }
@@ -65,6 +70,7 @@ class StartedSets {
   /// its initial values went out): its next set is empty. Before the
   /// update is sent (see above).
   void cleared_st(uint32_t key, uint32_t offset) {
+    MERCURY_OWNED(owner_);
     if (const int64_t i = index(key, offset); i >= 0) {
       view_[i].store(0, std::memory_order_relaxed);
     }
@@ -101,6 +107,7 @@ class StartedSets {
   uint64_t div_magic_;
   uint64_t chunks_ = 0;
   std::unique_ptr<std::atomic<uint8_t>[]> view_;
+  base::Owner owner_;  // the shard's owner
 };
 
 }  // namespace mercury::server

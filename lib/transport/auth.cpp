@@ -119,12 +119,14 @@ void Authenticator::tag_st(uint16_t sender, uint16_t receiver, const wire::AuthB
 void Authenticator::sign_st(uint16_t sender, uint16_t receiver, uint64_t counter,
                             const std::byte* header, std::span<const std::byte> payload,
                             wire::AuthBlock& block) {
+  MERCURY_OWNED(owner_);
   block.counter.set(counter);
   tag_st(sender, receiver, block, header, payload, block.tag);
 }
 
 bool Authenticator::verify_st(uint16_t sender, uint16_t receiver, const std::byte* header,
                               std::span<const std::byte> payload, const wire::AuthBlock& block) {
+  MERCURY_OWNED(owner_);
   unsigned char tag[16];
   tag_st(sender, receiver, block, header, payload, tag);
   return CRYPTO_memcmp(tag, block.tag, sizeof tag) == 0;

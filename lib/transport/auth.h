@@ -35,6 +35,7 @@
 #include <memory>
 #include <span>
 
+#include "base/owner.h"
 #include "wire/header.h"
 
 struct IMB_MGR;  // intel-ipsec-mb.h
@@ -62,6 +63,8 @@ class Authenticator {
   explicit Authenticator(const AuthKey& key);
   ~Authenticator();
   Authenticator(const Authenticator&) = delete;
+  /// The endpoint's net core changed (Endpoint::hand_over).
+  void hand_over() { owner_.hand_over(); }
   Authenticator& operator=(const Authenticator&) = delete;
 
   /// The tag for a packet from node `sender` to node `receiver` with
@@ -83,6 +86,7 @@ class Authenticator {
   };
   std::unique_ptr<IMB_MGR, FreeMgr> mgr_;  // ipsec-mb's functions for this CPU
   std::unique_ptr<Keys> keys_;             // the expanded MAC key
+  base::Owner owner_;                      // the endpoint's net core
 };
 
 /// The counters one receiver has taken from one sender: the highest, and a

@@ -208,8 +208,9 @@ SubmitStatus Endpoint::send_slice(uint16_t peer, const std::byte* data, uint32_t
   // would read as "not a slice", hence len > 0.
   const bool data_type =
       meta.type == wire::PacketType::kData || meta.type == wire::PacketType::kAggData;
-  const bool aligned = meta.dtype != wire::Dtype::kFloat32 ||
-                       ((base_offset | len | logical_len) & 3u) == 0;  // wire::decode's rule
+  // wire::decode's rule: no element straddles two packets.
+  const uint32_t size = wire::element_bytes(meta.dtype);
+  const bool aligned = size != 0 && ((base_offset | len | logical_len) & (size - 1)) == 0;
   if (!data_type || len == 0 || uint64_t{base_offset} + len > logical_len || !aligned) {
     submit_invalid_.fetch_add(1, std::memory_order_relaxed);
     return SubmitStatus::kInvalid;

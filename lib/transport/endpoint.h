@@ -387,8 +387,9 @@ class Endpoint {
   /// wire::flags::kSlice; the receiving endpoint delivers it to its
   /// PacketReceiver. The completion means every byte of the part was
   /// acknowledged. kInvalid also when len is 0, base_offset + len exceeds
-  /// logical_len, meta.type is not kData or kAggData, or (float32) base_offset,
-  /// len or logical_len is not a multiple of 4.
+  /// logical_len, meta.type is not kData or kAggData, meta.dtype is not a
+  /// wire::Dtype, or base_offset, len or logical_len is not a multiple of
+  /// the dtype's element size (4 for float32, 2 for bfloat16 and float16).
   SubmitStatus send_slice(uint16_t peer, const std::byte* data, uint32_t len, uint32_t base_offset,
                           uint32_t logical_len, uint8_t priority, const MessageMeta& meta,
                           const Completion& done);
@@ -399,6 +400,7 @@ class Endpoint {
   void hand_over() {
     owner_.hand_over();
     sched_->hand_over_consumer();
+    if (auth_) auth_->hand_over();
   }
 
   /// Net core: one pass of the poll loop at TSC `now`. Returns the packets

@@ -394,7 +394,7 @@ TEST(EndpointReceivers, SubmissionsWithInvalidArgumentsAreRefused) {
   EXPECT_EQ(a.send(0, bytes.data(), 10, 0, meta, {}), SubmitStatus::kInvalid);
   EXPECT_EQ(a.counters_st().submit_invalid, 5u);
   // send_slice: an empty part, a part past the logical message, a control
-  // type, misaligned float32, no such peer.
+  // type, misaligned float32 and bfloat16, a dtype past the enum, no such peer.
   meta = MessageMeta{};
   EXPECT_EQ(a.send_slice(0, bytes.data(), 0, 0, 100, 0, meta, {}), SubmitStatus::kInvalid);
   EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 1, 100, 0, meta, {}), SubmitStatus::kInvalid);
@@ -406,11 +406,20 @@ TEST(EndpointReceivers, SubmissionsWithInvalidArgumentsAreRefused) {
   meta.dtype = wire::Dtype::kFloat32;
   EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 2, 200, 0, meta, {}), SubmitStatus::kInvalid);
   EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 0, 202, 0, meta, {}), SubmitStatus::kInvalid);
+  meta.dtype = wire::Dtype::kBFloat16;
+  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 1, 200, 0, meta, {}), SubmitStatus::kInvalid);
+  EXPECT_EQ(a.send_slice(0, bytes.data(), 99, 0, 200, 0, meta, {}), SubmitStatus::kInvalid);
+  meta.dtype = static_cast<wire::Dtype>(wire::kDtypeCount);
+  EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 0, 200, 0, meta, {}), SubmitStatus::kInvalid);
+  meta.dtype = wire::Dtype::kFloat32;
   EXPECT_EQ(a.send_slice(1, bytes.data(), 100, 0, 200, 0, meta, {}), SubmitStatus::kInvalid);
-  EXPECT_EQ(a.counters_st().submit_invalid, 5u + 7u);
+  EXPECT_EQ(a.counters_st().submit_invalid, 5u + 10u);
   EXPECT_EQ(a.counters_st().slices_submitted, 0u);
   EXPECT_EQ(a.send_slice(0, bytes.data(), 100, 100, 200, 0, meta, {}), SubmitStatus::kQueued);
-  EXPECT_EQ(a.counters_st().slices_submitted, 1u);
+  // Two-byte elements need only even offsets and lengths.
+  meta.dtype = wire::Dtype::kFloat16;
+  EXPECT_EQ(a.send_slice(0, bytes.data(), 98, 2, 200, 0, meta, {}), SubmitStatus::kQueued);
+  EXPECT_EQ(a.counters_st().slices_submitted, 2u);
 }
 
 TEST(EndpointReceivers, AnEndpointNeedsAReceiverAndAValidConfig) {

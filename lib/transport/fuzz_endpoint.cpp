@@ -170,7 +170,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         h.flags = static_cast<uint16_t>(in.u16() & wire::flags::kKnown);
         h.job_id = 0;
         h.sender_id = in.byte() & 1;
-        h.dtype = static_cast<wire::Dtype>(in.byte() & 1);
+        h.dtype = static_cast<wire::Dtype>(in.byte() % wire::kDtypeCount);
         h.block_key = in.byte();
         h.msg_id = in.u32();
         h.offset = in.u32() & 0xffff;

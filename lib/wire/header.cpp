@@ -82,7 +82,7 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
   f.type = static_cast<PacketType>(h.type);
   f.flags = h.flags.get();
   if ((f.flags & ~flags::kKnown) != 0) return Reject::kBadFlags;
-  if (h.dtype > static_cast<uint8_t>(Dtype::kFloat32)) return Reject::kBadDtype;
+  if (h.dtype >= kDtypeCount) return Reject::kBadDtype;
   f.dtype = static_cast<Dtype>(h.dtype);
   f.payload_len = h.payload_len.get();
   // An authenticated packet has its AuthBlock between header and payload.
@@ -113,7 +113,8 @@ Reject decode(std::span<const std::byte> packet, HeaderFields& f) {
     }
     // 64-bit sum: offset + payload_len cannot wrap.
     if (uint64_t{f.offset} + f.payload_len > f.msg_len) return Reject::kBadRange;
-    if (f.dtype == Dtype::kFloat32 && ((f.offset | f.payload_len | f.msg_len) & 3u) != 0) {
+    // An element never straddles two packets: element sizes are powers of two.
+    if (((f.offset | f.payload_len | f.msg_len) & (element_bytes(f.dtype) - 1)) != 0) {
       return Reject::kBadAlignment;
     }
   }

@@ -26,12 +26,14 @@
 #endif
 
 #include "wire/big_endian.h"
+#include "wire/dtype.h"
 
 namespace mercury::wire {
 
 /// Bumped whenever a field changes meaning or a packet type is added
-/// (5: the epoch widened to 32 bits, at 56; credit moved to 46).
-inline constexpr uint8_t kVersion = 5;
+/// (5: the epoch widened to 32 bits, at 56; credit moved to 46; 6: dtypes
+/// bfloat16 and float16).
+inline constexpr uint8_t kVersion = 6;
 /// UDP port used when a configuration does not name one.
 inline constexpr uint16_t kDefaultUdpPort = 47100;
 
@@ -45,11 +47,6 @@ enum class PacketType : uint8_t {
   /// (sched::SliceKind::kPartitionStart): no payload, carried reliably; the
   /// receiver's ACK is the answer and nothing is delivered.
   kPartitionStart = 6,
-};
-
-enum class Dtype : uint8_t {
-  kBytes = 0,    ///< opaque bytes (control messages, raw transport data)
-  kFloat32 = 1,  ///< IEEE-754 binary32, little-endian in the payload
 };
 
 /// Flag bits.
@@ -196,12 +193,14 @@ enum class Reject : uint8_t {
   kBadVersion,        ///< version is not kVersion
   kBadType,           ///< type is not a PacketType
   kBadFlags,          ///< unknown flag bits set
-  kBadDtype,          ///< dtype is not a Dtype
+  kBadDtype,          ///< dtype is not a Dtype (wire/dtype.h)
   kPayloadMismatch,   ///< payload_len disagrees with the bytes that follow
   kAckWithPayload,    ///< an ACK packet carries payload
   kStartWithPayload,  ///< a kPartitionStart packet carries payload
   kBadRange,          ///< offset + payload_len runs past msg_len
-  kBadAlignment,      ///< float32 payload or offset not a multiple of 4
+  /// offset, payload_len or msg_len not a multiple of the dtype's element
+  /// size (4 for float32, 2 for bfloat16 and float16)
+  kBadAlignment,
   kCount,
 };
 inline constexpr size_t kRejectCount = static_cast<size_t>(Reject::kCount);

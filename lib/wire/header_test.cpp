@@ -91,9 +91,9 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     auto p = packet_of(sample());
     EXPECT_EQ(decode(std::span(p).first(kHeaderSize - 1), out), Reject::kTruncated);
   }
-  // 4: the previous wire version (a 16-bit epoch at 46), 3: no authentication
-  // block, 2: a 56-byte header.
-  for (uint8_t v : {0, 2, 3, 4, 6}) {
+  // 5: the previous wire version (float32 the only tensor dtype), 4: a 16-bit
+  // epoch at 46, 3: no authentication block, 2: a 56-byte header.
+  for (uint8_t v : {0, 2, 3, 4, 5, 7}) {
     auto p = packet_of(sample());
     p[0] = std::byte{v};
     EXPECT_EQ(decode(p, out), Reject::kBadVersion) << int{v};
@@ -119,10 +119,10 @@ TEST(WireHeader, RejectsEachBrokenRule) {
     ASSERT_EQ(decode(p, out), Reject::kNone);
     EXPECT_EQ(out.flags, flags::kSlice);
   }
-  {
+  for (uint8_t d : {4, 9, 255}) {  // 4: the first value past float16
     auto p = packet_of(sample());
-    p[11] = std::byte{9};
-    EXPECT_EQ(decode(p, out), Reject::kBadDtype);
+    p[11] = std::byte{d};
+    EXPECT_EQ(decode(p, out), Reject::kBadDtype) << int{d};
   }
   {
     auto p = packet_of(sample());
@@ -166,6 +166,60 @@ TEST(WireHeader, RejectsEachBrokenRule) {
   }
 }
 
+// Each dtype's elements must not straddle packets: offset, payload_len and
+// msg_len are multiples of its element size (4, 2, 2; bytes: any).
+TEST(WireHeader, AlignmentFollowsTheDtypesElementSize) {
+  HeaderFields out;
+  struct Case {
+    Dtype dtype;
+    uint32_t size;
+  };
+  for (const Case c : {Case{Dtype::kBytes, 1}, Case{Dtype::kFloat32, 4}, Case{Dtype::kBFloat16, 2},
+                       Case{Dtype::kFloat16, 2}}) {
+    for (uint32_t shift = 1; shift < 4; ++shift) {
+      const bool aligned = shift % c.size == 0;
+      const Reject want = aligned ? Reject::kNone : Reject::kBadAlignment;
+      HeaderFields f = sample();
+      f.dtype = c.dtype;
+      f.offset = 1024 + shift;
+      EXPECT_EQ(decode(packet_of(f), out), want) << dtype_name(c.dtype) << " offset +" << shift;
+      f = sample();
+      f.dtype = c.dtype;
+      f.payload_len = static_cast<uint16_t>(8 + shift);
+      EXPECT_EQ(decode(packet_of(f), out), want) << dtype_name(c.dtype) << " payload +" << shift;
+      f = sample();
+      f.dtype = c.dtype;
+      f.msg_len = 4096 + shift;
+      EXPECT_EQ(decode(packet_of(f), out), want) << dtype_name(c.dtype) << " msg_len +" << shift;
+    }
+    // An ACK carries no elements: its offset is a probe's token, never checked.
+    HeaderFields ack = sample();
+    ack.type = PacketType::kAck;
+    ack.dtype = c.dtype;
+    ack.payload_len = 0;
+    ack.offset = 3;
+    EXPECT_EQ(decode(packet_of(ack), out), Reject::kNone) << dtype_name(c.dtype);
+  }
+}
+
+TEST(WireHeader, EveryDtypeRoundTripsAtOffset11) {
+  for (const Dtype d : {Dtype::kBytes, Dtype::kFloat32, Dtype::kBFloat16, Dtype::kFloat16}) {
+    HeaderFields f = sample();
+    f.dtype = d;
+    const auto p = packet_of(f);
+    EXPECT_EQ(std::to_integer<unsigned>(p[11]), static_cast<unsigned>(d));
+    HeaderFields g;
+    ASSERT_EQ(decode(p, g), Reject::kNone) << dtype_name(d);
+    EXPECT_EQ(g, f);
+  }
+  static_assert(element_bytes(Dtype::kBFloat16) == 2 && element_bytes(Dtype::kFloat16) == 2);
+  static_assert(element_bytes(Dtype::kFloat32) == 4 && element_bytes(Dtype::kBytes) == 1);
+  static_assert(!is_tensor_dtype(Dtype::kBytes) && is_tensor_dtype(Dtype::kBFloat16));
+  EXPECT_EQ(dtype_name(Dtype::kBFloat16), "bfloat16");
+  EXPECT_EQ(dtype_name(Dtype::kFloat16), "float16");
+  EXPECT_EQ(dtype_name(static_cast<Dtype>(kDtypeCount)), "?");
+}
+
 TEST(WireHeader, WordSumMatchesTheEncodedBytes) {
   std::mt19937_64 rng(3);
   for (int i = 0; i < 1000; ++i) {
@@ -197,7 +251,7 @@ TEST(WireHeader, EncodeSummedMatchesEncodeAndItsBytes) {
     f.job_id = static_cast<uint32_t>(rng());
     f.sender_id = static_cast<uint16_t>(rng());
     f.priority = static_cast<uint8_t>(rng());
-    f.dtype = static_cast<Dtype>(rng() % 2);
+    f.dtype = static_cast<Dtype>(rng() % kDtypeCount);
     f.block_key = static_cast<uint32_t>(rng());
     f.msg_id = static_cast<uint32_t>(rng());
     f.msg_len = static_cast<uint32_t>(rng());

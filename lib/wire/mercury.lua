@@ -4,7 +4,8 @@
 -- Mercury rides on UDP: Ethernet | IPv4 | UDP | Mercury header (64 bytes,
 -- big-endian fields) | payload. This dissector shows every header field by
 -- name (type and dtype as names, flags as bits, sack in hex), the payload
--- and, for float32 payloads, the element count and the first elements. It
+-- and, for float32, bfloat16 and float16 payloads, the element count and the
+-- first elements' values. It
 -- applies the same validation rules as wire::decode(), in the same order,
 -- and names the first rule a packet breaks with decode()'s reason code
 -- (field mercury.reject, plus an expert-info error), so a capture shows
@@ -18,7 +19,7 @@
 -- preference changes it), in "Decode As...", and as a heuristic dissector on
 -- UDP so Mercury on other ports is recognised too.
 
-local VERSION = 5
+local VERSION = 6
 local HEADER_LEN = 64
 -- The AuthBlock after the header of an authenticated packet (flag 0x0040).
 local AUTH_LEN = 24
@@ -42,8 +43,14 @@ local TYPE_PARTITION_START = 6
 local dtype_names = {
   [0] = "bytes",
   [1] = "float32",
+  [2] = "bfloat16",
+  [3] = "float16",
 }
 local DTYPE_FLOAT32 = 1
+local DTYPE_BFLOAT16 = 2
+local DTYPE_FLOAT16 = 3
+-- Bytes per element of each dtype (header.h: decode's alignment rule).
+local element_bytes = {[0] = 1, [1] = 4, [2] = 2, [3] = 2}
 
 local FLAG_ACK_VALID = 0x0001
 local FLAG_RETRANSMIT = 0x0002
@@ -108,6 +115,10 @@ f.credit = ProtoField.uint16("mercury.credit", "Credit", base.DEC, nil, nil,
 f.payload = ProtoField.bytes("mercury.payload", "Payload")
 f.float_count = ProtoField.uint32("mercury.float_count", "Float32 elements", base.DEC)
 f.float_value = ProtoField.float("mercury.float", "Element")
+f.half_count = ProtoField.uint32("mercury.half_count", "Half-precision elements", base.DEC, nil,
+  nil, "bfloat16 or float16 elements in the payload")
+f.half_value = ProtoField.double("mercury.half", "Element", base.NONE,
+  "a bfloat16 or float16 element's value (exact)")
 f.reject = ProtoField.string("mercury.reject", "Rejected by decode")
 
 local e = mercury.experts
@@ -144,9 +155,10 @@ local function reject_reason(tvb)
     if offset + payload_len > msg_len then
       return "bad_range", "offset + payload_len runs past msg_len"
     end
-    if dtype == DTYPE_FLOAT32 and
-        bit.band(bit.bor(offset, payload_len, msg_len), 3) ~= 0 then
-      return "bad_alignment", "float32 offset, length or message not a multiple of 4"
+    local size = element_bytes[dtype]
+    if bit.band(bit.bor(offset, payload_len, msg_len), size - 1) ~= 0 then
+      return "bad_alignment", dtype_names[dtype] .. " offset, length or message not a multiple of " ..
+        size
     end
   end
   return nil
@@ -198,13 +210,46 @@ local function add_auth(tree, tvb)
   tree:add(f.auth_tag, tvb(HEADER_LEN + 8, 16))
 end
 
+-- The value of a little-endian bfloat16 or float16 element: exact (every
+-- one is a binary64 too). NaN payloads are not shown, only NaN.
+local function half_value(dtype, bits)
+  local negative = bit.band(bits, 0x8000) ~= 0
+  local exp_bits, man_bits, bias = 8, 7, 127
+  if dtype == DTYPE_FLOAT16 then exp_bits, man_bits, bias = 5, 10, 15 end
+  local exp = bit.band(bit.rshift(bits, man_bits), bit.lshift(1, exp_bits) - 1)
+  local man = bit.band(bits, bit.lshift(1, man_bits) - 1)
+  local v
+  if exp == bit.lshift(1, exp_bits) - 1 then
+    if man ~= 0 then return 0 / 0 end
+    v = math.huge
+  elseif exp == 0 then
+    v = man * 2 ^ (1 - bias - man_bits)
+  else
+    v = (bit.lshift(1, man_bits) + man) * 2 ^ (exp - bias - man_bits)
+  end
+  if negative then v = -v end
+  return v
+end
+
 local function add_payload(tree, tvb)
   local start = payload_start(tvb)
   local bytes = tvb:len() - start
   if bytes <= 0 then return end
   local payload = tvb(start, bytes)
   local item = tree:add(f.payload, payload)
-  if tvb(11, 1):uint() == DTYPE_FLOAT32 then
+  local dtype = tvb(11, 1):uint()
+  if dtype == DTYPE_BFLOAT16 or dtype == DTYPE_FLOAT16 then
+    local count = math.floor(bytes / 2)
+    item:add(f.half_count, payload, count):set_generated()
+    -- Little-endian like float32 (dtype.h).
+    for i = 0, math.min(count, MAX_FLOATS_SHOWN) - 1 do
+      local element = tvb(start + 2 * i, 2)
+      item:add(f.half_value, element, half_value(dtype, element:le_uint()))
+    end
+    if count > MAX_FLOATS_SHOWN then
+      item:add(string.format("[%d more elements not shown]", count - MAX_FLOATS_SHOWN))
+    end
+  elseif dtype == DTYPE_FLOAT32 then
     local count = math.floor(bytes / 4)
     item:add(f.float_count, payload, count):set_generated()
     -- float32 elements are little-endian in the payload (header.h: Dtype).
@@ -255,7 +300,7 @@ function mercury.dissector(tvb, pinfo, tree)
   return len
 end
 
--- Recognises Mercury on any UDP port: version 5, a known type, and a
+-- Recognises Mercury on any UDP port: version 6, a known type, and a
 -- payload_len that matches the datagram exactly (so unrelated traffic is
 -- very unlikely to match).
 local function heuristic(tvb, pinfo, tree)

@@ -45,9 +45,9 @@ PullTracker::PullTracker(const TensorTable& table, const PullTrackerConfig& conf
   uint64_t words = 0;
   for (TensorId id = 0; id < n; ++id) {
     const TensorInfo& info = table.tensor(id);
-    auto* base = reinterpret_cast<std::byte*>(info.params.data());
+    std::byte* base = info.buffer.data();
     for (const BlockGeometry& p : table.blocks(id)) {
-      keys_[p.key] = {.base = base + p.first_element * agg::kElementBytes,
+      keys_[p.key] = {.base = base + p.first_byte(),
                       .tensor = id,
                       .first_chunk = p.first_chunk,
                       .bytes = static_cast<uint32_t>(p.bytes())};
@@ -93,6 +93,7 @@ bool PullTracker::raise(Least& l, const uint32_t* values, uint32_t chunks, uint3
 
 ChunkVerdict PullTracker::deliver_async_st(uint32_t key, uint32_t offset, uint32_t version,
                                            uint32_t tag, std::span<const std::byte> payload) {
+  MERCURY_OWNED(owner_);
   const KeyEntry* e = nullptr;
   ChunkVerdict v = locate(key, offset, payload.size(), e);
   if (v == ChunkVerdict::kPlaced) {
@@ -148,6 +149,7 @@ ChunkVerdict PullTracker::locate(uint32_t key, uint32_t offset, size_t bytes,
 }
 
 std::span<std::byte> PullTracker::destination_st(uint32_t key, uint32_t offset, uint32_t bytes) {
+  MERCURY_OWNED(owner_);
   const KeyEntry* e = nullptr;
   const ChunkVerdict v = locate(key, offset, bytes, e);
   if (v != ChunkVerdict::kPlaced) {
@@ -163,6 +165,7 @@ bool PullTracker::test(const TensorState& t, uint32_t slot, uint32_t chunk) cons
 
 ChunkVerdict PullTracker::deliver_st(uint32_t key, uint32_t offset, uint32_t version,
                                      std::span<const std::byte> payload) {
+  MERCURY_OWNED(owner_);
   const KeyEntry* e = nullptr;
   ChunkVerdict v = locate(key, offset, payload.size(), e);
   if (v == ChunkVerdict::kPlaced) {
@@ -223,6 +226,7 @@ void PullTracker::advance(TensorState& t) {
 }
 
 uint32_t PullTracker::arrived_st(TensorId tensor, uint32_t version) const {
+  MERCURY_OWNED(owner_);
   const TensorState& t = tensors_[tensor];
   const auto distance = static_cast<int32_t>(version - t.awaited);
   if (distance < 0 || static_cast<uint32_t>(distance) >= window_) return 0;
@@ -243,6 +247,7 @@ PushTracker::PushTracker(const TensorTable& table) {
 }
 
 StartResult PushTracker::start_st(TensorId tensor, const Handle& push) {
+  MERCURY_OWNED(owner_);
   Flight& f = flights_[tensor];
   if (f.handle) return StartResult::kBusy;
   f.handle = push;
@@ -254,6 +259,7 @@ StartResult PushTracker::start_st(TensorId tensor, const Handle& push) {
 }
 
 void PushTracker::settled_st(uint32_t key, bool delivered, std::string_view error) {
+  MERCURY_OWNED(owner_);
   if (key >= key_tensor_.size() || !flights_[key_tensor_[key]].handle) {
     ++counters_.unexpected;
     return;

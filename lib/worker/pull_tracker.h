@@ -13,9 +13,11 @@
 //    too new (both counted, dropped, the buffer untouched);
 //  * records it in the bitmap of its (tensor, version) exactly once (a
 //    duplicate is counted and dropped);
-//  * copies the payload straight into the trainer's buffer (the span given
-//    to TensorTable::declare) unless a newer version of the same chunk is
-//    already there;
+//  * copies the payload straight into the trainer's buffer (the one given
+//    to TensorTable::declare; elements of the tensor's dtype, as they
+//    arrive: a chunk of a bfloat16 tensor is chunk_bytes / 2 elements from
+//    byte offset 2 x its first element) unless a newer version of the same
+//    chunk is already there;
 //  * and when every chunk of every block of the tensor at the awaited
 //    version is in, moves the window on: awaited_st() then says the version
 //    is complete, which is how the net core completes pulls (net_core.h).
@@ -39,7 +41,7 @@
 // settled (each block is one message) and completes the push Handle when
 // the last one is, successfully or with the first failure's text.
 //
-// Threads. Both trackers belong to the net core: every *_st method must be
+// Threads. Both trackers belong to the net core (asserted: base/owner.h): every *_st method must be
 // called from that one thread; they copy what they need from the table at
 // construction and never call into it afterwards (trainer threads reach the
 // net core through its request queue, carrying the Handle they already
@@ -66,6 +68,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/owner.h"
 #include "worker/handle.h"
 #include "worker/tensor_table.h"
 
@@ -133,11 +136,17 @@ class PullTracker {
   /// Asynchronous: packets that answered this worker's pushes of `tensor`
   /// (chunks x pushes applied), the least version over its chunks (valid
   /// once awaited_st() is 1), and the least slowest clock over them.
-  [[nodiscard]] uint64_t answers_st(TensorId tensor) const { return async_[tensor].answers; }
+  [[nodiscard]] uint64_t answers_st(TensorId tensor) const {
+    MERCURY_OWNED(owner_);
+    MERCURY_OWNED(owner_);
+    return async_[tensor].answers;
+  }
   [[nodiscard]] uint32_t least_version_st(TensorId tensor) const {
+    MERCURY_OWNED(owner_);
     return async_[tensor].version.least - 1;
   }
   [[nodiscard]] uint32_t least_slowest_st(TensorId tensor) const {
+    MERCURY_OWNED(owner_);
     return async_[tensor].slowest.least;
   }
   /// Asynchronous: the staleness of a push of `tensor` whose gradient came
@@ -150,7 +159,10 @@ class PullTracker {
     return least_version_st(tensor) - base;
   }
   /// Chunks per tensor.
-  [[nodiscard]] uint32_t chunks_st(TensorId tensor) const { return tensors_[tensor].chunks; }
+  [[nodiscard]] uint32_t chunks_st(TensorId tensor) const {
+    MERCURY_OWNED(owner_);
+    return tensors_[tensor].chunks;
+  }
 
   /// The oldest version of `tensor` not yet complete: every version before
   /// it is in the trainer's buffer (the fence is done). Asynchronous: 1 once
@@ -162,8 +174,14 @@ class PullTracker {
   /// Chunks of `version` of `tensor` recorded so far (0 outside the window).
   [[nodiscard]] uint32_t arrived_st(TensorId tensor, uint32_t version) const;
   /// The tensor of block `key`, which deliver_st() has just placed (so valid).
-  [[nodiscard]] TensorId tensor_of_st(uint32_t key) const { return keys_[key].tensor; }
-  [[nodiscard]] const PullCounters& counters_st() const { return counters_; }
+  [[nodiscard]] TensorId tensor_of_st(uint32_t key) const {
+    MERCURY_OWNED(owner_);
+    return keys_[key].tensor;
+  }
+  [[nodiscard]] const PullCounters& counters_st() const {
+    MERCURY_OWNED(owner_);
+    return counters_;
+  }
   /// Bytes of bitmaps, counts and geometry allocated at construction.
   [[nodiscard]] uint64_t memory_bytes() const;
 
@@ -217,6 +235,7 @@ class PullTracker {
   std::vector<uint64_t> bits_;
   std::vector<uint32_t> arrived_;  // tensors x window
   PullCounters counters_;
+  base::Owner owner_;  // the net core
 };
 
 /// What PushTracker::start_st() did with a push's Handle.
@@ -247,15 +266,25 @@ class PushTracker {
   /// settled: ok if all were delivered, else failed with the first error.
   void settled_st(uint32_t key, bool delivered, std::string_view error = {});
   /// Pushes in flight.
-  [[nodiscard]] uint32_t in_flight_st() const { return in_flight_; }
+  [[nodiscard]] uint32_t in_flight_st() const {
+    MERCURY_OWNED(owner_);
+    return in_flight_;
+  }
   /// The tensor of block `key`, or kNoTensor for a key no tensor has.
   static constexpr TensorId kNoTensor = UINT32_MAX;
   [[nodiscard]] TensorId tensor_of_st(uint32_t key) const {
+    MERCURY_OWNED(owner_);
     return key < key_tensor_.size() ? key_tensor_[key] : kNoTensor;
   }
   /// Whether a push of `tensor` is in flight (started, not every block settled).
-  [[nodiscard]] bool busy_st(TensorId tensor) const { return flights_[tensor].handle.has_value(); }
-  [[nodiscard]] const PushCounters& counters_st() const { return counters_; }
+  [[nodiscard]] bool busy_st(TensorId tensor) const {
+    MERCURY_OWNED(owner_);
+    return flights_[tensor].handle.has_value();
+  }
+  [[nodiscard]] const PushCounters& counters_st() const {
+    MERCURY_OWNED(owner_);
+    return counters_;
+  }
 
  private:
   struct Flight {
@@ -271,6 +300,7 @@ class PushTracker {
   std::vector<std::array<char, kMaxErrorBytes>> errors_;  // per tensor, the first failure
   uint32_t in_flight_ = 0;
   PushCounters counters_;
+  base::Owner owner_;  // the net core
 };
 
 }  // namespace mercury::worker

@@ -175,6 +175,85 @@ TEST(PullTrackerResnet50, EveryVersionCompletesExactlyWhenItsLastChunkLands) {
   EXPECT_EQ(tracker.memory_bytes(), memory);
 }
 
+// Half-precision tensors beside float32 ones, ResNet-50's shapes: every
+// chunk of a version (2-byte elements for bfloat16 and float16, a chunk
+// carrying 704 of them at MTU 1500) lands at its element's byte in the
+// trainer's buffer, each tensor completes with its last chunk, and a chunk
+// cut for float32 is refused by its length.
+TEST(PullTrackerDtypes, TwoByteElementsArePlacedAtTheirElements) {
+  std::vector<agg::TensorDecl> decls = resnet50();
+  const wire::Dtype cycle[] = {wire::Dtype::kBFloat16, wire::Dtype::kFloat16,
+                               wire::Dtype::kFloat32};
+  std::vector<std::vector<std::byte>> buffers;
+  buffers.reserve(decls.size());
+  TensorTable table;
+  for (size_t t = 0; t < decls.size(); ++t) {
+    const wire::Dtype d = cycle[t % 3];
+    buffers.emplace_back(decls[t].elements * wire::element_bytes(d), std::byte{0xee});
+    table.declare(decls[t].name, d, buffers.back());
+  }
+  table.freeze(2, kChunkBytes1500);
+  PullTracker tracker(table, {.window = 2, .first_version = 3});
+  // Element e of block `key` at version v: a 16- or 32-bit pattern from
+  // (key, e, v), so a misplaced byte shows.
+  auto pattern = [](uint32_t key, uint64_t e, uint32_t v) {
+    return static_cast<uint32_t>((key * 2654435761u) ^ (e * 40503u) ^ (v << 28));
+  };
+  std::mt19937 rng(9);
+  for (uint32_t version = 3; version < 5; ++version) {
+    struct Feed {
+      uint32_t key, offset;
+      std::vector<std::byte> payload;
+    };
+    std::vector<Feed> feed;
+    for (TensorId id = 0; id < table.tensors(); ++id) {
+      for (const BlockGeometry& p : table.blocks(id)) {
+        const uint32_t size = wire::element_bytes(p.dtype);
+        for (uint32_t j = 0; j < p.chunks; ++j) {
+          const uint32_t offset = j * kChunkBytes1500;
+          const auto bytes =
+              static_cast<uint32_t>(std::min<uint64_t>(kChunkBytes1500, p.bytes() - offset));
+          Feed f{p.key, offset, std::vector<std::byte>(bytes)};
+          for (uint32_t e = 0; e < bytes / size; ++e) {
+            const uint32_t v = pattern(p.key, offset / size + e, version);
+            std::memcpy(f.payload.data() + e * size, &v, size);
+          }
+          feed.push_back(std::move(f));
+        }
+      }
+    }
+    std::shuffle(feed.begin(), feed.end(), rng);
+    for (const Feed& f : feed) {
+      const TensorId id = *table.tensor_of_key(f.key);
+      if (table.tensor(id).dtype != wire::Dtype::kFloat32 && f.payload.size() * 2 <= 65532 &&
+          f.payload.size() == kChunkBytes1500) {
+        // The float32 length of the same chunk (twice the bytes) is not it.
+        std::vector<std::byte> twice(2 * f.payload.size());
+        EXPECT_EQ(tracker.deliver_st(f.key, f.offset, version, twice), ChunkVerdict::kBadLength);
+      }
+      ASSERT_EQ(tracker.deliver_st(f.key, f.offset, version, f.payload), ChunkVerdict::kPlaced);
+    }
+    for (TensorId id = 0; id < table.tensors(); ++id) {
+      const TensorInfo& t = table.tensor(id);
+      ASSERT_EQ(tracker.awaited_st(id), version + 1) << t.name;
+      const uint32_t size = wire::element_bytes(t.dtype);
+      for (const BlockGeometry& p : table.blocks(id)) {
+        for (uint64_t e = 0; e < p.elements; ++e) {
+          uint32_t got = 0;
+          std::memcpy(&got, t.buffer.data() + p.first_byte() + e * size, size);
+          const uint32_t want = pattern(p.key, e, version) & (size == 2 ? 0xffffu : 0xffffffffu);
+          ASSERT_EQ(got, want) << t.name << " element " << p.first_element + e;
+        }
+      }
+    }
+  }
+  const PullCounters& c = tracker.counters_st();
+  EXPECT_EQ(c.bytes_placed,
+            2 * (table.placement().shard_bytes(0) + table.placement().shard_bytes(1)));
+  EXPECT_GT(c.count(ChunkVerdict::kBadLength), 0u);
+  EXPECT_EQ(c.versions_completed, 2u * 161);
+}
+
 struct PullTrackerSmall : ::testing::Test {
   // Two tensors on two shards with a tiny chunk, so that blocks have
   // several chunks and the last one is short: a = 1000 floats (4000 B),

@@ -25,6 +25,11 @@ void TensorTable::check_frozen(std::string_view call) const {
 }
 
 TensorId TensorTable::declare(std::string_view name, std::span<float> params, int priority) {
+  return declare(name, wire::Dtype::kFloat32, std::as_writable_bytes(params), priority);
+}
+
+TensorId TensorTable::declare(std::string_view name, wire::Dtype dtype, std::span<std::byte> buffer,
+                              int priority) {
   std::lock_guard lock(mutex_);
   check_live("declare");
   if (frozen()) {
@@ -37,9 +42,22 @@ TensorId TensorTable::declare(std::string_view name, std::span<float> params, in
     throw UsageError("declare: a tensor name of " + std::to_string(name.size()) +
                      " bytes; at most " + std::to_string(agg::kMaxTensorNameBytes));
   }
-  if (params.empty()) throw UsageError("declare: tensor " + quoted(name) + " has no elements");
-  if (params.size() > agg::kMaxTensorElements) {
-    throw UsageError("declare: tensor " + quoted(name) + " has " + std::to_string(params.size()) +
+  if (!wire::is_tensor_dtype(dtype)) {
+    throw UsageError("declare: tensor " + quoted(name) + " has dtype " +
+                     std::string(wire::dtype_name(dtype)) +
+                     "; a tensor is float32, bfloat16 or float16");
+  }
+  const uint32_t size = wire::element_bytes(dtype);
+  if (buffer.size() % size != 0) {
+    throw UsageError("declare: tensor " + quoted(name) + " is " +
+                     std::string(wire::dtype_name(dtype)) + " but its buffer has " +
+                     std::to_string(buffer.size()) + " bytes, not a whole number of " +
+                     std::to_string(size) + "-byte elements");
+  }
+  const uint64_t elements = buffer.size() / size;
+  if (elements == 0) throw UsageError("declare: tensor " + quoted(name) + " has no elements");
+  if (elements > agg::kMaxTensorElements) {
+    throw UsageError("declare: tensor " + quoted(name) + " has " + std::to_string(elements) +
                      " elements; at most 2^36 (" + std::to_string(agg::kMaxTensorElements) + ")");
   }
   if (priority < -1) {
@@ -53,7 +71,12 @@ TensorId TensorTable::declare(std::string_view name, std::span<float> params, in
   const auto id = static_cast<TensorId>(tensors_.size());
   TensorInfo info;
   info.name = std::string(name);
-  info.params = params;
+  info.dtype = dtype;
+  info.buffer = buffer;
+  info.elements = elements;
+  if (dtype == wire::Dtype::kFloat32) {
+    info.params = {reinterpret_cast<float*>(buffer.data()), static_cast<size_t>(elements)};
+  }
   info.priority = priority == -1 ? static_cast<int>(id) : priority;
   tensors_.push_back(std::move(info));
   by_name_.emplace(std::string(name), id);
@@ -94,8 +117,10 @@ void TensorTable::freeze(uint32_t shards, uint32_t chunk_bytes,
   std::vector<agg::TensorDecl> decls;
   decls.reserve(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
-    decls.push_back(
-        {.name = tensors_[i].name, .elements = tensors_[i].params.size(), .priority = levels[i]});
+    decls.push_back({.name = tensors_[i].name,
+                     .elements = tensors_[i].elements,
+                     .priority = levels[i],
+                     .dtype = tensors_[i].dtype});
   }
   std::optional<agg::Placement> placement;
   try {
@@ -121,7 +146,8 @@ void TensorTable::freeze(uint32_t shards, uint32_t chunk_bytes,
                           .first_element = p.first_element,
                           .elements = p.elements,
                           .chunks = static_cast<uint32_t>(n),
-                          .first_chunk = static_cast<uint32_t>(chunks)});
+                          .first_chunk = static_cast<uint32_t>(chunks),
+                          .dtype = p.dtype});
       chunks += n;
     }
     if (chunks > UINT32_MAX) {
@@ -171,21 +197,36 @@ std::span<const BlockGeometry> TensorTable::blocks(TensorId id) const {
   return std::span<const BlockGeometry>(geometry_).subspan(t.first_block_geometry, t.blocks);
 }
 
-void TensorTable::check_size(TensorId id, size_t elements, std::string_view call) const {
+void TensorTable::check_buffer(TensorId id, wire::Dtype dtype, uint64_t elements,
+                               std::string_view call) const {
   const TensorInfo& t = checked(id, call);
-  if (elements != t.params.size()) {
+  if (dtype != t.dtype) {
+    // No conversion on the worker: half precision travels as it is.
+    throw UsageError(std::string(call) + ": tensor " + quoted(t.name) + " is " +
+                     std::string(wire::dtype_name(t.dtype)) + " but the buffer is " +
+                     std::string(wire::dtype_name(dtype)));
+  }
+  if (elements != t.elements) {
     throw UsageError(std::string(call) + ": tensor " + quoted(t.name) + " has " +
-                     std::to_string(t.params.size()) + " elements but the buffer has " +
+                     std::to_string(t.elements) + " elements but the buffer has " +
                      std::to_string(elements));
   }
 }
 
 void TensorTable::check_push(TensorId id, std::span<const float> grad) const {
-  check_size(id, grad.size(), "push");
+  check_buffer(id, wire::Dtype::kFloat32, grad.size(), "push");
 }
 
 void TensorTable::check_pull(TensorId id, std::span<const float> out) const {
-  check_size(id, out.size(), "pull");
+  check_buffer(id, wire::Dtype::kFloat32, out.size(), "pull");
+}
+
+void TensorTable::check_push(TensorId id, wire::Dtype dtype, uint64_t elements) const {
+  check_buffer(id, dtype, elements, "push");
+}
+
+void TensorTable::check_pull(TensorId id, wire::Dtype dtype, uint64_t elements) const {
+  check_buffer(id, dtype, elements, "pull");
 }
 
 const agg::Placement& TensorTable::placement() const {

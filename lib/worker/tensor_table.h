@@ -2,7 +2,8 @@
 // travel once the job's shard count and packet size are known.
 //
 // What it is for. The trainer declares every parameter tensor once
-// (declare(name, params, priority)); the worker then freezes the table with
+// (declare(name, params, priority) for float32, or with a dtype and a buffer
+// of its elements for bfloat16 and float16); the worker then freezes the table with
 // the job's global shard count and chunk size, which computes the same
 // agg::Placement as every other node (blocks, keys, owning shards) and,
 // per tensor, the geometry the net core works with: its blocks (key,
@@ -21,13 +22,20 @@
 // level 63. The level is what the placement and the wire carry as the
 // tensor's priority.
 //
+// Element types. A tensor's dtype (float32, bfloat16 or float16) is what
+// its buffer holds and what travels: its pushes, the updates written into
+// its buffer and the placement are all in it (2-byte elements: half the
+// bytes, twice the elements per chunk). Nothing converts on the worker; a
+// push or pull whose buffer is of another dtype is refused.
+//
 // Misuse. Every misuse raises UsageError (a std::logic_error) whose message
 // names the call, the tensor and what was wrong: a duplicate or empty name,
-// an empty tensor, a negative priority other than -1, declare() after
-// freeze(), freeze() twice or with nothing declared, a bad shard count or
-// chunk size, an unknown id or name, a push/pull span whose size is not the
-// tensor's, geometry asked for before freeze(), and any call after
-// shutdown().
+// an empty tensor, a dtype that is not a tensor dtype or a buffer that is not
+// a whole number of its elements, a negative priority other than -1,
+// declare() after freeze(), freeze() twice or with nothing declared, a bad
+// shard count or chunk size, an unknown id or name, a push/pull buffer whose
+// dtype or element count is not the tensor's, geometry asked for before
+// freeze(), and any call after shutdown().
 //
 // Threads and costs. declare(), freeze() and shutdown() are control path:
 // they allocate, take an internal mutex (so several threads may declare at
@@ -54,6 +62,7 @@
 
 #include "agg/placement.h"
 #include "mercury/worker_errors.h"
+#include "wire/dtype.h"
 
 namespace mercury::worker {
 
@@ -68,14 +77,25 @@ struct BlockGeometry {
   uint64_t elements = 0;
   uint32_t chunks = 0;       ///< packets of chunk_bytes (the last may be shorter)
   uint32_t first_chunk = 0;  ///< index of its first chunk among the tensor's chunks
-  [[nodiscard]] uint64_t bytes() const { return elements * agg::kElementBytes; }
+  wire::Dtype dtype = wire::Dtype::kFloat32;  ///< the tensor's
+  /// Offset of its first byte in the tensor's buffer.
+  [[nodiscard]] uint64_t first_byte() const { return first_element * wire::element_bytes(dtype); }
+  /// Its bytes on the wire and in the buffer: the message's length.
+  [[nodiscard]] uint64_t bytes() const { return elements * wire::element_bytes(dtype); }
 };
 
 /// One declared tensor and, after freeze(), its geometry.
 struct TensorInfo {
   std::string name;
-  std::span<float> params;  ///< the trainer's buffer: pulled parameters land here
-  int priority = 0;         ///< as given (or the declaration index)
+  wire::Dtype dtype = wire::Dtype::kFloat32;
+  /// The trainer's buffer, elements x wire::element_bytes(dtype) bytes:
+  /// pulled parameters land here.
+  std::span<std::byte> buffer;
+  uint64_t elements = 0;
+  /// The same buffer as float32 elements, for a float32 tensor; empty for
+  /// the other dtypes.
+  std::span<float> params;
+  int priority = 0;  ///< as given (or the declaration index)
   // ---- set by freeze() ----
   uint8_t level = 0;       ///< scheduler level, < sched::kPriorityLevels
   uint32_t first_key = 0;  ///< keys first_key .. first_key + blocks - 1
@@ -90,11 +110,16 @@ class TensorTable {
   TensorTable(const TensorTable&) = delete;
   TensorTable& operator=(const TensorTable&) = delete;
 
-  /// Declares a tensor; `params` must stay valid for the table's lifetime
-  /// (received parameters are written there). `priority` >= 0, 0 = most
-  /// urgent, or -1 = the declaration index. Returns its id (declaration
+  /// Declares a float32 tensor; `params` must stay valid for the table's
+  /// lifetime (received parameters are written there). `priority` >= 0, 0 =
+  /// most urgent, or -1 = the declaration index. Returns its id (declaration
   /// index). Throws UsageError (see the file comment).
   TensorId declare(std::string_view name, std::span<float> params, int priority = -1);
+  /// Declares a tensor of `dtype` (float32, bfloat16 or float16) whose
+  /// elements are the bytes of `buffer` (little-endian, a whole number of
+  /// wire::element_bytes(dtype)); otherwise as above.
+  TensorId declare(std::string_view name, wire::Dtype dtype, std::span<std::byte> buffer,
+                   int priority = -1);
 
   /// Computes the placement on `shards` global shards with chunks of
   /// `chunk_bytes` (net::payload_per_packet(mtu); a multiple of 4 in
@@ -116,15 +141,22 @@ class TensorTable {
   [[nodiscard]] TensorId find(std::string_view name) const;
   /// The tensor's blocks in key order.
   [[nodiscard]] std::span<const BlockGeometry> blocks(TensorId id) const;
-  /// Throws UsageError unless `grad` has the tensor's element count.
+  /// Throws UsageError unless the tensor is float32 and `grad` has its
+  /// element count.
   void check_push(TensorId id, std::span<const float> grad) const;
-  /// Throws UsageError unless `out` has the tensor's element count.
+  /// Throws UsageError unless the tensor is float32 and `out` has its
+  /// element count.
   void check_pull(TensorId id, std::span<const float> out) const;
+  /// The same for a buffer of `elements` elements of `dtype`: throws
+  /// UsageError unless both are the tensor's.
+  void check_push(TensorId id, wire::Dtype dtype, uint64_t elements) const;
+  void check_pull(TensorId id, wire::Dtype dtype, uint64_t elements) const;
   [[nodiscard]] const agg::Placement& placement() const;
   /// The placement's fingerprint: the worker compares it with the server's.
   [[nodiscard]] uint64_t fingerprint() const { return placement().fingerprint(); }
-  /// The declarations as the placement saw them (priority = level): what a
-  /// worker tells the server so that both compute the same placement.
+  /// The declarations as the placement saw them (priority = level, the
+  /// dtype): what a worker tells the server so that both compute the same
+  /// placement.
   [[nodiscard]] const std::vector<agg::TensorDecl>& declarations() const;
   [[nodiscard]] uint32_t chunk_bytes() const;
   [[nodiscard]] uint32_t shards() const;
@@ -140,7 +172,7 @@ class TensorTable {
   void check_live(std::string_view call) const;
   void check_frozen(std::string_view call) const;
   const TensorInfo& checked(TensorId id, std::string_view call) const;
-  void check_size(TensorId id, size_t elements, std::string_view call) const;
+  void check_buffer(TensorId id, wire::Dtype dtype, uint64_t elements, std::string_view call) const;
 
   mutable std::mutex mutex_;  // declare/freeze/shutdown against each other
   std::atomic<bool> frozen_{false};

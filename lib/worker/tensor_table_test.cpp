@@ -242,6 +242,102 @@ TEST(TensorTableResnet50, GeometryCoversEveryByteOnce) {
   EXPECT_EQ(table.tensor(160).level, sched::kPriorityLevels - 1);
 }
 
+// A tensor's dtype is what its buffer holds and what its geometry counts:
+// 2-byte elements take half the bytes, so twice the elements per chunk.
+TEST(TensorTableDtypes, HalfPrecisionTensorsAreSizedInTheirElements) {
+  std::vector<uint16_t> w(3000);
+  std::vector<uint16_t> v(777);
+  std::vector<float> u(1000);
+  TensorTable table;
+  const auto bytes_of = [](std::vector<uint16_t>& x) {
+    return std::as_writable_bytes(std::span(x));
+  };
+  EXPECT_EQ(table.declare("w", wire::Dtype::kBFloat16, bytes_of(w)), 0u);
+  EXPECT_EQ(table.declare("v", wire::Dtype::kFloat16, bytes_of(v), 5), 1u);
+  EXPECT_EQ(table.declare("u", u), 2u);
+  table.freeze(2, kChunkBytes1500, {.max_block_bytes = 4096});
+
+  const TensorInfo& tw = table.tensor(0);
+  EXPECT_EQ(tw.dtype, wire::Dtype::kBFloat16);
+  EXPECT_EQ(tw.elements, 3000u);
+  EXPECT_EQ(tw.buffer.data(), reinterpret_cast<std::byte*>(w.data()));
+  EXPECT_EQ(tw.buffer.size(), 6000u);
+  EXPECT_TRUE(tw.params.empty());  // not float32
+  EXPECT_EQ(table.tensor(1).dtype, wire::Dtype::kFloat16);
+  EXPECT_EQ(table.tensor(2).dtype, wire::Dtype::kFloat32);
+  EXPECT_EQ(table.tensor(2).params.data(), u.data());
+  EXPECT_EQ(table.tensor(2).elements, 1000u);
+
+  // The declarations carry the dtypes, so every node places the same bytes.
+  ASSERT_EQ(table.declarations().size(), 3u);
+  EXPECT_EQ(table.declarations()[0].dtype, wire::Dtype::kBFloat16);
+  EXPECT_EQ(table.declarations()[1].dtype, wire::Dtype::kFloat16);
+  EXPECT_EQ(table.declarations()[2].dtype, wire::Dtype::kFloat32);
+  EXPECT_EQ(
+      table.fingerprint(),
+      agg::Placement::compute(table.declarations(), 2, {.max_block_bytes = 4096}).fingerprint());
+
+  for (TensorId id = 0; id < 3; ++id) {
+    const TensorInfo& t = table.tensor(id);
+    const uint32_t size = wire::element_bytes(t.dtype);
+    uint64_t element = 0;
+    uint32_t chunks = 0;
+    for (const BlockGeometry& p : table.blocks(id)) {
+      EXPECT_EQ(p.dtype, t.dtype);
+      EXPECT_EQ(p.first_element, element);
+      EXPECT_EQ(p.first_byte(), element * size);
+      EXPECT_EQ(p.bytes(), p.elements * size);
+      EXPECT_LE(p.bytes(), 4096u + 64 * size);  // split at the bytes, on 64-element boundaries
+      EXPECT_EQ(p.chunks, (p.bytes() + kChunkBytes1500 - 1) / kChunkBytes1500);
+      element += p.elements;
+      chunks += p.chunks;
+    }
+    EXPECT_EQ(element, t.elements);
+    EXPECT_EQ(chunks, t.chunks);
+  }
+  // 6000 bytes of bfloat16 (704 elements a chunk) against 4000 of float32.
+  EXPECT_EQ(table.tensor(0).blocks, 2u);
+  EXPECT_EQ(table.tensor(2).blocks, 1u);
+  EXPECT_EQ(table.tensor(0).chunks, 6u);  // blocks of 2944 and 3056 bytes: 3 chunks each
+  EXPECT_EQ(table.tensor(2).chunks, 3u);  // 4000 bytes
+
+  // A buffer of the tensor's dtype and size passes; any other is refused,
+  // naming both dtypes: nothing converts on the worker.
+  table.check_push(0, wire::Dtype::kBFloat16, 3000);
+  table.check_pull(1, wire::Dtype::kFloat16, 777);
+  table.check_push(2, u);
+  EXPECT_EQ(usage_error([&] { table.check_push(0, std::span<const float>(u)); }),
+            "push: tensor 'w' is bfloat16 but the buffer is float32");
+  EXPECT_EQ(usage_error([&] { table.check_pull(1, wire::Dtype::kBFloat16, 777); }),
+            "pull: tensor 'v' is float16 but the buffer is bfloat16");
+  EXPECT_EQ(usage_error([&] { table.check_pull(2, wire::Dtype::kFloat16, 1000); }),
+            "pull: tensor 'u' is float32 but the buffer is float16");
+  EXPECT_EQ(usage_error([&] { table.check_push(0, wire::Dtype::kBFloat16, 2999); }),
+            "push: tensor 'w' has 3000 elements but the buffer has 2999");
+}
+
+TEST_F(TensorTableMisuse, BadDtypesAndBuffersAreRefused) {
+  std::vector<std::byte> odd(7);
+  EXPECT_EQ(usage_error([&] { table.declare("h", wire::Dtype::kBFloat16, odd); }),
+            "declare: tensor 'h' is bfloat16 but its buffer has 7 bytes, not a whole number of "
+            "2-byte elements");
+  EXPECT_EQ(
+      usage_error([&] { table.declare("f", wire::Dtype::kFloat32, std::span(odd).first(6)); }),
+      "declare: tensor 'f' is float32 but its buffer has 6 bytes, not a whole number of "
+      "4-byte elements");
+  EXPECT_EQ(usage_error([&] { table.declare("b", wire::Dtype::kBytes, odd); }),
+            "declare: tensor 'b' has dtype bytes; a tensor is float32, bfloat16 or float16");
+  EXPECT_EQ(usage_error([&] { table.declare("e", wire::Dtype::kFloat16, {}); }),
+            "declare: tensor 'e' has no elements");
+  EXPECT_EQ(table.size(), 0u);
+  // A float32 tensor declared through the byte form is the same as through
+  // the float one.
+  EXPECT_EQ(table.declare("a", wire::Dtype::kFloat32, std::as_writable_bytes(std::span(a))), 0u);
+  table.freeze(1, kChunkBytes1500);
+  EXPECT_EQ(table.tensor(0).params.data(), a.data());
+  EXPECT_EQ(table.tensor(0).params.size(), a.size());
+}
+
 // Many trainer threads declare at once, then read and misuse the frozen
 // table at once: every tensor gets one id, the default priority is the id,
 // and the readers answer (or throw) consistently without locks.

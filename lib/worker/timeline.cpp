@@ -151,7 +151,7 @@ std::string Timeline::write(const TensorTable& table) const {
     }
     const TensorId t = events[i].tensor;
     const std::string args = "\"iteration\":" + std::to_string(events[i].iteration) +
-                             ",\"bytes\":" + std::to_string(table.tensor(t).params.size_bytes());
+                             ",\"bytes\":" + std::to_string(table.tensor(t).buffer.size_bytes());
     for (size_t p = 0; p + 1 < kMarks; ++p) {
       if (seen[p] && seen[p + 1] && at[p + 1] >= at[p]) {
         append_event(out, kPhase[p], rank_, kTensorRowBase + t, at[p], at[p + 1], args);

@@ -36,6 +36,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/owner.h"
 #include "worker/tensor_table.h"
 
 namespace mercury::worker {
@@ -58,6 +59,7 @@ class Timeline {
 
   /// Net core: tensor `t`'s iteration `iteration` reached `mark` now.
   void mark_st(TensorId t, uint32_t iteration, Mark mark) noexcept {
+    MERCURY_OWNED(owner_);
     if (events_.size() == events_.capacity()) {
       ++dropped_;
       return;
@@ -97,6 +99,7 @@ class Timeline {
   std::string node_;
   uint32_t rank_;
   std::vector<Event> events_;  // net core
+  base::Owner owner_;          // the net core (mark_st)
   uint64_t dropped_ = 0;       // net core
   mutable std::mutex mutex_;   // the trainer's spans and tracks
   std::vector<Span> spans_;

@@ -178,17 +178,12 @@ void start_thread(Worker::Impl& impl) {
 }  // namespace
 
 NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view node) {
-  const config::NodeConfig* me = job.find_node(node);
-  if (me == nullptr) {
-    std::string names;
-    for (const auto& n : job.nodes) names += (names.empty() ? "" : ", ") + n.name;
-    throw WorkerError(job.source + ": no node is called '" + std::string(node) +
-                      "' (nodes: " + names + ")");
+  const config::NodeConfig* me = nullptr;
+  try {
+    me = &job::worker_node(job, node);
+  } catch (const config::ConfigError& e) {
+    throw WorkerError(e.what());
   }
-  if (me->role != config::Role::kWorker) {
-    throw WorkerError(job.source + ": node '" + me->name + "' is a server, not a worker");
-  }
-  if (me->ports.empty()) throw WorkerError(job.source + ": worker '" + me->name + "' has no port");
   NetCoreConfig c;
   c.rank = me->rank;
   c.idle.mode = me->poll;
@@ -199,8 +194,7 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   c.pulls.async = c.sync != config::Sync::kBsp;
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
-    c.servers.push_back(ServerSpec{
-        {s->name, s->ipv4.value, s->udp_port, 0, static_cast<uint16_t>(s->index)}, s->shards});
+    c.servers.push_back(ServerSpec{job::peer_of(*s), s->shards});
   }
   if (c.servers.empty()) throw WorkerError(job.source + ": the job has no server");
   c.chunk_bytes = job.payload_bytes_per_packet();

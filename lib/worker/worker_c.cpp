@@ -3,11 +3,13 @@
 #include "mercury/worker_c.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "mercury/worker.h"
 #include "worker/attach.h"
@@ -77,6 +79,59 @@ int wrap(Handle h, mercury_handle** out) {
   return MERCURY_OK;
 }
 
+// mercury_worker_options grows at its end, and `size` says how much of it a
+// caller has. Without padding, every byte past the fields this library
+// knows belongs to a field of a newer header, and sizeof is where ours end.
+static_assert(std::has_unique_object_representations_v<mercury_worker_options>,
+              "mercury_worker_options has padding: make the new field 8 bytes wide");
+// The smallest layout, the first with `size` (0.4.0), ends at `timeline`:
+// fixed for good, whatever is added after it.
+constexpr size_t kOptionsFirstSize =
+    offsetof(mercury_worker_options, timeline) + sizeof(mercury_worker_options::timeline);
+// Beyond any struct of options: a size this large is not one init set.
+constexpr size_t kOptionsMaxSize = 65'536;
+
+// `what` (a size the caller gave) must be one of a layout: at least the
+// first one's and, since only init should set it, not absurdly large.
+int check_options_size(const char* what, size_t size) {
+  if (size >= kOptionsFirstSize && size <= kOptionsMaxSize) return MERCURY_OK;
+  return fail(MERCURY_E_USAGE,
+              (std::string(what) + " " + std::to_string(size) +
+               " is not the size of a mercury_worker_options (" +
+               std::to_string(kOptionsFirstSize) + " to " + std::to_string(kOptionsMaxSize) +
+               " bytes): set it with mercury_worker_options_init(&options, sizeof options)")
+                  .c_str());
+}
+
+// `whole` = the fields `caller` has, this library's defaults for the others.
+// A caller built against a newer header may have fields this library does
+// not know: refused unless they are all zero (their defaults), for a
+// newer caller's request must not be ignored.
+int read_options(const mercury_worker_options& caller, mercury_worker_options* whole) {
+  const size_t size = caller.size;
+  if (const int s = check_options_size("mercury_worker_connect: options->size", size);
+      s != MERCURY_OK) {
+    return s;
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&caller);
+  for (size_t i = sizeof(mercury_worker_options); i < size; ++i) {
+    if (bytes[i] != 0) {
+      return fail(
+          MERCURY_E_USAGE,
+          ("mercury_worker_connect: options->size is " + std::to_string(size) +
+           " but this library knows the first " + std::to_string(sizeof(mercury_worker_options)) +
+           " bytes of mercury_worker_options, and byte " + std::to_string(i) +
+           " is not zero: the caller (built against a newer mercury/worker_c.h) sets "
+           "an option this library does not have")
+              .c_str());
+    }
+  }
+  mercury_worker_options_init(whole, sizeof *whole);
+  std::memcpy(whole, &caller, std::min(size, sizeof *whole));
+  whole->size = sizeof *whole;
+  return MERCURY_OK;
+}
+
 }  // namespace
 
 namespace mercury::worker {
@@ -89,16 +144,28 @@ extern "C" {
 
 const char* mercury_last_error(void) { return g_last_error.c_str(); }
 
-void mercury_worker_options_init(mercury_worker_options* o) {
-  if (o == nullptr) return;
-  *o = mercury_worker_options{};
-  o->eal_mode = MERCURY_EAL_AUTO;
-  o->start_timeout_ms = 30'000;
-  o->idle_backoff = 1;
+int mercury_worker_options_init(mercury_worker_options* o, size_t size) {
+  if (o == nullptr) return null_argument("mercury_worker_options_init", "options");
+  if (const int s = check_options_size("mercury_worker_options_init: size", size);
+      s != MERCURY_OK) {
+    return s;
+  }
+  mercury_worker_options d{};
+  d.size = static_cast<uint32_t>(size);
+  d.eal_mode = MERCURY_EAL_AUTO;
+  d.start_timeout_ms = 30'000;
+  d.idle_backoff = 1;
+  std::memset(o, 0, size);
+  std::memcpy(o, &d, std::min(size, sizeof d));
+  g_last_error.clear();
+  return MERCURY_OK;
 }
 
-int mercury_worker_connect(const mercury_worker_options* o, mercury_worker** out) {
-  if (o == nullptr) return null_argument("mercury_worker_connect", "options");
+int mercury_worker_connect(const mercury_worker_options* caller, mercury_worker** out) {
+  if (caller == nullptr) return null_argument("mercury_worker_connect", "options");
+  mercury_worker_options whole;  // the caller's fields, this library's defaults for the others
+  if (const int s = read_options(*caller, &whole); s != MERCURY_OK) return s;
+  const mercury_worker_options* o = &whole;
   if (out == nullptr) return null_argument("mercury_worker_connect", "out");
   if (o->eal_argc != 0 && o->eal_args == nullptr) {
     return null_argument("mercury_worker_connect", "options->eal_args (eal_argc is not 0)");

@@ -33,7 +33,7 @@ nodes:
 """
 
 
-def mercury_header(version=5, job=JOB_ID, payload=b"\0\0\0\0"):
+def mercury_header(version=6, job=JOB_ID, payload=b"\0\0\0\0"):
     """A `data` packet's 64-byte header (docs/wire-format.md), then its payload."""
     # version type flags job_id sender_id priority dtype block_key msg_id msg_len offset
     # iteration param_version seq ack payload_len credit sack epoch reserved

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from scapy.all import IP, UDP, Ether, Raw, conf
 
 # lib/wire/header.h
-VERSION = 5
+VERSION = 6
 HEADER = 64
 AUTH = 24  # wire::AuthBlock: be64 counter, 16-byte tag
 DATA, ACK = 1, 3  # wire::PacketType

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "agg/half.h"
 #include "files.h"
 #include "net/frame.h"
 #include "net/mempool.h"
@@ -72,6 +73,19 @@ std::vector<std::byte> floats(uint32_t count, float first) {
   return p;
 }
 
+// `count` bfloat16 or float16 elements first, first + 0.25, ... (cycling
+// through 16 steps, so every value is exact in either type).
+std::vector<std::byte> halves(uint32_t count, float first, wire::Dtype dtype) {
+  std::vector<std::byte> p(count * 2);
+  for (uint32_t i = 0; i < count; ++i) {
+    const float v = first + static_cast<float>(i % 16) * 0.25f;
+    const uint16_t h =
+        dtype == wire::Dtype::kBFloat16 ? agg::float_to_bf16(v) : agg::float_to_fp16(v);
+    std::memcpy(p.data() + 2 * i, &h, 2);  // little-endian on the wire, as the host
+  }
+  return p;
+}
+
 void build(Sent& s) {
   s.frame.resize(std::max<size_t>(kFrameOverhead + s.payload.size(), kMinFrame));
   const Route route{kMacB, kLocalB.ip, s.dst_port};
@@ -84,7 +98,7 @@ void build(Sent& s) {
 }
 
 // A set of frames in which every header field takes distinct values, with
-// every packet type, both dtypes, each flag, empty to jumbo payloads.
+// every packet type, every dtype, each flag, empty to jumbo payloads.
 std::vector<Sent> varied_frames(uint32_t count) {
   std::vector<Sent> out;
   for (uint32_t i = 0; i < count; ++i) {
@@ -111,10 +125,16 @@ std::vector<Sent> varied_frames(uint32_t count) {
       s.payload.resize(3 + i);  // any length
       for (size_t j = 0; j < s.payload.size(); ++j) s.payload[j] = std::byte(j ^ i);
     } else {
-      h.dtype = wire::Dtype::kFloat32;
-      // Up to the largest payload of a 9000-byte MTU every few frames.
-      const uint32_t n = i % 5 == 0 ? payload_per_packet(kMaxMtu) / 4 : 1 + i * 13;
-      s.payload = floats(n, 1.5f + static_cast<float>(i));
+      // Data of each tensor dtype in turn; up to the largest payload of a
+      // 9000-byte MTU every few frames.
+      const wire::Dtype dtypes[] = {wire::Dtype::kFloat32, wire::Dtype::kBFloat16,
+                                    wire::Dtype::kFloat16};
+      h.dtype = dtypes[i / 6 % 3];
+      const uint32_t size = wire::element_bytes(h.dtype);
+      const uint32_t n = i % 5 == 0 ? payload_per_packet(kMaxMtu) / size : 1 + i * 13;
+      s.payload = h.dtype == wire::Dtype::kFloat32
+                      ? floats(n, 1.5f + static_cast<float>(i))
+                      : halves(n, 1.5f + static_cast<float>(i), h.dtype);
     }
     h.offset = h.type == wire::PacketType::kAck ? 0 : 4 * i;
     h.msg_len = h.type == wire::PacketType::kAck
@@ -308,12 +328,12 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
   const auto frames = varied_frames(24);
   record(frames);
   const char* fields[] = {
-      "mercury.version",       "mercury.type",     "mercury.flags",  "mercury.job_id",
-      "mercury.sender_id",     "mercury.priority", "mercury.dtype",  "mercury.block_key",
-      "mercury.msg_id",        "mercury.msg_len",  "mercury.offset", "mercury.iteration",
-      "mercury.param_version", "mercury.seq",      "mercury.ack",    "mercury.payload_len",
-      "mercury.epoch",         "mercury.sack",     "mercury.credit", "mercury.float_count",
-      "mercury.float",         "mercury.reject"};
+      "mercury.version",       "mercury.type",       "mercury.flags",  "mercury.job_id",
+      "mercury.sender_id",     "mercury.priority",   "mercury.dtype",  "mercury.block_key",
+      "mercury.msg_id",        "mercury.msg_len",    "mercury.offset", "mercury.iteration",
+      "mercury.param_version", "mercury.seq",        "mercury.ack",    "mercury.payload_len",
+      "mercury.epoch",         "mercury.sack",       "mercury.credit", "mercury.float_count",
+      "mercury.float",         "mercury.half_count", "mercury.half",   "mercury.reject"};
   std::string args = "-T fields -E occurrence=f";
   for (const char* f : fields) args += std::string(" -e ") + f;
   const auto table = rows(tshark(recording(), args));
@@ -346,7 +366,9 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
         std::to_string(h.epoch),
         hex64(h.sack),
         std::to_string(h.credit),
-        "",  // float_count, float: below
+        "",  // float_count, float, half_count, half: below
+        "",
+        "",
         "",
         "",  // a valid header is not rejected
     };
@@ -357,6 +379,17 @@ TEST_F(Pcap, DissectorShowsEveryFieldAsSent) {
       char b[32];
       std::snprintf(b, sizeof b, "%g", static_cast<double>(first));
       expect[20] = b;
+    }
+    if ((h.dtype == wire::Dtype::kBFloat16 || h.dtype == wire::Dtype::kFloat16) &&
+        h.payload_len > 0) {
+      expect[21] = std::to_string(h.payload_len / 2);
+      uint16_t first;
+      std::memcpy(&first, frames[i].payload.data(), 2);
+      const float value =
+          h.dtype == wire::Dtype::kBFloat16 ? agg::bf16_to_float(first) : agg::fp16_to_float(first);
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", static_cast<double>(value));
+      expect[22] = b;
     }
     for (size_t c = 0; c < expect.size(); ++c) {
       EXPECT_EQ(r[c], expect[c]) << "frame " << i << " field " << fields[c];
@@ -382,14 +415,41 @@ TEST_F(Pcap, DissectorNamesTypesDtypesAndFlagBits) {
   start.h.type = wire::PacketType::kPartitionStart;
   start.h.block_key = 9;
   build(start);
-  record({data, ack, start});
+  Sent bf16;
+  bf16.h.type = wire::PacketType::kData;
+  bf16.h.dtype = wire::Dtype::kBFloat16;
+  bf16.payload = halves(100, -3.0f, wire::Dtype::kBFloat16);
+  bf16.h.msg_len = 200;
+  build(bf16);
+  Sent fp16 = bf16;
+  fp16.h.dtype = wire::Dtype::kFloat16;
+  fp16.payload = halves(40, 0.5f, wire::Dtype::kFloat16);
+  fp16.h.msg_len = 80;
+  build(fp16);
+  record({data, ack, start, bf16, fp16});
   const std::string v = tshark(recording(), "-V");
-  for (const char* expect :
-       {"Mercury parameter-server protocol", "Type: agg_data (2)", "Data type: float32 (1)",
-        "Type: ack (3)", "Type: partition_start (6)", "Data type: bytes (0)", "= ACK valid: True",
-        "= ACK request: True", "= Retransmit: False", "= Retransmit: True", "= Slice: True",
-        "= Slice: False", "SACK: 0x00000000deadbeef", "Float32 elements: 100", "Element: 2.25",
-        "[68 more elements not shown]"}) {
+  for (const char* expect : {"Mercury parameter-server protocol",
+                             "Type: agg_data (2)",
+                             "Data type: float32 (1)",
+                             "Type: ack (3)",
+                             "Type: partition_start (6)",
+                             "Data type: bytes (0)",
+                             "Data type: bfloat16 (2)",
+                             "Data type: float16 (3)",
+                             "Half-precision elements: 100",
+                             "Half-precision elements: 40",
+                             "Element: -2.75",
+                             "Element: 0.75",
+                             "= ACK valid: True",
+                             "= ACK request: True",
+                             "= Retransmit: False",
+                             "= Retransmit: True",
+                             "= Slice: True",
+                             "= Slice: False",
+                             "SACK: 0x00000000deadbeef",
+                             "Float32 elements: 100",
+                             "Element: 2.25",
+                             "[68 more elements not shown]"}) {
     EXPECT_NE(v.find(expect), std::string::npos) << "missing \"" << expect << "\" in:\n" << v;
   }
   const std::string summary = tshark(recording(), "");
@@ -414,11 +474,23 @@ TEST_F(Pcap, DissectorRejectsWhatDecodeRejectsWithTheSameReason) {
       {"bad_type", [](wire::Header& h) { h.type = 9; }},
       {"bad_flags", [](wire::Header& h) { h.flags.set(0x0100); }},
       {"bad_dtype", [](wire::Header& h) { h.dtype = 7; }},
+      {"bad_dtype", [](wire::Header& h) { h.dtype = 4; }},  // the first past float16
       {"payload_mismatch", [](wire::Header& h) { h.payload_len.set(12); }},
       {"ack_with_payload", [](wire::Header& h) { h.type = 3; }},
       {"start_with_payload", [](wire::Header& h) { h.type = 6; }},
       {"bad_range", [](wire::Header& h) { h.msg_len.set(4); }},
       {"bad_alignment", [](wire::Header& h) { h.offset.set(2); }},
+      // Two-byte elements: an even offset is aligned, an odd one is not.
+      {"valid",
+       [](wire::Header& h) {
+         h.dtype = 2;
+         h.offset.set(10);
+       }},
+      {"bad_alignment",
+       [](wire::Header& h) {
+         h.dtype = 3;
+         h.offset.set(9);
+       }},
   };
   std::vector<Sent> frames;
   for (const Case& c : cases) {

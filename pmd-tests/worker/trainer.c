@@ -17,7 +17,7 @@ int main(void) {
   int bad = 0;
   mercury_worker* w = NULL;
   mercury_worker_options o;
-  mercury_worker_options_init(&o);
+  mercury_worker_options_init(&o, sizeof o);
   /* No job file and no node: both from the environment (MERCURY_JOB, and
    * the launcher's rank), which link_test.sh sets to a missing file. */
   bad |= expect(mercury_worker_connect(&o, &w), MERCURY_E_WORKER, "connect from the environment");

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -876,7 +877,7 @@ TEST(WorkerC, DeclareStartPushPullBarrierStatsErrors) {
   mercury_worker_destroy(w);
 
   mercury_worker_options o;
-  mercury_worker_options_init(&o);
+  mercury_worker_options_init(&o, sizeof o);
   // No job file: NULL means $MERCURY_JOB, which this test leaves unset.
   unsetenv("MERCURY_JOB");
   EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_WORKER);
@@ -900,6 +901,82 @@ TEST(WorkerC, DeclareStartPushPullBarrierStatsErrors) {
   EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_WORKER);
   EXPECT_NE(std::string(mercury_last_error()).find("/nonexistent/job.yaml"), std::string::npos)
       << mercury_last_error();
+}
+
+// mercury_worker_options carries its size: init sets it and the defaults in
+// the caller's bytes only; connect refuses a size no init set and a larger
+// (newer) struct whose fields this library lacks are not zero, and takes one
+// whose unknown fields are zero (it gets as far as reading the job file).
+TEST(WorkerC, OptionsCarryTheirSize) {
+  // The first layout with a size (0.4.0) ends at `timeline`.
+  constexpr size_t kFirst =
+      offsetof(mercury_worker_options, timeline) + sizeof(mercury_worker_options::timeline);
+  const std::string sizes = " is not the size of a mercury_worker_options (" +
+                            std::to_string(kFirst) +
+                            " to 65536 bytes): set it with "
+                            "mercury_worker_options_init(&options, sizeof options)";
+  EXPECT_EQ(mercury_worker_options_init(nullptr, sizeof(mercury_worker_options)), MERCURY_E_USAGE);
+  EXPECT_STREQ(mercury_last_error(), "mercury_worker_options_init: options is NULL");
+  mercury_worker_options o;
+  std::memset(&o, 0xab, sizeof o);
+  EXPECT_EQ(mercury_worker_options_init(&o, 8), MERCURY_E_USAGE);
+  EXPECT_EQ(mercury_last_error(), "mercury_worker_options_init: size 8" + sizes);
+  EXPECT_EQ(o.start_timeout_ms, 0xababababu);  // nothing written
+
+  ASSERT_EQ(mercury_worker_options_init(&o, sizeof o), MERCURY_OK);
+  EXPECT_EQ(o.size, sizeof o);
+  EXPECT_EQ(o.eal_mode, MERCURY_EAL_AUTO);
+  EXPECT_EQ(o.job_file, nullptr);
+  EXPECT_EQ(o.node, nullptr);
+  EXPECT_EQ(o.eal_args, nullptr);
+  EXPECT_EQ(o.eal_argc, 0u);
+  EXPECT_EQ(o.start_timeout_ms, 30'000u);
+  EXPECT_EQ(o.idle_backoff, 1);
+  EXPECT_EQ(o.timeline, nullptr);
+
+  // A struct not set by init: its size is refused before any field is read.
+  mercury_worker* w = nullptr;
+  o.job_file = "/nonexistent/job.yaml";
+  o.node = "w0";
+  o.size = 0;
+  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_USAGE);
+  EXPECT_EQ(mercury_last_error(), "mercury_worker_connect: options->size 0" + sizes);
+  o.size = 1u << 20;
+  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_USAGE);
+  EXPECT_EQ(mercury_last_error(), "mercury_worker_connect: options->size 1048576" + sizes);
+
+  // A caller built against a newer header: two fields this library lacks.
+  struct Newer {
+    mercury_worker_options known;
+    int64_t dtype;
+    const char* more;
+  } n;
+  std::memset(&n, 0xff, sizeof n);
+  ASSERT_EQ(mercury_worker_options_init(&n.known, sizeof n), MERCURY_OK);
+  EXPECT_EQ(n.known.size, sizeof n);
+  EXPECT_EQ(n.known.start_timeout_ms, 30'000u);
+  EXPECT_EQ(n.dtype, 0);  // init zeroes what it does not know
+  EXPECT_EQ(n.more, nullptr);
+  n.known.job_file = "/nonexistent/job.yaml";
+  n.known.node = "w0";
+  EXPECT_EQ(mercury_worker_connect(&n.known, &w), MERCURY_E_WORKER);  // past the options
+  EXPECT_NE(std::string(mercury_last_error()).find("/nonexistent/job.yaml"), std::string::npos)
+      << mercury_last_error();
+  const std::string newer = "mercury_worker_connect: options->size is " + std::to_string(sizeof n) +
+                            " but this library knows the first " +
+                            std::to_string(sizeof(mercury_worker_options)) +
+                            " bytes of mercury_worker_options, and byte ";
+  const std::string asks =
+      " is not zero: the caller (built against a newer mercury/worker_c.h) sets an option this "
+      "library does not have";
+  n.more = "x";
+  EXPECT_EQ(mercury_worker_connect(&n.known, &w), MERCURY_E_USAGE);
+  EXPECT_EQ(mercury_last_error(), newer + std::to_string(offsetof(Newer, more)) + asks);
+  n.more = nullptr;
+  n.dtype = 1;
+  EXPECT_EQ(mercury_worker_connect(&n.known, &w), MERCURY_E_USAGE);
+  EXPECT_EQ(mercury_last_error(), newer + std::to_string(offsetof(Newer, dtype)) + asks);
+  EXPECT_EQ(w, nullptr);
 }
 
 }  // namespace

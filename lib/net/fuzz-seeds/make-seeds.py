@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Writes the fuzz seed frames in this folder: one valid frame of each kind
-(float32 data, bytes aggregate, ack, partition start-up, ARP request)
+(float32 data, bfloat16 and float16 aggregates, bytes aggregate, ack,
+partition start-up, ARP request)
 addressed to the fuzz target's local endpoint 02:00:00:00:00:01 /
 10.0.0.1:47100, with correct IPv4 and UDP checksums. Run from this folder."""
 import struct
@@ -17,7 +18,7 @@ def csum(b):
 
 OURS = bytes([2, 0, 0, 0, 0, 1])
 PEER = bytes([2, 0, 0, 0, 0, 2])
-VERSION = 5  # wire::kVersion
+VERSION = 6  # wire::kVersion
 
 
 def frame(typ, payload, dtype=1, offset=0, msg_len=None):
@@ -39,6 +40,8 @@ def frame(typ, payload, dtype=1, offset=0, msg_len=None):
 
 
 open("data_float32", "wb").write(frame(1, bytes(range(64)) * 4 + b"\x01\x00\x00\x01"))
+open("agg_bfloat16", "wb").write(frame(2, bytes(range(100)), dtype=2, offset=1408, msg_len=4096))
+open("agg_float16", "wb").write(frame(2, bytes(range(7, 71)), dtype=3, offset=2, msg_len=66))
 open("agg_bytes", "wb").write(frame(2, b"hello mercury!!", dtype=0, offset=16, msg_len=64))
 open("ack", "wb").write(frame(3, b"", dtype=0))
 open("partition_start", "wb").write(frame(6, b"", dtype=0, msg_len=0))

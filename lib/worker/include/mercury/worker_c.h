@@ -16,7 +16,7 @@
  * must be short and must not block.
  *
  *   mercury_worker_options o;
- *   mercury_worker_options_init(&o);
+ *   mercury_worker_options_init(&o, sizeof o);
  *   o.job_file = "job.yaml"; o.node = "w0";  (or NULL: MERCURY_JOB, and the
  *                                             node from MERCURY_NODE or the
  *                                             launcher's rank, as in C++)
@@ -55,12 +55,19 @@ typedef enum mercury_eal_mode {
   MERCURY_EAL_ATTACH = 2 /* EAL is already up in this process */
 } mercury_eal_mode;
 
+/* Set it with mercury_worker_options_init, then change the fields you need.
+ * It grows at its end only and has no padding: `size` says which fields the
+ * caller has, the library takes its defaults for the others and refuses a
+ * larger struct whose fields it does not know are not all zero (a field's
+ * zero always means what the library did before the field existed). A new
+ * field goes last, 8 bytes wide (int64_t, uint64_t or a pointer). */
 typedef struct mercury_worker_options {
+  uint32_t size;               /* sizeof(mercury_worker_options) as the caller was built */
+  int eal_mode;                /* a mercury_eal_mode */
   const char* job_file;        /* the job's YAML; NULL or "": $MERCURY_JOB */
   const char* node;            /* this worker's node name; NULL or "": from the launcher */
   const char* const* eal_args; /* extra EAL arguments: eal_argc non-NULL strings, */
   size_t eal_argc;             /* or NULL with eal_argc 0 (else MERCURY_E_USAGE)  */
-  int eal_mode;                /* a mercury_eal_mode */
   uint32_t start_timeout_ms;   /* default 30000 */
   int idle_backoff;            /* default 1: the job file's poll mode; 0: busy polling */
   const char* timeline;        /* NULL (default): $MERCURY_TIMELINE; else a directory */
@@ -74,9 +81,16 @@ typedef void (*mercury_callback)(void* context, int status, const char* error);
  * Valid until the next call on this thread. */
 const char* mercury_last_error(void);
 
-void mercury_worker_options_init(mercury_worker_options* options);
+/* Sets the defaults in the first `size` bytes of *options (`size` is
+ * sizeof(mercury_worker_options) as the caller was built; bytes of fields
+ * this library does not have are zeroed) and options->size = size.
+ * MERCURY_E_USAGE for NULL or a size below the smallest layout (56 bytes
+ * on 64-bit platforms) or above 65536. */
+int mercury_worker_options_init(mercury_worker_options* options, size_t size);
 
-/* Connects (see Worker's constructor). On success *out is the worker. */
+/* Connects (see Worker's constructor). On success *out is the worker.
+ * Reads options->size bytes: MERCURY_E_USAGE if size is below the smallest
+ * layout or if a field this library does not have is not zero. */
 int mercury_worker_connect(const mercury_worker_options* options, mercury_worker** out);
 /* Shuts down (if not done) and frees the worker. NULL is accepted. */
 void mercury_worker_destroy(mercury_worker* worker);
