@@ -12,6 +12,7 @@ SlurmdParameters=config_overrides), so 5 tasks fit on 2 CPUs; tasks run as
 root with no CPU binding (task/none) and are tracked by process
 (proctrack/linuxproc), so no cgroup is needed.
 """
+import atexit
 import os
 import shutil
 import signal
@@ -58,6 +59,9 @@ class SlurmCluster:
 
     def __enter__(self):
         self.dir = tempfile.mkdtemp(prefix=self.prefix)
+        # Also stopped when the test ends by an exception that skips its
+        # teardown (stop_on_sigterm() turns SIGTERM into one).
+        atexit.register(self.stop)
         try:
             self._start()
         except BaseException:
@@ -165,7 +169,7 @@ PartitionName=mercury Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Ov
 
     def stop(self):
         """Cancels every job, then stops the daemons (SIGTERM, then SIGKILL
-        after 10 s) and removes the directory."""
+        after 10 s) and removes the directory. Idempotent."""
         if self.env is not None and self.procs.get("slurmctld") is not None and \
                 self.procs["slurmctld"].poll() is None:
             try:
@@ -190,3 +194,12 @@ PartitionName=mercury Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Ov
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+def stop_on_sigterm():
+    """SIGTERM (meson's timeout, a CI runner stopping) raises
+    KeyboardInterrupt, so that finally blocks and atexit (SlurmCluster.stop)
+    run before the process ends."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, interrupt)

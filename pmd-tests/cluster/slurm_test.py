@@ -63,8 +63,11 @@ class Slurm(unittest.TestCase):
             f.write("#!/bin/bash\nset -euo pipefail\n" + body)
         os.chmod(script, 0o755)
         out = os.path.join(self.work, name + ".out")
+        # Slurm ends a job that hangs (--time, minutes) before the test's own
+        # timeout, and that one comes before meson's: the teardown always runs.
         r = self.slurm.run(["sbatch", "--wait", f"--ntasks={ntasks}", f"--job-name={name}",
-                            f"--output={out}", "--chdir", self.work, script], check=False)
+                            "--time=4", f"--output={out}", "--chdir", self.work, script],
+                           check=False, timeout=300)
         text = ""
         if os.path.exists(out):
             with open(out) as f:
@@ -189,7 +192,8 @@ srun --ntasks=3 --multi-prog {job}.conf
                         "--workers-per-host", "4", "--cpus", "2", "--name", "size", "--output",
                         job], check=True, capture_output=True)
         r = self.slurm.run(["srun", "--ntasks=3", os.path.join(BUILD, "apps", "ps-server"),
-                            "--check"], check=False, env=dict(self.slurm.env, MERCURY_JOB=job))
+                            "--check"], check=False, timeout=120,
+                           env=dict(self.slurm.env, MERCURY_JOB=job))
         self.assertNotEqual(r.returncode, 0)
         out = r.stdout + r.stderr
         for rank in range(3):
@@ -205,4 +209,5 @@ if __name__ == "__main__":
         # .ci/setup installs slurm-wlm and munge; only a machine without them skips.
         print("SKIP: no " + ", ".join(missing) + " (Debian's slurm-wlm and munge)")
         sys.exit(77)
+    slurm_cluster.stop_on_sigterm()
     unittest.main(argv=[sys.argv[0]], verbosity=2)
