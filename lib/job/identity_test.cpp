@@ -202,6 +202,11 @@ TEST(Identity, IdentifyReadsTheProcessEnvironment) {
   const int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
   close(fd);
+  // Removed however the test ends (an exception from identify() included).
+  struct Remove {
+    const char* path;
+    ~Remove() { std::remove(path); }
+  } remove_file{path};
   { std::ofstream(path) << kOneServer; }
   setenv("MERCURY_JOB", path, 1);
   setenv("SLURM_PROCID", "2", 1);
@@ -217,7 +222,6 @@ TEST(Identity, IdentifyReadsTheProcessEnvironment) {
   unsetenv("SLURM_PROCID");
   unsetenv("SLURM_NTASKS");
   EXPECT_THROW(identify("", "", kWorker, process_environment()), config::ConfigError);
-  std::remove(path);
 }
 
 }  // namespace
