@@ -10,9 +10,10 @@
 //
 // Limit ("limit_sum"): reduce_sum() of the same four buffers into a fifth,
 // as one contiguous stream each (the best case for the memory system): the
-// rate at which this core can read gradient. Every variant reports GB/s of
-// gradient consumed (4 x 102 MB per iteration), in CPU time (on a shared
-// 2-core machine the wall clock also counts time descheduled).
+// rate at which this core can read gradient (bench::limit_sum, which
+// server/server_bench holds a whole server node against too). Every variant
+// reports GB/s of gradient consumed (4 x 102 MB per iteration), in CPU time
+// (on a shared 2-core machine the wall clock also counts time descheduled).
 //
 // Variants: sgd, sum_only, momentum, adam (the table, AVX-512 kernel);
 // sgd_portable (the table with the intrinsic-free kernel); sgd_jumbo (the
@@ -39,8 +40,6 @@
 //   agg_bench --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +52,7 @@
 
 #include "agg/chunk_table.h"
 #include "agg/half.h"
+#include "memory_limit.h"
 #include "ratio_reporter.h"
 
 namespace mercury::agg {
@@ -69,23 +69,10 @@ class NullSink final : public ChunkSink {
   uint64_t bytes = 0;
 };
 
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-using Floats = std::unique_ptr<float[], FreeDeleter>;
-
-// Contributions live in DPDK mbufs, which sit in hugepages: back the
-// benchmark's buffers with (transparent) 2 MB pages as well, so neither side
-// of the ratio is measuring 4 KB-page TLB misses.
-Floats huge_floats(uint64_t elements) {
-  constexpr uint64_t kHuge = 2u << 20;
-  const uint64_t bytes = (elements * sizeof(float) + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-  madvise(p, bytes, MADV_HUGEPAGE);  // a hint; fine if refused
-  std::memset(p, 0, bytes);
-  return Floats(static_cast<float*>(p));
-}
+// Contributions live in DPDK mbufs, which sit in hugepages: the benchmark's
+// buffers are on 2 MB pages as well (bench::huge_floats).
+using bench::Floats;
+using bench::huge_floats;
 
 struct ChunkRef {
   uint32_t key, offset, bytes;
@@ -199,7 +186,7 @@ void BM_LimitSum(benchmark::State& state, bool cached, uint64_t counted) {
   }
   const uint64_t elements = set_bytes(w, cached) / 4;
   for (auto _ : state) {
-    reduce_sum(Simd::kAuto, src, kWorkers, elements, w.sum_out.get());
+    bench::limit_sum(src, kWorkers, elements * 4, w.sum_out.get());
     benchmark::ClobberMemory();
   }
   set_rate(state, elements * counted);

@@ -122,6 +122,9 @@ enum class StalenessLr : uint8_t { kInverse, kInverseSqrt, kNone };
 /// complete (Mercury), or a tensor's (a partition's, under the partition
 /// scheduler) only once all of it is (the classical PS's store-and-forward).
 enum class Aggregation : uint8_t { kChunk, kTensor };
+/// What a BSP job does when a worker is lost (`training.on_worker_loss`):
+/// end (kFail, the only mode built; the loader refuses the others).
+enum class OnWorkerLoss : uint8_t { kFail, kWait, kShrink };
 
 /// The YAML spelling of each enum value ("strict", "psplus", ...).
 std::string_view to_string(Scheduler v);
@@ -212,6 +215,8 @@ struct TrainingConfig {
   StalenessLr staleness_lr = StalenessLr::kInverse;
   /// bsp only: kTensor holds a tensor's aggregate until all of it is in.
   Aggregation aggregation = Aggregation::kChunk;
+  /// bsp only: a lost worker ends the job.
+  OnWorkerLoss on_worker_loss = OnWorkerLoss::kFail;
   Optimizer optimizer = Optimizer::kSgd;
   double learning_rate = 0.01;
   double momentum = 0.9;

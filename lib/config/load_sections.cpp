@@ -181,10 +181,10 @@ void parse_link(const Section& root, LinkConfig& link) {
 }
 
 void parse_training(const Section& root, TrainingConfig& t) {
-  Section s =
-      optional_section(root, "training",
-                       {"sync", "staleness_bound", "staleness_lr", "aggregation", "optimizer",
-                        "learning_rate", "momentum", "beta1", "beta2", "epsilon", "weight_decay"});
+  Section s = optional_section(
+      root, "training",
+      {"sync", "staleness_bound", "staleness_lr", "aggregation", "on_worker_loss", "optimizer",
+       "learning_rate", "momentum", "beta1", "beta2", "epsilon", "weight_decay"});
   const std::optional<Value> sync = s.get("sync");
   if (sync) {
     t.sync = sync->choice<Sync>(
@@ -211,10 +211,16 @@ void parse_training(const Section& root, TrainingConfig& t) {
   } else if (auto v = s.get("staleness_bound")) {
     v->fail("only used by training.sync ssp (training.sync is " + sync_name + ")");
   }
-  if (auto v = s.get("staleness_lr")) {
-    if (t.sync != Sync::kPsPlus) {
-      v->fail("only used by training.sync psplus (training.sync is " + sync_name + ")");
+  // A key of one sync mode is refused under the others.
+  auto only_with = [&](const char* key, Sync owner) -> std::optional<Value> {
+    auto v = s.get(key);
+    if (v && t.sync != owner) {
+      v->fail("only used by training.sync " + std::string(to_string(owner)) +
+              " (training.sync is " + sync_name + ")");
     }
+    return v;
+  };
+  if (auto v = only_with("staleness_lr", Sync::kPsPlus)) {
     t.staleness_lr = v->choice<StalenessLr>({{"inverse", StalenessLr::kInverse},
                                              {"inverse_sqrt", StalenessLr::kInverseSqrt},
                                              {"none", StalenessLr::kNone}});
@@ -226,6 +232,17 @@ void parse_training(const Section& root, TrainingConfig& t) {
       // An asynchronous update is one worker's gradient applied on arrival:
       // there is no tensor-wide set to wait for.
       v->fail("tensor needs training.sync bsp (training.sync is " + sync_name + ")");
+    }
+  }
+  if (auto v = only_with("on_worker_loss", Sync::kBsp)) {
+    t.on_worker_loss = v->choice<OnWorkerLoss>({{"fail", OnWorkerLoss::kFail},
+                                                {"wait", OnWorkerLoss::kWait},
+                                                {"shrink", OnWorkerLoss::kShrink}});
+    if (t.on_worker_loss != OnWorkerLoss::kFail) {
+      // Both need a rank to leave or join a running job, which the server
+      // cannot do yet (docs/server.md, "A lost worker").
+      const std::string mode = t.on_worker_loss == OnWorkerLoss::kWait ? "wait" : "shrink";
+      v->fail(mode + " is not built: a lost worker ends the job (fail is the only mode)");
     }
   }
   if (t.sync != Sync::kBsp && t.optimizer == Optimizer::kSum) {

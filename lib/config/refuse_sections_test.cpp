@@ -248,6 +248,25 @@ TEST(ConfigRefuse, SyncModesAndTheirKeys) {
   EXPECT_TRUE(refused(doc("training:\n  staleness: 0\n"), 5, "training.staleness", ""));
 }
 
+TEST(ConfigRefuse, OnWorkerLossIsFailUntilAJobCanTakeARankBack) {
+  EXPECT_EQ(load_string(doc("training:\n  sync: bsp\n")).training.on_worker_loss,
+            OnWorkerLoss::kFail);
+  EXPECT_EQ(load_string(doc("training:\n  on_worker_loss: fail\n")).training.on_worker_loss,
+            OnWorkerLoss::kFail);
+  for (const char* mode : {"wait", "shrink"}) {
+    EXPECT_TRUE(refused(
+        doc(std::string("training:\n  sync: bsp\n  on_worker_loss: ") + mode + "\n"), 6,
+        "training.on_worker_loss",
+        std::string(mode) + " is not built: a lost worker ends the job (fail is the only mode)"))
+        << mode;
+  }
+  EXPECT_TRUE(refused(doc("training:\n  on_worker_loss: linger\n"), 5, "training.on_worker_loss",
+                      "is not one of"));
+  EXPECT_TRUE(refused(doc("training:\n  sync: asp\n  on_worker_loss: fail\n"), 6,
+                      "training.on_worker_loss",
+                      "only used by training.sync bsp (training.sync is asp)"));
+}
+
 TEST(ConfigRefuse, Aggregation) {
   EXPECT_EQ(load_string(doc("training:\n  sync: bsp\n")).training.aggregation, Aggregation::kChunk);
   EXPECT_EQ(load_string(doc("training:\n  aggregation: tensor\n")).training.aggregation,

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "net/checksum.h"
+
 namespace mercury::net {
 
 namespace {
@@ -16,7 +18,11 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 }  // namespace
 
 MemoryPort::MemoryPort(const LocalAddr& local, const MemoryPortOptions& options)
-    : local_(local), mtu_(options.mtu) {
+    : local_(local),
+      mtu_(options.mtu),
+      tx_mode_(options.udp_checksum ? ChecksumMode::kSoftware : ChecksumMode::kNone),
+      verify_udp_(options.udp_checksum),
+      tx_by_reference_(options.tx_by_reference) {
   if (options.mtu < 576 || options.mtu > kMaxMtu) {
     throw std::invalid_argument("memory port: mtu must be 576.." + std::to_string(kMaxMtu));
   }
@@ -30,7 +36,7 @@ MemoryPort::MemoryPort(const LocalAddr& local, const MemoryPortOptions& options)
   buffers_.resize(options.buffers);
   free_.reserve(options.buffers);
   for (uint32_t i = 0; i < options.buffers; ++i) {
-    buffers_[i] = Buffer{this, base + size_t{i} * frame_capacity_, 0, 0};
+    buffers_[i] = Buffer{this, base + size_t{i} * frame_capacity_, 0, 0, nullptr, 0};
     free_.push_back(&buffers_[i]);
   }
   rx_.resize(options.buffers);
@@ -87,6 +93,7 @@ MemoryPort::Buffer* MemoryPort::take_buffer() {
 uint16_t MemoryPort::stage_burst_st(const TxFrame* frames, uint16_t n) {
   MERCURY_OWNED(owner_);
   uint16_t staged = 0;
+  FrameTemplate made;  // for a route without one (resolve_st always gives one)
   for (uint16_t i = 0; i < n; ++i) {
     if (staged_ == kStage) {
       ++counters_.tx_stage_full;
@@ -100,12 +107,22 @@ uint16_t MemoryPort::stage_burst_st(const TxFrame* frames, uint16_t n) {
     const TxFrame& f = frames[i];
     const std::span<std::byte> room{b->data, frame_capacity_};
     const std::span<const std::byte> payload{f.payload, f.header.payload_len};
-    const size_t len = f.route->frame.valid
-                           ? build_data_frame(room, f.route->frame, f.header, payload,
-                                              ChecksumMode::kSoftware, f.auth_block())
-                           : build_data_frame(room, local_, *f.route, f.header, payload,
-                                              ChecksumMode::kSoftware, f.auth_block());
-    b->len = static_cast<uint32_t>(len);
+    const FrameTemplate* t = &f.route->frame;
+    if (!t->valid) {
+      made = make_frame_template(local_, *f.route);
+      t = &made;
+    }
+    if (tx_by_reference_ && !payload.empty()) {
+      // The headers now; the payload when the receiver takes the frame.
+      b->len = static_cast<uint32_t>(
+          build_data_headers(room, *t, f.header, payload, tx_mode_, f.auth_block()));
+      b->ref = payload.data();
+      b->ref_len = static_cast<uint32_t>(payload.size());
+    } else {
+      b->len = static_cast<uint32_t>(
+          build_data_frame(room, *t, f.header, payload, tx_mode_, f.auth_block()));
+      b->ref = nullptr;
+    }
     stage_[staged_++] = b;
     ++staged;
   }
@@ -137,7 +154,11 @@ bool MemoryPort::filtered(const Buffer* b) const {
   if (link_.drop_if == nullptr) return false;
   wire::HeaderFields h;
   constexpr size_t kAt = kL2Len + kL3Len + kL4Len;
-  if (wire::decode({b->data + kAt, b->len - kAt}, h) != wire::Reject::kNone) return false;
+  // A frame sent by reference has its headers only: decode reads no further.
+  if (wire::decode({b->data + kAt, b->len + b->ref_len * (b->ref != nullptr) - kAt}, h) !=
+      wire::Reject::kNone) {
+    return false;
+  }
   return link_.drop_if(link_.drop_context, h);
 }
 
@@ -151,6 +172,8 @@ void MemoryPort::transmit(Buffer* b) {
   if (draw(link_.duplicate) && (dup = take_buffer()) != nullptr) {
     std::memcpy(dup->data, b->data, b->len);
     dup->len = b->len;
+    dup->ref = b->ref;
+    dup->ref_len = b->ref_len;
     ++counters_.link_duplicated;
   }
   if (held_ == nullptr && draw(link_.reorder)) {
@@ -186,8 +209,16 @@ uint16_t MemoryPort::poll_rx_st(RxPacket* out, uint16_t n, uint64_t) {
     rx_head_ = (rx_head_ + 1) % rx_.size();
     --rx_count_;
     ++counters_.rx_frames;
+    if (b->ref != nullptr) {
+      // Sent by reference: the payload comes in now, on this port's CPU, as
+      // a NIC's DMA would have written it.
+      copy_payload(b->data + b->len, b->ref, b->ref_len);
+      b->len += b->ref_len;
+      b->ref = nullptr;
+      ++counters_.rx_copied_in;
+    }
     ParsedFrame& f = out[kept].parsed;
-    parse_frame({b->data, b->len}, local_, RxChecks{}, f);
+    parse_frame({b->data, b->len}, local_, RxChecks{.verify_udp_checksum = verify_udp_}, f);
     switch (f.kind) {
       case FrameKind::kMercury:
         out[kept++].buf = reinterpret_cast<PacketBuf*>(b);
@@ -243,6 +274,7 @@ bool MemoryPort::inject_st(std::span<const std::byte> frame) {
   if (b == nullptr) return false;
   std::memcpy(b->data, frame.data(), frame.size());
   b->len = static_cast<uint32_t>(frame.size());
+  b->ref = nullptr;
   return deliver(b);
 }
 

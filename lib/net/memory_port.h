@@ -18,6 +18,22 @@
 // MemoryPort is one of these buffers: it is not an rte_mbuf. buffers_free()
 // lets a test check that nothing leaked.
 //
+// Who pays for what (MemoryPortOptions). By default a port works as a
+// software stack over net_ring does: stage_burst_st() copies each payload
+// into its frame and sums it for the UDP checksum, and poll_rx_st() verifies
+// the sum, all on the CPU of the port's caller. Two options make a port cost
+// what a NIC's does, for benchmarks that time one node (benchmarks/server):
+// `udp_checksum: false` sends a zero UDP checksum and verifies none (a NIC
+// offloads both, as Interface does with InterfaceOptions::udp_checksum), and
+// `tx_by_reference: true` stages only the headers and a reference to the
+// payload, which the receiving port copies into the frame when it takes it
+// (poll_rx_st): the copy a NIC's DMA makes, charged to the receiver's CPU,
+// not the sender's. Like a NIC reading it by DMA after tx_burst, such a
+// frame carries what its payload holds when the receiver takes it: the
+// sender must leave the payload alone until then (or accept that a frame
+// still queued carries the newer bytes, which its UDP checksum, if any,
+// then refuses).
+//
 // Threading: none; every port of a test is driven from one thread, time is
 // the `now` the caller passes. Nothing allocates after construction.
 #pragma once
@@ -53,6 +69,12 @@ struct MemoryLinkParams {
 struct MemoryPortOptions {
   uint32_t mtu = 1500;      ///< IP MTU
   uint32_t buffers = 1024;  ///< frame buffers of this port (TX), and its RX queue's length
+  /// false: UDP checksum 0 on send, none verified on receipt (a NIC's
+  /// offload; InterfaceOptions::udp_checksum). Both ends of a link must agree.
+  bool udp_checksum = true;
+  /// true: what this port sends carries its payload by reference, copied
+  /// into the frame by the receiving port's poll_rx_st (see the top).
+  bool tx_by_reference = false;
 };
 
 #define MERCURY_MEMORY_PORT_COUNTERS(X)                                  \
@@ -66,6 +88,7 @@ struct MemoryPortOptions {
   X(rx_frames, "frames taken from the RX queue")                         \
   X(rx_mercury, "valid Mercury packets handed up")                       \
   X(rx_arp, "ARP frames (ignored: routes resolve without ARP)")          \
+  X(rx_copied_in, "payloads copied in on receipt (sent by reference)")   \
   X(resolve_failed, "resolve_st for an address that is not the other end")
 
 struct MemoryPortCounters {
@@ -139,8 +162,12 @@ class MemoryPort final : public PacketPort {
   struct Buffer {
     MemoryPort* owner;
     std::byte* data;
-    uint32_t len;
+    uint32_t len;   // the bytes in `data` (the headers alone while `ref` is set)
     uint16_t mark;  // BufferOps::mark
+    // Sent by reference: the payload, still the sender's, that goes after
+    // the headers when the receiver takes the frame (null: none).
+    const std::byte* ref;
+    uint32_t ref_len;
   };
   Buffer* take_buffer();
   static void give_back(Buffer* b) { b->owner->free_.push_back(b); }
@@ -154,6 +181,9 @@ class MemoryPort final : public PacketPort {
   LocalAddr local_;
   uint32_t mtu_;
   uint32_t frame_capacity_;
+  ChecksumMode tx_mode_;
+  bool verify_udp_;
+  bool tx_by_reference_;
   MemoryPort* peer_ = nullptr;
   MemoryLinkParams link_;
   uint64_t rng_ = 1;

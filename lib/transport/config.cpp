@@ -40,6 +40,12 @@ uint32_t initial_seq(uint32_t sender_epoch, uint32_t receiver_epoch, uint32_t sa
   return mix32(mix32(sender_epoch) ^ receiver_epoch) + salt;
 }
 
+uint32_t challenge_token(uint32_t local_epoch, uint64_t n, Tick now) {
+  const uint32_t h = mix32(mix32(static_cast<uint32_t>(now) ^ static_cast<uint32_t>(n)) ^
+                           static_cast<uint32_t>(now >> 32) ^ local_epoch);
+  return kChallengeToken | h;
+}
+
 uint32_t bdp_window(uint64_t link_bits_per_sec, uint32_t base_rtt_us, uint32_t packet_bytes,
                     uint32_t floor, uint32_t ceiling) {
   if (packet_bytes == 0) return floor;
@@ -97,6 +103,12 @@ Params resolve(const Config& c) {
   p.peer_timeout = us_to_ticks(c.peer_timeout_us, c.tsc_hz);
   p.connect_timeout = us_to_ticks(c.connect_timeout_us, c.tsc_hz);
   p.ack_delay = us_to_ticks(c.ack_delay_us, c.tsc_hz);
+  if (c.challenge_timeout_us != 0 && c.challenge_timeout_us >= c.peer_timeout_us) {
+    bad("challenge_timeout_us", "must be < peer_timeout_us");
+  }
+  p.challenge_timeout = us_to_ticks(
+      c.challenge_timeout_us != 0 ? c.challenge_timeout_us : c.peer_timeout_us / 4, c.tsc_hz);
+  p.epochs_authenticated = c.epochs_authenticated;
   if (p.min_rto == 0) bad("min_rto_us", "is below one tick at tsc_hz");
   return p;
 }
@@ -131,6 +143,8 @@ std::string_view verdict_name(RxVerdict v) {
       return "bad_message";
     case RxVerdict::kAckOnly:
       return "ack_only";
+    case RxVerdict::kChallenged:
+      return "challenged";
     case RxVerdict::kCount:
       break;
   }

@@ -38,6 +38,16 @@ uint32_t initial_seq(uint32_t sender_epoch, uint32_t receiver_epoch, uint32_t sa
 // ---------------------------------------------------------------------------
 // Configuration.
 
+/// The tokens of epoch challenges (Peer) have this bit; the retransmission
+/// timer's probes (PeerSender::on_probe_sent) never do, so an answer's echo
+/// says which of the two it answers.
+inline constexpr uint32_t kChallengeToken = 0x80000000u;
+
+/// The token of the `n`th epoch challenge of a Peer of epoch `local_epoch`,
+/// begun at `now`: kChallengeToken and 31 bits mixed from the clock's, so a
+/// forger off the path cannot echo it (and end the challenge) by guessing.
+uint32_t challenge_token(uint32_t local_epoch, uint64_t n, Tick now);
+
 /// Largest window (send or receive) in packets.
 inline constexpr uint32_t kMaxWindow = 1u << 16;
 /// Largest reordering threshold (packets), adaptive or configured.
@@ -70,6 +80,17 @@ struct Config {
   /// A Peer that has not learnt its peer's epoch this long after creation is
   /// dead. 0: wait for ever (a server waiting for its workers).
   uint32_t connect_timeout_us = 0;
+  /// A packet with a newer epoch is a restart only once the peer's current
+  /// incarnation is shown gone and the new one has echoed the challenge (a
+  /// pure ACK with a token) sent to the peer's address: the current one is
+  /// gone if dead or silent this long (0: a quarter of peer_timeout), and an
+  /// epoch that never echoes is forgotten then. Meanwhile the new epoch's
+  /// packets are dropped (RxVerdict::kChallenged). Not used with
+  /// epochs_authenticated.
+  uint32_t challenge_timeout_us = 0;
+  /// Every packet the Peer sees was authenticated under the job key before
+  /// (the endpoint sets it with a key): a newer epoch is a restart at once.
+  bool epochs_authenticated = false;
 
   // Acknowledgements.
   uint32_t ack_every = 4;      ///< ack at least every k packets received
@@ -100,6 +121,8 @@ struct Params {
   Tick max_rto = 0;
   Tick peer_timeout = 0;
   Tick connect_timeout = 0;  ///< 0: none
+  Tick challenge_timeout = 0;
+  bool epochs_authenticated = false;
   Tick ack_delay = 0;
   /// The first expiry of the retransmission timer asks the peer for an
   /// answer (a pure ACK with kAckRequest and a token) instead of resending;

@@ -93,6 +93,9 @@ TEST(Counters, PeerCountersSumAndVisitBothHalves) {
   a.rx = distinct_words<ReceiverCounters>(900);
   a.probes_sent = 77;
   a.persist_probes = 5;
+  a.challenges = 11;
+  a.challenge_answers = 12;
+  a.challenged = 13;
   PeerCounters sum = a;
   sum += a;
   EXPECT_EQ(sum.tx.rtt_samples, 2 * a.tx.rtt_samples);
@@ -100,8 +103,12 @@ TEST(Counters, PeerCountersSumAndVisitBothHalves) {
   EXPECT_EQ(words(sum.rx), words(ReceiverCounters(a.rx) += a.rx));
   EXPECT_EQ(sum.probes_sent, 154u);
   EXPECT_EQ(sum.persist_probes, 10u);
+  EXPECT_EQ(sum.challenges, 22u);
+  EXPECT_EQ(sum.challenge_answers, 24u);
+  EXPECT_EQ(sum.challenged, 26u);
   const auto v = visited(a);
-  EXPECT_EQ(v.size(), kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 2);
+  EXPECT_EQ(v.size(), kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 5);
+  EXPECT_EQ(v.at("challenged"), 13u);
   EXPECT_EQ(v.at("tx_packets_sent"), a.tx.packets_sent);
   EXPECT_EQ(v.at("rx_acks_sent"), a.rx.acks_sent);
   EXPECT_EQ(v.at("probes_sent"), 77u);
@@ -146,7 +153,7 @@ TEST(Counters, EndpointPeerStatsSumCountersAndKeepGauges) {
     EXPECT_EQ(vs.at(name), kept.count(name) != 0 ? value : 2 * value) << name;
   }
   EXPECT_EQ(va.size(),
-            kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 2 + 7 + 4);
+            kSenderCounters + kSenderEstimates + sizeof(ReceiverCounters) / 8 + 5 + 7 + 4);
   EXPECT_EQ(va.at("bytes_received"), 7u);
   EXPECT_EQ(va.at("dead"), 1u);
 }

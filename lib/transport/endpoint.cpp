@@ -181,8 +181,12 @@ Endpoint::Endpoint(net::PacketPort& port, const EndpointConfig& config, const Re
                                     " have the same address");
       }
     }
-    peers_.push_back(std::make_unique<PeerState>(*this, p, s, config.transport, now,
-                                                 params.rx_messages, params.window));
+    // With a job key every packet a Peer sees was verified: a newer epoch is
+    // then proven, and a restart at once (docs/security.md).
+    Config peer_config = config.transport;
+    peer_config.epochs_authenticated = config.auth_key != nullptr;
+    peers_.push_back(std::make_unique<PeerState>(*this, p, s, peer_config, now, params.rx_messages,
+                                                 params.window));
     by_addr_.push_back(addr_key(s.ip, s.udp_port) | p);
   }
   std::sort(by_addr_.begin(), by_addr_.end());

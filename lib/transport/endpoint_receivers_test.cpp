@@ -321,6 +321,44 @@ TEST(EndpointReceivers, APacketReceiverHearsAPeerRestart) {
   EXPECT_EQ(rx.epochs, (std::vector<uint32_t>{3, 0, 4}));  // 0: where the restart was heard
 }
 
+// A pure ACK forged with a's address and a newer epoch, injected into b's
+// port while a and b exchange messages: b challenges a, a answers, and the
+// forgery changes nothing; every one of its copies is counted.
+TEST(EndpointReceivers, AForgedNewEpochChangesNothingAndIsCounted) {
+  Link l;
+  Inbox in_a, in_b;
+  Endpoint a(l.a, test::endpoint_config(3, 0, peer_at("b", kAddrB)), in_a, l.now);
+  Endpoint b(l.b, test::endpoint_config(5, 1, peer_at("a", kAddrA)), in_b, l.now);
+  Log log;
+  std::vector<std::vector<std::byte>> bodies;
+  for (uint32_t k = 0; k < 8; ++k) bodies.push_back(pattern(k, 5000));
+  send_all(a, {bodies[0]}, log);
+  ASSERT_TRUE(l.run({&a, &b}, [&] { return log.ok.size() == 1; }));
+  net::Route to_b{kAddrB.mac, kAddrB.ip, kAddrB.udp_port};
+  wire::HeaderFields h;
+  h.type = wire::PacketType::kAck;
+  h.flags = wire::flags::kAckValid;
+  h.epoch = 4;  // a's next incarnation
+  std::vector<std::byte> frame(net::kFrameOverhead + 64);
+  const size_t len =
+      net::build_data_frame(frame, kAddrA, to_b, h, {}, net::ChecksumMode::kSoftware);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(l.b.inject_st({frame.data(), len}));
+  Log after;
+  send_all(a, bodies, after, wire::PacketType::kData, 100);
+  ASSERT_TRUE(l.run({&a, &b}, [&] { return after.ok.size() == bodies.size(); }));
+  l.idle({&a, &b}, 300 * test::kMs);  // past the challenge timeout
+  constexpr auto kChallenged = static_cast<size_t>(RxVerdict::kChallenged);
+  EXPECT_EQ(b.counters_st().verdicts[kChallenged], 5u);
+  const PeerCounters pc = b.peer_stats_st(0).transport;
+  EXPECT_EQ(pc.challenges, 1u);
+  EXPECT_EQ(pc.challenge_answers, 1u);
+  EXPECT_EQ(pc.rx.peer_restarts, 0u);
+  EXPECT_EQ(in_b.abandoned, 0u);
+  EXPECT_TRUE(log.failed.empty());
+  EXPECT_TRUE(after.all_ok(bodies.size()));
+  for (uint32_t k = 0; k < bodies.size(); ++k) EXPECT_TRUE(in_b.has(100 + k, bodies[k])) << k;
+}
+
 // A valid Mercury packet from an address that is no peer: dropped, counted,
 // its buffer back to the port.
 TEST(EndpointReceivers, APacketFromNoPeerIsDroppedAndCounted) {

@@ -19,7 +19,9 @@ void Endpoint::run_timers_st(Tick now) {
     if (!ps.resolved) {
       ps.resolved = port_.resolve_st(ps.spec.ip, ps.spec.udp_port, ps.route, now);
     }
-    ps.peer.on_timer(now, ps);
+    // A challenged incarnation that never answered: the newer one is the
+    // peer now, as when a packet shows a restart (endpoint_rx.cpp).
+    if (ps.peer.on_timer(now, ps)) peer_restarted_st(ps, ps.index);
   }
 }
 

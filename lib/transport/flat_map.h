@@ -18,7 +18,8 @@
 //   static size_t hash(const Key& k);       // the map takes its low bits
 //
 // Costs. find / find_or_insert: one hash and a probe that, at the load
-// factors used here (at most 3/4), touches one or two slots; all inline.
+// factors used here (at most 3/4), touches one or two slots (find on an
+// empty map: none); all inline.
 // erase: the probe run after the slot. clear / for_each: O(capacity).
 // Threads: none; the owner's core only. Never throws or allocates after the
 // constructor, which throws std::invalid_argument on a bad size.
@@ -57,6 +58,12 @@ class FlatMap {
 
   /// The entry of `key`, or null.
   Slot* find(const Key& key) {
+    // An empty map answers without a probe: every acknowledged packet
+    // erases its key from the endpoint's lost map, which is empty while
+    // nothing is lost, and a probe into a table that the aggregation's
+    // streams have pushed out of the caches is a miss (docs/performance.md,
+    // "What one server core can carry").
+    if (size_ == 0) return nullptr;
     for (size_t i = home(key);; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.key == key) return &s;

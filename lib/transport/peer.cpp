@@ -58,7 +58,13 @@ bool Peer::ack_due(Tick now) const {
   if (connect_failed_) return false;
   if (!peer_known()) return now >= next_probe_;
   return owe_epoch_ || answer_token_ != 0 || sender_.probe_due() || receiver_.ack_due(now) ||
-         (persisting() && now >= next_persist_);
+         (persisting() && now >= next_persist_) || challenge_due(now);
+}
+
+Tick Peer::challenge_interval() const {
+  // As a probe for a lost packet would be resent, but at least four times
+  // before the incarnation is taken as gone.
+  return std::clamp(sender_.rto(), p_.min_rto, std::max(p_.min_rto, p_.challenge_timeout / 4));
 }
 
 void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
@@ -77,11 +83,17 @@ void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
     ++persist_probes_;
   }
   if (answer_token_ != 0) {
-    // The answer to the peer's timer probe: `offset` echoes its token, and
-    // the ACK below covers everything we had when we read the probe.
+    // The answer to the peer's probe or challenge: `offset` echoes its
+    // token, and the ACK below covers everything we had when we read it.
     h.flags |= wf::kAnswer;
     h.offset = answer_token_;
     answer_token_ = 0;
+  } else if (challenge_due(now)) {
+    // The epoch challenge, to the incarnation we know: only it can echo
+    // the token (a newer one's answer carries its own epoch and is dropped).
+    h.flags |= wf::kAckRequest;
+    h.offset = challenge_token_;
+    next_challenge_ = now + challenge_interval();
   } else if (peer_known() && sender_.probe_due()) {
     // Our timer's probe: where does the peer stand? (An answer cannot carry
     // one, `offset` holds the echo; it goes with the next pure ACK.)
@@ -99,9 +111,59 @@ void Peer::fill_pure_ack(Tick now, wire::HeaderFields& h) {
   }
 }
 
+bool Peer::incarnation_gone(const wire::HeaderFields& h, Tick now) {
+  if (p_.epochs_authenticated) return true;  // proven by the MAC
+  if (challenge_epoch_ == 0) {
+    // Ask the incarnation we know; until it is shown gone and the new one
+    // shown real, the new epoch's packets go nowhere (one forged packet
+    // must not end a live peer's streams, nor replace a dead one).
+    challenge_epoch_ = h.epoch;
+    challenge_token_ = challenge_token(local_epoch_, challenges_, now);
+    next_challenge_ = now;
+    challenge_deadline_ = now + p_.challenge_timeout;
+    proven_epoch_ = 0;
+    ++challenges_;
+    return false;
+  }
+  if (epoch_newer(h.epoch, challenge_epoch_)) challenge_epoch_ = h.epoch;
+  // The newer incarnation answered our challenge: it receives what we send
+  // to the peer's address, which a forger off the path does not.
+  const bool echo = h.type == wire::PacketType::kAck && (h.flags & wf::kAnswer) != 0 &&
+                    h.offset == challenge_token_;
+  if (echo && (proven_epoch_ == 0 || epoch_newer(h.epoch, proven_epoch_))) proven_epoch_ = h.epoch;
+  return h.epoch == proven_epoch_ && old_gone(now);
+}
+
+void Peer::restart_as(uint32_t epoch, Tick now, SenderSink& sink) {
+  receiver_.restart(epoch);
+  // The peer's receiver for us is fresh: what we had in flight is lost with
+  // its old incarnation, and our stream must start where it now looks.
+  restart_stream(now, FailReason::kPeerRestarted, sink);
+}
+
+void Peer::restart_stream(Tick now, FailReason why, SenderSink& sink) {
+  sender_.restart(stream_origin(), now, why, sink);
+  owe_epoch_ = true;
+  answer_token_ = 0;
+  clear_challenge();
+}
+
+void Peer::clear_challenge() {
+  challenge_epoch_ = 0;
+  challenge_token_ = 0;
+  proven_epoch_ = 0;
+}
+
 RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink) {
-  const EpochCheck ec = receiver_.observe_epoch(h.epoch);
+  EpochCheck ec = receiver_.observe_epoch(h.epoch);
   if (ec == EpochCheck::kStale) return RxResult::of(RxVerdict::kStaleEpoch, false, false);
+  if (ec == EpochCheck::kNewer) {
+    if (!incarnation_gone(h, now)) {
+      ++challenged_;  // nothing of it is believed, its ACK part neither
+      return RxResult::of(RxVerdict::kChallenged, false, false);
+    }
+    restart_as(h.epoch, now, sink);
+  }
   RxVerdict verdict = RxVerdict::kAckOnly;
   bool complete = false;
   if (h.type == wire::PacketType::kAck) {
@@ -125,11 +187,6 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
     sender_.rebase(stream_origin());
     owe_epoch_ = true;
     connect_deadline_ = 0;
-  } else if (ec == EpochCheck::kRestarted) {
-    // The peer's receiver for us is fresh: what we had in flight is lost with
-    // its old incarnation, and our stream must start where it now looks.
-    sender_.restart(stream_origin(), now, FailReason::kPeerRestarted, sink);
-    owe_epoch_ = true;
   }
   if ((h.flags & wf::kAckValid) != 0) {
     const bool was_persisting = persisting();
@@ -140,25 +197,46 @@ RxResult Peer::on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink
   }
   // After its ACK part: the answer's ACK is what the peer had at the probe.
   if (h.type == wire::PacketType::kAck && (h.flags & wf::kAnswer) != 0) {
-    sender_.on_answer(h.offset, now, sink);
+    if (challenge_epoch_ != 0 && h.offset == challenge_token_) {
+      // The incarnation we know is alive: the newer epoch was no restart.
+      ++challenge_answers_;
+      clear_challenge();
+    } else {
+      sender_.on_answer(h.offset, now, sink);
+    }
   }
-  return RxResult::of(verdict, complete, ec == EpochCheck::kRestarted);
+  return RxResult::of(verdict, complete, ec == EpochCheck::kNewer);
 }
 
-void Peer::on_timer(Tick now, SenderSink& sink) {
+bool Peer::on_timer(Tick now, SenderSink& sink) {
   sender_.on_timer(now, sink);
   if (connect_deadline_ != 0 && !peer_known() && now >= connect_deadline_) connect_failed_ = true;
+  if (challenge_epoch_ == 0 || !old_gone(now)) return false;
+  if (proven_epoch_ == 0) {
+    // Nothing at the peer's address answered for a newer epoch: forged (or
+    // every answer lost). Forget it at the timeout; its next packet asks again.
+    if (now >= challenge_deadline_) clear_challenge();
+    return false;
+  }
+  // The known incarnation is gone and the newer one answered: it is the
+  // peer from now on (it learns our epoch from the pure ACK this makes due).
+  restart_as(proven_epoch_, now, sink);
+  return true;
 }
 
 Tick Peer::next_deadline() const {
-  if (dead()) return 0;
+  const Tick challenge =
+      challenge_epoch_ != 0 ? std::max<Tick>(std::min(next_challenge_, challenge_deadline_), 1) : 0;
+  if (dead()) return challenge;  // a newer incarnation may still be shown real
   // 0 means "nothing armed" in every source.
   const auto earliest = [](Tick a, Tick b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); };
   if (!peer_known()) return earliest(next_probe_ == 0 ? 1 : next_probe_, connect_deadline_);
   const Tick owed = owe_epoch_ || answer_token_ != 0 || sender_.probe_due() ? 1 : 0;
   const Tick persist = persisting() ? std::max<Tick>(next_persist_, 1) : 0;
-  return earliest(earliest(earliest(sender_.next_deadline(), receiver_.ack_deadline()), owed),
-                  persist);
+  return earliest(
+      earliest(earliest(earliest(sender_.next_deadline(), receiver_.ack_deadline()), owed),
+               persist),
+      challenge);
 }
 
 void Peer::reincarnate(uint32_t new_local_epoch, Tick now, SenderSink& sink) {
@@ -167,9 +245,7 @@ void Peer::reincarnate(uint32_t new_local_epoch, Tick now, SenderSink& sink) {
   }
   local_epoch_ = new_local_epoch;
   receiver_.reincarnate(local_epoch_);
-  sender_.restart(stream_origin(), now, FailReason::kReset, sink);
-  owe_epoch_ = true;
-  answer_token_ = 0;
+  restart_stream(now, FailReason::kReset, sink);
   connect_failed_ = false;
 }
 

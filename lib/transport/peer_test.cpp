@@ -47,6 +47,20 @@ wire::HeaderFields pure_ack(Endpoint& from, Tick now) {
   return over_the_wire(h);
 }
 
+// A's pending challenge reaches `to` (a newer incarnation of A's peer), and
+// its answer reaches A; returns that answer.
+wire::HeaderFields answer_challenge(Endpoint& a, Endpoint& to, Tick now) {
+  EXPECT_TRUE(a.peer.ack_due(now));
+  const wire::HeaderFields challenge = pure_ack(a, now);
+  EXPECT_NE(challenge.offset & kChallengeToken, 0u);
+  to.peer.on_packet(challenge, now, to.sink);
+  EXPECT_TRUE(to.peer.ack_due(now));
+  const wire::HeaderFields answer = pure_ack(to, now);
+  EXPECT_NE(answer.flags & wire::flags::kAnswer, 0);
+  EXPECT_EQ(answer.offset, challenge.offset);
+  return answer;
+}
+
 // Runs the probe exchange between fresh endpoints a and b.
 void handshake(Endpoint& a, Endpoint& b, Tick now) {
   for (int i = 0; i < 4 && (a.peer.ack_due(now) || b.peer.ack_due(now)); ++i) {
@@ -155,7 +169,19 @@ TEST(Peer, APeerRestartFailsPendingAndRestartsTheStream) {
   for (uint32_t i = 0; i < 3; ++i) in_flight.push_back(send_data(a, i, 10 * kUs));
   const wire::HeaderFields old_b = send_data(b, 9, 10 * kUs);
   Endpoint b2(6, 1 * kMs);
-  handshake(a, b2, 1 * kMs);
+  // B2's probe: A challenges old B (which is gone) and drops the probe. The
+  // challenge reaches B2, whose answer shows it real, but not yet old B gone.
+  EXPECT_EQ(a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink).verdict,
+            RxVerdict::kChallenged);
+  const wire::HeaderFields answer = answer_challenge(a, b2, 1 * kMs);
+  EXPECT_EQ(a.peer.on_packet(answer, 1 * kMs, a.sink).verdict, RxVerdict::kChallenged);
+  EXPECT_TRUE(a.sink.failed.empty());
+  // Old B silent for the challenge timeout (a quarter of the peer timeout):
+  // it is gone, and B2 the peer.
+  EXPECT_FALSE(a.peer.on_timer(250 * kMs, a.sink));
+  EXPECT_TRUE(a.peer.on_timer(251 * kMs, a.sink));
+  EXPECT_FALSE(a.peer.challenging());
+  handshake(a, b2, 251 * kMs);
   ASSERT_EQ(a.sink.failed.size(), 3u);
   for (const auto& f : a.sink.failed) EXPECT_EQ(f.why, FailReason::kPeerRestarted);
   EXPECT_EQ(a.peer.peer_epoch(), 6u);
@@ -200,14 +226,206 @@ TEST(Peer, ADeadPeerCanBeReachedAgainByReincarnating) {
   EXPECT_TRUE(a.sink.failed.empty());  // nothing was left pending
   EXPECT_FALSE(a.peer.dead());
   ASSERT_TRUE(a.peer.can_send());
-  const RxResult r = b.peer.on_packet(send_data(a, 5, 2'000 * kMs), 2'000 * kMs, b.sink);
-  EXPECT_TRUE(r.peer_restarted);
-  EXPECT_EQ(r.verdict, RxVerdict::kNew);
+  // B challenges A's old incarnation: A's answer carries its new epoch, so
+  // it is no answer of the old one, which is gone.
+  const wire::HeaderFields first = send_data(a, 5, 2'000 * kMs);
+  EXPECT_EQ(b.peer.on_packet(first, 2'000 * kMs, b.sink).verdict, RxVerdict::kChallenged);
   ASSERT_TRUE(b.peer.ack_due(2'000 * kMs));
-  a.peer.on_packet(pure_ack(b, 2'000 * kMs), 2'001 * kMs, a.sink);
+  a.peer.on_packet(pure_ack(b, 2'000 * kMs), 2'000 * kMs, a.sink);
+  ASSERT_TRUE(a.peer.ack_due(2'000 * kMs));
+  const wire::HeaderFields answer = pure_ack(a, 2'000 * kMs);
+  EXPECT_NE(answer.flags & wf::kAnswer, 0);
+  EXPECT_EQ(b.peer.on_packet(answer, 2'000 * kMs, b.sink).verdict, RxVerdict::kChallenged);
+  EXPECT_TRUE(b.peer.on_timer(2'251 * kMs, b.sink));
+  const RxResult r = b.peer.on_packet(first, 2'252 * kMs, b.sink);  // A's resend of it
+  EXPECT_EQ(r.verdict, RxVerdict::kNew);
+  ASSERT_TRUE(b.peer.ack_due(2'252 * kMs));
+  a.peer.on_packet(pure_ack(b, 2'252 * kMs), 2'253 * kMs, a.sink);
   ASSERT_EQ(a.sink.acked.size(), 1u);
   EXPECT_EQ(a.sink.acked[0], slice_of(5));
   EXPECT_THROW(a.peer.reincarnate(2, 0, a.sink), std::invalid_argument);
+}
+
+// One packet with the peer's address and a newer epoch (a forged ACK, with
+// no key to refuse it) must not end a live peer's streams: the Peer asks
+// the incarnation it knows, drops the new epoch's packets until it answers,
+// and both streams go on as if nothing had come.
+TEST(Peer, ANewerEpochIsChallengedAndALiveIncarnationKeepsItsStreams) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  const wire::HeaderFields in_flight = send_data(a, 0, 10 * kUs);
+  wire::HeaderFields forged = pure_ack(b, 10 * kUs);
+  forged.epoch = 6;
+  for (int i = 0; i < 3; ++i) {
+    const RxResult r = a.peer.on_packet(forged, 20 * kUs, a.sink);
+    EXPECT_EQ(r.verdict, RxVerdict::kChallenged);
+    EXPECT_FALSE(r.peer_restarted);
+  }
+  EXPECT_TRUE(a.peer.challenging());
+  EXPECT_EQ(a.peer.counters().challenges, 1u);
+  EXPECT_EQ(a.peer.counters().challenged, 3u);
+  EXPECT_EQ(a.peer.peer_epoch(), 5u);
+  ASSERT_TRUE(a.peer.ack_due(20 * kUs));
+  const wire::HeaderFields challenge = pure_ack(a, 20 * kUs);
+  EXPECT_EQ(challenge.epoch, 1u);
+  EXPECT_NE(challenge.flags & wf::kAckRequest, 0);
+  EXPECT_NE(challenge.offset & kChallengeToken, 0u);
+  // B is alive: it answers, echoing the token.
+  b.peer.on_packet(in_flight, 30 * kUs, b.sink);
+  b.peer.on_packet(challenge, 30 * kUs, b.sink);
+  const wire::HeaderFields answer = pure_ack(b, 30 * kUs);
+  EXPECT_NE(answer.flags & wf::kAnswer, 0);
+  EXPECT_EQ(answer.offset, challenge.offset);
+  EXPECT_EQ(a.peer.on_packet(answer, 40 * kUs, a.sink).verdict, RxVerdict::kAckOnly);
+  EXPECT_FALSE(a.peer.challenging());
+  EXPECT_EQ(a.peer.counters().challenge_answers, 1u);
+  // The answer's ACK counted; nothing failed, no restart, past the deadline too.
+  ASSERT_EQ(a.sink.acked.size(), 1u);
+  EXPECT_FALSE(a.peer.on_timer(500 * kMs, a.sink));
+  EXPECT_TRUE(a.sink.failed.empty());
+  EXPECT_EQ(a.peer.counters().rx.peer_restarts, 0u);
+  EXPECT_EQ(a.peer.peer_epoch(), 5u);
+  EXPECT_EQ(a.peer.on_packet(send_data(b, 1, 501 * kMs), 501 * kMs, a.sink).verdict,
+            RxVerdict::kNew);
+  EXPECT_EQ(b.peer.on_packet(send_data(a, 2, 501 * kMs), 501 * kMs, b.sink).verdict,
+            RxVerdict::kNew);
+  // The forged epoch again: a new challenge with a token of its own. An echo
+  // of the first token (an answer forged from an old one) ends nothing; B's
+  // answer to this one does.
+  EXPECT_EQ(a.peer.on_packet(forged, 502 * kMs, a.sink).verdict, RxVerdict::kChallenged);
+  EXPECT_EQ(a.peer.counters().challenges, 2u);
+  ASSERT_TRUE(a.peer.ack_due(502 * kMs));
+  const wire::HeaderFields again = pure_ack(a, 502 * kMs);
+  EXPECT_NE(again.offset & kChallengeToken, 0u);
+  EXPECT_NE(again.offset, challenge.offset);
+  a.peer.on_packet(answer, 503 * kMs, a.sink);
+  EXPECT_TRUE(a.peer.challenging());
+  b.peer.on_packet(again, 503 * kMs, b.sink);
+  a.peer.on_packet(pure_ack(b, 503 * kMs), 503 * kMs, a.sink);
+  EXPECT_FALSE(a.peer.challenging());
+  EXPECT_EQ(a.peer.counters().challenge_answers, 2u);
+}
+
+// An unanswered challenge is repeated (the incarnation may only have lost
+// it) until the challenge timeout, then the newer epoch is the peer if it
+// answered one (here the last before the timeout).
+TEST(Peer, AChallengeIsRepeatedUntilTheTimeout) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  Endpoint b2(6, 1 * kMs);
+  a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink);
+  std::vector<Tick> challenges;
+  bool restarted = false;
+  Tick at = 0;
+  for (Tick now = 1 * kMs; now <= 300 * kMs && !restarted; now += 100 * kUs) {
+    restarted = a.peer.on_timer(now, a.sink);
+    at = now;
+    if (!restarted && a.peer.ack_due(now)) {
+      const wire::HeaderFields h = pure_ack(a, now);
+      if ((h.offset & kChallengeToken) == 0) continue;
+      challenges.push_back(now);
+      if (now >= 200 * kMs) {
+        b2.peer.on_packet(h, now, b2.sink);
+        a.peer.on_packet(pure_ack(b2, now), now, a.sink);
+      }
+    }
+  }
+  ASSERT_TRUE(restarted);
+  EXPECT_EQ(at, 251 * kMs);  // the timeout, not B2's answer
+  EXPECT_EQ(a.peer.peer_epoch(), 6u);
+  // Every RTO (5 ms before a sample, backing off), at most a quarter of the timeout apart.
+  ASSERT_GE(challenges.size(), 4u);
+  EXPECT_EQ(challenges[0], 1 * kMs);
+  for (size_t i = 1; i < challenges.size(); ++i) {
+    EXPECT_LE(challenges[i] - challenges[i - 1], 250 * kMs / 4 + 100 * kUs);
+  }
+  EXPECT_EQ(a.peer.counters().challenges, 1u);
+  EXPECT_EQ(a.peer.counters().challenge_answers, 0u);
+  EXPECT_EQ(a.peer.counters().rx.peer_restarts, 1u);
+}
+
+// A newer epoch nothing at the peer's address answers for (a forged packet)
+// replaces nothing, even once the known incarnation is gone: at the timeout
+// the challenge is forgotten, and a later packet of it asks again.
+TEST(Peer, ANewerEpochThatNeverAnswersIsForgotten) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  wire::HeaderFields forged = pure_ack(b, 1 * kMs);
+  forged.epoch = 6;
+  EXPECT_EQ(a.peer.on_packet(forged, 1 * kMs, a.sink).verdict, RxVerdict::kChallenged);
+  for (Tick now = 1 * kMs; now <= 300 * kMs; now += 1 * kMs) {
+    EXPECT_FALSE(a.peer.on_timer(now, a.sink)) << now;
+    if (a.peer.ack_due(now)) pure_ack(a, now);  // to old B, silent
+  }
+  EXPECT_FALSE(a.peer.challenging());
+  EXPECT_EQ(a.peer.peer_epoch(), 5u);
+  EXPECT_EQ(a.peer.counters().rx.peer_restarts, 0u);
+  EXPECT_EQ(a.peer.on_packet(forged, 301 * kMs, a.sink).verdict, RxVerdict::kChallenged);
+  EXPECT_EQ(a.peer.counters().challenges, 2u);
+}
+
+// With a job key every packet was verified before the Peer sees it: a newer
+// epoch is a restart at once. A peer declared dead is replaced as soon as
+// the newer incarnation answers the challenge, even by an older epoch than
+// a forged one seen meanwhile.
+TEST(Peer, AnAuthenticatedOrADeadIncarnationIsReplacedAtOnce) {
+  Config c = test::test_config();
+  c.epochs_authenticated = true;
+  Endpoint a(1, 0, c), b(5, 0);
+  handshake(a, b, 0);
+  send_data(a, 0, 10 * kUs);
+  Endpoint b2(6, 1 * kMs);
+  const RxResult r = a.peer.on_packet(pure_ack(b2, 1 * kMs), 1 * kMs, a.sink);
+  EXPECT_TRUE(r.peer_restarted);
+  EXPECT_EQ(a.peer.counters().challenges, 0u);
+  ASSERT_EQ(a.sink.failed.size(), 1u);
+
+  Endpoint x(1, 0), y(5, 0);
+  handshake(x, y, 0);
+  send_data(x, 0, 10 * kUs);
+  for (Tick now = 0; now <= 1'100 * kMs && !x.peer.dead(); now += 1 * kMs) {
+    x.peer.on_timer(now, x.sink);
+    x.sink.lost.clear();
+  }
+  ASSERT_TRUE(x.peer.dead());
+  wire::HeaderFields forged = pure_ack(y, 1'200 * kMs);
+  forged.epoch = 0x40000000;  // far newer than any real restart
+  EXPECT_EQ(x.peer.on_packet(forged, 1'200 * kMs, x.sink).verdict, RxVerdict::kChallenged);
+  Endpoint y2(7, 1'200 * kMs);
+  EXPECT_EQ(x.peer.on_packet(pure_ack(y2, 1'200 * kMs), 1'200 * kMs, x.sink).verdict,
+            RxVerdict::kChallenged);
+  const wire::HeaderFields answer = answer_challenge(x, y2, 1'201 * kMs);
+  EXPECT_TRUE(x.peer.on_packet(answer, 1'201 * kMs, x.sink).peer_restarted);
+  EXPECT_FALSE(x.peer.dead());
+  EXPECT_EQ(x.peer.peer_epoch(), 7u);
+  EXPECT_EQ(x.peer.counters().challenges, 1u);
+  // The forgery again: y2 answers the challenge it makes.
+  EXPECT_EQ(x.peer.on_packet(forged, 1'202 * kMs, x.sink).verdict, RxVerdict::kChallenged);
+  x.peer.on_packet(answer_challenge(x, y2, 1'202 * kMs), 1'202 * kMs, x.sink);
+  EXPECT_FALSE(x.peer.challenging());
+  EXPECT_EQ(x.peer.peer_epoch(), 7u);
+}
+
+// A peer declared dead while its incarnation is challenged: gone, at once.
+TEST(Peer, AChallengedIncarnationDeclaredDeadIsReplaced) {
+  Endpoint a(1, 0), b(5, 0);
+  handshake(a, b, 0);
+  send_data(a, 0, 10 * kUs);
+  Endpoint b2(6, 900 * kMs);
+  bool restarted = false;
+  Tick at = 0;
+  for (Tick now = 0; now <= 1'100 * kMs && !restarted; now += 1 * kMs) {
+    if (now == 900 * kMs) {
+      a.peer.on_packet(pure_ack(b2, now), now, a.sink);
+      a.peer.on_packet(answer_challenge(a, b2, now), now, a.sink);
+    }
+    restarted = a.peer.on_timer(now, a.sink);
+    at = now;
+    a.sink.lost.clear();
+  }
+  ASSERT_TRUE(restarted);
+  EXPECT_LT(at, 900 * kMs + 250 * kMs);  // the death, not the challenge timeout
+  EXPECT_EQ(a.peer.peer_epoch(), 6u);
 }
 
 TEST(Peer, ATimerExpiryAsksThePeerAndAnAnswerOfEverythingResendsNothing) {

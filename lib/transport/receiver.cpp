@@ -48,18 +48,19 @@ EpochCheck PeerReceiver::observe_epoch(uint32_t epoch) {
     return EpochCheck::kAdopted;
   }
   if (epoch == peer_epoch_) return EpochCheck::kCurrent;
-  if (epoch_newer(epoch, peer_epoch_)) {
-    // The peer restarted: its old stream and every message in it are gone.
-    counters_.messages_abandoned += msgs_.size();
-    reset_messages();
-    synced_ = false;
-    forget_owed_ack();
-    peer_epoch_ = epoch;
-    ++counters_.peer_restarts;
-    return EpochCheck::kRestarted;
-  }
+  if (epoch_newer(epoch, peer_epoch_)) return EpochCheck::kNewer;
   ++counters_.stale_epoch;
   return EpochCheck::kStale;
+}
+
+void PeerReceiver::restart(uint32_t epoch) {
+  // The peer restarted: its old stream and every message in it are gone.
+  counters_.messages_abandoned += msgs_.size();
+  reset_messages();
+  synced_ = false;
+  forget_owed_ack();
+  peer_epoch_ = epoch;
+  ++counters_.peer_restarts;
 }
 
 void PeerReceiver::reset_messages() { msgs_.clear(); }
@@ -129,9 +130,11 @@ void PeerReceiver::duplicate(const wire::HeaderFields& h, bool history_known) {
 
 RxResult PeerReceiver::on_data(const wire::HeaderFields& h, Tick now) {
   const EpochCheck ec = observe_epoch(h.epoch);
+  // Alone (without a Peer's challenge), a newer epoch is a restart.
+  if (ec == EpochCheck::kNewer) restart(h.epoch);
   bool complete = false;
   const RxVerdict v = ec == EpochCheck::kStale ? RxVerdict::kStaleEpoch : accept(h, now, complete);
-  return RxResult::of(v, complete, ec == EpochCheck::kRestarted);
+  return RxResult::of(v, complete, ec == EpochCheck::kNewer);
 }
 
 RxVerdict PeerReceiver::accept(const wire::HeaderFields& h, Tick now, bool& message_complete) {

@@ -32,6 +32,7 @@ enum class RxVerdict : uint8_t {
   kMessageTableFull,  ///< no room to track another message in progress: drop, not acked
   kBadMessage,        ///< contradicts the message in progress (msg_len, byte count): drop
   kAckOnly,           ///< a pure ACK (Peer::on_packet): nothing to place
+  kChallenged,        ///< a newer epoch, its peer's incarnation challenged: drop
   kCount,
 };
 inline constexpr size_t kRxVerdictCount = static_cast<size_t>(RxVerdict::kCount);
@@ -43,9 +44,10 @@ struct RxResult {
   /// now been placed). Reported exactly once per message. Never for a packet
   /// carrying wire::flags::kSlice: slices get no message accounting.
   bool message_complete = false;
-  /// The peer came back with a newer epoch: every message in progress from
-  /// it was abandoned (the glue frees their buffers). Peer also restarts the
-  /// send stream towards it.
+  /// The peer came back with a newer epoch, and its old incarnation is gone
+  /// (Peer: the challenge): every message in progress from it was abandoned
+  /// (the glue frees their buffers). Peer also restarts the send stream
+  /// towards it.
   bool peer_restarted = false;
   uint8_t reserved = 0;  ///< makes the result one 32-bit word (of())
 
@@ -64,10 +66,10 @@ static_assert(sizeof(RxResult) == 4 && std::is_trivially_copyable_v<RxResult>);
 
 /// How a packet's epoch relates to what the receiver knows of its peer.
 enum class EpochCheck : uint8_t {
-  kCurrent,    ///< the known incarnation
-  kAdopted,    ///< first packet ever from this peer: now known
-  kRestarted,  ///< a newer incarnation: receive state reset
-  kStale,      ///< an older incarnation (or the invalid epoch 0): drop
+  kCurrent,  ///< the known incarnation
+  kAdopted,  ///< first packet ever from this peer: now known
+  kNewer,    ///< a newer incarnation: nothing changed yet (Peer decides: restart())
+  kStale,    ///< an older incarnation (or the invalid epoch 0): drop
 };
 
 #define MERCURY_RECEIVER_COUNTERS(X)                                                      \
@@ -107,12 +109,16 @@ class PeerReceiver {
   PeerReceiver(const Params& params, uint32_t local_epoch, uint32_t peer_epoch = 0);
 
   /// Checks a packet's epoch against the peer's known incarnation, adopting
-  /// the first one seen and resetting on a newer one. on_data() calls it; call
-  /// it yourself for pure ACKs. Counts stale epochs.
+  /// the first one seen. A newer one changes nothing (the caller restarts,
+  /// or not). Peer::on_packet calls it before on_data(). Counts stale epochs.
   EpochCheck observe_epoch(uint32_t epoch);
+  /// The peer restarted as `epoch` (newer than the known one): its old
+  /// stream and every message in progress from it are dropped.
+  void restart(uint32_t epoch);
 
-  /// A data, aggregated-data or control packet from the peer, already decoded
-  /// and validated by wire::decode.
+  /// A data, aggregated-data or control packet from the peer of the known
+  /// epoch (observe_epoch() said kCurrent or kAdopted, or restart() took
+  /// it), already decoded and validated by wire::decode.
   RxResult on_data(const wire::HeaderFields& h, Tick now);
 
   /// An acknowledgement should go out now (as a pure ACK unless data to the

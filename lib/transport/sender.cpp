@@ -392,7 +392,8 @@ AckResult PeerSender::on_ack(uint32_t cum_ack, uint64_t sack, Tick now, SenderSi
 
 uint32_t PeerSender::on_probe_sent(Tick /*now*/) {
   probe_due_ = false;
-  if (++last_token_ == 0) last_token_ = 1;  // 0 means "no token" on the wire
+  // 0 means "no token" on the wire; tokens with kChallengeToken are the Peer's.
+  if (++last_token_ >= kChallengeToken) last_token_ = 1;
   probe_token_ = last_token_;
   probe_order_ = next_tx_order_;  // every later transmission orders after the probe
   return probe_token_;

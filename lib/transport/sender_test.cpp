@@ -7,6 +7,8 @@
 #include <map>
 #include <random>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "transport/sender_test_util.h"
@@ -87,6 +89,22 @@ TEST(Keepalive, AnEighthOfThePeerTimeout) {
   Config c = test::test_config();
   c.peer_timeout_us = 1'500'000;
   EXPECT_EQ(keepalive_interval(c), Tick{187'500} * (c.tsc_hz / 1'000'000));
+}
+
+TEST(ChallengeTimeout, AQuarterOfThePeerTimeoutOrBelowIt) {
+  Config c = test::test_config();
+  c.peer_timeout_us = 1'500'000;
+  const Tick us = c.tsc_hz / 1'000'000;
+  EXPECT_EQ(resolve(c).challenge_timeout, Tick{375'000} * us);
+  c.challenge_timeout_us = 100'000;
+  EXPECT_EQ(resolve(c).challenge_timeout, Tick{100'000} * us);
+  c.challenge_timeout_us = 1'500'000;
+  try {
+    resolve(c);
+    ADD_FAILURE() << "a challenge timeout of the peer timeout was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("challenge_timeout_us"), std::string::npos) << e.what();
+  }
 }
 
 TEST(PeerSender, NumbersPacketsAndStopsAtTheWindow) {

@@ -51,23 +51,32 @@ namespace mercury::transport {
 struct PeerCounters {
   SenderCounters tx;
   ReceiverCounters rx;
-  uint64_t probes_sent = 0;     ///< pure ACKs sent without an ACK, to announce our epoch
-  uint64_t persist_probes = 0;  ///< pure ACKs asking for the peer's credit (it had stopped us)
+  uint64_t probes_sent = 0;        ///< pure ACKs sent without an ACK, to announce our epoch
+  uint64_t persist_probes = 0;     ///< pure ACKs asking for the peer's credit (it had stopped us)
+  uint64_t challenges = 0;         ///< newer epochs challenged (the current incarnation asked)
+  uint64_t challenge_answers = 0;  ///< ... that it answered: no restart (a forged epoch)
+  uint64_t challenged = 0;         ///< packets of a challenged epoch dropped (kChallenged)
 
   /// f(prefix, name, value): the sender's fields as tx_<name>, the
-  /// receiver's as rx_<name>, then probes_sent and persist_probes.
+  /// receiver's as rx_<name>, then the Peer's own.
   template <class F>
   void for_each(F&& f) const {
     tx.for_each([&](std::string_view, std::string_view name, uint64_t v) { f("tx_", name, v); });
     rx.for_each([&](std::string_view, std::string_view name, uint64_t v) { f("rx_", name, v); });
     f(std::string_view{}, std::string_view{"probes_sent"}, probes_sent);
     f(std::string_view{}, std::string_view{"persist_probes"}, persist_probes);
+    f(std::string_view{}, std::string_view{"challenges"}, challenges);
+    f(std::string_view{}, std::string_view{"challenge_answers"}, challenge_answers);
+    f(std::string_view{}, std::string_view{"challenged"}, challenged);
   }
   PeerCounters& operator+=(const PeerCounters& o) {
     tx += o.tx;
     rx += o.rx;
     probes_sent += o.probes_sent;
     persist_probes += o.persist_probes;
+    challenges += o.challenges;
+    challenge_answers += o.challenge_answers;
+    challenged += o.challenged;
     return *this;
   }
 };
@@ -80,8 +89,15 @@ struct PeerCounters {
 ///    but asks for probes (ack_due(); a probe is a kAck packet without
 ///    kAckValid, it carries our epoch), backing off from initial_rto to
 ///    max_rto; any packet from the peer teaches us its epoch;
-///  * when the peer comes back with a newer epoch, everything pending for it
-///    fails with kPeerRestarted and a new stream starts keyed to that epoch.
+///  * a newer epoch is a restart only once the current incarnation is shown
+///    gone and the new one real (unless epochs_authenticated): the Peer
+///    challenges the peer's address (a pure ACK with kAckRequest and a
+///    token, as TCP answers a suspicious RST with a challenge ACK, RFC 5961)
+///    and drops the new epoch's packets (kChallenged) until the current
+///    incarnation answers (no restart), or it is dead or silent for
+///    challenge_timeout and the new one has echoed the token;
+///  * then everything pending for the peer fails with kPeerRestarted and a
+///    new stream starts keyed to the new epoch.
 class Peer {
  public:
   /// Control path. `local_epoch` is our incarnation (non-zero; a restarted
@@ -123,8 +139,11 @@ class Peer {
   /// part (if kAckValid and the epoch is not stale) after its data part.
   RxResult on_packet(const wire::HeaderFields& h, Tick now, SenderSink& sink);
 
-  /// Slow work: RTO and liveness (see PeerSender::on_timer), connect timeout.
-  void on_timer(Tick now, SenderSink& sink);
+  /// Slow work: RTO and liveness (see PeerSender::on_timer), connect
+  /// timeout, the epoch challenge. True when the peer restarted in this call
+  /// (its challenged incarnation never answered, or died): the glue does
+  /// what RxResult::peer_restarted asks.
+  bool on_timer(Tick now, SenderSink& sink);
   /// When on_timer() or ack_due() next has work (for an idle back-off): 0 if
   /// nothing is armed; a time not after `now` means at once.
   Tick next_deadline() const;
@@ -146,8 +165,11 @@ class Peer {
   uint32_t peer_epoch() const { return receiver_.peer_epoch(); }
   const PeerSender& sender() const { return sender_; }
   const PeerReceiver& receiver() const { return receiver_; }
+  /// A newer epoch waits for the current incarnation's answer.
+  bool challenging() const { return challenge_epoch_ != 0; }
   PeerCounters counters() const {
-    return {sender_.counters(), receiver_.counters(), probes_sent_, persist_probes_};
+    return {sender_.counters(), receiver_.counters(), probes_sent_, persist_probes_,
+            challenges_,        challenge_answers_,   challenged_};
   }
 
  private:
@@ -158,6 +180,21 @@ class Peer {
   bool persisting() const {
     return sender_.credit_exhausted() && sender_.outstanding() == 0 && peer_known();
   }
+  // A packet `h` of a newer epoch: true if it is the peer now (proven by the
+  // MAC, or the known incarnation gone and h's answered our challenge);
+  // otherwise starts or goes on challenging.
+  bool incarnation_gone(const wire::HeaderFields& h, Tick now);
+  // The known incarnation is gone: dead, or silent to the challenge.
+  bool old_gone(Tick now) const { return sender_.dead() || now >= challenge_deadline_; }
+  void clear_challenge();
+  // The peer is `epoch` from now on: its old stream is dropped, ours restarts.
+  void restart_as(uint32_t epoch, Tick now, SenderSink& sink);
+  // A new stream to the peer (what was pending fails with `why`), our epoch
+  // owed, no answer or challenge pending.
+  void restart_stream(Tick now, FailReason why, SenderSink& sink);
+  bool challenge_due(Tick now) const { return challenge_epoch_ != 0 && now >= next_challenge_; }
+  // Between two challenges while unanswered.
+  Tick challenge_interval() const;
 
   Params p_;
   uint32_t local_epoch_;
@@ -170,8 +207,20 @@ class Peer {
   Tick connect_deadline_;  // 0: none
   Tick next_persist_ = 0;  // the next persist probe, while persisting()
   bool connect_failed_ = false;
+  // The epoch challenge: the newest epoch waiting (0: none), the token the
+  // known incarnation must echo (and a newer one, to be believed), when it
+  // is due again, and when an unanswered challenge takes the known
+  // incarnation as gone.
+  uint32_t challenge_epoch_ = 0;
+  uint32_t challenge_token_ = 0;
+  uint32_t proven_epoch_ = 0;  // the newest epoch that echoed the token (0: none)
+  Tick next_challenge_ = 0;
+  Tick challenge_deadline_ = 0;
   uint64_t probes_sent_ = 0;
   uint64_t persist_probes_ = 0;
+  uint64_t challenges_ = 0;
+  uint64_t challenge_answers_ = 0;
+  uint64_t challenged_ = 0;
 };
 
 }  // namespace mercury::transport

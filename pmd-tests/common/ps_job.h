@@ -260,7 +260,10 @@ struct JobOptions {
   uint32_t server_max_messages = 1 << 17;  ///< per server endpoint (descriptors and ingress)
   double round_limit_s = 60;  ///< a round that takes longer fails, with the transport's state
   uint32_t server_peer_timeout_ms = 20'000;  ///< the server gives up on a silent worker after this
-  std::set<uint32_t> raw_ranks;              ///< ranks that are RawPeers, not workers
+  /// A worker's new epoch is a restart once its old incarnation leaves the
+  /// server's challenge unanswered this long (0: a quarter of the above).
+  uint32_t server_challenge_timeout_ms = 0;
+  std::set<uint32_t> raw_ranks;     ///< ranks that are RawPeers, not workers
   uint32_t unit_chunks = 0;         ///< store-and-forward unit (ServerNodeConfig::unit_chunks)
   agg::PlacementOptions placement;  ///< how every node cuts the tensors into blocks
   /// The model as rank r read it (default: everyone the same).
@@ -333,6 +336,7 @@ class Job {
       sc.endpoint = pmdtest::endpoint_config(static_cast<uint16_t>(3 + s), static_cast<uint16_t>(s),
                                              {}, kJobEndpoint);
       sc.endpoint.transport.peer_timeout_us = uint64_t{o.server_peer_timeout_ms} * 1000;
+      sc.endpoint.transport.challenge_timeout_us = uint64_t{o.server_challenge_timeout_ms} * 1000;
       sc.endpoint.max_messages = o.server_max_messages;
       sc.endpoint.ingress_capacity = o.server_max_messages;
       if (s == 0) sc.shard_lcores = o.shard_lcores;

@@ -11,6 +11,10 @@
 #      whose floats are all 1e30, and pure ACKs of the worker's next epoch
 #      (a restart the server must not believe);
 #   3. those ACKs without the auth flag and block (auth_missing).
+# With --no-key (pmd_ps_hosts_forged_epoch: the job does not sign) it sends
+# only packets of the worker's next epoch, without an auth block: pure ACKs
+# and gradient packets of 1e30s. The server must challenge the worker, which
+# answers, and drop every one of them (verdict_challenged).
 # Every packet is built the way Mercury signs (lib/transport/auth.cpp): the
 # MAC key is HKDF-SHA256(key, salt "mercury", info "mercury packet mac"), the
 # nonce (sender id, receiver id, counter), everything additional data. With
@@ -19,7 +23,8 @@
 # the forged tags fail because of their key alone, not their form.
 #
 # Prints one line per step; the last is "attacker: sent replayed=R
-# forged_data=D forged_ack_mac=A forged_ack_bare=B", which the test compares
+# forged_data=D forged_ack_mac=A forged_ack_bare=B" (with --no-key "attacker:
+# sent forged_epoch_ack=A forged_epoch_data=D"), which the test compares
 # with the server's drop counters. Exits non-zero (with the reason) if it
 # cannot capture what it needs in time.
 #
@@ -107,6 +112,8 @@ def main():
     ap.add_argument("--server-id", type=int, required=True,
                     help="the server's node index in the job file (the nonce's receiver)")
     ap.add_argument("--job-key", help="the job's key file: only to check this script's GMAC")
+    ap.add_argument("--no-key", action="store_true",
+                    help="the job does not sign: send only unsigned packets of a next epoch")
     ap.add_argument("--data", type=int, default=24, help="gradient packets to capture")
     ap.add_argument("--other", type=int, default=8, help="other packets to capture (first seen)")
     ap.add_argument("--forge", type=int, default=16, help="packets of each forged kind")
@@ -148,10 +155,13 @@ def main():
             data.append(f)
         elif f.type != DATA and len(other) < a.other:
             other.append(f)
-            if f.counter is not None:
+            if f.counter is not None and not a.no_key:
                 send(f.raw)
     listen.close()
     captured = other + data
+    if a.no_key:
+        say(f"captured {len(captured)} packets ({len(data)} gradient, {len(other)} other)")
+        return forge_next_epoch(a, out, send, data)
     say(f"captured {len(captured)} packets ({len(data)} gradient, {len(other)} other:"
         f" types {[f.type for f in other]}); replayed the {len(other)} other at once")
     unsigned = [f for f in captured if f.counter is None]
@@ -206,15 +216,7 @@ def main():
         send(forged(f.header, poison, fresh + i))
         sent_data += 1
 
-    # A pure ACK of the worker's next incarnation: believed, it would make the
-    # server restart its stream to the worker (what it had in flight failed)
-    # and refuse the real worker's packets as of a stale epoch.
-    ack = bytearray(base.header)
-    ack[OFF_TYPE] = ACK
-    ack[OFF_DTYPE] = 0
-    struct.pack_into(">IIIIII", ack, 12, 0, 0, 0, 0, 0, 0)  # block_key .. param_version
-    struct.pack_into(">H", ack, OFF_PAYLOAD_LEN, 0)
-    struct.pack_into(">I", ack, OFF_EPOCH, epoch % 0xFFFFFFFF + 1)  # never 0
+    ack = next_epoch_ack(base)
     struct.pack_into(">H", ack, OFF_FLAGS, ACK_VALID | AUTH_FLAG)
     sent_ack_mac = 0
     for i in range(a.forge):
@@ -228,6 +230,51 @@ def main():
     out.close()
     say(f"sent replayed={len(captured)} forged_data={sent_data} forged_ack_mac={sent_ack_mac}"
         f" forged_ack_bare={sent_ack_bare}")
+    return 0
+
+
+def next_epoch_ack(base):
+    """The header of a pure ACK of the worker's next incarnation, from one of
+    its data packets: believed, it would make the server restart its stream to
+    the worker (what it had in flight failed) and refuse the real worker's
+    packets as of a stale epoch."""
+    ack = bytearray(base.header)
+    ack[OFF_TYPE] = ACK
+    ack[OFF_DTYPE] = 0
+    struct.pack_into(">IIIIII", ack, 12, 0, 0, 0, 0, 0, 0)  # block_key .. param_version
+    struct.pack_into(">H", ack, OFF_PAYLOAD_LEN, 0)
+    struct.pack_into(">I", ack, OFF_EPOCH, base.epoch % 0xFFFFFFFF + 1)  # never 0
+    return ack
+
+
+def forge_next_epoch(a, out, send, data):
+    """Without a key: unsigned packets as from the worker, of its next epoch
+    (pure ACKs, then gradients of 1e30s). Each must be dropped while the
+    worker answers the server's challenge."""
+    signed = [f for f in data if f.counter is not None]
+    if signed:
+        say(f"{len(signed)} of the captured packets carry an AuthBlock: the job signs")
+        return 1
+    base = data[-1]
+    say(f"the worker is node {base.sender}, epoch {base.epoch}, UDP port {base.sport}")
+
+    def frame(mercury):
+        return (Ether(src=base.src_mac, dst=base.dst_mac) /
+                IP(src=a.worker_ip, dst=a.server_ip, ttl=64, flags="DF") /
+                UDP(sport=base.sport, dport=base.dport) / Raw(mercury))
+
+    ack = next_epoch_ack(base)
+    struct.pack_into(">H", ack, OFF_FLAGS, ACK_VALID)
+    for _ in range(a.forge):
+        send(frame(bytes(ack)))
+    for i in range(a.forge):
+        f = data[i % len(data)]
+        header = bytearray(f.header)
+        struct.pack_into(">I", header, OFF_EPOCH, f.epoch % 0xFFFFFFFF + 1)
+        floats = len(f.payload) // 4
+        send(frame(bytes(header) + struct.pack(f"<{floats}f", *([1e30] * floats))))
+    out.close()
+    say(f"sent forged_epoch_ack={a.forge} forged_epoch_data={a.forge}")
     return 0
 
 

@@ -314,14 +314,17 @@ TEST(PsControl, ALostWorkerEndsTheJobForEveryRank) {
 // A worker whose process dies mid-job and comes straight back, long before
 // the server's liveness check would name it (peer timeout 20 s here): the
 // new process has the same rank, port and job file and a new transport
-// epoch, which the server's endpoint sees on its first packet. A job does
-// not take a rank back: the server ends it for every rank, naming the
-// restart. The others' pending push_pulls fail with the server's text, and
-// so do their later calls; the new process's start fails with it instead of
+// epoch, which the server's endpoint takes as a restart once the old
+// process leaves its challenge unanswered (200 ms here). A job does not
+// take a rank back: the server ends it for every rank, naming the restart.
+// The others' pending push_pulls fail with the server's text, and so do
+// their later calls; the new process's start fails with it instead of
 // waiting for a version 0 that would never come. Within a second of the
 // restart.
 TEST(PsControl, ARestartedWorkerEndsTheJobForEveryRank) {
-  Job job(JobOptions{});
+  JobOptions o;
+  o.server_challenge_timeout_ms = 200;
+  Job job(o);
   std::vector<std::vector<float>> reference = job.start();
   std::mt19937 rng(7);
   ASSERT_EQ(job.round(0, reference, rng), "");
@@ -381,6 +384,8 @@ TEST(PsControl, ARestartedWorkerEndsTheJobForEveryRank) {
   EXPECT_EQ(c.control.workers_restarted, 1u);
   EXPECT_EQ(c.control.workers_lost, 0u);
   EXPECT_EQ(job.server().peer_totals_st().rx.peer_restarts, 1u);
+  EXPECT_EQ(job.server().peer_totals_st().challenges, 1u);
+  EXPECT_EQ(job.server().peer_totals_st().challenge_answers, 0u);
 }
 
 // A worker that stops says so (kLeave) and waits for the acknowledgement:

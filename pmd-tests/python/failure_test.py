@@ -28,10 +28,13 @@ workers over net_memif, peer timeout 1500 ms.
   EndpointUnit.APeerBackOneMillisecondLaterIsARestart, and here every attempt,
   in the second or not, must be named a restart. The peer timeout is
   10 000 ms, so that nothing could end the job before the restart is seen:
-  the server sees the new process's epoch on its first packet and ends the
-  job naming the restart. The survivor's pending call and the restarted
-  worker's start fail with the server's text within RESTART_BOUND_S of the
-  new process's start, long before the peer timeout, and every process has
+  the server sees the new process's epoch on its first packet, challenges
+  the killed incarnation (docs/transport.md, "Epochs, the probe exchange and
+  restarts"), and when that goes unanswered for a quarter of the peer
+  timeout takes the restart and ends the job naming it. The survivor's
+  pending call and the restarted worker's start fail with the server's text
+  within RESTART_BOUND_S of the new process's start, long before the peer
+  timeout, and every process has
   exited (the server with status 2, the refused job's) within EXIT_BOUND_S
   of the first error.
 
@@ -72,8 +75,9 @@ EPOCH_SLACK_S = 0.05
 # and w0 waits in its barrier (between rounds), or both are in their loops.
 RESTART_SETTLE_S = 0.1
 # From the new process's start() to its refusal and the survivor's error (the
-# server sees the restart on the first packet; 2 CPUs, 3 busy processes).
-RESTART_BOUND_S = 1.0
+# server's challenge to the killed incarnation, unanswered for a quarter of
+# the peer timeout; then 2 CPUs, 3 busy processes).
+RESTART_BOUND_S = RESTART_TIMEOUT_MS / 4 / 1000 + 1.0
 # From the first error to every process's exit: the server's grace for a
 # refused job (1 s, docs/ps-server.md), the workers' shutdown, and this 2-CPU
 # machine's scheduling while a Python process starts (as BOUND_S).
