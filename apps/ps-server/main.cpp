@@ -1,7 +1,11 @@
 // ps-server: one parameter-server node of a job, on NIC-bound cores.
 //
-//   ps-server --config FILE [--node NAME] [--seconds N] [--stay] [--epoch N]
+//   ps-server [--config FILE] [--node NAME] [--seconds N] [--stay] [--epoch N]
 //             [--check] [-- EAL args...]
+//
+// The job file is --config's, else $MERCURY_JOB; the node --node's, else
+// $MERCURY_NODE's, else the one the launcher's rank maps to (srun, torchrun,
+// mpirun: job/identity.h), else the job's only server.
 //
 // A thin main over lib/server: reads the job file, starts EAL for this node
 // (its lcores, its ports as vdevs or PCI devices), opens its ports, builds
@@ -29,6 +33,7 @@
 #include "../common/args.h"
 #include "../common/main.h"
 #include "config/config.h"
+#include "job/identity.h"
 #include "job/job.h"
 #include "net/eal.h"
 #include "net/net_telemetry.h"
@@ -57,11 +62,13 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   apps::Args args("ps-server",
-                  "--config FILE [--node NAME] [--seconds N] [--stay] [--epoch N]\n"
+                  "[--config FILE] [--node NAME] [--seconds N] [--stay] [--epoch N]\n"
                   "                 [--check] [-- EAL args...]");
-  args.text("--config", "FILE", &o.config, "the job file (docs/config.md)", apps::Args::kRequired);
+  args.text("--config", "FILE", &o.config, "the job file (docs/config.md; default: $MERCURY_JOB)");
   args.text("--node", "NAME", &o.node,
-            "which server node of the job this process runs (default: the only one)");
+            "which server node of the job this process runs (default: $MERCURY_NODE,\n"
+            "                     the launcher's rank, or the job's only server;\n"
+            "                     docs/cluster.md)");
   args.positive("--seconds", "N", &o.seconds,
                 "stop after N seconds (default: when the job ends, or on SIGINT or SIGTERM)");
   args.flag("--stay", &o.stay,
@@ -78,8 +85,12 @@ Options parse(int argc, char** argv) {
 }
 
 int run(const Options& o) {
-  const config::JobConfig job = config::load_file(o.config);
-  const config::NodeConfig& me = job::server_node(job, o.node);
+  // The job and the node: the command line's, else the launcher's (job/identity.h).
+  const job::Environment env = job::process_environment();
+  const config::JobConfig job = config::load_file(job::job_file(o.config, env));
+  const job::NodeChoice choice =
+      job::choose_node(job, config::Role::kServer, o.node, "--node", env);
+  const config::NodeConfig& me = *choice.node;
   // Everything the node derives from the job, checked before EAL starts.
   const std::vector<server::JobWorker> workers = server::job_workers(job, me);
   server::node_config(job, me, {});
@@ -96,10 +107,13 @@ int run(const Options& o) {
     argv_text += " " + a;
     if (a.rfind("--file-prefix=", 0) == 0) prefix = a.substr(14);
   }
+  const std::string chosen = "node " + me.name + " of " + job.source + " (" + choice.how + ")";
   if (o.check) {
-    std::printf("%s\nEAL:%s\n", server::check_line(job, me).c_str(), argv_text.c_str());
+    std::printf("%s\n%s\nEAL:%s\n", server::check_line(job, me).c_str(), chosen.c_str(),
+                argv_text.c_str());
     return 0;
   }
+  std::printf("%s\n", chosen.c_str());
   if (!notice.empty()) std::printf("%s\n", notice.c_str());
 
   net::Eal eal(eal_argv);

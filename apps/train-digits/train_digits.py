@@ -11,10 +11,17 @@ with the optimizer the job file names applied by the server (mercury.torch).
 launches the job (ps-server, then one worker process per worker node, each a
 fork of this one, which loaded torch and the data once) and prints, per epoch,
 the training loss, the test accuracy, the time and the images per second, then
-a one-line verdict. The other modes:
+a one-line verdict. Started by a launcher instead (srun, torchrun, mpirun, or
+`python3 -m mercury.launch`), it is one worker of the job: the job file is
+--job's, else $MERCURY_JOB, and the node $MERCURY_NODE's or the one the
+launcher's rank maps to (docs/cluster.md), so it needs no Mercury argument:
 
-    --node wN        one worker of the job, on its own (as `python3 -m
-                     mercury.launch ... -- train_digits.py` runs it)
+    torchrun --standalone --nproc-per-node=4 apps/train-digits/train_digits.py \
+        --job config/digits.yaml      (beside a ps-server started apart)
+
+The other modes:
+
+    --node wN        one worker of the job, named
     --single         the same training in this one process with the same global
                      batches and torch's optimizer of the same kind (the
                      reference the test compares the distributed loss curve with)
@@ -73,11 +80,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_job(job: str) -> Dict:
-    import yaml
+def load_job(job: str):
+    """The job file through Mercury's C++ loader (mercury.load_job): the same
+    checks and defaults as every other process of the job."""
+    import mercury
 
-    with open(job) as f:
-        return yaml.safe_load(f)
+    return mercury.load_job(job)
 
 
 def digits() -> Tuple[np.ndarray, np.ndarray]:
@@ -364,7 +372,7 @@ def train(args, node: str = "") -> int:
 
     torch.set_num_threads(1)  # 4 trainers and a server share this machine's CPUs
     job = load_job(args.job)
-    workers = sum(1 for n in job["nodes"] if n.get("role") == "worker")
+    workers = len(job.workers)
     if args.batch % workers:
         raise SystemExit(f"train-digits: --batch {args.batch} is not a multiple of the "
                          f"{workers} workers")
@@ -382,14 +390,14 @@ def train(args, node: str = "") -> int:
         if not node or ddp:
             model.load_state_dict(checkpoint["model"])
 
-    summed = job["training"].get("optimizer") == "sum"
+    summed = job.training.get("optimizer") == "sum"
     if (args.clip or args.amp or args.local_optimizer) and not summed and (node or args.exact):
         raise SystemExit("train-digits: --clip, --amp and --local-optimizer act on the averaged "
                          "gradient: under Mercury they need training.optimizer sum (a "
                          "server-side optimizer never shows it to the trainer)")
     steps_per_epoch = (len(y) // workers) // local
     servers = not summed and ((node and not ddp) or args.exact)
-    recipe = Recipe(args, job["training"], model.parameters(), args.epochs * steps_per_epoch,
+    recipe = Recipe(args, job.training, model.parameters(), args.epochs * steps_per_epoch,
                     optimizer=summed or ddp or (not node and not args.exact), servers=servers)
     if checkpoint:
         recipe.load_state_dict(checkpoint["recipe"])
@@ -422,7 +430,7 @@ def train(args, node: str = "") -> int:
     else:
         rank, worker = 0, None
         if args.exact:
-            server = ServerArithmetic(job["training"], model.parameters(), workers)
+            server = ServerArithmetic(job.training, model.parameters(), workers)
         net = model
     rank_losses: List[List[float]] = [[] for _ in range(workers)]  # --exact
 
@@ -576,7 +584,6 @@ def launch(args) -> int:
         if args.curve:
             script += ["--curve", args.curve, "--curve-every", str(args.curve_every)]
         return launch_ddp(args, script)
-    sys.path.insert(0, str(args.python_path))
     import torch  # noqa: F401  (here, once: every worker is a fork of this process)
     from mercury.launch import run_job
 
@@ -626,8 +633,7 @@ def launch_ddp(args, script: List[str]) -> int:
     import socket
     import subprocess
 
-    job = load_job(args.job)
-    workers = sum(1 for n in job["nodes"] if n.get("role") == "worker")
+    workers = len(load_job(args.job).workers)
     with socket.socket() as s:  # a free port for gloo's rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -646,11 +652,14 @@ def launch_ddp(args, script: List[str]) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--job", default=str(ROOT / "config" / "digits.yaml"))
+    p.add_argument("--job", default=None,
+                   help="the job file (default: $MERCURY_JOB, else config/digits.yaml)")
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch", type=int, default=64, help="global batch (default 64)")
     p.add_argument("--losses", default="", help="write each process's per-step losses here")
-    p.add_argument("--node", default="", help="run as this worker of the job")
+    p.add_argument("--node", default="",
+                   help="run as this worker of the job (default under a launcher: the one its "
+                        "rank maps to)")
     p.add_argument("--single", action="store_true", help="train in this one process")
     p.add_argument("--exact", action="store_true",
                    help="with --single: the servers' arithmetic, bit for bit")
@@ -735,17 +744,30 @@ def main() -> int:
         p.error("--stop-after E needs 0 < E < --epochs")
     if args.resume and args.exact:
         p.error("--resume goes with a run that keeps a torch optimizer, not --exact")
-    if args.ddp_rank >= 0:
-        return train(args)
     build = Path(args.build)
     args.server = build / "apps" / "ps-server"
-    args.python_path = build / "lib" / "python"
+    # The build tree's mercury package, unless it is installed (pip install .).
+    if (build / "lib" / "python" / "mercury").is_dir():
+        sys.path.insert(0, str(build / "lib" / "python"))
+    import mercury
+
+    under_launcher = not args.single and not args.ddp and args.ddp_rank < 0 and \
+        (args.node or os.environ.get("MERCURY_NODE") or mercury.launcher() is not None)
+    if args.job is None:
+        args.job = os.environ.get("MERCURY_JOB") or str(ROOT / "config" / "digits.yaml")
+    if args.ddp_rank >= 0:
+        return train(args)
     if args.exact and not args.single:
         p.error("--exact goes with --single")
     if args.single:
         return train(args)
-    if args.node:
-        return train(args, args.node)
+    if under_launcher:
+        # One worker of the job: the node named, or the one the launcher's rank maps to.
+        job, node, how = mercury.identify(args.job, args.node or None)
+        args.job = job.source
+        if not args.node:
+            print(f"train-digits: worker {node} of {job.source} ({how})", flush=True)
+        return train(args, node)
     if not args.server.exists():
         p.error(f"no ps-server in {build}/apps: build first (make build) or pass --build")
     return launch(args)

@@ -32,17 +32,20 @@
 //
 // Kernels and dispatch. Each dtype has a small table of implementations
 // (HalfKernels: a widen_sum and a narrow function pointer), the portable one
-// first; half_kernels() picks one per dtype, once: the last compiled in of
-// the lists below, ordered by preference. Implementations compiled in, by
-// what the build's -march gives:
-//   bfloat16  portable | avx512 (AVX-512F/BW integer ops) | avx512_bf16
+// first, then by preference; half_kernels() takes the last. Every build
+// compiles all of them, each in a unit of its own for its instruction set
+// whatever the build's -march (half_kernels.h), and the table lists those
+// this CPU runs, read once from cpuid, so a portable build (-Dnative=false)
+// runs the AVX-512 kernels where the CPU has them:
+//   bfloat16  portable | avx512 (AVX-512F/BW/VL integer ops) | avx512_bf16
 //             (narrow with VCVTNEPS2BF16, its flush of subnormals undone;
-//             AVX-512 BF16 and DQ)
+//             AVX-512 BF16 and DQ too)
 //   float16   portable | avx512 (VCVTPH2PS/VCVTPS2PH on 512-bit registers,
-//             masked tails) | f16c (the same on 256-bit registers: the
-//             faster of the two on this machine's AMD EPYC)
+//             masked tails) | f16c (the same on 256-bit registers, AVX2 and
+//             F16C: the faster of the two on this machine's AMD EPYC)
 // The portable code is plain C++ (integer bit operations, one float add for
-// float16's subnormal rounding), any CPU.
+// float16's subnormal rounding), compiled for every set too and run at the
+// widest the CPU has (AVX-512, else AVX2, else the build's own flags).
 //
 // Threads and costs: pure functions over caller memory, any thread; no
 // allocation, locks or I/O. widen_sum reads n x 2 bytes and writes 4 bytes
@@ -62,10 +65,15 @@
 namespace mercury::agg {
 
 // ---- the scalar definitions ----
+// Always inlined: the kernels' units compile them for their instruction set,
+// and an out-of-line copy of one (external linkage) could be the copy the
+// linker keeps for every caller (half_kernels.h).
 
-inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t{h} << 16); }
+[[gnu::always_inline]] inline float bf16_to_float(uint16_t h) {
+  return std::bit_cast<float>(uint32_t{h} << 16);
+}
 
-inline uint16_t float_to_bf16(float f) {
+[[gnu::always_inline]] inline uint16_t float_to_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
   // Adding 0x7fff plus the kept part's lowest bit rounds the dropped 16 bits
@@ -74,7 +82,7 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-inline float fp16_to_float(uint16_t h) {
+[[gnu::always_inline]] inline float fp16_to_float(uint16_t h) {
   // Without branches, so that loops over it vectorise: all three cases are
   // computed and one is chosen by the exponent.
   const uint32_t sign = uint32_t{h & 0x8000u} << 16;
@@ -88,7 +96,7 @@ inline float fp16_to_float(uint16_t h) {
   return std::bit_cast<float>(sign | (exp == 0x0f800000u ? special : exp == 0 ? small : normal));
 }
 
-inline uint16_t float_to_fp16(float f) {
+[[gnu::always_inline]] inline uint16_t float_to_fp16(float f) {
   // Without branches, as fp16_to_float(): every case computed, one chosen.
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (u >> 16) & 0x8000u;
@@ -127,14 +135,14 @@ struct HalfKernels {
   NarrowFn narrow;
 };
 
-/// The implementations of `dtype`'s kernels compiled into this build, the
-/// portable one first (file comment). Empty unless dtype is kBFloat16 or
+/// The implementations of `dtype`'s kernels this CPU runs, the portable one
+/// first (file comment). Empty unless dtype is kBFloat16 or
 /// kFloat16.
 std::span<const HalfKernels> half_kernel_variants(wire::Dtype dtype);
 
 /// The implementation the chunk table uses for `dtype` (kBFloat16 or
-/// kFloat16): the portable one if `portable`, else the fastest compiled in
-/// (benchmarks/agg/agg_bench.cpp measures them; docs/agg.md). Chosen once.
+/// kFloat16): the portable one if `portable`, else the preferred one this
+/// CPU runs (benchmarks/agg/agg_bench.cpp measures them; docs/agg.md). Chosen once.
 const HalfKernels& half_kernels(wire::Dtype dtype, bool portable = false);
 
 }  // namespace mercury::agg

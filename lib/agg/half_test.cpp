@@ -1,12 +1,14 @@
-// The half-precision kernels (half.h), every implementation compiled in,
-// against an oracle that shares no code with them: a 16-bit pattern's value
-// from its fields with ldexp, and rounding to nearest even done in double
+// The half-precision kernels (half.h), every implementation this CPU runs
+// (each instruction set's unit, half_kernels.h), against an oracle that shares no code with them: a
+// 16-bit pattern's value from its fields with ldexp, and rounding to nearest even done in double
 // with nearbyint. Widening is checked on all 65 536 patterns of each type,
 // rounding on sweeps of float32 patterns that cover every exponent (so
 // subnormals, overflow and infinities) with the bits below the rounding point
 // at zero, just below, on and just above the tie; NaNs by the rule half.h
 // states.
 #include "agg/half.h"
+#include "agg/half_kernels.h"
+#include "agg/isa.h"
 
 #include <gtest/gtest.h>
 
@@ -106,9 +108,26 @@ std::vector<std::byte> to_bytes(const std::vector<uint16_t>& v, size_t misalign)
 
 const Format& format_of(Dtype d) { return d == Dtype::kBFloat16 ? kBf16 : kFp16; }
 
-// The variants this CPU's build must have: the native instructions are
-// tested wherever the build has them (this machine: AVX-512 BF16 and F16C).
-TEST(AggHalf, TheBuildHasTheVariantsItsFlagsAllow) {
+// The variants, and the portable kernels of every unit this CPU runs (what
+// another CPU's variants would be), named after their unit.
+std::vector<HalfKernels> every_kernel(Dtype d) {
+  const std::span<const HalfKernels> v = half_kernel_variants(d);
+  std::vector<HalfKernels> all(v.begin(), v.end());
+  const bool bf16 = d == Dtype::kBFloat16;
+  auto add = [&](const HalfSet& set, std::string_view name) {
+    HalfKernels k = bf16 ? set.bf16_portable : set.fp16_portable;
+    k.name = name;
+    all.push_back(k);
+  };
+  add(kHalfBaseline, "portable (the build's flags)");
+  if (cpu_isa().avx2 && cpu_isa().f16c) add(kHalfAvx2, "portable (avx2)");
+  return all;
+}
+
+// The variants this CPU must get, whatever the build's -march: the native
+// instructions are tested wherever the CPU has them (this machine: AVX-512
+// BF16 and F16C).
+TEST(AggHalf, TheVariantsAreTheOnesThisCpuRuns) {
   auto names = [](Dtype d) {
     std::string s;
     for (const HalfKernels& k : half_kernel_variants(d)) s += std::string(k.name) + " ";
@@ -118,17 +137,19 @@ TEST(AggHalf, TheBuildHasTheVariantsItsFlagsAllow) {
   EXPECT_EQ(half_kernel_variants(Dtype::kFloat16).front().name, "portable");
   EXPECT_TRUE(half_kernel_variants(Dtype::kFloat32).empty());
   EXPECT_TRUE(half_kernel_variants(Dtype::kBytes).empty());
-#if defined(__AVX512BF16__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && \
-    defined(__AVX512VL__)
-  EXPECT_NE(names(Dtype::kBFloat16).find("avx512_bf16"), std::string::npos);
-#endif
-#if defined(__F16C__) && defined(__AVX__)
-  EXPECT_NE(names(Dtype::kFloat16).find("f16c"), std::string::npos);
-#endif
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-  EXPECT_NE(names(Dtype::kBFloat16).find("avx512 "), std::string::npos);
-  EXPECT_NE(names(Dtype::kFloat16).find("avx512"), std::string::npos);
-#endif
+  const Isa& isa = cpu_isa();
+  const bool avx512 = isa.avx512f && isa.avx512bw && isa.avx512vl;
+  const bool f16c = isa.avx2 && isa.f16c;
+  EXPECT_EQ(names(Dtype::kBFloat16),
+            std::string("portable ") + (avx512 ? "avx512 " : "") +
+                (avx512 && isa.avx512bf16 && isa.avx512dq ? "avx512_bf16 " : ""));
+  EXPECT_EQ(names(Dtype::kFloat16),
+            std::string("portable ") + (avx512 ? "avx512 " : "") + (f16c ? "f16c " : ""));
+  // The portable kernels are the widest unit's.
+  const HalfSet& widest = avx512 ? kHalfAvx512 : f16c ? kHalfAvx2 : kHalfBaseline;
+  EXPECT_EQ(half_kernel_variants(Dtype::kBFloat16).front().widen_sum,
+            widest.bf16_portable.widen_sum);
+  EXPECT_EQ(half_kernel_variants(Dtype::kFloat16).front().narrow, widest.fp16_portable.narrow);
   for (const Dtype d : {Dtype::kBFloat16, Dtype::kFloat16}) {
     EXPECT_EQ(half_kernels(d, true).name, "portable") << names(d);
     EXPECT_EQ(half_kernels(d).name, half_kernel_variants(d).back().name) << names(d);
@@ -183,7 +204,7 @@ TEST(AggHalf, WideningIsExactForEveryPatternInEveryVariant) {
     std::vector<uint16_t> all(0x10000);
     for (uint32_t h = 0; h < all.size(); ++h) all[h] = static_cast<uint16_t>(h);
     const std::vector<std::byte> src = to_bytes(all, 1);
-    for (const HalfKernels& k : half_kernel_variants(d)) {
+    for (const HalfKernels& k : every_kernel(d)) {
       std::vector<float> out(all.size());
       uint64_t done = 0;
       for (uint64_t len = 1; done < all.size(); len = len * 3 % 101 + 1) {
@@ -235,7 +256,7 @@ TEST(AggHalf, WidenSumIsTheRankOrderFloat32SumInEveryVariant) {
           for (uint32_t r = 1; r < n; ++r) s = s + std::bit_cast<float>(widened(f, c[r][i]));
           want[i] = s;
         }
-        for (const HalfKernels& k : half_kernel_variants(d)) {
+        for (const HalfKernels& k : every_kernel(d)) {
           std::vector<float> out(elements + 1, 7.0f);
           k.widen_sum(src.data(), n, elements, out.data());
           for (uint64_t i = 0; i < elements; ++i) {
@@ -283,7 +304,7 @@ TEST(AggHalf, RoundingIsToNearestEvenForEveryClassInEveryVariant) {
     const std::vector<uint32_t> in = rounding_sweep(f);
     std::vector<float> src(in.size());
     std::memcpy(src.data(), in.data(), 4 * in.size());
-    for (const HalfKernels& k : half_kernel_variants(d)) {
+    for (const HalfKernels& k : every_kernel(d)) {
       // Out to an odd address, in calls of varying length.
       std::vector<std::byte> out(1 + 2 * in.size() + 2, std::byte{0x5a});
       uint64_t done = 0;
@@ -311,7 +332,7 @@ TEST(AggHalf, RoundingOfRandomPatternsInEveryVariant) {
   std::vector<float> src(in.size());
   std::memcpy(src.data(), in.data(), 4 * in.size());
   for (const Dtype d : {Dtype::kBFloat16, Dtype::kFloat16}) {
-    for (const HalfKernels& k : half_kernel_variants(d)) {
+    for (const HalfKernels& k : every_kernel(d)) {
       std::vector<uint16_t> out(in.size());
       k.narrow(src.data(), in.size(), reinterpret_cast<std::byte*>(out.data()));
       for (size_t i = 0; i < in.size(); ++i) {

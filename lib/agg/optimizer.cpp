@@ -1,228 +1,28 @@
+// Optimizer names and step parameters, and the runtime choice of kernel:
+// the instruction sets this CPU has are read once (isa.h), and
+// every call goes to the chosen set's kernels (optimizer_kernels.h).
 #include "agg/optimizer.h"
 
-#include <array>
 #include <cmath>
-#include <cstring>
 #include <string>
 
-#if defined(__AVX2__) || defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "agg/isa.h"
+#include "agg/optimizer_kernels.h"
 
 namespace mercury::agg {
 
 namespace {
 
-// One "vector" of each width with the handful of operations the kernels use.
-// Every operation is the correctly rounded IEEE one, so all widths agree bit
-// for bit with the scalar formulas.
-struct Scalar {
-  using T = float;
-  static constexpr uint32_t kLanes = 1;
-  static T load(const std::byte* p) {
-    float f;
-    std::memcpy(&f, p, sizeof f);  // packet payloads need not be 4-aligned
-    return f;
-  }
-  static T load(const float* p) { return *p; }
-  static void store(float* p, T v) { *p = v; }
-  static T set1(float f) { return f; }
-  static T add(T a, T b) { return a + b; }
-  static T sub(T a, T b) { return a - b; }
-  static T mul(T a, T b) { return a * b; }
-  static T div(T a, T b) { return a / b; }
-  static T sqrt(T a) { return std::sqrt(a); }
-};
-
-#if defined(__AVX2__)
-struct Avx2 {
-  using T = __m256;
-  static constexpr uint32_t kLanes = 8;
-  static T load(const std::byte* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
-  static T load(const float* p) { return _mm256_loadu_ps(p); }
-  static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
-  static T set1(float f) { return _mm256_set1_ps(f); }
-  static T add(T a, T b) { return _mm256_add_ps(a, b); }
-  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
-  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
-  static T div(T a, T b) { return _mm256_div_ps(a, b); }
-  static T sqrt(T a) { return _mm256_sqrt_ps(a); }
-};
-#endif
-
-#if defined(__AVX512F__)
-struct Avx512 {
-  using T = __m512;
-  static constexpr uint32_t kLanes = 16;
-  static T load(const std::byte* p) { return _mm512_loadu_ps(p); }
-  static T load(const float* p) { return _mm512_loadu_ps(p); }
-  static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
-  static T set1(float f) { return _mm512_set1_ps(f); }
-  static T add(T a, T b) { return _mm512_add_ps(a, b); }
-  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
-  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
-  static T div(T a, T b) { return _mm512_div_ps(a, b); }
-  // The masked form: GCC 12 warns on the undefined operand of _mm512_sqrt_ps.
-  static T sqrt(T a) { return _mm512_maskz_sqrt_ps(0xffff, a); }
-};
-#endif
-
-// Sum of the contributions at byte offset `off`, in rank order. kN > 0 is a
-// compile-time count (the common worker counts, fully unrolled); 0 = runtime n.
-template <class V, uint32_t kN>
-inline typename V::T rank_sum(const std::byte* const* src, uint32_t n, size_t off) {
-  typename V::T s = V::load(src[0] + off);
-  const uint32_t count = kN ? kN : n;
-  for (uint32_t r = 1; r < count; ++r) s = V::add(s, V::load(src[r] + off));
-  return s;
-}
-
-// Asks for every line of a chunk's contributions and parameters at once.
-// A chunk is ~23 lines per stream, too short for the hardware streamer to
-// ramp up, and the contributions sit in unrelated packet buffers: issuing
-// all the misses up front overlaps them instead of taking them in turn.
-inline void prefetch_chunk(const std::byte* const* src, uint32_t n, uint64_t elements,
-                           const float* param) {
-#if defined(__AVX2__) || defined(__AVX512F__)
-  const uint64_t bytes = elements * sizeof(float);
-  for (uint32_t r = 0; r < n; ++r) {
-    for (uint64_t b = 0; b < bytes; b += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(src[r] + b), _MM_HINT_T0);
-    }
-  }
-  for (uint64_t b = 0; b < bytes; b += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(param) + b, _MM_HINT_T0);
-  }
-#else
-  (void)src, (void)n, (void)elements, (void)param;
-#endif
-}
-
-// What one element's update does: the optimizer kind with its weight-decay
-// variant. The decay terms are separate kernels rather than multiplied by a
-// zero weight decay, so a job without decay computes what it always did
-// (0 x inf would be a NaN, and every extra operation is memory traffic).
-enum class Rule : uint8_t {
-  kSumOnly,
-  kSgd,
-  kSgdL2,
-  kMomentum,
-  kMomentumL2,
-  kAdam,
-  kAdamL2,
-  kAdamW
-};
-
-constexpr bool has_l2(Rule r) {
-  return r == Rule::kSgdL2 || r == Rule::kMomentumL2 || r == Rule::kAdamL2;
-}
-
-Rule rule_of(OptimizerKind kind, const StepParams& k) {
-  const bool l2 = k.wd != 0.0f;
-  switch (kind) {
-    case OptimizerKind::kSumOnly:
-      return Rule::kSumOnly;
-    case OptimizerKind::kSgd:
-      return l2 ? Rule::kSgdL2 : Rule::kSgd;
-    case OptimizerKind::kMomentum:
-      return l2 ? Rule::kMomentumL2 : Rule::kMomentum;
-    case OptimizerKind::kAdam:
-      return k.decoupled ? Rule::kAdamW : l2 ? Rule::kAdamL2 : Rule::kAdam;
-  }
-  return Rule::kSumOnly;
-}
-
-// Elements [first, last) of one update with vector type V.
-template <class V, Rule kRule, uint32_t kN>
-inline void apply_range(const std::byte* const* src, uint32_t n, uint64_t first, uint64_t last,
-                        float* param, float* s0, float* s1, const StepParams& k) {
-  const auto inv_n = V::set1(k.inv_n);
-  const auto lr = V::set1(k.lr);
-  for (uint64_t i = first; i + V::kLanes <= last; i += V::kLanes) {
-    auto g = V::mul(rank_sum<V, kN>(src, n, i * sizeof(float)), inv_n);
-    if constexpr (kRule == Rule::kSumOnly) {
-      V::store(param + i, g);
-    } else {
-      auto p = V::load(param + i);
-      if constexpr (has_l2(kRule)) g = V::add(g, V::mul(V::set1(k.wd), p));
-      if constexpr (kRule == Rule::kSgd || kRule == Rule::kSgdL2) {
-        V::store(param + i, V::sub(p, V::mul(lr, g)));
-      } else if constexpr (kRule == Rule::kMomentum || kRule == Rule::kMomentumL2) {
-        const auto u = V::add(V::mul(V::set1(k.mu), V::load(s0 + i)), g);
-        V::store(s0 + i, u);
-        V::store(param + i, V::sub(p, V::mul(lr, u)));
-      } else {
-        const auto m =
-            V::add(V::mul(V::set1(k.b1), V::load(s0 + i)), V::mul(V::set1(k.one_minus_b1), g));
-        const auto v = V::add(V::mul(V::set1(k.b2), V::load(s1 + i)),
-                              V::mul(V::set1(k.one_minus_b2), V::mul(g, g)));
-        V::store(s0 + i, m);
-        V::store(s1 + i, v);
-        const auto den = V::add(V::sqrt(V::mul(v, V::set1(k.adam_c2))), V::set1(k.eps));
-        if constexpr (kRule == Rule::kAdamW) p = V::mul(p, V::set1(k.decay));
-        V::store(param + i, V::sub(p, V::div(V::mul(V::set1(k.adam_a), m), den)));
-      }
-    }
-  }
-}
-
-template <class V, Rule kRule, uint32_t kN>
-void apply_all(const std::byte* const* src_in, uint32_t n, uint64_t elements, float* param,
-               float* s0, float* s1, const StepParams& k) {
-  // A local copy of the source pointers: otherwise the compiler reloads them
-  // from the caller's array after every store (it cannot prove no aliasing).
-  std::array<const std::byte*, kN ? kN : 1> local;
-  const std::byte* const* src = src_in;
-  if constexpr (kN > 0) {
-    for (uint32_t r = 0; r < kN; ++r) local[r] = src_in[r];
-    src = local.data();
-  }
-  prefetch_chunk(src, kN ? kN : n, elements, param);
-  const uint64_t body = elements / V::kLanes * V::kLanes;
-  apply_range<V, kRule, kN>(src, n, 0, body, param, s0, s1, k);
-  // The tail goes through the scalar formulas, which are the same operations.
-  apply_range<Scalar, kRule, kN>(src, n, body, elements, param, s0, s1, k);
-}
-
-template <class V, Rule kRule>
-void apply_n(const std::byte* const* src, uint32_t n, uint64_t elements, float* param, float* s0,
-             float* s1, const StepParams& k) {
-  switch (n) {
-    case 1:
-      return apply_all<V, kRule, 1>(src, n, elements, param, s0, s1, k);
-    case 2:
-      return apply_all<V, kRule, 2>(src, n, elements, param, s0, s1, k);
-    case 4:
-      return apply_all<V, kRule, 4>(src, n, elements, param, s0, s1, k);
-    case 8:
-      return apply_all<V, kRule, 8>(src, n, elements, param, s0, s1, k);
+// The kernels of a resolved, available set (kPortable: the plain kernel of
+// the widest set this CPU has).
+const KernelSet& kernels(Simd resolved) {
+  switch (resolved) {
+    case Simd::kAvx512:
+      return kAvx512Kernels;
+    case Simd::kAvx2:
+      return kAvx2Kernels;
     default:
-      return apply_all<V, kRule, 0>(src, n, elements, param, s0, s1, k);
-  }
-}
-
-template <class V>
-void apply_kind(OptimizerKind kind, const std::byte* const* src, uint32_t n, uint64_t elements,
-                float* param, float* s0, float* s1, const StepParams& k) {
-  using Kernel = void (*)(const std::byte* const*, uint32_t, uint64_t, float*, float*, float*,
-                          const StepParams&);
-  // Indexed by Rule.
-  static constexpr Kernel kKernels[] = {
-      &apply_n<V, Rule::kSumOnly>,  &apply_n<V, Rule::kSgd>,        &apply_n<V, Rule::kSgdL2>,
-      &apply_n<V, Rule::kMomentum>, &apply_n<V, Rule::kMomentumL2>, &apply_n<V, Rule::kAdam>,
-      &apply_n<V, Rule::kAdamL2>,   &apply_n<V, Rule::kAdamW>};
-  static_assert(std::size(kKernels) == static_cast<size_t>(Rule::kAdamW) + 1);
-  kKernels[static_cast<size_t>(rule_of(kind, k))](src, n, elements, param, s0, s1, k);
-}
-
-template <class V>
-void sum_all(const std::byte* const* src, uint32_t n, uint64_t elements, float* out) {
-  const uint64_t body = elements / V::kLanes * V::kLanes;
-  for (uint64_t i = 0; i < body; i += V::kLanes) {
-    V::store(out + i, rank_sum<V, 0>(src, n, i * sizeof(float)));
-  }
-  for (uint64_t i = body; i < elements; ++i) {
-    Scalar::store(out + i, rank_sum<Scalar, 0>(src, n, i * sizeof(float)));
+      return kBaselineKernels;
   }
 }
 
@@ -269,31 +69,22 @@ std::string_view simd_name(Simd simd) {
 
 bool simd_available(Simd simd) {
   switch (simd) {
-#if defined(__AVX2__)
-    case Simd::kAvx2:
-      return true;
-#endif
-#if defined(__AVX512F__)
-    case Simd::kAvx512:
-      return true;
-#endif
     case Simd::kAuto:
     case Simd::kPortable:
       return true;
-    default:
-      return false;
+    case Simd::kAvx2:
+      return cpu_isa().avx2;
+    case Simd::kAvx512:
+      return cpu_isa().avx512f;
   }
+  return false;
 }
 
 Simd resolve_simd(Simd simd) {
   if (simd != Simd::kAuto) return simd;
-#if defined(__AVX512F__)
-  return Simd::kAvx512;
-#elif defined(__AVX2__)
-  return Simd::kAvx2;
-#else
+  if (cpu_isa().avx512f) return Simd::kAvx512;
+  if (cpu_isa().avx2) return Simd::kAvx2;
   return Simd::kPortable;
-#endif
 }
 
 Hyperparameters hyperparameters_of(const OptimizerConfig& c) {
@@ -374,33 +165,16 @@ StepParams step_params(const OptimizerConfig& c, uint32_t contributions, uint64_
 void reduce_apply(OptimizerKind kind, Simd simd, const std::byte* const* src, uint32_t n,
                   uint64_t elements, float* param, float* state0, float* state1,
                   const StepParams& step) {
-  switch (resolve_simd(simd)) {
-#if defined(__AVX512F__)
-    case Simd::kAvx512:
-      return apply_kind<Avx512>(kind, src, n, elements, param, state0, state1, step);
-#endif
-#if defined(__AVX2__)
-    case Simd::kAvx2:
-      return apply_kind<Avx2>(kind, src, n, elements, param, state0, state1, step);
-#endif
-    default:
-      return apply_kind<Scalar>(kind, src, n, elements, param, state0, state1, step);
+  const Simd s = resolve_simd(simd);
+  if (s == Simd::kPortable) {
+    return kernels(resolve_simd(Simd::kAuto))
+        .apply_plain(kind, src, n, elements, param, state0, state1, step);
   }
+  kernels(s).apply(kind, src, n, elements, param, state0, state1, step);
 }
 
 void reduce_sum(Simd simd, const std::byte* const* src, uint32_t n, uint64_t elements, float* out) {
-  switch (resolve_simd(simd)) {
-#if defined(__AVX512F__)
-    case Simd::kAvx512:
-      return sum_all<Avx512>(src, n, elements, out);
-#endif
-#if defined(__AVX2__)
-    case Simd::kAvx2:
-      return sum_all<Avx2>(src, n, elements, out);
-#endif
-    default:
-      return sum_all<Scalar>(src, n, elements, out);
-  }
+  kernels(resolve_simd(simd)).sum(src, n, elements, out);
 }
 
 }  // namespace mercury::agg

@@ -100,18 +100,23 @@ std::string hyperparameters_refused(OptimizerKind kind, bool decoupled_weight_de
 /// 1 (momentum: u), 2 (Adam: m and v).
 uint32_t state_floats_per_element(OptimizerKind kind);
 
-/// Which kernel runs. kAuto takes the widest one compiled in (the build uses
-/// -march=native). kPortable is plain C++ with no intrinsics, one element at a
-/// time in the source: the fallback for other CPUs (at -O3 the compiler may
-/// still vectorise it, with the same results since lanes are independent).
-/// kAvx2 / kAvx512 are the intrinsic kernels. The others than kAuto are for
+/// Which kernel runs. Every build compiles all of them, each for its
+/// instruction set whatever the build's -march (optimizer_kernels.h), and
+/// chooses at run time: kAuto is the widest this CPU has (AVX-512F, else
+/// AVX2, else kPortable), read once from cpuid at the first call, so one
+/// portable build (-Dnative=false) runs the AVX-512 kernels where the CPU
+/// has them. kAvx2 / kAvx512 are the intrinsic kernels. kPortable is plain
+/// C++ with no intrinsics, one element at a time in the source, compiled for
+/// each set too and run at the widest the CPU has (at -O3 the compiler
+/// vectorises it, with the same results since lanes are independent); on a
+/// CPU without AVX2 it is what kAuto runs. The others than kAuto are for
 /// tests and benchmarks.
 enum class Simd : uint8_t { kAuto, kPortable, kAvx2, kAvx512 };
 
 std::string_view simd_name(Simd simd);
-/// Whether `simd` was compiled in (kAuto and kPortable always are).
+/// Whether this CPU runs `simd` (kAuto and kPortable always).
 bool simd_available(Simd simd);
-/// kAuto -> the widest available; anything else unchanged.
+/// kAuto -> the widest this CPU runs; anything else unchanged.
 Simd resolve_simd(Simd simd);
 
 /// The scalars of one chunk update, computed once per update (not per

@@ -1,10 +1,14 @@
 #include "agg/optimizer.h"
+#include "agg/optimizer_kernels.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace mercury::agg {
@@ -105,6 +109,42 @@ Hyperparameters schedule(uint64_t t, float weight_decay) {
                          .epsilon = t < 4 ? 1e-8f : 1e-6f};
 }
 
+// Four steps of `apply` (called as reduce_apply is, less the Simd) from
+// random parameters, each of n contributions at an odd byte offset (as in a
+// packet buffer), with hyperparameters that change every step and the third
+// at half the learning rate: parameters and state equal the scalar
+// reference's bit for bit.
+template <class Apply>
+void expect_reference_steps(const Variant& var, uint32_t n, size_t elems, std::mt19937& rng,
+                            const Apply& apply) {
+  Reference ref{.kind = var.kind, .decoupled = var.decoupled};
+  ref.p = random_floats(rng, elems, 1.0f);
+  ref.s0.assign(elems, 0.0f);
+  ref.s1.assign(elems, 0.0f);
+  std::vector<float> p = ref.p, s0 = ref.s0, s1 = ref.s1;
+  for (uint64_t t = 1; t <= 4; ++t) {
+    std::vector<std::vector<float>> grads;
+    std::vector<std::vector<std::byte>> bufs;
+    std::vector<const std::byte*> src;
+    for (uint32_t r = 0; r < n; ++r) {
+      grads.push_back(random_floats(rng, elems, r % 2 ? 1e-3f : 10.0f));
+      bufs.emplace_back(elems * 4 + 3);
+      std::memcpy(bufs.back().data() + 3, grads.back().data(), elems * 4);
+    }
+    for (auto& b : bufs) src.push_back(b.data() + 3);
+    const float scale = t == 3 ? 0.5f : 1.0f;
+    const Hyperparameters h =
+        var.kind == OptimizerKind::kSumOnly ? Hyperparameters{} : schedule(t, var.weight_decay);
+    ASSERT_EQ(hyperparameters_refused(var.kind, var.decoupled, h), "");
+    ref.step(grads, h, scale);
+    apply(var.kind, src.data(), n, elems, p.data(), s0.data(), s1.data(),
+          step_params(var.kind, var.decoupled, h, n, t, scale));
+    ASSERT_EQ(0, std::memcmp(p.data(), ref.p.data(), elems * 4)) << "step " << t;
+    ASSERT_EQ(0, std::memcmp(s0.data(), ref.s0.data(), elems * 4)) << "step " << t;
+    ASSERT_EQ(0, std::memcmp(s1.data(), ref.s1.data(), elems * 4)) << "step " << t;
+  }
+}
+
 // Every kernel width, every optimizer and weight-decay variant, several steps
 // whose hyperparameters change, odd sizes (vector body plus scalar tail) and
 // unaligned contributions: bytes equal the reference.
@@ -116,38 +156,73 @@ TEST(AggOptimizer, EveryKernelMatchesTheScalarReferenceBitForBit) {
       for (uint32_t n : {1u, 3u, 4u, 5u}) {
         SCOPED_TRACE(variant_name(var) + " " + std::string(simd_name(simd)) +
                      " n=" + std::to_string(n));
-        constexpr size_t kElems = 354 + 7;
-        Reference ref{.kind = var.kind, .decoupled = var.decoupled};
-        ref.p = random_floats(rng, kElems, 1.0f);
-        ref.s0.assign(kElems, 0.0f);
-        ref.s1.assign(kElems, 0.0f);
-        std::vector<float> p = ref.p, s0 = ref.s0, s1 = ref.s1;
-        for (uint64_t t = 1; t <= 4; ++t) {
-          std::vector<std::vector<float>> grads;
-          // Contributions at an odd byte offset, as in a packet buffer.
-          std::vector<std::vector<std::byte>> bufs;
-          std::vector<const std::byte*> src;
-          for (uint32_t r = 0; r < n; ++r) {
-            grads.push_back(random_floats(rng, kElems, r % 2 ? 1e-3f : 10.0f));
-            bufs.emplace_back(kElems * 4 + 3);
-            std::memcpy(bufs.back().data() + 3, grads.back().data(), kElems * 4);
-          }
-          for (auto& b : bufs) src.push_back(b.data() + 3);
-          const float scale = t == 3 ? 0.5f : 1.0f;
-          const Hyperparameters h = var.kind == OptimizerKind::kSumOnly
-                                        ? Hyperparameters{}
-                                        : schedule(t, var.weight_decay);
-          ASSERT_EQ(hyperparameters_refused(var.kind, var.decoupled, h), "");
-          ref.step(grads, h, scale);
-          reduce_apply(var.kind, simd, src.data(), n, kElems, p.data(), s0.data(), s1.data(),
-                       step_params(var.kind, var.decoupled, h, n, t, scale));
-          ASSERT_EQ(0, std::memcmp(p.data(), ref.p.data(), kElems * 4)) << "step " << t;
-          ASSERT_EQ(0, std::memcmp(s0.data(), ref.s0.data(), kElems * 4)) << "step " << t;
-          ASSERT_EQ(0, std::memcmp(s1.data(), ref.s1.data(), kElems * 4)) << "step " << t;
-        }
+        expect_reference_steps(
+            var, n, 354 + 7, rng,
+            [simd](OptimizerKind k, const std::byte* const* src, uint32_t count, uint64_t elems,
+                   float* p, float* s0, float* s1, const StepParams& step) {
+              reduce_apply(k, simd, src, count, elems, p, s0, s1, step);
+            });
       }
     }
   }
+}
+
+// Each instruction set's kernels directly (the ones an older CPU gets too):
+// the intrinsic and the plain C++ kernel of every set this CPU can run, and
+// its sum, equal the scalar reference.
+TEST(AggOptimizer, EveryInstructionSetsKernelsMatchTheReference) {
+  struct Set {
+    const char* name;
+    const KernelSet* kernels;
+    bool runs;
+  };
+  const Set sets[] = {{"baseline", &kBaselineKernels, true},
+                      {"avx2", &kAvx2Kernels, simd_available(Simd::kAvx2)},
+                      {"avx512", &kAvx512Kernels, simd_available(Simd::kAvx512)}};
+  std::mt19937 rng(11);
+  constexpr size_t kElems = 1000 + 13;
+  for (const Set& set : sets) {
+    if (!set.runs) continue;
+    for (const Variant& var : variants()) {
+      for (const auto apply : {set.kernels->apply, set.kernels->apply_plain}) {
+        SCOPED_TRACE(std::string(set.name) + " " + variant_name(var) +
+                     (apply == set.kernels->apply ? "" : " (plain)"));
+        expect_reference_steps(var, 4, kElems, rng, apply);
+      }
+    }
+    std::vector<std::vector<float>> g;
+    std::vector<const std::byte*> src;
+    for (int r = 0; r < 3; ++r) g.push_back(random_floats(rng, kElems, 10.0f));
+    for (auto& v : g) src.push_back(reinterpret_cast<const std::byte*>(v.data()));
+    std::vector<float> out(kElems);
+    set.kernels->sum(src.data(), 3, kElems, out.data());
+    for (size_t i = 0; i < kElems; ++i) {
+      const float want = (g[0][i] + g[1][i]) + g[2][i];
+      ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << set.name << " sum, i=" << i;
+    }
+  }
+}
+
+// kAuto is the widest set the CPU has, as the kernel reports it in
+// /proc/cpuinfo (read here independently of the library's cpuid check).
+TEST(AggOptimizer, TheWidestSetTheCpuHasIsChosen) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) {
+      flags = line + " ";
+      break;
+    }
+  }
+  if (flags.empty()) GTEST_SKIP() << "no flags line in /proc/cpuinfo";
+  const bool avx512 = flags.find(" avx512f ") != std::string::npos;
+  const bool avx2 = flags.find(" avx2 ") != std::string::npos;
+  EXPECT_EQ(simd_available(Simd::kAvx512), avx512);
+  EXPECT_EQ(simd_available(Simd::kAvx2), avx2);
+  EXPECT_EQ(resolve_simd(Simd::kAuto),
+            avx512 ? Simd::kAvx512 : (avx2 ? Simd::kAvx2 : Simd::kPortable));
+  std::printf("kernels chosen at start: %s\n",
+              std::string(simd_name(resolve_simd(Simd::kAuto))).c_str());
 }
 
 // Without weight decay a parameter that is infinite stays what it was: the

@@ -139,25 +139,6 @@ ShardLayout shard_layout(const config::JobConfig& job) {
   return l;
 }
 
-const config::NodeConfig& server_node(const config::JobConfig& job, std::string_view name) {
-  if (!name.empty()) {
-    const config::NodeConfig& n = job.node(name);
-    if (n.role != config::Role::kServer) {
-      throw config::ConfigError(job.source, "node " + n.name + " is a worker, not a server");
-    }
-    return n;
-  }
-  const auto servers = job.servers();
-  if (servers.size() != 1) {
-    std::string names;
-    for (const auto* s : servers) names += (names.empty() ? "" : ", ") + s->name;
-    throw config::ConfigError(job.source, "the job has " + std::to_string(servers.size()) +
-                                              " server nodes (" + names +
-                                              "): say which with --node NAME");
-  }
-  return *servers.front();
-}
-
 const config::NodeConfig& worker_node(const config::JobConfig& job, std::string_view name) {
   const config::NodeConfig& n = job.node(name);
   if (n.role != config::Role::kWorker) {

@@ -74,12 +74,6 @@ struct ShardLayout {
 /// Throws ConfigError when the job has no server shards.
 ShardLayout shard_layout(const config::JobConfig& job);
 
-/// The server node a process runs: `name`, which must be a server of the
-/// job, or, when `name` is empty, the job's only server. Throws ConfigError
-/// naming the file (a worker's name, an unknown name listing the valid
-/// ones, or several servers and no name).
-const config::NodeConfig& server_node(const config::JobConfig& job, std::string_view name);
-
 /// The worker node a process runs: `name`, which must be a worker of the job
 /// with a port. Throws ConfigError naming the file (an unknown name listing
 /// the nodes, a server's name, a worker without a port).

@@ -128,26 +128,6 @@ TEST(Job, ShardLayoutOfCountsIsWhatTheJobFileGives) {
   EXPECT_EQ(l.count(2), 0u);
 }
 
-TEST(Job, ServerNodeIsNamedOrTheOnlyOne) {
-  const config::JobConfig j = config::load_string(kJob);
-  EXPECT_EQ(server_node(j, "s1").name, "s1");
-  try {
-    server_node(j, "");
-    FAIL() << "two servers and no name";
-  } catch (const config::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("2 server nodes (s0, s1): say which with --node"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    server_node(j, "w0");
-    FAIL() << "a worker";
-  } catch (const config::ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("node w0 is a worker, not a server"), std::string::npos);
-  }
-  EXPECT_THROW(server_node(j, "nobody"), config::ConfigError);
-}
-
 TEST(Job, WorkerNodeIsAWorkerOfTheJob) {
   const config::JobConfig j = config::load_string(kJob);
   EXPECT_EQ(worker_node(j, "w1").name, "w1");

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "job/identity.h"
 #include "job/job.h"
 #include "net/eal.h"
 #include "net/node.h"
@@ -215,11 +216,15 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
 // ---------------------------------------------------------------------------
 // Worker.
 
-Worker::Worker(const WorkerOptions& options) {
-  if (options.node.empty()) throw UsageError("Worker: options.node must name this worker's node");
+Worker::Worker(const WorkerOptions& given) {
+  // The job file and the node: the caller's, else the launcher's (job/identity.h).
+  WorkerOptions options = given;
   config::JobConfig job;
   try {
-    job = config::load_file(options.job_file);
+    job::Identity id = job::identify(given.job_file, given.node, config::Role::kWorker,
+                                     job::process_environment());
+    job = std::move(id.job);
+    options.node = std::move(id.node);
   } catch (const std::exception& e) {
     throw WorkerError(e.what());
   }

@@ -178,8 +178,6 @@ int mercury_worker_connect(const mercury_worker_options* caller, mercury_worker*
   if (const int s = read_options(*caller, &whole); s != MERCURY_OK) return s;
   const mercury_worker_options* o = &whole;
   if (out == nullptr) return null_argument("mercury_worker_connect", "out");
-  if (o->job_file == nullptr) return null_argument("mercury_worker_connect", "options->job_file");
-  if (o->node == nullptr) return null_argument("mercury_worker_connect", "options->node");
   if (o->eal_argc != 0 && o->eal_args == nullptr) {
     return null_argument("mercury_worker_connect", "options->eal_args (eal_argc is not 0)");
   }
@@ -193,8 +191,9 @@ int mercury_worker_connect(const mercury_worker_options* caller, mercury_worker*
   *out = nullptr;
   return guarded([&] {
     mercury::worker::WorkerOptions wo;
-    wo.job_file = o->job_file;
-    wo.node = o->node;
+    // NULL or "": from the environment, as the C++ options' empty strings.
+    if (o->job_file != nullptr) wo.job_file = o->job_file;
+    if (o->node != nullptr) wo.node = o->node;
     for (size_t i = 0; i < o->eal_argc; ++i) wo.eal_args.emplace_back(o->eal_args[i]);
     switch (o->eal_mode) {
       case MERCURY_EAL_START:

@@ -69,7 +69,11 @@ class Check(unittest.TestCase):
             self.assertRegex(r.stderr, r"job\.yaml:\d+: network\.mtuu")
 
     def test_bad_arguments_are_refused(self):
-        self.assertIn("--config FILE is required", run().stderr)
+        env = {k: v for k, v in os.environ.items() if k != "MERCURY_JOB"}
+        self.assertIn("no job file: give its path (--config, the job argument) or set "
+                      "MERCURY_JOB",
+                      subprocess.run([PS_SERVER], capture_output=True, text=True,
+                                     env=env).stderr)
         r = run("--config", os.path.join(CONFIG_DIR, "memif.yaml"), "--seconds", "abc")
         self.assertEqual(r.returncode, 1)
         self.assertIn("--seconds wants a positive number, not 'abc'", r.stderr)

@@ -20,5 +20,5 @@ libdir=$(dirname "$(dirname "$pc")")  # <libdir>/pkgconfig/mercury-worker.pc
 echo "pkg-config: $cflags $libs"
 cc -std=c11 -Wall -Wextra -Werror "$src/trainer.c" $cflags $libs -o "$tmp/trainer_c"
 c++ -std=c++20 -Wall -Wextra -Werror "$src/trainer.cpp" $cflags $libs -o "$tmp/trainer_cpp"
-LD_LIBRARY_PATH="$libdir" "$tmp/trainer_c"
+MERCURY_JOB=/nonexistent/env-job.yaml LD_LIBRARY_PATH="$libdir" "$tmp/trainer_c"
 LD_LIBRARY_PATH="$libdir" "$tmp/trainer_cpp"

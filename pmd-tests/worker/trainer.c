@@ -18,7 +18,13 @@ int main(void) {
   mercury_worker* w = NULL;
   mercury_worker_options o;
   mercury_worker_options_init(&o, sizeof o);
-  bad |= expect(mercury_worker_connect(&o, &w), MERCURY_E_USAGE, "connect without a job file");
+  /* No job file and no node: both from the environment (MERCURY_JOB, and
+   * the launcher's rank), which link_test.sh sets to a missing file. */
+  bad |= expect(mercury_worker_connect(&o, &w), MERCURY_E_WORKER, "connect from the environment");
+  if (strstr(mercury_last_error(), "/nonexistent/env-job.yaml") == NULL) {
+    fprintf(stderr, "MERCURY_JOB was not read: %s\n", mercury_last_error());
+    bad = 1;
+  }
   o.job_file = "/nonexistent/job.yaml";
   o.node = "w0";
   bad |= expect(mercury_worker_connect(&o, &w), MERCURY_E_WORKER, "connect to a missing job");

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -878,8 +879,12 @@ TEST(WorkerC, DeclareStartPushPullBarrierStatsErrors) {
 
   mercury_worker_options o;
   mercury_worker_options_init(&o, sizeof o);
-  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_USAGE);
-  EXPECT_STREQ(mercury_last_error(), "mercury_worker_connect: options->job_file is NULL");
+  // No job file: NULL means $MERCURY_JOB, which this test leaves unset.
+  unsetenv("MERCURY_JOB");
+  EXPECT_EQ(mercury_worker_connect(&o, &w), MERCURY_E_WORKER);
+  EXPECT_STREQ(mercury_last_error(),
+               "environment: no job file: give its path (--config, the job argument) or set "
+               "MERCURY_JOB");
   o.job_file = "/nonexistent/job.yaml";
   o.node = "w0";
   // Inconsistent EAL arguments are refused, not dereferenced.

@@ -27,6 +27,12 @@ the library's text: :class:`UsageError` for misuse (a ``ValueError``),
 :class:`TransferError` from :meth:`Handle.wait` when a transfer failed.
 
 ``mercury.torch`` wraps a ``torch.nn.Module`` on top of this.
+
+Under a launcher (``srun``, ``torchrun``, ``mpirun``) the job file and the
+node come from the environment: ``mercury.Worker()`` with no arguments reads
+``MERCURY_JOB`` and finds its node from ``MERCURY_NODE`` or the launcher's
+rank (docs/cluster.md). :func:`load_job` reads a job file through the same
+C++ loader as every other process.
 """
 
 from __future__ import annotations
@@ -36,14 +42,92 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _mercury
 
-__all__ = ["Worker", "Handle", "UsageError", "WorkerError", "TransferError"]
+__all__ = ["Worker", "Handle", "UsageError", "WorkerError", "TransferError", "JobError",
+           "Job", "Node", "load_job", "identify", "launcher"]
 
 UsageError = _mercury.UsageError
 WorkerError = _mercury.WorkerError
+JobError = _mercury.JobError
+"""A job file refused by the loader (a ``ValueError``): its text is
+``file:line: key: message``; ``source``, ``line`` and ``key`` are its parts."""
+
+
+class Node(NamedTuple):
+    """One node of a job file, as the loader resolved it."""
+
+    name: str
+    role: str      # "server" or "worker"
+    index: int     # position in the file's nodes list
+    rank: int      # position among the nodes of its role
+    ipv4: str
+    udp_port: int
+    mac: Optional[str]
+    ports: List[str]
+    lcores: List[int]
+    shards: int
+    poll: str
+
+
+class Job:
+    """A job file read by Mercury's C++ loader (docs/config.md): the same
+    allow-list, checks and defaults as ps-server and the worker library.
+
+    Attributes: ``source`` (the path), ``id``, ``name``, ``nodes`` (every
+    :class:`Node`, in file order), ``servers`` and ``workers`` (their
+    names in rank order), and the sections ``network``, ``eal`` and
+    ``training`` as dicts with every default filled in."""
+
+    def __init__(self, resolved: Dict[str, Any]) -> None:
+        self.source: str = resolved["source"]
+        self.id: int = resolved["id"]
+        self.name: str = resolved["name"]
+        self.network: Dict[str, Any] = resolved["network"]
+        self.eal: Dict[str, Any] = resolved["eal"]
+        self.training: Dict[str, Any] = resolved["training"]
+        self.nodes: List[Node] = [Node(**n) for n in resolved["nodes"]]
+        self.servers: List[str] = [n.name for n in self.nodes if n.role == "server"]
+        self.workers: List[str] = [n.name for n in self.nodes if n.role == "worker"]
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``; KeyError if there is none."""
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"{self.source}: no node called {name!r}")
+
+    def __repr__(self) -> str:
+        return (f"Job({self.source!r}: {self.name}, servers {self.servers}, "
+                f"workers {self.workers})")
+
+
+def load_job(path: Union[str, os.PathLike]) -> Job:
+    """Reads and checks a job file; raises :class:`JobError` naming the file,
+    the line and the key of what is wrong."""
+    return Job(_mercury.load_job(os.fspath(path)))
+
+
+def identify(job: Optional[Union[str, os.PathLike]] = None, node: Optional[str] = None,
+             role: str = "worker") -> Tuple[Job, str, str]:
+    """Which job and which node of it this process is: ``job`` or
+    ``$MERCURY_JOB``; ``node``, ``$MERCURY_NODE``, the launcher's rank
+    (``RANK``, ``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``)
+    mapped by docs/cluster.md's rule, or the job's only node of ``role``.
+    Returns (the job, the node's name, how it was chosen); raises
+    :class:`JobError` saying what is missing or does not fit."""
+    resolved, name, how = _mercury.identify("" if job is None else os.fspath(job), node or "",
+                                            role)
+    return Job(resolved), name, how
+
+
+def launcher() -> Optional[Tuple[int, int, str]]:
+    """The launcher's view of this process, (rank, size, "VAR=r of VAR=n"),
+    from the first of torchrun's, Slurm's, Open MPI's and PMI's variables
+    that is set; None when no launcher started it."""
+    return _mercury.launcher()
 
 
 class TransferError(WorkerError):
@@ -156,9 +240,12 @@ class Worker:
     the node's port). Usable as a context manager, which shuts it down.
 
     Args:
-        job: the job's YAML file (docs/config.md), the same for every node.
+        job: the job's YAML file (docs/config.md), the same for every node;
+            None: ``$MERCURY_JOB``.
         node: this worker's node name in it; its rank is its place among the
-            job's workers.
+            job's workers. None: ``$MERCURY_NODE``, else the node the
+            launcher's rank maps to (docs/cluster.md), else the job's only
+            worker.
         eal_args: extra EAL arguments, appended to those the job generates.
         start_timeout_ms: how long start() waits for every server and for
             version 0 of every tensor.
@@ -170,15 +257,17 @@ class Worker:
             spans to ``DIR/<node>.json``. None: ``$MERCURY_TIMELINE`` if set.
 
     Raises:
-        WorkerError: the job file, EAL or the port failed (the text says which).
-        UsageError: an empty node name.
+        WorkerError: the job file, the node, EAL or the port failed (the text
+            says which).
     """
 
-    def __init__(self, job: Union[str, os.PathLike], node: str, *,
+    def __init__(self, job: Optional[Union[str, os.PathLike]] = None,
+                 node: Optional[str] = None, *,
                  eal_args: Sequence[str] = (), start_timeout_ms: int = 30_000,
                  idle_backoff: bool = True,
                  timeline: Optional[Union[str, os.PathLike]] = None) -> None:
-        self._w = _mercury.Worker(os.fspath(job), node, list(eal_args), int(start_timeout_ms),
+        self._w = _mercury.Worker("" if job is None else os.fspath(job), node or "",
+                                  list(eal_args), int(start_timeout_ms),
                                   bool(idle_backoff),
                                   "" if timeline is None else os.fspath(timeline))
         _start_dispatcher()

@@ -1,6 +1,9 @@
 // mercury._mercury: the worker library (mercury/worker.h) for Python, as a
-// pybind11 extension. The public, typed Python API is mercury/__init__.py,
-// which wraps these classes; nothing else should import this module.
+// pybind11 extension, and the C++ job-file loader (config/config.h) and
+// identity rule (job/identity.h), so that Python reads job files the way
+// every other process does. The public, typed Python API is
+// mercury/__init__.py, which wraps these; nothing else should import this
+// module.
 //
 // Buffers. declare(), push(), pull() and push_pull() take any object with
 // the buffer protocol (numpy arrays; torch tensors go through
@@ -40,6 +43,8 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.h"
+#include "job/identity.h"
 #include "mercury/worker.h"
 
 namespace py = pybind11;
@@ -435,6 +440,116 @@ class PyWorker {
   std::vector<py::object> declared_;
 };
 
+// ---- the job file, through the C++ loader (one reader, one set of defaults) ----
+
+py::dict node_dict(const mercury::config::NodeConfig& n) {
+  namespace mc = mercury::config;
+  py::dict d;
+  d["name"] = n.name;
+  d["role"] = std::string(mc::to_string(n.role));
+  d["index"] = n.index;
+  d["rank"] = n.rank;
+  d["ipv4"] = n.ipv4.to_string();
+  d["udp_port"] = n.udp_port;
+  d["mac"] = n.mac ? py::object(py::str(n.mac->to_string())) : py::object(py::none());
+  py::list ports;
+  for (const mc::PortSpec& p : n.ports) ports.append(p.text);
+  d["ports"] = ports;
+  d["lcores"] = n.lcores;
+  d["shards"] = n.shards;
+  d["poll"] = std::string(mc::to_string(n.poll));
+  return d;
+}
+
+// Every setting of the job as the loader resolved it, defaults included.
+py::dict job_dict(const mercury::config::JobConfig& j) {
+  namespace mc = mercury::config;
+  py::dict d;
+  d["source"] = j.source;
+  d["id"] = j.id;
+  d["name"] = j.name;
+  py::dict net;
+  net["mtu"] = j.network.mtu;
+  net["udp_port"] = j.network.udp_port;
+  net["udp_checksum"] = std::string(mc::to_string(j.network.udp_checksum));
+  net["poll"] = std::string(mc::to_string(j.network.poll));
+  net["window"] = j.network.window;
+  net["peer_timeout_ms"] = j.network.peer_timeout_ms;
+  net["scheduler"] = std::string(mc::to_string(j.network.scheduler));
+  net["partition_bytes"] = j.network.partition_bytes;
+  net["credit_bytes"] = j.network.credit_bytes;
+  net["auth_key_file"] = j.network.auth_key_file;
+  net["payload_bytes_per_packet"] = j.payload_bytes_per_packet();
+  d["network"] = net;
+  py::dict eal;
+  eal["memory_mb"] = j.eal.memory_mb;
+  eal["hugepages"] = std::string(mc::to_string(j.eal.hugepages));
+  eal["extra"] = j.eal.extra;
+  d["eal"] = eal;
+  py::dict t;
+  const mc::TrainingConfig& tr = j.training;
+  t["sync"] = std::string(mc::to_string(tr.sync));
+  t["staleness_bound"] = tr.staleness_bound;
+  t["staleness_lr"] = std::string(mc::to_string(tr.staleness_lr));
+  t["aggregation"] = std::string(mc::to_string(tr.aggregation));
+  t["optimizer"] = std::string(mc::to_string(tr.optimizer));
+  t["learning_rate"] = tr.learning_rate;
+  t["momentum"] = tr.momentum;
+  t["beta1"] = tr.beta1;
+  t["beta2"] = tr.beta2;
+  t["epsilon"] = tr.epsilon;
+  t["weight_decay"] = tr.weight_decay;
+  d["training"] = t;
+  py::list nodes;
+  for (const mc::NodeConfig& n : j.nodes) nodes.append(node_dict(n));
+  d["nodes"] = nodes;
+  return d;
+}
+
+// A ConfigError as Python's mercury.JobError (a ValueError), with its parts.
+PyObject* job_error = nullptr;
+
+template <class F>
+auto config_call(F&& f) {
+  try {
+    return f();
+  } catch (const mercury::config::ConfigError& e) {
+    py::object err = py::reinterpret_borrow<py::object>(job_error)(e.what());
+    err.attr("source") = e.source();
+    err.attr("line") = e.line();
+    err.attr("key") = e.key();
+    PyErr_SetObject(job_error, err.ptr());
+    throw py::error_already_set();
+  }
+}
+
+py::dict load_job(const std::string& path) {
+  return config_call([&] { return job_dict(mercury::config::load_file(path)); });
+}
+
+// (the job's resolved dict, the node's name, how it was chosen)
+py::tuple identify(const std::string& job, const std::string& node, const std::string& role) {
+  namespace mc = mercury::config;
+  if (role != "worker" && role != "server") {
+    throw py::value_error("identify: role is 'worker' or 'server', not '" + role + "'");
+  }
+  return config_call([&] {
+    mercury::job::Identity id =
+        mercury::job::identify(job, node, role == "server" ? mc::Role::kServer : mc::Role::kWorker,
+                               mercury::job::process_environment());
+    return py::make_tuple(job_dict(id.job), id.node, id.how);
+  });
+}
+
+// The launcher's (rank, size, variables) or None.
+py::object launcher() {
+  return config_call([&]() -> py::object {
+    const auto l = mercury::job::launcher_rank(mercury::job::process_environment());
+    if (!l) return py::none();
+    return py::make_tuple(l->rank, l->size, l->source);
+  });
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_mercury, m) {
@@ -444,6 +559,8 @@ PYBIND11_MODULE(_mercury, m) {
   worker_error = PyErr_NewException("mercury.WorkerError", PyExc_RuntimeError, nullptr);
   m.attr("UsageError") = py::handle(usage_error);
   m.attr("WorkerError") = py::handle(worker_error);
+  job_error = PyErr_NewException("mercury.JobError", PyExc_ValueError, nullptr);
+  m.attr("JobError") = py::handle(job_error);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -496,4 +613,7 @@ PYBIND11_MODULE(_mercury, m) {
       .def("stats", &PyWorker::stats);
 
   m.def("run_callbacks", &run_callbacks);
+  m.def("load_job", &load_job, py::arg("path"));
+  m.def("identify", &identify, py::arg("job"), py::arg("node"), py::arg("role"));
+  m.def("launcher", &launcher);
 }

@@ -1,16 +1,19 @@
 """mercury.launch: run a whole job on this machine, one process per node.
 
-Starts ``ps-server`` for every server node of the job file, waits until each
-is listening, then starts one trainer process per worker node, streams every
-process's output, and stops the servers (SIGINT) once every worker has exited::
+Starts ``ps-server`` for every server node of the job file, then one trainer
+process per worker node, streams every process's output, and stops the
+servers (SIGINT) once every worker has exited::
 
     /usr/bin/python3 -m mercury.launch --job config/digits.yaml \\
         --server build/apps/ps-server -- train.py --epochs 5
 
-runs ``train.py --epochs 5 --job config/digits.yaml --node wN`` for each
-worker ``wN``. :func:`run_job` is the same from Python, and can also run each
-worker as a fork of the calling process (``worker_main``), so that what the
-trainer imports (torch: about a second of CPU per process) is imported once.
+runs ``train.py --epochs 5`` for each worker ``wN`` with ``MERCURY_JOB`` and
+``MERCURY_NODE=wN`` in its environment, where ``mercury.Worker()`` finds
+them: the trainer takes no Mercury arguments. :func:`run_job` is the same
+from Python, and can also run each worker as a fork of the calling process
+(``worker_main``), so that what the trainer imports (torch: about a second
+of CPU per process) is imported once. On a cluster the cluster's launcher
+(srun, torchrun, mpirun) starts the processes instead (docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -30,20 +33,21 @@ __all__ = ["run_job", "job_nodes", "main"]
 
 def job_nodes(job: str) -> Dict[str, List[str]]:
     """The job file's node names by role: {"server": [...], "worker": [...]}, in
-    file order (a worker's rank is its place in the list)."""
-    import yaml  # Debian's python3-yaml
+    rank order, read by Mercury's loader (mercury.load_job; a file it refuses
+    raises mercury.JobError naming the file, line and key)."""
+    from . import load_job
 
-    with open(job) as f:
-        doc = yaml.safe_load(f)
-    nodes: Dict[str, List[str]] = {"server": [], "worker": []}
-    for n in (doc or {}).get("nodes") or []:
-        role = n.get("role")
-        if role not in nodes:
-            raise ValueError(f"{job}: node {n.get('name')!r} has role {role!r}")
-        nodes[role].append(str(n["name"]))
-    if not nodes["server"] or not nodes["worker"]:
-        raise ValueError(f"{job}: a job needs at least one server and one worker node")
-    return nodes
+    j = load_job(job)
+    return {"server": j.servers, "worker": j.workers}
+
+
+def _node_env(env: Optional[Dict[str, str]], job: str, node: str) -> Dict[str, str]:
+    """A worker's environment: ``env`` (default: this process's) with the job
+    file and its node, which mercury.Worker() reads (docs/cluster.md)."""
+    out = dict(os.environ if env is None else env)
+    out["MERCURY_JOB"] = os.path.abspath(job)
+    out["MERCURY_NODE"] = node
+    return out
 
 
 class _Forked:
@@ -175,8 +179,9 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
     made before anything else, so call it with no other thread running (it
     raises RuntimeError otherwise) and no mercury.Worker made in this process;
     what this process imported (torch, the data) is then shared by the workers
-    instead of loaded by each. ``env`` is the workers' environment (and the
-    servers'). ``echo(node, line)`` receives each output line (default: printed
+    instead of loaded by each. ``env`` is the servers' environment and the
+    workers' (default: this process's), to which each worker's gets
+    ``MERCURY_JOB`` and ``MERCURY_NODE``. ``echo(node, line)`` receives each output line (default: printed
     as ``node: line``). A worker still running after ``timeout_s`` is killed
     (status -9), as are servers that do not stop within 30 s of SIGINT. Once
     a worker has failed, the others get 15 s to notice (the servers end the
@@ -202,7 +207,7 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
         forks: List[_Forked] = []
         try:
             for rank, w in enumerate(nodes["worker"]):
-                forks.append(_Forked(worker_main, w, rank, env))
+                forks.append(_Forked(worker_main, w, rank, _node_env(env, job, w)))
         except BaseException:
             for f in forks:
                 f.kill()
@@ -220,7 +225,7 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
         # for its server's socket and link, and eal.hugepages: auto counts what
         # the processes starting together take (docs/config.md, "Hugepages").
         if worker_argv is not None:
-            workers = [_Child(w, _popen(worker_argv(w, rank), env), echo)
+            workers = [_Child(w, _popen(worker_argv(w, rank), _node_env(env, job, w)), echo)
                        for rank, w in enumerate(nodes["worker"])]
         else:
             for w in workers:
@@ -263,8 +268,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m mercury.launch",
         description="Run a Mercury job on this machine: ps-server for each server node, "
-                    "the trainer command for each worker node (with --job J --node N "
-                    "appended).")
+                    "the trainer command for each worker node (with MERCURY_JOB and "
+                    "MERCURY_NODE in its environment).")
     parser.add_argument("--job", required=True, help="the job file")
     parser.add_argument("--server", required=True, help="the ps-server binary")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
@@ -276,8 +281,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("give the trainer command after --")
     if cmd[0].endswith(".py"):
         cmd = [sys.executable, *cmd]
-    status = run_job(a.job, lambda node, rank: [*cmd, "--job", a.job, "--node", node],
-                     server_bin=a.server, timeout_s=a.timeout)
+    status = run_job(a.job, lambda node, rank: cmd, server_bin=a.server, timeout_s=a.timeout)
     failed = {n: s for n, s in status.items() if s != 0}
     for n, s in failed.items():
         print(f"launch: {n} exited with status {s}", file=sys.stderr)

@@ -124,8 +124,12 @@ enum class EalMode : uint8_t {
 };
 
 struct WorkerOptions {
-  std::string job_file;               ///< the job's YAML (docs/config.md)
-  std::string node;                   ///< this worker's node name in it
+  /// The job's YAML (docs/config.md); empty: $MERCURY_JOB.
+  std::string job_file;
+  /// This worker's node name in it; empty: $MERCURY_NODE, else the node the
+  /// launcher's rank maps to (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK,
+  /// PMI_RANK; docs/cluster.md, "Identity"), else the job's only worker.
+  std::string node;
   std::vector<std::string> eal_args;  ///< appended to the EAL argv the job generates
   EalMode eal = EalMode::kAuto;
   uint32_t start_timeout_ms = 30'000;  ///< start(): every server Ready, version 0 in
@@ -198,8 +202,8 @@ struct Hyperparameters {
 class Worker {
  public:
   /// Connects: loads the job, starts the net core (and EAL, see EalMode),
-  /// opens the node's port. Throws WorkerError (configuration, EAL, port)
-  /// or UsageError (empty node name).
+  /// opens the node's port. Throws WorkerError (configuration, no job file
+  /// or node to be found, EAL, port).
   explicit Worker(const WorkerOptions& options);
   /// shutdown() if not done yet.
   ~Worker();

@@ -17,7 +17,9 @@
  *
  *   mercury_worker_options o;
  *   mercury_worker_options_init(&o, sizeof o);
- *   o.job_file = "job.yaml"; o.node = "w0";
+ *   o.job_file = "job.yaml"; o.node = "w0";  (or NULL: MERCURY_JOB, and the
+ *                                             node from MERCURY_NODE or the
+ *                                             launcher's rank, as in C++)
  *   mercury_worker* w;
  *   if (mercury_worker_connect(&o, &w) != MERCURY_OK) puts(mercury_last_error());
  *   uint32_t k; mercury_worker_declare(w, "fc.weight", params, n, -1, &k);
@@ -62,8 +64,8 @@ typedef enum mercury_eal_mode {
 typedef struct mercury_worker_options {
   uint32_t size;               /* sizeof(mercury_worker_options) as the caller was built */
   int eal_mode;                /* a mercury_eal_mode */
-  const char* job_file;        /* the job's YAML */
-  const char* node;            /* this worker's node name */
+  const char* job_file;        /* the job's YAML; NULL or "": $MERCURY_JOB */
+  const char* node;            /* this worker's node name; NULL or "": from the launcher */
   const char* const* eal_args; /* extra EAL arguments: eal_argc non-NULL strings, */
   size_t eal_argc;             /* or NULL with eal_argc 0 (else MERCURY_E_USAGE)  */
   uint32_t start_timeout_ms;   /* default 30000 */
