@@ -4,7 +4,7 @@
 // and a row per trainer track (forward, backward, compute) with the spans the
 // trainer records.
 //
-// What a tensor's row shows, per iteration i (docs/worker.md, "Timeline"):
+// What a tensor's row shows, per iteration i (docs/timeline.md):
 //   queued     the push request was taken by the net core -> its first block
 //              was handed to the transport (it waits for version i and for
 //              the tensor's previous push to settle)

@@ -9,7 +9,7 @@ timestamps are all CLOCK_MONOTONIC, so on one machine they line up::
 Open the result in https://ui.perfetto.dev or chrome://tracing: one process
 per worker, its trainer rows (forward, wait, backward) first, then a row per
 tensor in priority order with each iteration's queued, push, aggregate and
-pull phases (docs/worker.md, "Timeline").
+pull phases (docs/timeline.md).
 """
 
 from __future__ import annotations

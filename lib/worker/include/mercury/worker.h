@@ -140,7 +140,7 @@ struct WorkerOptions {
   bool idle_backoff = true;
   /// A directory: at shutdown the worker writes a Chrome trace of every
   /// tensor's push, aggregation and pull, and of the trainer's spans
-  /// (timeline_span), to DIR/<node>.json (docs/worker.md, "Timeline").
+  /// (timeline_span), to DIR/<node>.json (docs/timeline.md).
   /// Empty: the environment variable MERCURY_TIMELINE, if set; else none.
   std::string timeline;
 };
