@@ -17,7 +17,7 @@
 //   4. kBarrier / kBarrierDone implement Worker::barrier(): a worker sends
 //      kBarrier(generation) to server 0, which answers every worker with
 //      kBarrierDone(generation) once all ranks have arrived.
-//   5. Settings and the job's state, while the job runs (docs/agg.md,
+//   5. Settings and the job's state, while the job runs (docs/server.md,
 //      "Settings and the job's state"): rank 0 sends kSettings(from version,
 //      hyperparameters) to every server, each answers kSettingsDone once
 //      every shard it runs applied them; any worker asks each server for

@@ -57,7 +57,7 @@ inline constexpr size_t kMaxTensorNameBytes = 1024;
 /// How the servers make a tensor's next version from the ranks' pushes.
 /// The optimizer's is the job's (training.optimizer); the others are for
 /// tensors that are no parameters beside a server-side optimizer: the
-/// running statistics of BatchNorm (docs/agg.md, "Update rules").
+/// running statistics of BatchNorm (docs/agg.md, "Placement and keys").
 enum class UpdateRule : uint8_t {
   kOptimizer = 0,  ///< the job's optimizer applied to the averaged push
   kAverage = 1,    ///< the pushes averaged in rank order (the optimizer's "sum-only")

@@ -189,7 +189,7 @@ class PacketPort {
   [[nodiscard]] virtual uint64_t rx_pool_free() const { return rx_room(); }
   [[nodiscard]] virtual uint64_t link_up() const { return 1; }
   /// Whether the node detaches this port once every peer behind it left,
-  /// before they close the link (net_memif: docs/net.md, "Detaching").
+  /// before they close the link (net_memif: docs/net.md, "Ports").
   [[nodiscard]] virtual bool detach_when_peers_leave() const { return false; }
   /// Detached, the port calls its device no more (see Interface).
   virtual void set_detached_st(bool) {}

@@ -60,8 +60,8 @@
 // pow2(2 x rx_messages) 16-byte slots and a ring of pow2(2 x window) 16-byte
 // lost-packet hints, a retransmission map of pow2(2 x peers x (4 x window
 // + 64)) 24-byte slots, and a TX batch of 64 80-byte frames. Nothing grows
-// with traffic. docs/transport.md,
-// section "The endpoint (net core glue)", gives the decisions.
+// with traffic. docs/endpoint.md,
+// section "Design decisions", gives the decisions.
 #pragma once
 
 #include <array>
