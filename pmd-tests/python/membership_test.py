@@ -12,8 +12,8 @@ was removed); the three others train every step of every epoch and rank 0's fina
 test accuracy reaches the digits job's target (0.95; the others' 0.9); the server names the lost
 worker, removed, and counts one worker removed in its closing line; rank 0 counts one
 worker removed (the servers' kWorkerGone); and the survivors' longest step, from the
-kill on, stays within the liveness bound (the peer timeout, 1.125 x with the
-heartbeats, plus this 2-CPU machine's slack): they lose the peer timeout at most once,
+kill on, stays within the liveness bound (the peer timeout, TIMEOUT_MS, 1.125 x with
+the heartbeats, plus this 2-CPU machine's slack): they lose the peer timeout at most once,
 then nothing. How long they lose is printed for the record (the figure itself is
 benchmarks/membership/survivors.py's).
 
@@ -49,7 +49,11 @@ TARGET_OTHERS = 0.9
 STEPS_PER_EPOCH = 22  # (1437 // 4) // 16
 KILLED = 2
 KILL_STEP = 30  # in the second epoch
-TIMEOUT_MS = 1500  # network.peer_timeout_ms's default
+# network.peer_timeout_ms: twice the default. This machine is shared; under a load of
+# 15 on its 2 CPUs a server process was seen to get no CPU for 2 s, and the survivors'
+# transports then gave up on it (benchmarks/membership/survivors.py measures with
+# the default, 1500).
+TIMEOUT_MS = 3000
 # Each step sleeps this long first, standing for an accelerator's compute (as in the
 # evaluation): the survivors then train for longer than the peer timeout after the kill,
 # so the rank is removed while they train.
@@ -57,10 +61,13 @@ COMPUTE_MS = 10
 BOUND_S = TIMEOUT_MS / 1000 * 1.125 + 2.0
 
 
-def job_file(tmp, mode):
+def job_file(tmp, mode, timeout_ms=None):
     path = digits_test.job_file(tmp, "digits-leave-" + mode)
     with open(path) as f:
         text = f.read()
+    network = "network:\n  mtu: 9000\n"
+    assert network in text, text
+    text = text.replace(network, network + f"  peer_timeout_ms: {timeout_ms or TIMEOUT_MS}\n")
     head = "training:\n  sync: bsp\n  optimizer: momentum\n  learning_rate: 0.1\n  momentum: 0.9\n"
     assert head in text, text
     with open(path, "w") as f:
@@ -68,10 +75,11 @@ def job_file(tmp, mode):
     return path
 
 
-def run(tmp, mode, epochs=EPOCHS, kill_step=KILL_STEP, extra=()):
+def run(tmp, mode, epochs=EPOCHS, kill_step=KILL_STEP, extra=(), timeout_ms=None):
     """train_digits with rank KILLED killed at kill_step; (status, output, losses dir)."""
     losses = os.path.join(tmp, mode)
-    r = subprocess.run([sys.executable, digits_test.SCRIPT, "--job", job_file(tmp, mode),
+    r = subprocess.run([sys.executable, digits_test.SCRIPT, "--job",
+                        job_file(tmp, mode, timeout_ms),
                         "--epochs", str(epochs), "--losses", losses, "--build", BUILD,
                         "--kill", f"{KILLED},{kill_step}", "--compute-ms", str(COMPUTE_MS),
                         "--target", str(TARGET_OTHERS), *extra],
