@@ -37,6 +37,15 @@ void expect_refused_to_every_rank(const std::vector<ControlReply>& replies, uint
   }
 }
 
+// One answer only: a refusal to `rank` saying `why`.
+void expect_refused_alone(const std::vector<ControlReply>& replies, uint16_t rank,
+                          const std::string& why) {
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].rank, rank);
+  EXPECT_EQ(replies[0].message.kind, ControlKind::kRefused);
+  EXPECT_EQ(replies[0].message.text, why);
+}
+
 ControlMessage barrier(uint32_t rank, uint64_t generation) {
   ControlMessage m;
   m.kind = ControlKind::kBarrier;
@@ -430,12 +439,9 @@ TEST(ControlPlane, ADeclareInTheRunningJobEndsItUnlessItsRankLeft) {
   EXPECT_TRUE(p.cp.take_replies_st().empty());
   p.cp.on_message_st(2, declare(2), 4);
   std::vector<ControlReply> r = p.cp.take_replies_st();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].rank, 2);
-  EXPECT_EQ(r[0].message.kind, ControlKind::kRefused);
-  EXPECT_EQ(r[0].message.text,
-            "server: worker w2 (rank 2) left this job; a job cannot take a rank back: start the "
-            "job again");
+  expect_refused_alone(r, 2,
+                       "server: worker w2 (rank 2) left this job; a job cannot take a rank back: "
+                       "start the job again");
   EXPECT_EQ(p.cp.state(), NodeState::kRunning);  // the others finish their rounds
 
   p.cp.on_message_st(0, declare(0), 5);
@@ -574,12 +580,9 @@ TEST(ControlPlaneMembership, ARestartRemovesTheRankAndItsNewProcessAloneIsRefuse
   EXPECT_EQ(p.cp.counters().workers_restarted, 0u);
   EXPECT_EQ(p.cp.on_message_st(1, declare(1), 11), ControlVerdict::kTaken);
   std::vector<ControlReply> r = p.cp.take_replies_st();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].rank, 1);
-  EXPECT_EQ(r[0].message.kind, ControlKind::kRefused);
-  EXPECT_EQ(r[0].message.text,
-            "server: worker w1 (rank 1) was removed from this job, which goes on without it; "
-            "joining a running job is not built");
+  expect_refused_alone(r, 1,
+                       "server: worker w1 (rank 1) was removed from this job, which goes on "
+                       "without it; joining a running job is not built");
   EXPECT_EQ(p.cp.state(), NodeState::kRunning);
   // A declare whose restart went unseen removes the rank first.
   EXPECT_EQ(p.cp.on_message_st(2, declare(2), 12), ControlVerdict::kTaken);
