@@ -34,8 +34,8 @@ BUILD = None
 MODES = {
     # sync line, the server's optimizer: the evaluation's rate for one worker's batch per
     # update (docs/evaluation.md, section 3); psplus without its staleness rule (asp's
-    # arithmetic with the eager pull: 0.2 under inverse_sqrt ended below 0.95 in 2 of 3
-    # runs).
+    # arithmetic with the eager pull: 0.2 under inverse_sqrt ended at 0.92-0.93 in 3 runs of
+    # 12 epochs).
     "asp": "sync: asp\n  optimizer: sgd\n  learning_rate: 0.1",
     "ssp": "sync: ssp\n  staleness_bound: 2\n  optimizer: sgd\n  learning_rate: 0.1",
     "psplus": "sync: psplus\n  staleness_lr: none\n  optimizer: sgd\n  learning_rate: 0.1",
