@@ -45,6 +45,15 @@ of the parameters rank 0 held then (evaluated after training) and no training lo
 stop at their next step (under asp, ssp and psplus a straggler would otherwise train
 its own epochs on alone; under bsp every rank ends with rank 0 anyway).
 
+A lost worker (docs/membership.md): --kill RANK,STEP makes that rank's process kill
+itself (SIGKILL) right after the backward pass of its step STEP (counted from 0 over
+the run), its gradients on their way to the servers; under asp, ssp and psplus the
+others train their epochs on without it, and the launch counts that one death as
+expected. With --losses, every worker also writes the wall-clock time at the end of
+each of its steps to NODE.times, and the killed one the time of its death to
+NODE.killed (what benchmarks/membership/survivors.py measures the survivors' loss
+with).
+
 What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"), the
 same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches
 per step, no_sync() or with --backward-passes backward_passes_per_step=K), --lr LR and
@@ -70,6 +79,7 @@ import argparse
 import contextlib
 import functools
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -442,6 +452,7 @@ def train(args, node: str = "") -> int:
     trained_s = 0.0  # training time so far, evaluation excluded
     # --end-with-rank0: a flag in memory every fork of the launcher shares.
     rank0_done = getattr(args, "rank0_done", None) if node and not ddp else None
+    step_ends: List[float] = []  # --losses: time.time() at the end of every step
     t_start = time.monotonic()
     first_epoch = checkpoint["epoch"] if checkpoint else 0
     done_steps = first_epoch * steps_per_epoch
@@ -498,6 +509,15 @@ def train(args, node: str = "") -> int:
                 # A handed optimizer's step() is the servers' (nothing applied here); its
                 # schedule moves the rate the next step's settings carry.
                 recipe.step(list(model.parameters()))
+            if node and args.kill and args.kill[0] == rank and args.kill[1] == done_steps + k:
+                # A lost worker: its pushes of this step are on their way (the hooks
+                # handed them to the net core during the backward pass).
+                if args.losses:
+                    os.makedirs(args.losses, exist_ok=True)
+                    with open(os.path.join(args.losses, f"{node}.killed"), "w") as f:
+                        f.write(f"{time.time():.6f}\n")
+                os.kill(os.getpid(), signal.SIGKILL)
+            step_ends.append(time.time())
         if node and not ddp:
             net.synchronize()  # the epoch's last update is in the parameters
         secs = time.monotonic() - t0
@@ -530,6 +550,9 @@ def train(args, node: str = "") -> int:
         # --exact writes each emulated worker's losses as that worker would.
         curves = {f"w{r}": rank_losses[r] for r in range(workers)} if args.exact else \
             {node or "single": losses}
+        if node:
+            np.savetxt(os.path.join(args.losses, f"{node}.times"), np.array(step_ends),
+                       fmt="%.6f")
         for name, curve in curves.items():
             np.savetxt(os.path.join(args.losses, f"{name}.txt"), np.array(curve), fmt="%.9e")
             with open(os.path.join(args.losses, f"{name}.result"), "w") as f:
@@ -555,13 +578,15 @@ def train(args, node: str = "") -> int:
         dist.barrier()
         dist.destroy_process_group()
     if worker is not None:
-        s = worker.stats()
         worker.barrier()  # nobody leaves before every rank has its last version
+        s = worker.stats()
         worker.shutdown()
         if not quiet:
             drops = {"chunks": s["chunks_dropped"], "control": s["control_dropped"], **s["drops"]}
             print(f"{node}: {s['pushes']} pushes, {s['retransmits']} retransmissions, drops: "
-                  + (" ".join(f"{k}={v}" for k, v in drops.items() if v) or "none"), flush=True)
+                  + (" ".join(f"{k}={v}" for k, v in drops.items() if v) or "none")
+                  + (f"; {s['workers_removed']} workers removed from the job"
+                     if s["workers_removed"] else ""), flush=True)
     if not quiet:
         verdict = "PASS" if acc >= args.target else "FAIL"
         print(f"train-digits: {verdict}: test accuracy {acc:.4f} (target {args.target:g}) after "
@@ -600,7 +625,7 @@ def launch(args) -> int:
         # any process's trouble is shown.
         if node == "w0" and line.startswith(("epoch", "train-digits", "w0:")):
             print(line, flush=True)
-        elif ": stopped; " in line:
+        elif ": stopped; " in line or "removed from the job" in line:
             print(line, flush=True)
         elif "rror" in line or "FAIL" in line or "Traceback" in line:
             print(f"{node}: {line}", flush=True)
@@ -611,8 +636,10 @@ def launch(args) -> int:
     # loaded once, not by every worker at once (4 processes on this machine's 2 CPUs
     # took about 4 s to get there).
     status = run_job(args.job, worker_main=lambda node, rank: train(args, node),
-                     server_bin=str(args.server), echo=echo)
-    failed = {n: s for n, s in status.items() if s != 0}
+                     server_bin=str(args.server), echo=echo, survive_worker_loss=bool(args.kill))
+    # --kill: that worker's death is the point.
+    killed = f"w{args.kill[0]}" if args.kill else None
+    failed = {n: s for n, s in status.items() if s != 0 and not (n == killed and s == -9)}
     for n, s in failed.items():
         print(f"train-digits: {n} exited with status {s}", file=sys.stderr)
     return 1 if failed else 0
@@ -707,6 +734,9 @@ def main() -> int:
     p.add_argument("--end-with-rank0", action="store_true",
                    help="end the job once rank 0 has trained its epochs (the others stop at "
                         "their next step)")
+    p.add_argument("--kill", default="", metavar="RANK,STEP",
+                   help="that rank kills itself (SIGKILL) after the backward pass of its step "
+                        "STEP: a lost worker (asp, ssp, psplus go on without it)")
     args = p.parse_args()
     if args.epochs < 1 or args.batch < 1:
         p.error("--epochs and --batch must be positive")
@@ -727,6 +757,18 @@ def main() -> int:
             p.error(f"--straggler {spec!r}: expected RANK,F (e.g. 3,4)")
         if args.slowdown[int(r)] < 1:
             p.error(f"--straggler {spec!r}: F must be at least 1")
+    if args.kill:
+        try:
+            args.kill = tuple(int(v) for v in args.kill.split(","))
+            if len(args.kill) != 2 or args.kill[0] < 1 or args.kill[1] < 0:
+                raise ValueError
+        except ValueError:
+            p.error(f"--kill {args.kill!r}: expected RANK,STEP with RANK >= 1 (rank 0 reports "
+                    "the job) and STEP >= 0")
+        if args.ddp or args.single or args.ddp_rank >= 0:
+            p.error("--kill goes with a Mercury job, not --ddp or --single")
+    else:
+        args.kill = ()
     if args.straggler and args.compute_ms <= 0:
         p.error("--straggler needs --compute-ms (the compute it slows down)")
     if args.end_with_rank0 and (args.ddp or args.single or args.node or args.ddp_rank >= 0):

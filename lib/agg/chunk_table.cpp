@@ -470,11 +470,34 @@ const std::byte* ChunkTable::narrow_half(const Chunk& ch) {
 uint32_t ChunkTable::slowest_clock(uint64_t index) const {
   if (!track_ranks_) return 0;
   const uint32_t* next = &next_clock_[index * workers_];
-  uint32_t slowest = next[0];
-  for (uint32_t r = 1; r < workers_; ++r) {
-    if (serial_diff(next[r], slowest) < 0) slowest = next[r];
+  if (removed_ == 0) {
+    uint32_t slowest = next[0];
+    for (uint32_t r = 1; r < workers_; ++r) {
+      if (serial_diff(next[r], slowest) < 0) slowest = next[r];
+    }
+    return slowest;
   }
-  return slowest;
+  // Some rank left the job: the least over those still in it (with none
+  // left, the fastest's, so that nothing waits).
+  bool any = false;
+  uint32_t slowest = 0, fastest = next[0];
+  for (uint32_t r = 0; r < workers_; ++r) {
+    if (serial_diff(next[r], fastest) > 0) fastest = next[r];
+    if ((removed_ >> r & 1) != 0) continue;
+    if (!any || serial_diff(next[r], slowest) < 0) slowest = next[r];
+    any = true;
+  }
+  return any ? slowest : fastest;
+}
+
+std::span<const uint32_t> ChunkTable::clocks(uint64_t index) const {
+  if (!track_ranks_ || index >= chunks_.size()) return {};
+  return {&next_clock_[index * workers_], workers_};
+}
+
+void ChunkTable::remove_rank(uint32_t rank) {
+  if (!track_ranks_ || rank >= workers_) return;
+  removed_ |= uint64_t{1} << rank;
 }
 
 void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness) {

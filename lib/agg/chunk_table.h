@@ -289,6 +289,19 @@ class ChunkTable {
   /// chunk at (key, offset) accepts (Update::slowest). 0 under BSP or for a
   /// chunk that does not exist here.
   [[nodiscard]] uint32_t slowest(uint32_t key, uint32_t offset) const;
+  /// Asynchronous policies: every rank's next clock of chunk `index` (<
+  /// chunks(), rank order); empty under BSP.
+  [[nodiscard]] std::span<const uint32_t> clocks(uint64_t index) const;
+
+  // ---- membership (docs/membership.md): control path, the owner's thread ----
+  /// Asynchronous policies: rank `rank` left the job (lost or left). From
+  /// now on the slowest clock of every chunk is the least over the other
+  /// ranks, so SSP's bound no longer waits for it. Its contributions still
+  /// apply (one already acknowledged is never lost). Under BSP, or for a
+  /// rank >= workers(), nothing changes.
+  void remove_rank(uint32_t rank);
+  /// The ranks removed (bit r = rank r).
+  [[nodiscard]] uint64_t removed() const { return removed_; }
 
   // ---- settings and checkpoints: control path, the owner's thread ----
   /// The optimizer and its versioned hyperparameters (hyperparameters.h):
@@ -417,6 +430,7 @@ class ChunkTable {
   std::vector<Chunk> chunks_;
   std::vector<Held> slots_;           // chunks x workers
   std::vector<uint32_t> next_clock_;  // chunks x workers, when track_ranks_: next clock accepted
+  uint64_t removed_ = 0;              // remove_rank: left out of the slowest clock
   uint64_t elements_ = 0;
   uint32_t state_arrays_ = 0;
   std::unique_ptr<float[], FreeDeleter> params_;  // 64-byte aligned

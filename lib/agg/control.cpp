@@ -188,6 +188,12 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       w.u8(m.last ? 1 : 0);
       w.blob(m.bytes);
       break;
+    case ControlKind::kWorkerGone:
+      if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
+      w.be(m.rank, 4);
+      w.u8(m.lost ? 1 : 0);
+      w.text(m.text, 4);
+      break;
     default:
       throw std::invalid_argument("control message: unknown kind " +
                                   std::to_string(static_cast<int>(m.kind)));
@@ -299,6 +305,11 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
       m.sequence = r.be(8, "sequence");
       m.last = r.flag("last");
       m.bytes = r.blob("records");
+      break;
+    case ControlKind::kWorkerGone:
+      m.rank = static_cast<uint32_t>(r.be(4, "rank"));
+      m.lost = r.flag("lost");
+      m.text = r.text(4, "text");
       break;
     default:
       throw std::invalid_argument("control message: unknown kind " + std::to_string(kind));

@@ -31,6 +31,9 @@
 //      server sends it nothing more. Under BSP a push from any rank after
 //      a rank left can never be aggregated, so it ends the job naming both;
 //      once every rank has left the job is finished.
+//   7. Membership (docs/membership.md): in the asynchronous modes a rank
+//      that is lost (liveness) or left is removed from the job, and every
+//      server tells every other rank with kWorkerGone(rank, lost, text).
 //
 // Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
 // kind's fields, all big-endian. decode() validates every length against the
@@ -72,11 +75,15 @@ enum class ControlKind : uint8_t {
   kStatePage = 11,    ///< server -> worker: `bytes`, next `cursor`, `last` page (or `text`)
   kStateSeed = 12,    ///< rank 0 -> server: `bytes` (records) to resume from; `last` page
   kStateSeeded = 13,  ///< server -> rank 0: the page was applied (or `text`)
+  // Membership (7. above), a block of its own.
+  /// server -> every other rank: rank `rank` is no longer in the job
+  /// (`lost`: named dead by liveness or restarted; else it left); `text` says so.
+  kWorkerGone = 20,
 };
 
 struct ControlMessage {
   ControlKind kind = ControlKind::kDeclare;
-  uint32_t rank = 0;                ///< kDeclare, kBarrier, kLeave: the sender's rank
+  uint32_t rank = 0;  ///< kDeclare, kBarrier, kLeave: the sender's rank; kWorkerGone: the one gone
   std::vector<TensorDecl> tensors;  ///< kDeclare
   uint64_t fingerprint = 0;         ///< kReady: Placement::fingerprint()
   uint32_t shards = 0;              ///< kReady: global shard count of the job
@@ -93,6 +100,7 @@ struct ControlMessage {
   uint64_t cursor = 0;           ///< kStatePull: where to go on; kStatePage: the next page's
   bool last = false;             ///< kStatePage, kStateSeed: no page follows
   std::vector<std::byte> bytes;  ///< kStatePage, kStateSeed: whole records (optimizer_state.h)
+  bool lost = false;             ///< kWorkerGone: lost (liveness, a restart), not left
 };
 
 /// Bytes of `m`. Throws std::invalid_argument for a tensor name longer than

@@ -84,6 +84,22 @@ TEST(Control, EveryKindRoundTrips) {
   EXPECT_EQ(leave2.kind, ControlKind::kLeave);
   EXPECT_EQ(leave2.rank, 3u);
   EXPECT_THROW(decode_control(std::span(leave_bytes).first(9)), std::invalid_argument);
+
+  ControlMessage gone;
+  gone.kind = ControlKind::kWorkerGone;
+  gone.rank = 2;
+  gone.lost = true;
+  gone.text = "worker w2 (rank 2) was lost";
+  const std::vector<std::byte> gone_bytes = encode_control(gone);
+  const ControlMessage gone2 = decode_control(gone_bytes);
+  EXPECT_EQ(gone2.kind, ControlKind::kWorkerGone);
+  EXPECT_EQ(gone2.rank, 2u);
+  EXPECT_TRUE(gone2.lost);
+  EXPECT_EQ(gone2.text, gone.text);
+  gone.lost = false;
+  EXPECT_FALSE(decode_control(encode_control(gone)).lost);
+  EXPECT_THROW(decode_control(std::span(gone_bytes).first(gone_bytes.size() - 1)),
+               std::invalid_argument);
 }
 
 TEST(Control, SettingsAndStateRoundTrip) {

@@ -32,7 +32,7 @@ bool same(const ControlMessage& a, const ControlMessage& b) {
          a.shards == b.shards && a.generation == b.generation && a.text == b.text &&
          first_difference(a.tensors, b.tensors).empty() && a.seeded == b.seeded &&
          a.version == b.version && a.sequence == b.sequence && same_values(a.values, b.values) &&
-         a.cursor == b.cursor && a.last == b.last && a.bytes == b.bytes;
+         a.cursor == b.cursor && a.last == b.last && a.bytes == b.bytes && a.lost == b.lost;
 }
 
 }  // namespace

@@ -10,13 +10,14 @@ namespace mercury::server {
 
 ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards,
                            bool runs_barrier, Starter start, Tick now,
-                           agg::PlacementOptions placement)
+                           agg::PlacementOptions placement, bool asynchronous)
     : names_(std::move(rank_names)),
       job_shards_(job_shards),
       placement_options_(placement),
       runs_barrier_(runs_barrier),
       start_(std::move(start)),
-      since_(now) {
+      since_(now),
+      asynchronous_(asynchronous) {
   if (names_.empty() || names_.size() > agg::kMaxWorkers) {
     throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
                                 " workers, got " + std::to_string(names_.size()));
@@ -96,6 +97,15 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
                                 "again");
         return;
       }
+      if (asynchronous_) {
+        // A new process of a rank the others go on without (removed now,
+        // if its old incarnation's end went unseen): it alone is refused.
+        if (!gone(rank)) remove(rank, true, "restarted mid-job (declared again)", now);
+        reply_refused(rank, "server: worker " + names_[rank] + " (rank " + std::to_string(rank) +
+                                ") was removed from this job, which goes on without it; joining "
+                                "a running job is not built");
+        return;
+      }
       // A worker declares once per process: this is a new incarnation whose
       // transport restart went unseen. It holds none of the job's state.
       end_restarted(rank, "declared again", now);
@@ -149,6 +159,13 @@ void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
   MERCURY_OWNED(owner_);
   if (state_ != NodeState::kRunning || rank >= workers()) return;
   ++counters_.workers_lost;
+  if (asynchronous_) {
+    if (!gone(rank)) {
+      remove(rank, true,
+             "stopped answering and its transport gave up on it (network.peer_timeout_ms)", now);
+    }
+    return;
+  }
   refuse_all("worker " + names_[rank] + " (rank " + std::to_string(rank) +
                  ") stopped answering and its transport gave up on it "
                  "(network.peer_timeout_ms): the job cannot continue without its gradients",
@@ -164,8 +181,57 @@ void ControlPlane::on_worker_restarted_st(uint16_t rank, Tick now) {
   }
   // A rank that left is done with the job; its new process is refused when
   // it declares (on_declare).
-  if (state_ != NodeState::kRunning || has_left(rank)) return;
+  if (state_ != NodeState::kRunning || gone(rank)) return;
+  if (asynchronous_) {
+    remove(rank, true, "restarted mid-job (a new incarnation, new epoch)", now);
+    return;
+  }
   end_restarted(rank, "new epoch", now);
+}
+
+void ControlPlane::remove(uint16_t rank, bool lost, const std::string& why, Tick now) {
+  // Nothing the others do waits for this rank's gradients: the job goes on
+  // without it. What it pushed and the server took stays applied (each
+  // push applies on its own); what it had not pushed is never counted.
+  if (lost) {
+    ++counters_.workers_removed;
+    removed_ |= uint64_t{1} << rank;
+  }
+  const uint32_t still = workers() - static_cast<uint32_t>(std::popcount(left_ | removed_));
+  const std::string text = "worker " + names_[rank] + " (rank " + std::to_string(rank) + ") " +
+                           why + ": removed from the job, which goes on with " +
+                           std::to_string(still) + (still == 1 ? " rank" : " ranks");
+  agg::ControlMessage gone_message;
+  gone_message.kind = agg::ControlKind::kWorkerGone;
+  gone_message.rank = rank;
+  gone_message.lost = lost;
+  gone_message.text = text;
+  for (uint32_t r = 0; r < workers(); ++r) {
+    if (!gone(r)) reply(static_cast<uint16_t>(r), gone_message);
+  }
+  if (lost) notices_.push_back(text);  // a leave is the job's normal end: said by leaves
+  complete_barriers();
+  finish_if_all_gone(now);
+}
+
+uint64_t ControlPlane::take_removed_st() {
+  MERCURY_OWNED(owner_);
+  if (!asynchronous_) return 0;
+  const uint64_t fresh = (left_ | removed_) & ~out_;
+  out_ |= fresh;
+  return fresh;
+}
+
+std::vector<std::string> ControlPlane::take_notices_st() {
+  MERCURY_OWNED(owner_);
+  return std::exchange(notices_, {});
+}
+
+void ControlPlane::finish_if_all_gone(Tick now) {
+  if (state_ == NodeState::kRunning &&
+      static_cast<uint32_t>(std::popcount(left_ | removed_)) == workers()) {
+    enter(NodeState::kFinished, now);
+  }
 }
 
 void ControlPlane::end_restarted(uint16_t rank, const char* how, Tick now) {
@@ -187,9 +253,16 @@ void ControlPlane::on_leave(uint16_t rank, Tick now) {
     declared_[rank].reset();  // stopped before the job started: it must declare again
     return;
   }
-  if (state_ != NodeState::kRunning) return;
+  if (state_ != NodeState::kRunning || gone(rank)) return;
+  if (asynchronous_) {
+    // The others go on without it: told, and their barriers no longer wait
+    // for it.
+    left_ |= uint64_t{1} << rank;
+    remove(rank, false, "left the job", now);
+    return;
+  }
   left_ |= uint64_t{1} << rank;
-  if (static_cast<uint32_t>(std::popcount(left_)) == workers()) enter(NodeState::kFinished, now);
+  finish_if_all_gone(now);
 }
 
 void ControlPlane::on_push_after_leave_st(uint16_t rank, Tick now) {
@@ -242,14 +315,38 @@ ControlVerdict ControlPlane::on_barrier(uint16_t rank, const agg::ControlMessage
     return ControlVerdict::kTaken;
   }
   arrived |= bit;
-  if (static_cast<uint32_t>(std::popcount(arrived)) < workers()) return ControlVerdict::kTaken;
-  barrier_arrived_.erase(m.generation);
-  // Fold the complete generations from the floor up into the floor.
-  barrier_completed_.insert(m.generation);
-  while (barrier_completed_.erase(barrier_floor_) != 0) ++barrier_floor_;
-  ++counters_.barriers_completed;
-  for (uint32_t r = 0; r < workers(); ++r) reply(static_cast<uint16_t>(r), done);
+  complete_barriers();
   return ControlVerdict::kTaken;
+}
+
+uint64_t ControlPlane::barrier_needs() const {
+  const uint64_t all = workers() >= 64 ? ~uint64_t{0} : (uint64_t{1} << workers()) - 1;
+  // Under BSP every rank (one that left holds the job's last barrier up,
+  // as before); an asynchronous job's only those still in it.
+  return asynchronous_ ? all & ~(left_ | removed_) : all;
+}
+
+void ControlPlane::complete_barriers() {
+  if (!runs_barrier_) return;
+  const uint64_t needs = barrier_needs();
+  for (auto it = barrier_arrived_.begin(); it != barrier_arrived_.end();) {
+    if ((it->second & needs) != needs) {
+      ++it;
+      continue;
+    }
+    const uint64_t generation = it->first;
+    it = barrier_arrived_.erase(it);
+    // Fold the complete generations from the floor up into the floor.
+    barrier_completed_.insert(generation);
+    while (barrier_completed_.erase(barrier_floor_) != 0) ++barrier_floor_;
+    ++counters_.barriers_completed;
+    agg::ControlMessage done;
+    done.kind = agg::ControlKind::kBarrierDone;
+    done.generation = generation;
+    for (uint32_t r = 0; r < workers(); ++r) {
+      if (!gone(r)) reply(static_cast<uint16_t>(r), done);
+    }
+  }
 }
 
 void ControlPlane::reply(uint16_t rank, agg::ControlMessage m) {

@@ -26,8 +26,15 @@
 //    sync mode: its new process holds none of the job's state (no version,
 //    no round), and a job does not take a rank back. Every rank, the new
 //    incarnation included, is answered kRefused naming it.
+//    In the asynchronous modes (`asynchronous`) no rank waits for another's
+//    gradients: a lost or restarted rank is removed from the job instead
+//    (docs/membership.md), as is one that left. Every other rank still in
+//    the job is told (kWorkerGone), the node's shards are told
+//    (take_removed_st), barriers complete without it, and its new process's
+//    declare is refused to it alone (joining is not built).
 //    A rank's kLeave (it stops; the node sends it nothing more) marks it
-//    left; once every rank has left the state is kFinished. Under BSP a rank
+//    left; once every rank has left (or was removed) the state is
+//    kFinished. Under BSP a rank
 //    that left is needed by every later round, so a push from any rank after
 //    a leave (on_push_after_leave_st) ends the job for every rank (kRefused
 //    naming both: they ran different numbers of rounds).
@@ -100,20 +107,24 @@ class ControlPlane {
   /// std::invalid_argument for no ranks, too many, or no shards.
   /// `placement` is how the workers cut the tensors into blocks
   /// (job::placement_options): the server computes the same placement.
+  /// `asynchronous`: the job's sync mode needs no rank to apply another's
+  /// gradients (asp, ssp, psplus), so a lost rank is removed, not fatal.
   ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards, bool runs_barrier,
-               Starter start, Tick now, agg::PlacementOptions placement = {});
+               Starter start, Tick now, agg::PlacementOptions placement = {},
+               bool asynchronous = false);
 
   /// A message from `rank` (< workers()), as the transport delivered it.
   ControlVerdict on_message_st(uint16_t rank, agg::ControlMessage m, Tick now);
   /// The transport gave up on `rank`: while running, the job ends for every
-  /// rank. Otherwise nothing changes (a worker that has not declared yet
-  /// holds up no gradient).
+  /// rank, or in an asynchronous job the rank is removed. Otherwise nothing
+  /// changes (a worker that has not declared yet holds up no gradient).
   void on_worker_lost_st(uint16_t rank, Tick now);
   /// The transport saw `rank` come back with a new epoch (its process
-  /// restarted). While running (and it has not left), the job ends for
-  /// every rank, the new incarnation included; while waiting, its declare
-  /// is withdrawn (the new incarnation declares again). Otherwise nothing
-  /// changes.
+  /// restarted). While running (and it is still in the job), the job ends
+  /// for every rank, the new incarnation included, or in an asynchronous
+  /// job the rank is removed (its new process is refused when it declares);
+  /// while waiting, its declare is withdrawn (the new incarnation declares
+  /// again). Otherwise nothing changes.
   void on_worker_restarted_st(uint16_t rank, Tick now);
   /// While running, a push (a gradient packet) arrived from `rank` after
   /// another rank had left: the job ends for every rank (kRefused). Under
@@ -123,6 +134,17 @@ class ControlPlane {
   /// The ranks that left (bit r: rank r sent kLeave while running).
   [[nodiscard]] uint64_t left() const { return left_; }
   [[nodiscard]] bool has_left(uint32_t rank) const { return (left_ >> rank & 1) != 0; }
+  /// The ranks removed from an asynchronous job (lost or restarted; bit r).
+  [[nodiscard]] uint64_t removed() const { return removed_; }
+  /// Whether `rank` is out of the job: it left or was removed. Such a rank
+  /// is sent nothing more and its liveness is not checked.
+  [[nodiscard]] bool gone(uint32_t rank) const { return ((left_ | removed_) >> rank & 1) != 0; }
+  /// Asynchronous jobs: the ranks that went out of the job since the last
+  /// call (removed, or left), whose state the node's shards must drop
+  /// (Shard::remove_rank_st); each rank once.
+  uint64_t take_removed_st();
+  /// Lines for the node's output since the last call (a rank removed).
+  std::vector<std::string> take_notices_st();
   /// The node stopped serving (its shard cores are gone): a running job
   /// becomes kStopped.
   void on_stopped_st(Tick now);
@@ -155,6 +177,11 @@ class ControlPlane {
   ControlVerdict on_barrier(uint16_t rank, const agg::ControlMessage& m);
   void on_leave(uint16_t rank, Tick now);
   void end_restarted(uint16_t rank, const char* how, Tick now);
+  void remove(uint16_t rank, bool lost, const std::string& why, Tick now);
+  void finish_if_all_gone(Tick now);
+  // Barrier generations every rank still in the job has reached: answered.
+  void complete_barriers();
+  [[nodiscard]] uint64_t barrier_needs() const;
   bool sender_is(uint16_t rank, uint32_t claimed, const char* what);
   void start(Tick now);
   void refuse_all(std::string why, bool answering_declares, Tick now);
@@ -179,7 +206,11 @@ class ControlPlane {
   std::map<uint64_t, uint64_t> barrier_arrived_;  // incomplete generation -> rank bitmap
   uint64_t barrier_floor_ = 0;                    // every generation below is complete
   uint64_t left_ = 0;                             // bit r: rank r left while running
-  std::set<uint64_t> barrier_completed_;          // complete generations >= the floor
+  bool asynchronous_ = false;                     // a lost rank is removed, not fatal
+  uint64_t removed_ = 0;                          // bit r: rank r removed (lost, restarted)
+  uint64_t out_ = 0;                              // gone ranks the shards were told of
+  std::vector<std::string> notices_;
+  std::set<uint64_t> barrier_completed_;  // complete generations >= the floor
   std::vector<ControlReply> replies_;
   ControlCounters counters_;
   base::Owner owner_;  // the node's net core

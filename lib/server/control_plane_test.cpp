@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace mercury::server {
@@ -36,6 +37,15 @@ void expect_refused_to_every_rank(const std::vector<ControlReply>& replies, uint
   }
 }
 
+// One answer only: a refusal to `rank` saying `why`.
+void expect_refused_alone(const std::vector<ControlReply>& replies, uint16_t rank,
+                          const std::string& why) {
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].rank, rank);
+  EXPECT_EQ(replies[0].message.kind, ControlKind::kRefused);
+  EXPECT_EQ(replies[0].message.text, why);
+}
+
 ControlMessage barrier(uint32_t rank, uint64_t generation) {
   ControlMessage m;
   m.kind = ControlKind::kBarrier;
@@ -60,7 +70,8 @@ std::vector<std::string> names(uint32_t n) {
 // A control plane for `workers` ranks over `shards` global shards, whose
 // Starter records the placement it was given (or fails with `fail`).
 struct Plane {
-  explicit Plane(uint32_t workers, uint32_t shards = 2, bool server0 = true, std::string fail = "")
+  explicit Plane(uint32_t workers, uint32_t shards = 2, bool server0 = true, std::string fail = "",
+                 bool asynchronous = false)
       : cp(
             names(workers), shards, server0,
             [this, fail](const agg::Placement& p) {
@@ -68,7 +79,7 @@ struct Plane {
               started_with = &p;
               return fail;
             },
-            kT0) {}
+            kT0, {}, asynchronous) {}
   // Every rank declares the same list, at `t`.
   void declare_all(uint32_t workers, uint64_t t) {
     for (uint32_t r = 0; r < workers; ++r) {
@@ -428,12 +439,9 @@ TEST(ControlPlane, ADeclareInTheRunningJobEndsItUnlessItsRankLeft) {
   EXPECT_TRUE(p.cp.take_replies_st().empty());
   p.cp.on_message_st(2, declare(2), 4);
   std::vector<ControlReply> r = p.cp.take_replies_st();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].rank, 2);
-  EXPECT_EQ(r[0].message.kind, ControlKind::kRefused);
-  EXPECT_EQ(r[0].message.text,
-            "server: worker w2 (rank 2) left this job; a job cannot take a rank back: start the "
-            "job again");
+  expect_refused_alone(r, 2,
+                       "server: worker w2 (rank 2) left this job; a job cannot take a rank back: "
+                       "start the job again");
   EXPECT_EQ(p.cp.state(), NodeState::kRunning);  // the others finish their rounds
 
   p.cp.on_message_st(0, declare(0), 5);
@@ -463,6 +471,126 @@ TEST(ControlPlane, StoppingARunningJobSilencesDeclares) {
   EXPECT_EQ(p.cp.since(), 9u);
   p.cp.on_message_st(0, declare(0), 10);
   EXPECT_TRUE(p.cp.take_replies_st().empty());
+}
+
+// Membership (docs/membership.md): an asynchronous job goes on without a
+// rank that is lost, restarted or left.
+struct AsyncPlane : Plane {
+  explicit AsyncPlane(uint32_t workers, bool server0 = true)
+      : Plane(workers, 2, server0, "", true) {
+    declare_all(workers, 1);
+    cp.take_replies_st();
+  }
+};
+
+// The kWorkerGone messages in `replies`: (recipient, rank gone, lost).
+std::vector<std::tuple<uint16_t, uint32_t, bool>> gone_messages(
+    const std::vector<ControlReply>& replies) {
+  std::vector<std::tuple<uint16_t, uint32_t, bool>> out;
+  for (const ControlReply& r : replies) {
+    if (r.message.kind == ControlKind::kWorkerGone) {
+      out.emplace_back(r.rank, r.message.rank, r.message.lost);
+    }
+  }
+  return out;
+}
+
+TEST(ControlPlaneMembership, ALostRankIsRemovedAndEveryOtherRankIsTold) {
+  AsyncPlane p(4);
+  p.cp.on_worker_lost_st(2, 50);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.removed(), 0b0100u);
+  EXPECT_TRUE(p.cp.gone(2));
+  EXPECT_FALSE(p.cp.gone(1));
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  using G = std::tuple<uint16_t, uint32_t, bool>;
+  EXPECT_EQ(gone_messages(r), (std::vector<G>{{0, 2, true}, {1, 2, true}, {3, 2, true}}));
+  EXPECT_EQ(r.size(), 3u);  // nothing else, nothing to the lost rank
+  EXPECT_EQ(r[0].message.text,
+            "worker w2 (rank 2) stopped answering and its transport gave up on it "
+            "(network.peer_timeout_ms): removed from the job, which goes on with 3 ranks");
+  EXPECT_EQ(p.cp.take_notices_st(), std::vector<std::string>{r[0].message.text});
+  EXPECT_EQ(p.cp.take_removed_st(), 0b0100u);
+  EXPECT_EQ(p.cp.take_removed_st(), 0u);  // each rank once
+  EXPECT_EQ(p.cp.counters().workers_lost, 1u);
+  EXPECT_EQ(p.cp.counters().workers_removed, 1u);
+  // Named lost again (another check before the node's filter saw it): nothing.
+  p.cp.on_worker_lost_st(2, 51);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.counters().workers_removed, 1u);
+}
+
+TEST(ControlPlaneMembership, UnderBspALostRankStillEndsTheJob) {
+  Plane p(3);
+  p.declare_all(3, 1);
+  p.cp.take_replies_st();
+  p.cp.on_worker_lost_st(1, 50);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.removed(), 0u);
+  EXPECT_EQ(p.cp.take_removed_st(), 0u);
+  EXPECT_EQ(p.cp.take_replies_st().size(), 3u);
+  EXPECT_EQ(p.cp.counters().workers_removed, 0u);
+}
+
+TEST(ControlPlaneMembership, ABarrierCompletesWithoutTheRanksThatAreGone) {
+  AsyncPlane p(3);
+  // Ranks 0 and 1 wait in generation 4; rank 2 dies: the barrier completes.
+  EXPECT_EQ(p.cp.on_message_st(0, barrier(0, 4), 10), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.on_message_st(1, barrier(1, 4), 11), ControlVerdict::kTaken);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  p.cp.on_worker_lost_st(2, 12);
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(p.cp.take_replies_st()), (std::vector<K>{{0, ControlKind::kWorkerGone},
+                                                           {1, ControlKind::kWorkerGone},
+                                                           {0, ControlKind::kBarrierDone},
+                                                           {1, ControlKind::kBarrierDone}}));
+  EXPECT_EQ(p.cp.counters().barriers_completed, 1u);
+  // The next generation needs ranks 0 and 1 only; one that left counts out too.
+  EXPECT_EQ(p.cp.on_message_st(0, barrier(0, 5), 13), ControlVerdict::kTaken);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.on_message_st(1, leave(1), 14), ControlVerdict::kTaken);
+  EXPECT_EQ(kinds(p.cp.take_replies_st()),
+            (std::vector<K>{{0, ControlKind::kWorkerGone}, {0, ControlKind::kBarrierDone}}));
+}
+
+TEST(ControlPlaneMembership, TheJobIsFinishedOnceEveryRankLeftOrWasRemoved) {
+  AsyncPlane p(3);
+  p.cp.on_worker_lost_st(1, 10);
+  EXPECT_EQ(p.cp.on_message_st(0, leave(0), 11), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  // A leave is told to the others still in (not lost), not said on the node's output.
+  using G = std::tuple<uint16_t, uint32_t, bool>;
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  EXPECT_EQ(gone_messages(r), (std::vector<G>{{0, 1, true}, {2, 1, true}, {2, 0, false}}));
+  EXPECT_EQ(p.cp.take_notices_st().size(), 1u);
+  EXPECT_EQ(p.cp.take_removed_st(), 0b011u);
+  EXPECT_EQ(p.cp.on_message_st(2, leave(2), 12), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.state(), NodeState::kFinished);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.counters().workers_removed, 1u);
+  EXPECT_EQ(p.cp.counters().leaves, 2u);
+}
+
+TEST(ControlPlaneMembership, ARestartRemovesTheRankAndItsNewProcessAloneIsRefused) {
+  AsyncPlane p(3);
+  p.cp.on_worker_restarted_st(1, 10);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.removed(), 0b010u);
+  EXPECT_EQ(p.cp.take_replies_st().size(), 2u);  // kWorkerGone to ranks 0 and 2
+  EXPECT_EQ(p.cp.counters().workers_restarted, 0u);
+  EXPECT_EQ(p.cp.on_message_st(1, declare(1), 11), ControlVerdict::kTaken);
+  std::vector<ControlReply> r = p.cp.take_replies_st();
+  expect_refused_alone(r, 1,
+                       "server: worker w1 (rank 1) was removed from this job, which goes on "
+                       "without it; joining a running job is not built");
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  // A declare whose restart went unseen removes the rank first.
+  EXPECT_EQ(p.cp.on_message_st(2, declare(2), 12), ControlVerdict::kTaken);
+  r = p.cp.take_replies_st();
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerGone}, {2, ControlKind::kRefused}}));
+  EXPECT_EQ(p.cp.removed(), 0b110u);
+  EXPECT_EQ(p.cp.counters().workers_removed, 2u);
 }
 
 TEST(ControlPlane, ConstructionRefusesNoRanksTooManyOrNoShards) {

@@ -61,7 +61,8 @@ std::string_view server_drop_name(ServerDrop d);
   X(fanout_merged, "async copies not deferred: one to that worker for that chunk already waits") \
   X(eager_sent, "psplus: newest versions sent to the workers that did not push them (eager)")    \
   X(staleness_sum, "async: versions between a gradient's base and the update that applied it")   \
-  X(stale_updates, "async: updates applied to a newer version than their gradient came from")
+  X(stale_updates, "async: updates applied to a newer version than their gradient came from")    \
+  X(removed_dropped, "async: copies owed to a rank that left the job, dropped")
 
 struct ShardCounters {
   MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_DECLARE)
@@ -85,6 +86,7 @@ struct ShardCounters {
   X(replies, "answers the control plane produced (each queued, or a reply_not_queued)") \
   X(workers_lost, "ranks the transport declared dead while running")                    \
   X(workers_restarted, "jobs ended by a rank that restarted while running")             \
+  X(workers_removed, "async: ranks removed from the job (lost, restarted)")             \
   X(leaves, "kLeave messages taken (a worker stopping)")                                \
   X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")       \
   /* Settings and the job's state (server/job_state.h). */                              \

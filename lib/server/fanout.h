@@ -9,6 +9,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "agg/chunk_table.h"
@@ -78,6 +79,7 @@ class SspAnswers {
     workers_ = workers;
     owed_.assign(chunks * workers, 0);
     count_ = 0;
+    gone_ = 0;
   }
 
   /// Update `u` of the shard's chunk number `chunk` under `bound`.
@@ -86,6 +88,11 @@ class SspAnswers {
     if (u.version == 0 || u.clocks == nullptr || u.contributors == 0) return r;
     uint8_t* owed = &owed_[chunk * workers_];
     const auto me = static_cast<uint32_t>(std::countr_zero(u.contributors));
+    if ((gone_ >> me & 1) != 0) {  // a push that arrived before its rank left: no answer
+      r.to &= ~u.contributors;
+      r.yours &= ~u.contributors;
+      return r;
+    }
     if (owed[me] != 0) {  // pushed again before its answer went: that one now
       owed[me] = 0;
       --count_;
@@ -114,8 +121,41 @@ class SspAnswers {
   /// Answers owed now (each sent later).
   [[nodiscard]] uint64_t owed() const { return count_; }
 
+  /// Rank `rank` left the job (docs/membership.md): the answers owed to it
+  /// are dropped (returned: how many) and it is owed none again.
+  uint64_t forget(uint32_t rank) {
+    if (rank >= workers_ || rank >= 64) return 0;
+    gone_ |= uint64_t{1} << rank;
+    uint64_t dropped = 0;
+    for (uint64_t i = rank; i < owed_.size(); i += workers_) {
+      dropped += owed_[i];
+      owed_[i] = 0;
+    }
+    count_ -= dropped;
+    return dropped;
+  }
+
+  /// The answers owed for chunk `chunk` that a slowest clock of `slowest`
+  /// lets go (every rank's next clock in `clocks`): cleared and returned
+  /// (bit w = rank w), each to be sent with the chunk's newest version.
+  /// After a rank left, the slowest clock can move without an update.
+  uint64_t release(uint64_t chunk, std::span<const uint32_t> clocks, uint32_t slowest,
+                   uint32_t bound) {
+    uint64_t out = 0;
+    if (count_ == 0 || clocks.size() < workers_) return 0;
+    uint8_t* owed = &owed_[chunk * workers_];
+    for (uint32_t w = 0; w < workers_ && w < 64; ++w) {
+      if (owed[w] == 0 || static_cast<int32_t>(clocks[w] - bound - slowest) > 0) continue;
+      owed[w] = 0;
+      --count_;
+      out |= uint64_t{1} << w;
+    }
+    return out;
+  }
+
  private:
   uint32_t workers_ = 0;
+  uint64_t gone_ = 0;          // ranks that left the job: owed nothing
   std::vector<uint8_t> owed_;  // per (chunk, rank): 1 while its answer is held
   uint64_t count_ = 0;
 };

@@ -290,5 +290,71 @@ TEST(ServerModes, SspOwesTheAnswerWhileTheSlowestHoldsTheWorkerBack) {
   EXPECT_EQ(a.owed(), 1u);
 }
 
+// A rank that leaves the job (docs/membership.md), as Shard::remove_rank_st
+// does it: the table's slowest clock leaves it out, its owed answers are
+// dropped, and the answers the new slowest clock lets go are sent with the
+// chunk's newest version.
+TEST(ServerModes, SspGoesOnWithoutARankThatLeft) {
+  Modes m(Fanout::kSlowest, agg::make_asp(), 3, 1);
+  m.push(0);
+  m.pull(0);
+  m.push(0);                    // clock 2 needs a slowest of 1; ranks 1 and 2 are at 0: owed
+  m.push(1);                    // rank 1 at 1; rank 2, at 0, holds rank 0 back
+  EXPECT_EQ(m.ssp.owed(), 3u);  // rank 0's second push, one per chunk
+  EXPECT_EQ(m.sides[0].tracker->answers_st(0), 3u);
+  EXPECT_EQ(m.table->slowest(m.key(), 0), 0u);
+  // Rank 2 is lost before it pushed anything.
+  m.table->remove_rank(2);
+  EXPECT_EQ(m.table->removed(), 0b100u);
+  EXPECT_EQ(m.table->slowest(m.key(), 0), 1u);
+  EXPECT_EQ(m.ssp.forget(2), 0u);  // it was owed nothing
+  const std::span<const float> params = m.table->parameters(m.key());
+  for (uint32_t j = 0; j < m.chunks(); ++j) {
+    const uint32_t offset = j * kChunkBytes;
+    const uint32_t slowest = m.table->slowest(m.key(), offset);
+    const uint64_t to = m.ssp.release(j, m.table->clocks(j), slowest, m.bound);
+    EXPECT_EQ(to, 0b001u) << j;
+    const uint32_t bytes = std::min(kChunkBytes, kElements * 4 - offset);
+    m.sides[0].tracker->deliver_async_st(m.key(), offset, m.table->version(m.key(), offset),
+                                         fanout_tag(slowest, true),
+                                         std::as_bytes(params.subspan(offset / 4, bytes / 4)));
+  }
+  EXPECT_EQ(m.ssp.owed(), 0u);
+  // Rank 0 has the answers to both its pushes, and a slowest clock that lets
+  // it compute its iteration 2.
+  EXPECT_EQ(m.sides[0].tracker->answers_st(0), 6u);
+  EXPECT_EQ(m.sides[0].tracker->least_slowest_st(0), 1u);
+  EXPECT_EQ(m.sides[0].tracker->least_version_st(0), 3u);
+  // A push of the removed rank still in flight applies (the server took it)
+  // but is answered to nobody and owes nothing.
+  const size_t before = m.updates.size();
+  m.push(2);
+  ASSERT_EQ(m.updates.size(), before + 3);
+  for (size_t i = before; i < m.updates.size(); ++i) EXPECT_EQ(m.sent_to[i], 0u) << i;
+  EXPECT_EQ(m.ssp.owed(), 0u);
+  // Under BSP nothing is removed.
+  Modes bsp(Fanout::kEvery, agg::make_bsp(), 2);
+  bsp.table->remove_rank(1);
+  EXPECT_EQ(bsp.table->removed(), 0u);
+}
+
+TEST(ServerModes, SspDropsTheAnswersOwedToARankThatLeft) {
+  SspAnswers a;
+  a.reset(2, 2);
+  uint32_t clocks[2] = {2, 0};
+  agg::Update u;
+  u.version = 2;
+  u.contributors = 0b01;
+  u.clock = 2;
+  u.slowest = 0;
+  u.clocks = clocks;
+  EXPECT_EQ(a.route(u, 0, 1).to, 0u);  // owed on chunk 0
+  EXPECT_EQ(a.route(u, 1, 1).to, 0u);  // and on chunk 1
+  EXPECT_EQ(a.owed(), 2u);
+  EXPECT_EQ(a.forget(0), 2u);
+  EXPECT_EQ(a.owed(), 0u);
+  EXPECT_EQ(a.release(0, clocks, 5, 1), 0u);
+}
+
 }  // namespace
 }  // namespace mercury::server

@@ -51,6 +51,11 @@ std::string staleness_text(const ServerCounters& c) {
          std::to_string(s.updates) + ", " + mean + " versions behind on average";
 }
 
+std::string membership_text(const ServerCounters& c) {
+  if (c.control.workers_removed == 0) return {};
+  return "; workers removed: " + std::to_string(c.control.workers_removed);
+}
+
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,
                        const ServerCounters& c, uint64_t rx_pool_free) {
   char head[32];

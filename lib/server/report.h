@@ -53,6 +53,9 @@ std::string async_fanout_text(const ServerCounters& c);
 /// update was stale (always under BSP). Under asp and ssp the workers cannot
 /// count it (WorkerStats): this is where it shows.
 std::string staleness_text(const ServerCounters& c);
+/// "; workers removed: N" when an asynchronous job went on without a rank
+/// (docs/membership.md), else "".
+std::string membership_text(const ServerCounters& c);
 
 /// "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s
 /// (total 41234)  retransmissions 12  rx pool free 7843  drops:

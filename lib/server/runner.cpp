@@ -227,6 +227,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
     // polls the ports, and published with the rest.
     node_.refresh_port_stats_st();
     published_.publish_st(node_.counters_st());
+    for (const std::string& line : node_.take_notices_st()) output_.out(who_ + ": " + line);
     if (node_.state_st() != last_state) {
       report_state_st();
       last_state = node_.state_st();
@@ -259,7 +260,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
   output_.out(who_ + ": stopped; " + std::to_string(c.shards.updates) + " aggregations, " +
               std::to_string(c.net.tx_retransmits) + " retransmissions" +
               retransmission_text(node_.peer_totals_st()) + ", drops:" + drops_text(c) +
-              async_fanout_text(c) + staleness_text(c));
+              async_fanout_text(c) + staleness_text(c) + membership_text(c));
   return final_state;
 }
 

@@ -108,7 +108,8 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
   control_channel_->share_owner(owner_);
   control_.emplace(
       rank_name_, total_shards_, config.server_index == 0,
-      [this](const agg::Placement& p) { return start_shards(p); }, now, config.placement);
+      [this](const agg::Placement& p) { return start_shards(p); }, now, config.placement,
+      config.fanout != Fanout::kEvery);
   job_state_.emplace([this](uint32_t slot, ShardTask& t) { submit_task_st(slot, t); });
   launch_cores();
 }
@@ -323,6 +324,7 @@ void ServerNode::sync_state_st() {
   }
   any_left_ = control_->left() != 0;
   placement_ = control_->placement();
+  if (const uint64_t out = control_->take_removed_st(); out != 0) remove_ranks_st(out);
   if (any_left_) {
     for (PortLeave& l : leaves_) {
       if (l.detaches && l.state == PortLeave::kPolled && !l.attached_again &&
@@ -331,6 +333,20 @@ void ServerNode::sync_state_st() {
         l.since = now_;
         detach_pending_ = true;
       }
+    }
+  }
+}
+
+void ServerNode::remove_ranks_st(uint64_t ranks) {
+  std::erase_if(removals_, [](const std::unique_ptr<ShardTask>& t) { return t->finished(); });
+  // Stopped: the shard cores are gone, and with them what they kept.
+  if (control_->state() == NodeState::kStopped) return;
+  for (; ranks != 0; ranks &= ranks - 1) {
+    for (uint32_t slot = 0; slot < shards_.size(); ++slot) {
+      removals_.push_back(std::make_unique<ShardTask>());
+      removals_.back()->kind = ShardTask::Kind::kRemove;
+      removals_.back()->first = static_cast<uint64_t>(std::countr_zero(ranks));
+      submit_task_st(slot, *removals_.back());
     }
   }
 }
@@ -565,8 +581,7 @@ void ServerNode::slow_st(transport::Tick now) {
   // A rank that left stops polling once its leave is acknowledged: nothing
   // more is sent to it, so nothing waits for its acknowledgement.
   if (running_) {
-    control_channel_->heartbeat_st(now,
-                                   [this](uint32_t rank) { return !control_->has_left(rank); });
+    control_channel_->heartbeat_st(now, [this](uint32_t rank) { return !control_->gone(rank); });
   }
 }
 
@@ -582,12 +597,13 @@ void ServerNode::handle_restarts_st() {
 }
 
 void ServerNode::check_liveness_st() {
-  // A rank that left owes nothing more.
+  // A rank out of the job (it left, or was removed) owes nothing more.
   const std::optional<uint32_t> lost =
-      control_channel_->lost_st([this](uint32_t rank) { return !control_->has_left(rank); });
+      control_channel_->lost_st([this](uint32_t rank) { return !control_->gone(rank); });
   if (!lost) return;
   // Under BSP every other rank waits for this one's gradients: the control
-  // plane ends the job for all of them, with the reason.
+  // plane ends the job for all of them, with the reason. An asynchronous
+  // job goes on without it (docs/membership.md).
   control_->on_worker_lost_st(static_cast<uint16_t>(*lost), now_);
   sync_state_st();
   send_replies_st();

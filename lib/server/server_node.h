@@ -264,6 +264,12 @@ class ServerNode final : private node::ControlChannel::Handler {
     MERCURY_OWNED(owner_);
     return control_->placement();
   }
+  /// Lines for the node's output since the last call: a rank removed from
+  /// an asynchronous job (docs/membership.md). Runner prints them.
+  std::vector<std::string> take_notices_st() {
+    MERCURY_OWNED(owner_);
+    return control_->take_notices_st();
+  }
   [[nodiscard]] ServerCounters counters_st() const;
   /// Reads every port's device counters and gauges
   /// (net::PacketPort::refresh_port_stats_st) for counters_st() and the
@@ -370,6 +376,9 @@ class ServerNode final : private node::ControlChannel::Handler {
   // control plane's answers sent.
   void sync_state_st();
   void send_replies_st();
+  // The ranks that went out of an asynchronous job: each shard drops what
+  // it keeps for them (Shard::remove_rank_st, on the shard's thread).
+  void remove_ranks_st(uint64_t ranks);
 
   base::Owner owner_;  // the net core
   ServerNodeConfig config_;
@@ -403,6 +412,9 @@ class ServerNode final : private node::ControlChannel::Handler {
   // destroyed first, once stop() has finished what the cores held).
   std::optional<JobState> job_state_;
   std::vector<ControlReply> job_state_unsent_;  // answers the endpoint did not queue yet
+  // Asynchronous jobs: a rank out of the job, one kRemove task per shard
+  // (kept until the shard ran it; docs/membership.md).
+  std::vector<std::unique_ptr<ShardTask>> removals_;
   bool seeded_ = false;         // the job resumes from rank 0's checkpoint: no kInit
   std::vector<Stage> stages_;   // per shard core: items not yet enqueued
   std::vector<PortFlow> flow_;  // per port

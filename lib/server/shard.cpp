@@ -28,6 +28,7 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
                                 std::string(policy->name()));
   }
   table_ = std::make_unique<agg::ChunkTable>(placement, config, std::move(policy), *this);
+  live_ = fanout_.size() >= 64 ? ~uint64_t{0} : (uint64_t{1} << fanout_.size()) - 1;
   if (unit_chunks != 0) {
     unit_chunks_ = unit_chunks;
     held_.assign(started_.chunks(), 0);
@@ -238,6 +239,10 @@ void Shard::fanout_async_st(const agg::Update& u) {
   SspAnswers::Route route =
       fanout_route(rule_, ssp_, u, static_cast<uint64_t>(started_.index(u.key, u.offset)),
                    static_cast<uint32_t>(fanout_.size()), staleness_bound_);
+  // A rank that left the job is sent nothing (its contributions in flight
+  // still apply).
+  route.to &= live_;
+  route.first &= live_;
   if (rule_ == Fanout::kEveryVersion && u.version != 0) {
     // The eager pull: the contributor gets its answer now; the others are
     // owed the chunk's newest version, sent as their links have room.
@@ -347,6 +352,11 @@ uint32_t Shard::retry_fanout_st() {
   uint32_t sent = 0;
   while (backlog_count_ != 0) {
     const Deferred& d = backlog_[backlog_head_];
+    if ((live_ >> d.rank & 1) == 0) {  // its rank left the job
+      ++counters_.removed_dropped;
+      pop_backlog_st();
+      continue;
+    }
     if (rule_ != Fanout::kEvery) {
       // The chunk's newest version, which contains the deferred one.
       if (send_newest_st(d.rank, d.key, d.offset, d.priority, d.yours != 0, false) !=
@@ -375,6 +385,46 @@ uint32_t Shard::retry_fanout_st() {
   // The eager copies after the answers and the deferred copies, which
   // workers wait for.
   return sent + (eager_pending_ != 0 ? send_eager_st() : 0);
+}
+
+void Shard::remove_rank_st(uint16_t rank) {
+  MERCURY_OWNED(owner_);
+  if (rule_ == Fanout::kEvery || rank >= fanout_.size() || (live_ >> rank & 1) == 0) return;
+  live_ &= ~(uint64_t{1} << rank);
+  table_->remove_rank(rank);
+  // Its deferred slices go when the backlog reaches them (retry_fanout_st).
+  if (rule_ == Fanout::kEveryVersion) {
+    // psplus: the copies it is owed.
+    const uint64_t chunks = table_->chunks();
+    for (; eager_count_[rank] != 0; --eager_count_[rank]) {
+      const Owed& o = eager_ring_[rank * chunks + eager_head_[rank]];
+      owed_[pair_index(o.key, o.offset, rank)] = 0;
+      eager_head_[rank] = (eager_head_[rank] + 1) % chunks;
+      --eager_pending_;
+      ++counters_.removed_dropped;
+    }
+  }
+  if (rule_ != Fanout::kSlowest) return;
+  // ssp: its owed answers are dropped; then every chunk's slowest clock
+  // may have moved without an update, and the answers it now lets go are
+  // sent (each with the chunk's newest version, which contains the
+  // answered update), or deferred.
+  counters_.removed_dropped += ssp_.forget(rank);
+  for (uint64_t i = 0; i < table_->chunks() && ssp_.owed() != 0; ++i) {
+    const agg::ChunkTable::ChunkView c = table_->chunk_view(i);
+    const int64_t at = started_.index(c.key, c.offset);  // SspAnswers' numbering
+    if (at < 0) continue;
+    const uint64_t to = ssp_.release(static_cast<uint64_t>(at), table_->clocks(i),
+                                     table_->slowest(c.key, c.offset), staleness_bound_);
+    if (to == 0) continue;
+    const uint8_t priority = placement_.at(c.key).priority;
+    for (uint64_t left = to; left != 0; left &= left - 1) {
+      const auto w = static_cast<uint16_t>(std::countr_zero(left));
+      if (send_newest_st(w, c.key, c.offset, priority, true, false) == Newest::kSent) continue;
+      ++counters_.fanout_refused;
+      defer_st(Deferred{c.key, c.offset, c.version, w, priority, 1});
+    }
+  }
 }
 
 void Shard::release(void* const* tokens, uint32_t count) { releases_.free_st(tokens, count); }

@@ -182,6 +182,16 @@ class Shard final : public agg::ChunkSink {
   /// initial values do, at its version. Control path.
   void run_task_st(ShardTask& task);
 
+  /// Rank `rank` left the job (docs/membership.md; asynchronous modes, on
+  /// the shard's thread through a kRemove task): nothing more is sent to it
+  /// (its deferred slices, owed SSP answers and owed PS+ copies are dropped,
+  /// counted in removed_dropped), the slowest clock leaves it out
+  /// (agg::ChunkTable::remove_rank), and the SSP answers that clock now
+  /// lets go are sent. Its contributions still in flight apply as before.
+  /// Under BSP nothing changes (the job ends instead). Control path: a scan
+  /// of the shard's chunks.
+  void remove_rank_st(uint16_t rank);
+
   /// Resubmits the slices an endpoint refused, oldest first, until one is
   /// refused again; returns how many went. Called by the shard's owner
   /// whenever fanout_pending() (the inline loop, or the shard core's).
@@ -314,6 +324,8 @@ class Shard final : public agg::ChunkSink {
   uint64_t eager_pending_ = 0;
   // SSP: the answers owed (fanout.h).
   SspAnswers ssp_;
+  // The ranks still in the job (asynchronous modes: remove_rank_st).
+  uint64_t live_ = 0;
   // Staging credits: taken by the net core (its own counter), returned by
   // the shard's owner (one writer, relaxed: a stale read sees fewer returns,
   // so it can only underestimate the room).

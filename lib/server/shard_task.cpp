@@ -1,4 +1,5 @@
-// Shard::run_task_st (shard.h): settings and checkpoints on the shard's thread.
+// Shard::run_task_st (shard.h): settings, checkpoints and membership on the
+// shard's thread.
 #include "agg/shard_state.h"
 #include "server/shard.h"
 
@@ -35,6 +36,9 @@ void Shard::run_task_st(ShardTask& task) {
       break;
     case ShardTask::Kind::kCheck:
       task.next = agg::chunks_without_values(table);
+      break;
+    case ShardTask::Kind::kRemove:
+      remove_rank_st(static_cast<uint16_t>(task.first));
       break;
   }
   task.finish(std::move(error));

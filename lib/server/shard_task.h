@@ -1,6 +1,7 @@
 // Control-path work a shard does on its own thread: a change of its
 // settings, a page of its state for a checkpoint, records to resume from
-// (docs/server.md, "Settings and the job's state").
+// (docs/server.md, "Settings and the job's state"), a rank that left the
+// job (docs/membership.md).
 //
 // The net core builds a task (JobState), runs it at once on a shard that
 // runs inline, or queues it to the shard's core through the same ring as
@@ -32,6 +33,7 @@ struct ShardTask {
     kExport,    ///< a page of the shard's records from chunk `first` on
     kRestore,   ///< `records` restored, every chunk at version `version`
     kCheck,     ///< how many chunks have no values yet (into `next`)
+    kRemove,    ///< rank `first` left the job (docs/membership.md): Shard::remove_rank_st
   };
   Kind kind = Kind::kSettings;
   uint64_t job = 0;      ///< the placement fingerprint (the records')

@@ -3,6 +3,7 @@
 #include "worker/net_core.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "config/config.h"
 #include "net/stream_copy.h"
@@ -396,6 +397,10 @@ void NetCore::publish_st() {
   stats_.staleness_max.store(staleness_max_, std::memory_order_relaxed);
   stats_.ssp_waits.store(ssp_waits_, std::memory_order_relaxed);
   stats_.ssp_gap_max.store(ssp_gap_max_, std::memory_order_relaxed);
+  stats_.workers_removed.store(static_cast<uint64_t>(std::popcount(ranks_removed_)),
+                               std::memory_order_relaxed);
+  stats_.workers_left.store(static_cast<uint64_t>(std::popcount(ranks_left_)),
+                            std::memory_order_relaxed);
 }
 
 }  // namespace mercury::worker

@@ -163,7 +163,8 @@ inline constexpr size_t kPmdDropCount = std::size(kPmdDrops);
 struct PublishedStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, bytes_pushed{0}, chunks_received{0}, bytes_placed{0},
       versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0},
-      staleness_sum{0}, stale_pushes{0}, staleness_max{0}, ssp_waits{0}, ssp_gap_max{0};
+      staleness_sum{0}, stale_pushes{0}, staleness_max{0}, ssp_waits{0}, ssp_gap_max{0},
+      workers_removed{0}, workers_left{0};
   /// Drops by reason: the port's frames, the transport's packets, the PMD's
   /// (as of the net core's last read of them, every kPortStatsMs).
   std::array<std::atomic<uint64_t>, net::kDropReasonCount> port_drops{};
@@ -414,6 +415,9 @@ class NetCore final : public transport::PacketReceiver,
   std::vector<uint32_t> base_;
   uint64_t staleness_sum_ = 0, stale_pushes_ = 0, staleness_max_ = 0;
   uint64_t ssp_waits_ = 0, ssp_gap_max_ = 0;
+  // Ranks the servers said left the job (kWorkerGone; each server says it):
+  // removed (lost) and left, bit r = rank r.
+  uint64_t ranks_removed_ = 0, ranks_left_ = 0;
 };
 
 }  // namespace mercury::worker

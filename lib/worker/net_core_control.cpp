@@ -121,6 +121,20 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
     case agg::ControlKind::kStateSeeded:
       on_state_reply_st(peer, m);
       break;
+    case agg::ControlKind::kWorkerGone: {
+      // An asynchronous job goes on without that rank (docs/membership.md).
+      // Every server says so: counted, and a lost rank said, once.
+      if (m.rank >= 64) break;
+      const uint64_t bit = uint64_t{1} << m.rank;
+      uint64_t& seen = m.lost ? ranks_removed_ : ranks_left_;
+      if ((seen & bit) != 0) break;
+      seen |= bit;
+      publish_st();  // counted before any answer that follows (a barrier's)
+      if (m.lost) {
+        std::fprintf(stderr, "mercury: %s: %s\n", server_name(peer).c_str(), m.text.c_str());
+      }
+      break;
+    }
     default:
       ++control_malformed_;  // a worker is never sent declarations or barriers
       break;

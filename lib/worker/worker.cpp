@@ -670,6 +670,8 @@ WorkerStats Worker::stats() const {
   w.staleness_max = s.staleness_max.load(std::memory_order_relaxed);
   w.ssp_waits = s.ssp_waits.load(std::memory_order_relaxed);
   w.ssp_gap_max = s.ssp_gap_max.load(std::memory_order_relaxed);
+  w.workers_removed = s.workers_removed.load(std::memory_order_relaxed);
+  w.workers_left = s.workers_left.load(std::memory_order_relaxed);
   return w;
 }
 

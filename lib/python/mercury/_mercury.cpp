@@ -422,6 +422,8 @@ class PyWorker {
     d["staleness_max"] = s.staleness_max;
     d["ssp_waits"] = s.ssp_waits;
     d["ssp_gap_max"] = s.ssp_gap_max;
+    d["workers_removed"] = s.workers_removed;
+    d["workers_left"] = s.workers_left;
     py::dict drops;
     for (const auto& [name, n] : live().drops()) drops[py::str(name)] = n;
     d["drops"] = drops;

@@ -170,7 +170,8 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
             server_bin: str, echo: Optional[Callable[[str, str], None]] = None,
             timeout_s: float = 600.0, server_args: Sequence[str] = (),
             env: Optional[Dict[str, str]] = None,
-            worker_main: Optional[Callable[[str, int], Any]] = None) -> Dict[str, int]:
+            worker_main: Optional[Callable[[str, int], Any]] = None,
+            survive_worker_loss: bool = False) -> Dict[str, int]:
     """Runs the job: servers first, then every worker. Returns every process's
     exit status by node name (0 = clean). Each worker is either the command
     ``worker_argv(node, rank)`` or, with ``worker_main`` instead, a fork of this
@@ -185,7 +186,9 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
     as ``node: line``). A worker still running after ``timeout_s`` is killed
     (status -9), as are servers that do not stop within 30 s of SIGINT. Once
     a worker has failed, the others get 15 s to notice (the servers end the
-    job for every rank) before they are killed too."""
+    job for every rank) before they are killed too, unless
+    ``survive_worker_loss``: an asynchronous job goes on without a worker that
+    died (docs/membership.md), and the others run to their end."""
     if (worker_argv is None) == (worker_main is None):
         raise ValueError("run_job: give worker_argv or worker_main, one of them")
     if echo is None:
@@ -244,7 +247,7 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
                     continue
                 status[w.name] = w.finish(None)
                 running.remove(w)
-                if rc != 0:
+                if rc != 0 and not survive_worker_loss:
                     deadline = min(deadline, time.monotonic() + 15.0)
             time.sleep(0.05)
     finally:

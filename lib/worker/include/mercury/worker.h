@@ -172,6 +172,11 @@ struct WorkerStats {
   /// gap (own pushes - the slowest's) at which a pull completed (<= bound).
   uint64_t ssp_waits = 0;
   uint64_t ssp_gap_max = 0;
+  /// Asynchronous modes (docs/membership.md): the other ranks the servers
+  /// removed from the job (lost or restarted: the job went on without
+  /// them), and those that left it before this worker, as the servers told.
+  uint64_t workers_removed = 0;
+  uint64_t workers_left = 0;
 };
 
 /// A drop reason and how many times it happened (Worker::drops).

@@ -142,6 +142,8 @@ typedef struct mercury_worker_stats {
   uint64_t staleness_max;
   uint64_t ssp_waits;
   uint64_t ssp_gap_max;
+  uint64_t workers_removed;
+  uint64_t workers_left;
 } mercury_worker_stats;
 /* Fills *out with the counters now. `size` is sizeof(mercury_worker_stats)
  * as the caller was compiled (a multiple of 8): a caller built against an
