@@ -252,7 +252,7 @@ def worker_main(job, node, optimizer):
         servers = model.state_dict()["_extra_state"]["servers"]
         assert servers is not None and bytes(servers[:4].tolist()) == b"MSTA", \
             "no servers' state after a skipped step"
-    else:
+    elif optimizer != "sum":
         # The servers' state, as a checkpoint holds it: a job's state file.
         servers = model.state_dict()["_extra_state"]["servers"]
         assert servers is not None and servers.numel() > 64, "no servers' state in state_dict()"

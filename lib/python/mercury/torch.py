@@ -602,8 +602,9 @@ class DistributedModel(torch.nn.Module):
                 self._step_keys[id(t)] = step_key
                 self._step_grad[step_key] = torch.zeros_like(grad)
                 out = torch.zeros_like(grad)
-                name, rule = name + "#average", "average"
-            key = w.declare(name, out, priority, update=rule)
+                key = w.declare(name + "#average", out, priority, update="average")
+            else:
+                key = w.declare(name, out, priority, update=rule)
             self._keys[id(t)] = key
             self._grad[key] = grad
             self._out[key] = out
