@@ -172,7 +172,8 @@ class DdpDigits(unittest.TestCase):
         self.assertEqual(float(report["lr"]), 0.0)
 
     def test_clipping_under_the_servers_momentum(self):
-        report = self.check("at-step-clip", SERVERS_MOMENTUM, "--clip", "1.0", "--at-step")
+        report = self.check("at-step-clip", SERVERS_MOMENTUM, "--clip", "1.0", "--lr", "0.1",
+                            "--at-step")
         self.assertGreater(int(report["clipped"]), 0)
         self.assertLess(int(report["clipped"]), STEPS)
         self.assertEqual(int(report["skipped"]), 0)
