@@ -90,7 +90,7 @@ def trial(build, sizes, workers, iters, warmup):
         job = os.path.join(tmp, "job.yaml")
         with open(job, "w") as f:
             f.write(memif_job(workers, "atstep%d" % workers,
-                              training="{sync: bsp, optimizer: sgd, learning_rate: 0.0}"))
+                              training="{sync: bsp, optimizer: sgd, learning_rate: 1.0e-9}"))
         lines = []
         status = run_job(job, server_bin=os.path.join(build, "apps", "ps-server"),
                          echo=lambda node, line: lines.append(f"{node}: {line}"),

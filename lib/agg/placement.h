@@ -55,9 +55,11 @@ inline constexpr uint64_t kMaxTensorElements = uint64_t{1} << 36;
 inline constexpr size_t kMaxTensorNameBytes = 1024;
 
 /// How the servers make a tensor's next version from the ranks' pushes.
-/// The optimizer's is the job's (training.optimizer); the others are for
-/// tensors that are no parameters beside a server-side optimizer: the
-/// running statistics of BatchNorm (docs/agg.md, "Placement and keys").
+/// The optimizer's is the job's (training.optimizer); average and rank0
+/// are for tensors that are no parameters beside a server-side optimizer
+/// (the running statistics of BatchNorm), optimizer_rank0 for parameters
+/// whose gradient every trainer finished alike (docs/agg.md, "Placement and
+/// keys").
 enum class UpdateRule : uint8_t {
   kOptimizer = 0,  ///< the job's optimizer applied to the averaged push
   kAverage = 1,    ///< the pushes averaged in rank order (the optimizer's "sum-only")
