@@ -275,8 +275,14 @@ def worker_main(job, node, optimizer):
 
 
 class TorchDdp(unittest.TestCase):
-    def run_job(self, optimizer):
-        run_torch_job(self, __file__, BUILD, "pytorch-ddp-" + optimizer, optimizer, LR)
+    def run_job(self, optimizer, **env):
+        """The job, its worker processes given `env` (TORCH_DDP_TEST_* variables)."""
+        os.environ.update(env)
+        try:
+            run_torch_job(self, __file__, BUILD, "pytorch-ddp-" + optimizer, optimizer, LR)
+        finally:
+            for name in env:
+                del os.environ[name]
 
     def test_local_optimizer_with_sum(self):
         self.run_job("sum")
@@ -286,18 +292,10 @@ class TorchDdp(unittest.TestCase):
 
     def test_server_side_sgd_at_step(self):
         """The sum script's steps, the SGD handed to the servers: the same parameters."""
-        os.environ["TORCH_DDP_TEST_AT_STEP"] = "1"
-        try:
-            self.run_job("sgd")
-        finally:
-            del os.environ["TORCH_DDP_TEST_AT_STEP"]
+        self.run_job("sgd", TORCH_DDP_TEST_AT_STEP="1")
 
     def test_server_side_sgd_averaging_the_buffers(self):
-        os.environ["TORCH_DDP_TEST_BUFFERS"] = "average"
-        try:
-            self.run_job("sgd")
-        finally:
-            del os.environ["TORCH_DDP_TEST_BUFFERS"]
+        self.run_job("sgd", TORCH_DDP_TEST_BUFFERS="average")
 
 
 if __name__ == "__main__":
