@@ -58,9 +58,12 @@ What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"),
 same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches
 per step, no_sync() or with --backward-passes backward_passes_per_step=K), --lr LR and
 --schedule (warm-up, then cosine: with a server-side optimizer the script's torch
-optimizer, of the job's kind, is handed to the servers, which take its rate), and, with
-training.optimizer sum (a local optimizer), --clip NORM, --amp (bf16 autocast and a
-GradScaler) and --local-optimizer KIND; --losses then also writes what the optimizer's
+optimizer, of the job's kind, is handed to the servers, which take its rate), --clip
+NORM and --amp (bf16 autocast and a GradScaler) with training.optimizer sum (a local
+optimizer, --local-optimizer KIND) or, with a server-side optimizer, --at-step
+(DistributedModel(update="at_step"): the servers average, the script unscales, clips
+or skips, its optimizer's step() sends the final gradient to the servers' optimizer;
+--exact computes the same); --losses then also writes what the optimizer's
 side did (clipped and skipped steps, the scale, the last learning rate) to NODE.steps.
 --checkpoint FILE: rank 0 saves the model (under Mercury with the servers' state) and
 that side (optimizer, scaler, schedule) after every epoch; --stop-after E stops after
@@ -267,7 +270,7 @@ class Recipe:
         self.amp = args.amp
         self.clipped = self.skipped = 0
         self.opt = self.scaler = self.sched = None
-        if not optimizer and not (servers and (args.lr or args.schedule)):
+        if not optimizer and not (servers and (args.lr or args.schedule or args.at_step)):
             return
         kind = training.get("optimizer", "sgd")
         self.opt = local_optimizer(dict(training, optimizer=args.local_optimizer or (
@@ -401,10 +404,13 @@ def train(args, node: str = "") -> int:
             model.load_state_dict(checkpoint["model"])
 
     summed = job.training.get("optimizer") == "sum"
-    if (args.clip or args.amp or args.local_optimizer) and not summed and (node or args.exact):
-        raise SystemExit("train-digits: --clip, --amp and --local-optimizer act on the averaged "
-                         "gradient: under Mercury they need training.optimizer sum (a "
-                         "server-side optimizer never shows it to the trainer)")
+    if not summed and (node or args.exact) and (
+            args.local_optimizer or ((args.clip or args.amp) and not args.at_step)):
+        raise SystemExit("train-digits: --clip and --amp act on the averaged gradient: under "
+                         "Mercury they need training.optimizer sum (with --local-optimizer) or "
+                         "--at-step (the servers' optimizer applied at the script's step)")
+    if args.at_step and summed:
+        raise SystemExit("train-digits: --at-step goes with a server-side optimizer, not sum")
     steps_per_epoch = (len(y) // workers) // local
     servers = not summed and ((node and not ddp) or args.exact)
     recipe = Recipe(args, job.training, model.parameters(), args.epochs * steps_per_epoch,
@@ -419,7 +425,8 @@ def train(args, node: str = "") -> int:
         rank = worker.rank
         net = mercury.torch.DistributedModel(
             model, worker, recipe.opt,
-            backward_passes_per_step=args.accumulate if args.backward_passes else 1)
+            backward_passes_per_step=args.accumulate if args.backward_passes else 1,
+            update="at_step" if args.at_step else "per_chunk")
         if checkpoint:
             # The module's parameters and the servers' state: the job resumes from them.
             net.load_state_dict(checkpoint["model"])
@@ -441,6 +448,19 @@ def train(args, node: str = "") -> int:
         rank, worker = 0, None
         if args.exact:
             server = ServerArithmetic(job.training, model.parameters(), workers)
+            if args.at_step:
+                # The servers average into .grad; the script's step() applies their
+                # optimizer to the final .grad as rank 0 pushes it (x 1/1).
+                server = ServerArithmetic(dict(job.training, optimizer="sum"),
+                                          model.parameters(), workers)
+                apply = ServerArithmetic(job.training, model.parameters(), 1)
+
+                def step_on_the_servers(closure=None):
+                    recipe.opt._step_count = getattr(recipe.opt, "_step_count", 0) + 1
+                    apply.set(**recipe.server_values())  # as sent before the step's pushes
+                    apply.step([[p.grad for p in model.parameters()]])
+
+                recipe.opt.step = step_on_the_servers
         net = model
     rank_losses: List[List[float]] = [[] for _ in range(workers)]  # --exact
 
@@ -486,10 +506,10 @@ def train(args, node: str = "") -> int:
                     for part in np.array_split(batches[r][k], recipe.k):
                         rank_losses[r].append(recipe.backward(model, x[part], y[part]))
                     grads.append([p.grad.clone() for p in model.parameters()])
-                if not summed and recipe.opt:
+                if not summed and recipe.opt and not args.at_step:
                     server.set(**recipe.server_values())  # the step's settings, as sent
                 server.step(grads)  # with sum: the averaged gradient into .grad
-                if summed:
+                if summed or args.at_step:
                     recipe.step(list(model.parameters()))
                 elif recipe.sched:
                     recipe.sched.step()
@@ -717,6 +737,10 @@ def main() -> int:
                    help="bf16 autocast of the forward pass and loss scaling with a GradScaler "
                         "(on CPU, cpu_grad_scaler.CpuGradScaler): the averaged gradient is "
                         "unscaled before clipping, a step whose gradient overflowed is skipped")
+    p.add_argument("--at-step", action="store_true",
+                   help="with a server-side optimizer: DistributedModel(update='at_step'), so "
+                        "--clip and --amp act on the averaged gradient before the servers' "
+                        "optimizer applies the result")
     p.add_argument("--local-optimizer", choices=("sgd", "momentum", "adam", "adamw"),
                    help="the trainer's optimizer under training.optimizer sum (default sgd)")
     p.add_argument("--lr", type=float, default=0.0,

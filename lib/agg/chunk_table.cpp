@@ -13,13 +13,27 @@ namespace mercury::agg {
 
 namespace {
 
+// Whether a kOptimizerRank0 push (rank 0's, on the wire in `dtype`) is the
+// skip marker: its first element's bits (any alignment: it sits in a packet).
+bool skips_step(const std::byte* push, wire::Dtype dtype) {
+  if (dtype == wire::Dtype::kFloat32) {
+    uint32_t bits;
+    std::memcpy(&bits, push, sizeof bits);
+    return bits == kSkipStepFloat32;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, push, sizeof bits);
+  return bits == (dtype == wire::Dtype::kBFloat16 ? kSkipStepBFloat16 : kSkipStepFloat16);
+}
+
 int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
 
 struct Layout {
   uint64_t elements = 0;
   uint64_t chunks = 0;
   uint32_t blocks = 0;
-  bool half = false;  // a bfloat16 or float16 block is owned
+  bool half = false;   // a bfloat16 or float16 block is owned
+  bool skips = false;  // a kOptimizerRank0 block is owned: steps are counted apart
 };
 
 // Elements per chunk of a block of `dtype`: a chunk is chunk_bytes on the wire.
@@ -36,6 +50,7 @@ Layout layout_of(const Placement& placement, const ShardConfig& config) {
     l.chunks += (p.elements + per_chunk - 1) / per_chunk;
     ++l.blocks;
     l.half = l.half || p.dtype != wire::Dtype::kFloat32;
+    l.skips = l.skips || p.update == UpdateRule::kOptimizerRank0;
   }
   return l;
 }
@@ -138,7 +153,8 @@ uint64_t ChunkTable::base_memory(const Placement& placement, const ShardConfig& 
          l.chunks * config.workers * sizeof(Held) +
          (policy.tracks_rank_iterations() ? l.chunks * config.workers * sizeof(uint32_t) : 0) +
          placement.blocks().size() * sizeof(KeyEntry) + l.blocks * sizeof(LocalBlock) +
-         (l.half ? half_scratch_bytes(config.chunk_bytes) : 0);
+         (l.half ? half_scratch_bytes(config.chunk_bytes) : 0) +
+         (l.skips ? l.chunks * sizeof(uint32_t) : 0);
 }
 
 uint64_t ChunkTable::staging_for(const Placement& placement, const ShardConfig& config,
@@ -242,6 +258,7 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
   elements_ = element;
   slots_.assign(chunks_.size() * workers_, Held{nullptr, nullptr});
   if (track_ranks_) next_clock_.assign(chunks_.size() * workers_, 0);
+  if (l.skips) skipped_.assign(chunks_.size(), 0);
 
   auto zeroed = [](uint64_t elements) {
     return std::unique_ptr<float[], FreeDeleter>(
@@ -282,7 +299,8 @@ uint64_t ChunkTable::memory_bytes() const {
          slots_.size() * sizeof(Held) + next_clock_.size() * sizeof(uint32_t) +
          keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalBlock) +
          staging_bytes(staging_capacity_, chunk_bytes_) +
-         (half_scratch_ ? half_scratch_bytes(chunk_bytes_) : 0);
+         (half_scratch_ ? half_scratch_bytes(chunk_bytes_) : 0) +
+         skipped_.size() * sizeof(uint32_t);
 }
 
 Outcome ChunkTable::locate(uint32_t key, uint32_t offset, uint32_t bytes, uint64_t& chunk) const {
@@ -423,6 +441,27 @@ void ChunkTable::complete(uint64_t index) {
       }
       break;
     }
+    case UpdateRule::kOptimizerRank0:
+      if ((contributors & 1) != 0) {  // rank 0's is the first, in rank order
+        if (skips_step(src[0], ch.dtype)) {
+          ++skipped_[index];  // the values stay; the version moves on
+          ++counters_.steps_skipped;
+          break;
+        }
+        // Its gradient as pushed (x 1/1, exact); Adam's t counts the steps taken.
+        const StepParams& step =
+            optimizer_.step_for(ch.version, 1, uint64_t{ch.version} - skipped_[index] + 1,
+                                policy_->lr_scale(staleness));
+        float* s0 = state0_ ? state0_.get() + e : nullptr;
+        float* s1 = state1_ ? state1_.get() + e : nullptr;
+        if (ch.dtype == wire::Dtype::kFloat32) {
+          reduce_apply(optimizer_.kind(), simd_, src.data(), 1, ch.elements, params_.get() + e, s0,
+                       s1, step);
+        } else {
+          reduce_half(ch, src.data(), 1, optimizer_.kind(), s0, s1, step);
+        }
+      }
+      break;
     case UpdateRule::kRank0:
       if ((contributors & 1) != 0) {  // rank 0's is the first, in rank order
         if (ch.dtype == wire::Dtype::kFloat32) {
@@ -608,6 +647,7 @@ ChunkTable::ChunkView ChunkTable::chunk_view(uint64_t index) const {
   return ChunkView{.key = p.key,
                    .offset = static_cast<uint32_t>((index - p.first_chunk) * chunk_bytes_),
                    .version = ch.version,
+                   .steps = ch.version - (skipped_.empty() ? 0 : skipped_[index]),
                    .initialized = ch.initialized != 0 || ch.version != 0,
                    .params = array(params_.get()),
                    .state0 = array(state0_.get()),
@@ -616,7 +656,7 @@ ChunkTable::ChunkView ChunkTable::chunk_view(uint64_t index) const {
 
 Outcome ChunkTable::restore(uint32_t key, uint32_t offset, uint32_t version,
                             std::span<const float> params, std::span<const float> state0,
-                            std::span<const float> state1) {
+                            std::span<const float> state1, std::optional<uint32_t> steps) {
   uint64_t index = 0;
   // The chunk's length on the wire: its elements in the block's dtype.
   const uint32_t shift = key < keys_.size() ? keys_[key].shift : 2;
@@ -625,8 +665,10 @@ Outcome ChunkTable::restore(uint32_t key, uint32_t offset, uint32_t version,
   if (o == Outcome::kHeld) {
     Chunk& ch = chunks_[index];
     const size_t n = ch.elements;
+    const uint32_t taken = steps.value_or(version);
+    const bool skipping = local_[ch.block].update == UpdateRule::kOptimizerRank0;
     if (params.size() != n || state0.size() != (state0_ ? n : 0) ||
-        state1.size() != (state1_ ? n : 0)) {
+        state1.size() != (state1_ ? n : 0) || taken > version || (taken != version && !skipping)) {
       o = Outcome::kBadLength;
     } else if (ch.initialized) {
       o = Outcome::kDuplicate;
@@ -638,6 +680,7 @@ Outcome ChunkTable::restore(uint32_t key, uint32_t offset, uint32_t version,
       if (state0_) std::memcpy(state0_.get() + e, state0.data(), state0.size_bytes());
       if (state1_) std::memcpy(state1_.get() + e, state1.data(), state1.size_bytes());
       ch.version = version;
+      if (skipping) skipped_[index] = version - taken;
       ch.initialized = 1;
       o = Outcome::kInitialized;
       emit(index, 0, 0);

@@ -63,8 +63,12 @@
 // optimizer (placement.h, UpdateRule): kAverage makes the chunk the pushes'
 // average (reduced in rank order and scaled by 1/n as every set is),
 // kRank0 rank 0's push (a set without it, in the asynchronous policies,
-// leaves the values as they are). Either way the chunk's version moves on
-// and the update is emitted as any other.
+// leaves the values as they are), kOptimizerRank0 the optimizer applied to
+// rank 0's push as the gradient (not averaged), or nothing when that push
+// begins with the skip marker (kSkipStepFloat32: a skipped step, which Adam's
+// t does not count; such chunks keep their skipped steps in a per-chunk
+// count, 4 bytes each). Either way the chunk's version moves on and the
+// update is emitted as any other.
 //
 // Threads. A ChunkTable belongs to the one lcore that owns its shard; no
 // method may be called concurrently or from another thread (the sink is
@@ -95,6 +99,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -218,10 +223,11 @@ class ChunkSink {
 };
 
 // Every chunk table counter, once (base/counter_list.h).
-#define MERCURY_CHUNK_TABLE_COUNTERS(X)                          \
-  X(updates, "chunk updates applied (excluding initial values)") \
-  X(gradient_bytes, "contribution bytes reduced")                \
-  X(staging_full, "contributions marked copy held as buffers: no staging chunk was free")
+#define MERCURY_CHUNK_TABLE_COUNTERS(X)                                                   \
+  X(updates, "chunk updates applied (excluding initial values)")                          \
+  X(gradient_bytes, "contribution bytes reduced")                                         \
+  X(staging_full, "contributions marked copy held as buffers: no staging chunk was free") \
+  X(steps_skipped, "optimizer_rank0 updates whose rank-0 push was the skip marker")
 
 struct ChunkTableCounters {
   std::array<uint64_t, kOutcomeCount> outcomes{};  ///< per Outcome, indexed by its value
@@ -317,6 +323,7 @@ class ChunkTable {
     uint32_t key = 0;
     uint32_t offset = 0;
     uint32_t version = 0;
+    uint32_t steps = 0;        ///< optimizer steps taken: version less the skipped ones
     bool initialized = false;  ///< has values: initial, restored or updated
     std::span<const float> params, state0, state1;
   };
@@ -325,10 +332,13 @@ class ChunkTable {
   /// version (copied), and emits it at that version, as initialize() emits
   /// version 0. Refused (counted) as initialize() refuses: kUnknownKey,
   /// kNotOwned, kBadOffset, kBadLength (`params` is not the chunk's
-  /// length, or a state array not as long), kDuplicate (the chunk has
-  /// values already), kStale (it was updated).
+  /// length, or a state array not as long, or `steps` (the optimizer
+  /// steps taken, version by default) above version or, but for a
+  /// kOptimizerRank0 chunk, below it), kDuplicate (the chunk has values
+  /// already), kStale (it was updated).
   Outcome restore(uint32_t key, uint32_t offset, uint32_t version, std::span<const float> params,
-                  std::span<const float> state0, std::span<const float> state1);
+                  std::span<const float> state0, std::span<const float> state1,
+                  std::optional<uint32_t> steps = std::nullopt);
 
   [[nodiscard]] const ChunkTableCounters& counters() const { return counters_; }
   [[nodiscard]] const SyncPolicy& policy() const { return *policy_; }
@@ -431,6 +441,7 @@ class ChunkTable {
   std::vector<Held> slots_;           // chunks x workers
   std::vector<uint32_t> next_clock_;  // chunks x workers, when track_ranks_: next clock accepted
   uint64_t removed_ = 0;              // remove_rank: left out of the slowest clock
+  std::vector<uint32_t> skipped_;     // per chunk, with a kOptimizerRank0 block: steps skipped
   uint64_t elements_ = 0;
   uint32_t state_arrays_ = 0;
   std::unique_ptr<float[], FreeDeleter> params_;  // 64-byte aligned

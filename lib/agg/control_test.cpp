@@ -170,10 +170,13 @@ TEST(Control, AnUnknownUpdateRuleIsRefused) {
   d.kind = ControlKind::kDeclare;
   d.tensors = {{"t", 1, 0}};
   std::vector<std::byte> bytes = encode_control(d);
-  bytes[24] = std::byte{3};  // header 6 + rank 4 + count 4 + elements 8 + priority, dtype
+  bytes[24] =
+      std::byte{kUpdateRules};  // header 6 + rank 4 + count 4 + elements 8 + priority, dtype
   EXPECT_THROW(decode_control(bytes), std::invalid_argument);
   bytes[24] = std::byte{2};
   EXPECT_EQ(decode_control(bytes).tensors[0].update, UpdateRule::kRank0);
+  bytes[24] = std::byte{3};
+  EXPECT_EQ(decode_control(bytes).tensors[0].update, UpdateRule::kOptimizerRank0);
 }
 
 TEST(Control, EveryTruncationIsRefused) {

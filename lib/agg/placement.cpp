@@ -28,6 +28,8 @@ std::string_view update_rule_name(UpdateRule rule) {
       return "average";
     case UpdateRule::kRank0:
       return "rank0";
+    case UpdateRule::kOptimizerRank0:
+      return "optimizer_rank0";
   }
   return "?";
 }
@@ -49,7 +51,7 @@ Placement Placement::compute(std::span<const TensorDecl> tensors, uint32_t shard
     if (static_cast<uint8_t>(t.update) >= kUpdateRules) {
       throw std::invalid_argument("placement: tensor '" + t.name + "' has update rule " +
                                   std::to_string(static_cast<int>(t.update)) +
-                                  " (0 optimizer, 1 average, 2 rank0)");
+                                  " (0 optimizer, 1 average, 2 rank0, 3 optimizer_rank0)");
     }
     if (!wire::is_tensor_dtype(t.dtype)) {
       throw std::invalid_argument("placement: tensor '" + t.name + "' has dtype " +

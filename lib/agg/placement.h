@@ -55,15 +55,29 @@ inline constexpr uint64_t kMaxTensorElements = uint64_t{1} << 36;
 inline constexpr size_t kMaxTensorNameBytes = 1024;
 
 /// How the servers make a tensor's next version from the ranks' pushes.
-/// The optimizer's is the job's (training.optimizer); the others are for
-/// tensors that are no parameters beside a server-side optimizer: the
-/// running statistics of BatchNorm (docs/agg.md, "Placement and keys").
+/// The optimizer's is the job's (training.optimizer); average and rank0
+/// are for tensors that are no parameters beside a server-side optimizer
+/// (the running statistics of BatchNorm), optimizer_rank0 for parameters
+/// whose gradient every trainer finished alike (docs/agg.md, "Placement and
+/// keys").
 enum class UpdateRule : uint8_t {
   kOptimizer = 0,  ///< the job's optimizer applied to the averaged push
   kAverage = 1,    ///< the pushes averaged in rank order (the optimizer's "sum-only")
   kRank0 = 2,      ///< rank 0's push as it is (a broadcast from rank 0)
+  /// The job's optimizer applied to rank 0's push as the gradient, not
+  /// averaged (the ranks push the same bits: a gradient every trainer
+  /// averaged, unscaled and clipped alike); a push that begins with
+  /// kSkipStepBits applies nothing: a skipped step (GradScaler), whose
+  /// version carries the values as they are and takes no optimizer step.
+  kOptimizerRank0 = 3,
 };
-inline constexpr uint8_t kUpdateRules = 3;
+inline constexpr uint8_t kUpdateRules = 4;
+/// The first element of a kOptimizerRank0 chunk that skips the step, per
+/// wire dtype: signalling NaNs, which no arithmetic produces (it quiets a
+/// NaN), so no computed gradient is taken for one.
+inline constexpr uint32_t kSkipStepFloat32 = 0x7FA55A5Au;
+inline constexpr uint16_t kSkipStepBFloat16 = 0x7FA5u;
+inline constexpr uint16_t kSkipStepFloat16 = 0x7D5Au;
 std::string_view update_rule_name(UpdateRule rule);
 
 /// One tensor as a worker declares it.

@@ -40,7 +40,7 @@ uint64_t export_page(const ChunkTable& table, uint64_t job, uint64_t first, uint
                         ChunkState{.key = c.key,
                                    .offset = c.offset,
                                    .version = c.version,
-                                   .steps = c.version,
+                                   .steps = c.steps,
                                    .kind = opt.kind(),
                                    .decoupled_weight_decay = opt.decoupled_weight_decay()},
                         c.params, c.state0, c.state1, std::span(out).subspan(at));
@@ -139,7 +139,9 @@ StateFile check_state(std::span<const std::byte> bytes, const Placement& placeme
         throw std::invalid_argument(which + " is of another optimizer than the job's");
       }
       if (next == 1) f.version = h.version;
-      if (h.version != f.version || h.steps != h.version) {
+      // A skipped step (optimizer_rank0) moves the version on without a step.
+      const bool skips = b.update == UpdateRule::kOptimizerRank0;
+      if (h.version != f.version || h.steps > h.version || (!skips && h.steps != h.version)) {
         throw std::invalid_argument(which + " is at version " + std::to_string(h.version) +
                                     " after " + std::to_string(h.steps) + " steps, the first at " +
                                     std::to_string(f.version) +
@@ -171,7 +173,7 @@ std::string restore_records(ChunkTable& table, uint64_t job, uint32_t version,
       }
       continue;
     }
-    if (h.version != version || h.steps != version) {
+    if (h.version != version || h.steps > version) {
       return chunk_name(h) + " is at version " + std::to_string(h.version) + " (" +
              std::to_string(h.steps) + " steps); the job resumes at " + std::to_string(version);
     }
@@ -189,7 +191,7 @@ std::string restore_records(ChunkTable& table, uint64_t job, uint32_t version,
     if (why != RecordReject::kNone) {
       return chunk_name(h) + " is refused: " + std::string(record_reject_name(why));
     }
-    const Outcome o = table.restore(h.key, h.offset, h.version, params, state0, state1);
+    const Outcome o = table.restore(h.key, h.offset, h.version, params, state0, state1, h.steps);
     if (o != Outcome::kInitialized) {
       return chunk_name(h) + " cannot be restored here: " + std::string(outcome_name(o));
     }

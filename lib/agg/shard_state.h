@@ -81,7 +81,8 @@ struct StateFile {
 /// decay or not): the records split and are this job's, the hyperparameter
 /// record comes first and is the only one, every chunk of every block is
 /// there once with its length, and at one version, with as many optimizer
-/// steps. Throws std::invalid_argument naming the first thing wrong (the
+/// steps (an optimizer_rank0 chunk's skipped steps are not: as many or
+/// fewer). Throws std::invalid_argument naming the first thing wrong (the
 /// tensor, block and offset of a chunk).
 StateFile check_state(std::span<const std::byte> bytes, const Placement& placement,
                       uint32_t chunk_bytes, OptimizerKind kind, bool decoupled_weight_decay);
@@ -90,7 +91,8 @@ StateFile check_state(std::span<const std::byte> bytes, const Placement& placeme
 /// split_records): the hyperparameter record restores its settings; each
 /// chunk record restores its chunk (ChunkTable::restore: values, optimizer
 /// state, version; emitted at that version). Every chunk must be at
-/// `version`, with as many steps, and owned by this table. Returns "" or
+/// `version`, with as many steps (optimizer_rank0: or fewer), and owned
+/// by this table. Returns "" or
 /// why not, naming the first record refused; the records before it stay
 /// applied. `job`: the placement fingerprint.
 std::string restore_records(ChunkTable& table, uint64_t job, uint32_t version,

@@ -171,6 +171,92 @@ TEST(AggRules, Rank0UnderAspTakesOnlyRank0sPush) {
   EXPECT_EQ(table.version(0, 0), 2u);
 }
 
+// The optimizer on rank 0's push: the ranks' pushes differ here (the rule
+// takes rank 0's, not their average), and rounds 2 and 4 are skipped (rank
+// 0's pushes are the skip marker). The table goes as one of a single worker
+// fed rank 0's pushes of the rounds taken (AdamW: its t counts the steps
+// taken, not the versions), is checkpointed with fewer steps than its
+// version, restored, and goes on as the table that never stopped.
+TEST(AggRules, OptimizerOnRank0sPushSkipsMarkedSteps) {
+  const std::vector<TensorDecl> decls = {
+      {"w", 900, 0, wire::Dtype::kFloat32, UpdateRule::kOptimizerRank0}};
+  const Placement p = Placement::compute(decls, 1);
+  const std::vector<TensorDecl> alone_decls = {{"w", 900, 0}};
+  const Placement alone_p = Placement::compute(alone_decls, 1);
+  const auto chunks = chunks_of(p, 0);
+  RecordingSink sink;
+  ChunkTable table(p, config_for(0, OptimizerKind::kAdam, true), make_bsp(), sink);
+  ChunkTable restored(p, config_for(0, OptimizerKind::kAdam, true), make_bsp(), sink);
+  ShardConfig one = config_for(0, OptimizerKind::kAdam, true);
+  one.workers = 1;
+  ChunkTable alone(alone_p, one, make_bsp(), sink);
+  initialize(p, 0, table);
+  initialize(alone_p, 0, alone);
+  const auto is_skipped = [](uint32_t v) { return v == 2 || v == 4; };
+  uint32_t taken_rounds = 0;
+  std::vector<std::byte> pages;
+  for (uint32_t v = 0; v < 8; ++v) {
+    std::mt19937 rng(v);
+    Grads grads(rng, chunks, kWorkers);
+    if (is_skipped(v)) {
+      for (auto& by_rank : grads.g) {
+        for (auto& g : by_rank) {
+          for (float& x : g) std::memcpy(&x, &kSkipStepFloat32, 4);
+        }
+      }
+    }
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      for (uint16_t r = kWorkers; r-- > 0;) {
+        ASSERT_TRUE(taken(table.contribute(grads.make(chunks, i, r, v))));
+        if (v >= 6) {
+          ASSERT_TRUE(taken(restored.contribute(grads.make(chunks, i, r, v))));
+        }
+      }
+      if (!is_skipped(v)) {
+        ASSERT_TRUE(taken(alone.contribute(grads.make(chunks, i, 0, taken_rounds))));
+      }
+    }
+    if (!is_skipped(v)) ++taken_rounds;
+    ASSERT_EQ(std::memcmp(table.parameters(0).data(), alone.parameters(0).data(), 900 * 4), 0)
+        << "round " << v;
+    for (uint64_t i = 0; i < table.chunks(); ++i) {
+      const ChunkTable::ChunkView a = table.chunk_view(i);
+      const ChunkTable::ChunkView b = alone.chunk_view(i);
+      ASSERT_EQ(a.version, v + 1);
+      ASSERT_EQ(a.steps, taken_rounds);
+      ASSERT_EQ(std::memcmp(a.state0.data(), b.state0.data(), a.state0.size_bytes()), 0);
+      ASSERT_EQ(std::memcmp(a.state1.data(), b.state1.data(), a.state1.size_bytes()), 0);
+    }
+    if (v == 5) {
+      // The checkpoint after 6 versions and 4 steps, into a fresh table.
+      export_page(table, p.fingerprint(), 0, kStatePageBytes, pages);
+      const std::vector<std::byte> file = join_state(pages, p.fingerprint());
+      const StateFile f = check_state(file, p, kChunkBytes, OptimizerKind::kAdam, true);
+      EXPECT_EQ(f.version, 6u);
+      std::vector<RecordRef> mine = {f.hyperparameters};
+      mine.insert(mine.end(), f.chunks.begin(), f.chunks.end());
+      ASSERT_EQ(restore_records(restored, p.fingerprint(), 6, mine), "");
+      EXPECT_EQ(restored.chunk_view(0).steps, 4u);
+      // The rule is part of the job: the file is not the plain optimizer's.
+      try {
+        check_state(file, alone_p, kChunkBytes, OptimizerKind::kAdam, true);
+        ADD_FAILURE() << "accepted";
+      } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("another job"), std::string::npos) << e.what();
+      }
+    }
+  }
+  EXPECT_EQ(table.counters().steps_skipped, 2 * table.chunks());
+  EXPECT_EQ(params_of(restored), params_of(table));
+  // A plain optimizer chunk restored with fewer steps than its version is refused.
+  ChunkTable plain(alone_p, one, make_bsp(), sink);
+  const ChunkTable::ChunkView c = alone.chunk_view(0);
+  EXPECT_EQ(plain.restore(c.key, c.offset, c.version, c.params, c.state0, c.state1, c.steps - 1),
+            Outcome::kBadLength);
+  EXPECT_EQ(plain.restore(c.key, c.offset, c.version, c.params, c.state0, c.state1, c.steps),
+            Outcome::kInitialized);
+}
+
 // Two shards, run 3 rounds with a rate change, checkpointed, restored into
 // fresh tables, 3 more rounds: every parameter and state byte as the tables
 // that ran 6 rounds without stopping. Momentum, Adam and AdamW.

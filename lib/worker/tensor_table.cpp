@@ -46,7 +46,7 @@ TensorId TensorTable::declare(std::string_view name, wire::Dtype dtype, std::spa
   if (static_cast<uint8_t>(update) >= agg::kUpdateRules) {
     throw UsageError("declare: tensor " + quoted(name) + " has update rule " +
                      std::to_string(static_cast<int>(update)) +
-                     " (0 optimizer, 1 average, 2 rank 0)");
+                     " (0 optimizer, 1 average, 2 rank 0, 3 optimizer on rank 0's push)");
   }
   if (!wire::is_tensor_dtype(dtype)) {
     throw UsageError("declare: tensor " + quoted(name) + " has dtype " +

@@ -337,6 +337,11 @@ Worker& Worker::operator=(Worker&& other) noexcept {
   return *this;
 }
 
+// The public names of the servers' update rules and skip marker are theirs.
+static_assert(static_cast<uint8_t>(Update::kOptimizerRank0) ==
+              static_cast<uint8_t>(agg::UpdateRule::kOptimizerRank0));
+static_assert(kSkipStepBits == agg::kSkipStepFloat32);
+
 Key Worker::declare(std::string_view name, std::span<float> params, int priority, Update update) {
   Impl& i = *impl_;
   i.check_live("declare");

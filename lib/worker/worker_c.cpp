@@ -382,7 +382,7 @@ int mercury_worker_declare_update(mercury_worker* w, const char* name, float* pa
   if (params == nullptr && elements != 0) {
     return null_argument("mercury_worker_declare_update", "params");
   }
-  if (update < MERCURY_UPDATE_OPTIMIZER || update > MERCURY_UPDATE_RANK0) {
+  if (update < MERCURY_UPDATE_OPTIMIZER || update > MERCURY_UPDATE_OPTIMIZER_RANK0) {
     return fail(MERCURY_E_USAGE, ("mercury_worker_declare_update: update " +
                                   std::to_string(update) + " is not a mercury_update")
                                      .c_str());

@@ -23,6 +23,12 @@ Every worker's loss at every micro-batch must be the reference's, bit for bit:
 * with the servers' optimizer: the script's AdamW handed to the servers, its
   learning rate driven by a warm-up then cosine schedule (every step's rate a
   versioned setting on every shard), with no_sync() accumulation;
+* the whole DDP script with the servers' AdamW, update="at_step" (--at-step):
+  the servers only average during backward(), the script unscales, clips and
+  skips, and its optimizer's step() sends the final gradient, to which the
+  servers apply AdamW (steps clipped, steps skipped on every rank); also
+  stopped after an epoch and resumed from rank 0's checkpoint (with the
+  servers' state); and clip_grad_norm_ alone under the servers' momentum;
 * checkpoints with the servers' state (every shard's parameters, optimizer
   state, versions and settings, in the wrapped model's state_dict()): 4 epochs,
   every process stopped, 4 more from rank 0's checkpoint, under momentum and
@@ -62,6 +68,9 @@ HALVES = 4  # epochs before the stop, and after the resume
 # A DDP script: no_sync() accumulation, GradScaler, clip_grad_norm_, AdamW, warm-up + cosine.
 SCRIPT = ["--accumulate", "2", "--amp", "--clip", "1.0", "--local-optimizer", "adamw",
           "--lr", "0.01", "--schedule"]
+# The same script with the servers' AdamW applied at the script's step.
+SERVER_SCRIPT_AT_STEP = ["--accumulate", "2", "--amp", "--clip", "1.0", "--lr", "0.01",
+                         "--schedule", "--at-step"]
 
 
 class DdpDigits(unittest.TestCase):
@@ -129,7 +138,9 @@ class DdpDigits(unittest.TestCase):
               f"optimizer side: {report or 'the servers'}", file=sys.stderr)
         pushes = re.search(r"w0: (\d+) pushes", out)
         self.assertIsNotNone(pushes, out)
-        self.assertEqual(int(pushes.group(1)), STEPS * TENSORS, out)
+        # At step: the average's push and the final gradient's (or the skip marker).
+        per_step = 2 * TENSORS if "--at-step" in flags else TENSORS
+        self.assertEqual(int(pushes.group(1)), STEPS * per_step, out)
         return report
 
     def test_accumulation_with_the_servers_adamw(self):
@@ -153,14 +164,37 @@ class DdpDigits(unittest.TestCase):
         self.assertGreater(int(report["skipped"]), 0)
         self.assertEqual(float(report["lr"]), 0.0)  # the cosine annealed it to its end
 
+    def test_the_whole_ddp_script_with_the_servers_adamw(self):
+        report = self.check("at-step", SERVERS_ADAMW, *SERVER_SCRIPT_AT_STEP)
+        self.assertGreater(int(report["clipped"]), 0)
+        self.assertLess(int(report["clipped"]), STEPS)
+        self.assertGreater(int(report["skipped"]), 0)  # every rank skipped those steps
+        self.assertEqual(float(report["lr"]), 0.0)
+
+    def test_clipping_under_the_servers_momentum(self):
+        report = self.check("at-step-clip", SERVERS_MOMENTUM, "--clip", "1.0", "--lr", "0.1",
+                            "--at-step")
+        self.assertGreater(int(report["clipped"]), 0)
+        self.assertLess(int(report["clipped"]), STEPS)
+        self.assertEqual(int(report["skipped"]), 0)
+
     def test_resuming_from_a_checkpoint(self):
         """The script stopped after epoch 1 (every process gone, rank 0's checkpoint
         on disk) and resumed: its losses are the uninterrupted reference's."""
-        ref = self.reference("script", "sum", SCRIPT)
-        checkpoint = os.path.join(self.tmp.name, "script.pt")
-        first, out1 = self.run_job("first-half", "sum", SCRIPT, "--checkpoint", checkpoint,
-                                   "--stop-after", "1")
-        second, out2 = self.run_job("second-half", "sum", SCRIPT, "--resume", checkpoint)
+        self.resume_script("script", "sum", SCRIPT)
+
+    def test_resuming_the_whole_script_at_step(self):
+        """The same with the servers' AdamW at the script's step: the checkpoint
+        holds the servers' state (a skipped step moved versions, not Adam's t)."""
+        self.resume_script("at-step", SERVERS_ADAMW, SERVER_SCRIPT_AT_STEP)
+
+    def resume_script(self, name, optimizer, flags):
+        ref = self.reference(name, optimizer, flags)
+        checkpoint = os.path.join(self.tmp.name, name + ".pt")
+        first, out1 = self.run_job(name + "-first-half", optimizer, flags, "--checkpoint",
+                                   checkpoint, "--stop-after", "1")
+        second, out2 = self.run_job(name + "-second-half", optimizer, flags, "--resume",
+                                    checkpoint)
         for r in range(WORKERS):
             want, want_report = self.read(ref, f"w{r}")
             got = np.concatenate([self.read(first, f"w{r}")[0], self.read(second, f"w{r}")[0]])

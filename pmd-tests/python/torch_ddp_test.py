@@ -13,14 +13,18 @@ pass that pushed is refused; torch.cuda.amp.GradScaler's calls (on this CPU
 machine a pass-through: it disables itself without CUDA) and clip_grad_norm_
 go between backward() and optimizer.step(); buffers="average" makes every
 BatchNorm statistic the ranks' average each step, starting from rank 0's.
+The same script with its SGD handed to the servers' sgd under
+update="at_step" gives the same parameters bit for bit (torch 1.13's CUDA
+GradScaler, disabled here, passes step() through to the servers).
 With the servers' optimizer (sgd): the script's torch SGD handed to the
 servers and a StepLR halving its rate each step, backward_passes_per_step=2
 and buffers="broadcast" give the same parameters as the reference's
 arithmetic at each step's rate, and every rank's BatchNorm statistics are
 rank 0's (with buffers="average", the ranks' average); state_dict() holds the servers' state; then a GradScaler's step and
 a clip_grad_norm_ after the push are refused (the servers applied the
-gradient as pushed). Refused too: an optimizer of another kind than the
-job's, a bad K, no_sync() with K > 1.
+gradient as pushed; the errors name update="at_step"). Refused too: an
+optimizer of another kind than the job's, a bad K, no_sync() with K > 1,
+update="at_step" with sum.
 
 Each worker computes what every step must produce from both ranks' data with
 a reference copy of the model (the per-rank BatchNorm statistics emulated).
@@ -45,6 +49,9 @@ CLIP = 0.5
 # With the servers' optimizer: DistributedModel's buffers= (the test case sets it for
 # the worker processes it starts).
 BUFFERS = os.environ.get("TORCH_DDP_TEST_BUFFERS", "broadcast")
+# With the servers' sgd: the sum script's steps (no_sync(), the GradScaler's calls,
+# clip_grad_norm_) with its SGD handed to the servers under update="at_step".
+AT_STEP = os.environ.get("TORCH_DDP_TEST_AT_STEP") == "1"
 
 
 def make_model(torch):
@@ -108,19 +115,29 @@ def worker_main(job, node, optimizer):
         else:
             raise AssertionError(f"{what} was not refused")
 
-    local = torch.optim.SGD(net.parameters(), lr=LR) if optimizer == "sum" else None
+    # The script of optimizer sum: its SGD local, or the servers' at step.
+    script = optimizer == "sum" or AT_STEP
+    local = torch.optim.SGD(net.parameters(), lr=LR) if script else None
     refused("K = 0", lambda: mercury.torch.DistributedModel(
         net, w, local, backward_passes_per_step=0), "backward_passes_per_step")
     refused("buffers='bogus'", lambda: mercury.torch.DistributedModel(
         net, w, local, buffers="bogus"), "buffers must be")
     refused("update='bogus'", lambda: w.declare("x", torch.zeros(3), update="bogus"),
             "update must be one of")
+    refused("DistributedModel(update='bogus')", lambda: mercury.torch.DistributedModel(
+        net, w, local, update="bogus"), "update must be one of")
 
     if optimizer == "sum":
+        refused("update='at_step' with sum", lambda: mercury.torch.DistributedModel(
+            net, w, local, update="at_step"), "is for a server-side optimizer")
         model = mercury.torch.DistributedModel(net, w, local, buffers="average")
+    if AT_STEP:
+        model = mercury.torch.DistributedModel(net, w, local, buffers="average",
+                                               update="at_step")
+    if script:
         ref_opt = torch.optim.SGD(reference.parameters(), lr=LR)
         scaler = torch.cuda.amp.GradScaler(enabled=False)  # what a CPU run of a DDP script gets
-    else:
+    elif optimizer != "sum":
         refused("a handed Adam under sgd", lambda: mercury.torch.DistributedModel(
             net, w, torch.optim.Adam(net.parameters())), "hand the servers a torch.optim.SGD")
         refused("a handed SGD with momentum under sgd", lambda: mercury.torch.DistributedModel(
@@ -162,7 +179,7 @@ def worker_main(job, node, optimizer):
 
         model.zero_grad()
         batches = micro_batches(torch, rank, step)
-        if optimizer == "sum":
+        if script:
             x, y, extra = batches[0]
             with model.no_sync():
                 loss = torch.nn.functional.cross_entropy(model(x, extra), y) / 2
@@ -216,9 +233,26 @@ def worker_main(job, node, optimizer):
             assert torch.equal(a, b), f"step {step}: parameter {i} differs from the reference"
         for i, (a, b) in enumerate(zip(buffers_of(net), buffers_of(reference))):
             assert torch.equal(a, b), f"step {step}: buffer {i} differs from the reference"
-    if optimizer == "sum":
+    if script:
         assert norm > CLIP, "clip_grad_norm_ never clipped: the test checks nothing"
-    else:
+    if AT_STEP:
+        # A step ended without an update: state_dict() is refused before it ends (only
+        # the saving rank would end it), skip_step() leaves every parameter as it was
+        # (the servers applied nothing; the marker's NaNs would show), and the servers'
+        # state is then at one step boundary.
+        before = [p.detach().clone() for p in net.parameters()]
+        x, y, extra = micro_batches(torch, rank, STEPS)[1]
+        torch.nn.functional.cross_entropy(model(x, extra), y).backward()
+        refused("state_dict() before step()", model.state_dict, "skip_step() first")
+        model.skip_step()
+        refused("a second skip_step()", model.skip_step, "without a backward pass")
+        model.synchronize()
+        for i, (a, b) in enumerate(zip(net.parameters(), before)):
+            assert torch.equal(a, b), f"parameter {i} changed in a skipped step"
+        servers = model.state_dict()["_extra_state"]["servers"]
+        assert servers is not None and bytes(servers[:4].tolist()) == b"MSTA", \
+            "no servers' state after a skipped step"
+    elif optimizer != "sum":
         # The servers' state, as a checkpoint holds it: a job's state file.
         servers = model.state_dict()["_extra_state"]["servers"]
         assert servers is not None and servers.numel() > 64, "no servers' state in state_dict()"
@@ -231,17 +265,24 @@ def worker_main(job, node, optimizer):
         scaler = CpuGradScaler(init_scale=2.0 ** 4)
         for x, y, extra in micro_batches(torch, rank, STEPS):
             scaler.scale(torch.nn.functional.cross_entropy(model(x, extra), y) / 2).backward()
-        refused("a GradScaler's step", lambda: scaler.step(opt), "GradScaler")
+        # The refusal names the option that makes both work.
+        refused("a GradScaler's step", lambda: scaler.step(opt), 'update="at_step"')
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-6)
-        refused("clip_grad_norm_ after the push", opt.step, "changed after it was pushed")
+        refused("clip_grad_norm_ after the push", opt.step, 'update="at_step"')
     w.barrier()
     w.shutdown()
     print(f"{node}: every check passed", flush=True)
 
 
 class TorchDdp(unittest.TestCase):
-    def run_job(self, optimizer):
-        run_torch_job(self, __file__, BUILD, "pytorch-ddp-" + optimizer, optimizer, LR)
+    def run_job(self, optimizer, **env):
+        """The job, its worker processes given `env` (TORCH_DDP_TEST_* variables)."""
+        os.environ.update(env)
+        try:
+            run_torch_job(self, __file__, BUILD, "pytorch-ddp-" + optimizer, optimizer, LR)
+        finally:
+            for name in env:
+                del os.environ[name]
 
     def test_local_optimizer_with_sum(self):
         self.run_job("sum")
@@ -249,12 +290,12 @@ class TorchDdp(unittest.TestCase):
     def test_server_side_sgd(self):
         self.run_job("sgd")
 
+    def test_server_side_sgd_at_step(self):
+        """The sum script's steps, the SGD handed to the servers: the same parameters."""
+        self.run_job("sgd", TORCH_DDP_TEST_AT_STEP="1")
+
     def test_server_side_sgd_averaging_the_buffers(self):
-        os.environ["TORCH_DDP_TEST_BUFFERS"] = "average"
-        try:
-            self.run_job("sgd")
-        finally:
-            del os.environ["TORCH_DDP_TEST_BUFFERS"]
+        self.run_job("sgd", TORCH_DDP_TEST_BUFFERS="average")
 
 
 if __name__ == "__main__":

@@ -135,8 +135,13 @@ class TransferError(WorkerError):
     or says why (a server stopped answering, the worker was shut down)."""
 
 
-UPDATE_RULES = ("optimizer", "average", "rank0")
+UPDATE_RULES = ("optimizer", "average", "rank0", "optimizer_rank0")
 """How the servers may make a tensor's versions from the ranks' pushes (declare())."""
+
+SKIP_STEP_BITS = _mercury.SKIP_STEP_BITS
+"""A float32 push whose every element has these bits skips the step of an
+``"optimizer_rank0"`` tensor: the servers apply nothing (a signalling NaN,
+which no arithmetic produces)."""
 
 Key = Union[int, str]
 """A declared tensor: the int declare() returned, or its name."""
@@ -285,7 +290,9 @@ class Worker:
         declaration index. ``update`` is how the servers make each version
         from the ranks' pushes: ``"optimizer"`` (the job's
         ``training.optimizer``), ``"average"`` (the average in rank order,
-        whatever the job's optimizer) or ``"rank0"`` (rank 0's push); see
+        whatever the job's optimizer), ``"rank0"`` (rank 0's push) or
+        ``"optimizer_rank0"`` (the job's optimizer applied to rank 0's push,
+        not averaged; a push of SKIP_STEP_BITS applies nothing); see
         update_refused(). Returns its key. Raises UsageError: duplicate or
         empty name, empty tensor, bad priority, after start, an update rule
         the servers cannot apply."""

@@ -559,6 +559,7 @@ PYBIND11_MODULE(_mercury, m) {
 
   usage_error = PyErr_NewException("mercury.UsageError", PyExc_ValueError, nullptr);
   worker_error = PyErr_NewException("mercury.WorkerError", PyExc_RuntimeError, nullptr);
+  m.attr("SKIP_STEP_BITS") = mw::kSkipStepBits;
   m.attr("UsageError") = py::handle(usage_error);
   m.attr("WorkerError") = py::handle(worker_error);
   job_error = PyErr_NewException("mercury.JobError", PyExc_ValueError, nullptr);

@@ -41,6 +41,13 @@ What happens:
   before the step's first push (rank 0's is the job's; under bsp every
   shard applies it from that step on). ``optimizer.step()`` applies nothing
   locally: the servers did.
+* ``update="at_step"`` (bsp) applies the servers' optimizer at
+  ``optimizer.step()`` instead: backward() leaves the average in ``.grad``
+  (the servers only reduce), the trainer unscales (GradScaler) and clips
+  (clip_grad_norm_) as under DDP, and step() sends the final ``.grad`` to
+  the servers' optimizer, which applies rank 0's (every rank's the same
+  bits); a GradScaler's skipped step (its verdict taken in step()) applies
+  nothing. A second round trip per step.
 * ``state_dict()`` holds every shard's parameters, optimizer state and
   versions (pulled from the servers); ``load_state_dict()`` before the first
   forward pass makes the job resume from them, bit for bit.
@@ -61,10 +68,11 @@ parameters and buffers only (a CUDA tensor would be staged through pinned
 host memory: docs/python.md); a second backward pass in a step outside
 no_sync() or backward_passes_per_step raises UsageError, and a pass that
 raised is completed at the next forward, with a warning; with a server-side
-optimizer the averaged gradient never reaches the trainer, so clipping it
-(clip_grad_norm_) and loss scaling (a GradScaler) need optimizer sum: the
-handed optimizer's step() raises UsageError when .grad changed after it was
-pushed or a GradScaler steps it; a parameter's arrival is waited for by
+optimizer applied per chunk (the default) the averaged gradient never
+reaches the trainer, so clipping it (clip_grad_norm_) and loss scaling (a
+GradScaler) need optimizer sum or update="at_step": the handed optimizer's
+step() raises UsageError, naming update="at_step", when .grad changed after
+it was pushed or a GradScaler steps it; a parameter's arrival is waited for by
 the module that owns it, so one used elsewhere too (weights tied across
 modules, F.linear(x, other.weight)) needs synchronize() before that use; a
 parameter that got no gradient pushes zeros, which momentum and Adam on the
@@ -84,7 +92,7 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 
-from . import Handle, UsageError, Worker, _as_buffer
+from . import SKIP_STEP_BITS, Handle, UsageError, Worker, _as_buffer
 
 __all__ = ["DistributedModel", "ServerOptimizer"]
 
@@ -126,6 +134,8 @@ def _settings_of(group: Dict[str, Any]) -> Dict[str, float]:
 
 # DistributedModel's buffers= choices and the server's update rule for each.
 _BUFFER_RULES = {"broadcast": "rank0", "average": "average"}
+# DistributedModel's update= choices: when the servers' optimizer applies.
+_UPDATE_MODES = ("per_chunk", "at_step")
 
 
 class DistributedModel(torch.nn.Module):
@@ -152,17 +162,29 @@ class DistributedModel(torch.nn.Module):
             in rank order. They are pushed once per step, after its last
             backward pass. Integer buffers (``num_batches_tracked``) are left
             alone: they count the same steps on every rank.
+        update: with a server-side optimizer, when it applies.
+            ``"per_chunk"`` (the default): each chunk as soon as its average
+            is complete, overlapped with the push; nothing may act on the
+            averaged gradient. ``"at_step"``: backward() leaves the average
+            in ``.grad`` (the servers only reduce), the trainer may unscale,
+            clip or skip as under DDP, and the handed optimizer's step()
+            sends the final ``.grad`` (every rank's the same bits), to which
+            the servers apply the optimizer; a GradScaler's skipped step, or
+            skip_step(), or no step() before the next forward pass, applies
+            nothing. BSP only; a second round trip per step.
 
     Raises:
         UsageError: a started worker, a parameter or buffer that is not CPU
             float32, no optimizer with sum, a handed optimizer that does not
             state the job's (its kind, an option the servers do not have,
-            param groups), a bad K, an unknown buffers= rule.
+            param groups), a bad K, an unknown buffers= rule, update=
+            "at_step" with sum or outside bsp.
     """
 
     def __init__(self, module: torch.nn.Module, worker: Worker,
                  optimizer: Optional[torch.optim.Optimizer] = None, *,
-                 backward_passes_per_step: int = 1, buffers: Optional[str] = None) -> None:
+                 backward_passes_per_step: int = 1, buffers: Optional[str] = None,
+                 update: str = "per_chunk") -> None:
         super().__init__()
         if worker.started:
             raise UsageError("DistributedModel: the worker has started already; the model's "
@@ -171,6 +193,9 @@ class DistributedModel(torch.nn.Module):
         self._worker = worker
         self._sum = worker.optimizer == "sum"
         self._async = worker.sync != "bsp"
+        self._at_step = self._update_mode(update)
+        # The averages come back into .grad at the end of the step's last pass.
+        self._collects = self._sum or self._at_step
         if self._sum and optimizer is None:
             raise UsageError(
                 "DistributedModel: the job's training.optimizer is sum, so the servers return "
@@ -216,6 +241,10 @@ class DistributedModel(torch.nn.Module):
         self._grad: Dict[int, torch.Tensor] = {}    # key -> push buffer
         self._out: Dict[int, torch.Tensor] = {}     # key -> what the servers return
         self._pushed: Set[int] = set()              # keys pushed in this step
+        # update="at_step": id(param) -> the parameter's own key (the servers'
+        # optimizer on rank 0's push), and that push's buffer by key.
+        self._step_keys: Dict[int, int] = {}
+        self._step_grad: Dict[int, torch.Tensor] = {}
         # Accumulation: passes that pushed nothing since the last one that did,
         # the keys they gave a gradient, and what the next pass does.
         self._passes_per_step = backward_passes_per_step
@@ -226,7 +255,7 @@ class DistributedModel(torch.nn.Module):
         self._forwarded = False                     # a forward pass since the last push began
         self._pass_open = False                     # a backward pass has begun, not ended
         self._pass_syncs = False                    # ... and pushes at its end
-        self._grads_ready = False                   # sum: averaged gradients in .grad, not stepped
+        self._grads_ready = False                   # averaged gradients in .grad, not stepped
         self._hooks: List[Any] = []
         self._grad_accumulators: List[Any] = []     # kept alive: hooks live on them
         self._timeline = False
@@ -305,19 +334,29 @@ class DistributedModel(torch.nn.Module):
                 m._server_step(closure, kwargs)
         step._with_counter = True  # type: ignore[attr-defined]
         opt.step = types.MethodType(step, opt)  # type: ignore[assignment]
+        # A GradScaler hands itself to step(): refused per chunk; at step,
+        # its verdict is taken there, on every rank at once (_server_step).
         opt._step_supports_amp_scaling = True  # type: ignore[attr-defined]
 
     def _server_step(self, closure: Any, kwargs: Dict[str, Any]) -> None:
-        """optimizer.step() with a server-side optimizer: the update was the
-        servers', made from the gradients as pushed. What acts on the
-        averaged gradient after backward() cannot act here: refused."""
-        if "grad_scaler" in kwargs:
-            raise UsageError(
-                "mercury.torch: a GradScaler steps the optimizer, but the servers apply it to "
-                "the gradients as pushed (scaled): loss scaling needs the averaged gradient in "
-                "the trainer, training.optimizer: sum (docs/python.md, \"Moving from DDP\")")
+        """optimizer.step() with a server-side optimizer. Per chunk, the
+        update was the servers', made from the gradients as pushed: what
+        acts on the averaged gradient after backward() cannot act here, and
+        is refused. At step, the final .grad goes to the servers now."""
         if closure is not None:
             raise UsageError("mercury.torch: the servers' optimizer takes no closure")
+        if self._at_step:
+            scaler = kwargs.get("grad_scaler")
+            if scaler is not None and self._scaler_found_inf(scaler):
+                self.skip_step()  # an overflow: GradScaler's skip, on every rank
+            else:
+                self._apply_step()
+            return
+        if "grad_scaler" in kwargs:
+            raise UsageError(
+                "mercury.torch: a GradScaler steps the optimizer, but the servers applied it to "
+                "each chunk's average as it completed (scaled): construct the DistributedModel "
+                "with update=\"at_step\" (docs/python.md, \"Moving from DDP\")")
         with torch.no_grad():
             for p in self._params:
                 key = self._keys.get(id(p))
@@ -327,9 +366,88 @@ class DistributedModel(torch.nn.Module):
                     raise UsageError(
                         f"mercury.torch: {self._names[id(p)]}'s .grad changed after it was "
                         "pushed (clip_grad_norm_, a GradScaler's unscale_?): the servers "
-                        "applied it as pushed; acting on the averaged gradient needs "
-                        "training.optimizer: sum (docs/python.md, \"Moving from DDP\")")
+                        "applied it as pushed; to act on the averaged gradient, construct the "
+                        "DistributedModel with update=\"at_step\" (docs/python.md, \"Moving "
+                        "from DDP\")")
         self.step()
+
+    def _update_mode(self, update: str) -> bool:
+        """Whether update= is "at_step"; refuses what cannot be."""
+        if update not in _UPDATE_MODES:
+            raise UsageError(f"DistributedModel: update must be one of "
+                             f"{', '.join(map(repr, _UPDATE_MODES))}, not {update!r}")
+        if update != "at_step":
+            return False
+        if self._sum:
+            raise UsageError("DistributedModel: update=\"at_step\" is for a server-side "
+                             "optimizer; with training.optimizer sum the local optimizer "
+                             "already steps on the averaged gradient")
+        if self._async:
+            raise UsageError(f"DistributedModel: update=\"at_step\" needs training.sync bsp "
+                             f"(every rank's final gradient the same bits), not "
+                             f"{self._worker.sync}")
+        return True
+
+    def _scaler_found_inf(self, scaler: Any) -> bool:
+        """A GradScaler's verdict on the step, as it would take it itself:
+        .grad unscaled first unless the trainer did (unscale_), then whether
+        a value was not finite (the scaler's update() backs off from it)."""
+        from torch.cuda.amp.grad_scaler import OptState
+
+        state = scaler._per_optimizer_states[id(self._optimizer)]
+        if state["stage"] is OptState.READY:
+            scaler.unscale_(self._optimizer)
+        return any(v.item() for v in state["found_inf_per_device"].values())
+
+    def skip_step(self) -> None:
+        """update="at_step": ends the step without an update, as step()
+        would end it with one; every rank calls it (a GradScaler's skip calls
+        it through step(), and the next forward pass calls it for a step
+        that called neither): the servers apply nothing and Adam's t does
+        not count the step."""
+        if not self._at_step:
+            raise UsageError('mercury.torch: skip_step() is for update="at_step"')
+        if not self._grads_ready:
+            raise UsageError("mercury.torch: skip_step() without a backward pass that pushed "
+                             "before it")
+        self._skip_step()
+
+    def _apply_step(self) -> None:
+        """update="at_step", the step's second half: each parameter's final
+        .grad (averaged, then unscaled, clipped or whatever the trainer did)
+        to its own key, where the servers apply the optimizer to rank 0's;
+        the new parameters arrive in place before the modules' next forward."""
+        if not self._grads_ready:
+            raise UsageError("mercury.torch: step() without a backward pass that pushed before "
+                             "it (inside no_sync(), or before the K-th of "
+                             "backward_passes_per_step, a pass only accumulates; or a second "
+                             "step() in one step)")
+        if _settings_of(self._optimizer.param_groups[0]) != self._settings_sent:
+            raise UsageError("mercury.torch: the optimizer's hyperparameters changed between "
+                             "backward() and step(); the servers take them at the step's first "
+                             "push: change them after step(), as a scheduler does")
+        self._grads_ready = False
+        with torch.no_grad():
+            for p in self._params:
+                key = self._step_keys[id(p)]
+                self._settle(key)
+                if p.grad is None:
+                    self._step_grad[key].zero_()
+                else:
+                    self._step_grad[key].copy_(p.grad)
+                self._pending[key] = self._worker.push_pull(key, self._step_grad[key])
+
+    def _skip_step(self) -> None:
+        """update="at_step": the averages in .grad were not stepped (a
+        GradScaler found an overflow): every parameter's key gets the skip
+        marker, so the servers apply nothing and every version stays in step
+        (Adam's t does not count it)."""
+        self._grads_ready = False
+        for p in self._params:
+            key = self._step_keys[id(p)]
+            self._settle(key)
+            self._step_grad[key].view(torch.int32).fill_(SKIP_STEP_BITS)
+            self._pending[key] = self._worker.push_pull(key, self._step_grad[key])
 
     def _sync_settings(self) -> None:
         """Sends the optimizer's param group to the servers if it changed
@@ -353,6 +471,11 @@ class DistributedModel(torch.nn.Module):
         job started, and with sum (the trainer's own state is the whole)."""
         if self._sum or not self._declared:
             return {"servers": None}
+        if self._at_step and self._grads_ready:
+            # Only the ranks that save would end the step here; the others
+            # would never push theirs, and every rank would wait.
+            raise UsageError('mercury.torch: state_dict() between backward() and step() with '
+                             'update="at_step": step() or skip_step() first, on every rank')
         self.synchronize()
         state = self._worker.server_state()
         return {"servers": torch.frombuffer(bytearray(state), dtype=torch.uint8)}
@@ -412,11 +535,13 @@ class DistributedModel(torch.nn.Module):
             warnings.warn("mercury.torch: the previous backward pass did not finish; its "
                           "missing gradients were pushed as zeros", RuntimeWarning)
             self._end_of_pass()
+        if self._at_step and self._grads_ready:
+            self._skip_step()  # no step() since the averages came: a skipped step
         if torch.is_grad_enabled():
             # As DDP, whether the coming backward pass pushes is decided here.
             self._sync_at_forward = not self._no_sync
             self._forwarded = True
-        if not self._sum:
+        if not self._collects:
             self._pushed.clear()  # a forward pass starts the next step
         return self.module(*args, **kwargs)
 
@@ -469,7 +594,17 @@ class DistributedModel(torch.nn.Module):
                 out = t.detach().clone(memory_format=torch.contiguous_format)
             else:
                 out = t.data  # the servers write the new values here
-            key = w.declare(name, out, priority, update=rule)
+            if self._at_step and rule == "optimizer":
+                # The parameter: the servers' optimizer on rank 0's final
+                # gradient, written here. The backward pass pushes to a key
+                # of its own whose versions are the averaged gradient.
+                step_key = w.declare(name, out, priority, update="optimizer_rank0")
+                self._step_keys[id(t)] = step_key
+                self._step_grad[step_key] = torch.zeros_like(grad)
+                out = torch.zeros_like(grad)
+                key = w.declare(name + "#average", out, priority, update="average")
+            else:
+                key = w.declare(name, out, priority, update=rule)
             self._keys[id(t)] = key
             self._grad[key] = grad
             self._out[key] = out
@@ -493,7 +628,7 @@ class DistributedModel(torch.nn.Module):
         # Parameters and buffers: each module waits for its own before it runs.
         self._timeline = w.timeline_enabled
         for m in self.module.modules():
-            keys = [self._keys[id(t)] for t in
+            keys = [self._step_keys.get(id(t), self._keys[id(t)]) for t in
                     list(m.parameters(recurse=False)) + list(m.buffers(recurse=False))
                     if id(t) in self._keys]
             if keys and not self._sum:
@@ -578,6 +713,8 @@ class DistributedModel(torch.nn.Module):
                 "mercury.torch: a second gradient in one step: a backward pass that pushes "
                 "needs a forward pass of its own since the last one (accumulate with no_sync() "
                 "or backward_passes_per_step)")
+        if self._at_step and self._grads_ready:
+            self._skip_step()  # a pass with no forward pass since the averages came
         self._pass_open = True
         self._pass_syncs = syncs
         self._grads_ready = False  # a new pass: the last step's averages are spent
@@ -628,11 +765,11 @@ class DistributedModel(torch.nn.Module):
                 self._grad[key].copy_(b)
                 self._push(key)
         self._accumulated.clear()
-        if self._sum:
+        if self._collects:
             self._collect()
 
     def _collect(self) -> None:
-        """optimizer sum: every averaged gradient into .grad, every averaged
+        """optimizer sum, update="at_step": every averaged gradient into .grad, every averaged
         (or rank 0's) buffer into the module, as DDP's backward leaves them."""
         with torch.no_grad():
             for p in self._params:
@@ -655,7 +792,12 @@ class DistributedModel(torch.nn.Module):
         here (the next forward pass waits module by module; the handed
         optimizer's step() is this). With ``sum``, runs the local optimizer
         on the averaged gradients, which the step's last backward pass left
-        in ``.grad`` (``optimizer.step()`` does the same)."""
+        in ``.grad`` (``optimizer.step()`` does the same). With
+        update="at_step", sends the final ``.grad`` to the servers' optimizer
+        (the handed optimizer's step() does the same)."""
+        if self._at_step:
+            self._apply_step()
+            return
         if not self._sum:
             return
         if not self._grads_ready:
@@ -669,9 +811,9 @@ class DistributedModel(torch.nn.Module):
         """Waits for every transfer in flight. With a server-side optimizer
         the parameters (and buffers) are then the newest version: before
         evaluating on another thread, saving a checkpoint, or leaving. With
-        ``sum`` the step's last backward pass has already waited: every
-        averaged gradient is in ``.grad``, ready to be unscaled and clipped
-        before ``optimizer.step()``."""
+        ``sum`` or update="at_step" the step's last backward pass has
+        already waited: every averaged gradient is in ``.grad``, ready to be
+        unscaled and clipped before ``optimizer.step()``."""
         for h in list(self._pending.values()):
             h.wait()  # kept: a forward pre-hook or step() still takes it
 

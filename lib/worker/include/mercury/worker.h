@@ -188,7 +188,14 @@ enum class Update : uint8_t {
   kOptimizer = 0,  ///< the job's training.optimizer (with sum: the pushes' average)
   kAverage = 1,    ///< the pushes' average in rank order, whatever the job's optimizer
   kRank0 = 2,      ///< rank 0's push: its values, on every rank
+  /// The job's optimizer applied to rank 0's push as the gradient (not
+  /// averaged: every rank pushes the same final gradient); a push of
+  /// kSkipStepBits applies nothing (a skipped step, not counted by Adam).
+  kOptimizerRank0 = 3,
 };
+/// The bits of every element of a float32 push that skips a step under
+/// Update::kOptimizerRank0 (a signalling NaN: no arithmetic produces one).
+inline constexpr uint32_t kSkipStepBits = 0x7FA55A5Au;
 
 /// The servers' optimizer's hyperparameters (docs/agg.md, "Optimizers"):
 /// the optimizer reads those of its kind (momentum: momentum; adam and

@@ -173,8 +173,12 @@ int mercury_worker_timeline_span(mercury_worker* worker, const char* name, const
 typedef enum mercury_update {
   MERCURY_UPDATE_OPTIMIZER = 0, /* the job's training.optimizer */
   MERCURY_UPDATE_AVERAGE = 1,   /* the pushes' average in rank order */
-  MERCURY_UPDATE_RANK0 = 2      /* rank 0's push */
+  MERCURY_UPDATE_RANK0 = 2,     /* rank 0's push */
+  /* the job's training.optimizer on rank 0's push, not averaged; a push of
+     MERCURY_SKIP_STEP_BITS in every element applies nothing (a skipped step) */
+  MERCURY_UPDATE_OPTIMIZER_RANK0 = 3
 } mercury_update;
+#define MERCURY_SKIP_STEP_BITS 0x7FA55A5Au
 /* mercury_worker_declare with an update rule (a mercury_update). */
 int mercury_worker_declare_update(mercury_worker* worker, const char* name, float* params,
                                   size_t elements, int priority, int update, uint32_t* key_out);
