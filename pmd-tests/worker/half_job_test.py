@@ -52,79 +52,66 @@ def job_text(tag, workers=WORKERS,
     return "\n".join(y) + "\n"
 
 
+def run_processes(ps_server, job, worker_argvs, what, check, timeout):
+    """ps-server on `job` and one process per argv; check(rank, output) returns the
+    problems with a worker's output. Returns every problem, named with `what`."""
+    server = subprocess.Popen([ps_server, "--config", job, "--seconds", str(timeout)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for argv in worker_argvs]
+    errors = []
+    for r, p in enumerate(procs + [server]):
+        name = "ps-server" if p is server else "w%d" % r
+        try:
+            out, _ = p.communicate(timeout=60 if p is server else timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+            errors.append("%s %s did not end" % (what, name))
+        print(out if p is not server else out[-1500:], end="")
+        if p.returncode != 0:
+            errors.append("%s %s: exit %d" % (what, name, p.returncode))
+        if p is not server:
+            errors += ["%s %s: %s" % (what, name, e) for e in check(r, out)]
+    return errors
+
+
+def check_ps_worker(_rank, out):
+    """A ps-worker's output: version 0 and every round exact, and the loss was real."""
+    problems = []
+    exact = len(re.findall(r"round +\d+: .* every aggregate exact", out))
+    if "initial parameters exact" not in out or exact != ROUNDS:
+        problems.append("%d of %d rounds exact" % (exact, ROUNDS))
+    retransmits = [int(x) for x in re.findall(r"retransmissions (\d+)", out)]
+    if not retransmits or retransmits[-1] == 0:
+        problems.append("no retransmission at 2 % loss")
+    return problems
+
+
+def check_c(_rank, out):
+    exact = len(re.findall(r"round \d+: bfloat16, float16, float32 exact", out))
+    if exact != ROUNDS or "the typed C calls exact" not in out:
+        return ["%d of %d rounds exact" % (exact, ROUNDS)]
+    return []
+
+
 def run_job(ps_server, ps_worker, tmp, dtype):
-    tag = "mercury-half-%s-%d" % (dtype, os.getpid())
     job = os.path.join(tmp, "%s.yaml" % dtype)
     with open(job, "w") as f:
-        f.write(job_text(tag))
+        f.write(job_text("mercury-half-%s-%d" % (dtype, os.getpid())))
     model = os.path.join(tmp, "model.txt")
-    server = subprocess.Popen([ps_server, "--config", job, "--seconds", "240"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    workers = [subprocess.Popen([ps_worker, "--config", job, "--node", "w%d" % r, "--model",
-                                 model, "--rounds", str(ROUNDS), "--dtype", dtype],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for r in range(WORKERS)]
-    errors = []
-    for r, w in enumerate(workers):
-        try:
-            out, _ = w.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            w.kill()
-            out, _ = w.communicate()
-            errors.append("%s w%d timed out" % (dtype, r))
-        print(out, end="")
-        exact = len(re.findall(r"round +\d+: .* every aggregate exact", out))
-        retransmits = [int(x) for x in re.findall(r"retransmissions (\d+)", out)]
-        if not retransmits or retransmits[-1] == 0:
-            errors.append("%s w%d: no retransmission at 2 %% loss" % (dtype, r))
-        if w.returncode != 0 or "initial parameters exact" not in out or exact != ROUNDS:
-            errors.append("%s w%d: exit %s, %d of %d rounds exact" % (dtype, r, w.returncode,
-                                                                      exact, ROUNDS))
-    try:
-        out, _ = server.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        out, _ = server.communicate()
-        errors.append("%s: ps-server did not stop" % dtype)
-    print(out[-1500:], end="")
-    if server.returncode != 0:
-        errors.append("%s: ps-server exit %d" % (dtype, server.returncode))
-    return errors
+    return run_processes(ps_server, job, [
+        [ps_worker, "--config", job, "--node", "w%d" % r, "--model", model, "--rounds",
+         str(ROUNDS), "--dtype", dtype] for r in range(WORKERS)], dtype, check_ps_worker, 240)
 
 
 def run_c(ps_server, trainer, tmp):
     """Two C trainers of the typed calls, optimizer sum: each checks itself."""
-    tag = "mercury-half-c-%d" % os.getpid()
     job = os.path.join(tmp, "c.yaml")
     with open(job, "w") as f:
-        f.write(job_text(tag, 2, "optimizer: sum"))
-    server = subprocess.Popen([ps_server, "--config", job, "--seconds", "120"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    workers = [subprocess.Popen([trainer, job, "w%d" % r, str(ROUNDS)], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    errors = []
-    for r, w in enumerate(workers):
-        try:
-            out, _ = w.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            w.kill()
-            out, _ = w.communicate()
-            errors.append("c w%d timed out" % r)
-        print(out, end="")
-        exact = len(re.findall(r"round \d+: bfloat16, float16, float32 exact", out))
-        if w.returncode != 0 or exact != ROUNDS or "the typed C calls exact" not in out:
-            errors.append("c w%d: exit %s, %d of %d rounds exact" % (r, w.returncode, exact,
-                                                                   ROUNDS))
-    try:
-        out, _ = server.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        out, _ = server.communicate()
-        errors.append("c: ps-server did not stop")
-    print(out[-1000:], end="")
-    if server.returncode != 0:
-        errors.append("c: ps-server exit %d" % server.returncode)
-    return errors
+        f.write(job_text("mercury-half-c-%d" % os.getpid(), 2, "optimizer: sum"))
+    return run_processes(ps_server, job, [[trainer, job, "w%d" % r, str(ROUNDS)]
+                                          for r in range(2)], "c", check_c, 120)
 
 
 def main():

@@ -149,6 +149,14 @@ Key = Union[int, str]
 """A declared tensor: the int declare() returned, or its name."""
 
 
+def _expect(what: str, thing: str, has: str, dtype: Optional[str]) -> None:
+    """Raises UsageError unless a buffer of dtype `has` is one of `dtype` (None:
+    any): nothing converts."""
+    if dtype is not None and has != dtype:
+        raise UsageError(f"{what}: the {thing} is {has} but {dtype} is expected "
+                         "(nothing converts)")
+
+
 def _as_buffer(x: Any, what: str, dtype: Optional[str] = None) -> Tuple[Any, int]:
     """The object whose buffer the library reads or writes in place, and its
     dtype's code (1 float32, 2 bfloat16, 3 float16): a numpy array as it is
@@ -169,9 +177,7 @@ def _as_buffer(x: Any, what: str, dtype: Optional[str] = None) -> Tuple[Any, int
         if has is None:
             raise UsageError(f"{what}: the tensor is {x.dtype}; Mercury moves "
                              "float32, bfloat16 and float16")
-        if dtype is not None and has != dtype:
-            raise UsageError(f"{what}: the tensor is {x.dtype} but {dtype} is expected "
-                             "(nothing converts)")
+        _expect(what, "tensor", has, dtype)
         if not x.is_contiguous():
             raise UsageError(f"{what}: the tensor is not contiguous (use .contiguous() and "
                              "declare that one)")
@@ -189,9 +195,7 @@ def _as_buffer(x: Any, what: str, dtype: Optional[str] = None) -> Tuple[Any, int
         if own is None:
             raise TypeError(f"{what}: the array is {x.dtype}; Mercury moves float32, "
                             "bfloat16 (as uint16 bits) and float16")
-        if dtype is not None and own != dtype:
-            raise UsageError(f"{what}: the array is {own} but {dtype} is expected "
-                             "(nothing converts)")
+        _expect(what, "array", own, dtype)
         return x, DTYPES.index(own) + 1
     # Any other buffer (array.array, memoryview): the library checks its format.
     return x, DTYPES.index(dtype or "float32") + 1

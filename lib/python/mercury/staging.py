@@ -28,7 +28,8 @@ thread in issue order, completion from that thread) runs in every test;
 ``CudaStaging`` (pinned buffers, one side stream per direction, CUDA events,
 a thread waiting on the events to call ``then``) is chosen for CUDA tensors
 when ``torch.cuda.is_available()``. The CUDA implementation has never run:
-the machines Mercury is tested on have no GPU (docs/python.md, "GPU tensors").
+the machines Mercury is tested on have no GPU (docs/python.md, "Half precision
+and staging").
 """
 
 from __future__ import annotations

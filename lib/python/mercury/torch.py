@@ -59,8 +59,9 @@ What happens:
 Half precision and GPUs: a bfloat16 or float16 module travels as it is;
 ``wire_dtype=`` sends a float32 module's tensors as bfloat16 or float16;
 CUDA tensors and converted ones are staged through host buffers
-(mercury.staging; docs/python.md, "Staging"). Limits (refused with an error
-where they can be detected): float32, bfloat16 and float16 parameters and
+(mercury.staging; docs/python.md, "Half precision and staging").
+
+Limits (refused with an error where they can be detected): float32, bfloat16 and float16 parameters and
 buffers on one device; a second backward pass in a step outside
 no_sync() or backward_passes_per_step raises UsageError, and a pass that
 raised is completed at the next forward, with a warning; with a server-side
@@ -157,7 +158,7 @@ class DistributedModel(torch.nn.Module):
             torch.bfloat16`` are what a DDP user of ``bf16_compress_hook``
             has: gradients rounded into bfloat16 on the way out, the
             servers' float32 results rounded once on the way back
-            (docs/python.md, "Element types").
+            (docs/python.md, "Half precision and staging").
         staging: where tensors that cannot be used in place (CUDA tensors,
             another wire_dtype) are staged: None chooses (mercury.staging:
             CUDA staging for CUDA parameters, else CPU staging when needed),
