@@ -66,6 +66,7 @@ struct Options {
   std::string comm_rounds;    // as given
   std::string compute_ms;     // passed to ps-worker (process mode), with the one below
   std::string straggler;
+  std::string dtype;  // passed to ps-worker (process mode)
 };
 
 Options parse(int argc, char** argv) {
@@ -95,6 +96,8 @@ Options parse(int argc, char** argv) {
   args.text("--straggler", "RANK,F", &o.straggler,
             "with --compute-ms or --trace: ps-worker's --straggler (rank RANK computes F\n"
             "                     times longer)");
+  args.text("--dtype", "TYPE", &o.dtype,
+            "process mode: every ps-worker's --dtype (float32, bfloat16, float16, mixed)");
   args.parse(argc, argv);
   if (o.compute_ms.empty() && o.trace.empty() && !o.straggler.empty()) {
     throw std::runtime_error("--straggler needs --compute-ms or --trace");
@@ -141,6 +144,7 @@ int run(const Options& o) {
     std::vector<std::string> worker_args;
     if (!o.verify.empty()) worker_args = {"--verify", o.verify};
     if (o.timestamps) worker_args.push_back("--timestamps");
+    if (!o.dtype.empty()) worker_args.insert(worker_args.end(), {"--dtype", o.dtype});
     // Rounds of push_pull take seconds each on this machine; trace rounds
     // add their compute.
     double timeout_s = 60.0 + 30.0 * o.rounds;

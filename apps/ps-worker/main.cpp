@@ -31,6 +31,13 @@
 // bit for bit. Either trainer can make one rank a straggler (--straggler
 // RANK,F: that rank's compute takes F times longer).
 //
+// With --dtype bfloat16 or float16 (or mixed: the tensors take float32,
+// bfloat16 and float16 in turn) the synthetic rounds declare half-precision
+// tensors: gradients rounded into the dtype before they go, and the check
+// is the servers' float32 master parameters replayed (every rank's rounded
+// gradient widened, summed in rank order, the optimizer) and rounded once
+// into the dtype, bit for bit.
+//
 // The worker library starts EAL on its own thread for this node (its lcore,
 // its ports); `--check` validates the job file, the node and the model (and
 // the trace) and exits without starting anything.
@@ -77,6 +84,7 @@ struct Options {
   int64_t comm_rounds = -1;  // < 0: not given (5 with --trace)
   double compute_ms = -1;    // < 0: not given
   std::string straggler;     // "RANK,F"
+  std::string dtype = "float32";
   std::vector<std::string> eal;
 };
 
@@ -128,6 +136,10 @@ Options parse(int argc, char** argv) {
   args.text("--straggler", "RANK,F", &o.straggler,
             "with --compute-ms or --trace: the worker of rank RANK computes F times\n"
             "                     longer");
+  args.text("--dtype", "TYPE", &o.dtype,
+            "the tensors' element type: float32 (default), bfloat16, float16, or\n"
+            "                     mixed (float32, bfloat16, float16 in turn); not float32:\n"
+            "                     the synthetic bsp rounds only");
   args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
   args.parse(argc, argv);
   if (o.verify != "every" && o.verify != "last" && o.verify != "none") {
@@ -157,6 +169,14 @@ Options parse(int argc, char** argv) {
   if (o.compute_ms >= 0 && !o.trace.empty()) {
     throw std::runtime_error("--compute-ms and --trace are two different trainers: pick one");
   }
+  if (o.dtype != "float32" && o.dtype != "bfloat16" && o.dtype != "float16" && o.dtype != "mixed") {
+    throw std::runtime_error("--dtype wants float32, bfloat16, float16 or mixed, not '" + o.dtype +
+                             "'");
+  }
+  if (o.dtype != "float32" && (!o.trace.empty() || o.compute_ms >= 0)) {
+    throw std::runtime_error("--dtype " + o.dtype +
+                             " goes with the synthetic rounds, not --trace or --compute-ms");
+  }
   if (o.compute_scale == 0) o.compute_scale = 1.0;
   if (o.comm_rounds < 0) o.comm_rounds = 5;
   return o;
@@ -166,6 +186,18 @@ using apps::read_file;
 using trainer::gradient;
 using trainer::initial;
 using trainer::Update;
+
+// Tensor k's dtype under --dtype.
+wire::Dtype dtype_of(const std::string& dtype, size_t k) {
+  if (dtype == "bfloat16") return wire::Dtype::kBFloat16;
+  if (dtype == "float16") return wire::Dtype::kFloat16;
+  if (dtype == "mixed") {
+    constexpr wire::Dtype kTurn[] = {wire::Dtype::kFloat32, wire::Dtype::kBFloat16,
+                                     wire::Dtype::kFloat16};
+    return kTurn[k % 3];
+  }
+  return wire::Dtype::kFloat32;
+}
 
 int run(const Options& o) {
   const config::JobConfig job = config::load_file(o.config);
@@ -196,6 +228,10 @@ int run(const Options& o) {
                              std::string(config::to_string(job.training.sync)) +
                              ": time it with --verify none");
   }
+  if (free && o.dtype != "float32") {
+    throw std::runtime_error("--dtype " + o.dtype + " checks bsp rounds; training.sync is " +
+                             std::string(config::to_string(job.training.sync)));
+  }
   if (free) trainer::free_rounds_checkable(job.training);  // refuses what it cannot check
   const Update update = free || !bsp ? Update{} : Update::of(job.training);
   if (o.verify == "last" && !update.sum_only && o.trace.empty() && !free) {
@@ -205,8 +241,12 @@ int run(const Options& o) {
   }
   const std::string model_text = read_file(o.model);
   const std::vector<agg::TensorDecl> decls = agg::parse_model_shapes(model_text);
-  uint64_t elements = 0;
-  for (const auto& d : decls) elements += d.elements;
+  uint64_t model_bytes = 0;  // in the tensors' dtypes
+  std::vector<wire::Dtype> dtypes(decls.size());
+  for (size_t k = 0; k < decls.size(); ++k) {
+    dtypes[k] = dtype_of(o.dtype, k);
+    model_bytes += decls[k].elements * wire::element_bytes(dtypes[k]);
+  }
   trace::Trace compute;
   if (!o.trace.empty()) {
     const std::string trace_text = read_file(o.trace);
@@ -216,7 +256,7 @@ int run(const Options& o) {
     std::printf(
         "%s: ok (job %s, node %s = worker rank %u of %zu, model %s: %zu tensors, %.1f MB)\n",
         o.config.c_str(), job.name.c_str(), o.node.c_str(), me.rank, job.workers().size(),
-        o.model.c_str(), decls.size(), static_cast<double>(elements) * 4 / 1e6);
+        o.model.c_str(), decls.size(), static_cast<double>(model_bytes) / 1e6);
     if (!o.trace.empty()) {
       std::printf("%s: ok (%zu layers, %.1f ms of compute per round)\n", o.trace.c_str(),
                   compute.layers.size(), compute.compute_us() / 1e3);
@@ -242,6 +282,9 @@ int run(const Options& o) {
   // pollers are up it runs several times slower.
   const bool unchecked = !o.trace.empty() && o.verify == "none";
   std::vector<trainer::Floats> params(decls.size()), grads(decls.size()), reference(decls.size());
+  // A half-precision tensor's buffers (its float ones above hold its
+  // rounded gradient and its float32 master parameters, the reference).
+  std::vector<std::vector<uint16_t>> half_params(decls.size()), half_grads(decls.size());
   for (size_t k = 0; k < decls.size(); ++k) {
     if (unchecked) {
       params[k].assign(decls[k].elements, -1.0e30f);
@@ -253,7 +296,14 @@ int run(const Options& o) {
       } else {
         initial(reference[k], k);
       }
-      if (rank == 0) {
+      if (dtypes[k] != wire::Dtype::kFloat32) {
+        // Rank 0's values rounded into the dtype: the servers widen them
+        // (exactly) into their master parameters. Others start from NaN.
+        half_params[k].assign(decls[k].elements, 0x7fffu);
+        if (rank == 0) trainer::narrow(reference[k], half_params[k], dtypes[k]);
+        trainer::quantize(reference[k], dtypes[k]);
+        half_grads[k].resize(decls[k].elements);
+      } else if (rank == 0) {
         params[k] = reference[k];
       } else {
         params[k].assign(decls[k].elements, -1.0e30f);
@@ -277,8 +327,20 @@ int run(const Options& o) {
   }
 
   for (size_t k = 0; k < decls.size(); ++k) {
-    w.declare(decls[k].name, params[k], static_cast<int>(decls[k].priority));
+    if (dtypes[k] == wire::Dtype::kFloat32) {
+      w.declare(decls[k].name, params[k], static_cast<int>(decls[k].priority));
+    } else {
+      w.declare(decls[k].name, half_params[k], static_cast<worker::Dtype>(dtypes[k]),
+                static_cast<int>(decls[k].priority));
+    }
   }
+  // Whether tensor k's buffer holds its reference (rounded into its dtype).
+  auto exact = [&](size_t k) {
+    if (dtypes[k] != wire::Dtype::kFloat32) {
+      return trainer::equals_narrowed(half_params[k], reference[k], dtypes[k]);
+    }
+    return std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) == 0;
+  };
   // On every way out, the worker stops before the buffers it writes into are
   // freed: its net core places chunks as they come, and under psplus they
   // keep coming.
@@ -293,12 +355,10 @@ int run(const Options& o) {
   // Under psplus the servers send every version to every worker: a rank that
   // starts later may already hold a newer version than 0 (checked at the end).
   const bool eager = job.training.sync == config::Sync::kPsPlus;
-  for (size_t k = 0; k < decls.size() && !eager && !unchecked; ++k) {
-    wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
-  }
+  for (size_t k = 0; k < decls.size() && !eager && !unchecked; ++k) wrong += !exact(k);
   std::printf(
       "%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: initial parameters %s\n",
-      o.node.c_str(), rank, n, decls.size(), static_cast<double>(elements) * 4 / 1e6, start_s,
+      o.node.c_str(), rank, n, decls.size(), static_cast<double>(model_bytes) / 1e6, start_s,
       eager        ? "in (psplus: version 0 or newer)"
       : unchecked  ? "not checked (--verify none)"
       : wrong == 0 ? "exact"
@@ -346,12 +406,20 @@ int run(const Options& o) {
   // between rounds (the gradients are 4 bytes of PRNG output per parameter,
   // tens of milliseconds of CPU per round for ResNet-50).
   const bool gradients_once = o.verify == "last";
+  // A half-precision tensor's gradient: rounded into its buffer, and the
+  // float one made what the servers will widen (the reference's).
+  auto make_gradient = [&](size_t k, uint32_t seed) {
+    gradient(grads[k], rank, seed, k);
+    if (dtypes[k] == wire::Dtype::kFloat32) return;
+    trainer::narrow(grads[k], half_grads[k], dtypes[k]);
+    trainer::quantize(grads[k], dtypes[k]);
+  };
   if (gradients_once) {
-    for (size_t k = 0; k < decls.size(); ++k) gradient(grads[k], rank, o.rounds - 1, k);
+    for (size_t k = 0; k < decls.size(); ++k) make_gradient(k, o.rounds - 1);
   }
   for (uint32_t round = 0; round < o.rounds; ++round) {
     if (!gradients_once) {
-      for (size_t k = 0; k < decls.size(); ++k) gradient(grads[k], rank, round, k);
+      for (size_t k = 0; k < decls.size(); ++k) make_gradient(k, round);
     }
     // Every rank starts the round together (the check of the previous
     // round takes each rank its own time), so a round's time is its
@@ -360,7 +428,10 @@ int run(const Options& o) {
     // The backward pass emits the last layer first.
     const auto start = Clock::now();
     for (size_t k = decls.size(); k-- > 0;) {
-      pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
+      const auto key = static_cast<worker::Key>(k);
+      pending[k] = dtypes[k] == wire::Dtype::kFloat32
+                       ? w.push_pull(key, grads[k], params[k])
+                       : w.push_pull(key, half_grads[k], half_params[k]);
     }
     for (size_t k = 0; k < decls.size(); ++k) {
       if (!pending[k].wait()) {
@@ -377,12 +448,12 @@ int run(const Options& o) {
     // rank order, times 1/N, then the optimizer.
     wrong = 0;
     for (size_t k = 0; k < decls.size() && verify; ++k) {
-      trainer::average(avg, other, n, round, k, grads[k], rank);
+      trainer::average(avg, other, n, round, k, grads[k], rank, dtypes[k]);
       trainer::apply(reference[k], avg, update, states[k]);
-      wrong += std::memcmp(params[k].data(), reference[k].data(), reference[k].size() * 4) != 0;
+      wrong += !exact(k);
     }
     const worker::WorkerStats s = w.stats();
-    const double bytes = static_cast<double>(elements) * 4 * 2;  // pushed + pulled
+    const double bytes = static_cast<double>(model_bytes) * 2;  // pushed + pulled
     std::string stamps;
     if (o.timestamps) {
       auto ns = [](Clock::time_point t) {
@@ -407,7 +478,8 @@ int run(const Options& o) {
   w.barrier();  // nobody leaves before every rank has its last aggregate
   w.shutdown();
   std::printf("%s: done, %u rounds in %.2f s of push_pull (%.2f Gbit/s), %s, %s\n", o.node.c_str(),
-              o.rounds, total_s, static_cast<double>(elements) * 8 * 8 * o.rounds / total_s / 1e9,
+              o.rounds, total_s,
+              static_cast<double>(model_bytes) * 2 * 8 * o.rounds / total_s / 1e9,
               o.verify == "every" ? "every aggregate exact" : "the last round's aggregate exact",
               trainer::drops_text(w).c_str());
   return 0;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../common/synthetic.h"
+#include "agg/half.h"
 #include "job/job.h"
 
 namespace mercury::trainer {
@@ -33,24 +34,52 @@ Update Update::optimizer_of(const config::TrainingConfig& t) {
 }
 
 void average(Floats& avg, Floats& other, uint32_t workers, uint32_t seed, size_t tensor,
-             std::span<const float> own, uint32_t own_rank) {
+             std::span<const float> own, uint32_t own_rank, wire::Dtype dtype) {
   avg.resize(own.size());
   other.resize(own.size());
   if (own_rank == 0) {
     avg.assign(own.begin(), own.end());
   } else {
     gradient(avg, 0, seed, tensor);
+    quantize(avg, dtype);
   }
   for (uint32_t r = 1; r < workers; ++r) {
     std::span<const float> g = own;
     if (r != own_rank) {
       gradient(other, r, seed, tensor);
+      quantize(other, dtype);
       g = other;
     }
     for (size_t i = 0; i < avg.size(); ++i) avg[i] = avg[i] + g[i];
   }
   const float scale = 1.0f / static_cast<float>(workers);
   for (float& x : avg) x = x * scale;
+}
+
+void narrow(std::span<const float> f, std::span<uint16_t> out, wire::Dtype dtype) {
+  const bool bf16 = dtype == wire::Dtype::kBFloat16;
+  for (size_t i = 0; i < f.size(); ++i) {
+    out[i] = bf16 ? agg::float_to_bf16(f[i]) : agg::float_to_fp16(f[i]);
+  }
+}
+
+void quantize(std::span<float> f, wire::Dtype dtype) {
+  if (dtype == wire::Dtype::kBFloat16) {
+    for (float& x : f) x = agg::bf16_to_float(agg::float_to_bf16(x));
+  } else if (dtype == wire::Dtype::kFloat16) {
+    for (float& x : f) x = agg::fp16_to_float(agg::float_to_fp16(x));
+  }
+}
+
+bool equals_narrowed(std::span<const uint16_t> h, std::span<const float> reference,
+                     wire::Dtype dtype) {
+  const bool bf16 = dtype == wire::Dtype::kBFloat16;
+  for (size_t i = 0; i < h.size(); ++i) {
+    if (h[i] != (bf16 ? agg::float_to_bf16(reference[i]) : agg::float_to_fp16(reference[i]))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void apply(std::span<float> params, std::span<const float> avg, const Update& u, OptState& state) {

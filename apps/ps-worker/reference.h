@@ -15,6 +15,7 @@
 #include "agg/optimizer.h"
 #include "buffers.h"
 #include "config/config.h"
+#include "wire/dtype.h"
 
 namespace mercury::trainer {
 
@@ -49,8 +50,24 @@ struct OptState {
 /// `other` holds another rank's gradient meanwhile: the caller keeps it, so
 /// that checking a round allocates nothing once both have grown to the
 /// largest tensor.
+/// For a bfloat16 or float16 tensor (`dtype`, ps-worker --dtype) every
+/// rank's gradient is what the servers receive, its values rounded into the
+/// dtype and widened back (`own` must be already); the servers keep the sum
+/// and the parameters in float32.
 void average(Floats& avg, Floats& other, uint32_t workers, uint32_t seed, size_t tensor,
-             std::span<const float> own, uint32_t own_rank);
+             std::span<const float> own, uint32_t own_rank,
+             wire::Dtype dtype = wire::Dtype::kFloat32);
+
+/// Half-precision tensors (ps-worker --dtype): `f` rounded to nearest even
+/// into `dtype` (bfloat16 or float16), as the servers round every update
+/// and a trainer its gradients.
+void narrow(std::span<const float> f, std::span<uint16_t> out, wire::Dtype dtype);
+/// Each value of `f` as a `dtype` buffer carries it: narrowed, widened back.
+/// Nothing for float32.
+void quantize(std::span<float> f, wire::Dtype dtype);
+/// Whether `h` is bit for bit `reference` narrowed into `dtype`.
+bool equals_narrowed(std::span<const uint16_t> h, std::span<const float> reference,
+                     wire::Dtype dtype);
 
 /// `params` after the servers applied `avg` (an average()), with the
 /// optimizer's formulas of lib/agg/optimizer.h, operation for operation

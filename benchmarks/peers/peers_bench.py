@@ -4,7 +4,7 @@ same tensors, on the same machine, interleaved (benchmarks/README.md, "peers").
 
   benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
                                   [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]
-                                  [--loss P] [--compare-build DIR]
+                                  [--loss P] [--compare-build DIR] [--bf16]
 
 For each model and worker count, each trial runs four variants in random order:
   mercury     ps-demo on a memif job like config/memif.yaml (one ps-server, N ps-worker
@@ -22,6 +22,9 @@ With --loss P (e.g. 0.01), a fifth variant, mercury_loss: the mercury job with t
 emulator dropping a fraction P of the frames on every TX queue of every process (the job
 file's `link: {loss: P}`), to compare with the loss-free mercury of the same trials (gloo
 runs over the kernel's loopback, which has no loss to inject).
+With --bf16, one more variant, mercury_bf16: the mercury job with every tensor bfloat16
+(ps-worker --dtype bfloat16: half the bytes; every aggregate checked against the servers'
+float32 arithmetic rounded once into bfloat16), beside float32 mercury of the same trials.
 With --compare-build DIR, one more variant, mercury_b: the same mercury job run by the
 build in DIR (another commit's binaries, this checkout's job files and models), in the same
 random order as the rest of each trial: a change's before and after, interleaved.
@@ -87,14 +90,15 @@ def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}", n
     return "\n".join(y) + "\n"
 
 
-def mercury(build, model, workers, iters, warmup, loss=0.0):
+def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32"):
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(memif_job(workers, "peers%d" % workers, loss))
         job = f.name
     try:
         r = subprocess.run(
             [os.path.join(build, "apps/ps-demo"), "--config", job, "--model", model,
-             "--rounds", str(warmup + iters), "--verify", "last"],
+             "--rounds", str(warmup + iters), "--verify", "last"] +
+            (["--dtype", dtype] if dtype != "float32" else []),
             capture_output=True, text=True, timeout=1800, cwd=ROOT)
     finally:
         os.unlink(job)
@@ -180,6 +184,8 @@ def main():
                     help="also run mercury_loss: the mercury job at this frame loss rate")
     ap.add_argument("--compare-build", default="",
                     help="also run mercury_b: the mercury job with this build's binaries")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also run mercury_bf16: the mercury job with bfloat16 tensors")
     a = ap.parse_args()
     try:
         import torch  # noqa: F401  (only to fail early with a clear message)
@@ -187,7 +193,8 @@ def main():
         sys.exit("peers_bench: needs Debian's python3-torch, run with /usr/bin/python3")
     variants = (["mercury", "tcp_ps", "gloo", "gloo_fused"] +
                 (["mercury_loss"] if a.loss > 0 else []) +
-                (["mercury_b"] if a.compare_build else []))
+                (["mercury_b"] if a.compare_build else []) +
+                (["mercury_bf16"] if a.bf16 else []))
     rows = []
     for m in a.models.split(","):
         model = os.path.join(ROOT, "config/models", m + ".txt")
@@ -201,7 +208,8 @@ def main():
                     if v.startswith("mercury"):
                         trial[v] = mercury(a.compare_build if v == "mercury_b" else a.build,
                                            model, n, a.iters, a.warmup,
-                                           a.loss if v == "mercury_loss" else 0.0)
+                                           a.loss if v == "mercury_loss" else 0.0,
+                                           "bfloat16" if v == "mercury_bf16" else "float32")
                     elif v == "tcp_ps":
                         trial[v] = tcp_ps(model, n, a.iters, a.warmup)
                     else:

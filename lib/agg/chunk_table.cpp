@@ -78,11 +78,13 @@ void* allocate_array(uint64_t bytes, bool zero) {
 
 uint64_t staging_stride(uint32_t chunk_bytes) { return (uint64_t{chunk_bytes} + 63) / 64 * 64; }
 
-// A half-precision chunk's float32 sum (chunk_bytes / 2 floats), then its
-// rounded update (chunk_bytes), each on whole cache lines.
+// A half-precision chunk's float32 sum (chunk_bytes / 2 floats), then every
+// element's rounded update (2 B each, indexed as the parameters: a chunk's
+// update stays readable until its next one, since the server sends it by
+// reference and may send it again), each on whole cache lines.
 uint64_t half_sum_bytes(uint32_t chunk_bytes) { return staging_stride(2 * chunk_bytes); }
-uint64_t half_scratch_bytes(uint32_t chunk_bytes) {
-  return half_sum_bytes(chunk_bytes) + staging_stride(chunk_bytes);
+uint64_t half_scratch_bytes(uint32_t chunk_bytes, uint64_t elements) {
+  return half_sum_bytes(chunk_bytes) + (2 * elements + 63) / 64 * 64;
 }
 
 // The staging array, then its free-list indices.
@@ -153,7 +155,7 @@ uint64_t ChunkTable::base_memory(const Placement& placement, const ShardConfig& 
          l.chunks * config.workers * sizeof(Held) +
          (policy.tracks_rank_iterations() ? l.chunks * config.workers * sizeof(uint32_t) : 0) +
          placement.blocks().size() * sizeof(KeyEntry) + l.blocks * sizeof(LocalBlock) +
-         (l.half ? half_scratch_bytes(config.chunk_bytes) : 0) +
+         (l.half ? half_scratch_bytes(config.chunk_bytes, l.elements) : 0) +
          (l.skips ? l.chunks * sizeof(uint32_t) : 0);
 }
 
@@ -251,7 +253,7 @@ ChunkTable::ChunkTable(const Placement& placement, const ShardConfig& config,
       half_[static_cast<size_t>(d)] = &half_kernels(d, simd_ == Simd::kPortable);
     }
     half_scratch_.reset(
-        static_cast<float*>(allocate_array(half_scratch_bytes(chunk_bytes_), false)));
+        static_cast<float*>(allocate_array(half_scratch_bytes(chunk_bytes_, element), false)));
     half_sum_ = half_scratch_.get();
     half_out_ = reinterpret_cast<std::byte*>(half_scratch_.get()) + half_sum_bytes(chunk_bytes_);
   }
@@ -299,7 +301,7 @@ uint64_t ChunkTable::memory_bytes() const {
          slots_.size() * sizeof(Held) + next_clock_.size() * sizeof(uint32_t) +
          keys_.size() * sizeof(KeyEntry) + local_.size() * sizeof(LocalBlock) +
          staging_bytes(staging_capacity_, chunk_bytes_) +
-         (half_scratch_ ? half_scratch_bytes(chunk_bytes_) : 0) +
+         (half_scratch_ ? half_scratch_bytes(chunk_bytes_, elements_) : 0) +
          skipped_.size() * sizeof(uint32_t);
 }
 
@@ -500,10 +502,11 @@ void ChunkTable::reduce_half(const Chunk& ch, const std::byte* const* src, uint3
 }
 
 const std::byte* ChunkTable::narrow_half(const Chunk& ch) {
-  // The one rounding of this version into the workers' dtype.
-  half_[static_cast<size_t>(ch.dtype)]->narrow(params_.get() + ch.first_element, ch.elements,
-                                               half_out_);
-  return half_out_;
+  // The one rounding of this version into the workers' dtype, into the
+  // chunk's own place: the fan-out sends it by reference.
+  std::byte* out = half_out_ + 2 * ch.first_element;
+  half_[static_cast<size_t>(ch.dtype)]->narrow(params_.get() + ch.first_element, ch.elements, out);
+  return out;
 }
 
 uint32_t ChunkTable::slowest_clock(uint64_t index) const {

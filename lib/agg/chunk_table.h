@@ -88,9 +88,10 @@
 // from 2 MB up, which are asked for transparent huge pages) + 32 B per chunk +
 // 16 B x N per chunk (held slots) + 4 B x N per chunk when the policy tracks
 // rank iterations + 16 B per block of the job + 32 B per owned
-// block + (chunk_bytes + 4 B) per staging chunk + 3 x chunk_bytes (each part
-// rounded to 64 B) when it owns a bfloat16 or float16 block (the float32 sum
-// and the rounded update of one chunk); plus, outside the table, at
+// block + (chunk_bytes + 4 B) per staging chunk + 2 x chunk_bytes + 2 B per
+// element (each part rounded to 64 B) when it owns a bfloat16 or float16
+// block (one chunk's float32 sum, and every chunk's rounded update, kept
+// until its next: the sink may send it by reference); plus, outside the table, at
 // most max_held contributions held in the caller's buffers. A staged copy
 // costs one memcpy of the chunk.
 #pragma once
@@ -204,7 +205,8 @@ struct Update {
   /// The chunk's parameters (sum-only: the averaged gradient) in the block's
   /// dtype, what the workers get: float32, the table's parameters
   /// themselves; bfloat16 or float16, those rounded once to nearest even
-  /// (half.h) into a buffer of the table's.
+  /// (half.h) into the chunk's place in a buffer of the table's, unchanged
+  /// until the chunk's next update (like the float32 parameters).
   const std::byte* data = nullptr;
   uint32_t bytes = 0;                         ///< the chunk's elements x wire::element_bytes(dtype)
   wire::Dtype dtype = wire::Dtype::kFloat32;  ///< the block's
@@ -453,8 +455,8 @@ class ChunkTable {
   std::unique_ptr<float[], FreeDeleter> staging_;
   std::vector<uint32_t> staging_free_;
   // Half-precision blocks: each dtype's kernels (null for the others) and,
-  // when the table owns such a block, one chunk's float32 sum and its
-  // rounded update, 64-byte aligned.
+  // when the table owns such a block, one chunk's float32 sum and every
+  // element's rounded update (2 B each, indexed as params_), 64-byte aligned.
   std::array<const HalfKernels*, wire::kDtypeCount> half_{};
   std::unique_ptr<float[], FreeDeleter> half_scratch_;
   float* half_sum_ = nullptr;

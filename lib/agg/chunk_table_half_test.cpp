@@ -25,9 +25,10 @@ class Sink final : public ChunkSink {
   struct Seen {
     Update u;
     std::vector<std::byte> bytes;
+    const std::byte* at = nullptr;  // where the table handed them out
   };
   void on_update(const Update& u) override {
-    Seen s{u, std::vector<std::byte>(u.data, u.data + u.bytes)};
+    Seen s{u, std::vector<std::byte>(u.data, u.data + u.bytes), u.data};
     s.u.data = nullptr;
     updates.push_back(std::move(s));
   }
@@ -56,13 +57,13 @@ TEST(AggChunkTableHalf, ChunksHoldTwiceTheElementsAndLengthsAreInTheDtype) {
   EXPECT_EQ(table.memory_bytes(), ChunkTable::memory_needed(p, config, table.policy()));
   // Against the same tensors in float32: one chunk fewer (its record and
   // N = 2 held slots), and the half-precision scratch (one chunk's float32
-  // sum and its rounded update: 3 x 1408 bytes, whole lines), which a table
-  // owning no half-precision block does not have.
+  // sum, 2 x 1408 bytes, and every element's rounded update, 2 x 2000 bytes,
+  // whole lines), which a table owning no half-precision block does not have.
   const Placement f32 =
       Placement::compute(std::vector<TensorDecl>{{"w", 1000, 0}, {"v", 1000, 1}}, 1);
   constexpr uint64_t kOneChunk = 32 + 2 * 16;
   EXPECT_EQ(ChunkTable::memory_needed(p, config, table.policy()) + kOneChunk,
-            ChunkTable::memory_needed(f32, config, table.policy()) + 3 * 1408);
+            ChunkTable::memory_needed(f32, config, table.policy()) + 2 * 1408 + 4032);
 
   std::vector<uint16_t> g(704, 0x3f80);
   const auto* data = reinterpret_cast<const std::byte*>(g.data());
@@ -124,6 +125,12 @@ TEST(AggChunkTableHalf, InitialValuesAreWidenedAndEmittedInTheDtype) {
         std::memcpy(&h, s.bytes.data() + 2 * i, 2);
         ASSERT_EQ(h, narrow(d, master[first + i])) << i;
       }
+    }
+    // Every chunk's update stays where it was handed out, unchanged, until
+    // the chunk's next one: the server sends it by reference, and again
+    // after a loss.
+    for (const auto& s : sink.updates) {
+      EXPECT_EQ(0, std::memcmp(s.at, s.bytes.data(), s.bytes.size())) << s.u.offset;
     }
   }
 }

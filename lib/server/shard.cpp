@@ -117,12 +117,13 @@ bool Shard::send_st(uint16_t rank, const std::byte* data, uint32_t bytes, uint32
                     uint32_t offset, uint32_t version, uint8_t priority, uint32_t tag,
                     const transport::Completion& done) {
   transport::MessageMeta meta;
+  const agg::Block& block = placement_.at(key);
   meta.type = wire::PacketType::kAggData;
-  meta.dtype = wire::Dtype::kFloat32;
+  meta.dtype = block.dtype;  // the update was rounded into the tensor's dtype
   meta.block_key = key;
   meta.iteration = tag;
   meta.param_version = version;
-  const auto logical = static_cast<uint32_t>(placement_.at(key).bytes());
+  const auto logical = static_cast<uint32_t>(block.bytes());
   const FanOut& f = fanout_[rank];
   return f.endpoint->send_slice(f.peer, data, bytes, offset, logical, priority, meta, done) ==
          transport::SubmitStatus::kQueued;

@@ -137,8 +137,9 @@ struct Request {
   uint32_t min_version = 0;
   bool has_min = false;
   uint64_t generation = 0;  ///< kBarrier
-  const float* grad = nullptr;
-  float* out = nullptr;
+  /// The gradient and the pull's output: the tensor's elements (its dtype).
+  const std::byte* grad = nullptr;
+  std::byte* out = nullptr;
   Handle handle;               ///< what the trainer holds
   std::optional<Handle> push;  ///< kPushPull: its push part
   /// kPush, kPushPull, asynchronous modes: 1 + the version the trainer
@@ -269,7 +270,7 @@ class NetCore final : public transport::PacketReceiver,
     uint32_t iteration = 0;  // BSP: the version it came from; else the tensor's clock
     uint32_t marked = 0;     // asynchronous: Request::marked
     uint32_t base = 0;       // asynchronous: the version it came from, fixed when it starts
-    const float* grad = nullptr;
+    const std::byte* grad = nullptr;  // the tensor's elements, its dtype
     wire::PacketType type = wire::PacketType::kData;
     uint32_t next = 0;  // first block not queued yet
     bool started = false;
@@ -278,7 +279,7 @@ class NetCore final : public transport::PacketReceiver,
   struct PendingPull {
     TensorId tensor = 0;
     uint32_t version = 0;  // BSP: the version wanted
-    float* out = nullptr;
+    std::byte* out = nullptr;
     Handle handle;
     std::optional<Handle> push;  // push_pull: completes only once this has
     // Asynchronous: the answers (chunks x own pushes applied) it waits for,
@@ -299,7 +300,7 @@ class NetCore final : public transport::PacketReceiver,
   void finish_stop_st(const Handle& stopped, transport::Tick now);
   void take_st(Request& r, transport::Tick now);
   void start_st(const Handle& h, transport::Tick now);
-  void push_st(TensorId t, uint32_t iteration, uint32_t marked, const float* grad,
+  void push_st(TensorId t, uint32_t iteration, uint32_t marked, const std::byte* grad,
                wire::PacketType type, const Handle& h);
   void pull_st(PendingPull p);
   // Request -> PendingPull, by the mode's rule.

@@ -59,7 +59,7 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
     init_pushes_.reserve(table_.tensors());
     for (TensorId t = 0; t < table_.tensors(); ++t) {
       init_pushes_.emplace_back();
-      push_st(t, 0, 0, table_.tensor(t).params.data(), wire::PacketType::kInit,
+      push_st(t, 0, 0, table_.tensor(t).buffer.data(), wire::PacketType::kInit,
               init_pushes_.back());
     }
   }

@@ -31,7 +31,7 @@ bool NetCore::push_ready_st(const PendingPush& p) const {
 // ---------------------------------------------------------------------------
 // Push.
 
-void NetCore::push_st(TensorId t, uint32_t iteration, uint32_t marked, const float* grad,
+void NetCore::push_st(TensorId t, uint32_t iteration, uint32_t marked, const std::byte* grad,
                       wire::PacketType type, const Handle& h) {
   if (push_queue_.size() >= list_capacity_) {
     h.fail("push: more than " + std::to_string(list_capacity_) +
@@ -87,7 +87,7 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
   // was computed from (0 for rank 0's initial parameters, kInit).
   transport::MessageMeta meta;
   meta.type = p.type;
-  meta.dtype = wire::Dtype::kFloat32;
+  meta.dtype = table_.tensor(p.tensor).dtype;  // as it is: nothing converts on the worker
   meta.iteration = p.iteration;
   if (async() && p.type == wire::PacketType::kData) {
     // Asynchronous: the version the gradient came from, and the clock.
@@ -98,7 +98,7 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
   for (; i < blocks.size(); ++i) {
     const BlockGeometry& g = blocks[i];
     meta.block_key = g.key;
-    const auto* data = reinterpret_cast<const std::byte*>(p.grad + g.first_element);
+    const std::byte* data = p.grad + g.first_byte();
     const auto bytes = static_cast<uint32_t>(g.bytes());
     if (endpoint_->send(shard_server_[g.shard], data, bytes, level, meta,
                         transport::Completion{&NetCore::on_push_sent, this, g.key}) !=
@@ -238,7 +238,7 @@ uint32_t NetCore::complete_pulls_st() {
       }
     }
     if (stats_.delivered) stats_.delivered[p.tensor].store(delivered, std::memory_order_release);
-    const std::span<float> params = table_.tensor(p.tensor).params;
+    const std::span<std::byte> params = table_.tensor(p.tensor).buffer;
     if (p.out != params.data()) std::memmove(p.out, params.data(), params.size_bytes());
     p.handle.complete();
     ++done;

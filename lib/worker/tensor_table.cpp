@@ -205,6 +205,17 @@ std::span<const BlockGeometry> TensorTable::blocks(TensorId id) const {
   return std::span<const BlockGeometry>(geometry_).subspan(t.first_block_geometry, t.blocks);
 }
 
+wire::Dtype TensorTable::dtype(TensorId id) const {
+  if (frozen()) return checked(id, "dtype").dtype;
+  std::lock_guard lock(mutex_);
+  check_live("dtype");
+  if (id >= tensors_.size()) {
+    throw UsageError("dtype: no tensor with key " + std::to_string(id) + " (" +
+                     std::to_string(tensors_.size()) + " declared)");
+  }
+  return tensors_[id].dtype;
+}
+
 void TensorTable::check_buffer(TensorId id, wire::Dtype dtype, uint64_t elements,
                                std::string_view call) const {
   const TensorInfo& t = checked(id, call);

@@ -137,6 +137,9 @@ class TensorTable {
   [[nodiscard]] bool is_shut_down() const { return shut_down_.load(std::memory_order_acquire); }
   /// Tensors declared so far.
   [[nodiscard]] uint32_t size() const;
+  /// The dtype tensor `id` was declared with, before or after freeze() (it
+  /// takes the mutex until then). Throws UsageError for an unknown id.
+  [[nodiscard]] wire::Dtype dtype(TensorId id) const;
 
   // ---- after freeze(): lock-free, any thread ----
 

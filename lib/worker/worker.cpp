@@ -116,6 +116,62 @@ struct Worker::Impl {
     if (!started.load(std::memory_order_acquire)) w.start();
   }
 
+  // A std::span<uint16_t> call on `key`: the tensor's dtype if it is
+  // bfloat16 or float16; a float32 tensor is refused (nothing converts).
+  wire::Dtype half_dtype(Key key, const char* call) const {
+    const wire::Dtype d = table.tensor(key).dtype;
+    if (d == wire::Dtype::kFloat32) {
+      throw UsageError(std::string(call) + ": tensor '" + table.tensor(key).name +
+                       "' is float32 but the buffer is 16-bit elements (use std::span<float>)");
+    }
+    return d;
+  }
+
+  // push, pull and push_pull of any dtype: `grad` and `out` are the
+  // tensor's `elements` elements of `dtype` (checked).
+  Handle push(Worker& w, Key key, wire::Dtype dtype, const std::byte* grad, uint64_t elements) {
+    check_live("push");
+    ensure_started(w);
+    table.check_push(key, dtype, elements);
+    Handle h;
+    const uint32_t it = first_version.load(std::memory_order_relaxed) +
+                        iterations[key].fetch_add(1, std::memory_order_acq_rel);
+    Request r{Request::Kind::kPush, key, it, 0, 0, false, 0, grad, nullptr, h, std::nullopt};
+    r.marked = marked[key].exchange(0, std::memory_order_acq_rel);
+    submit(r, "push");
+    return h;
+  }
+
+  Handle pull(Worker& w, Key key, wire::Dtype dtype, std::byte* out, uint64_t elements,
+              uint32_t min_version) {
+    check_live("pull");
+    ensure_started(w);
+    table.check_pull(key, dtype, elements);
+    Handle h;
+    const uint32_t version = first_version.load(std::memory_order_relaxed) +
+                             iterations[key].load(std::memory_order_acquire);
+    Request r{Request::Kind::kPull, key, 0, version, min_version, true, 0, nullptr, out, h,
+              std::nullopt};
+    submit(r, "pull");
+    return h;
+  }
+
+  Handle push_pull(Worker& w, Key key, wire::Dtype dtype, const std::byte* grad, std::byte* out,
+                   uint64_t grad_elements, uint64_t out_elements) {
+    check_live("push_pull");
+    ensure_started(w);
+    table.check_push(key, dtype, grad_elements);
+    table.check_pull(key, dtype, out_elements);
+    Handle h;
+    Handle pushed;
+    const uint32_t it = first_version.load(std::memory_order_relaxed) +
+                        iterations[key].fetch_add(1, std::memory_order_acq_rel);
+    Request r{Request::Kind::kPushPull, key, it, it + 1, 0, false, 0, grad, out, h, pushed};
+    r.marked = marked[key].exchange(0, std::memory_order_acq_rel);
+    submit(r, "push_pull");
+    return h;
+  }
+
   void thread_main(std::promise<void> up);
 };
 
@@ -353,6 +409,26 @@ Key Worker::declare(std::string_view name, std::span<float> params, int priority
   return i.table.declare(name, params, priority, static_cast<agg::UpdateRule>(update));
 }
 
+Key Worker::declare(std::string_view name, std::span<uint16_t> params, Dtype dtype, int priority,
+                    Update update) {
+  Impl& i = *impl_;
+  i.check_live("declare");
+  if (dtype != Dtype::kBFloat16 && dtype != Dtype::kFloat16) {
+    throw UsageError("declare: tensor '" + std::string(name) + "' of 16-bit elements has dtype " +
+                     std::to_string(static_cast<int>(dtype)) +
+                     "; a std::span<uint16_t> is Dtype::kBFloat16 or Dtype::kFloat16");
+  }
+  if (i.started.load(std::memory_order_acquire) || i.table.frozen()) {
+    throw UsageError("declare: tensor '" + std::string(name) +
+                     "' declared after start: the declarations freeze at start() or at the "
+                     "first push, pull, push_pull or barrier");
+  }
+  return i.table.declare(name, static_cast<wire::Dtype>(dtype), std::as_writable_bytes(params),
+                         priority, static_cast<agg::UpdateRule>(update));
+}
+
+Dtype Worker::dtype(Key key) const { return static_cast<Dtype>(impl_->table.dtype(key)); }
+
 Handle Worker::start_async() {
   Impl& i = *impl_;
   i.check_live("start");
@@ -400,35 +476,56 @@ void Worker::start() {
   i.started.store(true, std::memory_order_release);
 }
 
+static_assert(static_cast<uint8_t>(Dtype::kFloat32) ==
+                  static_cast<uint8_t>(wire::Dtype::kFloat32) &&
+              static_cast<uint8_t>(Dtype::kBFloat16) ==
+                  static_cast<uint8_t>(wire::Dtype::kBFloat16) &&
+              static_cast<uint8_t>(Dtype::kFloat16) == static_cast<uint8_t>(wire::Dtype::kFloat16));
+
+namespace {
+
+const std::byte* bytes_of(std::span<const float> s) {
+  return reinterpret_cast<const std::byte*>(s.data());
+}
+std::byte* bytes_of(std::span<float> s) { return reinterpret_cast<std::byte*>(s.data()); }
+const std::byte* bytes_of(std::span<const uint16_t> s) {
+  return reinterpret_cast<const std::byte*>(s.data());
+}
+std::byte* bytes_of(std::span<uint16_t> s) { return reinterpret_cast<std::byte*>(s.data()); }
+
+}  // namespace
+
 Handle Worker::push(Key key, std::span<const float> grad) {
-  Impl& i = *impl_;
-  i.check_live("push");
-  i.ensure_started(*this);
-  i.table.check_push(key, grad);
-  Handle h;
-  const uint32_t it = i.first_version.load(std::memory_order_relaxed) +
-                      i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
-  Request r{Request::Kind::kPush, key, it, 0, 0, false, 0, grad.data(), nullptr, h, std::nullopt};
-  r.marked = i.marked[key].exchange(0, std::memory_order_acq_rel);
-  i.submit(r, "push");
-  return h;
+  return impl_->push(*this, key, wire::Dtype::kFloat32, bytes_of(grad), grad.size());
 }
 
 // A minimum of version 0 adds nothing to any mode's rule.
 Handle Worker::pull(Key key, std::span<float> out) { return pull(key, out, 0); }
 
 Handle Worker::pull(Key key, std::span<float> out, uint32_t min_version) {
-  Impl& i = *impl_;
-  i.check_live("pull");
-  i.ensure_started(*this);
-  i.table.check_pull(key, out);
-  Handle h;
-  const uint32_t version = i.first_version.load(std::memory_order_relaxed) +
-                           i.iterations[key].load(std::memory_order_acquire);
-  Request r{Request::Kind::kPull, key, 0,           version, min_version, true, 0, nullptr,
-            out.data(),           h,   std::nullopt};
-  i.submit(r, "pull");
-  return h;
+  return impl_->pull(*this, key, wire::Dtype::kFloat32, bytes_of(out), out.size(), min_version);
+}
+
+Handle Worker::push(Key key, std::span<const uint16_t> grad) {
+  impl_->check_live("push");
+  impl_->ensure_started(*this);  // the table is frozen: its dtypes are readable
+  return impl_->push(*this, key, impl_->half_dtype(key, "push"), bytes_of(grad), grad.size());
+}
+
+Handle Worker::pull(Key key, std::span<uint16_t> out) { return pull(key, out, 0); }
+
+Handle Worker::pull(Key key, std::span<uint16_t> out, uint32_t min_version) {
+  impl_->check_live("pull");
+  impl_->ensure_started(*this);  // the table is frozen: its dtypes are readable
+  return impl_->pull(*this, key, impl_->half_dtype(key, "pull"), bytes_of(out), out.size(),
+                     min_version);
+}
+
+Handle Worker::push_pull(Key key, std::span<const uint16_t> grad, std::span<uint16_t> out) {
+  impl_->check_live("push_pull");
+  impl_->ensure_started(*this);  // the table is frozen: its dtypes are readable
+  return impl_->push_pull(*this, key, impl_->half_dtype(key, "push_pull"), bytes_of(grad),
+                          bytes_of(out), grad.size(), out.size());
 }
 
 uint32_t Worker::version(Key key) const {
@@ -457,20 +554,8 @@ uint32_t Worker::mark_read(Key key) {
 std::string_view Worker::sync() const { return config::to_string(impl_->core.sync); }
 
 Handle Worker::push_pull(Key key, std::span<const float> grad, std::span<float> out) {
-  Impl& i = *impl_;
-  i.check_live("push_pull");
-  i.ensure_started(*this);
-  i.table.check_push(key, grad);
-  i.table.check_pull(key, out);
-  Handle h;
-  Handle pushed;
-  const uint32_t it = i.first_version.load(std::memory_order_relaxed) +
-                      i.iterations[key].fetch_add(1, std::memory_order_acq_rel);
-  Request r{
-      Request::Kind::kPushPull, key, it, it + 1, 0, false, 0, grad.data(), out.data(), h, pushed};
-  r.marked = i.marked[key].exchange(0, std::memory_order_acq_rel);
-  i.submit(r, "push_pull");
-  return h;
+  return impl_->push_pull(*this, key, wire::Dtype::kFloat32, bytes_of(grad), bytes_of(out),
+                          grad.size(), out.size());
 }
 
 Handle Worker::barrier_async() {

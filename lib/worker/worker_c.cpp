@@ -394,6 +394,124 @@ int mercury_worker_declare_update(mercury_worker* w, const char* name, float* pa
   });
 }
 
+}  // extern "C"
+
+namespace {
+
+// A mercury_dtype from the caller: valid, and for a transfer on `key` the
+// tensor's (nothing converts). Throws UsageError naming the call.
+mercury::worker::Dtype c_dtype(const char* call, int dtype) {
+  if (dtype < MERCURY_DTYPE_FLOAT32 || dtype > MERCURY_DTYPE_FLOAT16) {
+    throw UsageError(std::string(call) + ": dtype " + std::to_string(dtype) +
+                     " is not a mercury_dtype (1 float32, 2 bfloat16, 3 float16)");
+  }
+  return static_cast<mercury::worker::Dtype>(dtype);
+}
+
+constexpr const char* kDtypeNames[] = {"?", "float32", "bfloat16", "float16"};
+
+// The 16-bit elements of a bfloat16 or float16 transfer on `key`, whose
+// dtype must be `d` (a float32 tensor is refused by the std::span<uint16_t>
+// overloads themselves).
+void check_half(mercury_worker* w, const char* call, uint32_t key, mercury::worker::Dtype d) {
+  const mercury::worker::Dtype has = w->worker.dtype(key);
+  if (has != d && has != mercury::worker::Dtype::kFloat32) {
+    throw UsageError(std::string(call) + ": tensor " + std::to_string(key) + " is " +
+                     kDtypeNames[static_cast<int>(has)] + " but the buffer is " +
+                     kDtypeNames[static_cast<int>(d)]);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int mercury_worker_declare_typed(mercury_worker* w, const char* name, void* params, size_t elements,
+                                 int dtype, int priority, int update, uint32_t* key_out) {
+  constexpr const char* kCall = "mercury_worker_declare_typed";
+  if (w == nullptr) return null_argument(kCall, "worker");
+  if (name == nullptr) return null_argument(kCall, "name");
+  if (params == nullptr && elements != 0) return null_argument(kCall, "params");
+  if (update < MERCURY_UPDATE_OPTIMIZER || update > MERCURY_UPDATE_RANK0) {
+    return fail(MERCURY_E_USAGE, (std::string(kCall) + ": update " + std::to_string(update) +
+                                  " is not a mercury_update")
+                                     .c_str());
+  }
+  return guarded([&] {
+    const mercury::worker::Dtype d = c_dtype(kCall, dtype);
+    const auto rule = static_cast<mercury::worker::Update>(update);
+    const uint32_t k =
+        d == mercury::worker::Dtype::kFloat32
+            ? w->worker.declare(name, {static_cast<float*>(params), elements}, priority, rule)
+            : w->worker.declare(name, {static_cast<uint16_t*>(params), elements}, d, priority,
+                                rule);
+    if (key_out != nullptr) *key_out = k;
+  });
+}
+
+int mercury_worker_dtype(mercury_worker* w, uint32_t key, int* dtype_out) {
+  if (w == nullptr) return null_argument("mercury_worker_dtype", "worker");
+  if (dtype_out == nullptr) return null_argument("mercury_worker_dtype", "dtype_out");
+  return guarded([&] { *dtype_out = static_cast<int>(w->worker.dtype(key)); });
+}
+
+int mercury_worker_push_typed(mercury_worker* w, uint32_t key, const void* grad, size_t elements,
+                              int dtype, mercury_handle** handle_out) {
+  constexpr const char* kCall = "mercury_worker_push_typed";
+  if (w == nullptr) return null_argument(kCall, "worker");
+  if (handle_out == nullptr) return null_argument(kCall, "handle_out");
+  if (grad == nullptr && elements != 0) return null_argument(kCall, "grad");
+  return guarded([&] {
+    const mercury::worker::Dtype d = c_dtype(kCall, dtype);
+    if (d == mercury::worker::Dtype::kFloat32) {
+      wrap(w->worker.push(key, {static_cast<const float*>(grad), elements}), handle_out);
+      return;
+    }
+    check_half(w, kCall, key, d);
+    wrap(w->worker.push(key, {static_cast<const uint16_t*>(grad), elements}), handle_out);
+  });
+}
+
+int mercury_worker_pull_typed(mercury_worker* w, uint32_t key, void* out, size_t elements,
+                              int dtype, uint32_t min_version, mercury_handle** handle_out) {
+  constexpr const char* kCall = "mercury_worker_pull_typed";
+  if (w == nullptr) return null_argument(kCall, "worker");
+  if (handle_out == nullptr) return null_argument(kCall, "handle_out");
+  if (out == nullptr && elements != 0) return null_argument(kCall, "out");
+  return guarded([&] {
+    const mercury::worker::Dtype d = c_dtype(kCall, dtype);
+    if (d == mercury::worker::Dtype::kFloat32) {
+      wrap(w->worker.pull(key, {static_cast<float*>(out), elements}, min_version), handle_out);
+      return;
+    }
+    check_half(w, kCall, key, d);
+    wrap(w->worker.pull(key, {static_cast<uint16_t*>(out), elements}, min_version), handle_out);
+  });
+}
+
+int mercury_worker_push_pull_typed(mercury_worker* w, uint32_t key, const void* grad, void* out,
+                                   size_t elements, int dtype, mercury_handle** handle_out) {
+  constexpr const char* kCall = "mercury_worker_push_pull_typed";
+  if (w == nullptr) return null_argument(kCall, "worker");
+  if (handle_out == nullptr) return null_argument(kCall, "handle_out");
+  if ((grad == nullptr || out == nullptr) && elements != 0) {
+    return null_argument(kCall, grad == nullptr ? "grad" : "out");
+  }
+  return guarded([&] {
+    const mercury::worker::Dtype d = c_dtype(kCall, dtype);
+    if (d == mercury::worker::Dtype::kFloat32) {
+      wrap(w->worker.push_pull(key, {static_cast<const float*>(grad), elements},
+                               {static_cast<float*>(out), elements}),
+           handle_out);
+      return;
+    }
+    check_half(w, kCall, key, d);
+    wrap(w->worker.push_pull(key, {static_cast<const uint16_t*>(grad), elements},
+                             {static_cast<uint16_t*>(out), elements}),
+         handle_out);
+  });
+}
+
 int mercury_worker_hyperparameters(mercury_worker* w, mercury_hyperparameters* out, size_t size) {
   if (w == nullptr) return null_argument("mercury_worker_hyperparameters", "worker");
   if (out == nullptr) return null_argument("mercury_worker_hyperparameters", "out");

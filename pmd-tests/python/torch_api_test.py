@@ -193,10 +193,12 @@ def worker_main(job, node, optimizer):
     print(f"{node}: every check passed", flush=True)
 
 
-def run_torch_job(case, script, build, name, optimizer, lr, check=None):
-    """ps-server and two processes of `script` (BUILD --worker JOB NODE OPTIMIZER) on
-    the two-worker job with `optimizer` (at learning rate `lr` unless sum): asserts on
-    `case` that each exits 0 saying every check passed; check(tmp, node) runs then."""
+def run_torch_job(case, script, build, name, optimizer, lr, check=None, extra_yaml="",
+                  argv_tail=None):
+    """ps-server and two processes of `script` (BUILD --worker JOB NODE OPTIMIZER, or
+    argv_tail's words instead of OPTIMIZER) on the two-worker job with `optimizer` (at
+    learning rate `lr` unless sum) and `extra_yaml`'s lines: asserts on `case` that each
+    exits 0 saying every check passed; check(tmp, node) runs then."""
     from mercury.launch import run_job
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -205,11 +207,12 @@ def run_torch_job(case, script, build, name, optimizer, lr, check=None):
         text = text.replace("optimizer: sum", "optimizer: " + optimizer +
                             ("" if optimizer == "sum" else f", learning_rate: {lr}"))
         with open(job, "w") as f:
-            f.write(text)
+            f.write(text + extra_yaml)
+        tail = argv_tail or [optimizer]
         lines = []
         status = run_job(
             job, lambda node, rank: [sys.executable, script, build, "--worker", job, node,
-                                     optimizer],
+                                     *tail],
             server_bin=os.path.join(build, "apps", "ps-server"),
             echo=lambda node, line: lines.append(f"{node}: {line}"), timeout_s=120)
         out = "\n".join(lines)

@@ -132,6 +132,8 @@ def worker_main(job, node, optimizer):
             net, w, local, update="at_step"), "is for a server-side optimizer")
         model = mercury.torch.DistributedModel(net, w, local, buffers="average")
     if AT_STEP:
+        refused("update='at_step' with wire_dtype", lambda: mercury.torch.DistributedModel(
+            net, w, local, update="at_step", wire_dtype=torch.bfloat16), "takes float32")
         model = mercury.torch.DistributedModel(net, w, local, buffers="average",
                                                update="at_step")
     if script:

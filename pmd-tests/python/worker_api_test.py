@@ -5,7 +5,9 @@ worker processes over net_memif, optimizer sum.
 Each worker declares numpy arrays and torch tensors, checks that the package
 refuses what it must (wrong dtype, strided views, duplicates, unknown keys,
 wrong sizes, calls after shutdown), that version 0 is rank 0's buffers bit for
-bit, that every push_pull, push + pull and pull into another buffer delivers
+bit (half-precision tensors too: a torch bfloat16 tensor, a numpy float16 array, a
+uint16 array of bfloat16 bits; each one's push_pull the float32 rank-order average of the
+widened inputs rounded once into its dtype, a buffer of another dtype refused), that every push_pull, push + pull and pull into another buffer delivers
 the rank-order average bit for bit, that completion callbacks run once each on
 the dispatcher thread even when one raises, that a transfer failed by
 shutdown raises TransferError with the library's text, and that each worker's
@@ -112,6 +114,25 @@ def worker_main(job, node):
     kb = w.declare("b", b, priority=1)
     kc = w.declare("c", c)
     assert (ka, kb, kc) == (0, 1, 2) and w.tensors == 3
+    # Half precision, declared from the array's or tensor's dtype (numpy has no
+    # bfloat16: a uint16 array of its bits names it).
+    half0 = [torch.linspace(-2, 2, 3001).to(torch.bfloat16),
+             np.linspace(-3, 3, 777).astype(np.float16),
+             torch.linspace(0, 1, 64).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)]
+    halves = [t.clone() if hasattr(t, "clone") else t.copy() for t in half0]
+    if rank != 0:
+        halves[0].fill_(float("nan"))
+        halves[1].fill(np.nan)
+        halves[2].fill(0xffff)
+    refused(mercury.UsageError, lambda: w.declare("u16", np.zeros(4, np.uint16)),
+            "needs dtype='bfloat16' or 'float16'")
+    refused(mercury.UsageError, lambda: w.declare("x", half0[1].copy(), dtype="bfloat16"),
+            "float16 but bfloat16 is expected")
+    kd = w.declare("d", halves[0])
+    ke = w.declare("e", halves[1])
+    kf = w.declare("f", halves[2], dtype="bfloat16")
+    assert [w.dtype(k) for k in (ka, kd, ke, kf)] == ["float32", "bfloat16", "float16",
+                                                      "bfloat16"]
     refused(mercury.UsageError, lambda: w.declare("a", np.zeros(4, np.float32)), "a")
     refused(mercury.UsageError, lambda: w.push("nope", a), "nope")
 
@@ -121,6 +142,8 @@ def worker_main(job, node):
     bufs = [a, b.numpy().reshape(-1), c]
     for k, (got, want) in enumerate(zip(bufs, expect0)):
         assert np.array_equal(got, want), f"version 0 of tensor {k} is not rank 0's buffer"
+    assert torch.equal(halves[0], half0[0]) and np.array_equal(halves[1], half0[1]) and \
+        np.array_equal(halves[2], half0[2]), "version 0 of a half tensor is not rank 0's"
 
     t0 = time.monotonic_ns()
     w.timeline_span("setup", "trainer", t0 - 1000, t0)
@@ -188,6 +211,7 @@ def worker_main(job, node):
     assert isinstance(s["drops"], dict), s
     assert all(isinstance(k, str) and isinstance(v, int) and v > 0
                for k, v in s["drops"].items()), s
+    check_halves(w, np, torch, rank, halves, (kd, ke, kf), refused)
     w.barrier()
     if rank == 1:
         # A version no push will make: this pull can never complete, and shutdown
@@ -203,6 +227,48 @@ def worker_main(job, node):
     w.shutdown()
     refused(mercury.UsageError, lambda: w.push(ka, g), "shut down")
     print(f"{node}: every check passed", flush=True)
+
+
+def half_gradients(np, torch, rank, rnd):
+    """Rank `rank`'s gradients of the half tensors d (bfloat16), e (float16), f (bfloat16)."""
+    g = [gradient(np, rank, rnd, 10 + k, n) for k, n in enumerate((3001, 777, 64))]
+    return [torch.from_numpy(g[0]).to(torch.bfloat16), g[1].astype(np.float16),
+            torch.from_numpy(g[2]).to(torch.bfloat16)]
+
+
+def check_halves(w, np, torch, rank, halves, keys, refused):
+    """Two rounds of the half tensors: each aggregate the rank-order float32 average of
+    the widened gradients, rounded once to nearest even into the tensor's dtype."""
+    kd, ke, kf = keys
+    for rnd in range(2):
+        mine = half_gradients(np, torch, rank, rnd)
+        g0, g1 = half_gradients(np, torch, 0, rnd), half_gradients(np, torch, 1, rnd)
+        want = [((g0[0].float() + g1[0].float()) * 0.5).to(torch.bfloat16),
+                ((g0[1].astype(np.float32) + g1[1].astype(np.float32)) * np.float32(0.5)
+                 ).astype(np.float16),
+                ((g0[2].float() + g1[2].float()) * 0.5).to(torch.bfloat16)]
+        bits = mine[2].view(torch.int16).numpy().view(np.uint16)
+        hs = [w.push_pull(kd, mine[0]), w.push_pull(ke, mine[1]), w.push_pull(kf, bits)]
+        for h in hs:
+            h.wait()
+        assert torch.equal(halves[0].view(torch.int16), want[0].view(torch.int16)), \
+            f"round {rnd}: the bfloat16 tensor is not the rounded float32 average"
+        assert np.array_equal(halves[1].view(np.uint16), want[1].view(np.uint16)), \
+            f"round {rnd}: the float16 array is not the rounded float32 average"
+        assert np.array_equal(halves[2], want[2].view(torch.int16).numpy().view(np.uint16)), \
+            f"round {rnd}: the uint16 bfloat16 bits are not the rounded float32 average"
+    # Nothing converts: a buffer of another dtype than the tensor's is refused.
+    refused(mercury_usage(), lambda: w.push(kd, np.zeros(3001, np.float16)),
+            "float16 but bfloat16 is expected")
+    refused(mercury_usage(), lambda: w.push(ke, torch.zeros(777, dtype=torch.bfloat16)),
+            "bfloat16 but float16 is expected")
+    refused(mercury_usage(), lambda: w.push(kd, np.zeros(3001, np.float32)),
+            "float32 but bfloat16 is expected")
+
+
+def mercury_usage():
+    import mercury
+    return mercury.UsageError
 
 
 class PythonWorker(unittest.TestCase):
@@ -313,7 +379,7 @@ class PythonWorker(unittest.TestCase):
             with open(f) as fh:
                 events = json.load(fh)["traceEvents"]
             rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
-            self.assertEqual(sorted(rows.values()), ["a", "b", "c", "trainer"])
+            self.assertEqual(sorted(rows.values()), ["a", "b", "c", "d", "e", "f", "trainer"])
             self.assertIn("setup", [e["name"] for e in events
                                     if e["ph"] == "X" and rows[e["tid"]] == "trainer"])
             phases = {}
@@ -327,6 +393,8 @@ class PythonWorker(unittest.TestCase):
                              list(range(ROUNDS + 1)))
             self.assertEqual(sorted(i for t, i in phases if t == "b"), list(range(ROUNDS)))
             self.assertEqual(sorted(i for t, i in phases if t == "c"), list(range(ROUNDS)))
+            for t in "def":  # the half-precision tensors: two rounds
+                self.assertEqual(sorted(i for u, i in phases if u == t), [0, 1])
             for (tensor, it), p in phases.items():
                 if rank == 1 and tensor == "a" and it == ROUNDS + 1:
                     continue  # the pull that shutdown failed

@@ -15,8 +15,10 @@ the same semantics, threads and errors::
         w.push_pull(key, grad).wait()    # params now hold version 1
         w.barrier()
 
-Buffers are the caller's float32, C-contiguous numpy arrays or CPU torch
-tensors, used in place: a declared buffer receives every new version of its
+Buffers are the caller's C-contiguous numpy arrays or CPU torch tensors of
+the tensor's dtype (DTYPES: float32, bfloat16 or float16; numpy has no
+bfloat16, so a bfloat16 tensor is a torch tensor or a uint16 array of its
+bits with ``dtype="bfloat16"``), used in place, never converted: a declared buffer receives every new version of its
 tensor, chunk by chunk, straight from the network; nothing is copied. The
 worker keeps a declared buffer alive; a transfer's Handle keeps its buffers
 alive, and a pushed gradient must not change until its handle completes.
@@ -135,6 +137,11 @@ class TransferError(WorkerError):
     or says why (a server stopped answering, the worker was shut down)."""
 
 
+DTYPES = ("float32", "bfloat16", "float16")
+"""A tensor's element types (declare()); the servers keep float32 master
+parameters and send a half-precision tensor's updates rounded once into its
+dtype (docs/python.md, "Element types")."""
+
 UPDATE_RULES = ("optimizer", "average", "rank0", "optimizer_rank0")
 """How the servers may make a tensor's versions from the ranks' pushes (declare())."""
 
@@ -147,22 +154,56 @@ Key = Union[int, str]
 """A declared tensor: the int declare() returned, or its name."""
 
 
-def _as_buffer(x: Any, what: str) -> Any:
-    """The object whose buffer the library reads or writes in place: a numpy
-    array as it is, a CPU torch tensor as its numpy view (same memory)."""
+def _expect(what: str, thing: str, has: str, dtype: Optional[str]) -> None:
+    """Raises UsageError unless a buffer of dtype `has` is one of `dtype` (None:
+    any): nothing converts."""
+    if dtype is not None and has != dtype:
+        raise UsageError(f"{what}: the {thing} is {has} but {dtype} is expected "
+                         "(nothing converts)")
+
+
+def _as_buffer(x: Any, what: str, dtype: Optional[str] = None) -> Tuple[Any, int]:
+    """The object whose buffer the library reads or writes in place, and its
+    dtype's code (1 float32, 2 bfloat16, 3 float16): a numpy array as it is
+    (float32, float16, or 16-bit integers holding the bits of ``dtype``), a
+    CPU torch tensor as its numpy view (same memory; a bfloat16 one as its
+    int16 view). ``dtype``: what the buffer must hold (declare's argument,
+    or the tensor's for a transfer); None: the array's own."""
+    if dtype is not None and dtype not in DTYPES:
+        raise UsageError(f"{what}: dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
         if x.device.type != "cpu":
             raise UsageError(
                 f"{what}: the tensor is on {x.device}; Mercury reads and writes host memory "
-                "(stage it through a pinned CPU tensor, docs/python.md)")
-        if x.dtype != torch.float32:
-            raise UsageError(f"{what}: the tensor is {x.dtype}, Mercury moves float32")
+                "(mercury.torch stages it through pinned host buffers, docs/python.md)")
+        names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+        has = names.get(x.dtype)
+        if has is None:
+            raise UsageError(f"{what}: the tensor is {x.dtype}; Mercury moves "
+                             "float32, bfloat16 and float16")
+        _expect(what, "tensor", has, dtype)
         if not x.is_contiguous():
             raise UsageError(f"{what}: the tensor is not contiguous (use .contiguous() and "
                              "declare that one)")
-        return x.detach().numpy()
-    return x
+        x = x.detach()
+        view = x.view(torch.int16).numpy() if has == "bfloat16" else x.numpy()
+        return view, DTYPES.index(has) + 1
+    kind = getattr(getattr(x, "dtype", None), "str", None)  # numpy: '<f4', '<f2', '<u2'...
+    if kind is not None:
+        own = {"f4": "float32", "f2": "float16"}.get(kind[1:])
+        if own is None and kind[1:] in ("u2", "i2"):
+            if dtype in ("bfloat16", "float16"):
+                return x, DTYPES.index(dtype) + 1
+            raise UsageError(f"{what}: an array of 16-bit integers needs "
+                             "dtype='bfloat16' or 'float16' (the elements' type)")
+        if own is None:
+            raise TypeError(f"{what}: the array is {x.dtype}; Mercury moves float32, "
+                            "bfloat16 (as uint16 bits) and float16")
+        _expect(what, "array", own, dtype)
+        return x, DTYPES.index(own) + 1
+    # Any other buffer (array.array, memoryview): the library checks its format.
+    return x, DTYPES.index(dtype or "float32") + 1
 
 
 def _run_dispatcher() -> None:
@@ -278,14 +319,18 @@ class Worker:
         _start_dispatcher()
         self._keys: Dict[str, int] = {}
         self._buffers: List[Any] = []
+        self._dtypes: List[str] = []
         _live_workers.add(self)
 
     # ---- declarations ----
 
     def declare(self, name: str, params: Any, priority: int = -1,
-                update: str = "optimizer") -> int:
-        """Declares a tensor whose parameters live in ``params`` (float32,
-        C-contiguous, kept alive by the worker). ``priority`` >= 0, 0 the most
+                update: str = "optimizer", dtype: Optional[str] = None) -> int:
+        """Declares a tensor whose parameters live in ``params`` (C-contiguous,
+        kept alive by the worker) of dtype ``dtype`` (DTYPES): by default the
+        array's or tensor's own (float32, float16, torch's bfloat16); a
+        uint16 array of bfloat16 bits needs ``dtype="bfloat16"``. Its
+        pushes and pulls are then buffers of that dtype. ``priority`` >= 0, 0 the most
         urgent (the first layer of the forward pass), or -1 for the
         declaration index. ``update`` is how the servers make each version
         from the ranks' pushes: ``"optimizer"`` (the job's
@@ -299,11 +344,16 @@ class Worker:
         why = self.update_refused(update)
         if why:
             raise UsageError(f"declare {name!r}: {why}")
-        buf = _as_buffer(params, f"declare {name!r}")
-        key = self._w.declare(name, buf, int(priority), UPDATE_RULES.index(update))
+        buf, code = _as_buffer(params, f"declare {name!r}", dtype)
+        key = self._w.declare(name, buf, code, int(priority), UPDATE_RULES.index(update))
         self._keys[name] = key
         self._buffers.append(buf)
+        self._dtypes.append(DTYPES[code - 1])
         return key
+
+    def dtype(self, key: Key) -> str:
+        """The dtype ``key`` was declared with (one of DTYPES)."""
+        return DTYPES[self._w.dtype(self._key(key)) - 1]
 
     def start(self) -> None:
         """Freezes the declarations and joins the job: every server agrees on
@@ -364,6 +414,16 @@ class Worker:
 
     # ---- transfers ----
 
+    def _buffer(self, k: int, x: Any, what: str) -> Tuple[Any, int]:
+        """A transfer's buffer of tensor ``k`` (None: the declared one), in
+        the tensor's dtype."""
+        dtype = self._dtypes[k] if 0 <= k < len(self._dtypes) else None
+        if x is None:
+            if dtype is None:
+                raise UsageError(f"{what}: no tensor with key {k}")
+            return self._buffers[k], DTYPES.index(dtype) + 1
+        return _as_buffer(x, what, dtype)
+
     def _key(self, key: Key) -> int:
         if isinstance(key, str):
             found = self._keys.get(key)
@@ -376,7 +436,8 @@ class Worker:
         """Pushes the next iteration's gradient of ``key`` (the whole tensor).
         Completes when the servers have acknowledged every byte; ``grad``
         must not change until then."""
-        return Handle(self._w.push(self._key(key), _as_buffer(grad, "push")))
+        k = self._key(key)
+        return Handle(self._w.push(k, *self._buffer(k, grad, "push")))
 
     def pull(self, key: Key, out: Any = None, min_version: Optional[int] = None) -> Handle:
         """Pulls ``key`` into ``out`` (default: the declared buffer, with no
@@ -385,10 +446,10 @@ class Worker:
         "Modes"). With ``min_version``, also not before every chunk of the
         tensor is at least that version."""
         k = self._key(key)
-        target = self._buffers[k] if out is None else _as_buffer(out, "pull")
+        target = self._buffer(k, out, "pull")
         if min_version is None:
-            return Handle(self._w.pull(k, target))
-        return Handle(self._w.pull_min(k, target, int(min_version)))
+            return Handle(self._w.pull(k, *target))
+        return Handle(self._w.pull_min(k, *target, int(min_version)))
 
     def version(self, key: Key) -> int:
         """The version the last completed pull (or push_pull) of ``key``
@@ -410,8 +471,9 @@ class Worker:
         """push(key, grad), then pull of the version it leads to into ``out``
         (default: the declared buffer); completes when both have."""
         k = self._key(key)
-        target = self._buffers[k] if out is None else _as_buffer(out, "push_pull (out)")
-        return Handle(self._w.push_pull(k, _as_buffer(grad, "push_pull (grad)"), target))
+        g, code = self._buffer(k, grad, "push_pull (grad)")
+        target, _ = self._buffer(k, out, "push_pull (out)")
+        return Handle(self._w.push_pull(k, g, target, code))
 
     def barrier(self) -> None:
         """Blocks until every rank has called barrier() as often as this one.

@@ -7,7 +7,10 @@
 //
 // Buffers. declare(), push(), pull() and push_pull() take any object with
 // the buffer protocol (numpy arrays; torch tensors go through
-// tensor.numpy() in __init__.py) holding C-contiguous float32, and use its
+// tensor.numpy() in __init__.py, a bfloat16 one as its int16 view) holding
+// C-contiguous elements of the dtype __init__.py names with it (1 float32,
+// 2 bfloat16, 3 float16: mercury::worker::Dtype; a 16-bit buffer may be
+// numpy float16 or 16-bit integers holding the elements' bits), and use its
 // memory in place: nothing is copied. A memoryview of each is held (so a
 // resizable exporter cannot move its memory) as long as the library may
 // touch it: declared buffers by the Worker; a transfer's buffers by its
@@ -57,38 +60,82 @@ namespace {
 PyObject* usage_error = nullptr;
 PyObject* worker_error = nullptr;
 
-// A float32, C-contiguous view of a Python buffer, and the object that owns
-// it. Refuses anything else with a TypeError/ValueError naming `what`.
-struct FloatBuffer {
+// A C-contiguous view of a Python buffer of elements of a dtype, and the
+// object that owns it. Refuses anything else with a TypeError/ValueError
+// naming `what`.
+struct ElementBuffer {
   py::object owner;
-  float* data = nullptr;
+  void* data = nullptr;
   size_t elements = 0;
+  mw::Dtype dtype = mw::Dtype::kFloat32;
+  [[nodiscard]] std::span<float> floats() const { return {static_cast<float*>(data), elements}; }
+  [[nodiscard]] std::span<uint16_t> halves() const {
+    return {static_cast<uint16_t*>(data), elements};
+  }
 };
 
-FloatBuffer float_buffer(const py::object& obj, bool writable, const char* what) {
+const char* dtype_name(mw::Dtype d) {
+  switch (d) {
+    case mw::Dtype::kFloat32:
+      return "float32";
+    case mw::Dtype::kBFloat16:
+      return "bfloat16";
+    case mw::Dtype::kFloat16:
+      return "float16";
+  }
+  return "?";
+}
+
+// Whether a buffer's struct-module format holds `d`'s elements: float32 as
+// 'f'; bfloat16 as 16-bit integers (numpy has no bfloat16; torch's
+// bfloat16 tensors come as their int16 view); float16 as 'e' or 16-bit
+// integers.
+bool format_holds(std::string format, py::ssize_t itemsize, mw::Dtype d) {
+  if (!format.empty() && (format[0] == '<' || format[0] == '=' || format[0] == '@')) {
+    format.erase(0, 1);
+  }
+  const bool ints16 = itemsize == 2 && (format == "h" || format == "H");
+  switch (d) {
+    case mw::Dtype::kFloat32:
+      return itemsize == 4 && format == "f";
+    case mw::Dtype::kBFloat16:
+      return ints16;
+    case mw::Dtype::kFloat16:
+      return ints16 || (itemsize == 2 && format == "e");
+  }
+  return false;
+}
+
+ElementBuffer element_buffer(const py::object& obj, int dtype, bool writable, const char* what) {
+  if (dtype < 1 || dtype > 3) {
+    throw py::value_error(std::string(what) + ": dtype " + std::to_string(dtype) +
+                          " is not 1 (float32), 2 (bfloat16) or 3 (float16)");
+  }
+  const auto d = static_cast<mw::Dtype>(dtype);
   if (!PyObject_CheckBuffer(obj.ptr())) {
-    throw py::type_error(std::string(what) + ": expected a float32 array (numpy or torch), got " +
+    throw py::type_error(std::string(what) + ": expected a " + dtype_name(d) +
+                         " array (numpy or torch), got " +
                          std::string(py::str(py::type::of(obj).attr("__name__"))));
   }
   // The memoryview holds the buffer export for as long as it lives.
   py::memoryview view = py::memoryview(obj);
   py::buffer_info info = py::reinterpret_borrow<py::buffer>(view).request(writable);
-  if (info.itemsize != 4 || (info.format != "f" && info.format != "<f" && info.format != "=f")) {
-    throw py::type_error(std::string(what) + ": expected float32 elements, got format '" +
-                         info.format + "' of " + std::to_string(info.itemsize) + " bytes");
+  if (!format_holds(info.format, info.itemsize, d)) {
+    throw py::type_error(std::string(what) + ": expected " + dtype_name(d) +
+                         " elements, got format '" + info.format + "' of " +
+                         std::to_string(info.itemsize) + " bytes");
   }
   // C-contiguous: strides are those of a dense row-major array.
   py::ssize_t expected = info.itemsize;
-  for (py::ssize_t d = info.ndim; d-- > 0;) {
-    if (info.shape[d] != 1 && info.strides[d] != expected) {
+  for (py::ssize_t dim = info.ndim; dim-- > 0;) {
+    if (info.shape[dim] != 1 && info.strides[dim] != expected) {
       throw py::value_error(std::string(what) +
                             ": the array is not contiguous (use numpy.ascontiguousarray or "
                             "tensor.contiguous(), and declare that copy)");
     }
-    expected *= info.shape[d];
+    expected *= info.shape[dim];
   }
-  return FloatBuffer{std::move(view), static_cast<float*>(info.ptr),
-                     static_cast<size_t>(info.size)};
+  return ElementBuffer{std::move(view), info.ptr, static_cast<size_t>(info.size), d};
 }
 
 // ---- completion callbacks (see the file comment) ----
@@ -243,10 +290,14 @@ class PyWorker {
     worker_.reset();
   }
 
-  uint32_t declare(const std::string& name, const py::object& params, int priority, int update) {
-    FloatBuffer b = float_buffer(params, true, "declare");
-    const mw::Key key = live().declare(name, std::span<float>(b.data, b.elements), priority,
-                                       static_cast<mw::Update>(update));
+  uint32_t declare(const std::string& name, const py::object& params, int dtype, int priority,
+                   int update) {
+    ElementBuffer b = element_buffer(params, dtype, true, "declare");
+    mw::Worker& w = live();
+    const auto rule = static_cast<mw::Update>(update);
+    const mw::Key key = b.dtype == mw::Dtype::kFloat32
+                            ? w.declare(name, b.floats(), priority, rule)
+                            : w.declare(name, b.halves(), b.dtype, priority, rule);
     declared_.push_back(std::move(b.owner));
     return key;
   }
@@ -257,56 +308,71 @@ class PyWorker {
     w.start();
   }
 
-  std::shared_ptr<PyHandle> push(mw::Key key, const py::object& grad) {
-    FloatBuffer g = float_buffer(grad, false, "push");
+  // A transfer's buffer of `key`: its dtype must be the tensor's (nothing
+  // converts; a float32 one the float32 calls refuse themselves).
+  ElementBuffer transfer_buffer(mw::Key key, const py::object& obj, int dtype, bool writable,
+                                const char* what) {
+    ElementBuffer b = element_buffer(obj, dtype, writable, what);
+    if (b.dtype != mw::Dtype::kFloat32) {
+      const mw::Dtype has = live().dtype(key);
+      if (has != b.dtype && has != mw::Dtype::kFloat32) {
+        throw mw::UsageError(std::string(what) + ": tensor " + std::to_string(key) + " is " +
+                             dtype_name(has) + " but the buffer is " + dtype_name(b.dtype));
+      }
+    }
+    return b;
+  }
+
+  std::shared_ptr<PyHandle> push(mw::Key key, const py::object& grad, int dtype) {
+    ElementBuffer g = transfer_buffer(key, grad, dtype, false, "push");
     mw::Worker& w = live();
     auto h = std::make_shared<PyHandle>();
     {
       py::gil_scoped_release release;
-      h->handle = w.push(key, std::span<const float>(g.data, g.elements));
+      h->handle = g.dtype == mw::Dtype::kFloat32
+                      ? w.push(key, std::span<const float>(g.floats()))
+                      : w.push(key, std::span<const uint16_t>(g.halves()));
     }
     h->keep.push_back(std::move(g.owner));
     return h;
   }
 
-  std::shared_ptr<PyHandle> pull(mw::Key key, const py::object& out) {
-    FloatBuffer o = float_buffer(out, true, "pull");
+  std::shared_ptr<PyHandle> pull(mw::Key key, const py::object& out, int dtype) {
+    return pull_min(key, out, dtype, 0);  // a minimum of version 0 adds nothing
+  }
+
+  std::shared_ptr<PyHandle> pull_min(mw::Key key, const py::object& out, int dtype,
+                                     uint32_t min_version) {
+    ElementBuffer o = transfer_buffer(key, out, dtype, true, "pull");
     mw::Worker& w = live();
     auto h = std::make_shared<PyHandle>();
     {
       py::gil_scoped_release release;
-      h->handle = w.pull(key, std::span<float>(o.data, o.elements));
+      h->handle = o.dtype == mw::Dtype::kFloat32 ? w.pull(key, o.floats(), min_version)
+                                                 : w.pull(key, o.halves(), min_version);
     }
     h->keep.push_back(std::move(o.owner));
     return h;
   }
 
-  std::shared_ptr<PyHandle> pull_min(mw::Key key, const py::object& out, uint32_t min_version) {
-    FloatBuffer o = float_buffer(out, true, "pull");
+  std::shared_ptr<PyHandle> push_pull(mw::Key key, const py::object& grad, const py::object& out,
+                                      int dtype) {
+    ElementBuffer g = transfer_buffer(key, grad, dtype, false, "push_pull (grad)");
+    ElementBuffer o = transfer_buffer(key, out, dtype, true, "push_pull (out)");
     mw::Worker& w = live();
     auto h = std::make_shared<PyHandle>();
     {
       py::gil_scoped_release release;
-      h->handle = w.pull(key, std::span<float>(o.data, o.elements), min_version);
-    }
-    h->keep.push_back(std::move(o.owner));
-    return h;
-  }
-
-  std::shared_ptr<PyHandle> push_pull(mw::Key key, const py::object& grad, const py::object& out) {
-    FloatBuffer g = float_buffer(grad, false, "push_pull (grad)");
-    FloatBuffer o = float_buffer(out, true, "push_pull (out)");
-    mw::Worker& w = live();
-    auto h = std::make_shared<PyHandle>();
-    {
-      py::gil_scoped_release release;
-      h->handle = w.push_pull(key, std::span<const float>(g.data, g.elements),
-                              std::span<float>(o.data, o.elements));
+      h->handle = g.dtype == mw::Dtype::kFloat32
+                      ? w.push_pull(key, std::span<const float>(g.floats()), o.floats())
+                      : w.push_pull(key, std::span<const uint16_t>(g.halves()), o.halves());
     }
     h->keep.push_back(std::move(g.owner));
     h->keep.push_back(std::move(o.owner));
     return h;
   }
+
+  int dtype(mw::Key key) { return static_cast<int>(live().dtype(key)); }
 
   void barrier() {
     mw::Worker& w = live();
@@ -597,6 +663,7 @@ PYBIND11_MODULE(_mercury, m) {
       .def("mark_read", &PyWorker::mark_read)
       .def("sync", &PyWorker::sync)
       .def("push_pull", &PyWorker::push_pull)
+      .def("dtype", &PyWorker::dtype)
       .def("barrier", &PyWorker::barrier)
       .def("barrier_async", &PyWorker::barrier_async)
       .def("shutdown", &PyWorker::shutdown)

@@ -63,9 +63,13 @@ What happens:
   module's forward pass, each wait for parameters and the backward pass
   between gradients are recorded beside the tensors' transfers.
 
-Limits (refused with an error where they can be detected): CPU float32
-parameters and buffers only (a CUDA tensor would be staged through pinned
-host memory: docs/python.md); a second backward pass in a step outside
+Half precision and GPUs: a bfloat16 or float16 module travels as it is;
+``wire_dtype=`` sends a float32 module's tensors as bfloat16 or float16;
+CUDA tensors and converted ones are staged through host buffers
+(mercury.staging; docs/python.md, "Half precision and staging").
+
+Limits (refused with an error where they can be detected): float32, bfloat16 and float16 parameters and
+buffers on one device; a second backward pass in a step outside
 no_sync() or backward_passes_per_step raises UsageError, and a pass that
 raised is completed at the next forward, with a warning; with a server-side
 optimizer applied per chunk (the default) the averaged gradient never
@@ -92,7 +96,8 @@ from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 
-from . import SKIP_STEP_BITS, Handle, UsageError, Worker, _as_buffer
+from . import SKIP_STEP_BITS, Handle, TransferError, UsageError, Worker, _as_buffer
+from .staging import Staging, Ticket, staging_for
 
 __all__ = ["DistributedModel", "ServerOptimizer"]
 
@@ -142,7 +147,8 @@ class DistributedModel(torch.nn.Module):
     """Wraps ``module`` so that its training runs through ``worker``'s job.
 
     Args:
-        module: the model; its trainable parameters must be CPU float32.
+        module: the model; its trainable parameters float32, bfloat16 or
+            float16, on the CPU or (staged) one CUDA device.
         worker: a connected, not yet started mercury.Worker.
         optimizer: with ``training.optimizer: sum``, the local optimizer
             over ``module``'s parameters (required). With a server-side
@@ -155,6 +161,18 @@ class DistributedModel(torch.nn.Module):
         backward_passes_per_step: K >= 1: every K-th backward pass pushes
             what the K passes accumulated in ``.grad`` (the others push
             nothing). 1 with ``no_sync()`` for DDP's way of doing the same.
+        wire_dtype: the dtype the tensors travel in (torch.float32,
+            torch.bfloat16 or torch.float16); None: the parameters' own. A
+            model whose parameters are bfloat16 or float16 travels as it is,
+            with nothing converted; float32 parameters with ``wire_dtype=
+            torch.bfloat16`` are what a DDP user of ``bf16_compress_hook``
+            has: gradients rounded into bfloat16 on the way out, the
+            servers' float32 results rounded once on the way back
+            (docs/python.md, "Half precision and staging").
+        staging: where tensors that cannot be used in place (CUDA tensors,
+            another wire_dtype) are staged: None chooses (mercury.staging:
+            CUDA staging for CUDA parameters, else CPU staging when needed),
+            ``"cpu"`` stages every tensor through CpuStaging, or a Staging.
         buffers: the module's floating-point buffers (BatchNorm's running
             statistics): None keeps each rank's own, ``"broadcast"`` gives
             every rank rank 0's before each step's next forward pass (DDP's
@@ -184,7 +202,8 @@ class DistributedModel(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, worker: Worker,
                  optimizer: Optional[torch.optim.Optimizer] = None, *,
                  backward_passes_per_step: int = 1, buffers: Optional[str] = None,
-                 update: str = "per_chunk") -> None:
+                 update: str = "per_chunk", wire_dtype: Optional[torch.dtype] = None,
+                 staging: Any = None) -> None:
         super().__init__()
         if worker.started:
             raise UsageError("DistributedModel: the worker has started already; the model's "
@@ -205,10 +224,17 @@ class DistributedModel(torch.nn.Module):
             raise UsageError(f"DistributedModel: backward_passes_per_step must be an int >= 1, "
                              f"not {backward_passes_per_step!r}")
         self._params: List[torch.nn.Parameter] = []
-        for name, p in module.named_parameters():
-            if not p.requires_grad:
-                continue
-            _as_buffer(p, f"DistributedModel: parameter {name}")
+        trainable = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        if self._at_step and (staging is not None or wire_dtype not in (None, torch.float32) or
+                              any(p.dtype != torch.float32 or p.device.type != "cpu"
+                                  for _, p in trainable)):
+            raise UsageError("DistributedModel: update=\"at_step\" takes float32 parameters "
+                             "used in place: not a half-precision or CUDA model, wire_dtype or "
+                             "staging")
+        self._staging = self._staging_for(trainable, wire_dtype, staging)
+        self._wire_dtype = wire_dtype
+        for name, p in trainable:
+            self._check_tensor(p, f"DistributedModel: parameter {name}")
             self._params.append(p)
         if not self._params:
             raise UsageError("DistributedModel: the module has no trainable parameter")
@@ -231,9 +257,11 @@ class DistributedModel(torch.nn.Module):
         if self._buffers_rule:
             for name, b in module.named_buffers():
                 if b.dtype.is_floating_point:
-                    _as_buffer(b, f"DistributedModel: buffer {name}")
+                    self._check_tensor(b, f"DistributedModel: buffer {name}")
                     self._synced_buffers.append((name, b))
         self._names = {id(p): n for n, p in module.named_parameters()}
+        self._tensor_of: Dict[int, torch.Tensor] = {}  # staged: key -> the module's tensor
+        self._tickets: Dict[int, Ticket] = {}          # staged: key -> its pull's copy in
         self._declared = False
         self._keys: Dict[int, int] = {}             # id(param or buffer) -> key
         self._buffer_keys: List[Tuple[int, torch.Tensor]] = []  # (key, the module's buffer)
@@ -263,6 +291,65 @@ class DistributedModel(torch.nn.Module):
         self._forward_begin: Dict[int, int] = {}    # id(module) -> ns, with a timeline
         self._last_gradient_ns = 0
         self._forward_done_ns = 0
+
+    # ---- staging (mercury.staging) ----
+
+    @staticmethod
+    def _staging_for(params: List[Tuple[str, torch.nn.Parameter]],
+                     wire_dtype: Optional[torch.dtype], staging: Any) -> Optional[Staging]:
+        """The Staging every tensor goes through, or None when each is used
+        in place (CPU tensors of the wire's dtype)."""
+        if wire_dtype not in (None, torch.float32, torch.bfloat16, torch.float16):
+            raise UsageError(f"DistributedModel: wire_dtype must be torch.float32, "
+                             f"torch.bfloat16 or torch.float16, not {wire_dtype}")
+        if isinstance(staging, Staging):
+            return staging
+        if staging not in (None, "cpu"):
+            raise UsageError(f"DistributedModel: staging must be None, 'cpu' or a "
+                             f"mercury.staging.Staging, not {staging!r}")
+        devices = {p.device for _, p in params}
+        if len(devices) > 1:
+            raise UsageError(f"DistributedModel: the parameters are on {sorted(map(str, devices))}"
+                             "; Mercury stages one device's tensors")
+        device = next(iter(devices), torch.device("cpu"))
+        converts = wire_dtype is not None and any(p.dtype != wire_dtype for _, p in params)
+        if staging == "cpu":
+            if device.type != "cpu":
+                raise UsageError(f"DistributedModel: staging='cpu' but the parameters are on "
+                                 f"{device}")
+            return staging_for(device)
+        if device.type != "cpu" or converts:
+            return staging_for(device)
+        return None
+
+    def _check_tensor(self, t: torch.Tensor, what: str) -> None:
+        """A tensor Mercury can move: in place (a CPU tensor of its dtype), or
+        staged (float32, bfloat16 or float16 on any device)."""
+        if self._staging is None:
+            _as_buffer(t, what)  # used in place: its own dtype is the wire's
+        elif t.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise UsageError(f"{what}: the tensor is {t.dtype}; Mercury moves float32, "
+                             "bfloat16 and float16")
+
+    def _stage_in_on_pull(self, key: int, h: Handle) -> None:
+        """Staged, server-side optimizer: once the pull is in, its host
+        buffer is copied into the module's tensor; the forward pre-hook
+        waits for that copy (self._tickets)."""
+        ticket = Ticket()
+        self._tickets[key] = ticket
+        out, dst = self._out[key], self._tensor_of[key]
+
+        def pulled(done: Handle) -> None:
+            if done.ok:
+                self._staging.stage_in(out, dst, ticket)
+            else:
+                ticket.fail(TransferError(done.error))
+        h.add_done_callback(pulled)
+
+    def close(self) -> None:
+        """Stops the staging thread, if any (after every copy issued)."""
+        if self._staging is not None:
+            self._staging.close()
 
     # ---- the servers' optimizer ----
 
@@ -362,7 +449,8 @@ class DistributedModel(torch.nn.Module):
                 key = self._keys.get(id(p))
                 if key is None or p.grad is None or key not in self._grad:
                     continue
-                if not torch.equal(p.grad, self._grad[key]):
+                pushed = self._grad[key]
+                if not torch.equal(p.grad.to(pushed.device, pushed.dtype), pushed):
                     raise UsageError(
                         f"mercury.torch: {self._names[id(p)]}'s .grad changed after it was "
                         "pushed (clip_grad_norm_, a GradScaler's unscale_?): the servers "
@@ -587,6 +675,22 @@ class DistributedModel(torch.nn.Module):
             w.resume_from(self._resume)  # rank 0's starts the job; the others keep it
             self._resume = None
         for priority, (name, t, rule) in enumerate(tensors):
+            if self._staging is not None:
+                # Host buffers in the wire's dtype (buffers in their own: a job
+                # mixes dtypes freely); version 0 is rank 0's values.
+                wire = self._wire_dtype if rule == "optimizer" and self._wire_dtype else t.dtype
+                grad = self._staging.host_buffer(t, wire)
+                out = self._staging.host_buffer(t, wire)
+                with torch.no_grad():
+                    out.copy_(t)
+                key = w.declare(name, out, priority, update=rule)
+                self._tensor_of[key] = t
+                self._keys[id(t)] = key
+                self._grad[key] = grad
+                self._out[key] = out
+                if rule != "optimizer":
+                    self._buffer_keys.append((key, t))
+                continue
             grad = torch.zeros_like(t, memory_format=torch.contiguous_format)
             if self._sum:
                 # Version 0 is rank 0's buffer: its parameters, so every rank
@@ -611,7 +715,7 @@ class DistributedModel(torch.nn.Module):
             if rule != "optimizer":
                 self._buffer_keys.append((key, t))
         w.start()
-        if self._sum:
+        if self._sum or self._staging is not None:
             with torch.no_grad():
                 for _, t, _ in tensors:
                     t.copy_(self._out[self._keys[id(t)]])
@@ -648,6 +752,9 @@ class DistributedModel(torch.nn.Module):
                 if h is not None:
                     h.wait()
                     waited = True
+                ticket = self._tickets.pop(k, None)
+                if ticket is not None:
+                    ticket.wait()  # its host-to-device copy
             if self._async:
                 # The versions this module computes with: its gradients' base
                 # (under psplus newer ones than the pull's land meanwhile).
@@ -692,8 +799,13 @@ class DistributedModel(torch.nn.Module):
         def on_gradient(*_unused: Any) -> None:
             if self._pass_syncs:
                 self._settle(key)
-                self._grad[key].copy_(p.grad)
-                self._push(key)
+                if self._staging is not None:
+                    # Copied out on the side stream/thread, pushed once there.
+                    self._pushed.add(key)
+                    self._staging.stage_out(p.grad, self._grad[key], lambda: self._push(key))
+                else:
+                    self._grad[key].copy_(p.grad)
+                    self._push(key)
             else:
                 self._accumulated.add(key)  # it stays in .grad, where the next pass adds to it
             if self._timeline:
@@ -733,10 +845,16 @@ class DistributedModel(torch.nn.Module):
         h = self._pending.pop(key, None)
         if h is not None:
             h.wait()
+        ticket = self._tickets.pop(key, None)
+        if ticket is not None:
+            ticket.wait()  # staged: its host buffer copied in before the next pull lands
 
     def _push(self, key: int) -> None:
         self._pushed.add(key)
-        self._pending[key] = self._worker.push_pull(key, self._grad[key], self._out[key])
+        h = self._worker.push_pull(key, self._grad[key], self._out[key])
+        if self._staging is not None and not self._sum:
+            self._stage_in_on_pull(key, h)
+        self._pending[key] = h
 
     def _end_of_pass(self) -> None:
         """A pass that accumulates only counts. The pass that pushes pushes
@@ -764,6 +882,8 @@ class DistributedModel(torch.nn.Module):
                 self._settle(key)
                 self._grad[key].copy_(b)
                 self._push(key)
+        if self._staging is not None:
+            self._staging.drain()  # every gradient copied out and pushed: .grad is free
         self._accumulated.clear()
         if self._collects:
             self._collect()
@@ -776,7 +896,7 @@ class DistributedModel(torch.nn.Module):
                 key = self._keys[id(p)]
                 self._pending.pop(key).wait()
                 if p.grad is None:
-                    p.grad = self._out[key].clone()
+                    p.grad = self._out[key].to(p.device, p.dtype, copy=True)
                 else:
                     p.grad.copy_(self._out[key])
             for key, b in self._buffer_keys:
@@ -814,6 +934,10 @@ class DistributedModel(torch.nn.Module):
         ``sum`` or update="at_step" the step's last backward pass has
         already waited: every averaged gradient is in ``.grad``, ready to be
         unscaled and clipped before ``optimizer.step()``."""
+        if self._staging is not None:
+            self._staging.drain()
         for h in list(self._pending.values()):
             h.wait()  # kept: a forward pre-hook or step() still takes it
+        for t in list(self._tickets.values()):
+            t.wait()  # staged: the parameters copied in
 

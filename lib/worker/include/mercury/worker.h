@@ -64,6 +64,18 @@
 //  * pull(key, out, min_version), any mode: not before every chunk of the
 //    tensor is at least min_version.
 //
+// Element types. A tensor is float32, bfloat16 or float16 (Dtype), fixed at
+// declare(): a float32 tensor is a std::span<float>, a bfloat16 or float16
+// one a std::span<uint16_t> of its elements' bits (little-endian, as
+// torch's bfloat16 and float16 and numpy's float16 hold them) with the
+// dtype named. Its pushes, its pulls and the wire carry that dtype as it
+// is: nothing converts on the worker. The servers keep float32 master
+// parameters, reduce the widened pushes in rank order in float32, and send
+// every update back rounded once, to nearest even, into the tensor's dtype
+// (docs/agg.md, "Element types"). push/pull of a half tensor take
+// std::span<uint16_t> (the declared dtype), of a float32 one std::span<float>;
+// the other is refused. Tensors of different dtypes mix freely in a job.
+//
 // Buffers. Aggregated parameters are written by the net core straight into
 // the buffer given to declare(), chunk by chunk; a pull(key, out) with
 // `out` another buffer copies them there when the version is complete. A
@@ -182,6 +194,14 @@ struct WorkerStats {
 /// A drop reason and how many times it happened (Worker::drops).
 using DropCount = std::pair<std::string, uint64_t>;
 
+/// A tensor's element type (see the file comment); the values are the
+/// wire's (docs/wire-format.md, "Dtypes").
+enum class Dtype : uint8_t {
+  kFloat32 = 1,   ///< IEEE-754 binary32: std::span<float>
+  kBFloat16 = 2,  ///< bfloat16 (a binary32's top 16 bits): std::span<uint16_t>
+  kFloat16 = 3,   ///< IEEE-754 binary16: std::span<uint16_t>
+};
+
 /// How the servers make a tensor's versions from the ranks' pushes
 /// (Worker::declare).
 enum class Update : uint8_t {
@@ -232,6 +252,13 @@ class Worker {
   /// tensor, bad priority or update rule, after start, after shutdown.
   Key declare(std::string_view name, std::span<float> params, int priority = -1,
               Update update = Update::kOptimizer);
+  /// Declares a bfloat16 or float16 tensor (`dtype`) whose elements' bits
+  /// are `params`; otherwise as above. Also throws UsageError for a dtype
+  /// that is not kBFloat16 or kFloat16.
+  Key declare(std::string_view name, std::span<uint16_t> params, Dtype dtype, int priority = -1,
+              Update update = Update::kOptimizer);
+  /// The dtype `key` was declared with. Throws UsageError (no such key).
+  [[nodiscard]] Dtype dtype(Key key) const;
 
   /// Freezes the declarations and joins the job (see the file comment).
   /// Idempotent. Throws WorkerError (a server refused or did not answer in
@@ -272,6 +299,13 @@ class Worker {
   /// push(key, grad), then pull(key, out) of the version it leads to; the
   /// handle completes when both have. Throws UsageError.
   Handle push_pull(Key key, std::span<const float> grad, std::span<float> out);
+
+  /// The same four for a bfloat16 or float16 tensor: its elements' bits in
+  /// its declared dtype. Throws UsageError as above, and for a float32 tensor.
+  Handle push(Key key, std::span<const uint16_t> grad);
+  Handle pull(Key key, std::span<uint16_t> out);
+  Handle pull(Key key, std::span<uint16_t> out, uint32_t min_version);
+  Handle push_pull(Key key, std::span<const uint16_t> grad, std::span<uint16_t> out);
 
   /// Blocks until every rank of the job has called barrier() as many times
   /// as this process has (the n-th call of the process is generation n - 1).

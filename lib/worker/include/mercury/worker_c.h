@@ -217,6 +217,33 @@ int mercury_worker_resume_from(mercury_worker* worker, const void* state, size_t
 /* The version the job started at (Worker::start_version). */
 int mercury_worker_start_version(mercury_worker* worker, uint32_t* version_out);
 
+/* Element types (mercury/worker.h, "Element types"): a tensor is float32,
+ * bfloat16 or float16, fixed when declared; its buffers hold its elements
+ * as they are (bfloat16 and float16: 2 bytes each, little-endian) and
+ * nothing converts them. Each call names the dtype of the buffer it passes:
+ * one that is not the tensor's is MERCURY_E_USAGE. */
+typedef enum mercury_dtype {
+  MERCURY_DTYPE_FLOAT32 = 1,  /* float */
+  MERCURY_DTYPE_BFLOAT16 = 2, /* the top 16 bits of a float */
+  MERCURY_DTYPE_FLOAT16 = 3   /* IEEE-754 binary16 */
+} mercury_dtype;
+/* mercury_worker_declare_update with a dtype (a mercury_dtype): `params` is
+ * `elements` elements of it. */
+int mercury_worker_declare_typed(mercury_worker* worker, const char* name, void* params,
+                                 size_t elements, int dtype, int priority, int update,
+                                 uint32_t* key_out);
+/* The dtype `key` was declared with (a mercury_dtype). */
+int mercury_worker_dtype(mercury_worker* worker, uint32_t key, int* dtype_out);
+/* mercury_worker_push, _pull_min (min_version 0: none) and _push_pull of a
+ * tensor of any dtype: the buffers are `elements` elements of `dtype`. */
+int mercury_worker_push_typed(mercury_worker* worker, uint32_t key, const void* grad,
+                              size_t elements, int dtype, mercury_handle** handle_out);
+int mercury_worker_pull_typed(mercury_worker* worker, uint32_t key, void* out, size_t elements,
+                              int dtype, uint32_t min_version, mercury_handle** handle_out);
+int mercury_worker_push_pull_typed(mercury_worker* worker, uint32_t key, const void* grad,
+                                   void* out, size_t elements, int dtype,
+                                   mercury_handle** handle_out);
+
 /* Blocks until complete: MERCURY_OK or MERCURY_E_FAILED. */
 int mercury_handle_wait(mercury_handle* handle);
 /* MERCURY_OK, MERCURY_E_FAILED or MERCURY_E_PENDING; never blocks. */

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""ResNet-18 training through Mercury beside DistributedDataParallel over gloo, on the same
+machine, interleaved (benchmarks/README.md, "peers: ResNet-18 training").
+
+  benchmarks/peers/resnet18_bench.py [--build build] [--trials 5] [--steps 12] [--warmup 2]
+                                     [--comm-rounds 3] [--workers 4] [--variants LIST]
+                                     [--csv FILE]
+
+torchvision's ResNet-18 (random init) on the digits set upscaled to 32x32, batch 32 per
+rank, momentum SGD (lr 0.05, 0.9), `--workers` ranks (resnet18_rank.py). Each trial runs
+the variants in a random order:
+  mercury       mercury.torch over one ps-server (2 shards, memif, the peers job of
+                peers_bench.py) with the servers' momentum, float32 on the wire
+  mercury_bf16  the same with wire_dtype=torch.bfloat16 (float32 master parameters on the
+                servers, the gradients and parameters bfloat16 on the wire)
+  ddp           DistributedDataParallel over gloo, float32
+  ddp_bf16      the same with bf16_compress_hook (where torch runs it over gloo; a
+                variant that fails is reported as not run, with its error: torch 1.13's
+                wants CUDA and NCCL)
+  ddp_fp16      the same with fp16_compress_hook
+Per variant: images/s (ranks x 32 / the slowest rank's median step time), the step time
+against max(compute, communication) (each measured on every rank before training, with
+no communication and with no compute; the slowest rank's), and rank 0's test accuracy
+after the same steps; medians [min, max] over the trials, and the ratio to ddp per trial.
+
+Needs Debian's python3-torch and python3-torchvision; run with /usr/bin/python3.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from peers_bench import free_port, memif_job  # noqa: E402
+
+RANK = os.path.join(HERE, "resnet18_rank.py")
+VARIANTS = ("mercury", "mercury_bf16", "ddp", "ddp_bf16", "ddp_fp16")
+TRAINING = "{sync: bsp, optimizer: momentum, learning_rate: 0.05, momentum: 0.9}"
+
+
+def common(a):
+    return ["--steps", str(a.steps), "--warmup", str(a.warmup), "--comm-rounds",
+            str(a.comm_rounds)]
+
+
+def run_mercury(a, wire):
+    python = os.path.join(os.path.abspath(a.build), "lib", "python")
+    sys.path.insert(0, python)
+    from mercury.launch import run_job
+
+    os.makedirs("/tmp/mercury-peers", exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(memif_job(a.workers, "resnet18%d" % os.getpid(), training=TRAINING))
+        job = f.name
+    lines = []
+    try:
+        status = run_job(
+            job, lambda node, rank: ["/usr/bin/python3", RANK, "mercury", "--job", job,
+                                     "--node", node, "--wire", wire] + common(a),
+            server_bin=os.path.join(a.build, "apps", "ps-server"),
+            env=dict(os.environ, PYTHONPATH=python),
+            echo=lambda node, line: lines.append((node, line)), timeout_s=3600)
+    finally:
+        os.unlink(job)
+    results = [json.loads(line) for node, line in lines if line.startswith("{")]
+    if any(s != 0 for s in status.values()) or len(results) != a.workers:
+        return None, "\n".join(f"{n}: {l}" for n, l in lines[-40:])
+    return results, ""
+
+
+def run_ddp(a, hook):
+    port = free_port()
+    procs = [subprocess.Popen(["/usr/bin/python3", RANK, "ddp", "--rank", str(r), "--world",
+                               str(a.workers), "--port", str(port), "--hook", hook] + common(a),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              cwd=ROOT)
+             for r in range(a.workers)]
+    results, errors = [], []
+    for p in procs:
+        out, _ = p.communicate(timeout=3600)
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if p.returncode != 0 or not lines:
+            errors.append(out.strip().splitlines()[-1] if out.strip() else "exit %d" %
+                          p.returncode)
+        else:
+            results.append(json.loads(lines[-1]))
+    if errors:
+        return None, errors[0]
+    return results, ""
+
+
+def figures(results, workers):
+    """(images/s, step s, bound s, ratio to the bound, rank 0's accuracy) of one run."""
+    step = max(statistics.median(r["steps"]) for r in results)
+    bound = max(max(r["compute"], r["comm"]) for r in results)
+    acc = next(r["accuracy"] for r in results if r["rank"] == 0)
+    return workers * 32 / step, step, bound, step / bound, acc
+
+
+def summary(xs, fmt="%.3f"):
+    return (fmt + " [" + fmt + ", " + fmt + "]") % (statistics.median(xs), min(xs), max(xs))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--comm-rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--csv", help="also write every trial's figures here")
+    a = ap.parse_args()
+    try:
+        import torch  # noqa: F401
+        import torchvision  # noqa: F401
+    except ImportError as e:
+        sys.exit("resnet18_bench: needs Debian's python3-torch and python3-torchvision "
+                 "(MERCURY_BENCH=1 .ci/setup), run with /usr/bin/python3: %s" % e)
+    variants = [v for v in a.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        sys.exit("resnet18_bench: unknown variants %s (known: %s)" % (sorted(unknown),
+                                                                    ", ".join(VARIANTS)))
+    got = {v: [] for v in variants}
+    not_run = {}
+    for t in range(a.trials):
+        order = [v for v in variants if v not in not_run]
+        random.shuffle(order)
+        trial = {}
+        for v in order:
+            if v.startswith("mercury"):
+                res, err = run_mercury(a, "bfloat16" if v == "mercury_bf16" else "float32")
+            else:
+                res, err = run_ddp(a, {"ddp_bf16": "bf16", "ddp_fp16": "fp16"}.get(v, "none"))
+            if res is None:
+                if v in ("ddp_bf16", "ddp_fp16"):
+                    not_run[v] = err
+                    print("trial %d %-13s not run: %s" % (t + 1, v, err), flush=True)
+                    continue
+                sys.exit("resnet18_bench: %s failed:\n%s" % (v, err))
+            trial[v] = figures(res, a.workers)
+            print("trial %d %-13s %7.1f images/s  step %.3f s  bound %.3f s  accuracy %.3f" %
+                  (t + 1, v, trial[v][0], trial[v][1], trial[v][2], trial[v][4]), flush=True)
+        for v, f in trial.items():
+            got[v].append(f + ((f[0] / trial["ddp"][0]) if "ddp" in trial else float("nan"),))
+    print("\n| variant | images/s | s/step | max(compute, comm) s | step / bound | "
+          "images/s vs ddp | test accuracy |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for v in variants:
+        if v in not_run or not got[v]:
+            print("| %s | not run: %s | | | | | |" % (v, not_run.get(v, "")))
+            continue
+        xs = got[v]
+        print("| %s | %s | %s | %s | %s | %s | %s |" % (
+            v, summary([x[0] for x in xs], "%.1f"), summary([x[1] for x in xs]),
+            summary([x[2] for x in xs]), summary([x[3] for x in xs], "%.2f"),
+            summary([x[5] for x in xs], "%.2fx"), summary([x[4] for x in xs])))
+    if a.csv:
+        with open(a.csv, "w") as f:
+            f.write("variant,trial,images_per_s,step_s,bound_s,ratio_to_bound,accuracy,"
+                    "ratio_to_ddp\n")
+            for v in variants:
+                for i, x in enumerate(got[v]):
+                    f.write("%s,%d,%.2f,%.4f,%.4f,%.3f,%.4f,%.3f\n" % ((v, i + 1) + x))
+
+
+if __name__ == "__main__":
+    main()

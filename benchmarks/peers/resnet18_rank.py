@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""One rank of benchmarks/peers/resnet18_bench.py: torchvision's ResNet-18 (random init,
+10 classes) trained on the digits set upscaled to 32x32 (3 channels, no download), batch
+32 per rank, momentum SGD, either through Mercury (mercury.torch over the job's ps-server,
+float32 or bfloat16 on the wire) or through DistributedDataParallel over gloo (float32, or
+with bf16_compress_hook / fp16_compress_hook).
+
+  resnet18_rank.py mercury --job FILE --node NAME --wire float32|bfloat16 [common]
+  resnet18_rank.py ddp --rank R --world N --port P [--hook none|bf16|fp16] [common]
+  common: --steps S --warmup W --comm-rounds C --lr LR --momentum M
+
+Measures, on this rank: the compute time of a step (forward and backward of the bare
+model, no communication, median of C steps, before training), the communication time of
+a step (C rounds of every gradient's transfer with no compute: Mercury's push_pull of
+every declared tensor, or gloo's all_reduce of every gradient, issued at once and waited
+for), then W + S training steps, each timed from its forward pass to the end of its
+step, and the test accuracy after them (every rank evaluates the same parameters).
+Prints one JSON line: {"rank", "compute", "comm", "steps": [seconds], "accuracy", "error"}.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "apps", "train-digits"))
+
+LOCAL_BATCH = 32
+
+
+def data(torch):
+    """The digits set as 3 x 32 x 32 images (bilinear upscaling, the gray channel three
+    times), train and test."""
+    from train_digits import dataset
+
+    x, y, xt, yt = dataset()
+
+    def up(a):
+        t = torch.nn.functional.interpolate(torch.from_numpy(a), size=(32, 32),
+                                            mode="bilinear", align_corners=False)
+        return t.repeat(1, 3, 1, 1).contiguous()
+    return up(x), torch.from_numpy(y), up(xt), torch.from_numpy(yt)
+
+
+def accuracy(torch, model, xt, yt):
+    model.eval()
+    with torch.no_grad():
+        acc = (model(xt).argmax(1) == yt).float().mean().item()
+    model.train()
+    return acc
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("mercury", "ddp"))
+    ap.add_argument("--job")
+    ap.add_argument("--node")
+    ap.add_argument("--wire", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--hook", default="none", choices=("none", "bf16", "fp16"))
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--comm-rounds", type=int, default=3)
+    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--momentum", type=float, default=0.9)
+    a = ap.parse_args()
+
+    import torch
+    import torchvision
+    from train_digits import local_batches
+
+    torch.set_num_threads(1)  # 4 ranks and a server share this machine's CPUs
+    x, y, xt, yt = data(torch)
+    torch.manual_seed(0)
+    net = torchvision.models.resnet18(num_classes=10)
+    f = torch.nn.functional
+    out = {"rank": a.rank, "error": ""}
+
+    # Compute alone: forward and backward, no communication.
+    batches = local_batches(a.rank, a.world, 0, LOCAL_BATCH, len(y))
+    times = []
+    for k in range(a.comm_rounds + 1):
+        idx = torch.from_numpy(batches[k % len(batches)])
+        t0 = time.monotonic()
+        net.zero_grad()
+        f.cross_entropy(net(x[idx]), y[idx]).backward()
+        times.append(time.monotonic() - t0)
+    out["compute"] = statistics.median(times[1:])
+    net.zero_grad()
+
+    if a.mode == "mercury":
+        import mercury
+        import mercury.torch
+
+        w = mercury.Worker(a.job, a.node)
+        out["rank"] = w.rank
+        wire = torch.bfloat16 if a.wire == "bfloat16" else None
+        model = mercury.torch.DistributedModel(net, w, buffers="broadcast", wire_dtype=wire)
+        model(x[:2])  # declares and starts: every rank holds rank 0's model
+        model.synchronize()
+        step = model.step
+        sync = model.synchronize
+    else:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}",
+                                rank=a.rank, world_size=a.world)
+        model = DistributedDataParallel(net)
+        if a.hook != "none":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            hook = (default_hooks.bf16_compress_hook if a.hook == "bf16"
+                    else default_hooks.fp16_compress_hook)
+            model.register_comm_hook(dist.group.WORLD, hook)
+        opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=a.momentum)
+        step = opt.step
+
+        def sync():
+            pass
+
+    # Communication alone: every gradient's transfer, no compute.
+    comm = []
+    params = [p for p in net.parameters()]
+    for _ in range(a.comm_rounds):
+        if a.mode == "mercury":
+            w.barrier()
+            t0 = time.monotonic()
+            hs = [w.push_pull(k, model._grad[k], model._out[k]) for k in reversed(model._grad)]
+            for h in hs:
+                h.wait()
+        else:
+            dist.barrier()
+            t0 = time.monotonic()
+            grads = [torch.zeros_like(p) for p in params]
+            if a.hook == "bf16":
+                grads = [g.to(torch.bfloat16) for g in grads]
+            elif a.hook == "fp16":
+                grads = [g.half() for g in grads]
+            works = [dist.all_reduce(g, async_op=True) for g in reversed(grads)]
+            for wk in works:
+                wk.wait()
+        comm.append(time.monotonic() - t0)
+    out["comm"] = statistics.median(comm)
+    if a.mode == "mercury":
+        model.synchronize()
+
+    # Training.
+    steps = []
+    for k in range(a.warmup + a.steps):
+        idx = torch.from_numpy(batches[(a.comm_rounds + 1 + k) % len(batches)])
+        t0 = time.monotonic()
+        model.zero_grad()
+        f.cross_entropy(model(x[idx]), y[idx]).backward()
+        step()
+        if k >= a.warmup:
+            steps.append(time.monotonic() - t0)
+    sync()
+    out["steps"] = steps
+    out["accuracy"] = accuracy(torch, net, xt, yt)
+    if a.mode == "mercury":
+        w.barrier()
+        w.shutdown()
+        model.close()
+    else:
+        dist.barrier()
+        dist.destroy_process_group()
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
