@@ -53,6 +53,12 @@ TensorId TensorTable::declare(std::string_view name, wire::Dtype dtype, std::spa
                      std::string(wire::dtype_name(dtype)) +
                      "; a tensor is float32, bfloat16 or float16");
   }
+  if (update == agg::UpdateRule::kOptimizerRank0 && dtype != wire::Dtype::kFloat32) {
+    // Its skipped-step marker (kSkipStepBits) is a float32 bit pattern.
+    throw UsageError("declare: tensor " + quoted(name) + " is " +
+                     std::string(wire::dtype_name(dtype)) +
+                     "; the update rule optimizer on rank 0's push takes float32 tensors only");
+  }
   const uint32_t size = wire::element_bytes(dtype);
   if (buffer.size() % size != 0) {
     throw UsageError("declare: tensor " + quoted(name) + " is " +

@@ -329,6 +329,12 @@ TEST_F(TensorTableMisuse, BadDtypesAndBuffersAreRefused) {
             "declare: tensor 'b' has dtype bytes; a tensor is float32, bfloat16 or float16");
   EXPECT_EQ(usage_error([&] { table.declare("e", wire::Dtype::kFloat16, {}); }),
             "declare: tensor 'e' has no elements");
+  std::vector<std::byte> two(8);
+  EXPECT_EQ(usage_error([&] {
+              table.declare("r", wire::Dtype::kBFloat16, two, -1, agg::UpdateRule::kOptimizerRank0);
+            }),
+            "declare: tensor 'r' is bfloat16; the update rule optimizer on rank 0's push takes "
+            "float32 tensors only");
   EXPECT_EQ(table.size(), 0u);
   // A float32 tensor declared through the byte form is the same as through
   // the float one.

@@ -211,6 +211,7 @@ enum class Update : uint8_t {
   /// The job's optimizer applied to rank 0's push as the gradient (not
   /// averaged: every rank pushes the same final gradient); a push of
   /// kSkipStepBits applies nothing (a skipped step, not counted by Adam).
+  /// float32 tensors only (declare refuses a half-precision one).
   kOptimizerRank0 = 3,
 };
 /// The bits of every element of a float32 push that skips a step under
