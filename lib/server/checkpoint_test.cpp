@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "agg/shard_state.h"
@@ -166,6 +168,18 @@ TEST(Snapshot, IsSkippedWhileTheWriterHoldsThePreviousOne) {
   ASSERT_TRUE(job.snapshot_->ready(version));
   EXPECT_EQ(version, 3u);
   EXPECT_EQ(job.snapshot_state(), job.state());
+  // Given back while version 4 is under way: the chunks past it are not in
+  // a fill started now, so version 4 is skipped, not left half taken.
+  job.update(0, 2);
+  job.snapshot_->release();
+  job.update(2);
+  EXPECT_FALSE(job.snapshot_->ready(version));
+  EXPECT_EQ(job.snapshot_->skipped(), 2u);
+  job.update();  // version 5
+  ASSERT_TRUE(job.snapshot_->ready(version));
+  EXPECT_EQ(version, 5u);
+  EXPECT_EQ(job.snapshot_state(), job.state());
+  EXPECT_EQ(job.snapshot_->failed(), 0u);
 }
 
 TEST(Snapshot, TimeArmsTheVersionAfterTheNextUpdate) {
@@ -187,6 +201,25 @@ TEST(Snapshot, TimeArmsTheVersionAfterTheNextUpdate) {
 CheckpointWriterOptions writer_options(const TempDir& dir, uint32_t keep = 2) {
   return CheckpointWriterOptions{.dir = dir.path, .node = "s0", .keep = keep};
 }
+
+// A job whose one shard checkpoints every version, its writer looking.
+struct Writing {
+  TempDir dir;
+  Job job{1};
+  CheckpointSources sources;
+  std::optional<CheckpointWriter> writer;
+  // `subdir`: where the files go, under dir; `report`: the writer's lines.
+  explicit Writing(uint32_t keep = 2, const std::string& subdir = "",
+                   std::function<void(const std::string&, bool)> report = {}) {
+    sources.snapshots.push_back(std::move(job.snapshot_));
+    sources.job = job.placement_.fingerprint();
+    sources.running.store(true);
+    CheckpointWriterOptions o = writer_options(dir, keep);
+    o.dir += subdir;
+    o.report = std::move(report);
+    writer.emplace(sources, o);
+  }
+};
 
 TEST(CheckpointFile, IsWrittenReadBackAndRestoredBitForBit) {
   TempDir dir;
@@ -237,13 +270,10 @@ TEST(CheckpointFile, IsWrittenReadBackAndRestoredBitForBit) {
 }
 
 TEST(CheckpointFile, KeepsTheNewestAndIgnoresTemporaryFiles) {
-  TempDir dir;
-  Job job(1);
-  CheckpointSources sources;
-  sources.snapshots.push_back(std::move(job.snapshot_));
-  sources.job = job.placement_.fingerprint();
-  sources.running.store(true);
-  CheckpointWriter writer(sources, writer_options(dir, 2));
+  Writing w(2);
+  Job& job = w.job;
+  const TempDir& dir = w.dir;
+  CheckpointWriter& writer = *w.writer;
   for (int v = 1; v <= 3; ++v) {
     job.update();
     ASSERT_TRUE(writer.poll(0));
@@ -268,15 +298,10 @@ TEST(CheckpointFile, KeepsTheNewestAndIgnoresTemporaryFiles) {
 }
 
 TEST(CheckpointFile, ACorruptOrForeignOneIsRefusedNamingWhy) {
-  TempDir dir;
-  Job job(1);
-  CheckpointSources sources;
-  sources.snapshots.push_back(std::move(job.snapshot_));
-  sources.job = job.placement_.fingerprint();
-  sources.running.store(true);
-  CheckpointWriter writer(sources, writer_options(dir));
-  job.update();
-  ASSERT_TRUE(writer.poll(0));
+  Writing w;
+  const TempDir& dir = w.dir;
+  w.job.update();
+  ASSERT_TRUE(w.writer->poll(0));
   const std::string path = dir.path + "/s0.v0000000001.ckpt";
 
   auto refusal = [&] {
@@ -331,20 +356,14 @@ TEST(CheckpointFile, ACorruptOrForeignOneIsRefusedNamingWhy) {
 }
 
 TEST(CheckpointFile, AFailedWriteIsCountedAndTheJobGoesOn) {
-  TempDir dir;
-  Job job(1);
-  CheckpointSources sources;
-  sources.snapshots.push_back(std::move(job.snapshot_));
-  ShardSnapshot& snap = *sources.snapshots.front();
-  sources.job = job.placement_.fingerprint();
-  sources.running.store(true);
   std::vector<std::string> errors;
-  CheckpointWriterOptions o = writer_options(dir);
-  o.dir = dir.path + "/gone";  // a directory that is not there
-  o.report = [&](const std::string& line, bool error) {
+  // A directory that is not there.
+  Writing w(2, "/gone", [&](const std::string& line, bool error) {
     if (error) errors.push_back(line);
-  };
-  CheckpointWriter writer(sources, o);
+  });
+  Job& job = w.job;
+  ShardSnapshot& snap = *w.sources.snapshots.front();
+  CheckpointWriter& writer = *w.writer;
   job.update();
   ASSERT_TRUE(writer.poll(0));
   EXPECT_EQ(writer.counters().failures.load(), 1u);

@@ -274,11 +274,14 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
               async_fanout_text(c) + staleness_text(c) + membership_text(c));
   if (writer) {
     const CheckpointCounters& k = writer->counters();
-    uint64_t skipped = 0;
-    for (const auto& snap : node_.checkpoint_sources()->snapshots) skipped += snap->skipped();
+    uint64_t skipped = 0, failed = k.failures.load();
+    for (const auto& snap : node_.checkpoint_sources()->snapshots) {
+      skipped += snap->skipped();
+      failed += snap->failed();
+    }
     output_.out(who_ + ": checkpoints: " + std::to_string(k.written.load()) + " written (" +
                 std::to_string(k.bytes.load()) + " bytes), the last at version " +
-                std::to_string(k.last_version.load()) + ", " + std::to_string(k.failures.load()) +
+                std::to_string(k.last_version.load()) + ", " + std::to_string(failed) +
                 " failed, " + std::to_string(skipped) +
                 " skipped (the previous one still being written)");
   }

@@ -282,6 +282,7 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
     check_levels(placement);
     build_shards(placement);
   } catch (const std::exception& e) {
+    if (checkpoints_) checkpoints_->snapshots.clear();
     started_.clear();
     shards_.clear();
     shard_slot_.assign(total_shards_, -1);

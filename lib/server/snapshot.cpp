@@ -38,6 +38,10 @@ ShardSnapshot::ShardSnapshot(const agg::ChunkTable& table, CheckpointPlan& plan,
 
 void ShardSnapshot::on_update_st(uint32_t key, uint32_t offset, uint32_t version) {
   MERCURY_OWNED(owner_);
+  // Whether this is the shard's first chunk at `version`: a fill can only
+  // start there (one starting later would miss the chunks already past it).
+  const bool first_at_version = static_cast<int32_t>(version - newest_) > 0;
+  if (first_at_version) newest_ = version;
   if (!plan_.at_st(version)) return;
   uint8_t state = state_.load(std::memory_order_acquire);  // pairs with release()
   if (state == kFilling && version != version_) {
@@ -46,8 +50,9 @@ void ShardSnapshot::on_update_st(uint32_t key, uint32_t offset, uint32_t version
     failed_.fetch_add(1, std::memory_order_relaxed);
     state = kFree;
   }
-  if (state == kReady) {
-    // The writer still has the previous one: this checkpoint is skipped.
+  if (state == kReady || (state == kFree && !first_at_version)) {
+    // The writer still has the previous one (or gave it back after this
+    // version began): this checkpoint is skipped.
     if (skipped_version_ != version) {
       skipped_version_ = version;
       skipped_.fetch_add(1, std::memory_order_relaxed);

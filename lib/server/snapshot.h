@@ -138,6 +138,7 @@ class ShardSnapshot {
   uint32_t generation_ = 0;  // one per fill
   uint64_t taken_ = 0;       // chunks copied in this fill
   uint32_t skipped_version_ = 0;
+  uint32_t newest_ = 0;  // the newest version any chunk of the shard was updated to
   std::atomic<uint8_t> state_{kFree};
   std::atomic<uint64_t> completed_{0}, skipped_{0}, failed_{0};
   base::Owner owner_;  // the shard's thread

@@ -36,6 +36,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from netns import bridge_namespaces, remove_namespaces  # noqa: E402
+
 LINK = "link: {loss: 0.02, seed: 11}"
 MODEL = "a 20000 100x200\nb 300 300\nc 7000 7000\nd 64 64\n"
 OTHER_MODEL = "a 20000 100x200\nb 301 301\n"
@@ -105,16 +108,23 @@ def expect(cond, what, outputs=()):
     return what + ("\n" + text if text else "")
 
 
-def scenario_resume(build, tmp):
+def memif_setup(tmp, tag, ckpt_in_job):
+    """The checkpoint directory, the model file and the memif job file in `tmp`."""
     ckpt = os.path.join(tmp, "ckpt")
     os.mkdir(ckpt)
     model = os.path.join(tmp, "model.txt")
     with open(model, "w") as f:
         f.write(MODEL)
     job = os.path.join(tmp, "job.yaml")
-    tag = "mercury-ckpt-%d" % os.getpid()
     with open(job, "w") as f:
-        f.write(job_text(tag, "ckpt"))  # relative: the job file's neighbour
+        f.write(job_text(tag, ckpt_in_job))
+    return ckpt, model, job
+
+
+def scenario_resume(build, tmp):
+    # A relative checkpoint.dir: the job file's neighbour.
+    ckpt, model, job = memif_setup(tmp, "mercury-ckpt-%d" % os.getpid(), "ckpt")
+
     def counted(text, versions):
         """The server's count: every checkpoint version written or skipped, none failed."""
         m = re.search(r"checkpoints: (\d+) written .*, (\d+) failed, (\d+) skipped", text)
@@ -151,15 +161,8 @@ def scenario_resume(build, tmp):
 
 def scenario_refused(build, tmp):
     # A checkpoint to refuse: one job of 3 rounds.
-    ckpt = os.path.join(tmp, "ckpt")
-    os.mkdir(ckpt)
-    model = os.path.join(tmp, "model.txt")
-    with open(model, "w") as f:
-        f.write(MODEL)
-    job = os.path.join(tmp, "job.yaml")
     tag = "mercury-ckref-%d" % os.getpid()
-    with open(job, "w") as f:
-        f.write(job_text(tag, ckpt))
+    ckpt, model, job = memif_setup(tmp, tag, os.path.join(tmp, "ckpt"))
     first = Run(build, job, model, 3).finish()
     err = expect(all(s == 0 for s, _ in first) and files(ckpt) == ["s0.v0000000003.ckpt"],
                  "the job that writes the checkpoint: %s" % files(ckpt), first)
@@ -214,10 +217,6 @@ KILL_AFTER = 40  # w0's round that announces the kill
 KILL_EVERY = 10  # checkpoint.every_versions
 
 
-def sh(*args):
-    return subprocess.run(args, capture_output=True, text=True, check=True)
-
-
 class Lines:
     """A process's output, read line by line on a thread of its own."""
 
@@ -240,8 +239,7 @@ def scenario_kill(build, tmp, delay_s=0.0):
         print("kill: network namespaces need root; not run")
         return None
     tag = "ck%d" % (os.getpid() % 100000)
-    nodes = ["s0", "w0", "w1"]
-    ns = {n: "%s-%s" % (tag, n) for n in nodes + ["br"]}
+    ns = {}
     ckpt = os.path.join(tmp, "ckpt")
     model = os.path.join(tmp, "model.txt")
     with open(model, "w") as f:
@@ -274,20 +272,7 @@ def scenario_kill(build, tmp, delay_s=0.0):
 
     server_argv = [os.path.join(build, "apps/ps-server"), "--config", job, "--node", "s0"]
     try:
-        sh("ip", "netns", "add", ns["br"])
-        sh("ip", "-n", ns["br"], "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", ns["br"], "link", "set", "br0", "up")
-        for i, n in enumerate(nodes):
-            sh("ip", "netns", "add", ns[n])
-            sh("ip", "link", "add", "v%d-%s" % (i, tag), "type", "veth", "peer", "name",
-               "p%d-%s" % (i, tag))
-            sh("ip", "link", "set", "v%d-%s" % (i, tag), "netns", ns[n])
-            sh("ip", "-n", ns[n], "link", "set", "v%d-%s" % (i, tag), "name", "eth0")
-            sh("ip", "link", "set", "p%d-%s" % (i, tag), "netns", ns["br"])
-            sh("ip", "-n", ns["br"], "link", "set", "p%d-%s" % (i, tag), "master", "br0")
-            sh("ip", "-n", ns["br"], "link", "set", "p%d-%s" % (i, tag), "up")
-            sh("ip", "-n", ns[n], "link", "set", "eth0", "up")
-            sh("ip", "-n", ns[n], "link", "set", "lo", "up")
+        ns.update(bridge_namespaces(tag, ["s0", "w0", "w1"]))
         first = start("s0", server_argv)
         workers = [start("w%d" % w, [ps_worker(build), "--config", job, "--node", "w%d" % w,
                                      "--model", model, "--rounds", str(KILL_ROUNDS)])
@@ -354,8 +339,7 @@ def scenario_kill(build, tmp, delay_s=0.0):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        for n in ns.values():
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        remove_namespaces(ns)
 
 
 SCENARIOS = {"resume": scenario_resume, "kill": scenario_kill,
