@@ -106,7 +106,7 @@ struct NetCoreConfig {
   /// network.on_server_loss wait: a server named lost (or seen restarted)
   /// abandons what is pending and is waited for, at most server_wait_ms;
   /// when it answers the declarations again the job rolls back to its
-  /// version (docs/worker.md, "A lost server"). Otherwise a lost server
+  /// version (docs/worker.md, "Errors"). Otherwise a lost server
   /// breaks the worker.
   bool wait_for_servers = false;
   uint32_t server_wait_ms = 60'000;

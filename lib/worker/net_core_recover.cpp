@@ -1,5 +1,5 @@
 // NetCore (net_core.h): a lost server, waited for (network.on_server_loss
-// wait; docs/worker.md, "A lost server").
+// wait; docs/worker.md, "Errors").
 //
 // When liveness names a server lost, a push or control message to it fails,
 // or the endpoint sees it back with a new epoch (its process started

@@ -322,7 +322,7 @@ class Worker {
   [[nodiscard]] uint32_t start_version() const;
 
   /// After a call failed because a server was lost, with the job file's
-  /// network.on_server_loss wait (docs/worker.md, "A lost server"): waits
+  /// network.on_server_loss wait (docs/worker.md, "Errors"): waits
   /// until the server is back from its checkpoint and every tensor holds
   /// the version it resumed at, in the declared buffers, and returns that
   /// version: the trainer goes on from it (under bsp every rank gets the
