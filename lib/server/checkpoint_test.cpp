@@ -191,11 +191,21 @@ TEST(Snapshot, TimeArmsTheVersionAfterTheNextUpdate) {
   job.update(0, 1);  // chunk 0 at version 2 takes `due`: version 3 is armed
   EXPECT_EQ(job.plan_.armed.load(), 3u);
   EXPECT_FALSE(job.plan_.due.load());
+  // Time is due again before every chunk reached the armed version: it stays.
+  job.plan_.due.store(true);
   job.update(1);  // the others at 2
+  EXPECT_EQ(job.plan_.armed.load(), 3u);
   EXPECT_FALSE(job.snapshot_->ready(version));
-  job.update();  // every chunk at 3
+  job.update(0, 1);  // chunk 0 at 3: version 3 armed still
+  EXPECT_EQ(job.plan_.armed.load(), 3u);
+  job.update(1);  // every chunk at 3
   ASSERT_TRUE(job.snapshot_->ready(version));
   EXPECT_EQ(version, 3u);
+  EXPECT_EQ(job.snapshot_state(), job.state());
+  job.snapshot_->release();
+  job.update(0, 1);  // chunk 0 at 4, past the armed version: the next is armed
+  EXPECT_EQ(job.plan_.armed.load(), 5u);
+  EXPECT_EQ(job.snapshot_->failed(), 0u);
 }
 
 CheckpointWriterOptions writer_options(const TempDir& dir, uint32_t keep = 2) {

@@ -61,7 +61,11 @@ struct CheckpointPlan {
   /// snapshot at it (arming the next version when time is due).
   [[nodiscard]] bool at_st(uint32_t version) {
     if (version == 0) return false;  // initial values: the job can start from them again
-    if (due.load(std::memory_order_relaxed) && due.exchange(false, std::memory_order_acq_rel)) {
+    // Under BSP every chunk is at version - 1 or later: an armed version
+    // below `version` has been reached everywhere, so a new one may be armed
+    // (arming again sooner would move it under the chunks still to reach it).
+    if (due.load(std::memory_order_relaxed) && armed.load(std::memory_order_acquire) < version &&
+        due.exchange(false, std::memory_order_acq_rel)) {
       armed.store(version + 1, std::memory_order_release);
     }
     return (every_versions != 0 && version % every_versions == 0) ||
