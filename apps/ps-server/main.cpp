@@ -1,7 +1,7 @@
 // ps-server: one parameter-server node of a job, on NIC-bound cores.
 //
 //   ps-server [--config FILE] [--node NAME] [--seconds N] [--stay] [--epoch N]
-//             [--check] [-- EAL args...]
+//             [--resume DIR] [--check] [-- EAL args...]
 //
 // The job file is --config's, else $MERCURY_JOB; the node --node's, else
 // $MERCURY_NODE's, else the one the launcher's rank maps to (srun, torchrun,
@@ -27,6 +27,9 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,7 @@
 #include "net/eal.h"
 #include "net/net_telemetry.h"
 #include "net/node.h"
+#include "server/checkpoint.h"
 #include "server/node_config.h"
 #include "server/report.h"
 #include "server/runner.h"
@@ -56,6 +60,7 @@ struct Options {
   bool check = false;
   bool stay = false;
   uint32_t epoch = 0;  // 0: job::fresh_epoch()
+  std::string resume;  // a checkpoint directory
   std::vector<std::string> eal_extra;
 };
 
@@ -63,7 +68,7 @@ Options parse(int argc, char** argv) {
   Options o;
   apps::Args args("ps-server",
                   "[--config FILE] [--node NAME] [--seconds N] [--stay] [--epoch N]\n"
-                  "                 [--check] [-- EAL args...]");
+                  "                 [--resume DIR] [--check] [-- EAL args...]");
   args.text("--config", "FILE", &o.config, "the job file (docs/config.md; default: $MERCURY_JOB)");
   args.text("--node", "NAME", &o.node,
             "which server node of the job this process runs (default: $MERCURY_NODE,\n"
@@ -78,6 +83,9 @@ Options parse(int argc, char** argv) {
   args.whole("--epoch", "N", &o.epoch, 1, UINT32_MAX,
              "pin this node's transport incarnation (default: from the clock, so a\n"
              "                     restart is told apart); to replay a captured trace");
+  args.text("--resume", "DIR", &o.resume,
+            "serve from this node's newest checkpoint in DIR (checkpoint.dir of the job\n"
+            "                     that wrote it; docs/server.md, \"Durability\")");
   args.flag("--check", &o.check, "validate the job file and the node, print what would run, exit");
   args.rest(&o.eal_extra, "passed to EAL after the arguments the job file produces");
   args.parse(argc, argv);
@@ -93,7 +101,17 @@ int run(const Options& o) {
   const config::NodeConfig& me = *choice.node;
   // Everything the node derives from the job, checked before EAL starts.
   const std::vector<server::JobWorker> workers = server::job_workers(job, me);
-  server::node_config(job, me, {});
+  const server::ServerNodeConfig checked = server::node_config(job, me, {});
+  // --resume: the checkpoint is read and checked before EAL starts.
+  std::shared_ptr<const server::CheckpointFile> resume;
+  if (!o.resume.empty()) {
+    auto f = std::make_shared<server::CheckpointFile>(server::load_checkpoint(o.resume, me.name));
+    if (const std::string why = server::checkpoint_fits(*f, checked.optimizer, checked.chunk_bytes);
+        !why.empty()) {
+      throw std::runtime_error(why);
+    }
+    resume = std::move(f);
+  }
 
   std::string notice;
   config::EalRunOptions eo;
@@ -114,8 +132,21 @@ int run(const Options& o) {
     return 0;
   }
   std::printf("%s\n", chosen.c_str());
+  if (resume) {
+    std::printf("resuming from %s: version %u, %llu chunks\n", resume->path.c_str(),
+                resume->version, static_cast<unsigned long long>(resume->chunks));
+  }
   if (!notice.empty()) std::printf("%s\n", notice.c_str());
 
+  if (job.checkpoint.enabled()) {
+    // Where the checkpoints go exists before the job does anything.
+    std::error_code ec;
+    std::filesystem::create_directories(job.checkpoint.path, ec);
+    if (ec) {
+      throw std::runtime_error("cannot create checkpoint.dir " + job.checkpoint.path + ": " +
+                               ec.message());
+    }
+  }
   net::Eal eal(eal_argv);
   apps::stop_on_signals();
   net::NodeNetworks nets(job, names);
@@ -130,16 +161,22 @@ int run(const Options& o) {
     node_ports.push_back(p->interface.get());
     pool_mbufs += p->pool->get()->size;
   }
-  const server::ServerNodeConfig sc =
+  server::ServerNodeConfig sc =
       server::node_config(job, me,
                           {.epoch = o.epoch != 0 ? o.epoch : job::fresh_epoch(),
                            .tsc_hz = rte_get_tsc_hz(),
                            .rx_pool_mbufs = pool_mbufs,
                            .cpu_of_lcore = server::eal_cpu_of_lcore});
+  sc.resume = resume;
   server::ServerNode node(node_ports, workers, sc, rte_rdtsc());
-  server::Runner runner(
-      node,
-      {.node = me.name, .idle = {.mode = me.poll}, .seconds = o.seconds, .end_with_job = !o.stay});
+  server::Runner runner(node, {.node = me.name,
+                               .idle = {.mode = me.poll},
+                               .seconds = o.seconds,
+                               .end_with_job = !o.stay,
+                               .checkpoint = {.dir = job.checkpoint.path,
+                                              .node = me.name,
+                                              .keep = job.checkpoint.keep,
+                                              .every_s = job.checkpoint.every_s}});
   telemetry::Registry registry;
   runner.add_telemetry(registry);
   for (const net::NodePort* p : ports) {

@@ -351,14 +351,42 @@ int run(const Options& o) {
   const auto t0 = Clock::now();
   w.start();
   const double start_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  // A job a server resumed from its checkpoint (ps-server --resume) starts
+  // at that version: the reference replays the rounds before it, off the
+  // clock, and the rounds go on from there.
+  const uint32_t first_round = w.start_version();
+  trainer::Floats avg, other;  // the reference's scratch, grown once to the largest tensor
+  std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
+  // The reference at `version`: the initial values and the rounds before it.
+  auto replay_to = [&](uint32_t version) {
+    if (free || !o.trace.empty() || o.verify != "every") {
+      throw std::runtime_error("the job resumes at version " + std::to_string(version) +
+                               ": only the synthetic bsp rounds with --verify every replay it");
+    }
+    for (size_t k = 0; k < decls.size(); ++k) {
+      initial(reference[k], k);
+      if (dtypes[k] != wire::Dtype::kFloat32) trainer::quantize(reference[k], dtypes[k]);
+      states[k] = trainer::OptState{};
+    }
+    for (uint32_t round = 0; round < version; ++round) {
+      for (size_t k = 0; k < decls.size(); ++k) {
+        gradient(grads[k], rank, round, k);
+        if (dtypes[k] != wire::Dtype::kFloat32) trainer::quantize(grads[k], dtypes[k]);
+        trainer::average(avg, other, n, round, k, grads[k], rank, dtypes[k]);
+        trainer::apply(reference[k], avg, update, states[k]);
+      }
+    }
+  };
+  if (first_round != 0) replay_to(first_round);
   uint64_t wrong = 0;
   // Under psplus the servers send every version to every worker: a rank that
   // starts later may already hold a newer version than 0 (checked at the end).
   const bool eager = job.training.sync == config::Sync::kPsPlus;
   for (size_t k = 0; k < decls.size() && !eager && !unchecked; ++k) wrong += !exact(k);
   std::printf(
-      "%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: initial parameters %s\n",
+      "%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: %s parameters %s\n",
       o.node.c_str(), rank, n, decls.size(), static_cast<double>(model_bytes) / 1e6, start_s,
+      first_round == 0 ? "initial" : ("resumed at version " + std::to_string(first_round)).c_str(),
       eager        ? "in (psplus: version 0 or newer)"
       : unchecked  ? "not checked (--verify none)"
       : wrong == 0 ? "exact"
@@ -396,8 +424,6 @@ int run(const Options& o) {
     return 0;
   }
 
-  trainer::Floats avg, other;  // the reference's scratch, grown once to the largest tensor
-  std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
   std::vector<worker::Handle> pending(decls.size());
   double total_s = 0;
   // With --verify last only the last round's aggregate is checked (and the
@@ -417,28 +443,59 @@ int run(const Options& o) {
   if (gradients_once) {
     for (size_t k = 0; k < decls.size(); ++k) make_gradient(k, o.rounds - 1);
   }
-  for (uint32_t round = 0; round < o.rounds; ++round) {
+  // network.on_server_loss wait: a round that fails with a lost server is
+  // abandoned; the job rolls back to the version the server resumed at
+  // (Worker::roll_back), the reference replays to it, and the rounds go on
+  // from there.
+  const bool waits = job.network.on_server_loss == config::OnServerLoss::kWait;
+  uint32_t rollbacks = 0;
+  std::vector<bool> issued(decls.size());
+  for (uint32_t round = first_round; round < o.rounds; ++round) {
     if (!gradients_once) {
       for (size_t k = 0; k < decls.size(); ++k) make_gradient(k, round);
     }
     // Every rank starts the round together (the check of the previous
     // round takes each rank its own time), so a round's time is its
     // push_pull alone, and the slowest rank's is the job's iteration.
-    w.barrier();
+    std::string failed;
+    try {
+      w.barrier();
+    } catch (const worker::WorkerError& e) {
+      if (!waits) throw;
+      failed = e.what();
+    }
     // The backward pass emits the last layer first.
     const auto start = Clock::now();
-    for (size_t k = decls.size(); k-- > 0;) {
+    std::fill(issued.begin(), issued.end(), false);
+    for (size_t k = decls.size(); k-- > 0 && failed.empty();) {
       const auto key = static_cast<worker::Key>(k);
       pending[k] = dtypes[k] == wire::Dtype::kFloat32
                        ? w.push_pull(key, grads[k], params[k])
                        : w.push_pull(key, half_grads[k], half_params[k]);
+      issued[k] = true;
     }
+    // Every handle issued is waited for, failed or not: none writes params after.
     for (size_t k = 0; k < decls.size(); ++k) {
-      if (!pending[k].wait()) {
-        std::fprintf(stderr, "ps-worker: round %u, tensor %s: %s\n", round + 1,
-                     decls[k].name.c_str(), std::string(pending[k].error()).c_str());
+      if (!issued[k] || pending[k].wait() || !failed.empty()) continue;
+      failed = "tensor " + decls[k].name + ": " + std::string(pending[k].error());
+    }
+    if (!failed.empty()) {
+      if (!waits) {
+        std::fprintf(stderr, "ps-worker: round %u, %s\n", round + 1, failed.c_str());
         return 1;
       }
+      const uint32_t version = w.roll_back();
+      replay_to(version);
+      wrong = 0;
+      for (size_t k = 0; k < decls.size(); ++k) wrong += !exact(k);
+      ++rollbacks;
+      std::printf("%s: round %u failed (%s); rolled back to version %u: parameters %s\n",
+                  o.node.c_str(), round + 1, failed.c_str(), version,
+                  wrong == 0 ? "exact" : "MISMATCH");
+      std::fflush(stdout);
+      if (wrong != 0) return 1;
+      round = version - 1;  // the loop's ++ makes it the version: its gradients next
+      continue;
     }
     const auto end = Clock::now();
     const double secs = std::chrono::duration<double>(end - start).count();
@@ -477,9 +534,10 @@ int run(const Options& o) {
   }
   w.barrier();  // nobody leaves before every rank has its last aggregate
   w.shutdown();
-  std::printf("%s: done, %u rounds in %.2f s of push_pull (%.2f Gbit/s), %s, %s\n", o.node.c_str(),
-              o.rounds, total_s,
-              static_cast<double>(model_bytes) * 2 * 8 * o.rounds / total_s / 1e9,
+  std::printf("%s: done, %u rounds%s in %.2f s of push_pull (%.2f Gbit/s), %s, %s\n",
+              o.node.c_str(), o.rounds,
+              rollbacks == 0 ? "" : (" (" + std::to_string(rollbacks) + " rolled back)").c_str(),
+              total_s, static_cast<double>(model_bytes) * 2 * 8 * o.rounds / total_s / 1e9,
               o.verify == "every" ? "every aggregate exact" : "the last round's aggregate exact",
               trainer::drops_text(w).c_str());
   return 0;

@@ -5,6 +5,7 @@ same tensors, on the same machine, interleaved (benchmarks/README.md, "peers").
   benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
                                   [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]
                                   [--loss P] [--compare-build DIR] [--bf16]
+                                  [--checkpoint-every-s S]
 
 For each model and worker count, each trial runs four variants in random order:
   mercury     ps-demo on a memif job like config/memif.yaml (one ps-server, N ps-worker
@@ -28,6 +29,12 @@ float32 arithmetic rounded once into bfloat16), beside float32 mercury of the sa
 With --compare-build DIR, one more variant, mercury_b: the same mercury job run by the
 build in DIR (another commit's binaries, this checkout's job files and models), in the same
 random order as the rest of each trial: a change's before and after, interleaved.
+With --checkpoint-every-s S, one more variant, mercury_ckpt: the mercury job with the
+servers' background checkpoints on (`checkpoint: {dir: <a temporary directory>, every_s:
+S}`, docs/durability.md), in the same random order: its cost beside the job without them.
+Then every mercury variant's figure is the mean iteration time over the `iters`
+iterations (a checkpoint costs the few iterations around it, which a median would hide):
+run enough iterations to span several checkpoint intervals.
 An iteration's time is the slowest rank's (from the barrier to its last completion); a
 trial's figure is the median over `iters` iterations after `warmup`. The table gives, per
 variant, the median [min, max] over the trials and the ratio to gloo_fused taken per
@@ -52,11 +59,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}", network="",
-              link=""):
+              link="", checkpoint=""):
     """A job file like config/memif.yaml (MTU 9000) with `workers` workers and the `training`
     section given (default bsp, optimizer sum); with `loss`, the link emulator drops that
     fraction of the frames; `network` and `link` add keys to those sections (e.g.
-    "scheduler: fifo", "rate_gbps: 2"). benchmarks/sync and benchmarks/eval use it too."""
+    "scheduler: fifo", "rate_gbps: 2"); `checkpoint` is the checkpoint section's keys.
+    benchmarks/sync and benchmarks/eval use it too."""
     links = (["loss: %g, seed: 3" % loss] if loss > 0 else []) + ([link] if link else [])
     y = ["job: {id: 12, name: %s}" % name,
          "network: {mtu: 9000, peer_timeout_ms: 5000%s}" % (", " + network if network else ""),
@@ -65,6 +73,8 @@ def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}", n
          "training: %s" % training]
     if links:
         y.append("link: {%s}" % ", ".join(links))
+    if checkpoint:
+        y.append("checkpoint: {%s}" % checkpoint)
     y += ["nodes:",
           "  - name: server0",
           "    role: server",
@@ -90,9 +100,13 @@ def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}", n
     return "\n".join(y) + "\n"
 
 
-def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32"):
+def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32", checkpoint_s=0.0,
+            mean=False):
+    ckpt = tempfile.mkdtemp(prefix="mercury-peers-ckpt-") if checkpoint_s > 0 else ""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(memif_job(workers, "peers%d" % workers, loss))
+        f.write(memif_job(workers, "peers%d" % workers, loss,
+                          checkpoint="dir: %s, every_s: %g" % (ckpt, checkpoint_s) if ckpt
+                          else ""))
         job = f.name
     try:
         r = subprocess.run(
@@ -102,11 +116,19 @@ def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32"):
             capture_output=True, text=True, timeout=1800, cwd=ROOT)
     finally:
         os.unlink(job)
+        if ckpt:
+            subprocess.run(["rm", "-rf", ckpt])
     rounds = {}
     for rank, rnd, secs in re.findall(r"\] w(\d+) round +(\d+): +([\d.]+) s", r.stdout):
         rounds.setdefault(int(rnd), []).append(float(secs))
     exact = (r.returncode == 0 and "the last round's aggregate exact" in r.stdout and
              "MISMATCH" not in r.stdout)
+    if ckpt:
+        # The servers' count: checkpoints written, and none failed.
+        written = re.search(r"checkpoints: (\d+) written .* (\d+) failed", r.stdout)
+        exact = exact and written is not None and written.group(2) == "0"
+        print("  mercury_ckpt: %s" % (written.group(0) if written else "no checkpoint line"),
+              flush=True)
     times = [max(v) for k, v in sorted(rounds.items()) if k > warmup and len(v) == workers]
     if len(times) != iters:
         sys.exit("peers_bench: the Mercury job failed:\n" + r.stdout[-4000:] + r.stderr[-2000:])
@@ -118,7 +140,8 @@ def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32"):
     refused = re.search(r"backpressure=(\d+)", stopped.group(2)) if stopped else None
     worker_resent = sum(int(x) for x in re.findall(r"round +%d: .* retransmissions (\d+)" %
                                                     (warmup + iters), r.stdout))
-    return (statistics.median(times), exact, resent + worker_resent,
+    return (statistics.mean(times) if mean else statistics.median(times), exact,
+            resent + worker_resent,
             int(refused.group(1)) if refused else 0)
 
 
@@ -186,6 +209,9 @@ def main():
                     help="also run mercury_b: the mercury job with this build's binaries")
     ap.add_argument("--bf16", action="store_true",
                     help="also run mercury_bf16: the mercury job with bfloat16 tensors")
+    ap.add_argument("--checkpoint-every-s", type=float, default=0.0,
+                    help="also run mercury_ckpt: the mercury job with a checkpoint every S s "
+                         "(mercury variants then report the mean iteration)")
     a = ap.parse_args()
     try:
         import torch  # noqa: F401  (only to fail early with a clear message)
@@ -194,7 +220,8 @@ def main():
     variants = (["mercury", "tcp_ps", "gloo", "gloo_fused"] +
                 (["mercury_loss"] if a.loss > 0 else []) +
                 (["mercury_b"] if a.compare_build else []) +
-                (["mercury_bf16"] if a.bf16 else []))
+                (["mercury_bf16"] if a.bf16 else []) +
+                (["mercury_ckpt"] if a.checkpoint_every_s > 0 else []))
     rows = []
     for m in a.models.split(","):
         model = os.path.join(ROOT, "config/models", m + ".txt")
@@ -209,7 +236,9 @@ def main():
                         trial[v] = mercury(a.compare_build if v == "mercury_b" else a.build,
                                            model, n, a.iters, a.warmup,
                                            a.loss if v == "mercury_loss" else 0.0,
-                                           "bfloat16" if v == "mercury_bf16" else "float32")
+                                           "bfloat16" if v == "mercury_bf16" else "float32",
+                                           a.checkpoint_every_s if v == "mercury_ckpt" else 0.0,
+                                           mean=a.checkpoint_every_s > 0)
                     elif v == "tcp_ps":
                         trial[v] = tcp_ps(model, n, a.iters, a.warmup)
                     else:

@@ -97,8 +97,11 @@ std::vector<std::byte> join_state(std::span<const std::byte> pages, uint64_t job
   return out;
 }
 
-StateFile check_state(std::span<const std::byte> bytes, const Placement& placement,
-                      uint32_t chunk_bytes, OptimizerKind kind, bool decoupled) {
+namespace {
+
+// check_state over the blocks of the shards [first, first + count).
+StateFile check_shards(std::span<const std::byte> bytes, const Placement& placement, uint32_t first,
+                       uint32_t count, uint32_t chunk_bytes, OptimizerKind kind, bool decoupled) {
   if (bytes.empty()) throw std::invalid_argument("the state is empty");
   const std::vector<RecordRef> records = split_records(bytes, placement.fingerprint());
   StateFile f;
@@ -116,6 +119,7 @@ StateFile check_state(std::span<const std::byte> bytes, const Placement& placeme
   // Every chunk of the job in key, then offset order, as the job cuts them.
   size_t next = 1;
   for (const Block& b : placement.blocks()) {
+    if (b.shard < first || b.shard - first >= count) continue;
     for (uint64_t at = 0; at < b.bytes(); at += chunk_bytes) {
       const std::string which = "tensor " + std::to_string(b.tensor) + " block " +
                                 std::to_string(b.key) + " byte " + std::to_string(at);
@@ -156,6 +160,19 @@ StateFile check_state(std::span<const std::byte> bytes, const Placement& placeme
                                 " records past the job's last chunk");
   }
   return f;
+}
+
+}  // namespace
+
+StateFile check_state(std::span<const std::byte> bytes, const Placement& placement,
+                      uint32_t chunk_bytes, OptimizerKind kind, bool decoupled) {
+  return check_shards(bytes, placement, 0, placement.shards(), chunk_bytes, kind, decoupled);
+}
+
+StateFile check_server_state(std::span<const std::byte> bytes, const Placement& placement,
+                             uint32_t first_shard, uint32_t shards, uint32_t chunk_bytes,
+                             OptimizerKind kind, bool decoupled) {
+  return check_shards(bytes, placement, first_shard, shards, chunk_bytes, kind, decoupled);
 }
 
 std::string restore_records(ChunkTable& table, uint64_t job, uint32_t version,

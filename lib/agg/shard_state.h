@@ -87,6 +87,14 @@ struct StateFile {
 StateFile check_state(std::span<const std::byte> bytes, const Placement& placement,
                       uint32_t chunk_bytes, OptimizerKind kind, bool decoupled_weight_decay);
 
+/// check_state for one server's checkpoint (docs/server.md, "Durability"):
+/// the same file, holding only the blocks of the shards [first_shard,
+/// first_shard + shards), the server's. "the job's last chunk" is then the
+/// server's.
+StateFile check_server_state(std::span<const std::byte> bytes, const Placement& placement,
+                             uint32_t first_shard, uint32_t shards, uint32_t chunk_bytes,
+                             OptimizerKind kind, bool decoupled_weight_decay);
+
 /// Applies records to `table` (its shard's part of a state file, split by
 /// split_records): the hyperparameter record restores its settings; each
 /// chunk record restores its chunk (ChunkTable::restore: values, optimizer

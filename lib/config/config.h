@@ -126,6 +126,11 @@ enum class Aggregation : uint8_t { kChunk, kTensor };
 /// end (kFail, the only mode built; the loader refuses the others).
 enum class OnWorkerLoss : uint8_t { kFail, kWait, kShrink };
 
+/// What a worker does when liveness names a server lost
+/// (`network.on_server_loss`): fail (every call fails, naming it), or wait
+/// for it to come back from its checkpoint and roll back to its version.
+enum class OnServerLoss : uint8_t { kFail, kWait };
+
 /// The YAML spelling of each enum value ("strict", "psplus", ...).
 std::string_view to_string(Scheduler v);
 std::string_view to_string(Hugepages v);
@@ -165,6 +170,9 @@ struct NetworkConfig {
   /// directory). Null when off. docs/security.md.
   std::string auth_key_file;
   std::shared_ptr<const AuthKey> auth_key;
+  /// The workers' rule for a lost server, and how long they wait (seconds).
+  OnServerLoss on_server_loss = OnServerLoss::kFail;
+  double server_wait_s = 60;
 };
 
 struct MempoolConfig {
@@ -227,6 +235,25 @@ struct TrainingConfig {
   double weight_decay = 0.0;
 };
 
+/// Background checkpoints of the servers' state (the `checkpoint` section;
+/// docs/server.md, "Durability"). Off when `dir` is empty.
+struct CheckpointConfig {
+  /// As written; relative paths are from the job file's directory (resolved
+  /// in `path`).
+  std::string dir;
+  std::string path;
+  /// A checkpoint at every version that is a multiple of this (0: none by
+  /// version). Every server snapshots the same versions without talking.
+  uint32_t every_versions = 0;
+  /// A checkpoint at the first version after this many seconds since the
+  /// last (0: none by time). One server node only: a time is not a version
+  /// another server could agree on.
+  double every_s = 0;
+  uint32_t keep = 2;  ///< the newest checkpoints kept per server; older ones are deleted
+
+  [[nodiscard]] bool enabled() const { return !dir.empty(); }
+};
+
 /// The value of the first `key=value` entry with this key in a comma-separated
 /// argument list ("role=client,id=0,socket=/tmp/w0.sock"), or nullopt.
 std::optional<std::string_view> devargs_value(std::string_view args, std::string_view key);
@@ -280,6 +307,7 @@ struct JobConfig {
   EalConfig eal;
   LinkConfig link;
   TrainingConfig training;
+  CheckpointConfig checkpoint;
   std::vector<NodeConfig> nodes;
   std::string source;  ///< the file name (or source_name) it was loaded from
 

@@ -127,7 +127,8 @@ JobConfig load_string(std::string_view yaml, std::string_view source_name) {
   Value root_value(&source, root_node, "", std::max(line_of(root_node), 1));
   if (!root_node.IsMap())
     root_value.fail("expected a mapping at the top, got " + root_value.describe());
-  Section root(root_value, {"job", "network", "mempool", "eal", "link", "training", "nodes"});
+  Section root(root_value,
+               {"job", "network", "mempool", "eal", "link", "training", "checkpoint", "nodes"});
 
   detail::parse_job(root, job);
   detail::parse_network(root, job.network);
@@ -136,6 +137,8 @@ JobConfig load_string(std::string_view yaml, std::string_view source_name) {
   detail::parse_link(root, job.link);
   detail::parse_training(root, job.training);
   detail::parse_nodes(root, job);
+  detail::parse_checkpoint(root, job);
+  detail::parse_server_loss(root, job);
   return job;
 }
 

@@ -42,11 +42,16 @@ Poll parse_poll(const Value& v) {
   return v.choice<Poll>({{"adaptive", Poll::kAdaptive}, {"busy", Poll::kBusy}});
 }
 
+// The network section's keys (on_server_loss and server_wait_s are read by
+// parse_server_loss, once the nodes and checkpoints are known).
+#define MERCURY_NETWORK_KEYS                                                                  \
+  {                                                                                           \
+    "mtu", "udp_port", "udp_checksum", "poll", "window", "peer_timeout_ms", "scheduler",      \
+        "partition_bytes", "credit_bytes", "auth_key_file", "on_server_loss", "server_wait_s" \
+  }
+
 void parse_network(const Section& root, NetworkConfig& net) {
-  Section s =
-      optional_section(root, "network",
-                       {"mtu", "udp_port", "udp_checksum", "poll", "window", "peer_timeout_ms",
-                        "scheduler", "partition_bytes", "credit_bytes", "auth_key_file"});
+  Section s = optional_section(root, "network", MERCURY_NETWORK_KEYS);
   if (auto v = s.get("mtu")) net.mtu = static_cast<uint32_t>(v->integer(576, 9000));
   if (auto v = s.get("udp_port")) net.udp_port = static_cast<uint16_t>(v->integer(1, 65535));
   if (auto v = s.get("udp_checksum")) {
@@ -281,6 +286,84 @@ void parse_training(const Section& root, TrainingConfig& t) {
                    {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam, Optimizer::kAdamW},
                    "sgd, momentum, adam and adamw")) {
     t.weight_decay = half_open(*v, 0, 1);
+  }
+}
+
+void parse_checkpoint(const Section& root, JobConfig& job) {
+  Section s = optional_section(root, "checkpoint", {"dir", "every_versions", "every_s", "keep"});
+  CheckpointConfig& c = job.checkpoint;
+  const std::optional<Value> dir = s.get("dir");
+  const std::optional<Value> versions = s.get("every_versions");
+  const std::optional<Value> seconds = s.get("every_s");
+  const std::optional<Value> keep = s.get("keep");
+  if (!dir) {
+    // Any other key without a directory would be a setting that does nothing.
+    for (const auto& v : {versions, seconds, keep}) {
+      if (v) v->fail("needs checkpoint.dir: where the servers write their checkpoints");
+    }
+    return;
+  }
+  c.dir = dir->string();
+  if (c.dir.empty()) dir->fail("names no directory");
+  // A relative path is the job file's neighbour, wherever the job is run from.
+  c.path = c.dir;
+  const std::string& source = dir->source();
+  if (c.path.front() != '/' && source.find('/') != std::string::npos) {
+    c.path = source.substr(0, source.rfind('/') + 1) + c.path;
+  }
+  if (job.training.sync != Sync::kBsp) {
+    // A snapshot is every chunk at one version: only BSP has such a version.
+    dir->fail("checkpoints need training.sync bsp (training.sync is " +
+              std::string(to_string(job.training.sync)) +
+              "): a checkpoint holds every chunk at one version");
+  }
+  if (versions) c.every_versions = static_cast<uint32_t>(versions->integer(1, 1u << 30));
+  if (seconds) {
+    c.every_s = positive(*seconds);
+    const size_t servers = job.servers().size();
+    if (servers > 1) {
+      seconds->fail("with " + std::to_string(servers) +
+                    " server nodes each would pick its checkpoint's version by its own clock; "
+                    "use checkpoint.every_versions (every server snapshots the same versions "
+                    "without talking)");
+    }
+  }
+  if (!versions && !seconds) {
+    dir->fail("checkpoint needs every_versions or every_s: when to write one");
+  }
+  if (keep) c.keep = static_cast<uint32_t>(keep->integer(1, 1000));
+}
+
+void parse_server_loss(const Section& root, JobConfig& job) {
+  Section s = optional_section(root, "network", MERCURY_NETWORK_KEYS);
+  NetworkConfig& net = job.network;
+  const std::optional<Value> loss = s.get("on_server_loss");
+  if (loss) {
+    net.on_server_loss =
+        loss->choice<OnServerLoss>({{"fail", OnServerLoss::kFail}, {"wait", OnServerLoss::kWait}});
+  }
+  if (auto v = s.get("server_wait_s")) {
+    if (net.on_server_loss != OnServerLoss::kWait) {
+      v->fail("only used with network.on_server_loss wait");
+    }
+    net.server_wait_s = positive(*v);
+  }
+  if (net.on_server_loss != OnServerLoss::kWait) return;
+  // What a worker waits for: its server started again with --resume, the
+  // same versions for every rank to roll back to.
+  if (job.training.sync != Sync::kBsp) {
+    loss->fail("wait needs training.sync bsp (training.sync is " +
+               std::string(to_string(job.training.sync)) +
+               "): the workers roll back to the version the server resumes at");
+  }
+  if (!job.checkpoint.enabled()) {
+    loss->fail("wait needs checkpoint.dir: a server started again resumes from its checkpoint");
+  }
+  const size_t servers = job.servers().size();
+  if (servers > 1) {
+    loss->fail("wait with " + std::to_string(servers) +
+               " server nodes is not built: the servers still running would have to roll back "
+               "too; one server node only");
   }
 }
 

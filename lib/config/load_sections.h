@@ -27,6 +27,11 @@ void parse_eal(const Section& root, EalConfig& eal);
 void parse_link(const Section& root, LinkConfig& link);
 void parse_training(const Section& root, TrainingConfig& t);
 
+/// The checkpoint section; after parse_nodes (it counts the server nodes).
+void parse_checkpoint(const Section& root, JobConfig& job);
+/// network.on_server_loss and server_wait_s; after parse_checkpoint.
+void parse_server_loss(const Section& root, JobConfig& job);
+
 // load_nodes.cpp: the node list, ranks and the rules across nodes. Needs
 // job.network (the default udp_port and poll mode).
 void parse_nodes(const Section& root, JobConfig& job);

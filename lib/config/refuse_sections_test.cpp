@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "config/load_test_util.h"
 
@@ -265,6 +266,90 @@ TEST(ConfigRefuse, OnWorkerLossIsFailUntilAJobCanTakeARankBack) {
   EXPECT_TRUE(refused(doc("training:\n  sync: asp\n  on_worker_loss: fail\n"), 6,
                       "training.on_worker_loss",
                       "only used by training.sync bsp (training.sync is asp)"));
+}
+
+// One refusal: the sections (doc()), the nodes, where and why.
+struct Refusal {
+  std::string sections;
+  int line;
+  std::string key;
+  std::string fragment;
+  std::string nodes = std::string(kNodes);
+};
+
+// kNodes and a second server with a worker of its own.
+const std::string kTwoServers = std::string(kNodes) +
+                                "  - name: s1\n    role: server\n    ipv4: 10.0.0.3\n"
+                                "    ports: [ring:b]\n    lcores: [3, 5]\n    shards: 1\n" +
+                                test::worker("w1", "10.0.0.4", "ring:b", "[4]");
+
+void expect_refused(const std::vector<Refusal>& cases) {
+  for (const Refusal& r : cases) {
+    EXPECT_TRUE(refused(doc(r.sections, r.nodes), r.line, r.key, r.fragment)) << r.sections;
+  }
+}
+
+TEST(ConfigRefuse, Checkpoint) {
+  const JobConfig off = load_string(doc(""), "t.yaml");
+  EXPECT_FALSE(off.checkpoint.enabled());
+  const JobConfig on =
+      load_string(doc("checkpoint:\n  dir: ckpt\n  every_versions: 50\n"), "/jobs/t.yaml");
+  EXPECT_TRUE(on.checkpoint.enabled());
+  EXPECT_EQ(on.checkpoint.dir, "ckpt");
+  EXPECT_EQ(on.checkpoint.path, "/jobs/ckpt") << "the job file's neighbour";
+  EXPECT_EQ(on.checkpoint.every_versions, 50u);
+  EXPECT_EQ(on.checkpoint.keep, 2u);
+  const JobConfig timed =
+      load_string(doc("checkpoint: {dir: /var/ckpt, every_s: 60, keep: 3}\n"), "t.yaml");
+  EXPECT_EQ(timed.checkpoint.path, "/var/ckpt");
+  EXPECT_EQ(timed.checkpoint.every_s, 60.0);
+  EXPECT_EQ(timed.checkpoint.keep, 3u);
+  EXPECT_EQ(load_string(doc("checkpoint:\n  dir: c\n  every_versions: 30\n", kTwoServers))
+                .checkpoint.every_versions,
+            30u);
+  expect_refused({
+      {"checkpoint:\n  every_versions: 5\n", 5, "checkpoint.every_versions",
+       "needs checkpoint.dir"},
+      {"checkpoint:\n  dir: ckpt\n", 5, "checkpoint.dir",
+       "checkpoint needs every_versions or every_s"},
+      {"checkpoint:\n  dir: \"\"\n  every_versions: 5\n", 5, "checkpoint.dir",
+       "names no directory"},
+      {"checkpoint:\n  dir: c\n  every_versions: 0\n", 6, "checkpoint.every_versions",
+       "out of range"},
+      {"checkpoint:\n  dir: c\n  every_s: -1\n", 6, "checkpoint.every_s", "must be > 0"},
+      {"checkpoint:\n  dir: c\n  every_versions: 5\n  keep: 0\n", 7, "checkpoint.keep",
+       "out of range"},
+      {"checkpoint:\n  dir: c\n  every_versions: 5\n  often: 1\n", 7, "checkpoint.often", ""},
+      {"training:\n  sync: asp\ncheckpoint:\n  dir: c\n  every_versions: 5\n", 7, "checkpoint.dir",
+       "checkpoints need training.sync bsp (training.sync is asp)"},
+      // Two servers cannot agree on a time.
+      {"checkpoint:\n  dir: c\n  every_s: 30\n", 6, "checkpoint.every_s",
+       "use checkpoint.every_versions", kTwoServers},
+  });
+}
+
+TEST(ConfigRefuse, OnServerLoss) {
+  EXPECT_EQ(load_string(doc("")).network.on_server_loss, OnServerLoss::kFail);
+  const std::string ckpt = "checkpoint: {dir: c, every_versions: 10}\n";
+  const JobConfig wait =
+      load_string(doc("network:\n  on_server_loss: wait\n  server_wait_s: 30\n" + ckpt));
+  EXPECT_EQ(wait.network.on_server_loss, OnServerLoss::kWait);
+  EXPECT_EQ(wait.network.server_wait_s, 30.0);
+  EXPECT_EQ(load_string(doc("network:\n  on_server_loss: wait\n" + ckpt)).network.server_wait_s,
+            60.0);
+  expect_refused({
+      {"network:\n  on_server_loss: linger\n", 5, "network.on_server_loss", "is not one of"},
+      {"network:\n  server_wait_s: 5\n", 5, "network.server_wait_s",
+       "only used with network.on_server_loss wait"},
+      {"network:\n  on_server_loss: wait\n  server_wait_s: 0\n" + ckpt, 6, "network.server_wait_s",
+       "must be > 0"},
+      {"network:\n  on_server_loss: wait\n", 5, "network.on_server_loss",
+       "wait needs checkpoint.dir"},
+      {"network:\n  on_server_loss: wait\ntraining:\n  sync: asp\n", 5, "network.on_server_loss",
+       "wait needs training.sync bsp"},
+      {"network:\n  on_server_loss: wait\n" + ckpt, 5, "network.on_server_loss",
+       "wait with 2 server nodes is not built", kTwoServers},
+  });
 }
 
 TEST(ConfigRefuse, Aggregation) {

@@ -116,7 +116,7 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
       declared_[rank] = std::move(m.tensors);
       if (rank == 0) {
         seeded_ = m.seeded;
-        start_version_ = m.seeded ? m.version : 0;
+        start_version_ = own_version_ ? *own_version_ : m.seeded ? m.version : 0;
       }
       for (const auto& d : declared_) {
         if (!d.has_value()) return;

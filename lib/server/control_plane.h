@@ -155,6 +155,13 @@ class ControlPlane {
   /// version the job starts at (0 unless it resumes): rank 0's latest.
   [[nodiscard]] bool seeded() const { return seeded_; }
   [[nodiscard]] uint32_t start_version() const { return start_version_; }
+  /// Before the job starts: this server resumes from its own checkpoint at
+  /// `version` (ps-server --resume), which every kReady carries whatever
+  /// rank 0 declares.
+  void resume_at(uint32_t version) {
+    own_version_ = version;
+    start_version_ = version;
+  }
 
   /// The net core's thread changed (ServerNode::hand_over).
   void hand_over() { owner_.hand_over(); }
@@ -203,6 +210,7 @@ class ControlPlane {
   std::vector<std::optional<std::vector<agg::TensorDecl>>> declared_;  // per rank
   bool seeded_ = false;                           // rank 0's declare: the job resumes
   uint32_t start_version_ = 0;                    // ... at this version
+  std::optional<uint32_t> own_version_;           // resume_at's
   std::map<uint64_t, uint64_t> barrier_arrived_;  // incomplete generation -> rank bitmap
   uint64_t barrier_floor_ = 0;                    // every generation below is complete
   uint64_t left_ = 0;                             // bit r: rank r left while running

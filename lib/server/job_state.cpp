@@ -82,6 +82,16 @@ void JobState::on_message_st(uint16_t rank, agg::ControlMessage&& m) {
   submit_st(*requests_.emplace_back(std::move(r)));
 }
 
+void JobState::resume_st(std::span<const std::byte> file) {
+  auto r = std::make_unique<Request>();
+  r->rank = kThisServer;
+  r->kind = agg::ControlKind::kStateSeed;
+  r->last = true;
+  r->page.assign(file.begin(), file.end());
+  seed_st(*r);
+  submit_st(*requests_.emplace_back(std::move(r)));
+}
+
 void JobState::seed_st(Request& r) {
   std::vector<agg::RecordRef> records;
   try {
@@ -165,9 +175,12 @@ bool JobState::finish_st(Request& r, std::vector<ControlReply>& replies, std::st
       }
       // A resume that failed leaves shards half restored (or never restored:
       // the workers would wait for the state's version): the job cannot go on.
-      if (!error.empty() && r.rank == 0 && seeded_ && !resumed_) {
-        refusal = "cannot resume from rank 0's checkpoint: " + error;
+      if (!error.empty() && (r.rank == 0 || r.rank == kThisServer) && seeded_ && !resumed_) {
+        refusal = (r.rank == 0 ? "cannot resume from rank 0's checkpoint: "
+                               : "cannot resume from this server's checkpoint: ") +
+                  error;
       }
+      if (r.rank == kThisServer) return true;  // nobody asked
       break;
     }
   }

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ class JobState {
   void start_st(const agg::Placement& placement, std::vector<int32_t> slot_of_shard,
                 uint32_t shards, uint32_t version, bool seeded);
 
+  /// This server resumes from its own checkpoint (ps-server --resume):
+  /// `file`'s records go to their shards as rank 0's kStateSeed pages do,
+  /// as one last page with no answer; a failure ends the job as a failed
+  /// seed does. After start_st with `seeded`.
+  void resume_st(std::span<const std::byte> file);
+
   /// A message of a kind handles() takes, from worker `rank`. Its answer
   /// comes from poll_st() (at once for a request refused before any task).
   void on_message_st(uint16_t rank, agg::ControlMessage&& m);
@@ -71,6 +78,8 @@ class JobState {
   [[nodiscard]] const ControlCounters& counters() const { return counters_; }
 
  private:
+  // The rank of resume_st's request, which nobody is answered.
+  static constexpr uint16_t kThisServer = UINT16_MAX;
   struct Request {
     uint16_t rank = 0;
     agg::ControlKind kind = agg::ControlKind::kSettings;

@@ -74,6 +74,8 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   }
   c.rx_pool_mbufs = start.rx_pool_mbufs;
   c.flow_limit = 0;  // derived from the pool the packets arrive in
+  c.checkpoints.enabled = job.checkpoint.enabled();
+  c.checkpoints.every_versions = job.checkpoint.every_versions;
   return c;
 }
 

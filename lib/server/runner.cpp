@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "job/job.h"
@@ -220,6 +221,15 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
           : UINT64_MAX;
   node::Loop loop({.idle = options_.idle, .tick_hz = hz});
   node_.attach(loop);
+  std::optional<CheckpointWriter> writer;
+  if (node_.checkpoint_sources() != nullptr && !options_.checkpoint.dir.empty()) {
+    CheckpointWriterOptions wo = options_.checkpoint;
+    wo.report = [this](const std::string& line, bool error) {
+      (error ? output_.err : output_.out)(who_ + ": " + line);
+    };
+    writer.emplace(*node_.checkpoint_sources(), std::move(wo));
+    writer->start();
+  }
   NodeState last_state = node_.state_st();
   uint64_t end_at = UINT64_MAX;  // end_with_job: when the job's end stops the loop
   loop.every(hz / 10, [&](uint64_t now) {
@@ -247,6 +257,7 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
   });
   loop.run(stop);
   const NodeState final_state = node_.state_st();
+  if (writer) writer->stop();  // before the shards and their snapshots go
   node_.stop();
   node_.refresh_port_stats_st();  // the ports are still open: the totals include their drops
   published_.publish_st(node_.counters_st());
@@ -261,6 +272,19 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
               std::to_string(c.net.tx_retransmits) + " retransmissions" +
               retransmission_text(node_.peer_totals_st()) + ", drops:" + drops_text(c) +
               async_fanout_text(c) + staleness_text(c) + membership_text(c));
+  if (writer) {
+    const CheckpointCounters& k = writer->counters();
+    uint64_t skipped = 0, failed = k.failures.load();
+    for (const auto& snap : node_.checkpoint_sources()->snapshots) {
+      skipped += snap->skipped();
+      failed += snap->failed();
+    }
+    output_.out(who_ + ": checkpoints: " + std::to_string(k.written.load()) + " written (" +
+                std::to_string(k.bytes.load()) + " bytes), the last at version " +
+                std::to_string(k.last_version.load()) + ", " + std::to_string(failed) +
+                " failed, " + std::to_string(skipped) +
+                " skipped (the previous one still being written)");
+  }
   return final_state;
 }
 

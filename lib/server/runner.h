@@ -14,9 +14,9 @@
 // Threads: construct, add_telemetry() and run() on the thread that owns
 // the node (EAL's main lcore when the node has shard cores). run() starts
 // one more thread, which prints the stats line once a second from the
-// published counters and the ports' frame counters, and joins it before
-// returning. The texts go to Output's functions (stdout and stderr by
-// default); the library never exits the process.
+// published counters and the ports' frame counters, and with checkpoints
+// the CheckpointWriter's, and joins them before returning. The texts go to Output's functions
+// (stdout and stderr by default); the library never exits the process.
 #pragma once
 
 #include <atomic>
@@ -29,6 +29,7 @@
 #include "config/config.h"
 #include "net/node.h"
 #include "node/idle.h"
+#include "server/checkpoint.h"
 #include "server/server_node.h"
 #include "telemetry/telemetry.h"
 
@@ -51,6 +52,11 @@ struct RunnerOptions {
   /// refused (a failure: it serves kRefusedGrace longer, so that the refusal
   /// reaches every worker still there). false: only `stop` or `seconds`.
   bool end_with_job = false;
+  /// Background checkpoints (docs/server.md, "Durability"): with a `dir`
+  /// and a node whose checkpoint_sources() is set, run() starts a
+  /// CheckpointWriter thread and stops it (a complete snapshot written)
+  /// before it stops the node. `report` is the runner's.
+  CheckpointWriterOptions checkpoint;
 };
 
 /// How long a refused job's node keeps serving before run() returns, with

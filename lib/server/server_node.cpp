@@ -111,6 +111,11 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
       [this](const agg::Placement& p) { return start_shards(p); }, now, config.placement,
       config.fanout != Fanout::kEvery);
   job_state_.emplace([this](uint32_t slot, ShardTask& t) { submit_task_st(slot, t); });
+  if (config.checkpoints.enabled) {
+    checkpoints_ = std::make_unique<CheckpointSources>();
+    checkpoints_->plan.every_versions = config.checkpoints.every_versions;
+  }
+  if (config.resume) control_->resume_at(config.resume->version);
   launch_cores();
 }
 
@@ -238,6 +243,15 @@ void ServerNode::build_shards(const agg::Placement& placement) {
         placement, sc, config_.sync_policy(), fanout, *buffers_, config_.fanout_backlog,
         config_.fanout, config_.snapshots, config_.unit_chunks, config_.staleness_bound));
     started_.push_back(&shards_.back()->started());
+    if (checkpoints_) {
+      checkpoints_->snapshots.push_back(std::make_unique<ShardSnapshot>(
+          shards_.back()->table(), checkpoints_->plan, placement.fingerprint()));
+      shards_.back()->set_snapshot(checkpoints_->snapshots.back().get());
+    }
+  }
+  if (checkpoints_) {
+    checkpoints_->job = placement.fingerprint();
+    checkpoints_->running.store(true, std::memory_order_release);  // the writer's acquire
   }
 }
 
@@ -247,10 +261,28 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
     // The versions of an asynchronous job's chunks are not one step boundary.
     return "rank 0 resumes the job from a checkpoint, which needs training.sync bsp";
   }
+  if (config_.resume && control_->seeded()) {
+    return "rank 0 resumes the job from its state file, and this server from its checkpoint " +
+           config_.resume->path + " (ps-server --resume): one or the other";
+  }
   try {
+    if (config_.resume) {
+      // Before anything is built: this job's tensors and shards against the file.
+      const job::ShardLayout& layout = config_.layout;
+      try {
+        agg::check_server_state(config_.resume->bytes, placement,
+                                layout.first[config_.server_index],
+                                layout.count(config_.server_index), config_.chunk_bytes,
+                                config_.optimizer.kind, config_.optimizer.decoupled_weight_decay);
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("the checkpoint " + config_.resume->path +
+                                    " is not this job's: " + e.what());
+      }
+    }
     check_levels(placement);
     build_shards(placement);
   } catch (const std::exception& e) {
+    if (checkpoints_) checkpoints_->snapshots.clear();
     started_.clear();
     shards_.clear();
     shard_slot_.assign(total_shards_, -1);
@@ -260,9 +292,10 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
     shards_[i]->hand_over();  // built here, run there
     cores_[i]->attach(shards_[i].get());
   }
-  seeded_ = control_->seeded();
+  seeded_ = control_->seeded() || config_.resume != nullptr;
   job_state_->start_st(placement, shard_slot_, static_cast<uint32_t>(shards_.size()),
                        control_->start_version(), seeded_);
+  own_resume_pending_ = config_.resume != nullptr;
   return {};
 }
 
@@ -561,6 +594,12 @@ uint32_t ServerNode::poll_port_st(uint32_t p, transport::Tick now) {
 uint32_t ServerNode::poll_control_st(transport::Tick now) {
   MERCURY_OWNED(owner_);
   now_ = now;
+  if (own_resume_pending_ && running_ && control_channel_->settled_st()) {
+    // Every rank has its kReady (the resumed version its pulls wait for):
+    // the chunks may go out.
+    own_resume_pending_ = false;
+    job_state_->resume_st(config_.resume->bytes);
+  }
   if (job_state_->pending_st() || !job_state_unsent_.empty()) poll_job_state_st();
   if (restarted_ != 0) handle_restarts_st();
   if (detach_pending_) detach_left_ports_st();

@@ -75,6 +75,7 @@
 #include "net/packet_port.h"
 #include "node/control_channel.h"
 #include "node/loop.h"
+#include "server/checkpoint.h"
 #include "server/control_plane.h"
 #include "server/counters.h"
 #include "server/job_state.h"
@@ -151,6 +152,23 @@ struct ServerNodeConfig {
   /// known): what node_config() sizes the shard rings by, and what the
   /// runner's warning about small pools compares with.
   uint64_t rx_pool_mbufs = 0;
+  /// Background checkpoints (docs/server.md, "Durability"): the shards
+  /// snapshot every multiple of `every_versions` (or, with `by_time`, the
+  /// version the writer arms when every_s has passed); a CheckpointWriter
+  /// (the Runner's) writes them. Off unless `enabled`.
+  struct Checkpoints {
+    bool enabled = false;
+    uint32_t every_versions = 0;
+  } checkpoints;
+  /// ps-server --resume: this server's checkpoint (checkpoint.h,
+  /// load_checkpoint), checked in itself and against the job file's
+  /// optimizer. When every worker declared, it is checked against the
+  /// placement (agg::check_server_state; a mismatch refuses the job naming
+  /// it), kReady carries its version, no kInit is taken, and once every rank
+  /// acknowledged its kReady each shard restores its chunks at that version
+  /// and sends them to every worker. Null: the job starts from rank 0's
+  /// initial values (or rank 0's state).
+  std::shared_ptr<const CheckpointFile> resume;
 };
 
 // The node's gauges (values now, not totals).
@@ -291,6 +309,9 @@ class ServerNode final : private node::ControlChannel::Handler {
   /// The shard with global id `global_id` if this node runs it (null otherwise,
   /// or before the placement). With shard cores, read its table only after stop().
   [[nodiscard]] const Shard* shard(uint32_t global_id) const;
+  /// Background checkpoints (ServerNodeConfig::checkpoints): what a
+  /// CheckpointWriter reads, from any thread; null when off.
+  [[nodiscard]] CheckpointSources* checkpoint_sources() { return checkpoints_.get(); }
   /// The lcore running shard `global_id` (-1 inline or not ours).
   [[nodiscard]] int shard_lcore(uint32_t global_id) const;
   /// Flow control of port `port`: the buffers of its packets the
@@ -415,7 +436,12 @@ class ServerNode final : private node::ControlChannel::Handler {
   // Asynchronous jobs: a rank out of the job, one kRemove task per shard
   // (kept until the shard ran it; docs/membership.md).
   std::vector<std::unique_ptr<ShardTask>> removals_;
-  bool seeded_ = false;         // the job resumes from rank 0's checkpoint: no kInit
+  bool seeded_ = false;  // the job resumes from a checkpoint: no kInit
+  // Background checkpoints: the plan and the shards' snapshots the
+  // Runner's writer reads (null when off).
+  std::unique_ptr<CheckpointSources> checkpoints_;
+  // --resume: the shards restore config_.resume once every kReady is acknowledged.
+  bool own_resume_pending_ = false;
   std::vector<Stage> stages_;   // per shard core: items not yet enqueued
   std::vector<PortFlow> flow_;  // per port
   // Per port: its workers' ranks, and whether it is detached because they

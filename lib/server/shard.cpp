@@ -153,6 +153,12 @@ void Shard::on_update(const agg::Update& u) {
   // update, must find the chunk's set empty (server/started_sets.h).
   started_.cleared_st(u.key, u.offset);
   ++counters_.updates;
+  // A checkpoint's copy comes before the update can go out: no worker can
+  // send the chunk's next gradient yet (snapshot.h). Initial or restored
+  // values (no contributor) are no new state.
+  if (snapshot_ != nullptr && u.contributors != 0) {
+    snapshot_->on_update_st(u.key, u.offset, u.version);
+  }
   if (rule_ != Fanout::kEvery) {
     fanout_async_st(u);
     return;

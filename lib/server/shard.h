@@ -98,6 +98,7 @@
 #include "server/counters.h"
 #include "server/fanout.h"
 #include "server/shard_task.h"
+#include "server/snapshot.h"
 #include "server/started_sets.h"
 #include "transport/endpoint.h"
 
@@ -212,7 +213,12 @@ class Shard final : public agg::ChunkSink {
     owner_.hand_over();
     releases_.hand_over();
     started_.hand_over();
+    if (snapshot_ != nullptr) snapshot_->hand_over();
   }
+  /// Control path, before the shard runs: background checkpoints copy each
+  /// chunk into `s` at a checkpoint version (snapshot.h), in on_update
+  /// before the fan-out. `s` must outlive the shard's updates.
+  void set_snapshot(ShardSnapshot* s) { snapshot_ = s; }
   /// Any thread: which chunks' sets hold a contribution (flow control).
   [[nodiscard]] const StartedSets& started() const { return started_; }
 
@@ -337,6 +343,7 @@ class Shard final : public agg::ChunkSink {
   BufferReleases releases_;                 // before table_: its destructor releases into it
   base::Owner owner_;                       // the shard's core
   base::Owner admission_;                   // the net core (staging credits)
+  ShardSnapshot* snapshot_ = nullptr;       // background checkpoints (null: off)
   std::unique_ptr<agg::ChunkTable> table_;  // last: its destructor releases through this sink
 };
 

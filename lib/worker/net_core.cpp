@@ -71,7 +71,8 @@ uint32_t NetCore::poll_st(transport::Tick now) {
   if (stopped_ || stop_) return work;
   if (endpoint_) {
     work += endpoint_->poll_st(now);
-    if (!push_queue_.empty()) work += send_pushes_st();
+    if (restarted_servers_ != 0) handle_restarts_st();
+    if (!push_queue_.empty() && !recovering()) work += send_pushes_st();
     work += complete_pulls_st();
     if (phase_ == Phase::kInitialising &&
         pulls_->counters_st().versions_completed >= table_.tensors()) {
@@ -87,8 +88,11 @@ uint32_t NetCore::poll_st(transport::Tick now) {
           base_[t] = start_version_;
         }
         next_push_ = start_version_;
-        start_->complete();
-        start_.reset();
+        if (start_) {
+          start_->complete();
+          start_.reset();
+        }
+        if (rolling_back_) finish_rollback_st();
       }
     }
   }
@@ -167,8 +171,20 @@ void NetCore::take_st(Request& r, transport::Tick now) {
     start_st(r.handle, now);
     return;
   }
-  if (phase_ != Phase::kRunning) {
-    const std::string why = !broken_.empty() ? broken_ : "the worker has not started";
+  if (r.kind == Kind::kRollBack) {
+    roll_back_st(r);
+    return;
+  }
+  if (phase_ != Phase::kRunning || r.rollbacks != rollbacks_) {
+    const std::string why =
+        !broken_.empty() ? broken_
+        : recovering()   ? lost_text_ +
+                             "; waiting for it to come back: roll_back() says the version to "
+                             "replay from"
+        : phase_ == Phase::kRunning
+            ? "the job rolled back to version " + std::to_string(start_version_) +
+                  " after this call was made: roll_back() first"
+            : "the worker has not started";
     r.handle.fail(why);
     if (r.push) r.push->fail(why);
     return;
@@ -288,7 +304,10 @@ void NetCore::break_st(const std::string& why) {
     start_.reset();
   }
   phase_ = Phase::kFailed;
+  rolling_back_ = false;
   fail_pending_st(why);
+  for (const Handle& h : roll_back_waiters_) h.fail(why);
+  roll_back_waiters_.clear();
 }
 
 void NetCore::fail_pending_st(const std::string& why) {
@@ -335,19 +354,29 @@ void NetCore::slow_st(transport::Tick now) {
       uint32_t missing = 0;
       std::string first;
       for (TensorId t = 0; t < table_.tensors(); ++t) {
-        if (version_in_st(t, 0)) continue;
+        if (version_in_st(t, start_version_)) continue;
         if (missing++ == 0) first = table_.tensor(t).name;
       }
-      fail_start_st("start: version 0 (rank 0's initial parameters) of " + std::to_string(missing) +
-                    " of " + std::to_string(table_.tensors()) + " tensors did not arrive" + within +
-                    " (first: '" + first + "')");
+      const std::string what =
+          rolling_back_ ? lost_text_ + "; version " + std::to_string(start_version_) +
+                              " (the one it resumed at) of "
+          : start_version_ == 0 ? std::string("start: version 0 (rank 0's initial parameters) of ")
+                                : "start: version " + std::to_string(start_version_) + " of ";
+      fail_start_st(what + std::to_string(missing) + " of " + std::to_string(table_.tensors()) +
+                    " tensors did not arrive" + within + " (first: '" + first + "')");
     }
   }
   const auto every = [](uint32_t) { return true; };
-  if (endpoint_ && broken_.empty()) {
+  if (endpoint_ && broken_.empty() && phase_ != Phase::kRecovering) {
     if (const std::optional<uint32_t> lost = control_->lost_st(every)) {
-      break_st(server_name(static_cast<uint16_t>(*lost)) + " stopped answering");
+      lose_server_st(static_cast<uint16_t>(*lost),
+                     server_name(static_cast<uint16_t>(*lost)) + " stopped answering");
     }
+  }
+  if (phase_ == Phase::kRecovering && now > recover_deadline_) {
+    break_st(lost_text_ + "; it did not come back within " +
+             std::to_string(config_.server_wait_ms / 1000.0).substr(0, 6) +
+             " s (network.server_wait_s)");
   }
   // While the job runs, a heartbeat to every server each keepalive
   // interval: the transport's liveness names a dead server even when

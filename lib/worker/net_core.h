@@ -103,6 +103,13 @@ struct NetCoreConfig {
   /// which a resumed state and changed settings must fit, and the job
   /// file's hyperparameters, Worker::hyperparameters() until changed.
   agg::OptimizerConfig optimizer_config;
+  /// network.on_server_loss wait: a server named lost (or seen restarted)
+  /// abandons what is pending and is waited for, at most server_wait_ms;
+  /// when it answers the declarations again the job rolls back to its
+  /// version (docs/worker.md, "Errors"). Otherwise a lost server
+  /// breaks the worker.
+  bool wait_for_servers = false;
+  uint32_t server_wait_ms = 60'000;
 
   [[nodiscard]] uint32_t total_shards() const {
     uint32_t n = 0;
@@ -127,7 +134,17 @@ std::shared_ptr<const Resume> make_resume(const TensorTable& table, const NetCor
 
 /// What a trainer thread asks of the net core.
 struct Request {
-  enum class Kind : uint8_t { kStart, kPush, kPull, kPushPull, kBarrier, kStop, kSettings, kState };
+  enum class Kind : uint8_t {
+    kStart,
+    kPush,
+    kPull,
+    kPushPull,
+    kBarrier,
+    kStop,
+    kSettings,
+    kState,
+    kRollBack
+  };
   Kind kind = Kind::kStop;
   TensorId tensor = 0;
   uint32_t iteration = 0;  ///< kPush, kPushPull: the version the gradient was computed from
@@ -152,6 +169,10 @@ struct Request {
   agg::Hyperparameters values;
   std::vector<std::byte>* state_out = nullptr;
   std::shared_ptr<const Resume> resume;
+  /// The rollbacks the trainer side had acknowledged when it made the
+  /// request (Worker::roll_back): a request from before the latest
+  /// rollback counts versions the job no longer has, and fails.
+  uint32_t rollbacks = 0;
 };
 
 /// The PMD's drop counters (net::PortDrops), by name, in its order.
@@ -182,6 +203,11 @@ struct PublishedStats {
   /// The version the job started at (kReady's: 0, or a resumed state's),
   /// stored before the start's handle completes.
   std::atomic<uint32_t> start_version{0};
+  /// Rollbacks done (a lost server came back, docs/worker.md "A lost
+  /// server") and the version of the latest, stored (release, after the
+  /// version) before the roll_back requests waiting for it complete.
+  std::atomic<uint32_t> rollback_version{0};
+  std::atomic<uint32_t> rollbacks{0};
   /// Written once by the net core (control path), before it fails the
   /// handles; read by the trainer after a handle failed.
   void set_failure(const std::string& why) {
@@ -261,10 +287,22 @@ class NetCore final : public transport::PacketReceiver,
   // copied into the trainer's buffers (the endpoint releases the buffer).
   bool on_packet(uint16_t peer, const wire::HeaderFields& h, std::span<const std::byte> payload,
                  net::PacketBuf* buf) override;
+  // A server came back with a new epoch (noted; handled after the endpoint's pass).
+  void on_peer_restarted(uint16_t peer) override { restarted_servers_ |= uint64_t{1} << peer; }
 
  private:
   // kLeaving: stopped, waiting for the servers to acknowledge kLeave.
-  enum class Phase : uint8_t { kIdle, kDeclaring, kInitialising, kRunning, kLeaving, kFailed };
+  // kRecovering: a server was lost (on_server_loss wait), waited for until
+  // it answers the declarations again; then kInitialising at its version.
+  enum class Phase : uint8_t {
+    kIdle,
+    kDeclaring,
+    kInitialising,
+    kRunning,
+    kLeaving,
+    kFailed,
+    kRecovering
+  };
   struct PendingPush {
     TensorId tensor = 0;
     uint32_t iteration = 0;  // BSP: the version it came from; else the tensor's clock
@@ -328,6 +366,15 @@ class NetCore final : public transport::PacketReceiver,
   // A server failed: every pending handle fails with `why`, and so does every later request.
   void break_st(const std::string& why);
   void fail_pending_st(const std::string& why);
+  // A lost server (net_core_recover.cpp): with wait_for_servers, what is
+  // pending is abandoned and the server waited for; otherwise break_st.
+  void lose_server_st(uint16_t server, const std::string& why);
+  void handle_restarts_st();
+  void on_recovered_ready_st(uint16_t server, const agg::ControlMessage& m);
+  void finish_rollback_st();
+  void roll_back_st(const Request& r);
+  [[nodiscard]] uint16_t server_of_key(uint32_t key) const;
+  [[nodiscard]] bool recovering() const { return phase_ == Phase::kRecovering || rolling_back_; }
   bool send_control_st(uint16_t server, const agg::ControlMessage& m);
   // node::ControlChannel::Handler: a server's message, and one of ours lost.
   void on_control_st(uint32_t server, agg::ControlMessage&& m) override;
@@ -406,6 +453,18 @@ class NetCore final : public transport::PacketReceiver,
   // none) and the version whose first chunk was marked.
   std::vector<uint32_t> timeline_push_;
   std::vector<uint32_t> timeline_first_;
+
+  // A lost server (on_server_loss wait): which, why, until when it is
+  // waited for; servers seen restarted by the endpoint (a bit each);
+  // rolling back: kInitialising at the version it resumed from; the
+  // rollbacks done and the roll_back requests waiting for the next.
+  uint16_t lost_server_ = 0;
+  std::string lost_text_;
+  transport::Tick recover_deadline_ = 0;
+  uint64_t restarted_servers_ = 0;
+  bool rolling_back_ = false;
+  uint32_t rollbacks_ = 0;
+  std::vector<Handle> roll_back_waiters_;
 
   transport::Tick port_stats_at_ = 0;  // the next read of the PMD's drops
   uint64_t control_malformed_ = 0;     // messages of a kind a worker is never sent

@@ -11,6 +11,10 @@
 namespace mercury::worker {
 
 void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
+  if (phase_ == Phase::kRecovering) {
+    on_recovered_ready_st(server, m);
+    return;
+  }
   if (phase_ != Phase::kDeclaring || server >= ready_.size()) return;
   if (m.shards != table_.shards()) {
     fail_start_st("start: " + server_name(server) + " says the job has " +
@@ -75,7 +79,7 @@ void NetCore::on_control_failed_st(uint32_t server, const transport::SendResult&
     fail_start_st("start: the declarations did not reach " +
                   server_name(static_cast<uint16_t>(server)) + ": " + std::string(r.error));
   } else {
-    break_st(std::string(r.error));
+    lose_server_st(static_cast<uint16_t>(server), std::string(r.error));
   }
 }
 
@@ -100,7 +104,8 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
     case agg::ControlKind::kRefused:
       if (phase_ == Phase::kDeclaring) {
         fail_start_st("start: " + server_name(peer) + " refused the declarations: " + m.text);
-      } else if (phase_ == Phase::kInitialising || phase_ == Phase::kRunning) {
+      } else if (phase_ == Phase::kInitialising || phase_ == Phase::kRunning ||
+                 phase_ == Phase::kRecovering) {
         // A server giving up on the job (e.g. another rank died): every
         // pending and later request fails with its reason instead of waiting
         // for aggregates that will never come.

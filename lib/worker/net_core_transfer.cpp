@@ -123,7 +123,7 @@ void NetCore::on_push_sent(void* self, const transport::SendResult& r) {
     }
   }
   core.pulls_dirty_ = true;
-  if (!r.ok()) core.break_st(std::string(r.error));
+  if (!r.ok()) core.lose_server_st(core.server_of_key(key), std::string(r.error));
 }
 
 // ---------------------------------------------------------------------------

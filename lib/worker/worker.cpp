@@ -67,6 +67,8 @@ struct Worker::Impl {
   std::atomic<uint64_t> barrier_generation{0};
   // The version the job started at: pushes count from it (set by start()).
   std::atomic<uint32_t> first_version{0};
+  // Rollbacks the trainer acknowledged (roll_back): every request carries it.
+  std::atomic<uint32_t> rollbacks_seen{0};
   // Settings and checkpoints: this process's view of the servers'
   // hyperparameters, and the state to resume from (rank 0 sends it).
   mutable std::mutex settings_mutex;
@@ -89,6 +91,7 @@ struct Worker::Impl {
       callers.fetch_sub(1, std::memory_order_release);
       throw UsageError(std::string(call) + ": the worker has been shut down");
     }
+    r.rollbacks = rollbacks_seen.load(std::memory_order_acquire);
     while (!queue.try_push_mp(r)) std::this_thread::yield();  // full: the net core drains it
     doorbell.ring();
     callers.fetch_sub(1, std::memory_order_release);
@@ -263,6 +266,8 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   }
   if (c.servers.empty()) throw WorkerError(job.source + ": the job has no server");
   c.chunk_bytes = job.payload_bytes_per_packet();
+  c.wait_for_servers = job.network.on_server_loss == config::OnServerLoss::kWait;
+  c.server_wait_ms = static_cast<uint32_t>(job.network.server_wait_s * 1000);
   // The same derivation as every other node (lib/job); the TSC rate is set
   // by the net core once EAL is up.
   c.endpoint = job::endpoint_config(job, static_cast<uint16_t>(me->index), job::fresh_epoch(), 0);
@@ -655,6 +660,30 @@ uint32_t Worker::start_version() const {
   const Impl& i = *impl_;
   if (!started()) throw UsageError("start_version: the worker has not started");
   return i.stats.start_version.load(std::memory_order_acquire);
+}
+
+uint32_t Worker::roll_back() {
+  Impl& i = *impl_;
+  i.check_live("roll_back");
+  if (!started()) throw UsageError("roll_back: the worker has not started");
+  i.check_may_block("roll_back");
+  Handle h;
+  Request r{Request::Kind::kRollBack, 0, 0, 0, 0, false, 0, nullptr, nullptr, h, std::nullopt};
+  i.submit(r, "roll_back");
+  if (!h.wait()) throw WorkerError("roll_back: " + i.failure(h));
+  // The net core stored the version before the count (release).
+  const uint32_t done = i.stats.rollbacks.load(std::memory_order_acquire);
+  const uint32_t version = i.stats.rollback_version.load(std::memory_order_relaxed);
+  // Every tensor's pushes count from the version again.
+  i.first_version.store(version, std::memory_order_relaxed);
+  for (uint32_t t = 0; t < i.table.tensors(); ++t) {
+    i.iterations[t].store(0, std::memory_order_relaxed);
+  }
+  // The barriers too: the ranks abandoned theirs at different points, and
+  // the server that came back has seen none.
+  i.barrier_generation.store(0, std::memory_order_relaxed);
+  i.rollbacks_seen.store(done, std::memory_order_release);
+  return version;
 }
 
 void Worker::barrier() {

@@ -587,6 +587,12 @@ int mercury_worker_start_version(mercury_worker* w, uint32_t* version_out) {
   return guarded([&] { *version_out = w->worker.start_version(); });
 }
 
+int mercury_worker_roll_back(mercury_worker* w, uint32_t* version_out) {
+  if (w == nullptr) return null_argument("mercury_worker_roll_back", "worker");
+  if (version_out == nullptr) return null_argument("mercury_worker_roll_back", "version_out");
+  return guarded([&] { *version_out = w->worker.roll_back(); });
+}
+
 int mercury_handle_wait(mercury_handle* h) {
   if (h == nullptr) return null_argument("mercury_handle_wait", "handle");
   return h->handle.wait() ? MERCURY_OK : MERCURY_E_FAILED;

@@ -25,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from netns import bridge_namespaces, remove_namespaces  # noqa: E402
+
 MODES = [("asp", ""), ("ssp", "staleness_bound: 1, "), ("psplus", "staleness_lr: none, "),
          ("bsp", "")]
 LINK = "link: {loss: 0.02, reorder: 0.01, duplicate: 0.01, seed: 7}"
@@ -152,32 +155,15 @@ def refused_stateful(build, mode, extra):
     return None
 
 
-def sh(*args, check=True):
-    return subprocess.run(args, capture_output=True, text=True, check=check)
-
-
 def run_namespaces(build, model, mode, extra):
     tag = "ms%d%s" % (os.getpid() % 10000, mode[:2])
     nodes = ["s0"] + ["w%d" % w for w in range(WORKERS)]
-    ns = {n: "%s-%s" % (tag, n) for n in nodes + ["br"]}
+    ns = {}
     d = tempfile.mkdtemp(prefix="mercury-sync-")
     job = os.path.join(d, "job.yaml")
     procs = []
     try:
-        sh("ip", "netns", "add", ns["br"])
-        sh("ip", "-n", ns["br"], "link", "add", "br0", "type", "bridge")
-        sh("ip", "-n", ns["br"], "link", "set", "br0", "up")
-        for i, n in enumerate(nodes):
-            sh("ip", "netns", "add", ns[n])
-            sh("ip", "link", "add", "v%d-%s" % (i, tag), "type", "veth", "peer", "name",
-               "p%d-%s" % (i, tag))
-            sh("ip", "link", "set", "v%d-%s" % (i, tag), "netns", ns[n])
-            sh("ip", "-n", ns[n], "link", "set", "v%d-%s" % (i, tag), "name", "eth0")
-            sh("ip", "link", "set", "p%d-%s" % (i, tag), "netns", ns["br"])
-            sh("ip", "-n", ns["br"], "link", "set", "p%d-%s" % (i, tag), "master", "br0")
-            sh("ip", "-n", ns["br"], "link", "set", "p%d-%s" % (i, tag), "up")
-            sh("ip", "-n", ns[n], "link", "set", "eth0", "up")
-            sh("ip", "-n", ns[n], "link", "set", "lo", "up")
+        ns = bridge_namespaces(tag, nodes)
         y = [job_head(mode, extra, tag), "nodes:",
              "  - {name: s0, role: server, ipv4: 10.79.0.1, ports: [\"net_af_packet0,iface=eth0\"],"
              " lcores: [0, 1], shards: 1}"]
@@ -219,8 +205,7 @@ def run_namespaces(build, model, mode, extra):
             if p.poll() is None:
                 p.kill()
         subprocess.run(["pkill", "-KILL", "-f", "--", "--config %s" % job])
-        for n in ns.values():
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        remove_namespaces(ns)
         subprocess.run(["rm", "-rf", d])
 
 

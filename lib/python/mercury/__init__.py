@@ -412,6 +412,16 @@ class Worker:
         """The version the job started at: 0, or the resumed state's."""
         return self._w.start_version()
 
+    def roll_back(self) -> int:
+        """After a call failed because a server was lost (the job file's
+        network.on_server_loss: wait): waits until the server is back from
+        its checkpoint and every declared tensor holds the version it
+        resumed at, and returns that version, the same on every rank under
+        bsp. The trainer goes on from it (reloading its data position: the
+        batches after that many steps). Raises WorkerError if the server
+        did not come back within network.server_wait_s."""
+        return self._w.roll_back()
+
     # ---- transfers ----
 
     def _buffer(self, k: int, x: Any, what: str) -> Tuple[Any, int]:

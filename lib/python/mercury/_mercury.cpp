@@ -471,6 +471,12 @@ class PyWorker {
 
   uint32_t start_version() const { return live().start_version(); }
 
+  uint32_t roll_back() {
+    mw::Worker& w = live();
+    py::gil_scoped_release release;
+    return w.roll_back();
+  }
+
   py::dict stats() const {
     const mw::WorkerStats s = live().stats();
     py::dict d;
@@ -680,6 +686,7 @@ PYBIND11_MODULE(_mercury, m) {
       .def("server_state", &PyWorker::server_state)
       .def("resume_from", &PyWorker::resume_from)
       .def("start_version", &PyWorker::start_version)
+      .def("roll_back", &PyWorker::roll_back)
       .def("stats", &PyWorker::stats);
 
   m.def("run_callbacks", &run_callbacks);

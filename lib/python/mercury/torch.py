@@ -927,6 +927,32 @@ class DistributedModel(torch.nn.Module):
         self._grads_ready = False
         self._optimizer.step()
 
+    def roll_back(self) -> int:
+        """After a step failed because a server was lost (the job file's
+        ``network.on_server_loss: wait``): waits until the server is back
+        from its checkpoint, abandons the step that was in flight, and
+        returns the version every rank goes on from: the number of steps
+        the servers' state holds. The module's parameters (and synced
+        buffers) then hold that version; the trainer reloads its data
+        position from it (the batches after that many steps) and runs the
+        step again. Needs a server-side optimizer: with ``sum`` the local
+        optimizer's state is the trainer's to restore. Raises WorkerError if
+        the server did not come back within ``network.server_wait_s``."""
+        if self._sum:
+            raise UsageError("mercury.torch: roll_back() with training.optimizer sum: the "
+                             "local optimizer's state is not on the servers; restore it from "
+                             "the trainer's own checkpoint")
+        version = self._worker.roll_back()
+        # What the abandoned step had in flight failed with the server.
+        self._pending.clear()
+        self._pushed.clear()
+        self._accumulated.clear()
+        self._passes = 0
+        self._forwarded = False
+        self._pass_open = False
+        self._pass_syncs = False
+        return version
+
     def synchronize(self) -> None:
         """Waits for every transfer in flight. With a server-side optimizer
         the parameters (and buffers) are then the newest version: before

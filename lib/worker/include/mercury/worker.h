@@ -356,6 +356,21 @@ class Worker {
   /// UsageError before start.
   [[nodiscard]] uint32_t start_version() const;
 
+  /// After a call failed because a server was lost, with the job file's
+  /// network.on_server_loss wait (docs/worker.md, "Errors"): waits
+  /// until the server is back from its checkpoint and every tensor holds
+  /// the version it resumed at, in the declared buffers, and returns that
+  /// version: the trainer goes on from it (under bsp every rank gets the
+  /// same), reloading its data position; every tensor's pushes count from
+  /// it again, and barriers from their first generation (the server that
+  /// came back has seen none). Calls made between the loss and roll_back() fail. Returns at
+  /// once if the rollback is done already. Throws WorkerError if the
+  /// server did not come back within network.server_wait_s (or the job
+  /// failed otherwise, or no server was lost), UsageError before start or
+  /// after shutdown. Not from a completion callback. Thread-safe, but the
+  /// trainer's other threads must not push meanwhile.
+  uint32_t roll_back();
+
   /// Stops the net core: handles still pending fail ("the worker was shut
   /// down ..."), EAL is cleaned up if the worker started it. Idempotent;
   /// every later call but the accessors throws UsageError. Not from a

@@ -216,6 +216,12 @@ void mercury_state_release(void* state);
 int mercury_worker_resume_from(mercury_worker* worker, const void* state, size_t size);
 /* The version the job started at (Worker::start_version). */
 int mercury_worker_start_version(mercury_worker* worker, uint32_t* version_out);
+/* After a call failed because a server was lost (network.on_server_loss:
+ * wait): waits for the server to come back and stores the version the job
+ * rolled back to (Worker::roll_back). MERCURY_E_WORKER when it did not come
+ * back in time or no server was lost (mercury_last_error says why). Symbol
+ * version MERCURY_4. */
+int mercury_worker_roll_back(mercury_worker* worker, uint32_t* version_out);
 
 /* Element types (mercury/worker.h, "Element types"): a tensor is float32,
  * bfloat16 or float16, fixed when declared; its buffers hold its elements

@@ -1,0 +1,367 @@
+#!/usr/bin/python3
+"""A server's background checkpoints and `ps-server --resume`, in processes: ps-server
+and two ps-workers over net_memif, BSP with momentum, the link emulator losing 2 % of
+the frames on every TX queue.
+
+* `resume`: a job of 7 rounds with `checkpoint.every_versions: 3` leaves the server's
+  checkpoints of versions 3 and 6 (no temporary file; a checkpoint version that comes
+  while the writer still writes the previous one is skipped, and the server counts it:
+  rounds here take a millisecond). A new server started with `--resume` serves from the
+  newest, V, and new workers run the rounds after it up to 10: ps-worker replays the
+  rounds before V in its reference and checks the resumed parameters and every later
+  round's aggregate bit for bit against it, so the resumed job is the unbroken one,
+  momentum included. Two checkpoints at most are kept.
+* `kill`: the server killed (SIGKILL) mid-run and started again at once with `--resume`,
+  each node in a network namespace of its own on a bridge (net_af_packet; a memif client
+  never reconnects), the workers with `network.on_server_loss: wait`: each worker's round
+  fails, it waits, the job rolls back to the server's newest checkpoint (the same version
+  on both ranks), ps-worker checks the parameters at that version and every later round
+  bit for bit against its replay of the unbroken run, and the job finishes. Needs root.
+  `kill_late`: the same with the server started again 2.5 s after the kill, once the
+  workers' liveness has named it lost.
+* `refused`: a checkpoint with a flipped byte, one of another optimizer (the job file
+  says adam) and one of another model (the workers declare other tensors) are refused,
+  each with its reason: the first two before the server starts, the last when the
+  workers declared (every worker is told why).
+
+  checkpoint_test.py BUILD_DIR [resume|kill|kill_late|refused ...]
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from netns import bridge_namespaces, remove_namespaces  # noqa: E402
+
+LINK = "link: {loss: 0.02, seed: 11}"
+MODEL = "a 20000 100x200\nb 300 300\nc 7000 7000\nd 64 64\n"
+OTHER_MODEL = "a 20000 100x200\nb 301 301\n"
+TIMEOUT_S = 120
+
+
+def job_text(tag, ckpt_dir, optimizer="optimizer: momentum, learning_rate: 0.01, momentum: 0.9"):
+    y = ["job: {id: 46, name: %s}" % tag,
+         "network: {mtu: 1500, peer_timeout_ms: 20000}",
+         "mempool: {mbufs: 4095, cache: 64}",
+         "eal: {memory_mb: 256, hugepages: off}",
+         "training: {sync: bsp, %s}" % optimizer,
+         "checkpoint: {dir: %s, every_versions: 3, keep: 2}" % ckpt_dir,
+         LINK,
+         "nodes:",
+         "  - name: s0", "    role: server", "    ipv4: 10.0.0.1",
+         "    mac: 02:00:00:00:00:01", "    ports:"]
+    for w in range(2):
+        y.append("      - net_memif%d,role=server,id=0,socket=/tmp/%s-w%d.sock" % (w, tag, w))
+    y += ["    lcores: [0, 2]", "    shards: 1"]
+    for w in range(2):
+        y += ["  - name: w%d" % w, "    role: worker", "    ipv4: 10.0.0.%d" % (11 + w),
+              "    mac: 02:00:00:00:00:%02x" % (0x11 + w),
+              "    ports: [\"net_memif1%d,role=client,id=0,socket=/tmp/%s-w%d.sock\"]" % (w, tag, w),
+              "    lcores: [%d]" % (1 + 2 * w)]
+    return "\n".join(y) + "\n"
+
+
+class Run:
+    """A job's processes: ps-server (with its own arguments) and two ps-workers."""
+
+    def __init__(self, build, job, model, rounds, server_args=()):
+        self.server = subprocess.Popen(
+            [os.path.join(build, "apps/ps-server"), "--config", job, "--node", "s0"] +
+            list(server_args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.workers = [subprocess.Popen(
+            [os.path.join(build, "apps/ps-worker/ps-worker"), "--config", job, "--node",
+             "w%d" % w, "--model", model, "--rounds", str(rounds)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for w in range(2)]
+
+    def finish(self):
+        """Every process's (status, output), server first; kills what is left at the bound."""
+        out = []
+        for p in [self.server] + self.workers:
+            try:
+                text, _ = p.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                text, _ = p.communicate()
+                text += "\n(killed after %d s)" % TIMEOUT_S
+            out.append((p.returncode, text))
+        return out
+
+
+def ps_worker(build):
+    return os.path.join(build, "apps/ps-worker/ps-worker")
+
+
+def files(d):
+    return sorted(os.listdir(d))
+
+
+def expect(cond, what, outputs=()):
+    if cond:
+        return None
+    text = "\n".join("--- status %s\n%s" % (s, t) for s, t in outputs)
+    return what + ("\n" + text if text else "")
+
+
+def memif_setup(tmp, tag, ckpt_in_job):
+    """The checkpoint directory, the model file and the memif job file in `tmp`."""
+    ckpt = os.path.join(tmp, "ckpt")
+    os.mkdir(ckpt)
+    model = os.path.join(tmp, "model.txt")
+    with open(model, "w") as f:
+        f.write(MODEL)
+    job = os.path.join(tmp, "job.yaml")
+    with open(job, "w") as f:
+        f.write(job_text(tag, ckpt_in_job))
+    return ckpt, model, job
+
+
+def scenario_resume(build, tmp):
+    # A relative checkpoint.dir: the job file's neighbour.
+    ckpt, model, job = memif_setup(tmp, "mercury-ckpt-%d" % os.getpid(), "ckpt")
+
+    def counted(text, versions):
+        """The server's count: every checkpoint version written or skipped, none failed."""
+        m = re.search(r"checkpoints: (\d+) written .*, (\d+) failed, (\d+) skipped", text)
+        return m is not None and m.group(2) == "0" and \
+            int(m.group(1)) + int(m.group(3)) == versions
+
+    first = Run(build, job, model, 7).finish()
+    err = expect(all(s == 0 for s, _ in first), "the first job failed", first)
+    written = files(ckpt)
+    err = err or expect(written and set(written) <= {"s0.v0000000003.ckpt", "s0.v0000000006.ckpt"}
+                        and counted(first[0][1], 2),
+                        "checkpoints after 7 rounds: %s" % written, first)
+    if err:
+        return err
+    v = int(written[-1][4:14])
+    second = Run(build, job, model, 10, ["--resume", ckpt]).finish()
+    err = expect(all(s == 0 for s, _ in second), "the resumed job failed", second)
+    err = err or expect("resuming from %s/%s: version %d" % (ckpt, written[-1], v)
+                        in second[0][1], "the server's resume line", second)
+    for s, text in second[1:]:
+        err = err or expect("resumed at version %d parameters exact" % v in text,
+                            "a worker's resumed parameters", second)
+        rounds = re.findall(r"round +(\d+): .* every aggregate exact", text)
+        err = err or expect(rounds == [str(r) for r in range(v + 1, 11)], "rounds %s" % rounds,
+                            second)
+        err = err or expect("done, 10 rounds" in text, "a worker's end", second)
+    # Versions after the resumed one: 9 (from 6), or 6 and 9 (from 3).
+    later = [x for x in range(v + 3, 11, 3)]
+    err = err or expect(counted(second[0][1], len(later)) and len(files(ckpt)) <= 2 and
+                        not any(f.endswith(".tmp") for f in os.listdir(ckpt)),
+                        "checkpoints after the resumed job: %s" % files(ckpt), second)
+    return err
+
+
+def scenario_refused(build, tmp):
+    # A checkpoint to refuse: one job of 3 rounds.
+    tag = "mercury-ckref-%d" % os.getpid()
+    ckpt, model, job = memif_setup(tmp, tag, os.path.join(tmp, "ckpt"))
+    first = Run(build, job, model, 3).finish()
+    err = expect(all(s == 0 for s, _ in first) and files(ckpt) == ["s0.v0000000003.ckpt"],
+                 "the job that writes the checkpoint: %s" % files(ckpt), first)
+    if err:
+        return err
+    server = os.path.join(build, "apps/ps-server")
+    path = os.path.join(ckpt, "s0.v0000000003.ckpt")
+    good = open(path, "rb").read()
+
+    def resume_alone(job_file, directory):
+        return subprocess.run([server, "--config", job_file, "--node", "s0", "--resume",
+                               directory], capture_output=True, text=True, timeout=TIMEOUT_S)
+
+    # A flipped byte in the last record's payload.
+    bad_dir = os.path.join(tmp, "corrupt")
+    os.mkdir(bad_dir)
+    bad = bytearray(good)
+    bad[-9] ^= 0x40
+    open(os.path.join(bad_dir, "s0.v0000000003.ckpt"), "wb").write(bytes(bad))
+    r = resume_alone(job, bad_dir)
+    err = expect(r.returncode != 0 and "is corrupt: record" in r.stderr and
+                 "fails its payload CRC" in r.stderr,
+                 "a corrupt checkpoint: status %d, %s" % (r.returncode, r.stderr))
+    # Another optimizer in the job file.
+    adam = os.path.join(tmp, "adam.yaml")
+    with open(adam, "w") as f:
+        f.write(job_text(tag, ckpt, "optimizer: adam, learning_rate: 0.001"))
+    r = resume_alone(adam, ckpt)
+    err = err or expect(r.returncode != 0 and
+                        "is of optimizer momentum, the job's is adam" in r.stderr,
+                        "another optimizer: status %d, %s" % (r.returncode, r.stderr))
+    # A directory without one.
+    r = resume_alone(job, tmp)
+    err = err or expect(r.returncode != 0 and "no checkpoint of node s0 in" in r.stderr,
+                        "no checkpoint: status %d, %s" % (r.returncode, r.stderr))
+    if err:
+        return err
+    # Another model: known once the workers declared it.
+    other = os.path.join(tmp, "other.txt")
+    with open(other, "w") as f:
+        f.write(OTHER_MODEL)
+    out = Run(build, job, other, 4, ["--resume", ckpt]).finish()
+    why = "is not this job's: record 0 (byte 0) is of another job"
+    err = expect(out[0][0] == 2 and why in out[0][1], "the server refuses another model", out)
+    for s, text in out[1:]:
+        err = err or expect(s != 0 and why in text, "a worker is told why", out)
+    return err
+
+
+KILL_ROUNDS = 150
+KILL_AFTER = 40  # w0's round that announces the kill
+KILL_EVERY = 10  # checkpoint.every_versions
+
+
+class Lines:
+    """A process's output, read line by line on a thread of its own."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.lines = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    def text(self):
+        return "".join(self.lines)
+
+
+def scenario_kill(build, tmp, delay_s=0.0):
+    if os.geteuid() != 0:
+        print("kill: network namespaces need root; not run")
+        return None
+    tag = "ck%d" % (os.getpid() % 100000)
+    ns = {}
+    ckpt = os.path.join(tmp, "ckpt")
+    model = os.path.join(tmp, "model.txt")
+    with open(model, "w") as f:
+        f.write(MODEL)
+    job = os.path.join(tmp, "job.yaml")
+    with open(job, "w") as f:
+        f.write("\n".join([
+            "job: {id: 47, name: %s}" % tag,
+            "network: {mtu: 1500, peer_timeout_ms: 1500, on_server_loss: wait, "
+            "server_wait_s: 60}",
+            "mempool: {mbufs: 4095, cache: 64}",
+            "eal: {memory_mb: 256, hugepages: off}",
+            "training: {sync: bsp, optimizer: momentum, learning_rate: 0.01, momentum: 0.9}",
+            "checkpoint: {dir: %s, every_versions: %d}" % (ckpt, KILL_EVERY),
+            LINK,
+            "nodes:",
+            "  - {name: s0, role: server, ipv4: 10.78.0.1, ports: [\"net_af_packet0,iface=eth0\"],"
+            " lcores: [0, 2], shards: 1}",
+            "  - {name: w0, role: worker, ipv4: 10.78.0.11, ports: [\"net_af_packet1,iface=eth0\"],"
+            " lcores: [1]}",
+            "  - {name: w1, role: worker, ipv4: 10.78.0.12, ports: [\"net_af_packet2,iface=eth0\"],"
+            " lcores: [1]}"]) + "\n")
+    procs = []
+
+    def start(node, argv):
+        p = subprocess.Popen(["ip", "netns", "exec", ns[node]] + argv, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+        procs.append(p)
+        return Lines(p)
+
+    server_argv = [os.path.join(build, "apps/ps-server"), "--config", job, "--node", "s0"]
+    try:
+        ns.update(bridge_namespaces(tag, ["s0", "w0", "w1"]))
+        first = start("s0", server_argv)
+        workers = [start("w%d" % w, [ps_worker(build), "--config", job, "--node", "w%d" % w,
+                                     "--model", model, "--rounds", str(KILL_ROUNDS)])
+                   for w in range(2)]
+        deadline = time.monotonic() + TIMEOUT_S
+        mark = "w0 round %3d:" % KILL_AFTER
+        while mark not in workers[0].text() and time.monotonic() < deadline:
+            if any(w.proc.poll() is not None for w in workers):
+                break
+            time.sleep(0.005)
+        if mark not in workers[0].text():
+            return expect(False, "w0 never reached round %d" % KILL_AFTER,
+                          [(p.proc.poll(), p.text()) for p in [first] + workers])
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        kill_time = time.monotonic()
+        time.sleep(delay_s)
+        second = start("s0", server_argv + ["--resume", ckpt])
+        outputs = []
+        for w in workers:
+            try:
+                w.proc.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+            w.thread.join()
+            outputs.append((w.proc.returncode, w.text()))
+        try:
+            second.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            second.proc.kill()
+            second.proc.wait()
+        second.thread.join()
+        first.thread.join()
+        everything = [(-9, first.text()), (second.proc.returncode, second.text())] + outputs
+        err = expect(all(s == 0 for s, _ in outputs) and second.proc.returncode == 0,
+                     "a process of the resumed job failed", everything)
+        versions = [re.findall(r"rolled back to version (\d+): parameters exact", t)
+                    for _, t in outputs]
+        err = err or expect(all(len(v) == 1 for v in versions) and versions[0] == versions[1],
+                            "each worker rolls back once, to the same version: %s" % versions,
+                            everything)
+        if err:
+            return err
+        v = int(versions[0][0])
+        err = expect(v > 0 and v % KILL_EVERY == 0 and v <= KILL_AFTER + 2,
+                     "the version rolled back to: %d" % v, everything)
+        err = err or expect("resuming from %s/s0.v%010d.ckpt: version %d" % (ckpt, v, v)
+                            in second.text(), "the server resumed from that checkpoint",
+                            everything)
+        for _, t in outputs:
+            # The rounds from the version on, each checked against the unbroken run.
+            after = t[t.index("rolled back to version"):]
+            exact = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", after)]
+            err = err or expect(exact == list(range(v + 1, KILL_ROUNDS + 1)) and
+                                "done, %d rounds (1 rolled back)" % KILL_ROUNDS in t,
+                                "a worker's rounds after the rollback: %s" % exact[-3:],
+                                everything)
+        print("kill, restarted %.1f s later: rolled back to version %d; the job ended %.1f s "
+              "after the kill" % (delay_s, v, time.monotonic() - kill_time))
+        return err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        remove_namespaces(ns)
+
+
+SCENARIOS = {"resume": scenario_resume, "kill": scenario_kill,
+             # Started again after liveness named it lost (1.125 x the 1.5 s timeout).
+             "kill_late": lambda build, tmp: scenario_kill(build, tmp, 2.5),
+             "refused": scenario_refused}
+
+
+def main():
+    build = sys.argv[1]
+    names = sys.argv[2:] or list(SCENARIOS)
+    failed = 0
+    for name in names:
+        tmp = tempfile.mkdtemp(prefix="mercury-ckpt-")
+        try:
+            err = SCENARIOS[name](build, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print("%s: %s" % (name, "ok" if err is None else "FAILED\n" + err))
+        failed += err is not None
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
