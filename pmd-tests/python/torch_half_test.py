@@ -91,13 +91,16 @@ def worker_main(job, node, case):
         assert w.dtype(model._keys[id(p)]) == str(wire).replace("torch.", ""), case
     expect_params("version 0")
     for step in range(STEPS):
+        # The parameters this step computes with, read while no transfer is in
+        # flight (the last step ended with synchronize()): once this rank's
+        # backward pass has pushed, the next version may land in them at any time.
+        with torch.no_grad():
+            for r, q in zip(reference.parameters(), net.parameters()):
+                r.copy_(q)
         model.zero_grad()
         x, y = batch(torch, rank, step)
         torch.nn.functional.cross_entropy(model(x.to(model_dtype)).float(), y).backward()
         # Every rank's gradient from the same parameters, in the wire's dtype, widened.
-        with torch.no_grad():
-            for r, q in zip(reference.parameters(), net.parameters()):
-                r.copy_(q)
         grads = []
         for r in range(2):
             reference.zero_grad()
