@@ -7,9 +7,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/serial.h"
 #include "sched/huge_array.h"
 
 namespace mercury::agg {
+
+using base::serial_diff;
 
 namespace {
 
@@ -25,8 +28,6 @@ bool skips_step(const std::byte* push, wire::Dtype dtype) {
   std::memcpy(&bits, push, sizeof bits);
   return bits == (dtype == wire::Dtype::kBFloat16 ? kSkipStepBFloat16 : kSkipStepFloat16);
 }
-
-int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
 
 struct Layout {
   uint64_t elements = 0;

@@ -3,14 +3,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/serial.h"
+
 namespace mercury::agg {
 
-namespace {
-
-// a - b in serial arithmetic: negative when a comes before b.
-int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
-
-}  // namespace
+using base::serial_diff;
 
 std::string_view change_name(Change change) {
   switch (change) {

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
+#include "base/serial.h"
+
 namespace mercury::agg {
 
-namespace {
-int32_t serial_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
-}  // namespace
+using base::serial_diff;
 
 std::string_view AsyncPolicy::name() const {
   if (options_.lr != StalenessLr::kNone) return "staleness-scaled";

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "base/serial.h"
+
 namespace mercury::transport {
 
 /// Time in TSC ticks (Config::tsc_hz per second).
@@ -15,9 +17,8 @@ using Tick = uint64_t;
 // ---------------------------------------------------------------------------
 // Sequence-number and epoch arithmetic (RFC 1982 serial numbers).
 
-/// Signed distance a - b on the 32-bit sequence circle: correct across the
-/// wrap as long as the two are less than 2^31 apart.
-constexpr int32_t seq_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
+/// Signed distance a - b on the 32-bit sequence circle (base/serial.h).
+constexpr int32_t seq_diff(uint32_t a, uint32_t b) { return base::serial_diff(a, b); }
 constexpr bool seq_before(uint32_t a, uint32_t b) { return seq_diff(a, b) < 0; }
 /// True if epoch `a` is a later incarnation than `b` (32-bit serial compare).
 /// Epochs are milliseconds of the wall clock (job::fresh_epoch), so this is
