@@ -516,7 +516,7 @@ def train(args, node: str = "") -> int:
                 continue
             idx = batches[rank][k] if node else np.concatenate([b[k] for b in batches])
             net.zero_grad()
-            parts = np.array_split(idx, recipe.k)
+            parts = [idx] if recipe.k == 1 else np.array_split(idx, recipe.k)
             for j, part in enumerate(parts):
                 # The first K-1 micro-batches only accumulate (DDP's no_sync(); with
                 # --backward-passes the model counts the passes itself).

@@ -485,6 +485,19 @@ class Worker:
         target, _ = self._buffer(k, out, "push_pull (out)")
         return Handle(self._w.push_pull(k, g, target, code))
 
+    def _bind(self, key: Key, grad: Any) -> Tuple[int, Any, int]:
+        """push_pull's arguments for a caller that pushes the same ``grad`` into the
+        declared buffer every step (mercury.torch), checked once here:
+        _push_pull_bound() then skips the per-call checks and views."""
+        k = self._key(key)
+        g, code = self._buffer(k, grad, "push_pull (grad)")
+        return k, g, code
+
+    def _push_pull_bound(self, bound: Tuple[int, Any, int]) -> Handle:
+        """push_pull(key, grad) with _bind()'s arguments, into the declared buffer."""
+        k, g, code = bound
+        return Handle(self._w.push_pull(k, g, self._buffers[k], code))
+
     def barrier(self) -> None:
         """Blocks until every rank has called barrier() as often as this one.
         Raises WorkerError if it cannot complete."""

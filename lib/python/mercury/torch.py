@@ -268,6 +268,7 @@ class DistributedModel(torch.nn.Module):
         self._pending: Dict[int, Handle] = {}       # key -> the step's push_pull
         self._grad: Dict[int, torch.Tensor] = {}    # key -> push buffer
         self._out: Dict[int, torch.Tensor] = {}     # key -> what the servers return
+        self._bound: Dict[int, Tuple[int, Any, int]] = {}  # key -> its push_pull, checked once
         self._pushed: Set[int] = set()              # keys pushed in this step
         # update="at_step": id(param) -> the parameter's own key (the servers'
         # optimizer on rank 0's push), and that push's buffer by key.
@@ -688,6 +689,7 @@ class DistributedModel(torch.nn.Module):
                 self._keys[id(t)] = key
                 self._grad[key] = grad
                 self._out[key] = out
+                self._bound[key] = w._bind(key, grad)
                 if rule != "optimizer":
                     self._buffer_keys.append((key, t))
                 continue
@@ -712,6 +714,7 @@ class DistributedModel(torch.nn.Module):
             self._keys[id(t)] = key
             self._grad[key] = grad
             self._out[key] = out
+            self._bound[key] = w._bind(key, grad)
             if rule != "optimizer":
                 self._buffer_keys.append((key, t))
         w.start()
@@ -851,7 +854,9 @@ class DistributedModel(torch.nn.Module):
 
     def _push(self, key: int) -> None:
         self._pushed.add(key)
-        h = self._worker.push_pull(key, self._grad[key], self._out[key])
+        # The step's hot path: the buffers were checked once at declare (_bind); every
+        # key's out is its declared buffer.
+        h = self._worker._push_pull_bound(self._bound[key])
         if self._staging is not None and not self._sum:
             self._stage_in_on_pull(key, h)
         self._pending[key] = h
