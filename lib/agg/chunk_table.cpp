@@ -446,6 +446,16 @@ void ChunkTable::complete(uint64_t index) {
     }
     case UpdateRule::kOptimizerRank0:
       if ((contributors & 1) != 0) {  // rank 0's is the first, in rank order
+        // Every rank pushes the same final gradient (each averaged, unscaled and
+        // clipped alike): a set where another rank's differs is counted, as a rank
+        // whose step diverged (only rank 0's is applied).
+        const uint64_t bytes = uint64_t{ch.elements} * wire::element_bytes(ch.dtype);
+        for (uint32_t r = 1; r < n; ++r) {
+          if (std::memcmp(src[r], src[0], bytes) != 0) {
+            ++counters_.rank0_differ;
+            break;
+          }
+        }
         if (skips_step(src[0], ch.dtype)) {
           ++skipped_[index];  // the values stay; the version moves on
           ++counters_.steps_skipped;

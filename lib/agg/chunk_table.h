@@ -229,7 +229,8 @@ class ChunkSink {
   X(updates, "chunk updates applied (excluding initial values)")                          \
   X(gradient_bytes, "contribution bytes reduced")                                         \
   X(staging_full, "contributions marked copy held as buffers: no staging chunk was free") \
-  X(steps_skipped, "optimizer_rank0 updates whose rank-0 push was the skip marker")
+  X(steps_skipped, "optimizer_rank0 updates whose rank-0 push was the skip marker")       \
+  X(rank0_differ, "optimizer_rank0 updates where another rank's push differed from rank 0's")
 
 struct ChunkTableCounters {
   std::array<uint64_t, kOutcomeCount> outcomes{};  ///< per Outcome, indexed by its value

@@ -171,6 +171,35 @@ TEST(AggRules, Rank0UnderAspTakesOnlyRank0sPush) {
   EXPECT_EQ(table.version(0, 0), 2u);
 }
 
+// The optimizer on rank 0's push when the ranks push the same gradient, as they
+// should: nothing counted; then one rank's push differs in one chunk (a rank whose
+// step diverged): that update is counted, and rank 0's is applied as ever.
+TEST(AggRules, OptimizerOnRank0CountsAPushThatDiffersFromRank0s) {
+  const std::vector<TensorDecl> decls = {
+      {"w", 900, 0, wire::Dtype::kFloat32, UpdateRule::kOptimizerRank0}};
+  const Placement p = Placement::compute(decls, 1);
+  const auto chunks = chunks_of(p, 0);
+  ASSERT_GT(chunks.size(), 1u);
+  RecordingSink sink;
+  ChunkTable table(p, config_for(0, OptimizerKind::kSgd, false), make_bsp(), sink);
+  initialize(p, 0, table);
+  for (uint32_t v = 0; v < 2; ++v) {
+    std::mt19937 rng(v);
+    Grads grads(rng, chunks, kWorkers);
+    for (auto& by_rank : grads.g) {
+      for (size_t r = 1; r < by_rank.size(); ++r) by_rank[r] = by_rank[0];  // every rank rank 0's
+    }
+    if (v == 1) grads.g[1][2][0] += 1.0f;  // chunk 1, rank 2: one element differs
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      for (uint16_t r = 0; r < kWorkers; ++r) {
+        ASSERT_TRUE(taken(table.contribute(grads.make(chunks, i, r, v))));
+      }
+    }
+    EXPECT_EQ(table.counters().rank0_differ, v) << "round " << v;
+  }
+  EXPECT_EQ(table.version(0, 0), 2u);
+}
+
 // The optimizer on rank 0's push: the ranks' pushes differ here (the rule
 // takes rank 0's, not their average), and rounds 2 and 4 are skipped (rank
 // 0's pushes are the skip marker). The table goes as one of a single worker
@@ -247,6 +276,8 @@ TEST(AggRules, OptimizerOnRank0sPushSkipsMarkedSteps) {
     }
   }
   EXPECT_EQ(table.counters().steps_skipped, 2 * table.chunks());
+  // The ranks' pushes differed in every round taken (the skipped rounds' were all the marker).
+  EXPECT_EQ(table.counters().rank0_differ, 6 * table.chunks());
   EXPECT_EQ(params_of(restored), params_of(table));
   // A plain optimizer chunk restored with fewer steps than its version is refused.
   ChunkTable plain(alone_p, one, make_bsp(), sink);
