@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -355,6 +356,9 @@ int run(const Options& o) {
   // at that version: the reference replays the rounds before it, off the
   // clock, and the rounds go on from there.
   const uint32_t first_round = w.start_version();
+  // A process that joined a running asynchronous job in place of a removed
+  // rank (docs/membership.md) holds the newest versions, not rank 0's.
+  const std::optional<uint32_t> joined = w.joined_version();
   trainer::Floats avg, other;  // the reference's scratch, grown once to the largest tensor
   std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
   // The reference at `version`: the initial values and the rounds before it.
@@ -382,15 +386,19 @@ int run(const Options& o) {
   // Under psplus the servers send every version to every worker: a rank that
   // starts later may already hold a newer version than 0 (checked at the end).
   const bool eager = job.training.sync == config::Sync::kPsPlus;
-  for (size_t k = 0; k < decls.size() && !eager && !unchecked; ++k) wrong += !exact(k);
-  std::printf(
-      "%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: %s parameters %s\n",
-      o.node.c_str(), rank, n, decls.size(), static_cast<double>(model_bytes) / 1e6, start_s,
-      first_round == 0 ? "initial" : ("resumed at version " + std::to_string(first_round)).c_str(),
-      eager        ? "in (psplus: version 0 or newer)"
-      : unchecked  ? "not checked (--verify none)"
-      : wrong == 0 ? "exact"
-                   : "MISMATCH");
+  for (size_t k = 0; k < decls.size() && !eager && !unchecked && !joined; ++k) wrong += !exact(k);
+  const std::string which =
+      joined             ? "joined the running job at version " + std::to_string(*joined) + ":"
+      : first_round == 0 ? std::string("initial")
+                         : "resumed at version " + std::to_string(first_round);
+  std::printf("%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: %s parameters %s\n",
+              o.node.c_str(), rank, n, decls.size(), static_cast<double>(model_bytes) / 1e6,
+              start_s, which.c_str(),
+              joined       ? "the newest (not checked)"
+              : eager      ? "in (psplus: version 0 or newer)"
+              : unchecked  ? "not checked (--verify none)"
+              : wrong == 0 ? "exact"
+                           : "MISMATCH");
   std::fflush(stdout);
   if (wrong != 0) return 1;
 

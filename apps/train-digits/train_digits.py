@@ -52,7 +52,12 @@ others train their epochs on without it, and the launch counts that one death as
 expected. With --losses, every worker also writes the wall-clock time at the end of
 each of its steps to NODE.times, and the killed one the time of its death to
 NODE.killed (what benchmarks/membership/survivors.py measures the survivors' loss
-with).
+with). --max-restarts K starts a worker that died again (mercury.launch, at most K
+times per worker; --kill acts in a worker's first process only): under asp, ssp and
+psplus the new process joins the running job with every chunk's newest version and
+goes on from global step joined_version // W (the versions W ranks' steps make, one
+per rank and step: an underestimate while the rank was out) of its own batches, to
+the end of its epochs (docs/membership.md, "Joining").
 
 What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"), the
 same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches
@@ -435,6 +440,17 @@ def train(args, node: str = "") -> int:
         # so that no rank's training time holds another's start-up.
         with torch.no_grad():
             net(torch.from_numpy(x[:1]))
+        if net.joined_version is not None:
+            # A new process of a removed rank joined the running job: it goes on from the
+            # step the versions it joined at stand for (each rank's step makes one
+            # version of every chunk).
+            joined_step = min(net.joined_version // workers, args.epochs * steps_per_epoch)
+            print(f"{node}: joined the running job at version {net.joined_version}: "
+                  f"going on from step {joined_step} (epoch {joined_step // steps_per_epoch + 1}"
+                  f", batch {joined_step % steps_per_epoch})", flush=True)
+            checkpoint = checkpoint or {}
+            checkpoint["epoch"] = joined_step // steps_per_epoch
+            checkpoint["skip"] = joined_step % steps_per_epoch
     elif ddp:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
@@ -475,6 +491,7 @@ def train(args, node: str = "") -> int:
     step_ends: List[float] = []  # --losses: time.time() at the end of every step
     t_start = time.monotonic()
     first_epoch = checkpoint["epoch"] if checkpoint else 0
+    skip = checkpoint.get("skip", 0) if checkpoint else 0  # a joined process's first epoch
     done_steps = first_epoch * steps_per_epoch
     epochs = 0  # trained in this run
     for epoch in range(first_epoch, args.epochs):
@@ -486,6 +503,8 @@ def train(args, node: str = "") -> int:
         for k in range(steps):
             if rank0_done is not None and rank != 0 and rank0_done.value:
                 break
+            if k < skip:
+                continue  # trained before this process joined
             if compute_s > 0:
                 time.sleep(compute_s)
             if every and k > 0 and (done_steps + k) % every == 0:
@@ -529,7 +548,8 @@ def train(args, node: str = "") -> int:
                 # A handed optimizer's step() is the servers' (nothing applied here); its
                 # schedule moves the rate the next step's settings carry.
                 recipe.step(list(model.parameters()))
-            if node and args.kill and args.kill[0] == rank and args.kill[1] == done_steps + k:
+            if node and args.kill and args.kill[0] == rank and args.kill[1] == done_steps + k \
+                    and not os.environ.get("MERCURY_RESTART"):
                 # A lost worker: its pushes of this step are on their way (the hooks
                 # handed them to the net core during the backward pass).
                 if args.losses:
@@ -538,6 +558,7 @@ def train(args, node: str = "") -> int:
                         f.write(f"{time.time():.6f}\n")
                 os.kill(os.getpid(), signal.SIGKILL)
             step_ends.append(time.time())
+        skip = 0
         if node and not ddp:
             net.synchronize()  # the epoch's last update is in the parameters
         secs = time.monotonic() - t0
@@ -606,7 +627,9 @@ def train(args, node: str = "") -> int:
             print(f"{node}: {s['pushes']} pushes, {s['retransmits']} retransmissions, drops: "
                   + (" ".join(f"{k}={v}" for k, v in drops.items() if v) or "none")
                   + (f"; {s['workers_removed']} workers removed from the job"
-                     if s["workers_removed"] else ""), flush=True)
+                     if s["workers_removed"] else "")
+                  + (f"; {s['workers_joined']} workers joined the job"
+                     if s["workers_joined"] else ""), flush=True)
     if not quiet:
         verdict = "PASS" if acc >= args.target else "FAIL"
         print(f"train-digits: {verdict}: test accuracy {acc:.4f} (target {args.target:g}) after "
@@ -645,7 +668,8 @@ def launch(args) -> int:
         # any process's trouble is shown.
         if node == "w0" and line.startswith(("epoch", "train-digits", "w0:")):
             print(line, flush=True)
-        elif ": stopped; " in line or "removed from the job" in line:
+        elif ": stopped; " in line or "removed from the job" in line or \
+                "joined the running job" in line:
             print(line, flush=True)
         elif "rror" in line or "FAIL" in line or "Traceback" in line:
             print(f"{node}: {line}", flush=True)
@@ -656,8 +680,9 @@ def launch(args) -> int:
     # loaded once, not by every worker at once (4 processes on this machine's 2 CPUs
     # took about 4 s to get there).
     status = run_job(args.job, worker_main=lambda node, rank: train(args, node),
-                     server_bin=str(args.server), echo=echo, survive_worker_loss=bool(args.kill))
-    # --kill: that worker's death is the point.
+                     server_bin=str(args.server), echo=echo, survive_worker_loss=bool(args.kill),
+                     max_restarts=args.max_restarts)
+    # --kill: that worker's death is the point (when it is not started again).
     killed = f"w{args.kill[0]}" if args.kill else None
     failed = {n: s for n, s in status.items() if s != 0 and not (n == killed and s == -9)}
     for n, s in failed.items():
@@ -761,7 +786,12 @@ def main() -> int:
     p.add_argument("--kill", default="", metavar="RANK,STEP",
                    help="that rank kills itself (SIGKILL) after the backward pass of its step "
                         "STEP: a lost worker (asp, ssp, psplus go on without it)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                   help="start a worker that died again, at most K times per worker "
+                        "(mercury.launch): under asp, ssp and psplus it joins the running job")
     args = p.parse_args()
+    if args.max_restarts < 0:
+        p.error("--max-restarts must not be negative")
     if args.epochs < 1 or args.batch < 1:
         p.error("--epochs and --batch must be positive")
     if args.compute_ms < 0:

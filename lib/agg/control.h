@@ -33,7 +33,12 @@
 //      once every rank has left the job is finished.
 //   7. Membership (docs/membership.md): in the asynchronous modes a rank
 //      that is lost (liveness) or left is removed from the job, and every
-//      server tells every other rank with kWorkerGone(rank, lost, text).
+//      server tells every other rank with kWorkerGone(rank, lost, text). A
+//      new process for a removed rank declares as in 1.; each server checks
+//      its list against the job's and answers it kJoined (the placement as
+//      kReady has it, and from server 0 the barrier generation it counts
+//      from), then sends it every chunk's newest version, and tells every
+//      other rank with kWorkerJoined(rank, text).
 //
 // Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
 // kind's fields, all big-endian. decode() validates every length against the
@@ -79,20 +84,30 @@ enum class ControlKind : uint8_t {
   /// server -> every other rank: rank `rank` is no longer in the job
   /// (`lost`: named dead by liveness or restarted; else it left); `text` says so.
   kWorkerGone = 20,
+  /// server -> a new process of a removed rank: it joins the running job;
+  /// `fingerprint`, `shards` and `version` as kReady's, `generation` the
+  /// first barrier generation it takes part in (server 0's; 0 elsewhere).
+  kJoined = 21,
+  /// server -> every other rank: rank `rank` joined the job again; `text` says so.
+  kWorkerJoined = 22,
 };
 
 struct ControlMessage {
   ControlKind kind = ControlKind::kDeclare;
-  uint32_t rank = 0;  ///< kDeclare, kBarrier, kLeave: the sender's rank; kWorkerGone: the one gone
+  /// kDeclare, kBarrier, kLeave: the sender's rank; kWorkerGone,
+  /// kWorkerJoined: the one gone or joined
+  uint32_t rank = 0;
   std::vector<TensorDecl> tensors;  ///< kDeclare
-  uint64_t fingerprint = 0;         ///< kReady: Placement::fingerprint()
-  uint32_t shards = 0;              ///< kReady: global shard count of the job
-  uint64_t generation = 0;          ///< kBarrier, kBarrierDone
-  std::string text;  ///< kRefused; kSettingsDone, kStatePage, kStateSeeded: "" or why not
+  uint64_t fingerprint = 0;         ///< kReady, kJoined: Placement::fingerprint()
+  uint32_t shards = 0;              ///< kReady, kJoined: global shard count of the job
+  uint64_t generation = 0;          ///< kBarrier, kBarrierDone, kJoined
+  /// kRefused, kWorkerGone, kWorkerJoined; kSettingsDone, kStatePage,
+  /// kStateSeeded: "" or why not
+  std::string text;
   /// kDeclare of rank 0: the job resumes from rank 0's kStateSeed pages at
   /// `version` instead of starting from its kInit packets at version 0.
   bool seeded = false;
-  /// kDeclare (seeded), kReady: the version the job starts at; kSettings:
+  /// kDeclare (seeded), kReady, kJoined: the version the job starts at; kSettings:
   /// the first version whose update uses `values`.
   uint32_t version = 0;
   uint64_t sequence = 0;         ///< kSettings .. kStateSeeded: the request's number

@@ -102,6 +102,37 @@ TEST(Control, EveryKindRoundTrips) {
                std::invalid_argument);
 }
 
+TEST(Control, JoiningRoundTrips) {
+  ControlMessage joined;
+  joined.kind = ControlKind::kJoined;
+  joined.fingerprint = 0x0123456789abcdefull;
+  joined.shards = 6;
+  joined.version = 12;
+  joined.generation = 0x100000007ull;
+  const std::vector<std::byte> bytes = encode_control(joined);
+  EXPECT_EQ(bytes.size(), 30u);  // magic, version, kind, fingerprint, shards, version, generation
+  const ControlMessage j2 = decode_control(bytes);
+  EXPECT_EQ(j2.kind, ControlKind::kJoined);
+  EXPECT_EQ(j2.fingerprint, joined.fingerprint);
+  EXPECT_EQ(j2.shards, 6u);
+  EXPECT_EQ(j2.version, 12u);
+  EXPECT_EQ(j2.generation, joined.generation);
+  EXPECT_THROW(decode_control(std::span(bytes).first(29)), std::invalid_argument);
+
+  ControlMessage told;
+  told.kind = ControlKind::kWorkerJoined;
+  told.rank = 3;
+  told.text = "worker w3 (rank 3) joined the job";
+  const std::vector<std::byte> told_bytes = encode_control(told);
+  const ControlMessage t2 = decode_control(told_bytes);
+  EXPECT_EQ(t2.kind, ControlKind::kWorkerJoined);
+  EXPECT_EQ(t2.rank, 3u);
+  EXPECT_EQ(t2.text, told.text);
+  std::vector<std::byte> longer = told_bytes;
+  longer.push_back(std::byte{0});
+  EXPECT_THROW(decode_control(longer), std::invalid_argument);
+}
+
 TEST(Control, SettingsAndStateRoundTrip) {
   ControlMessage s;
   s.kind = ControlKind::kSettings;

@@ -285,6 +285,15 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
   n.poll = net.poll;
   if (auto v = s.get("poll")) n.poll = parse_poll(*v);
 
+  if (auto spare = s.get("spare")) {
+    // A spare would be a worker outside the ranks that takes a missing one
+    // over; what is built is a new process for the missing rank itself
+    // (docs/membership.md, "Joining").
+    spare->fail(
+        "spare workers are not built: start the missing rank's node again (a restart, or the "
+        "same name and address on another host), which joins the running job (asp, ssp, "
+        "psplus)");
+  }
   auto shards = s.get("shards");
   if (n.role == Role::kWorker) {
     if (shards) shards->fail("only servers have shards (this node is a worker)");

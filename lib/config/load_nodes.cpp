@@ -21,8 +21,8 @@ void parse_nodes(const Section& root, JobConfig& job) {
   uint32_t workers = 0;
   uint32_t servers = 0;
   for (const Value& item : items) {
-    Section s(item,
-              {"name", "role", "ipv4", "udp_port", "mac", "ports", "lcores", "shards", "poll"});
+    Section s(item, {"name", "role", "ipv4", "udp_port", "mac", "ports", "lcores", "shards", "poll",
+                     "spare"});
     NodeSource src;
     NodeConfig n = parse_node(s, job.network, src);
     n.index = static_cast<uint32_t>(job.nodes.size());

@@ -190,6 +190,12 @@ TEST(ConfigRefuse, LcoreRepeated) {
                       "lcore 0 is listed twice (also nodes[0].lcores[0])"));
 }
 
+TEST(ConfigRefuse, SpareWorkersAreNotBuilt) {
+  const std::string nodes = std::string(kNodes) + "    spare: true\n";
+  EXPECT_TRUE(refused(doc("", nodes), 16, "nodes[1].spare",
+                      "spare workers are not built: start the missing rank's node again"));
+}
+
 TEST(ConfigRefuse, ServerWithoutShards) {
   std::string nodes =
       "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n    ports: [ring:a]\n"

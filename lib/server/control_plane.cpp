@@ -1,5 +1,6 @@
 #include "server/control_plane.h"
 
+#include <algorithm>
 #include <bit>
 #include <stdexcept>
 #include <utility>
@@ -24,6 +25,11 @@ ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_sha
   }
   if (job_shards_ == 0) throw std::invalid_argument("server: the job has no shards");
   declared_.resize(names_.size());
+  joined_at_.assign(names_.size(), 0);
+}
+
+std::string ControlPlane::rank_text(uint16_t rank) const {
+  return "worker " + names_[rank] + " (rank " + std::to_string(rank) + ")";
 }
 
 std::vector<ControlReply> ControlPlane::take_replies_st() {
@@ -88,8 +94,8 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
       reply_refused(rank, refusal_);
       return;
     case NodeState::kRunning:
-      ++counters_.declares_refused;
       if (has_left(rank)) {
+        ++counters_.declares_refused;
         // Its job is over; the others may still be finishing their last
         // round, which needs nothing from it: only the newcomer is refused.
         reply_refused(rank, "server: worker " + names_[rank] + " (rank " + std::to_string(rank) +
@@ -99,15 +105,19 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
       }
       if (asynchronous_) {
         // A new process of a rank the others go on without (removed now,
-        // if its old incarnation's end went unseen): it alone is refused.
+        // if its old incarnation's end went unseen): it joins.
         if (!gone(rank)) remove(rank, true, "restarted mid-job (declared again)", now);
-        reply_refused(rank, "server: worker " + names_[rank] + " (rank " + std::to_string(rank) +
-                                ") was removed from this job, which goes on without it; joining "
-                                "a running job is not built");
+        if (state_ != NodeState::kRunning) {  // it was the last rank in the job
+          ++counters_.declares_refused;
+          reply_refused(rank, "server: the job is finished: every worker left");
+          return;
+        }
+        join(rank, m.tensors);
         return;
       }
       // A worker declares once per process: this is a new incarnation whose
       // transport restart went unseen. It holds none of the job's state.
+      ++counters_.declares_refused;
       end_restarted(rank, "declared again", now);
       return;
     case NodeState::kWaiting:
@@ -197,6 +207,7 @@ void ControlPlane::remove(uint16_t rank, bool lost, const std::string& why, Tick
     ++counters_.workers_removed;
     removed_ |= uint64_t{1} << rank;
   }
+  changes_.push_back({rank, false});
   const uint32_t still = workers() - static_cast<uint32_t>(std::popcount(left_ | removed_));
   const std::string text = "worker " + names_[rank] + " (rank " + std::to_string(rank) + ") " +
                            why + ": removed from the job, which goes on with " +
@@ -214,12 +225,53 @@ void ControlPlane::remove(uint16_t rank, bool lost, const std::string& why, Tick
   finish_if_all_gone(now);
 }
 
-uint64_t ControlPlane::take_removed_st() {
+void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors) {
+  // The rank's old incarnation is out of the job (removed): what it pushed
+  // and the server took stays applied, and the shards forgot what they
+  // owed it. The new process starts from every chunk's newest version.
+  const std::string diff = agg::first_difference(*declared_[0], tensors);
+  if (!diff.empty()) {
+    ++counters_.declares_refused;
+    reply_refused(rank, "server: " + rank_text(rank) +
+                            " cannot join the running job: its tensor list differs from the "
+                            "job's (the job's vs its): " +
+                            diff);
+    return;
+  }
+  removed_ &= ~(uint64_t{1} << rank);
+  ++counters_.workers_joined;
+  changes_.push_back({rank, true});
+  // Barriers: it takes part from the generation after every one a rank has
+  // reached (its own calls are numbered from there), so no generation
+  // already begun waits for it.
+  uint64_t first = barrier_floor_;
+  if (!barrier_arrived_.empty()) first = std::max(first, barrier_arrived_.rbegin()->first + 1);
+  if (!barrier_completed_.empty()) first = std::max(first, *barrier_completed_.rbegin() + 1);
+  joined_at_[rank] = first;
+  const uint32_t in = workers() - static_cast<uint32_t>(std::popcount(left_ | removed_));
+  const std::string text = rank_text(rank) + " joined the running job (a new process): it " +
+                           "goes on with " + std::to_string(in) + (in == 1 ? " rank" : " ranks");
+  agg::ControlMessage told;
+  told.kind = agg::ControlKind::kWorkerJoined;
+  told.rank = rank;
+  told.text = text;
+  for (uint32_t r = 0; r < workers(); ++r) {
+    if (r != rank && !gone(r)) reply(static_cast<uint16_t>(r), told);
+  }
+  notices_.push_back(text);
+  agg::ControlMessage joined;
+  joined.kind = agg::ControlKind::kJoined;
+  joined.fingerprint = placement_->fingerprint();
+  joined.shards = placement_->shards();
+  joined.version = start_version_;
+  joined.generation = runs_barrier_ ? first : 0;
+  reply(rank, std::move(joined));
+}
+
+std::vector<ControlPlane::MembershipChange> ControlPlane::take_membership_st() {
   MERCURY_OWNED(owner_);
-  if (!asynchronous_) return 0;
-  const uint64_t fresh = (left_ | removed_) & ~out_;
-  out_ |= fresh;
-  return fresh;
+  if (!asynchronous_) return {};
+  return std::exchange(changes_, {});
 }
 
 std::vector<std::string> ControlPlane::take_notices_st() {
@@ -319,17 +371,23 @@ ControlVerdict ControlPlane::on_barrier(uint16_t rank, const agg::ControlMessage
   return ControlVerdict::kTaken;
 }
 
-uint64_t ControlPlane::barrier_needs() const {
+uint64_t ControlPlane::barrier_needs(uint64_t generation) const {
   const uint64_t all = workers() >= 64 ? ~uint64_t{0} : (uint64_t{1} << workers()) - 1;
   // Under BSP every rank (one that left holds the job's last barrier up,
-  // as before); an asynchronous job's only those still in it.
-  return asynchronous_ ? all & ~(left_ | removed_) : all;
+  // as before); an asynchronous job's only those still in it, and a rank
+  // that joined from the generation it was given on.
+  if (!asynchronous_) return all;
+  uint64_t needs = all & ~(left_ | removed_);
+  for (uint32_t r = 0; r < workers(); ++r) {
+    if (joined_at_[r] > generation) needs &= ~(uint64_t{1} << r);
+  }
+  return needs;
 }
 
 void ControlPlane::complete_barriers() {
   if (!runs_barrier_) return;
-  const uint64_t needs = barrier_needs();
   for (auto it = barrier_arrived_.begin(); it != barrier_arrived_.end();) {
+    const uint64_t needs = barrier_needs(it->first);
     if ((it->second & needs) != needs) {
       ++it;
       continue;

@@ -30,8 +30,14 @@
 //    gradients: a lost or restarted rank is removed from the job instead
 //    (docs/membership.md), as is one that left. Every other rank still in
 //    the job is told (kWorkerGone), the node's shards are told
-//    (take_removed_st), barriers complete without it, and its new process's
-//    declare is refused to it alone (joining is not built).
+//    (take_membership_st), and barriers complete without it. A new process
+//    of a removed rank joins: its declare's list is checked against the
+//    job's (one that differs is refused to it alone, naming the
+//    difference), and
+//    it is answered kJoined (the placement, and the first barrier
+//    generation it takes part in: one past every generation a rank has
+//    reached); every other rank is told (kWorkerJoined) and the shards
+//    send it every chunk's newest version (take_membership_st).
 //    A rank's kLeave (it stops; the node sends it nothing more) marks it
 //    left; once every rank has left (or was removed) the state is
 //    kFinished. Under BSP a rank
@@ -139,10 +145,17 @@ class ControlPlane {
   /// Whether `rank` is out of the job: it left or was removed. Such a rank
   /// is sent nothing more and its liveness is not checked.
   [[nodiscard]] bool gone(uint32_t rank) const { return ((left_ | removed_) >> rank & 1) != 0; }
-  /// Asynchronous jobs: the ranks that went out of the job since the last
-  /// call (removed, or left), whose state the node's shards must drop
-  /// (Shard::remove_rank_st); each rank once.
-  uint64_t take_removed_st();
+  /// Asynchronous jobs: a rank that went out of the job (removed, or
+  /// left), whose state the node's shards must drop (Shard::remove_rank_st),
+  /// or a new process of one that joined (Shard::join_rank_st).
+  struct MembershipChange {
+    uint16_t rank = 0;
+    bool joined = false;
+    friend bool operator==(const MembershipChange&, const MembershipChange&) = default;
+  };
+  /// The changes since the last call, in the order they happened.
+  std::vector<MembershipChange> take_membership_st();
+
   /// Lines for the node's output since the last call (a rank removed).
   std::vector<std::string> take_notices_st();
   /// The node stopped serving (its shard cores are gone): a running job
@@ -185,10 +198,12 @@ class ControlPlane {
   void on_leave(uint16_t rank, Tick now);
   void end_restarted(uint16_t rank, const char* how, Tick now);
   void remove(uint16_t rank, bool lost, const std::string& why, Tick now);
+  void join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors);
+  [[nodiscard]] std::string rank_text(uint16_t rank) const;
   void finish_if_all_gone(Tick now);
   // Barrier generations every rank still in the job has reached: answered.
   void complete_barriers();
-  [[nodiscard]] uint64_t barrier_needs() const;
+  [[nodiscard]] uint64_t barrier_needs(uint64_t generation) const;
   bool sender_is(uint16_t rank, uint32_t claimed, const char* what);
   void start(Tick now);
   void refuse_all(std::string why, bool answering_declares, Tick now);
@@ -216,7 +231,8 @@ class ControlPlane {
   uint64_t left_ = 0;                             // bit r: rank r left while running
   bool asynchronous_ = false;                     // a lost rank is removed, not fatal
   uint64_t removed_ = 0;                          // bit r: rank r removed (lost, restarted)
-  uint64_t out_ = 0;                              // gone ranks the shards were told of
+  std::vector<MembershipChange> changes_;         // for the shards, not taken yet
+  std::vector<uint64_t> joined_at_;               // per rank: first barrier generation it needs
   std::vector<std::string> notices_;
   std::set<uint64_t> barrier_completed_;  // complete generations >= the floor
   std::vector<ControlReply> replies_;

@@ -510,8 +510,9 @@ TEST(ControlPlaneMembership, ALostRankIsRemovedAndEveryOtherRankIsTold) {
             "worker w2 (rank 2) stopped answering and its transport gave up on it "
             "(network.peer_timeout_ms): removed from the job, which goes on with 3 ranks");
   EXPECT_EQ(p.cp.take_notices_st(), std::vector<std::string>{r[0].message.text});
-  EXPECT_EQ(p.cp.take_removed_st(), 0b0100u);
-  EXPECT_EQ(p.cp.take_removed_st(), 0u);  // each rank once
+  using C = ControlPlane::MembershipChange;
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{2, false}}));
+  EXPECT_TRUE(p.cp.take_membership_st().empty());  // each change once
   EXPECT_EQ(p.cp.counters().workers_lost, 1u);
   EXPECT_EQ(p.cp.counters().workers_removed, 1u);
   // Named lost again (another check before the node's filter saw it): nothing.
@@ -527,7 +528,7 @@ TEST(ControlPlaneMembership, UnderBspALostRankStillEndsTheJob) {
   p.cp.on_worker_lost_st(1, 50);
   EXPECT_EQ(p.cp.state(), NodeState::kRefused);
   EXPECT_EQ(p.cp.removed(), 0u);
-  EXPECT_EQ(p.cp.take_removed_st(), 0u);
+  EXPECT_TRUE(p.cp.take_membership_st().empty());
   EXPECT_EQ(p.cp.take_replies_st().size(), 3u);
   EXPECT_EQ(p.cp.counters().workers_removed, 0u);
 }
@@ -563,7 +564,8 @@ TEST(ControlPlaneMembership, TheJobIsFinishedOnceEveryRankLeftOrWasRemoved) {
   const std::vector<ControlReply> r = p.cp.take_replies_st();
   EXPECT_EQ(gone_messages(r), (std::vector<G>{{0, 1, true}, {2, 1, true}, {2, 0, false}}));
   EXPECT_EQ(p.cp.take_notices_st().size(), 1u);
-  EXPECT_EQ(p.cp.take_removed_st(), 0b011u);
+  using C = ControlPlane::MembershipChange;
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{1, false}, {0, false}}));
   EXPECT_EQ(p.cp.on_message_st(2, leave(2), 12), ControlVerdict::kTaken);
   EXPECT_EQ(p.cp.state(), NodeState::kFinished);
   EXPECT_TRUE(p.cp.take_replies_st().empty());
@@ -571,26 +573,115 @@ TEST(ControlPlaneMembership, TheJobIsFinishedOnceEveryRankLeftOrWasRemoved) {
   EXPECT_EQ(p.cp.counters().leaves, 2u);
 }
 
-TEST(ControlPlaneMembership, ARestartRemovesTheRankAndItsNewProcessAloneIsRefused) {
+TEST(ControlPlaneMembership, ARestartRemovesTheRankAndItsNewProcessJoins) {
   AsyncPlane p(3);
   p.cp.on_worker_restarted_st(1, 10);
   EXPECT_EQ(p.cp.state(), NodeState::kRunning);
   EXPECT_EQ(p.cp.removed(), 0b010u);
   EXPECT_EQ(p.cp.take_replies_st().size(), 2u);  // kWorkerGone to ranks 0 and 2
   EXPECT_EQ(p.cp.counters().workers_restarted, 0u);
+  p.cp.take_notices_st();
   EXPECT_EQ(p.cp.on_message_st(1, declare(1), 11), ControlVerdict::kTaken);
   std::vector<ControlReply> r = p.cp.take_replies_st();
-  expect_refused_alone(r, 1,
-                       "server: worker w1 (rank 1) was removed from this job, which goes on "
-                       "without it; joining a running job is not built");
-  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
-  // A declare whose restart went unseen removes the rank first.
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerJoined},
+                                      {2, ControlKind::kWorkerJoined},
+                                      {1, ControlKind::kJoined}}));
+  const std::string text =
+      "worker w1 (rank 1) joined the running job (a new process): it goes on with 3 ranks";
+  EXPECT_EQ(r[0].message.rank, 1u);
+  EXPECT_EQ(r[0].message.text, text);
+  EXPECT_EQ(p.cp.take_notices_st(), std::vector<std::string>{text});
+  // Its answer is kReady's: the same placement and start version.
+  const agg::Placement expected = agg::Placement::compute(model(), 2);
+  EXPECT_EQ(r[2].message.fingerprint, expected.fingerprint());
+  EXPECT_EQ(r[2].message.shards, 2u);
+  EXPECT_EQ(r[2].message.version, 0u);
+  EXPECT_EQ(r[2].message.generation, 0u);
+  EXPECT_EQ(p.cp.removed(), 0u);
+  EXPECT_FALSE(p.cp.gone(1));
+  EXPECT_EQ(p.cp.counters().workers_joined, 1u);
+  EXPECT_EQ(p.cp.counters().declares_refused, 0u);
+  using C = ControlPlane::MembershipChange;
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{1, false}, {1, true}}));
+  // A declare whose restart went unseen removes the rank first, then joins it.
   EXPECT_EQ(p.cp.on_message_st(2, declare(2), 12), ControlVerdict::kTaken);
   r = p.cp.take_replies_st();
-  using K = std::pair<uint16_t, ControlKind>;
-  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerGone}, {2, ControlKind::kRefused}}));
-  EXPECT_EQ(p.cp.removed(), 0b110u);
+  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerGone},
+                                      {1, ControlKind::kWorkerGone},
+                                      {0, ControlKind::kWorkerJoined},
+                                      {1, ControlKind::kWorkerJoined},
+                                      {2, ControlKind::kJoined}}));
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{2, false}, {2, true}}));
+  EXPECT_EQ(p.cp.removed(), 0u);
   EXPECT_EQ(p.cp.counters().workers_removed, 2u);
+  EXPECT_EQ(p.cp.counters().workers_joined, 2u);
+  // A rank that left is done with the job: its new process is refused.
+  EXPECT_EQ(p.cp.on_message_st(0, leave(0), 13), ControlVerdict::kTaken);
+  p.cp.take_replies_st();
+  EXPECT_EQ(p.cp.on_message_st(0, declare(0), 14), ControlVerdict::kTaken);
+  expect_refused_alone(p.cp.take_replies_st(), 0,
+                       "server: worker w0 (rank 0) left this job; a job cannot take a rank "
+                       "back: start the job again");
+}
+
+TEST(ControlPlaneMembership, AJoinWithAnotherTensorListIsRefusedAlone) {
+  AsyncPlane p(3);
+  p.cp.on_worker_lost_st(2, 10);
+  p.cp.take_replies_st();
+  p.cp.take_membership_st();
+  std::vector<TensorDecl> other = model();
+  other[1].elements = 65;
+  EXPECT_EQ(p.cp.on_message_st(2, declare(2, other), 11), ControlVerdict::kTaken);
+  expect_refused_alone(p.cp.take_replies_st(), 2,
+                       "server: worker w2 (rank 2) cannot join the running job: its tensor list "
+                       "differs from the job's (the job's vs its): tensor 1 is 'conv1.bias' (64 "
+                       "elements, priority 1) on one side and 'conv1.bias' (65 elements, "
+                       "priority 1) on the other");
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.removed(), 0b100u);  // still out; the job goes on
+  EXPECT_TRUE(p.cp.take_membership_st().empty());
+  EXPECT_EQ(p.cp.counters().workers_joined, 0u);
+  EXPECT_EQ(p.cp.counters().declares_refused, 1u);
+  // The same rank with the job's list joins afterwards.
+  EXPECT_EQ(p.cp.on_message_st(2, declare(2), 12), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.take_replies_st().back().message.kind, ControlKind::kJoined);
+  EXPECT_EQ(p.cp.counters().workers_joined, 1u);
+}
+
+TEST(ControlPlaneMembership, AJoinedRankTakesPartInBarriersFromTheGenerationItWasGiven) {
+  AsyncPlane p(3);
+  // Generations 0 and 1 complete; ranks 0 and 1 wait in 2; rank 2 is lost.
+  for (uint64_t g = 0; g < 2; ++g) {
+    for (uint32_t r = 0; r < 3; ++r) p.cp.on_message_st(static_cast<uint16_t>(r), barrier(r, g), g);
+  }
+  p.cp.on_message_st(0, barrier(0, 2), 5);
+  p.cp.on_worker_lost_st(2, 6);
+  p.cp.on_message_st(0, barrier(0, 3), 7);  // rank 0 is ahead, in 3
+  p.cp.take_replies_st();
+  EXPECT_EQ(p.cp.counters().barriers_completed, 2u);
+  // Rank 2's new process joins: it counts from generation 4, after every one reached.
+  p.cp.on_message_st(2, declare(2), 8);
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  ASSERT_EQ(r.back().message.kind, ControlKind::kJoined);
+  EXPECT_EQ(r.back().message.generation, 4u);
+  // Generations 2 and 3 need ranks 0 and 1 only.
+  p.cp.on_message_st(1, barrier(1, 2), 9);
+  p.cp.on_message_st(1, barrier(1, 3), 10);
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(p.cp.take_replies_st()), (std::vector<K>{{0, ControlKind::kBarrierDone},
+                                                           {1, ControlKind::kBarrierDone},
+                                                           {2, ControlKind::kBarrierDone},
+                                                           {0, ControlKind::kBarrierDone},
+                                                           {1, ControlKind::kBarrierDone},
+                                                           {2, ControlKind::kBarrierDone}}));
+  // Generation 4 needs it.
+  p.cp.on_message_st(0, barrier(0, 4), 11);
+  p.cp.on_message_st(1, barrier(1, 4), 12);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  p.cp.on_message_st(2, barrier(2, 4), 13);
+  EXPECT_EQ(p.cp.take_replies_st().size(), 3u);
+  EXPECT_EQ(p.cp.counters().barriers_completed, 5u);
 }
 
 TEST(ControlPlane, ConstructionRefusesNoRanksTooManyOrNoShards) {

@@ -59,10 +59,11 @@ std::string_view server_drop_name(ServerDrop d);
   X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")     \
   X(snapshots_full, "async updates deferred: every snapshot of the shard was still on the wire") \
   X(fanout_merged, "async copies not deferred: one to that worker for that chunk already waits") \
-  X(eager_sent, "psplus: newest versions sent to the workers that did not push them (eager)")    \
+  X(eager_sent, "newest versions sent eagerly (psplus's; a joining rank's first pull)")          \
   X(staleness_sum, "async: versions between a gradient's base and the update that applied it")   \
   X(stale_updates, "async: updates applied to a newer version than their gradient came from")    \
-  X(removed_dropped, "async: copies owed to a rank that left the job, dropped")
+  X(removed_dropped, "async: copies owed to a rank that left the job, dropped")                  \
+  X(join_owed, "async: chunks owed to a rank that joined the job (its first pull)")
 
 struct ShardCounters {
   MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_DECLARE)
@@ -87,6 +88,7 @@ struct ShardCounters {
   X(workers_lost, "ranks the transport declared dead while running")                    \
   X(workers_restarted, "jobs ended by a rank that restarted while running")             \
   X(workers_removed, "async: ranks removed from the job (lost, restarted)")             \
+  X(workers_joined, "async: new processes of removed ranks that joined the job")        \
   X(leaves, "kLeave messages taken (a worker stopping)")                                \
   X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")       \
   /* Settings and the job's state (server/job_state.h). */                              \

@@ -135,6 +135,11 @@ class SspAnswers {
     return dropped;
   }
 
+  /// A new process of rank `rank` joined the job: it is answered again.
+  void admit(uint32_t rank) {
+    if (rank < 64) gone_ &= ~(uint64_t{1} << rank);
+  }
+
   /// The answers owed for chunk `chunk` that a slowest clock of `slowest`
   /// lets go (every rank's next clock in `clocks`): cleared and returned
   /// (bit w = rank w), each to be sent with the chunk's newest version.

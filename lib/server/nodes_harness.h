@@ -248,6 +248,17 @@ class Nodes {
   node::Loop& loop() { return loop_; }
   net::MemoryPort& server_side(uint32_t r) { return *server_side_[r]; }
   net::MemoryPort& worker_side(uint32_t r) { return *worker_side_[r]; }
+  // Rank r's process stops (nothing polls it again) and a new one takes
+  // its place: transport incarnation `epoch`, its tensors declared (the
+  // job's model, or with `odd` a different fc.weight), not started.
+  void restart(uint32_t r, uint32_t epoch, bool odd = false) {
+    loop_.remove(*ranks_[r]->polled->net_core());
+    dead_.push_back(std::move(ranks_[r]));
+    const uint32_t was = o_.odd_rank;
+    if (odd) o_.odd_rank = r;
+    add_rank(r, epoch);
+    o_.odd_rank = was;
+  }
   // Rank r's process is gone: nothing polls it, nothing reaches it.
   void kill(uint32_t r) {
     loop_.remove(*ranks_[r]->polled->net_core());

@@ -52,8 +52,12 @@ std::string staleness_text(const ServerCounters& c) {
 }
 
 std::string membership_text(const ServerCounters& c) {
-  if (c.control.workers_removed == 0) return {};
-  return "; workers removed: " + std::to_string(c.control.workers_removed);
+  std::string text;
+  if (c.control.workers_removed != 0)
+    text += "; workers removed: " + std::to_string(c.control.workers_removed);
+  if (c.control.workers_joined != 0)
+    text += "; workers joined: " + std::to_string(c.control.workers_joined);
+  return text;
 }
 
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,

@@ -357,7 +357,9 @@ void ServerNode::sync_state_st() {
   }
   any_left_ = control_->left() != 0;
   placement_ = control_->placement();
-  if (const uint64_t out = control_->take_removed_st(); out != 0) remove_ranks_st(out);
+  if (const auto changes = control_->take_membership_st(); !changes.empty()) {
+    change_membership_st(changes);
+  }
   if (any_left_) {
     for (PortLeave& l : leaves_) {
       if (l.detaches && l.state == PortLeave::kPolled && !l.attached_again &&
@@ -370,16 +372,18 @@ void ServerNode::sync_state_st() {
   }
 }
 
-void ServerNode::remove_ranks_st(uint64_t ranks) {
+void ServerNode::change_membership_st(const std::vector<ControlPlane::MembershipChange>& changes) {
   std::erase_if(removals_, [](const std::unique_ptr<ShardTask>& t) { return t->finished(); });
   // Stopped: the shard cores are gone, and with them what they kept.
   if (control_->state() == NodeState::kStopped) return;
-  for (; ranks != 0; ranks &= ranks - 1) {
+  for (const ControlPlane::MembershipChange& c : changes) {
     for (uint32_t slot = 0; slot < shards_.size(); ++slot) {
       removals_.push_back(std::make_unique<ShardTask>());
-      removals_.back()->kind = ShardTask::Kind::kRemove;
-      removals_.back()->first = static_cast<uint64_t>(std::countr_zero(ranks));
-      submit_task_st(slot, *removals_.back());
+      ShardTask& t = *removals_.back();
+      t.kind = c.joined ? ShardTask::Kind::kJoin : ShardTask::Kind::kRemove;
+      t.first = c.rank;
+      t.version = control_->start_version();  // kJoin: the newcomer's first clock
+      submit_task_st(slot, t);
     }
   }
 }

@@ -397,9 +397,10 @@ class ServerNode final : private node::ControlChannel::Handler {
   // control plane's answers sent.
   void sync_state_st();
   void send_replies_st();
-  // The ranks that went out of an asynchronous job: each shard drops what
-  // it keeps for them (Shard::remove_rank_st, on the shard's thread).
-  void remove_ranks_st(uint64_t ranks);
+  // Each rank that went out of an asynchronous job or joined it, in order:
+  // a kRemove or kJoin task to every shard, run on its thread
+  // (Shard::remove_rank_st, join_rank_st; docs/membership.md).
+  void change_membership_st(const std::vector<ControlPlane::MembershipChange>& changes);
 
   base::Owner owner_;  // the net core
   ServerNodeConfig config_;
@@ -433,8 +434,8 @@ class ServerNode final : private node::ControlChannel::Handler {
   // destroyed first, once stop() has finished what the cores held).
   std::optional<JobState> job_state_;
   std::vector<ControlReply> job_state_unsent_;  // answers the endpoint did not queue yet
-  // Asynchronous jobs: a rank out of the job, one kRemove task per shard
-  // (kept until the shard ran it; docs/membership.md).
+  // Asynchronous jobs: a rank out of the job or joining it, one kRemove or
+  // kJoin task per shard (kept until the shard ran it; docs/membership.md).
   std::vector<std::unique_ptr<ShardTask>> removals_;
   bool seeded_ = false;  // the job resumes from a checkpoint: no kInit
   // Background checkpoints: the plan and the shards' snapshots the

@@ -54,7 +54,9 @@ Shard::Shard(const agg::Placement& placement, const agg::ShardConfig& config,
     snapshot_refs_ = std::make_unique<std::atomic<uint32_t>[]>(snapshot_count_);
     for (uint64_t i = 0; i < snapshot_count_; ++i) snapshot_refs_[i].store(0);
   }
-  if (rule_ == Fanout::kEveryVersion) {
+  if (rule_ != Fanout::kEvery) {
+    // psplus's eager pull; in the other asynchronous modes only a joining
+    // rank's first pull (join_rank_st) uses it.
     const uint64_t chunks = table_->chunks();
     owed_.assign(chunks * fanout_.size(), 0);
     eager_ring_.resize(chunks * fanout_.size());
@@ -400,8 +402,9 @@ void Shard::remove_rank_st(uint16_t rank) {
   live_ &= ~(uint64_t{1} << rank);
   table_->remove_rank(rank);
   // Its deferred slices go when the backlog reaches them (retry_fanout_st).
-  if (rule_ == Fanout::kEveryVersion) {
-    // psplus: the copies it is owed.
+  {
+    // The eager copies it is owed (psplus's, or a first pull it had not
+    // finished).
     const uint64_t chunks = table_->chunks();
     for (; eager_count_[rank] != 0; --eager_count_[rank]) {
       const Owed& o = eager_ring_[rank * chunks + eager_head_[rank]];
@@ -431,6 +434,23 @@ void Shard::remove_rank_st(uint16_t rank) {
       ++counters_.fanout_refused;
       defer_st(Deferred{c.key, c.offset, c.version, w, priority, 1});
     }
+  }
+}
+
+void Shard::join_rank_st(uint16_t rank, uint32_t start) {
+  MERCURY_OWNED(owner_);
+  if (rule_ == Fanout::kEvery || rank >= fanout_.size() || (live_ >> rank & 1) != 0) return;
+  live_ |= uint64_t{1} << rank;
+  table_->join_rank(rank, start);
+  if (rule_ == Fanout::kSlowest) ssp_.admit(rank);
+  // Its first pull: every chunk's newest version, owed as psplus's eager
+  // copies are (its ring was emptied when it was removed), so the answers
+  // the other ranks wait for go first.
+  for (uint64_t i = 0; i < table_->chunks(); ++i) {
+    const agg::ChunkTable::ChunkView c = table_->chunk_view(i);
+    if (!c.initialized) continue;
+    owe_eager_st(rank, c.key, c.offset);
+    ++counters_.join_owed;
   }
 }
 

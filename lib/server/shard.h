@@ -192,6 +192,14 @@ class Shard final : public agg::ChunkSink {
   /// Under BSP nothing changes (the job ends instead). Control path: a scan
   /// of the shard's chunks.
   void remove_rank_st(uint16_t rank);
+  /// A new process of removed rank `rank` joined the job (docs/membership.md;
+  /// asynchronous modes, through a kJoin task): it is sent updates again,
+  /// its clocks count from `start` (agg::ChunkTable::join_rank), and it is
+  /// owed every chunk's newest version (counted in join_owed), sent as
+  /// psplus's eager copies are: at the lowest priority level, within the
+  /// eager window, after the answers the other ranks wait for. Nothing
+  /// happens under BSP or for a rank that is in the job. Control path.
+  void join_rank_st(uint16_t rank, uint32_t start);
 
   /// Resubmits the slices an endpoint refused, oldest first, until one is
   /// refused again; returns how many went. Called by the shard's owner
@@ -306,7 +314,8 @@ class Shard final : public agg::ChunkSink {
   std::vector<uint32_t> unit_held_;
   // Asynchronous: per (chunk, rank), the backlog entries waiting.
   std::vector<uint8_t> waiting_;
-  // psplus, the eager pull: per (chunk, rank), whether the worker is owed
+  // psplus, the eager pull (and in every asynchronous mode a joining
+  // rank's first pull): per (chunk, rank), whether the worker is owed
   // the chunk's newest version; per rank, those chunks in the order they
   // became owed (a ring of `chunks` entries each), and how many copies to
   // it are on the wire (the endpoint's completions drop it, any core).

@@ -40,6 +40,9 @@ void Shard::run_task_st(ShardTask& task) {
     case ShardTask::Kind::kRemove:
       remove_rank_st(static_cast<uint16_t>(task.first));
       break;
+    case ShardTask::Kind::kJoin:
+      join_rank_st(static_cast<uint16_t>(task.first), task.version);
+      break;
   }
   task.finish(std::move(error));
 }

@@ -1,7 +1,7 @@
 // Control-path work a shard does on its own thread: a change of its
 // settings, a page of its state for a checkpoint, records to resume from
-// (docs/server.md, "Settings and the job's state"), a rank that left the
-// job (docs/membership.md).
+// (docs/server.md, "Settings and the job's state"), a rank that left or
+// joined the job (docs/membership.md).
 //
 // The net core builds a task (JobState), runs it at once on a shard that
 // runs inline, or queues it to the shard's core through the same ring as
@@ -34,10 +34,13 @@ struct ShardTask {
     kRestore,   ///< `records` restored, every chunk at version `version`
     kCheck,     ///< how many chunks have no values yet (into `next`)
     kRemove,    ///< rank `first` left the job (docs/membership.md): Shard::remove_rank_st
+    kJoin,      ///< rank `first` joined it, clocks from `version`: Shard::join_rank_st
   };
   Kind kind = Kind::kSettings;
-  uint64_t job = 0;      ///< the placement fingerprint (the records')
-  uint32_t version = 0;  ///< kSettings: the first version to use them; kRestore: the job's
+  uint64_t job = 0;  ///< the placement fingerprint (the records')
+  /// kSettings: the first version to use them; kRestore: the job's; kJoin:
+  /// the job's start version (the joining rank's first clock)
+  uint32_t version = 0;
   agg::Hyperparameters values;
   uint64_t first = 0;
   std::vector<agg::RecordRef> records;  ///< into bytes the net core keeps until `done`

@@ -81,11 +81,22 @@ uint32_t NetCore::poll_st(transport::Tick now) {
       if (all) {
         phase_ = Phase::kRunning;
         // The version every tensor holds now: the trainer side counts its
-        // pushes from it (release: the handle's completion).
+        // pushes from it (release: the handle's completion). A process that
+        // joined a running job holds each tensor's newest version (the
+        // least over its chunks), its pushes counted from the job's start
+        // all the same (the servers take its clocks from there).
         stats_.start_version.store(start_version_, std::memory_order_relaxed);
+        uint32_t joined_at = UINT32_MAX;
         for (TensorId t = 0; t < table_.tensors(); ++t) {
-          stats_.delivered[t].store(start_version_, std::memory_order_relaxed);
-          base_[t] = start_version_;
+          const uint32_t holds = joining_ ? pulls_->least_version_st(t) : start_version_;
+          joined_at = std::min(joined_at, holds);
+          stats_.delivered[t].store(holds, std::memory_order_relaxed);
+          base_[t] = holds;
+        }
+        if (joining_) {
+          stats_.joined_version.store(joined_at, std::memory_order_relaxed);
+          stats_.barrier_base.store(barrier_base_, std::memory_order_relaxed);
+          stats_.joined.store(true, std::memory_order_relaxed);
         }
         next_push_ = start_version_;
         if (start_) {
@@ -426,10 +437,10 @@ void NetCore::publish_st() {
   stats_.staleness_max.store(staleness_max_, std::memory_order_relaxed);
   stats_.ssp_waits.store(ssp_waits_, std::memory_order_relaxed);
   stats_.ssp_gap_max.store(ssp_gap_max_, std::memory_order_relaxed);
-  stats_.workers_removed.store(static_cast<uint64_t>(std::popcount(ranks_removed_)),
-                               std::memory_order_relaxed);
+  stats_.workers_removed.store(workers_removed_, std::memory_order_relaxed);
   stats_.workers_left.store(static_cast<uint64_t>(std::popcount(ranks_left_)),
                             std::memory_order_relaxed);
+  stats_.workers_joined.store(workers_joined_, std::memory_order_relaxed);
 }
 
 }  // namespace mercury::worker

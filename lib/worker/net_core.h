@@ -186,7 +186,7 @@ struct PublishedStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, bytes_pushed{0}, chunks_received{0}, bytes_placed{0},
       versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0},
       staleness_sum{0}, stale_pushes{0}, staleness_max{0}, ssp_waits{0}, ssp_gap_max{0},
-      workers_removed{0}, workers_left{0};
+      workers_removed{0}, workers_left{0}, workers_joined{0};
   /// Drops by reason: the port's frames, the transport's packets, the PMD's
   /// (as of the net core's last read of them, every kPortStatsMs).
   std::array<std::atomic<uint64_t>, net::kDropReasonCount> port_drops{};
@@ -203,6 +203,13 @@ struct PublishedStats {
   /// The version the job started at (kReady's: 0, or a resumed state's),
   /// stored before the start's handle completes.
   std::atomic<uint32_t> start_version{0};
+  /// This process joined a running job (docs/membership.md, "Joining"): the
+  /// version it joined at, the least over every chunk of every tensor once
+  /// its first pull was whole, and the first barrier generation it takes
+  /// part in; stored with start_version, before the start's handle completes.
+  std::atomic<bool> joined{false};
+  std::atomic<uint32_t> joined_version{0};
+  std::atomic<uint64_t> barrier_base{0};
   /// Rollbacks done (a lost server came back, docs/worker.md "A lost
   /// server") and the version of the latest, stored (release, after the
   /// version) before the roll_back requests waiting for it complete.
@@ -361,7 +368,10 @@ class NetCore final : public transport::PacketReceiver,
   // one; returns the first not queued (the block count when all are).
   uint32_t send_blocks_st(const PendingPush& p);
   uint32_t complete_pulls_st();
+  // kReady, or kJoined (a running job takes this new process).
   void on_ready_st(uint16_t server, const agg::ControlMessage& m);
+  // kWorkerGone, kWorkerJoined: counted, and said, once per event.
+  void on_membership_st(uint16_t server, const agg::ControlMessage& m);
   void fail_start_st(const std::string& why);
   // A server failed: every pending handle fails with `why`, and so does every later request.
   void break_st(const std::string& why);
@@ -476,8 +486,21 @@ class NetCore final : public transport::PacketReceiver,
   uint64_t staleness_sum_ = 0, stale_pushes_ = 0, staleness_max_ = 0;
   uint64_t ssp_waits_ = 0, ssp_gap_max_ = 0;
   // Ranks the servers said left the job (kWorkerGone; each server says it):
-  // removed (lost) and left, bit r = rank r.
-  uint64_t ranks_removed_ = 0, ranks_left_ = 0;
+  // left, bit r = rank r. Removals and joins can repeat for a rank (a
+  // process restarted again): per server and rank, how many that server
+  // told; an event counts (and is said) when the first server tells it,
+  // i.e. when one server's count passes the most any server told.
+  uint64_t ranks_left_ = 0;
+  struct Told {
+    std::array<uint32_t, 64> removed{}, joined{};
+  };
+  std::vector<Told> told_;  // per server
+  Told most_told_;
+  uint64_t workers_removed_ = 0, workers_joined_ = 0;
+  // This process joined a running job (kJoined): its first pull is every
+  // chunk's newest version; the barrier generation it counts from (server 0's).
+  bool joining_ = false;
+  uint64_t barrier_base_ = 0;
 };
 
 }  // namespace mercury::worker

@@ -16,6 +16,18 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
     return;
   }
   if (phase_ != Phase::kDeclaring || server >= ready_.size()) return;
+  const bool joins = m.kind == agg::ControlKind::kJoined;
+  const bool any = std::find(ready_.begin(), ready_.end(), true) != ready_.end();
+  if (any && joins != joining_) {
+    fail_start_st("start: " + server_name(server) +
+                  (joins ? " takes this worker into a running job, another server starts a new one"
+                         : " starts a new job, another server takes this worker into a running "
+                           "one") +
+                  " (were the servers started at different times?)");
+    return;
+  }
+  joining_ = joins;
+  if (joins && server == 0) barrier_base_ = m.generation;
   if (m.shards != table_.shards()) {
     fail_start_st("start: " + server_name(server) + " says the job has " +
                   std::to_string(m.shards) + " shards, this worker counts " +
@@ -31,8 +43,7 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
                   ": the nodes disagree on the tensors or the shards");
     return;
   }
-  if (m.version != start_version_ &&
-      std::find(ready_.begin(), ready_.end(), true) != ready_.end()) {
+  if (m.version != start_version_ && any) {
     fail_start_st("start: " + server_name(server) + " starts the job at version " +
                   std::to_string(m.version) + ", another server at " +
                   std::to_string(start_version_));
@@ -58,8 +69,9 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
     for (uint16_t s = 0; s < config_.servers.size(); ++s) send_seed_page_st(s);
     return;
   }
-  if (config_.rank == 0) {
-    // Rank 0's buffers as they are now become version 0 on every rank.
+  if (config_.rank == 0 && !joining_) {
+    // Rank 0's buffers as they are now become version 0 on every rank (a
+    // process joining a running job gets the servers' newest instead).
     init_pushes_.reserve(table_.tensors());
     for (TensorId t = 0; t < table_.tensors(); ++t) {
       init_pushes_.emplace_back();
@@ -99,6 +111,7 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
   const auto peer = static_cast<uint16_t>(server);
   switch (m.kind) {
     case agg::ControlKind::kReady:
+    case agg::ControlKind::kJoined:
       on_ready_st(peer, m);
       break;
     case agg::ControlKind::kRefused:
@@ -126,24 +139,36 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
     case agg::ControlKind::kStateSeeded:
       on_state_reply_st(peer, m);
       break;
-    case agg::ControlKind::kWorkerGone: {
-      // An asynchronous job goes on without that rank (docs/membership.md).
-      // Every server says so: counted, and a lost rank said, once.
-      if (m.rank >= 64) break;
-      const uint64_t bit = uint64_t{1} << m.rank;
-      uint64_t& seen = m.lost ? ranks_removed_ : ranks_left_;
-      if ((seen & bit) != 0) break;
-      seen |= bit;
-      publish_st();  // counted before any answer that follows (a barrier's)
-      if (m.lost) {
-        std::fprintf(stderr, "mercury: %s: %s\n", server_name(peer).c_str(), m.text.c_str());
-      }
+    case agg::ControlKind::kWorkerGone:
+    case agg::ControlKind::kWorkerJoined:
+      on_membership_st(peer, m);
       break;
-    }
     default:
       ++control_malformed_;  // a worker is never sent declarations or barriers
       break;
   }
+}
+
+void NetCore::on_membership_st(uint16_t server, const agg::ControlMessage& m) {
+  // An asynchronous job goes on without that rank, or took a new process
+  // of it (docs/membership.md). Every server says so: counted, and said,
+  // once per event.
+  if (m.rank >= 64) return;
+  if (m.kind == agg::ControlKind::kWorkerGone && !m.lost) {
+    ranks_left_ |= uint64_t{1} << m.rank;  // a rank leaves once
+    publish_st();
+    return;
+  }
+  if (told_.size() < config_.servers.size()) told_.resize(config_.servers.size());
+  if (server >= told_.size()) return;
+  const bool joined = m.kind == agg::ControlKind::kWorkerJoined;
+  uint32_t& mine = joined ? told_[server].joined[m.rank] : told_[server].removed[m.rank];
+  uint32_t& most = joined ? most_told_.joined[m.rank] : most_told_.removed[m.rank];
+  if (++mine <= most) return;  // another server told it first
+  most = mine;
+  ++(joined ? workers_joined_ : workers_removed_);
+  publish_st();  // counted before any answer that follows (a barrier's)
+  std::fprintf(stderr, "mercury: %s: %s\n", server_name(server).c_str(), m.text.c_str());
 }
 
 }  // namespace mercury::worker

@@ -478,6 +478,10 @@ void Worker::start() {
   // Every caller stores the same value; the handle's completion ordered it.
   i.first_version.store(i.stats.start_version.load(std::memory_order_relaxed),
                         std::memory_order_relaxed);
+  // A process that joined a running job takes part in barriers from the
+  // generation server 0 gave it (docs/membership.md, "Joining").
+  i.barrier_generation.store(i.stats.barrier_base.load(std::memory_order_relaxed),
+                             std::memory_order_relaxed);
   i.started.store(true, std::memory_order_release);
 }
 
@@ -662,6 +666,13 @@ uint32_t Worker::start_version() const {
   return i.stats.start_version.load(std::memory_order_acquire);
 }
 
+std::optional<uint32_t> Worker::joined_version() const {
+  const Impl& i = *impl_;
+  if (!started()) throw UsageError("joined_version: the worker has not started");
+  if (!i.stats.joined.load(std::memory_order_acquire)) return std::nullopt;
+  return i.stats.joined_version.load(std::memory_order_relaxed);
+}
+
 uint32_t Worker::roll_back() {
   Impl& i = *impl_;
   i.check_live("roll_back");
@@ -791,6 +802,7 @@ WorkerStats Worker::stats() const {
   w.ssp_gap_max = s.ssp_gap_max.load(std::memory_order_relaxed);
   w.workers_removed = s.workers_removed.load(std::memory_order_relaxed);
   w.workers_left = s.workers_left.load(std::memory_order_relaxed);
+  w.workers_joined = s.workers_joined.load(std::memory_order_relaxed);
   return w;
 }
 

@@ -315,7 +315,7 @@ int mercury_worker_get_stats(mercury_worker* w, mercury_worker_stats* out, size_
                                  s.retransmits,     s.chunks_dropped, s.control_dropped,
                                  s.staleness_sum,   s.stale_pushes,   s.staleness_max,
                                  s.ssp_waits,       s.ssp_gap_max,    s.workers_removed,
-                                 s.workers_left};
+                                 s.workers_left,    s.workers_joined};
     const size_t k = std::min(size, sizeof c);
     std::memcpy(out, &c, k);
     std::memset(reinterpret_cast<char*>(out) + k, 0, size - k);
@@ -591,6 +591,19 @@ int mercury_worker_roll_back(mercury_worker* w, uint32_t* version_out) {
   if (w == nullptr) return null_argument("mercury_worker_roll_back", "worker");
   if (version_out == nullptr) return null_argument("mercury_worker_roll_back", "version_out");
   return guarded([&] { *version_out = w->worker.roll_back(); });
+}
+
+int mercury_worker_joined_version(mercury_worker* w, int* joined_out, uint32_t* version_out) {
+  if (w == nullptr) return null_argument("mercury_worker_joined_version", "worker");
+  if (joined_out == nullptr) return null_argument("mercury_worker_joined_version", "joined_out");
+  if (version_out == nullptr) {
+    return null_argument("mercury_worker_joined_version", "version_out");
+  }
+  return guarded([&] {
+    const std::optional<uint32_t> v = w->worker.joined_version();
+    *joined_out = v ? 1 : 0;
+    *version_out = v.value_or(0);
+  });
 }
 
 int mercury_handle_wait(mercury_handle* h) {

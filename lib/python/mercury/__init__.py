@@ -412,6 +412,16 @@ class Worker:
         """The version the job started at: 0, or the resumed state's."""
         return self._w.start_version()
 
+    @property
+    def joined_version(self) -> Optional[int]:
+        """Under asp, ssp and psplus, when this process joined a running job in
+        place of a removed rank (docs/membership.md, "Joining"): the version
+        it joined at, the least over every chunk of every tensor once its first
+        pull (every chunk's newest version) was whole, from which the trainer
+        reloads its own data position. None for a process that started with
+        the job. UsageError before start."""
+        return self._w.joined_version()
+
     def roll_back(self) -> int:
         """After a call failed because a server was lost (the job file's
         network.on_server_loss: wait): waits until the server is back from

@@ -471,6 +471,12 @@ class PyWorker {
 
   uint32_t start_version() const { return live().start_version(); }
 
+  // None for a process that started with the job.
+  py::object joined_version() const {
+    const std::optional<uint32_t> v = live().joined_version();
+    return v ? py::object(py::int_(*v)) : py::object(py::none());
+  }
+
   uint32_t roll_back() {
     mw::Worker& w = live();
     py::gil_scoped_release release;
@@ -496,6 +502,7 @@ class PyWorker {
     d["ssp_gap_max"] = s.ssp_gap_max;
     d["workers_removed"] = s.workers_removed;
     d["workers_left"] = s.workers_left;
+    d["workers_joined"] = s.workers_joined;
     py::dict drops;
     for (const auto& [name, n] : live().drops()) drops[py::str(name)] = n;
     d["drops"] = drops;
@@ -686,6 +693,7 @@ PYBIND11_MODULE(_mercury, m) {
       .def("server_state", &PyWorker::server_state)
       .def("resume_from", &PyWorker::resume_from)
       .def("start_version", &PyWorker::start_version)
+      .def("joined_version", &PyWorker::joined_version)
       .def("roll_back", &PyWorker::roll_back)
       .def("stats", &PyWorker::stats);
 

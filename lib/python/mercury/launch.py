@@ -14,6 +14,12 @@ from Python, and can also run each worker as a fork of the calling process
 (``worker_main``), so that what the trainer imports (torch: about a second
 of CPU per process) is imported once. On a cluster the cluster's launcher
 (srun, torchrun, mpirun) starts the processes instead (docs/cluster.md).
+
+``--max-restarts K`` starts a worker that died (a non-zero status or a
+signal) again, at most K times per worker, with ``MERCURY_RESTART=n`` (its
+n-th restart) in its environment: under asp, ssp and psplus the new process
+joins the running job in place of the rank the servers removed
+(docs/membership.md, "Joining").
 """
 
 from __future__ import annotations
@@ -161,6 +167,12 @@ class _Child:
         return rc
 
 
+def _restart_env(env: Optional[Dict[str, str]], job: str, node: str, n: int) -> Dict[str, str]:
+    out = _node_env(env, job, node)
+    out["MERCURY_RESTART"] = str(n)
+    return out
+
+
 def _popen(argv: Sequence[str], env: Optional[Dict[str, str]]) -> subprocess.Popen:
     return subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1, env=env)
@@ -171,7 +183,7 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
             timeout_s: float = 600.0, server_args: Sequence[str] = (),
             env: Optional[Dict[str, str]] = None,
             worker_main: Optional[Callable[[str, int], Any]] = None,
-            survive_worker_loss: bool = False) -> Dict[str, int]:
+            survive_worker_loss: bool = False, max_restarts: int = 0) -> Dict[str, int]:
     """Runs the job: servers first, then every worker. Returns every process's
     exit status by node name (0 = clean). Each worker is either the command
     ``worker_argv(node, rank)`` or, with ``worker_main`` instead, a fork of this
@@ -188,9 +200,18 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
     a worker has failed, the others get 15 s to notice (the servers end the
     job for every rank) before they are killed too, unless
     ``survive_worker_loss``: an asynchronous job goes on without a worker that
-    died (docs/membership.md), and the others run to their end."""
+    died (docs/membership.md), and the others run to their end.
+    ``max_restarts`` K: a worker that exits with a non-zero status or a signal
+    is started again (the same command, or a new fork that runs
+    ``worker_main``) with ``MERCURY_RESTART=n`` in its environment, at most K
+    times per worker, each time with a line on this process's output; its
+    status is then its last process's. A fork made then copies this
+    process's state but not its threads (the output readers, which hold no
+    lock a worker takes)."""
     if (worker_argv is None) == (worker_main is None):
         raise ValueError("run_job: give worker_argv or worker_main, one of them")
+    if max_restarts < 0:
+        raise ValueError(f"run_job: max_restarts must be >= 0, not {max_restarts}")
     if echo is None:
         lock = threading.Lock()
 
@@ -235,6 +256,21 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
                 w.proc.go()
         deadline = time.monotonic() + timeout_s
         running = list(workers)
+        restarts = {w.name: 0 for w in workers}
+        rank_of = {w: r for r, w in enumerate(nodes["worker"])}
+
+        def restart(w: _Child, rc: int) -> _Child:
+            n = restarts[w.name] = restarts[w.name] + 1
+            print(f"launch: {w.name} exited with status {rc}; starting it again "
+                  f"(restart {n} of {max_restarts})", flush=True)
+            node_env = _restart_env(env, job, w.name, n)
+            if worker_argv is not None:
+                proc: Any = _popen(worker_argv(w.name, rank_of[w.name]), node_env)
+            else:
+                proc = _Forked(worker_main, w.name, rank_of[w.name], node_env)
+                proc.go()
+            return _Child(w.name, proc, echo)
+
         while running and time.monotonic() < deadline:
             for s in servers:
                 if s.proc.poll() not in (None, 0):
@@ -247,6 +283,11 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
                     continue
                 status[w.name] = w.finish(None)
                 running.remove(w)
+                if rc != 0 and restarts[w.name] < max_restarts:
+                    again = restart(w, rc)
+                    workers[workers.index(w)] = again
+                    running.append(again)
+                    continue
                 if rc != 0 and not survive_worker_loss:
                     deadline = min(deadline, time.monotonic() + 15.0)
             time.sleep(0.05)
@@ -276,15 +317,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--job", required=True, help="the job file")
     parser.add_argument("--server", required=True, help="the ps-server binary")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
+    parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                        help="start a worker that died again, at most K times per worker "
+                             "(default 0); under asp, ssp and psplus it joins the running job")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- then the trainer script and its arguments")
     a = parser.parse_args(argv)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not cmd:
         parser.error("give the trainer command after --")
+    if a.max_restarts < 0:
+        parser.error(f"--max-restarts {a.max_restarts}: must be >= 0")
     if cmd[0].endswith(".py"):
         cmd = [sys.executable, *cmd]
-    status = run_job(a.job, lambda node, rank: cmd, server_bin=a.server, timeout_s=a.timeout)
+    status = run_job(a.job, lambda node, rank: cmd, server_bin=a.server, timeout_s=a.timeout,
+                     max_restarts=a.max_restarts)
     failed = {n: s for n, s in status.items() if s != 0}
     for n, s in failed.items():
         print(f"launch: {n} exited with status {s}", file=sys.stderr)

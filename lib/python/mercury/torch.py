@@ -48,6 +48,9 @@ What happens:
   the servers' optimizer, which applies rank 0's (every rank's the same
   bits); a GradScaler's skipped step (its verdict taken in step()) applies
   nothing. A second round trip per step.
+* Under asp, ssp and psplus a restarted process joins the running job:
+  its first forward pass starts from every chunk's newest version, and
+  ``joined_version`` says which, for the trainer to reload its data position.
 * ``state_dict()`` holds every shard's parameters, optimizer state and
   versions (pulled from the servers); ``load_state_dict()`` before the first
   forward pass makes the job resume from them, bit for bit.
@@ -931,6 +934,19 @@ class DistributedModel(torch.nn.Module):
                              "backward_passes_per_step, a pass only accumulates)")
         self._grads_ready = False
         self._optimizer.step()
+
+    @property
+    def joined_version(self) -> Optional[int]:
+        """Once the job started (the first forward pass): when this process
+        joined a running asp, ssp or psplus job in place of a removed rank
+        (a restart, docs/membership.md, "Joining"), the version it joined at
+        (Worker.joined_version): the module's parameters hold every chunk's
+        newest version, at least that one, and the trainer reloads its data
+        position from it. None for a process that started with the job."""
+        if not self._declared:
+            raise UsageError("mercury.torch: joined_version before the first forward pass "
+                             "(the job starts there)")
+        return self._worker.joined_version
 
     def roll_back(self) -> int:
         """After a step failed because a server was lost (the job file's

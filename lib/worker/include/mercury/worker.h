@@ -30,6 +30,10 @@
 // buffers hold it when start() returns. It blocks for as long as the slowest
 // rank takes to start, at most WorkerOptions::start_timeout_ms, and throws
 // WorkerError naming the server that refused or never answered.
+// Under asp, ssp and psplus a process started for a rank the running job
+// removed (a restart, or a replacement with the same node) joins it
+// instead: start() then returns once every chunk's newest version is in
+// the declared buffers (joined_version(); docs/membership.md, "Joining").
 // start_async() does the same without blocking: its Handle completes when
 // start() would return. declare() after either throws UsageError.
 //
@@ -114,6 +118,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -189,6 +194,9 @@ struct WorkerStats {
   /// them), and those that left it before this worker, as the servers told.
   uint64_t workers_removed = 0;
   uint64_t workers_left = 0;
+  /// New processes of removed ranks that joined the job since this worker
+  /// started (docs/membership.md, "Joining"), as the servers told.
+  uint64_t workers_joined = 0;
 };
 
 /// A drop reason and how many times it happened (Worker::drops).
@@ -355,6 +363,17 @@ class Worker {
   /// The version the job started at: 0, or the resumed state's. Throws
   /// UsageError before start.
   [[nodiscard]] uint32_t start_version() const;
+
+  /// Asynchronous modes: when this process joined a running job in place
+  /// of a removed rank (docs/membership.md, "Joining"), the version it
+  /// joined at: the least version over every chunk of every tensor once its
+  /// first pull (every chunk's newest version) was whole; the declared
+  /// buffers held at least that version when start() returned. nullopt for
+  /// a process that started with the job. The trainer reloads its own data
+  /// position from it. Its pushes count from start_version() as every
+  /// rank's do, and its barriers from the generation the job was at.
+  /// Throws UsageError before start.
+  [[nodiscard]] std::optional<uint32_t> joined_version() const;
 
   /// After a call failed because a server was lost, with the job file's
   /// network.on_server_loss wait (docs/worker.md, "Errors"): waits

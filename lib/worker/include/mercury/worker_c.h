@@ -144,6 +144,7 @@ typedef struct mercury_worker_stats {
   uint64_t ssp_gap_max;
   uint64_t workers_removed;
   uint64_t workers_left;
+  uint64_t workers_joined;
 } mercury_worker_stats;
 /* Fills *out with the counters now. `size` is sizeof(mercury_worker_stats)
  * as the caller was compiled (a multiple of 8): a caller built against an
@@ -222,6 +223,12 @@ int mercury_worker_start_version(mercury_worker* worker, uint32_t* version_out);
  * back in time or no server was lost (mercury_last_error says why). Symbol
  * version MERCURY_4. */
 int mercury_worker_roll_back(mercury_worker* worker, uint32_t* version_out);
+
+/* Whether this process joined a running job in place of a removed rank
+ * (*joined_out 1, else 0) and, if it did, the version it joined at
+ * (*version_out; Worker::joined_version). MERCURY_E_USAGE before start.
+ * Symbol version MERCURY_5. */
+int mercury_worker_joined_version(mercury_worker* worker, int* joined_out, uint32_t* version_out);
 
 /* Element types (mercury/worker.h, "Element types"): a tensor is float32,
  * bfloat16 or float16, fixed when declared; its buffers hold its elements

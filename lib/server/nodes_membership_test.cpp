@@ -1,0 +1,135 @@
+// Membership on the node layer, without EAL (the harness of nodes_test.cpp):
+// a worker process restarted in an asynchronous job joins it with every
+// chunk's newest version and pushes on, a new process with another tensor
+// list is refused alone, and the copies owed to a lost rank are dropped
+// (docs/membership.md).
+#include "server/nodes_harness.h"
+
+namespace mercury {
+namespace {
+
+using namespace nodes_test;
+
+// Rank 0 pushes every tensor once more, alone: under asp and psplus its
+// answers carry every chunk's newest version, so its buffers then hold what
+// the server holds.
+std::string rank0_pushes_last(Nodes& job) {
+  Rank& w0 = job.rank(0);
+  std::vector<worker::Handle> hs;
+  for (uint32_t t = 0; t < w0.params.size(); ++t) {
+    for (size_t i = 0; i < w0.grads[t].size(); ++i) w0.grads[t][i] = 0.001f * (i % 5);
+    hs.push_back(w0.api().push_pull(t, w0.grads[t], w0.params[t]));
+  }
+  if (!job.wait(hs)) return "rank 0's push timed out";
+  for (const worker::Handle& h : hs) {
+    if (!h.ok()) return std::string(h.error());
+  }
+  return "";
+}
+
+void joins_with_the_newest_versions(config::Sync sync) {
+  std::vector<std::vector<float>> reference;
+  Nodes job({.workers = 3, .sync = sync});
+  ASSERT_EQ(job.start(reference), "");
+  std::mt19937 rng(21);
+  for (int round = 0; round < 2; ++round) ASSERT_EQ(job.push_round(rng), "");
+  ASSERT_EQ(rank0_pushes_last(job), "");
+  // Every chunk had 2 x 3 pushes and rank 0's last one applied.
+  constexpr uint32_t kVersion = 7;
+  for (uint32_t t = 0; t < job.rank(0).params.size(); ++t) {
+    ASSERT_EQ(job.rank(0).api().version(t), kVersion);
+  }
+
+  job.restart(2, 200);
+  const worker::Handle started = job.rank(2).api().start_async();
+  ASSERT_TRUE(job.wait({started}));
+  ASSERT_TRUE(started.ok()) << started.error();
+  worker::Worker& joined = job.rank(2).api();
+  joined.start();  // returns at once: the handle is complete
+  ASSERT_EQ(joined.joined_version(), std::optional<uint32_t>(kVersion));
+  EXPECT_EQ(joined.start_version(), 0u);  // its pushes count from the job's start
+  // Its first pull holds the newest versions: rank 0's buffers, bit for bit.
+  for (uint32_t t = 0; t < job.rank(0).params.size(); ++t) {
+    EXPECT_EQ(joined.version(t), kVersion) << t;
+    EXPECT_EQ(std::memcmp(job.rank(2).params[t].data(), job.rank(0).params[t].data(),
+                          job.rank(0).params[t].size() * 4),
+              0)
+        << t;
+  }
+  server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.control.workers_removed, 1u);
+  EXPECT_EQ(c.control.workers_joined, 1u);
+  EXPECT_GT(c.shards.join_owed, 0u);
+  EXPECT_GE(c.shards.eager_sent, c.shards.join_owed);  // each owed copy went
+  // The others were told, once each (counted on their next publication).
+  ASSERT_TRUE(job.run([&] { return job.rank(0).api().stats().workers_joined == 1; }, 100 * kMs));
+  EXPECT_EQ(job.rank(1).api().stats().workers_joined, 1u);
+  EXPECT_EQ(job.rank(0).api().stats().workers_removed, 1u);
+  EXPECT_EQ(joined.stats().workers_joined, 0u);  // it is the one that joined
+  // It pushes from the current versions on, its clocks taken from the
+  // slowest rank's: nothing is refused as a replay, and it reads its own
+  // update.
+  for (int round = 0; round < 2; ++round) ASSERT_EQ(job.push_round(rng), "");
+  c = job.server().counters_st();
+  EXPECT_EQ(c.table.count(agg::Outcome::kDuplicate), 0u);
+  EXPECT_EQ(c.table.rejected(), 0u);
+  for (uint32_t t = 0; t < job.rank(2).params.size(); ++t) {
+    EXPECT_GT(joined.version(t), kVersion) << t;
+  }
+}
+
+TEST(NodesMembership, ARestartedWorkerJoinsUnderAsp) {
+  joins_with_the_newest_versions(config::Sync::kAsp);
+}
+
+TEST(NodesMembership, ARestartedWorkerJoinsUnderPsPlus) {
+  joins_with_the_newest_versions(config::Sync::kPsPlus);
+}
+
+TEST(NodesMembership, AJoinWithAnotherTensorListIsRefusedAlone) {
+  std::vector<std::vector<float>> reference;
+  Nodes job({.workers = 3, .sync = config::Sync::kAsp});
+  ASSERT_EQ(job.start(reference), "");
+  std::mt19937 rng(22);
+  ASSERT_EQ(job.push_round(rng), "");
+  job.restart(2, 200, /*odd=*/true);
+  const worker::Handle started = job.rank(2).api().start_async();
+  ASSERT_TRUE(job.wait({started}));
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.error().find("cannot join the running job: its tensor list differs"),
+            std::string_view::npos)
+      << started.error();
+  // The job goes on with ranks 0 and 1.
+  std::vector<worker::Handle> hs;
+  for (uint32_t r = 0; r < 2; ++r) {
+    Rank& k = job.rank(r);
+    for (uint32_t t = 0; t < k.params.size(); ++t) {
+      hs.push_back(k.api().push_pull(t, k.grads[t], k.params[t]));
+    }
+  }
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) EXPECT_TRUE(h.ok()) << h.error();
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.control.workers_joined, 0u);
+  EXPECT_EQ(c.control.workers_removed, 1u);
+}
+
+// PS+: the copies owed to a rank that died wait for a snapshot its unanswered
+// copies hold; once liveness removes it they are dropped and counted.
+TEST(NodesMembership, TheCopiesOwedToALostRankAreDropped) {
+  std::vector<std::vector<float>> reference;
+  Nodes job({.workers = 3, .sync = config::Sync::kPsPlus});
+  ASSERT_EQ(job.start(reference), "");
+  std::mt19937 rng(23);
+  ASSERT_EQ(job.push_round(rng), "");
+  job.kill(2);
+  for (int round = 0; round < 3; ++round) ASSERT_EQ(job.push_round(rng), "");
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.control.workers_removed, 1u);
+  EXPECT_GT(c.shards.removed_dropped, 0u);
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
+}
+
+}  // namespace
+}  // namespace mercury
