@@ -2,7 +2,7 @@
 """How soon a restarted worker computes again (docs/membership.md, "Joining").
 
 The `make demo` job over net_memif (config/memif.yaml: ps-server with 2 shards and
-4 ps-worker processes) with ResNet-50's tensor set (config/models/resnet50.txt) under
+4 ps-worker processes, the default peer timeout 1.5 s) with ResNet-50's tensor set (config/models/resnet50.txt) under
 an asynchronous mode, free-running rounds of COMPUTE_MS each. Once every worker has
 run a few rounds, w2 is killed (SIGKILL) and started again at once; the new process
 joins the running job and its start returns once its first pull is whole (every
@@ -51,6 +51,11 @@ def job_file(tmp, mode):
     head = "training:\n  sync: bsp\n  optimizer: sgd\n  learning_rate: 0.01\n"
     assert head in text, "config/memif.yaml's training section changed"
     text = text.replace(head, "training:\n  " + MODES[mode] + "\n")
+    # The default peer timeout: the server takes the new process's epoch once the old
+    # one leaves its challenge unanswered for a quarter of it (docs/transport.md).
+    timeout = "  peer_timeout_ms: 5000"
+    assert timeout in text, "config/memif.yaml's peer timeout changed"
+    text = text.replace(timeout, "  peer_timeout_ms: 1500")
     # Sockets of this run only, so that runs never meet each other's.
     text = text.replace("/tmp/mercury/", f"/tmp/mercury-rejoin-{os.getpid()}/")
     path = os.path.join(tmp, f"rejoin-{mode}.yaml")
