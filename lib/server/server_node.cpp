@@ -735,6 +735,11 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
   // core for a few hundred milliseconds, and the workers would resend
   // declarations whose ACK waited for the ACK delay meanwhile.
   for (auto& e : endpoints_) e->flush_acks_st(now_);
+  // A restart the endpoint saw in this pass comes first: the message is the
+  // new process's, and its declare must find the old one out of the job
+  // (else the restart, handled after the pass, would remove the rank it
+  // joined).
+  if (rank < 64 && (restarted_ >> rank & 1) != 0) handle_restarts_st();
   if (JobState::handles(m.kind)) {
     // Settings and the job's state: the shards' work (job_state.h).
     job_state_->on_message_st(static_cast<uint16_t>(rank), std::move(m));
