@@ -975,6 +975,12 @@ TEST(WorkerC, SettingsStateAndResume) {
   uint32_t v = 0;
   ASSERT_EQ(mercury_worker_start_version(w, &v), MERCURY_OK);
   EXPECT_EQ(v, 1u);
+  // It started with the job (a resume is no join): MERCURY_5's call says so.
+  int joined = -1;
+  ASSERT_EQ(mercury_worker_joined_version(w, &joined, &v), MERCURY_OK) << mercury_last_error();
+  EXPECT_EQ(joined, 0);
+  EXPECT_EQ(v, 0u);
+  EXPECT_EQ(mercury_worker_joined_version(w, nullptr, &v), MERCURY_E_USAGE);
   EXPECT_EQ(q, after_one);
   EXPECT_EQ(bn2, bn_push);
   // The resumed table holds the rate set before the checkpoint.
