@@ -109,9 +109,9 @@ def run(build, mode):
         model = os.path.join(ROOT, "config", "models", "resnet50.txt")
 
         def worker(node):
-            return Proc(node, [os.path.join(build, "apps", "ps-worker"), "--config", job,
+            return Proc(node, [os.path.join(build, "apps", "ps-worker", "ps-worker"), "--config", job,
                                "--node", node, "--model", model, "--rounds", "1000000",
-                               "--compute-ms", str(COMPUTE_MS), "--verify", "none"])
+                               "--compute-ms", str(COMPUTE_MS)])
 
         server = Proc("server0", [os.path.join(build, "apps", "ps-server"), "--config", job,
                                   "--node", "server0"])
