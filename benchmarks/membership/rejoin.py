@@ -26,12 +26,13 @@ import os
 import queue
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from survivors import spread  # noqa: E402  (this directory's: median [min, max])
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOAL_S = 3.0
@@ -135,10 +136,6 @@ def run(build, mode):
         finally:
             for p in reversed(procs):
                 p.stop()
-
-
-def spread(xs):
-    return f"{statistics.median(xs):.3f} [{min(xs):.3f}, {max(xs):.3f}]"
 
 
 def main():
