@@ -34,6 +34,9 @@
 //   7. Membership (docs/membership.md): in the asynchronous modes a rank
 //      that is lost (liveness) or left is removed from the job, and every
 //      server tells every other rank with kWorkerGone(rank, lost, text).
+//   8. A hot standby (docs/durability.md) that named its server lost tells
+//      every worker with kPromoted(version, text); the workers send that
+//      server's traffic to it from then on.
 //
 // Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
 // kind's fields, all big-endian. decode() validates every length against the
@@ -79,6 +82,11 @@ enum class ControlKind : uint8_t {
   /// server -> every other rank: rank `rank` is no longer in the job
   /// (`lost`: named dead by liveness or restarted; else it left); `text` says so.
   kWorkerGone = 20,
+  // A hot standby (docs/durability.md), a block of its own.
+  /// standby -> every worker: it has named its server lost and serves that
+  /// server's shards from now on, at `version` (its newest chunk's); `text`
+  /// names it. The workers resend what the server had not answered.
+  kPromoted = 30,
 };
 
 struct ControlMessage {
