@@ -45,7 +45,7 @@ void check_standbys(JobConfig& job, const std::vector<NodeSource>& sources) {
           "a standby needs training.aggregation chunk: each chunk's update is replicated "
           "before it goes out");
     }
-    for (const auto* pair : {&n, standby}) {
+    for (const NodeConfig* pair : {static_cast<const NodeConfig*>(&n), standby}) {
       const NodeSource& ps = sources[pair->index];
       if (pair->ports.size() != 1) {
         ps.port_list->fail(pair->name + " has " + std::to_string(pair->ports.size()) +

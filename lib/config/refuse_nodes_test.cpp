@@ -337,7 +337,7 @@ TEST(ConfigRefuse, StandbyNamesNoStandby) {
                       "nodes[0].standby", "no node is called"));
   EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0], shards: 1, standby: w0")), 5,
                       "nodes[0].standby", "w0 is a worker, not a standby"));
-  EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0], shards: 1")), 6, "nodes[1].role",
+  EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0, 1], shards: 1")), 6, "nodes[1].role",
                       "standby s0b stands by for no server"));
 }
 
