@@ -24,13 +24,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "pmd-tests", "common"))
+from lines import Lines  # noqa: E402
 from netns import bridge_namespaces, remove_namespaces  # noqa: E402
 from peers_bench import bridge_job  # noqa: E402
 
@@ -39,27 +39,6 @@ TRAINING = "{sync: bsp, optimizer: momentum, learning_rate: 0.01, momentum: 0.9}
 
 def summary(xs):
     return "%.3f [%.3f, %.3f]" % (statistics.median(xs), min(xs), max(xs))
-
-
-class Lines:
-    def __init__(self, proc):
-        self.proc = proc
-        self.lines = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line))
-
-    def text(self):
-        return "".join(line for _, line in self.lines)
-
-    def first(self, pattern, after):
-        for t, line in list(self.lines):
-            if t >= after and re.search(pattern, line):
-                return t
-        return None
 
 
 def trial(build, model, workers, rounds, kill_at, tag):

@@ -481,6 +481,13 @@ uint64_t ServerNode::aggregation_mbufs_st(uint32_t port) const {
   return f.handed > freed ? f.handed - freed : 0;
 }
 
+int32_t ServerNode::slot_of_st(uint32_t key) {
+  const int32_t slot =
+      key < placement_->blocks().size() ? shard_slot_[placement_->at(key).shard] : -1;
+  if (slot < 0) count(ServerDrop::kNotOurs);
+  return slot;
+}
+
 bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h) {
   if (rank >= rank_at_.size()) {
     // The partner's replicas wait (resent by its transport) until this
@@ -541,15 +548,8 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kAfterLeave);
     return false;
   }
-  if (h.block_key >= placement_->blocks().size()) {
-    count(ServerDrop::kNotOurs);
-    return false;
-  }
-  const int32_t slot = shard_slot_[placement_->at(h.block_key).shard];
-  if (slot < 0) {
-    count(ServerDrop::kNotOurs);
-    return false;
-  }
+  const int32_t slot = slot_of_st(h.block_key);
+  if (slot < 0) return false;
   PortFlow& flow = flow_[port];
   if (flow.pool == nullptr) derive_flow_limit_st(port, buf);
   // Counted under the receiving port when freed (BufferReleases).
@@ -863,15 +863,8 @@ bool ServerNode::on_partner_packet_st(const wire::HeaderFields& h,
     count(ServerDrop::kFromPartner);
     return false;
   }
-  if (h.block_key >= placement_->blocks().size()) {
-    count(ServerDrop::kNotOurs);
-    return false;
-  }
-  const int32_t slot = shard_slot_[placement_->at(h.block_key).shard];
-  if (slot < 0) {
-    count(ServerDrop::kNotOurs);
-    return false;
-  }
+  const int32_t slot = slot_of_st(h.block_key);
+  if (slot < 0) return false;
   // Copied (or dropped and counted by the shard): the endpoint frees the buffer.
   shards_[slot]->take_replica_st(h.block_key, h.offset, h.param_version, h.iteration, payload);
   return false;

@@ -394,6 +394,9 @@ class ServerNode final : private node::ControlChannel::Handler {
   bool on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
                     std::span<const std::byte> payload, net::PacketBuf* buf);
   void derive_flow_limit_st(uint32_t port, net::PacketBuf* buf);
+  // The index in shards_ of the shard owning block `key`, or -1 (counted
+  // kNotOurs) for no block or another node's.
+  int32_t slot_of_st(uint32_t key);
   void flush_st(uint32_t slot);
   void count(ServerDrop d) { ++drops_[static_cast<size_t>(d)]; }
   // Settings and the job's state (job_state.h): runs `task` on the shard in

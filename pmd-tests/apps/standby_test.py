@@ -21,41 +21,16 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from lines import Lines  # noqa: E402
 from netns import bridge_namespaces, remove_namespaces  # noqa: E402
 
 MODEL = "a 20000 100x200\nb 300 300\nc 7000 7000\nd 64 64\n"
 TIMEOUT_S = 120
 ROUNDS = 150
 KILL_AFTER = 40  # w0's round that announces the kill
-
-
-class Lines:
-    """A process's output, read line by line on a thread of its own, each line with the
-    time it was read."""
-
-    def __init__(self, proc):
-        self.proc = proc
-        self.lines = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append((time.monotonic(), line))
-
-    def text(self):
-        return "".join(line for _, line in self.lines)
-
-    def first(self, pattern, after=0.0):
-        """The time of the first line read after `after` that matches, or None."""
-        for t, line in list(self.lines):
-            if t >= after and re.search(pattern, line):
-                return t
-        return None
 
 
 def expect(cond, what, outputs=()):
