@@ -65,8 +65,13 @@ def trial(build, model, workers, rounds, kill_at, tag):
                 break
             time.sleep(0.002)
         if mark not in procs["w0"].text():
-            sys.exit("failover_bench: w0 never reached round %d:\n%s" %
-                     (kill_at, procs["w0"].text()[-3000:]))
+            for p in procs.values():
+                if p.proc.poll() is None:
+                    p.proc.kill()
+                p.proc.wait()
+                p.thread.join()
+            sys.exit("failover_bench: w0 never reached round %d:\n%s" % (kill_at, "\n".join(
+                "--- %s\n%s" % (n, p.text()[-1500:]) for n, p in procs.items())))
         procs["server0"].proc.send_signal(signal.SIGKILL)
         killed = time.monotonic()
         for node, p in procs.items():

@@ -37,7 +37,8 @@ iterations (a checkpoint costs the few iterations around it, which a median woul
 run enough iterations to span several checkpoint intervals.
 With --standby (root: network namespaces), two more variants: mercury_bridge, the mercury
 job with every node a process in a network namespace of its own on a Linux bridge
-(net_af_packet, one port per node), and mercury_standby, the same with a hot standby of
+(net_af_packet, one port per node, MTU 1500: the veths' frames), and mercury_standby, the
+same with a hot standby of
 the server (`standby:`, docs/durability.md: every update replicated to it before it goes
 to the workers). A standby needs a port every node reaches, which a memif link is not, so
 its cost is the ratio of the two bridge variants of the same trial.
@@ -111,20 +112,24 @@ def bridge_job(workers, name, standby, training="{sync: bsp, optimizer: sum}"):
     every node): server0 with one shard on its net core, with `standby` a standby
     server0b, `workers` workers; node i's port is eth0 of its namespace.
     benchmarks/peers/failover_bench.py uses it too."""
+    # Both variants run the shard inline on the server's net core: a standby pair must, and
+    # lcore 2 shares CPU 0 with the net core on a 2-CPU machine (config/memif.yaml).
     nodes = [("server0", "server", 1, ", shards: 1" + (", standby: server0b" if standby else ""))]
     if standby:
         nodes.append(("server0b", "standby", 2, ""))
     nodes += [("w%d" % w, "worker", 11 + w, "") for w in range(workers)]
     y = ["job: {id: 13, name: %s}" % name,
-         "network: {mtu: 9000, peer_timeout_ms: 1500}",
+         # The veths of pmd-tests/common/netns.py carry 1500-byte frames.
+         "network: {mtu: 1500, peer_timeout_ms: 1500}",
          "mempool: {mbufs: 8191, cache: 256}",
-         "eal: {memory_mb: 1024, hugepages: auto}",
+         "eal: {memory_mb: 512, hugepages: auto}",
          "training: %s" % training,
          "nodes:"]
     for i, (node, role, host, extra) in enumerate(nodes):
+        lcores = "[0, 2]" if role == "server" and not standby else "[0]"
         y.append("  - {name: %s, role: %s, ipv4: 10.80.0.%d, "
-                 "ports: [\"net_af_packet%d,iface=eth0\"], lcores: [0]%s}"
-                 % (node, role, host, i, extra))
+                 "ports: [\"net_af_packet%d,iface=eth0\"], lcores: %s%s}"
+                 % (node, role, host, i, lcores, extra))
     return "\n".join(y) + "\n", [n for n, _, _, _ in nodes]
 
 
