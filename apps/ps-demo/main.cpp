@@ -130,6 +130,14 @@ struct Trainer {
 
 int run(const Options& o) {
   const config::JobConfig job = config::load_file(o.config);
+  for (const config::NodeConfig& n : job.nodes) {
+    if (n.role != config::Role::kStandby) continue;
+    // A standby needs a port every node reaches (a bridge, a NIC), which
+    // neither mode's links are.
+    throw std::runtime_error(job.source + ": ps-demo does not run a standby (" + n.name +
+                             "): start each node with ps-server or ps-worker --node NAME "
+                             "(docs/durability.md, \"A hot standby\")");
+  }
   if (o.check) {
     std::printf("%s: ok (job %s, %zu nodes)\n", o.config.c_str(), job.name.c_str(),
                 job.nodes.size());

@@ -167,7 +167,7 @@ void check(const config::JobConfig& job, FILE* out) {
   eo.cpus = {0};  // the mapping onto CPUs is each process's own
   for (const config::NodeConfig& n : job.nodes) {
     config::eal_args(job, std::vector<std::string>{n.name}, eo);
-    if (n.role == config::Role::kServer) {
+    if (n.role != config::Role::kWorker) {
       std::fprintf(out, "%s\n", server::check_line(job, n).c_str());
     } else {
       const worker::NetCoreConfig c = worker::net_core_config(job, n.name);

@@ -5,7 +5,7 @@ same tensors, on the same machine, interleaved (benchmarks/README.md, "peers").
   benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
                                   [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]
                                   [--loss P] [--compare-build DIR] [--bf16]
-                                  [--checkpoint-every-s S]
+                                  [--checkpoint-every-s S] [--standby]
 
 For each model and worker count, each trial runs four variants in random order:
   mercury     ps-demo on a memif job like config/memif.yaml (one ps-server, N ps-worker
@@ -35,6 +35,13 @@ S}`, docs/durability.md), in the same random order: its cost beside the job with
 Then every mercury variant's figure is the mean iteration time over the `iters`
 iterations (a checkpoint costs the few iterations around it, which a median would hide):
 run enough iterations to span several checkpoint intervals.
+With --standby (root: network namespaces), two more variants: mercury_bridge, the mercury
+job with every node a process in a network namespace of its own on a Linux bridge
+(net_af_packet, one port per node, MTU 1500: the veths' frames), and mercury_standby, the
+same with a hot standby of
+the server (`standby:`, docs/durability.md: every update replicated to it before it goes
+to the workers). A standby needs a port every node reaches, which a memif link is not, so
+its cost is the ratio of the two bridge variants of the same trial.
 An iteration's time is the slowest rank's (from the barrier to its last completion); a
 trial's figure is the median over `iters` iterations after `warmup`. The table gives, per
 variant, the median [min, max] over the trials and the ratio to gloo_fused taken per
@@ -98,6 +105,79 @@ def memif_job(workers, name, loss=0.0, training="{sync: bsp, optimizer: sum}", n
               % (w, name, w),
               "    lcores: [%d]" % (1 + 2 * w)]
     return "\n".join(y) + "\n"
+
+
+def bridge_job(workers, name, standby, training="{sync: bsp, optimizer: sum}"):
+    """The job over net_af_packet on a bridge (docs/durability.md: a standby's port reaches
+    every node): server0 with one shard on its net core, with `standby` a standby
+    server0b, `workers` workers; node i's port is eth0 of its namespace.
+    benchmarks/peers/failover_bench.py uses it too."""
+    # Both variants run the shard inline on the server's net core: a standby pair must, and
+    # lcore 2 shares CPU 0 with the net core on a 2-CPU machine (config/memif.yaml).
+    nodes = [("server0", "server", 1, ", shards: 1" + (", standby: server0b" if standby else ""))]
+    if standby:
+        nodes.append(("server0b", "standby", 2, ""))
+    nodes += [("w%d" % w, "worker", 11 + w, "") for w in range(workers)]
+    y = ["job: {id: 13, name: %s}" % name,
+         # The veths of pmd-tests/common/netns.py carry 1500-byte frames.
+         "network: {mtu: 1500, peer_timeout_ms: 1500}",
+         "mempool: {mbufs: 8191, cache: 256}",
+         "eal: {memory_mb: 512, hugepages: auto}",
+         "training: %s" % training,
+         "nodes:"]
+    for i, (node, role, host, extra) in enumerate(nodes):
+        lcores = "[0, 2]" if role == "server" and not standby else "[0]"
+        y.append("  - {name: %s, role: %s, ipv4: 10.80.0.%d, "
+                 "ports: [\"net_af_packet%d,iface=eth0\"], lcores: %s%s}"
+                 % (node, role, host, i, lcores, extra))
+    return "\n".join(y) + "\n", [n for n, _, _, _ in nodes]
+
+
+def mercury_bridge(build, model, workers, iters, warmup, standby):
+    """The bridge job's figure (mean iteration, exact, retransmissions, refusals), with or
+    without a standby; every process in its network namespace (needs root)."""
+    sys.path.insert(0, os.path.join(ROOT, "pmd-tests", "common"))
+    from netns import bridge_namespaces, remove_namespaces
+    tag = "pb%d" % (os.getpid() % 100000)
+    text, names = bridge_job(workers, "bridge%d" % workers, standby)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(text)
+        job = f.name
+    ns = {}
+    procs = []
+    try:
+        ns.update(bridge_namespaces(tag, names))
+        for node in names:
+            worker = node.startswith("w")
+            argv = ([os.path.join(build, "apps/ps-worker/ps-worker"), "--model", model,
+                     "--rounds", str(warmup + iters), "--verify", "last"] if worker
+                    else [os.path.join(build, "apps/ps-server")])
+            procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", ns[node]] + argv + ["--config", job, "--node", node],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT))
+        outs = [p.communicate(timeout=1800)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        remove_namespaces(ns)
+        os.unlink(job)
+    out = "\n".join(outs)
+    rounds = {}
+    for rank, rnd, secs in re.findall(r"w(\d+) round +(\d+): +([\d.]+) s", out):
+        rounds.setdefault(int(rnd), []).append(float(secs))
+    times = [max(v) for k, v in sorted(rounds.items()) if k > warmup and len(v) == workers]
+    exact = (all(p.returncode == 0 for p in procs) and "MISMATCH" not in out and
+             out.count("the last round's aggregate exact") == workers)
+    if len(times) != iters:
+        sys.exit("peers_bench: the bridge job failed:\n" + out[-6000:])
+    if standby:
+        line = re.search(r"standby: \d+ chunk versions replicated \((\d+) bytes, (\d+) per", out)
+        print("  mercury_standby: %s" % (line.group(0) if line else "no standby line"), flush=True)
+    resent = sum(int(x) for x in re.findall(r"stopped; \d+ aggregations, (\d+) retrans", out))
+    refused = sum(int(x) for x in re.findall(r"backpressure=(\d+)", out))
+    return statistics.mean(times), exact, resent, refused
 
 
 def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32", checkpoint_s=0.0,
@@ -212,6 +292,9 @@ def main():
     ap.add_argument("--checkpoint-every-s", type=float, default=0.0,
                     help="also run mercury_ckpt: the mercury job with a checkpoint every S s "
                          "(mercury variants then report the mean iteration)")
+    ap.add_argument("--standby", action="store_true",
+                    help="also run mercury_bridge and mercury_standby: the job over "
+                         "net_af_packet on a bridge without and with a hot standby (root)")
     a = ap.parse_args()
     try:
         import torch  # noqa: F401  (only to fail early with a clear message)
@@ -221,7 +304,8 @@ def main():
                 (["mercury_loss"] if a.loss > 0 else []) +
                 (["mercury_b"] if a.compare_build else []) +
                 (["mercury_bf16"] if a.bf16 else []) +
-                (["mercury_ckpt"] if a.checkpoint_every_s > 0 else []))
+                (["mercury_ckpt"] if a.checkpoint_every_s > 0 else []) +
+                (["mercury_bridge", "mercury_standby"] if a.standby else []))
     rows = []
     for m in a.models.split(","):
         model = os.path.join(ROOT, "config/models", m + ".txt")
@@ -232,7 +316,10 @@ def main():
                 random.shuffle(order)
                 trial = {}
                 for v in order:
-                    if v.startswith("mercury"):
+                    if v in ("mercury_bridge", "mercury_standby"):
+                        trial[v] = mercury_bridge(a.build, model, n, a.iters, a.warmup,
+                                                  v == "mercury_standby")
+                    elif v.startswith("mercury"):
                         trial[v] = mercury(a.compare_build if v == "mercury_b" else a.build,
                                            model, n, a.iters, a.warmup,
                                            a.loss if v == "mercury_loss" else 0.0,
@@ -260,6 +347,12 @@ def main():
                 m, n, v, summary([x[0] for x in xs]), summary([x[4] for x in xs]),
                 "yes" if all(x[1] for x in xs) else "NO", max(x[2] for x in xs),
                 max(x[3] for x in xs)))
+    if a.standby:
+        # The standby's cost: per trial, its job's time over the same job's without it.
+        for m, n, got in rows:
+            ratios = [x[0] / y[0] for x, y in zip(got["mercury_standby"], got["mercury_bridge"])]
+            print("%s %d workers: mercury_standby / mercury_bridge %s (goal <= 1.3)" %
+                  (m, n, summary(ratios)))
     if a.csv:
         with open(a.csv, "w") as f:
             f.write("model,workers,variant,trial,seconds,exact,retransmissions,refusals,"

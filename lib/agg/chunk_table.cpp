@@ -719,6 +719,33 @@ Outcome ChunkTable::restore(uint32_t key, uint32_t offset, uint32_t version,
   return o;
 }
 
+int64_t ChunkTable::chunk_index(uint32_t key, uint32_t offset) const {
+  uint64_t index = 0;
+  const Outcome o = locate(key, offset, 0, index);
+  return o == Outcome::kHeld || o == Outcome::kBadLength ? static_cast<int64_t>(index) : -1;
+}
+
+Outcome ChunkTable::replicate(uint64_t index, uint32_t version, uint32_t steps,
+                              std::span<const float> params, std::span<const float> state0,
+                              std::span<const float> state1) {
+  if (index >= chunks_.size()) return Outcome::kUnknownKey;
+  Chunk& ch = chunks_[index];
+  const size_t n = ch.elements;
+  const bool skipping = local_[ch.block].update == UpdateRule::kOptimizerRank0;
+  if (params.size() != n || state0.size() != (state0_ ? n : 0) ||
+      state1.size() != (state1_ ? n : 0) || steps > version || (steps != version && !skipping)) {
+    return Outcome::kBadLength;
+  }
+  const uint64_t e = ch.first_element;
+  std::memcpy(params_.get() + e, params.data(), params.size_bytes());
+  if (state0_) std::memcpy(state0_.get() + e, state0.data(), state0.size_bytes());
+  if (state1_) std::memcpy(state1_.get() + e, state1.data(), state1.size_bytes());
+  ch.version = version;
+  if (skipping) skipped_[index] = version - steps;
+  ch.initialized = 1;
+  return Outcome::kInitialized;
+}
+
 uint32_t ChunkTable::version(uint32_t key, uint32_t offset) const {
   uint64_t index = 0;
   const Outcome o = locate(key, offset, 0, index);

@@ -353,6 +353,17 @@ class ChunkTable {
                   std::span<const float> state0, std::span<const float> state1,
                   std::optional<uint32_t> steps = std::nullopt);
 
+  /// The index of the chunk at (key, offset) among chunks() (chunk_view's
+  /// numbering), or -1 when it does not exist here.
+  [[nodiscard]] int64_t chunk_index(uint32_t key, uint32_t offset) const;
+  /// A hot standby's copy (docs/durability.md, "A hot standby"): chunk
+  /// `index` takes these parameters, optimizer state, version and steps as
+  /// they are, whatever it held, and emits nothing (a standby serves its
+  /// chunks only once promoted). kBadLength as restore() refuses lengths
+  /// (the chunk is unchanged), else kInitialized. Never allocates or throws.
+  Outcome replicate(uint64_t index, uint32_t version, uint32_t steps, std::span<const float> params,
+                    std::span<const float> state0, std::span<const float> state1);
+
   [[nodiscard]] const ChunkTableCounters& counters() const { return counters_; }
   [[nodiscard]] const SyncPolicy& policy() const { return *policy_; }
   [[nodiscard]] uint32_t workers() const { return workers_; }

@@ -205,6 +205,11 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       w.be(m.rank, 4);
       w.text(m.text, 4);
       break;
+    case ControlKind::kPromoted:
+      if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
+      w.be(m.version, 4);
+      w.text(m.text, 4);
+      break;
     default:
       throw std::invalid_argument("control message: unknown kind " +
                                   std::to_string(static_cast<int>(m.kind)));
@@ -330,6 +335,10 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
       break;
     case ControlKind::kWorkerJoined:
       m.rank = static_cast<uint32_t>(r.be(4, "rank"));
+      m.text = r.text(4, "text");
+      break;
+    case ControlKind::kPromoted:
+      m.version = static_cast<uint32_t>(r.be(4, "version"));
       m.text = r.text(4, "text");
       break;
     default:

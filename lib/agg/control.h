@@ -39,6 +39,9 @@
 //      kReady has it, and from server 0 the barrier generation it counts
 //      from), then sends it every chunk's newest version, and tells every
 //      other rank with kWorkerJoined(rank, text).
+//   8. A hot standby (docs/durability.md) that named its server lost tells
+//      every worker with kPromoted(version, text); the workers send that
+//      server's traffic to it from then on.
 //
 // Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
 // kind's fields, all big-endian. decode() validates every length against the
@@ -90,6 +93,11 @@ enum class ControlKind : uint8_t {
   kJoined = 21,
   /// server -> every other rank: rank `rank` joined the job again; `text` says so.
   kWorkerJoined = 22,
+  // A hot standby (docs/durability.md), a block of its own.
+  /// standby -> every worker: it has named its server lost and serves that
+  /// server's shards from now on, at `version` (its newest chunk's); `text`
+  /// names it. The workers resend what the server had not answered.
+  kPromoted = 30,
 };
 
 struct ControlMessage {

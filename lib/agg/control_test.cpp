@@ -100,6 +100,18 @@ TEST(Control, EveryKindRoundTrips) {
   EXPECT_FALSE(decode_control(encode_control(gone)).lost);
   EXPECT_THROW(decode_control(std::span(gone_bytes).first(gone_bytes.size() - 1)),
                std::invalid_argument);
+
+  ControlMessage promoted;
+  promoted.kind = ControlKind::kPromoted;
+  promoted.version = 41;
+  promoted.text = "standby s0b took over from s0";
+  const std::vector<std::byte> promoted_bytes = encode_control(promoted);
+  const ControlMessage promoted2 = decode_control(promoted_bytes);
+  EXPECT_EQ(promoted2.kind, ControlKind::kPromoted);
+  EXPECT_EQ(promoted2.version, 41u);
+  EXPECT_EQ(promoted2.text, promoted.text);
+  EXPECT_THROW(decode_control(std::span(promoted_bytes).first(promoted_bytes.size() - 1)),
+               std::invalid_argument);
 }
 
 TEST(Control, JoiningRoundTrips) {

@@ -149,6 +149,8 @@ std::string_view to_string(Role v) {
       return "server";
     case Role::kWorker:
       return "worker";
+    case Role::kStandby:
+      return "standby";
   }
   return "?";
 }

@@ -112,7 +112,10 @@ enum class Poll : uint8_t {
   kAdaptive,  ///< yield the CPU to runnable threads, then sleep: CPUs shared with others
   kBusy,      ///< spin without yielding or sleeping: dedicated cores
 };
-enum class Role : uint8_t { kServer, kWorker };
+/// A node's role. A standby (docs/durability.md, "A hot standby") is a
+/// server node of its own kind: it runs its server's shards as a copy fed by
+/// that server and serves them only once the server is lost.
+enum class Role : uint8_t { kServer, kWorker, kStandby };
 enum class Sync : uint8_t { kBsp, kAsp, kSsp, kPsPlus };
 enum class Optimizer : uint8_t { kSgd, kMomentum, kAdam, kSum, kAdamW };
 /// PS+'s learning rate for an update s versions stale: lr / (1 + s),
@@ -290,7 +293,10 @@ struct NodeConfig {
   std::vector<PortSpec> ports;
   std::vector<uint32_t> lcores;  ///< lcores[0] is the net core
   uint32_t shards = 0;           ///< servers only; 0 for workers
-  Poll poll = Poll::kAdaptive;   ///< its poll loops: its own `poll`, else network.poll
+  /// A server: its standby node's name ("" for none). A standby: the
+  /// server it stands by for.
+  std::string standby;
+  Poll poll = Poll::kAdaptive;  ///< its poll loops: its own `poll`, else network.poll
 
   uint32_t net_lcore() const { return lcores.front(); }
   /// Servers: the lcores after the net core, which run the shards.
@@ -315,7 +321,8 @@ struct JobConfig {
   const NodeConfig& node(std::string_view name) const;
   /// nullptr when there is no such node.
   const NodeConfig* find_node(std::string_view name) const;
-  /// Workers (servers) in rank order. The pointers live as long as this job.
+  /// Workers (servers) in rank order; servers() leaves the standbys out.
+  /// The pointers live as long as this job.
   std::vector<const NodeConfig*> workers() const;
   std::vector<const NodeConfig*> servers() const;
   /// The rank of a worker among workers, or of a server among servers.

@@ -216,7 +216,8 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
   n.name = src.name.string();
   if (!is_name(n.name)) src.name.fail(quoted(n.name) + " " + name_rule());
   src.role = s.require("role");
-  n.role = src.role.choice<Role>({{"server", Role::kServer}, {"worker", Role::kWorker}});
+  n.role = src.role.choice<Role>(
+      {{"server", Role::kServer}, {"worker", Role::kWorker}, {"standby", Role::kStandby}});
 
   src.ipv4 = s.require("ipv4");
   std::string ip = src.ipv4.string();
@@ -269,6 +270,7 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
   }
 
   Value lcores = s.require("lcores");
+  src.lcores = lcores;
   std::vector<Value> items = lcores.sequence();
   if (items.empty()) lcores.fail("the list is empty (the first lcore is the node's net core)");
   for (size_t i = 0; i < items.size(); ++i) {
@@ -294,9 +296,27 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
         "same name and address on another host), which joins the running job (asp, ssp, "
         "psplus)");
   }
+  src.standby = s.get("standby");
+  if (src.standby) {
+    if (n.role != Role::kServer) {
+      src.standby->fail("only a server names a standby (this node is a " +
+                        std::string(to_string(n.role)) + ")");
+    }
+    n.standby = src.standby->string();
+  }
   auto shards = s.get("shards");
   if (n.role == Role::kWorker) {
     if (shards) shards->fail("only servers have shards (this node is a worker)");
+  } else if (n.role == Role::kStandby) {
+    if (shards) shards->fail("a standby runs its server's shards (the server's `shards`)");
+  } else if (src.standby) {
+    // The replication gates each update's fan-out on the standby's
+    // acknowledgement, which arrives on the net core: the shards run there.
+    if (!shards) {
+      throw ConfigError(s.source(), s.line(), join(s.path(), "shards"),
+                        "required for a server (1.." + std::to_string(kMaxShards) + ")");
+    }
+    n.shards = static_cast<uint32_t>(shards->integer(1, kMaxShards));
   } else {
     if (!shards) {
       throw ConfigError(s.source(), s.line(), join(s.path(), "shards"),

@@ -11,6 +11,75 @@
 
 namespace mercury::config::detail {
 
+namespace {
+
+// A hot standby (docs/durability.md): `standby: NAME` on a server names a
+// node of role standby, which stands by for that server alone. What is
+// built: one server node with a standby, BSP with chunk aggregation, the
+// pair on one port each and their shards on their net cores.
+void check_standbys(JobConfig& job, const std::vector<NodeSource>& sources) {
+  const NodeConfig* primary = nullptr;
+  for (size_t i = 0; i < job.nodes.size(); ++i) {
+    NodeConfig& n = job.nodes[i];
+    const NodeSource& src = sources[i];
+    if (n.role != Role::kServer || n.standby.empty()) continue;
+    const Value& key = *src.standby;
+    if (primary != nullptr) {
+      key.fail("a second server with a standby (" + primary->name +
+               " has one): one server node with a standby is built");
+    }
+    primary = &n;
+    const NodeConfig* standby = job.find_node(n.standby);
+    if (standby == nullptr) key.fail("no node is called " + quoted(n.standby));
+    if (standby->role != Role::kStandby) {
+      key.fail(n.standby + " is a " + std::string(to_string(standby->role)) +
+               ", not a standby (give it role: standby)");
+    }
+    if (job.training.sync != Sync::kBsp) {
+      key.fail("a standby needs training.sync bsp (training.sync is " +
+               std::string(to_string(job.training.sync)) +
+               "): it holds every version a worker has seen of a chunk, one at a time");
+    }
+    if (job.training.aggregation != Aggregation::kChunk) {
+      key.fail(
+          "a standby needs training.aggregation chunk: each chunk's update is replicated "
+          "before it goes out");
+    }
+    for (const NodeConfig* pair : {static_cast<const NodeConfig*>(&n), standby}) {
+      const NodeSource& ps = sources[pair->index];
+      if (pair->ports.size() != 1) {
+        ps.port_list->fail(pair->name + " has " + std::to_string(pair->ports.size()) +
+                           " ports: a server with a standby and its standby have one port each "
+                           "(it reaches the workers and the other of the pair)");
+      }
+      if (pair->lcores.size() != 1) {
+        ps.lcores->fail(pair->name + " lists " + std::to_string(pair->lcores.size()) +
+                        " lcores: a server with a standby and its standby run their shards on "
+                        "their net core (one lcore)");
+      }
+      const PortSpec& port = pair->ports.front();
+      if (port.kind == PortSpec::kRing ||
+          (port.kind == PortSpec::kVdev && port.vdev_name().rfind("net_memif", 0) == 0)) {
+        ps.ports.front().fail(
+            "a server with a standby and its standby need a port every other node reaches "
+            "(net_af_packet on a bridge, a NIC): a memif or ring link joins two nodes only");
+      }
+    }
+    NodeConfig& s = job.nodes[standby->index];
+    s.standby = n.name;
+    s.rank = n.rank;  // it runs the same shards
+  }
+  for (size_t i = 0; i < job.nodes.size(); ++i) {
+    const NodeConfig& n = job.nodes[i];
+    if (n.role == Role::kStandby && n.standby.empty()) {
+      sources[i].role.fail("standby " + n.name +
+                           " stands by for no server (name it in a server's `standby:`)");
+    }
+  }
+}
+
+}  // namespace
+
 void parse_nodes(const Section& root, JobConfig& job) {
   Value list = root.require("nodes");
   std::vector<Value> items = list.sequence();
@@ -22,7 +91,7 @@ void parse_nodes(const Section& root, JobConfig& job) {
   uint32_t servers = 0;
   for (const Value& item : items) {
     Section s(item, {"name", "role", "ipv4", "udp_port", "mac", "ports", "lcores", "shards", "poll",
-                     "spare"});
+                     "spare", "standby"});
     NodeSource src;
     NodeConfig n = parse_node(s, job.network, src);
     n.index = static_cast<uint32_t>(job.nodes.size());
@@ -32,7 +101,7 @@ void parse_nodes(const Section& root, JobConfig& job) {
                       std::to_string(kMaxWorkers) + " workers");
       }
       n.rank = workers - 1;
-    } else {
+    } else if (n.role == Role::kServer) {
       n.rank = servers++;
     }
 
@@ -111,6 +180,7 @@ void parse_nodes(const Section& root, JobConfig& job) {
 
   if (servers == 0) list.fail("no server (a job needs at least one server and one worker)");
   if (workers == 0) list.fail("no worker (a job needs at least one server and one worker)");
+  check_standbys(job, sources);
 
   // Every server reaches every worker: through a ring link to it, through its
   // only port, or through the port of the worker's rank when it has one port

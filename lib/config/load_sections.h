@@ -44,6 +44,8 @@ struct NodeSource {
   std::optional<Value> mac;
   std::optional<Value> port_list;  ///< the `ports` key itself
   std::vector<Value> ports;
+  std::optional<Value> standby;  ///< a server's `standby` key
+  std::optional<Value> lcores;   ///< the `lcores` key
 };
 
 // load_node.cpp: one entry of the node list and the rules within it; `src`

@@ -310,5 +310,61 @@ TEST(ConfigRefuse, VdevArgumentsThePmdDoesNotTake) {
   EXPECT_NO_THROW(load_string(doc("", nodes("net_vhost0,iface=/tmp/v.sock,queues=1"))));
 }
 
+// A hot standby (docs/durability.md): s0 names s0b; one line per node.
+std::string standby_nodes(std::string_view s0 = "lcores: [0], shards: 1, standby: s0b",
+                          std::string_view s0b = "lcores: [0]",
+                          std::string_view s0_port = "net_af_packet0,iface=eth0") {
+  return "  - {name: s0, role: server, ipv4: 10.0.0.1, ports: [\"" + std::string(s0_port) +
+         "\"], " + std::string(s0) +
+         "}\n"
+         "  - {name: s0b, role: standby, ipv4: 10.0.0.2, ports: [\"net_af_packet1,iface=eth0\"], " +
+         std::string(s0b) +
+         "}\n"
+         "  - {name: w0, role: worker, ipv4: 10.0.0.3, ports: [\"net_af_packet2,iface=eth0\"], "
+         "lcores: [0]}\n";
+}
+
+TEST(ConfigLoad, StandbyPairIsRead) {
+  const JobConfig job = load_string(doc("", standby_nodes()), "t.yaml");
+  const NodeConfig& s0 = job.node("s0");
+  const NodeConfig& s0b = job.node("s0b");
+  EXPECT_EQ(s0.standby, "s0b");
+  EXPECT_EQ(s0b.role, Role::kStandby);
+  EXPECT_EQ(s0b.standby, "s0");
+  EXPECT_EQ(s0b.rank, s0.rank);
+  EXPECT_EQ(s0b.shards, 0u);
+  ASSERT_EQ(job.servers().size(), 1u);  // the standby is no server of the layout
+  EXPECT_EQ(job.servers()[0]->name, "s0");
+  EXPECT_EQ(job.workers().size(), 1u);
+}
+
+TEST(ConfigRefuse, StandbyNamesNoStandby) {
+  EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0], shards: 1, standby: s9")), 5,
+                      "nodes[0].standby", "no node is called"));
+  EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0], shards: 1, standby: w0")), 5,
+                      "nodes[0].standby", "w0 is a worker, not a standby"));
+  EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0, 1], shards: 1")), 6, "nodes[1].role",
+                      "standby s0b stands by for no server"));
+}
+
+TEST(ConfigRefuse, StandbyOutsideWhatIsBuilt) {
+  EXPECT_TRUE(refused(doc("training: {sync: asp}\n", standby_nodes()), 6, "nodes[0].standby",
+                      "a standby needs training.sync bsp"));
+  EXPECT_TRUE(refused(doc("training: {aggregation: tensor}\n", standby_nodes()), 6,
+                      "nodes[0].standby", "a standby needs training.aggregation chunk"));
+  EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0, 1], shards: 1, standby: s0b")), 5,
+                      "nodes[0].lcores", "run their shards on their net core"));
+  EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0], shards: 1, standby: s0b", "lcores: [0]",
+                                            "net_memif0,role=server,id=0,socket=/tmp/s.sock")),
+                      5, "nodes[0].ports[0]", "a memif or ring link joins two nodes only"));
+  EXPECT_TRUE(refused(
+      doc("", standby_nodes("lcores: [0], shards: 1, standby: s0b", "lcores: [0], shards: 1")), 6,
+      "nodes[1].shards", "a standby runs its server's shards"));
+  EXPECT_TRUE(refused(
+      doc("", std::string(kNodes) + "  - {name: w1, role: worker, ipv4: 10.0.0.9, ports: [ring:b], "
+                                    "lcores: [3], standby: s0}\n"),
+      16, "nodes[2].standby", "only a server names a standby"));
+}
+
 }  // namespace
 }  // namespace mercury::config

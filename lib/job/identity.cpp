@@ -50,7 +50,9 @@ const config::NodeConfig& named(const config::JobConfig& job, config::Role role,
     throw config::ConfigError(job.source, how + ": the job has no node called '" + name +
                                               "' (nodes: " + node_names(job) + ")");
   }
-  if (n->role != role) {
+  // ps-server runs a standby too (docs/durability.md, "A hot standby").
+  const bool standby = role == config::Role::kServer && n->role == config::Role::kStandby;
+  if (n->role != role && !standby) {
     throw config::ConfigError(job.source, how + ": node " + n->name + " is a " +
                                               std::string(config::to_string(n->role)) + ", not a " +
                                               std::string(config::to_string(role)));

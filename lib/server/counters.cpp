@@ -44,6 +44,10 @@ std::string_view server_drop_name(ServerDrop d) {
       return "after_leave";
     case ServerDrop::kInitResumed:
       return "init_resumed";
+    case ServerDrop::kFromPartner:
+      return "from_partner";
+    case ServerDrop::kNotPromoted:
+      return "not_promoted";
     case ServerDrop::kCount:
       break;
   }

@@ -41,29 +41,38 @@ enum class ServerDrop : uint8_t {
   kReplyNotQueued,  ///< the endpoint did not queue a control answer
   kAfterLeave,      ///< a gradient from any rank after a rank left (BSP: the job ends)
   kInitResumed,     ///< a kInit packet in a job that resumes from rank 0's checkpoint
+  kFromPartner,     ///< from the other node of a standby pair: not a replica a standby takes
+  kNotPromoted,     ///< a gradient or init packet at a standby not promoted (its server serves)
   kCount,
 };
 inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
 std::string_view server_drop_name(ServerDrop d);
 
 // Every shard counter, once.
-#define MERCURY_SHARD_COUNTERS(X)                                                                \
-  X(contributions, "gradient packets the table took")                                            \
-  X(refused, "gradient packets the table refused (by reason in the table's outcomes)")           \
-  X(initialized, "init packets (rank 0's initial parameters) adopted")                           \
-  X(init_refused, "init packets refused (duplicate, stale, bad geometry)")                       \
-  X(updates, "chunk updates fanned out (version 0 of an init included)")                         \
-  X(updates_held, "store-and-forward: chunk updates held until the rest of their unit is in")    \
-  X(fanout_refused, "slices the endpoint did not queue at once: kept for a retry")               \
-  X(fanout_retried, "deferred slices queued later by retry_fanout_st()")                         \
-  X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")     \
-  X(snapshots_full, "async updates deferred: every snapshot of the shard was still on the wire") \
-  X(fanout_merged, "async copies not deferred: one to that worker for that chunk already waits") \
-  X(eager_sent, "newest versions sent eagerly (psplus's; a joining rank's first pull)")          \
-  X(staleness_sum, "async: versions between a gradient's base and the update that applied it")   \
-  X(stale_updates, "async: updates applied to a newer version than their gradient came from")    \
-  X(removed_dropped, "async: copies owed to a rank that left the job, dropped")                  \
-  X(join_owed, "async: chunks owed to a rank that joined the job (its first pull)")
+#define MERCURY_SHARD_COUNTERS(X)                                                                  \
+  X(contributions, "gradient packets the table took")                                              \
+  X(refused, "gradient packets the table refused (by reason in the table's outcomes)")             \
+  X(initialized, "init packets (rank 0's initial parameters) adopted")                             \
+  X(init_refused, "init packets refused (duplicate, stale, bad geometry)")                         \
+  X(updates, "chunk updates fanned out (version 0 of an init included)")                           \
+  X(updates_held, "store-and-forward: chunk updates held until the rest of their unit is in")      \
+  X(fanout_refused, "slices the endpoint did not queue at once: kept for a retry")                 \
+  X(fanout_retried, "deferred slices queued later by retry_fanout_st()")                           \
+  X(fanout_lost, "slices not kept, the backlog was full (or the chunk moved on): must be 0")       \
+  X(snapshots_full, "async updates deferred: every snapshot of the shard was still on the wire")   \
+  X(fanout_merged, "async copies not deferred: one to that worker for that chunk already waits")   \
+  X(eager_sent, "newest versions sent eagerly (psplus's; a joining rank's first pull)")            \
+  X(staleness_sum, "async: versions between a gradient's base and the update that applied it")     \
+  X(stale_updates, "async: updates applied to a newer version than their gradient came from")      \
+  X(removed_dropped, "async: copies owed to a rank that left the job, dropped")                    \
+  X(join_owed, "async: chunks owed to a rank that joined the job (its first pull)")                \
+  /* A hot standby (server/replica.h). */                                                          \
+  X(replica_bytes, "primary: bytes of chunk state queued to the standby")                          \
+  X(replicated_versions, "chunk versions the standby acknowledged (primary) or adopted (standby)") \
+  X(replica_refused, "primary: replica slices the endpoint did not queue at once: retried")        \
+  X(replica_unsent, "primary: updates sent unreplicated, the standby being lost")                  \
+  X(replica_dropped, "standby: replica packets dropped (stale, malformed, after promotion)")       \
+  X(answered_again, "standby, promoted: pushes of a version it had answered, answered again")
 
 struct ShardCounters {
   MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_DECLARE)
@@ -95,7 +104,10 @@ struct ShardCounters {
   X(settings, "kSettings taken (rank 0's hyperparameters)")                             \
   X(state_pages, "kStatePull taken (pages of the state asked for)")                     \
   X(seed_pages, "kStateSeed taken (pages of a checkpoint to resume from)")              \
-  X(state_refused, "settings and state requests refused before any shard ran them")
+  X(state_refused, "settings and state requests refused before any shard ran them")     \
+  /* A hot standby (docs/durability.md). */                                             \
+  X(promotions, "standby: promoted (its server named lost)")                            \
+  X(standbys_lost, "primary: its standby named lost (updates go out unreplicated)")
 
 struct ControlCounters {
   MERCURY_CONTROL_COUNTERS(MERCURY_COUNTER_DECLARE)

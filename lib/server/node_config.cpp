@@ -42,11 +42,11 @@ std::vector<unsigned> shard_core_lcores(const config::NodeConfig& node,
 
 ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeConfig& node,
                              const NodeStart& start) {
-  if (node.role != config::Role::kServer) {
+  if (node.role == config::Role::kWorker) {
     throw config::ConfigError(job.source, "node " + node.name + " is a worker, not a server");
   }
   if (job.workers().empty()) throw config::ConfigError(job.source, "the job has no worker nodes");
-  if (node.shards == 0) {
+  if (node.shards == 0 && node.role != config::Role::kStandby) {
     throw config::ConfigError(job.source, 0, "nodes[" + std::to_string(node.index) + "].shards",
                               "server " + node.name + " has no shards");
   }
@@ -76,6 +76,18 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   c.flow_limit = 0;  // derived from the pool the packets arrive in
   c.checkpoints.enabled = job.checkpoint.enabled();
   c.checkpoints.every_versions = job.checkpoint.every_versions;
+  if (!node.standby.empty()) {
+    // A hot standby (docs/durability.md): the pair's shards run inline (the
+    // loader allows them one lcore), the partner is a peer of port 0.
+    c.standby = node.role == config::Role::kStandby ? Standby::kStandby : Standby::kPrimary;
+    c.partner = job::peer_of(job.node(node.standby));
+    c.shard_lcores.clear();
+    if (c.standby == Standby::kStandby) {
+      // A standby writes no checkpoints of its own until it serves; its
+      // server writes them.
+      c.checkpoints.enabled = false;
+    }
+  }
   return c;
 }
 

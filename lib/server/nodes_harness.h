@@ -122,7 +122,7 @@ class Nodes {
     c.rank = r;
     c.workers = o_.workers;
     const net::LocalAddr s = address(r, 1);
-    c.servers = {worker::ServerSpec{{"server0", s.ip, s.udp_port, 0, 0}, kShards}};
+    c.servers = {worker::ServerSpec{{"server0", s.ip, s.udp_port, 0, 0}, kShards, std::nullopt}};
     c.chunk_bytes = net::payload_per_packet(kMtu);
     c.endpoint = endpoint(epoch, static_cast<uint16_t>(1 + r));
     c.start_timeout_ms = o_.start_timeout_ms;

@@ -60,6 +60,25 @@ std::string membership_text(const ServerCounters& c) {
   return text;
 }
 
+std::string standby_line(const ServerCounters& c, Standby role) {
+  const ShardCounters& s = c.shards;
+  if (role == Standby::kPrimary) {
+    const uint64_t per = s.replicated_versions != 0 ? s.replica_bytes / s.replicated_versions : 0;
+    return "standby: " + std::to_string(s.replicated_versions) + " chunk versions replicated (" +
+           std::to_string(s.replica_bytes) + " bytes, " + std::to_string(per) +
+           " per chunk version), " + std::to_string(s.replica_unsent) +
+           " sent unreplicated, the standby lost " + std::to_string(c.control.standbys_lost) +
+           " times";
+  }
+  if (role == Standby::kStandby) {
+    return "standby: " + std::to_string(s.replicated_versions) + " chunk versions adopted, " +
+           std::to_string(s.replica_dropped) + " replica packets dropped, " +
+           std::to_string(c.control.promotions) + " promotions, " +
+           std::to_string(s.answered_again) + " pushes answered again";
+  }
+  return {};
+}
+
 std::string stats_line(double seconds, NodeState state, const Rates& per_second,
                        const ServerCounters& c, uint64_t rx_pool_free) {
   char head[32];

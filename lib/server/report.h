@@ -56,6 +56,10 @@ std::string staleness_text(const ServerCounters& c);
 /// "; workers removed: N" when an asynchronous job went on without a rank
 /// (docs/membership.md), else "".
 std::string membership_text(const ServerCounters& c);
+/// A hot standby's line for the end of the run (docs/durability.md): what
+/// was replicated (primary) or adopted and answered again (standby); "" for
+/// a node without one.
+std::string standby_line(const ServerCounters& c, Standby role);
 
 /// "[   5.0s] running  pkts in 412345/s out 398765/s  aggregations 9876/s
 /// (total 41234)  retransmissions 12  rx pool free 7843  drops:

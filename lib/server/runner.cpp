@@ -55,7 +55,14 @@ std::vector<std::string> start_lines(const config::JobConfig& job, const config:
   const job::ShardLayout layout = job::shard_layout(job);
   const uint32_t first = layout.first[job.rank_of(node.name)];
   const std::vector<unsigned> shard_lcores = shard_core_lcores(node, eal_cpu_of_lcore);
-  for (uint32_t s = 0; s < node.shards; ++s) {
+  if (node.role == config::Role::kStandby) {
+    out.push_back("  standby of " + node.standby + ": holds its shards as it replicates them, " +
+                  "serves them once it names " + node.standby + " lost");
+  } else if (!node.standby.empty()) {
+    out.push_back("  standby " + node.standby +
+                  ": every update is replicated to it before it goes to the workers");
+  }
+  for (uint32_t s = 0; s < layout.count(job.rank_of(node.name)); ++s) {
     const std::string shard = "shard " + std::to_string(first + s);
     if (s < shard_lcores.size()) {
       out.push_back("  lcore " + std::to_string(shard_lcores[s]) + " (cpu " + cpu(shard_lcores[s]) +
@@ -272,6 +279,9 @@ NodeState Runner::run(const std::atomic<bool>& stop) {
               std::to_string(c.net.tx_retransmits) + " retransmissions" +
               retransmission_text(node_.peer_totals_st()) + ", drops:" + drops_text(c) +
               async_fanout_text(c) + staleness_text(c) + membership_text(c));
+  if (const std::string line = standby_line(c, node_.config().standby); !line.empty()) {
+    output_.out(who_ + ": " + line);
+  }
   if (writer) {
     const CheckpointCounters& k = writer->counters();
     uint64_t skipped = 0, failed = k.failures.load();

@@ -100,6 +100,12 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
   open_ports(std::move(ports), workers, now);
   std::vector<node::ControlPeer> peers;
   for (const Address& a : rank_at_) peers.push_back({endpoints_[a.port].get(), a.peer});
+  if (config.standby != Standby::kNone) {
+    // The partner after the ranks: heartbeats both ways keep the liveness
+    // of each in the other's view (docs/durability.md, "A hot standby").
+    peers.push_back({endpoints_[0].get(), partner_peer_});
+    partner_alive_ = true;
+  }
   control_channel_.emplace(
       std::move(peers), static_cast<node::ControlChannel::Handler&>(*this),
       node::ControlChannel::Options{
@@ -142,6 +148,17 @@ void ServerNode::check_config(uint32_t workers) const {
     throw std::invalid_argument("server: training.sync " + std::string(policy->name()) +
                                 " does not match the fan-out rule");
   }
+  if (config_.standby != Standby::kNone) {
+    if (!config_.shard_lcores.empty()) {
+      throw std::invalid_argument(
+          "server: a server with a standby and its standby run their shards inline (no shard "
+          "lcores): the standby's acknowledgements arrive on the net core");
+    }
+    if (config_.fanout != Fanout::kEvery || config_.unit_chunks != 0) {
+      throw std::invalid_argument(
+          "server: a standby needs bsp with chunk aggregation (training.aggregation chunk)");
+    }
+  }
 }
 
 void ServerNode::open_ports(std::vector<net::PacketPort*> ports,
@@ -182,6 +199,13 @@ void ServerNode::open_ports(std::vector<net::PacketPort*> ports,
     for (uint16_t r : ranks) leave.ranks |= uint64_t{1} << r;
     leave.detaches = ports[p]->detach_when_peers_leave();
     leaves_.push_back(leave);
+    if (p == 0 && config_.standby != Standby::kNone) {
+      // The other node of a standby pair: a peer of port 0 after the
+      // workers, numbered after the ranks.
+      partner_peer_ = static_cast<uint16_t>(ec.peers.size());
+      ec.peers.push_back(config_.partner);
+      ranks.push_back(static_cast<uint16_t>(workers.size()));
+    }
     receivers_.push_back(
         std::make_unique<PortReceiver>(*this, static_cast<uint32_t>(p), std::move(ranks)));
     endpoints_.push_back(std::make_unique<transport::Endpoint>(
@@ -243,6 +267,11 @@ void ServerNode::build_shards(const agg::Placement& placement) {
         placement, sc, config_.sync_policy(), fanout, *buffers_, config_.fanout_backlog,
         config_.fanout, config_.snapshots, config_.unit_chunks, config_.staleness_bound));
     started_.push_back(&shards_.back()->started());
+    if (config_.standby == Standby::kPrimary) {
+      shards_.back()->replicate_to(FanOut{endpoints_[0].get(), partner_peer_});
+    } else if (config_.standby == Standby::kStandby) {
+      shards_.back()->stand_by();
+    }
     if (checkpoints_) {
       checkpoints_->snapshots.push_back(std::make_unique<ShardSnapshot>(
           shards_.back()->table(), checkpoints_->plan, placement.fingerprint()));
@@ -280,6 +309,15 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
       }
     }
     check_levels(placement);
+    if (config_.standby != Standby::kNone) {
+      for (const agg::Block& b : placement.blocks()) {
+        if (b.dtype == wire::Dtype::kFloat32) continue;
+        // The replicas and the answers again are sent from the float32
+        // master values, which are a float32 block's wire form only.
+        throw std::invalid_argument("a standby replicates float32 tensors only: block " +
+                                    std::to_string(b.key) + " is of another dtype");
+      }
+    }
     build_shards(placement);
   } catch (const std::exception& e) {
     if (checkpoints_) checkpoints_->snapshots.clear();
@@ -447,7 +485,20 @@ uint64_t ServerNode::aggregation_mbufs_st(uint32_t port) const {
   return f.handed > freed ? f.handed - freed : 0;
 }
 
+int32_t ServerNode::slot_of_st(uint32_t key) {
+  const int32_t slot =
+      key < placement_->blocks().size() ? shard_slot_[placement_->at(key).shard] : -1;
+  if (slot < 0) count(ServerDrop::kNotOurs);
+  return slot;
+}
+
 bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h) {
+  if (rank >= rank_at_.size()) {
+    // The partner's replicas wait (resent by its transport) until this
+    // standby has its shards; after a promotion there is no primary.
+    return h.type != wire::PacketType::kAggData ||
+           (running_ && config_.standby == Standby::kStandby && !promoted_);
+  }
   // Only gradients stay in the aggregation path; everything else is judged
   // by on_packet_st (init packets are copied and freed at once).
   if (!running_ || h.type != wire::PacketType::kData) return true;
@@ -471,8 +522,13 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
 
 bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
                               std::span<const std::byte> payload, net::PacketBuf* buf) {
+  if (rank >= rank_at_.size()) return on_partner_packet_st(h, payload);
   if (!running_) {
     count(ServerDrop::kNotRunning);
+    return false;
+  }
+  if (config_.standby == Standby::kStandby && !promoted_) {
+    count(ServerDrop::kNotPromoted);
     return false;
   }
   const bool init = h.type == wire::PacketType::kInit;
@@ -496,15 +552,8 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kAfterLeave);
     return false;
   }
-  if (h.block_key >= placement_->blocks().size()) {
-    count(ServerDrop::kNotOurs);
-    return false;
-  }
-  const int32_t slot = shard_slot_[placement_->at(h.block_key).shard];
-  if (slot < 0) {
-    count(ServerDrop::kNotOurs);
-    return false;
-  }
+  const int32_t slot = slot_of_st(h.block_key);
+  if (slot < 0) return false;
   PortFlow& flow = flow_[port];
   if (flow.pool == nullptr) derive_flow_limit_st(port, buf);
   // Counted under the receiving port when freed (BufferReleases).
@@ -624,7 +673,7 @@ void ServerNode::slow_st(transport::Tick now) {
   // A rank that left stops polling once its leave is acknowledged: nothing
   // more is sent to it, so nothing waits for its acknowledgement.
   if (running_) {
-    control_channel_->heartbeat_st(now, [this](uint32_t rank) { return !control_->gone(rank); });
+    control_channel_->heartbeat_st(now, [this](uint32_t rank) { return active_st(rank); });
   }
 }
 
@@ -642,8 +691,12 @@ void ServerNode::handle_restarts_st() {
 void ServerNode::check_liveness_st() {
   // A rank out of the job (it left, or was removed) owes nothing more.
   const std::optional<uint32_t> lost =
-      control_channel_->lost_st([this](uint32_t rank) { return !control_->gone(rank); });
+      control_channel_->lost_st([this](uint32_t rank) { return active_st(rank); });
   if (!lost) return;
+  if (*lost >= rank_at_.size()) {
+    on_partner_lost_st();
+    return;
+  }
   // Under BSP every other rank waits for this one's gradients: the control
   // plane ends the job for all of them, with the reason. An asynchronous
   // job goes on without it (docs/membership.md).
@@ -675,6 +728,8 @@ ServerCounters ServerNode::counters_st() const {
   c.drops[static_cast<size_t>(ServerDrop::kReplyNotQueued)] += ch.not_queued;
   c.control = control_->counters();
   c.control += job_state_->counters();
+  c.control.promotions += promotions_;
+  c.control.standbys_lost += standbys_lost_;
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) c.net += e->counters_st();
   for (const net::PacketPort* p : ports_) {
@@ -735,6 +790,11 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
   // core for a few hundred milliseconds, and the workers would resend
   // declarations whose ACK waited for the ACK delay meanwhile.
   for (auto& e : endpoints_) e->flush_acks_st(now_);
+  if (rank >= rank_at_.size()) {
+    // The other node of a standby pair sends heartbeats only.
+    if (m.kind != agg::ControlKind::kHeartbeat) count(ServerDrop::kBadControl);
+    return;
+  }
   // A restart the endpoint saw in this pass comes first: the message is the
   // new process's, and its declare must find the old one out of the job
   // (else the restart, handled after the pass, would remove the rank it
@@ -797,6 +857,57 @@ void ServerNode::send_replies_st() {
   for (const ControlReply& r : control_->take_replies_st()) {
     control_channel_->send_st(r.rank, r.message);
   }
+}
+
+}  // namespace mercury::server
+
+namespace mercury::server {
+
+// ---- a hot standby (docs/durability.md) -----------------------------------
+
+bool ServerNode::on_partner_packet_st(const wire::HeaderFields& h,
+                                      std::span<const std::byte> payload) {
+  if (config_.standby != Standby::kStandby || h.type != wire::PacketType::kAggData || !running_ ||
+      promoted_) {
+    count(ServerDrop::kFromPartner);
+    return false;
+  }
+  const int32_t slot = slot_of_st(h.block_key);
+  if (slot < 0) return false;
+  // Copied (or dropped and counted by the shard): the endpoint frees the buffer.
+  shards_[slot]->take_replica_st(h.block_key, h.offset, h.param_version, h.iteration, payload);
+  return false;
+}
+
+void ServerNode::on_partner_lost_st() {
+  partner_alive_ = false;
+  if (config_.standby == Standby::kPrimary) {
+    ++standbys_lost_;
+    for (auto& sh : shards_) sh->standby_lost_st();
+    notices_.push_back("standby " + config_.partner.name +
+                       " lost: updates go out unreplicated from now on");
+    return;
+  }
+  promote_st();
+}
+
+void ServerNode::promote_st() {
+  promoted_ = true;
+  ++promotions_;
+  uint32_t version = 0;
+  for (auto& sh : shards_) {
+    sh->promote_st();
+    version = std::max(version, sh->newest_version());
+  }
+  agg::ControlMessage m;
+  m.kind = agg::ControlKind::kPromoted;
+  m.version = version;
+  m.text = "the standby of " + config_.partner.name + " took over";
+  for (uint32_t r = 0; r < rank_at_.size(); ++r) {
+    if (!control_->gone(r)) control_channel_->send_st(r, m);
+  }
+  notices_.push_back("promoted: " + config_.partner.name +
+                     " lost, serving its shards from version " + std::to_string(version));
 }
 
 }  // namespace mercury::server

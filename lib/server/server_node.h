@@ -93,6 +93,12 @@ struct JobWorker {
   uint32_t port = 0;
 };
 
+/// Which of a hot-standby pair a node is (docs/durability.md, "A hot
+/// standby"): the primary replicates every chunk update to its standby
+/// before the workers get it; the standby holds the copy and serves it
+/// once it has named the primary lost (promoted).
+enum class Standby : uint8_t { kNone, kPrimary, kStandby };
+
 /// How a server node runs. server::node_config() (node_config.h) builds it
 /// from the job file, as ps-server does; tests may fill it by hand.
 struct ServerNodeConfig {
@@ -169,6 +175,13 @@ struct ServerNodeConfig {
   /// and sends them to every worker. Null: the job starts from rank 0's
   /// initial values (or rank 0's state).
   std::shared_ptr<const CheckpointFile> resume;
+  /// A hot standby: which of the pair this node is, and the other one (a
+  /// transport peer of port 0, after the workers there). A standby runs
+  /// the shards of server `server_index`. Both run their shards inline
+  /// (shard_lcores must be empty) and need Fanout::kEvery without
+  /// store-and-forward (unit_chunks 0); construction refuses otherwise.
+  Standby standby = Standby::kNone;
+  transport::PeerSpec partner;
 };
 
 // The node's gauges (values now, not totals).
@@ -286,7 +299,15 @@ class ServerNode final : private node::ControlChannel::Handler {
   /// an asynchronous job (docs/membership.md). Runner prints them.
   std::vector<std::string> take_notices_st() {
     MERCURY_OWNED(owner_);
-    return control_->take_notices_st();
+    std::vector<std::string> out = control_->take_notices_st();
+    out.insert(out.end(), notices_.begin(), notices_.end());
+    notices_.clear();
+    return out;
+  }
+  /// A hot standby: whether this standby serves (it named its server lost).
+  [[nodiscard]] bool promoted_st() const {
+    MERCURY_OWNED(owner_);
+    return promoted_;
   }
   [[nodiscard]] ServerCounters counters_st() const;
   /// Reads every port's device counters and gauges
@@ -373,6 +394,9 @@ class ServerNode final : private node::ControlChannel::Handler {
   bool on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
                     std::span<const std::byte> payload, net::PacketBuf* buf);
   void derive_flow_limit_st(uint32_t port, net::PacketBuf* buf);
+  // The index in shards_ of the shard owning block `key`, or -1 (counted
+  // kNotOurs) for no block or another node's.
+  int32_t slot_of_st(uint32_t key);
   void flush_st(uint32_t slot);
   void count(ServerDrop d) { ++drops_[static_cast<size_t>(d)]; }
   // Settings and the job's state (job_state.h): runs `task` on the shard in
@@ -388,7 +412,19 @@ class ServerNode final : private node::ControlChannel::Handler {
   // noted here on the datapath (a bit, nothing else), handed to the control
   // plane by handle_restarts_st() after the endpoints' pass, or before the
   // next control message, whichever comes first.
-  void on_worker_restarted_st(uint16_t rank) { restarted_ |= uint64_t{1} << rank; }
+  void on_worker_restarted_st(uint16_t rank) {
+    if (rank < rank_at_.size()) restarted_ |= uint64_t{1} << rank;
+  }
+  // A hot standby (docs/durability.md): the other node of the pair is the
+  // control channel's peer after the ranks, `partner_rank()`, reached
+  // through port 0 as transport peer partner_peer_.
+  [[nodiscard]] uint32_t partner_rank() const { return static_cast<uint32_t>(rank_at_.size()); }
+  [[nodiscard]] bool active_st(uint32_t rank) const {
+    return rank >= rank_at_.size() ? partner_alive_ : !control_->gone(rank);
+  }
+  bool on_partner_packet_st(const wire::HeaderFields& h, std::span<const std::byte> payload);
+  void on_partner_lost_st();
+  void promote_st();
   void handle_restarts_st();
   // Detaches the ports whose workers all left (PortLeave).
   void detach_left_ports_st();
@@ -459,6 +495,14 @@ class ServerNode final : private node::ControlChannel::Handler {
     bool attached_again = false;  // detached once, attached again: stays polled
   };
   std::vector<PortLeave> leaves_;
+  // A hot standby: the partner's transport peer on port 0, whether it is
+  // alive (liveness has not named it), whether this standby serves, and
+  // the lines for the node's output.
+  uint16_t partner_peer_ = 0;
+  bool partner_alive_ = false;
+  bool promoted_ = false;
+  uint64_t promotions_ = 0, standbys_lost_ = 0;
+  std::vector<std::string> notices_;
   bool detach_pending_ = false;             // a port is kLeaving
   std::optional<BufferReleases> releases_;  // the node's own frees of handed buffers
   std::array<uint64_t, kServerDropCount> drops_{};

@@ -100,6 +100,11 @@ bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t
     return o != agg::Outcome::kCopied;
   }
   ++counters_.refused;
+  if (promoted_ && o == agg::Outcome::kStale && table_->version(key, offset) == iteration + 1) {
+    // Its worker resends what the lost primary had not answered, and the
+    // primary had applied this set: the answer, not a second update.
+    answer_again_st(rank, key, offset);
+  }
   return false;
 }
 
@@ -169,6 +174,19 @@ void Shard::on_update(const agg::Update& u) {
   if (unit_chunks_ != 0 && u.contributors != 0) {
     hold_st(u);
     return;
+  }
+  if (standby_.endpoint != nullptr) {
+    // A hot standby: to the workers once the standby has it (replica.h).
+    if (const int64_t at = table_->chunk_index(u.key, u.offset); at >= 0) {
+      gates_.arm(static_cast<uint64_t>(at), arrays_);
+      const uint32_t next = send_replica_st(static_cast<uint64_t>(at), 0);
+      if (next < arrays_) {
+        ++counters_.replica_refused;
+        replica_retry_[(replica_retry_head_ + replica_retry_count_++) % replica_retry_.size()] =
+            static_cast<uint64_t>(at) << 2 | next;
+      }
+      return;
+    }
   }
   fanout_chunk_st(u.key, u.offset, u.bytes, u.data, u.version, u.priority);
 }
@@ -359,6 +377,18 @@ void Shard::on_eager_sent(void* self, const transport::SendResult& r) {
 uint32_t Shard::retry_fanout_st() {
   MERCURY_OWNED(owner_);
   uint32_t sent = 0;
+  // Replicas first: the updates behind them wait for the standby.
+  while (replica_retry_count_ != 0) {
+    uint64_t& e = replica_retry_[replica_retry_head_];
+    const uint32_t next = send_replica_st(e >> 2, static_cast<uint32_t>(e & 3));
+    if (next < arrays_) {
+      e = (e >> 2) << 2 | next;
+      break;
+    }
+    ++sent;
+    replica_retry_head_ = (replica_retry_head_ + 1) % replica_retry_.size();
+    --replica_retry_count_;
+  }
   while (backlog_count_ != 0) {
     const Deferred& d = backlog_[backlog_head_];
     if ((live_ >> d.rank & 1) == 0) {  // its rank left the job

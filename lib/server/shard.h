@@ -97,6 +97,7 @@
 #include "server/buffer_releases.h"
 #include "server/counters.h"
 #include "server/fanout.h"
+#include "server/replica.h"
 #include "server/shard_task.h"
 #include "server/snapshot.h"
 #include "server/started_sets.h"
@@ -205,7 +206,9 @@ class Shard final : public agg::ChunkSink {
   /// refused again; returns how many went. Called by the shard's owner
   /// whenever fanout_pending() (the inline loop, or the shard core's).
   uint32_t retry_fanout_st();
-  [[nodiscard]] bool fanout_pending() const { return backlog_count_ != 0 || eager_pending_ != 0; }
+  [[nodiscard]] bool fanout_pending() const {
+    return backlog_count_ != 0 || eager_pending_ != 0 || replica_retry_count_ != 0;
+  }
 
   /// The shard's owner: frees a buffer of a packet handed to it that the
   /// table did not take (counted for flow control, as the table's releases).
@@ -229,6 +232,30 @@ class Shard final : public agg::ChunkSink {
   void set_snapshot(ShardSnapshot* s) { snapshot_ = s; }
   /// Any thread: which chunks' sets hold a contribution (flow control).
   [[nodiscard]] const StartedSets& started() const { return started_; }
+
+  // ---- A hot standby (replica.h, shard_replica.cpp; BSP, inline shards) ----
+  /// Control path, before the shard runs. Primary: every update is sent
+  /// to `standby` first (its parameters and optimizer state, at the block's
+  /// priority level: the answers' order is kept) and goes to the workers
+  /// once the standby acknowledged it. Throws std::invalid_argument under
+  /// another fan-out rule or with store-and-forward.
+  void replicate_to(FanOut standby);
+  /// Control path, before the shard runs: the shard is a standby's, fed by
+  /// take_replica_st() until promote_st(). Allocates its assembly memory.
+  void stand_by();
+  /// Standby: one replica packet (replica.h) of the chunk at (key, offset)
+  /// at `version`; false when dropped (counted: replica_dropped).
+  bool take_replica_st(uint32_t key, uint32_t offset, uint32_t version, uint32_t tag,
+                       std::span<const std::byte> payload);
+  /// Standby: it serves from now on. A push of the version before a
+  /// chunk's (its worker resends what the lost primary had not answered)
+  /// is answered with the chunk, not aggregated again.
+  void promote_st();
+  /// Primary: the standby is lost; every update waiting for it goes out
+  /// now, and later ones are no longer replicated.
+  void standby_lost_st();
+  /// The newest version of the shard's chunks (a scan; control path).
+  [[nodiscard]] uint32_t newest_version() const { return table_->version_range().second; }
 
   [[nodiscard]] const agg::ChunkTable& table() const { return *table_; }
   [[nodiscard]] const ShardCounters& counters() const { return counters_; }
@@ -278,6 +305,14 @@ class Shard final : public agg::ChunkSink {
   Newest send_newest_st(uint16_t rank, uint32_t key, uint32_t offset, uint8_t priority, bool yours,
                         bool eager);
   static void on_eager_sent(void* self, const transport::SendResult& r);
+  // Hot standby (shard_replica.cpp): sends chunk `index`'s arrays from
+  // `array` on; returns the first not queued (arrays_ when all were).
+  uint32_t send_replica_st(uint64_t index, uint32_t array);
+  static void on_replica_sent(void* self, const transport::SendResult& r);
+  // The chunk's update to the workers, from the table (its gate opened).
+  void release_chunk_st(uint64_t index);
+  // Standby, promoted: a push the chunk is one version past, answered.
+  void answer_again_st(uint16_t rank, uint32_t key, uint32_t offset);
   // BSP: send every worker the chunk at `offset` of `key` from the table.
   void fanout_chunk_st(uint32_t key, uint32_t offset, uint32_t bytes, const std::byte* data,
                        uint32_t version, uint8_t priority);
@@ -341,6 +376,18 @@ class Shard final : public agg::ChunkSink {
   SspAnswers ssp_;
   // The ranks still in the job (asynchronous modes: remove_rank_st).
   uint64_t live_ = 0;
+  // Hot standby. Primary: the standby (endpoint null: none, or lost), the
+  // gates, and the chunks whose replica the endpoint refused (a ring of
+  // chunk index << 2 | next array, one entry per chunk at most). Standby:
+  // the assembly, and whether it serves (promoted).
+  FanOut standby_{};
+  ReplicaGates gates_;
+  std::vector<uint64_t> replica_retry_;
+  uint64_t replica_retry_head_ = 0, replica_retry_count_ = 0;
+  uint32_t arrays_ = 1;  // 1 + the optimizer's state arrays
+  bool standing_by_ = false;
+  bool promoted_ = false;
+  ReplicaAssembly assembly_;
   // Staging credits: taken by the net core (its own counter), returned by
   // the shard's owner (one writer, relaxed: a stale read sees fewer returns,
   // so it can only underestimate the room).

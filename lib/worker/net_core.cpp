@@ -27,6 +27,15 @@ NetCore::NetCore(const TensorTable& table, const NetCoreConfig& config, net::Pac
   for (uint16_t s = 0; s < config_.servers.size(); ++s) {
     config_.endpoint.peers.push_back(config_.servers[s].peer);
     shard_server_.insert(shard_server_.end(), config_.servers[s].shards, s);
+    server_peer_.push_back(s);
+  }
+  // The standbys after the servers (net_core_standby.cpp).
+  standby_peer_.assign(config_.servers.size(), kNoStandby);
+  for (uint16_t s = 0; s < config_.servers.size(); ++s) {
+    if (!config_.servers[s].standby) continue;
+    standby_peer_[s] = static_cast<uint16_t>(config_.endpoint.peers.size());
+    config_.endpoint.peers.push_back(*config_.servers[s].standby);
+    ++standbys_;
   }
 }
 
@@ -41,8 +50,13 @@ void NetCore::attach(node::Loop& loop, bool ends_loop) {
 }
 
 std::string NetCore::server_name(uint16_t server) const {
-  return server < config_.servers.size() ? "server " + address(config_.servers[server].peer)
-                                         : "server #" + std::to_string(server);
+  if (server < config_.servers.size()) return "server " + address(config_.servers[server].peer);
+  const uint16_t s = server_of_standby(server);
+  if (s != kNoStandby) {
+    return "standby " + address(*config_.servers[s].standby) + " of " +
+           config_.servers[s].peer.name;
+  }
+  return "server #" + std::to_string(server);
 }
 
 // ---------------------------------------------------------------------------
@@ -72,7 +86,9 @@ uint32_t NetCore::poll_st(transport::Tick now) {
   if (endpoint_) {
     work += endpoint_->poll_st(now);
     if (restarted_servers_ != 0) handle_restarts_st();
-    if (!push_queue_.empty() && !recovering()) work += send_pushes_st();
+    if (!resends_.empty()) work += send_resends_st();
+    // While a lost server's standby has not taken over, pushes wait.
+    if (!push_queue_.empty() && !recovering() && failing_over_ == 0) work += send_pushes_st();
     work += complete_pulls_st();
     if (phase_ == Phase::kInitialising &&
         pulls_->counters_st().versions_completed >= table_.tensors()) {
@@ -155,7 +171,14 @@ void NetCore::stop_st(const Handle& stopped, transport::Tick now) {
     m.rank = config_.rank;
     phase_ = Phase::kLeaving;
     bool queued = true;
-    for (uint16_t s = 0; s < endpoint_->num_peers(); ++s) queued = send_control_st(s, m) && queued;
+    for (uint16_t p = 0; p < endpoint_->num_peers(); ++p) {
+      // Not to a server its standby took over from, nor to a lost standby.
+      const uint16_t s = p < config_.servers.size() ? p : server_of_standby(p);
+      if (p < config_.servers.size() && ((failed_over_ | failing_over_) >> s & 1) != 0) continue;
+      if (p >= config_.servers.size() && (s == kNoStandby || (standby_lost_ >> s & 1) != 0))
+        continue;
+      queued = control_->send_st(p, m) && queued;
+    }
     if (queued) {
       stop_ = stopped;
       leave_deadline_ = now + transport::keepalive_interval(config_.endpoint.transport);
@@ -263,8 +286,13 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
     pushes_ = std::make_unique<PushTracker>(table_);
     endpoint_ = std::make_unique<transport::Endpoint>(port_, config_.endpoint,
                                                       transport::Receivers{this, this}, now);
+    if (resume_ && has_standby()) {
+      throw UsageError(
+          "resuming from a state file with a hot standby is not built (the standby would not "
+          "have the state's settings)");
+    }
     std::vector<node::ControlPeer> peers;
-    for (uint16_t s = 0; s < config_.servers.size(); ++s) peers.push_back({endpoint_.get(), s});
+    for (uint16_t p = 0; p < endpoint_->num_peers(); ++p) peers.push_back({endpoint_.get(), p});
     control_.emplace(std::move(peers), static_cast<node::ControlChannel::Handler&>(*this),
                      node::ControlChannel::Options{.max_bytes = kMaxControlBytes,
                                                    .heartbeat_every = transport::keepalive_interval(
@@ -280,7 +308,10 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
   pull_queue_.reserve(list_capacity_);
   barriers_.reserve(64);
   in_flight_.assign(tensors, std::nullopt);
-  ready_.assign(config_.servers.size(), false);
+  last_push_.assign(tensors, LastPush{});
+  // The servers and their standbys: a standby builds its shards from the
+  // same declarations and answers them as its server does.
+  ready_.assign(endpoint_->num_peers(), false);
 
   agg::ControlMessage declare;
   declare.kind = agg::ControlKind::kDeclare;
@@ -291,9 +322,9 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
   declare.version = resume_ ? resume_->version : 0;
   phase_ = Phase::kDeclaring;
   start_deadline_ = now + config_.start_timeout_ms * (config_.endpoint.transport.tsc_hz / 1000);
-  for (uint16_t s = 0; s < config_.servers.size(); ++s) {
-    if (!send_control_st(s, declare)) {
-      fail_start_st("start: the declarations to " + server_name(s) +
+  for (uint16_t p = 0; p < endpoint_->num_peers(); ++p) {
+    if (!control_->send_st(p, declare)) {
+      fail_start_st("start: the declarations to " + server_name(p) +
                     " could not be queued (endpoint full)");
       return;
     }
@@ -377,12 +408,23 @@ void NetCore::slow_st(transport::Tick now) {
                     " tensors did not arrive" + within + " (first: '" + first + "')");
     }
   }
-  const auto every = [](uint32_t) { return true; };
+  // Every peer but a server its standby took over from (or is taking
+  // over from) and a standby lost.
+  const auto every = [this](uint32_t p) {
+    if (p < config_.servers.size()) return ((failed_over_ | failing_over_) >> p & 1) == 0;
+    const uint16_t s = server_of_standby(static_cast<uint16_t>(p));
+    return s != kNoStandby && (standby_lost_ >> s & 1) == 0;
+  };
   if (endpoint_ && broken_.empty() && phase_ != Phase::kRecovering) {
     if (const std::optional<uint32_t> lost = control_->lost_st(every)) {
-      lose_server_st(static_cast<uint16_t>(*lost),
-                     server_name(static_cast<uint16_t>(*lost)) + " stopped answering");
+      lose_peer_st(static_cast<uint16_t>(*lost),
+                   server_name(static_cast<uint16_t>(*lost)) + " stopped answering");
     }
+  }
+  if (failing_over_ != 0 && broken_.empty() && now > failover_deadline_) {
+    const auto s = static_cast<uint16_t>(std::countr_zero(failing_over_));
+    break_st(server_name(s) + " was lost and its standby did not take over within " +
+             std::to_string(config_.server_wait_ms) + " ms");
   }
   if (phase_ == Phase::kRecovering && now > recover_deadline_) {
     break_st(lost_text_ + "; it did not come back within " +
@@ -441,6 +483,8 @@ void NetCore::publish_st() {
   stats_.workers_left.store(static_cast<uint64_t>(std::popcount(ranks_left_)),
                             std::memory_order_relaxed);
   stats_.workers_joined.store(workers_joined_, std::memory_order_relaxed);
+  stats_.standby_takeovers.store(takeovers_, std::memory_order_relaxed);
+  stats_.tensors_resent.store(tensors_resent_, std::memory_order_relaxed);
 }
 
 }  // namespace mercury::worker

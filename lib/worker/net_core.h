@@ -35,7 +35,8 @@
 // Files: net_core.cpp (the pass, requests, start, slow work, counters),
 // net_core_transfer.cpp (push, pull, barrier, received chunks),
 // net_core_control.cpp (control messages in and out), net_core_state.cpp
-// (settings, the job's state, a resume).
+// (settings, the job's state, a resume), net_core_recover.cpp (a lost
+// server waited for), net_core_standby.cpp (a server's hot standby).
 #pragma once
 
 #include <array>
@@ -73,6 +74,10 @@ namespace mercury::worker {
 struct ServerSpec {
   transport::PeerSpec peer;  ///< name, address
   uint32_t shards = 0;       ///< global shards it runs (the ones after the servers before it)
+  /// Its hot standby (docs/durability.md, "A hot standby"), if it has one:
+  /// declared to and answered like a server, sent nothing else until it
+  /// says it took over (kPromoted); then it gets the server's traffic.
+  std::optional<transport::PeerSpec> standby;
 };
 
 struct NetCoreConfig {
@@ -186,7 +191,8 @@ struct PublishedStats {
   std::atomic<uint64_t> pushes{0}, pulls{0}, bytes_pushed{0}, chunks_received{0}, bytes_placed{0},
       versions_completed{0}, retransmits{0}, chunks_dropped{0}, control_dropped{0},
       staleness_sum{0}, stale_pushes{0}, staleness_max{0}, ssp_waits{0}, ssp_gap_max{0},
-      workers_removed{0}, workers_left{0}, workers_joined{0};
+      workers_removed{0}, workers_left{0}, standby_takeovers{0}, tensors_resent{0},
+      workers_joined{0};
   /// Drops by reason: the port's frames, the transport's packets, the PMD's
   /// (as of the net core's last read of them, every kPortStatsMs).
   std::array<std::atomic<uint64_t>, net::kDropReasonCount> port_drops{};
@@ -297,6 +303,9 @@ class NetCore final : public transport::PacketReceiver,
   // A server came back with a new epoch (noted; handled after the endpoint's pass).
   void on_peer_restarted(uint16_t peer) override { restarted_servers_ |= uint64_t{1} << peer; }
 
+  /// A server without a standby (standby_peer_).
+  static constexpr uint16_t kNoStandby = UINT16_MAX;
+
  private:
   // kLeaving: stopped, waiting for the servers to acknowledge kLeave.
   // kRecovering: a server was lost (on_server_loss wait), waited for until
@@ -383,8 +392,20 @@ class NetCore final : public transport::PacketReceiver,
   void on_recovered_ready_st(uint16_t server, const agg::ControlMessage& m);
   void finish_rollback_st();
   void roll_back_st(const Request& r);
+  // A hot standby (net_core_standby.cpp). The endpoint's peers are the
+  // servers (peer s = server s), then the standbys; server s's traffic
+  // goes to server_peer_[s]: itself, or its standby once promoted.
+  void lose_peer_st(uint16_t peer, const std::string& why);
+  [[nodiscard]] bool standby_covers_st(uint16_t server, uint16_t peer) const;
+  [[nodiscard]] uint16_t server_of_standby(uint16_t peer) const;
+  void on_promoted_st(uint16_t peer, const agg::ControlMessage& m);
+  uint32_t send_resends_st();
+  static void on_resend_sent(void* self, const transport::SendResult& r);
+  [[nodiscard]] bool has_standby() const { return standbys_ != 0; }
   [[nodiscard]] uint16_t server_of_key(uint32_t key) const;
   [[nodiscard]] bool recovering() const { return phase_ == Phase::kRecovering || rolling_back_; }
+  // To server `server` (< servers: wherever its traffic goes now), or to
+  // peer `server` beyond them (a standby).
   bool send_control_st(uint16_t server, const agg::ControlMessage& m);
   // node::ControlChannel::Handler: a server's message, and one of ours lost.
   void on_control_st(uint32_t server, agg::ControlMessage&& m) override;
@@ -475,6 +496,39 @@ class NetCore final : public transport::PacketReceiver,
   bool rolling_back_ = false;
   uint32_t rollbacks_ = 0;
   std::vector<Handle> roll_back_waiters_;
+
+  // A hot standby: per server, its standby's peer (kNoStandby: none) and
+  // where its traffic goes now; the servers lost whose standby has not
+  // taken over yet (until failover_deadline_), those whose standby has,
+  // and those whose standby was lost (bit s each).
+  uint32_t standbys_ = 0;
+  std::vector<uint16_t> standby_peer_, server_peer_;
+  uint64_t failing_over_ = 0, failed_over_ = 0, standby_lost_ = 0;
+  transport::Tick failover_deadline_ = 0;
+  // BSP, per tensor: the last data push started (its gradient stays in
+  // place until its version is in: a push_pull's handle completes then),
+  // and the pushes resent to a standby that took over.
+  struct LastPush {
+    const std::byte* grad = nullptr;
+    uint32_t iteration = 0;
+    bool valid = false;
+  };
+  std::vector<LastPush> last_push_;
+  struct Resend {
+    TensorId tensor = 0;
+    uint32_t iteration = 0;
+    const std::byte* grad = nullptr;
+    uint32_t next = 0;  // first block not queued yet
+    uint32_t end = 0;   // blocks before it were sent to the lost server
+    uint16_t server = 0;
+  };
+  std::vector<Resend> resends_;
+  uint64_t takeovers_ = 0, tensors_resent_ = 0;
+  // The last barrier generation this worker sent to server 0: sent again to
+  // its standby when it takes over (a rank the lost server answered goes on;
+  // the standby's barrier still needs its arrival).
+  uint64_t last_barrier_ = 0;
+  bool barrier_sent_ = false;
 
   transport::Tick port_stats_at_ = 0;  // the next read of the PMD's drops
   uint64_t control_malformed_ = 0;     // messages of a kind a worker is never sent

@@ -82,7 +82,7 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
 }
 
 bool NetCore::send_control_st(uint16_t server, const agg::ControlMessage& m) {
-  return control_->send_st(server, m);
+  return control_->send_st(server < server_peer_.size() ? server_peer_[server] : server, m);
 }
 
 void NetCore::on_control_failed_st(uint32_t server, const transport::SendResult& r) {
@@ -91,7 +91,7 @@ void NetCore::on_control_failed_st(uint32_t server, const transport::SendResult&
     fail_start_st("start: the declarations did not reach " +
                   server_name(static_cast<uint16_t>(server)) + ": " + std::string(r.error));
   } else {
-    lose_server_st(static_cast<uint16_t>(server), std::string(r.error));
+    lose_peer_st(static_cast<uint16_t>(server), std::string(r.error));
   }
 }
 
@@ -134,6 +134,9 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
       break;
     case agg::ControlKind::kHeartbeat:
       break;  // its acknowledgement was the point (agg/control.h)
+    case agg::ControlKind::kPromoted:
+      on_promoted_st(peer, m);
+      break;
     case agg::ControlKind::kSettingsDone:
     case agg::ControlKind::kStatePage:
     case agg::ControlKind::kStateSeeded:

@@ -67,17 +67,28 @@ void NetCore::settings_st(const agg::Hyperparameters& values, const Handle& h) {
   // next update; the version is not read.
   m.version = next_push_;
   m.values = values;
+  // Every server, and every standby that has not taken over (it holds
+  // the server's hyperparameters for the day it does).
+  std::vector<uint16_t> to;
+  for (uint16_t s = 0; s < config_.servers.size(); ++s) {
+    to.push_back(server_peer_[s]);
+    if (standby_peer_[s] != kNoStandby && server_peer_[s] != standby_peer_[s] &&
+        (standby_lost_ >> s & 1) == 0) {
+      to.push_back(standby_peer_[s]);
+    }
+  }
   PendingSettings p{.sequence = m.sequence,
                     .from = m.version,
-                    .waiting = static_cast<uint32_t>(config_.servers.size()),
+                    .waiting = static_cast<uint32_t>(to.size()),
                     .error = {},
                     .handle = h};
-  for (uint16_t s = 0; s < config_.servers.size(); ++s) {
-    if (!send_control_st(s, m)) {
-      h.fail("settings: the message to " + server_name(s) + " could not be queued (endpoint full)");
+  for (const uint16_t peer : to) {
+    if (!control_->send_st(peer, m)) {
+      h.fail("settings: the message to " + server_name(peer) +
+             " could not be queued (endpoint full)");
       // The servers that got it apply it; the others not: the job's shards
       // would disagree from that version on.
-      break_st("settings could not reach " + server_name(s));
+      break_st("settings could not reach " + server_name(peer));
       return;
     }
   }

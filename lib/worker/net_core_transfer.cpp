@@ -63,6 +63,10 @@ uint32_t NetCore::send_pushes_st() {
         staleness_max_ = std::max(staleness_max_, stale);
       }
       in_flight_[p.tensor] = p.handle;
+      // What a standby that takes over is sent again (net_core_standby.cpp).
+      if (!async() && p.type == wire::PacketType::kData) {
+        last_push_[p.tensor] = LastPush{p.grad, p.iteration, true};
+      }
       if (config_.timeline && p.type == wire::PacketType::kData) {
         config_.timeline->mark_st(p.tensor, p.iteration, Timeline::Mark::kSending);
         timeline_push_[p.tensor] = p.iteration + 1;
@@ -100,7 +104,7 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
     meta.block_key = g.key;
     const std::byte* data = p.grad + g.first_byte();
     const auto bytes = static_cast<uint32_t>(g.bytes());
-    if (endpoint_->send(shard_server_[g.shard], data, bytes, level, meta,
+    if (endpoint_->send(server_peer_[shard_server_[g.shard]], data, bytes, level, meta,
                         transport::Completion{&NetCore::on_push_sent, this, g.key}) !=
         transport::SubmitStatus::kQueued) {
       break;  // the endpoint is full: the rest goes on a later pass
@@ -114,7 +118,11 @@ void NetCore::on_push_sent(void* self, const transport::SendResult& r) {
   auto& core = *static_cast<NetCore*>(self);
   if (core.stopped_) return;
   const auto key = static_cast<uint32_t>(r.cookie);
-  core.pushes_->settled_st(key, r.ok(), r.error);
+  // To a server whose standby will take over: its standby gets the push
+  // again (net_core_standby.cpp), so for the push's handle it went.
+  const uint16_t server = core.server_of_key(key);
+  const bool covered = !r.ok() && core.standby_covers_st(server, r.peer);
+  core.pushes_->settled_st(key, r.ok() || covered, r.error);
   if (core.config_.timeline) {
     const TensorId t = core.pushes_->tensor_of_st(key);
     if (t != PushTracker::kNoTensor && core.timeline_push_[t] != 0 && !core.pushes_->busy_st(t)) {
@@ -123,7 +131,7 @@ void NetCore::on_push_sent(void* self, const transport::SendResult& r) {
     }
   }
   core.pulls_dirty_ = true;
-  if (!r.ok()) core.lose_server_st(core.server_of_key(key), std::string(r.error));
+  if (!r.ok()) core.lose_peer_st(r.peer, std::string(r.error));
 }
 
 // ---------------------------------------------------------------------------
@@ -256,6 +264,8 @@ void NetCore::barrier_st(uint64_t generation, const Handle& h) {
   m.rank = config_.rank;
   m.generation = generation;
   barriers_.push_back(PendingBarrier{generation, h});
+  last_barrier_ = generation;
+  barrier_sent_ = true;
   if (!send_control_st(0, m)) {
     barriers_.pop_back();
     h.fail("barrier: the message to " + server_name(0) + " could not be queued (endpoint full)");

@@ -262,7 +262,8 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
   c.pulls.async = c.sync != config::Sync::kBsp;
   c.workers = static_cast<uint32_t>(job.workers().size());
   for (const config::NodeConfig* s : job.servers()) {
-    c.servers.push_back(ServerSpec{job::peer_of(*s), s->shards});
+    c.servers.push_back(ServerSpec{job::peer_of(*s), s->shards, std::nullopt});
+    if (!s->standby.empty()) c.servers.back().standby = job::peer_of(job.node(s->standby));
   }
   if (c.servers.empty()) throw WorkerError(job.source + ": the job has no server");
   c.chunk_bytes = job.payload_bytes_per_packet();

@@ -33,10 +33,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from lines import Lines  # noqa: E402
 from netns import bridge_namespaces, remove_namespaces  # noqa: E402
 
 LINK = "link: {loss: 0.02, seed: 11}"
@@ -215,23 +215,6 @@ def scenario_refused(build, tmp):
 KILL_ROUNDS = 150
 KILL_AFTER = 40  # w0's round that announces the kill
 KILL_EVERY = 10  # checkpoint.every_versions
-
-
-class Lines:
-    """A process's output, read line by line on a thread of its own."""
-
-    def __init__(self, proc):
-        self.proc = proc
-        self.lines = []
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def text(self):
-        return "".join(self.lines)
 
 
 def scenario_kill(build, tmp, delay_s=0.0):

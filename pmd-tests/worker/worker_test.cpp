@@ -120,7 +120,8 @@ class Job {
       NetCoreConfig c;
       c.rank = r;
       c.workers = ranks;
-      c.servers = {ServerSpec{{"server0", RingLink::ip_a(80 + r), 47100, 0}, kShards}};
+      c.servers = {
+          ServerSpec{{"server0", RingLink::ip_a(80 + r), 47100, 0}, kShards, std::nullopt}};
       c.chunk_bytes = kChunk;
       c.endpoint =
           pmdtest::endpoint_config(static_cast<uint16_t>(5 + r), static_cast<uint16_t>(r + 1));
@@ -712,7 +713,7 @@ TEST(WorkerApi, AsyncStartAndBarrier) {
 TEST(WorkerApi, PolledWorkerRefusesToBlock) {
   RingLink link("polled", 90, {.end = {.mtu = kMtu}});
   NetCoreConfig c;
-  c.servers = {ServerSpec{{"server0", RingLink::ip_a(90), 47100, 0}, kShards}};
+  c.servers = {ServerSpec{{"server0", RingLink::ip_a(90), 47100, 0}, kShards, std::nullopt}};
   c.chunk_bytes = kChunk;
   c.endpoint = pmdtest::endpoint_config(7, 1);
   PolledWorker polled(link.b(), c);
