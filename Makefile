@@ -66,7 +66,6 @@ eval-quick: build
 	@/usr/bin/python3 benchmarks/eval/eval.py --build $(BUILD) --quick --fresh
 
 bench: build
-	@MERCURY_BENCH=1 bash .ci/setup
 	@bash benchmarks/run-all
 
 format:
