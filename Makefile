@@ -55,9 +55,10 @@ fuzz: deps
 fuzz-long: fuzz
 	@/usr/bin/python3 .ci/fuzz_long.py $(FUZZ_BUILD) $(FUZZ_LONG_RUNS)
 
-# Both papers' experiments (docs/evaluation.md, about 45 minutes here plus the build on a
-# fresh clone; the page's setting line has the time of its runs): regenerates the page,
-# its plots and its data; resumes an interrupted run (records in $(BUILD)/eval).
+# Both papers' experiments and ResNet-18 against DDP (docs/evaluation.md, about 45 minutes
+# here before ResNet-18 was added, plus the build on a fresh clone; the page's setting line
+# has the time of its runs): regenerates the page, its plots and its data; resumes an
+# interrupted run (records in $(BUILD)/eval).
 eval: build
 	@/usr/bin/python3 benchmarks/eval/eval.py --build $(BUILD)
 
@@ -66,7 +67,6 @@ eval-quick: build
 	@/usr/bin/python3 benchmarks/eval/eval.py --build $(BUILD) --quick --fresh
 
 bench: build
-	@MERCURY_BENCH=1 bash .ci/setup
 	@bash benchmarks/run-all
 
 format:

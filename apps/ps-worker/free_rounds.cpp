@@ -62,7 +62,7 @@ bool free_rounds_checkable(const config::TrainingConfig& t) {
 }
 
 int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
-                    const std::vector<agg::TensorDecl>& decls, std::vector<Floats>& params,
+                    const std::vector<agg::TensorDecl>& decls, FreeBuffers b,
                     const FreeOptions& o) {
   const bool checkable = free_rounds_checkable(t);
   const uint32_t rank = w.rank();
@@ -71,12 +71,23 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
   const auto compute = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(o.compute_ms * factor));
   std::vector<Floats> grads(decls.size());
+  std::vector<std::vector<uint16_t>> half_grads(decls.size());
+  auto half = [&](size_t k) { return b.dtypes[k] != wire::Dtype::kFloat32; };
   for (size_t k = 0; k < decls.size(); ++k) {
     grads[k].resize(decls[k].elements);
     // Momentum and Adam: every rank the same gradient, so that every update
     // of a chunk is the same and the end state depends only on their count.
     grid_gradient(grads[k], stateful(t) ? 0 : rank, k);
+    if (half(k)) {  // exact: the grid's values are bfloat16 and float16 values
+      half_grads[k].resize(decls[k].elements);
+      narrow(grads[k], half_grads[k], b.dtypes[k]);
+    }
   }
+  auto push_pull = [&](size_t k) {
+    const auto key = static_cast<worker::Key>(k);
+    return half(k) ? w.push_pull(key, half_grads[k], b.half_params[k])
+                   : w.push_pull(key, grads[k], b.params[k]);
+  };
   std::printf("%s: free-running rounds, compute %.1f ms a round%s, training.sync %s\n",
               o.node.c_str(), o.compute_ms * factor, factor != 1.0 ? " (the straggler)" : "",
               std::string(w.sync()).c_str());
@@ -113,9 +124,7 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
     // Compute stands for the forward and backward passes: the trainer
     // sleeps, leaving the CPU to the net cores.
     std::this_thread::sleep_until(round_start + compute);
-    for (size_t k = decls.size(); k-- > 0;) {
-      pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
-    }
+    for (size_t k = decls.size(); k-- > 0;) pending[k] = push_pull(k);
     if (!wait_all("round", round + 1)) return 1;
     const auto end = Clock::now();
     if (went_back("round")) return 1;
@@ -149,13 +158,16 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
     if (!stateful(t)) {
       for (size_t k = decls.size(); k-- > 0;) {
         std::fill(grads[k].begin(), grads[k].end(), 0.0f);
-        pending[k] = w.push_pull(static_cast<worker::Key>(k), grads[k], params[k]);
+        std::fill(half_grads[k].begin(), half_grads[k].end(), uint16_t{0});  // +0
+        pending[k] = push_pull(k);
       }
       if (!wait_all("final push", 0)) return 1;
       ++after_all;
     }
     for (size_t k = 0; k < decls.size(); ++k) {
-      pending[k] = w.pull(static_cast<worker::Key>(k), params[k], after_all);
+      const auto key = static_cast<worker::Key>(k);
+      pending[k] =
+          half(k) ? w.pull(key, b.half_params[k], after_all) : w.pull(key, b.params[k], after_all);
     }
     if (!wait_all("final pull", 0)) return 1;
   }
@@ -197,15 +209,21 @@ int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
           want[i] = static_cast<float>(static_cast<double>(want[i]) - step * sum[i]);
         }
       }
+      // A half-precision tensor holds the float32 end state rounded once.
+      if (half(k)) quantize(want, b.dtypes[k]);
+      auto got = [&](size_t i) {
+        return half(k) ? widened(b.half_params[k][i], b.dtypes[k]) : b.params[k][i];
+      };
       // Exactly equal as numbers: the servers' order of operations may give
       // -0 where this sum gives +0, every other value has one encoding.
       size_t i = 0;
-      while (i < want.size() && want[i] == params[k][i]) ++i;
+      while (i < want.size() && want[i] == got(i)) ++i;
       if (i != want.size()) {
         ++wrong;
-        std::fprintf(stderr, "ps-worker: %s: tensor %s element %zu is %.9g, not %.9g\n",
-                     o.node.c_str(), decls[k].name.c_str(), i, static_cast<double>(params[k][i]),
-                     static_cast<double>(want[i]));
+        std::fprintf(stderr, "ps-worker: %s: tensor %s (%s) element %zu is %.9g, not %.9g\n",
+                     o.node.c_str(), decls[k].name.c_str(),
+                     std::string(wire::dtype_name(b.dtypes[k])).c_str(), i,
+                     static_cast<double>(got(i)), static_cast<double>(want[i]));
       }
     }
   }

@@ -32,6 +32,11 @@
 // worker. Then every element is compared for exact equality (a -0 for a +0
 // is the only difference allowed).
 //
+// Half-precision tensors (ps-worker --dtype): the grid's values are exact in
+// bfloat16 and float16, so the gradients travel unrounded and the servers'
+// float32 master parameters end exactly as a float32 tensor's would; the
+// check is that end state rounded once, to nearest even, into the dtype.
+//
 // After every round, no tensor's version (Worker::version) may have gone
 // back. Each round prints its time and the compute in it; the summary gives the
 // mean iteration time of the rounds after the first. Control path, one
@@ -46,6 +51,7 @@
 #include "buffers.h"
 #include "config/config.h"
 #include "mercury/worker.h"
+#include "wire/dtype.h"
 
 namespace mercury::trainer {
 
@@ -66,10 +72,18 @@ bool free_rounds_checkable(const config::TrainingConfig& t);
 /// Rank 0's initial values of `tensor` on the grid.
 void grid_initial(Floats& p, size_t tensor);
 
-/// Runs the rounds on a started worker whose declared buffers are `params`
-/// (holding grid_initial()). Returns 0, or 1 after printing why.
+/// The buffers the worker declared: tensor k's is params[k] when dtypes[k]
+/// is float32, else half_params[k] (its elements' bits).
+struct FreeBuffers {
+  std::vector<Floats>& params;
+  std::vector<std::vector<uint16_t>>& half_params;
+  const std::vector<wire::Dtype>& dtypes;
+};
+
+/// Runs the rounds on a started worker whose declared buffers are `b`
+/// (holding grid_initial(), rounded into each tensor's dtype). Returns 0,
+/// or 1 after printing why.
 int run_free_rounds(worker::Worker& w, const config::TrainingConfig& t,
-                    const std::vector<agg::TensorDecl>& decls, std::vector<Floats>& params,
-                    const FreeOptions& o);
+                    const std::vector<agg::TensorDecl>& decls, FreeBuffers b, const FreeOptions& o);
 
 }  // namespace mercury::trainer

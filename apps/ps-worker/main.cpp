@@ -32,11 +32,11 @@
 // RANK,F: that rank's compute takes F times longer).
 //
 // With --dtype bfloat16 or float16 (or mixed: the tensors take float32,
-// bfloat16 and float16 in turn) the synthetic rounds declare half-precision
-// tensors: gradients rounded into the dtype before they go, and the check
-// is the servers' float32 master parameters replayed (every rank's rounded
-// gradient widened, summed in rank order, the optimizer) and rounded once
-// into the dtype, bit for bit.
+// bfloat16 and float16 in turn) the synthetic and the free-running rounds
+// declare half-precision tensors: gradients rounded into the dtype before
+// they go, and the check is the servers' float32 master parameters replayed
+// (every rank's rounded gradient widened, summed in rank order, the
+// optimizer) and rounded once into the dtype, bit for bit.
 //
 // The worker library starts EAL on its own thread for this node (its lcore,
 // its ports); `--check` validates the job file, the node and the model (and
@@ -140,7 +140,7 @@ Options parse(int argc, char** argv) {
   args.text("--dtype", "TYPE", &o.dtype,
             "the tensors' element type: float32 (default), bfloat16, float16, or\n"
             "                     mixed (float32, bfloat16, float16 in turn); not float32:\n"
-            "                     the synthetic bsp rounds only");
+            "                     the synthetic and free-running rounds, not --trace");
   args.rest(&o.eal, "extra EAL arguments, appended to those the job file generates");
   args.parse(argc, argv);
   if (o.verify != "every" && o.verify != "last" && o.verify != "none") {
@@ -174,9 +174,9 @@ Options parse(int argc, char** argv) {
     throw std::runtime_error("--dtype wants float32, bfloat16, float16 or mixed, not '" + o.dtype +
                              "'");
   }
-  if (o.dtype != "float32" && (!o.trace.empty() || o.compute_ms >= 0)) {
+  if (o.dtype != "float32" && !o.trace.empty()) {
     throw std::runtime_error("--dtype " + o.dtype +
-                             " goes with the synthetic rounds, not --trace or --compute-ms");
+                             " goes with the synthetic and free-running rounds, not --trace");
   }
   if (o.compute_scale == 0) o.compute_scale = 1.0;
   if (o.comm_rounds < 0) o.comm_rounds = 5;
@@ -228,10 +228,6 @@ int run(const Options& o) {
     throw std::runtime_error("--trace checks the aggregates of bsp jobs only; training.sync is " +
                              std::string(config::to_string(job.training.sync)) +
                              ": time it with --verify none");
-  }
-  if (free && o.dtype != "float32") {
-    throw std::runtime_error("--dtype " + o.dtype + " checks bsp rounds; training.sync is " +
-                             std::string(config::to_string(job.training.sync)));
   }
   if (free) trainer::free_rounds_checkable(job.training);  // refuses what it cannot check
   const Update update = free || !bsp ? Update{} : Update::of(job.training);
@@ -403,7 +399,9 @@ int run(const Options& o) {
   if (wrong != 0) return 1;
 
   if (free) {
-    if (trainer::run_free_rounds(w, job.training, decls, params, fo) != 0) return 1;
+    if (trainer::run_free_rounds(w, job.training, decls, {params, half_params, dtypes}, fo) != 0) {
+      return 1;
+    }
     w.shutdown();
     return 0;
   }

@@ -71,6 +71,10 @@ void quantize(std::span<float> f, wire::Dtype dtype) {
   }
 }
 
+float widened(uint16_t h, wire::Dtype dtype) {
+  return dtype == wire::Dtype::kBFloat16 ? agg::bf16_to_float(h) : agg::fp16_to_float(h);
+}
+
 bool equals_narrowed(std::span<const uint16_t> h, std::span<const float> reference,
                      wire::Dtype dtype) {
   const bool bf16 = dtype == wire::Dtype::kBFloat16;

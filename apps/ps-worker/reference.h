@@ -65,6 +65,8 @@ void narrow(std::span<const float> f, std::span<uint16_t> out, wire::Dtype dtype
 /// Each value of `f` as a `dtype` buffer carries it: narrowed, widened back.
 /// Nothing for float32.
 void quantize(std::span<float> f, wire::Dtype dtype);
+/// A bfloat16 or float16 element's value (exact).
+float widened(uint16_t h, wire::Dtype dtype);
 /// Whether `h` is bit for bit `reference` narrowed into `dtype`.
 bool equals_narrowed(std::span<const uint16_t> h, std::span<const float> reference,
                      wire::Dtype dtype);

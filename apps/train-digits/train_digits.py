@@ -45,6 +45,12 @@ of the parameters rank 0 held then (evaluated after training) and no training lo
 stop at their next step (under asp, ssp and psplus a straggler would otherwise train
 its own epochs on alone; under bsp every rank ends with rank 0 anyway).
 
+Half precision on the wire: --wire-dtype bfloat16|float16 wraps the model with
+DistributedModel(wire_dtype=...), as a DDP user of bf16_compress_hook would: the
+float32 model's gradients travel rounded into that dtype, the servers keep float32
+master parameters, and the parameters come back rounded once (docs/python.md, "Half
+precision and staging").
+
 A lost worker (docs/membership.md): --kill RANK,STEP makes that rank's process kill
 itself (SIGKILL) right after the backward pass of its step STEP (counted from 0 over
 the run), its gradients on their way to the servers; under asp, ssp and psplus the
@@ -431,7 +437,8 @@ def train(args, node: str = "") -> int:
         net = mercury.torch.DistributedModel(
             model, worker, recipe.opt,
             backward_passes_per_step=args.accumulate if args.backward_passes else 1,
-            update="at_step" if args.at_step else "per_chunk")
+            update="at_step" if args.at_step else "per_chunk",
+            wire_dtype=None if args.wire_dtype == "float32" else getattr(torch, args.wire_dtype))
         if checkpoint:
             # The module's parameters and the servers' state: the job resumes from them.
             net.load_state_dict(checkpoint["model"])
@@ -783,6 +790,9 @@ def main() -> int:
     p.add_argument("--end-with-rank0", action="store_true",
                    help="end the job once rank 0 has trained its epochs (the others stop at "
                         "their next step)")
+    p.add_argument("--wire-dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="under Mercury: the dtype the gradients and parameters travel in "
+                        "(DistributedModel(wire_dtype=...); the servers keep float32)")
     p.add_argument("--kill", default="", metavar="RANK,STEP",
                    help="that rank kills itself (SIGKILL) after the backward pass of its step "
                         "STEP: a lost worker (asp, ssp, psplus go on without it)")
@@ -830,6 +840,9 @@ def main() -> int:
                 "not with --ddp, --single or --node")
     if args.ddp and (args.single or args.node):
         p.error("--ddp runs the job's workers itself: not with --single or --node")
+    if args.wire_dtype != "float32" and (args.ddp or args.single or args.at_step):
+        p.error("--wire-dtype goes with a Mercury job without --at-step (which takes float32 "
+                "parameters in place), not --ddp or --single")
     if args.accumulate < 1 or args.accumulate > args.batch:
         p.error("--accumulate K needs 1 <= K <= the batch")
     if args.backward_passes and (args.accumulate < 2 or args.ddp or args.ddp_rank >= 0):

@@ -2,7 +2,8 @@
 """The evaluation: both papers' experiments in one command (docs/evaluation.md).
 
   benchmarks/eval/eval.py [--build build] [--out docs] [--work BUILD/eval] [--trials 5]
-                          [--quick] [--only sched,bandwidth,sync,ddp] [--fresh] [--page-only]
+                          [--quick] [--only sched,bandwidth,sync,ddp,resnet18] [--fresh]
+                          [--page-only]
 
 `make eval` runs it and regenerates docs/evaluation.md, its plots and a copy of its data
 (docs/evaluation/); `make eval-quick` runs one small point of every experiment into
@@ -28,6 +29,10 @@ those CSVs alone (--page-only rewrites it without running anything).
    test accuracy.
 4. ddp: the same digits training with torch's DistributedDataParallel over gloo and with
    mercury.torch, interleaved: time per iteration and images per second.
+5. resnet18: torchvision's ResNet-18 on the digits set upscaled to 32x32, Mercury (float32
+   and bfloat16 on the wire) against DDP over gloo (float32 and its compress hooks),
+   interleaved (benchmarks/peers/resnet18_bench.py): images per second, the step against
+   max(compute, communication), test accuracy after the same steps.
 """
 from __future__ import annotations
 
@@ -53,6 +58,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "peers"))
 from peers_bench import memif_job  # noqa: E402  (the memif job file of the benchmarks)
+import resnet18_bench  # noqa: E402  (the ResNet-18 runs: resnet18_bench.run_variant)
 
 WORKERS = 4
 MODELS = ["resnet50", "vgg16", "alexnet", "inception_v3", "mobilenet_v2"]
@@ -120,6 +126,13 @@ SYNC_FIELDS = ["stragglers", "mode", "trial", "iteration_s", "steps_to_target",
                "seconds_to_target", "final_accuracy", "staleness"]
 CURVE_FIELDS = ["stragglers", "mode", "trial", "epoch", "steps", "seconds", "loss", "accuracy"]
 DDP_FIELDS = ["system", "trial", "iteration_s", "images_per_s", "final_accuracy"]
+# One row per ResNet-18 run: resnet18_bench.FIELDS, or `not_run` with torch's reason.
+RESNET18_FIELDS = ["variant", "trial", *resnet18_bench.FIELDS, "not_run"]
+RESNET18_LABEL = {"mercury": "Mercury, float32 on the wire",
+                  "mercury_bf16": "Mercury, bfloat16 on the wire",
+                  "ddp": "DDP over gloo, float32",
+                  "ddp_bf16": "DDP over gloo, bf16_compress_hook",
+                  "ddp_fp16": "DDP over gloo, fp16_compress_hook"}
 BANDWIDTH_FIELDS = ["variant", "aggregation", "trial", "round", "start_s", "iteration_s"]
 SHARED_FIELDS = ["variant", "aggregation", "partition_bytes", "credit_bytes", "trial",
                  "iteration_s", "other_rounds", "other_iteration_s"]
@@ -165,6 +178,13 @@ class Settings:
         self.sync_models = ["mobilenet_v2"] if quick else SYNC_MODELS
         self.sync_model_rounds = 3 if quick else 6
         self.ddp_epochs = 2 if quick else 5
+        # ResNet-18 against DDP: every variant (the quick run: one of each system) per trial,
+        # resnet18_steps timed steps after resnet18_warmup (4 epochs of 11 steps in all).
+        self.resnet18_variants = (["mercury_bf16", "ddp"] if quick
+                                  else list(resnet18_bench.VARIANTS))
+        self.resnet18_steps = 2 if quick else 40
+        self.resnet18_warmup = 1 if quick else 4
+        self.resnet18_comm_rounds = 1 if quick else 3
         self.timeline_model = "mobilenet_v2" if quick else "resnet50"
         # The bandwidth experiment: the rate halves at step_down_s after the job starts
         # and comes back at step_up_s; the trainer runs bandwidth_rounds trace rounds.
@@ -710,6 +730,36 @@ def run_ddp(a, st: Settings, out: str, progress: Progress) -> None:
                           f"{it * 1000:.2f} ms/iter, {batch / it:.0f} images/s")
 
 
+# ---- 5. ResNet-18 against DDP --------------------------------------------------------
+
+def run_resnet18(a, st: Settings, out: str, progress: Progress) -> None:
+    table = Table(os.path.join(out, "resnet18.csv"), RESNET18_FIELDS)
+    for trial in range(1, st.trials + 1):
+        variants = list(st.resnet18_variants)
+        random.Random(f"resnet18-{trial}").shuffle(variants)
+        for v in variants:
+            # A variant torch could not run is not tried again.
+            if table.has(variant=v, trial=trial) or \
+                    any(r["not_run"] for r in table.select(variant=v)):
+                continue
+            f, err = resnet18_bench.run_variant(v, a.build, WORKERS, st.resnet18_steps,
+                                                st.resnet18_warmup, st.resnet18_comm_rounds)
+            if f is None:
+                if v not in resnet18_bench.OPTIONAL:
+                    sys.exit(f"eval: ResNet-18 {v} failed:\n{err}")
+                why = (err.strip().splitlines() or ["no output"])[-1]
+                table.add({"variant": v, "trial": trial,
+                           **{k: "" for k in resnet18_bench.FIELDS}, "not_run": why})
+                progress.line(f"resnet18 {v} trial {trial}", f"not run: {why}")
+                continue
+            table.add({"variant": v, "trial": trial,
+                       **{k: "%.5f" % f[k] for k in resnet18_bench.FIELDS}, "not_run": ""})
+            progress.line(f"resnet18 {v} trial {trial}",
+                          f"{f['images_per_s']:.1f} images/s, step {f['step_s']:.3f} s "
+                          f"against max(compute, communication) {f['bound_s']:.3f} s, "
+                          f"accuracy {f['accuracy']:.3f}")
+
+
 # ---- the page ------------------------------------------------------------------------
 
 def mib(b: int) -> str:
@@ -1153,9 +1203,92 @@ def ddp_section(out: str) -> tuple[list[str], dict]:
     return lines, {"ddp_over_mercury": statistics.median(ratio) if ratio else math.nan}
 
 
+def resnet18_section(out: str) -> tuple[list[str], dict]:
+    """The ResNet-18 table, and per Mercury variant the median over the trials of its
+    images per second over DDP's (float32) and of its test accuracy less DDP's."""
+    table = Table(os.path.join(out, "resnet18.csv"), RESNET18_FIELDS)
+    by = {v: {int(r["trial"]): r for r in table.select(variant=v)}
+          for v in resnet18_bench.VARIANTS}
+    ddp = {t: r for t, r in by["ddp"].items() if not r["not_run"]}
+    if not any(by.values()):
+        return [], {}
+    lines = ["", "| variant | images per second | s per step | compute | communication | "
+             "max(compute, communication) | step / bound | images per second over DDP's "
+             "(per trial) | test accuracy |", "| --- | --- | --- | --- | --- | --- | --- | --- "
+             "| --- |"]
+    facts = {}
+    for v in resnet18_bench.VARIANTS:
+        rows = list(by[v].values())
+        if not rows:
+            continue
+        why = next((r["not_run"] for r in rows if r["not_run"]), "")
+        if why:
+            lines.append(f"| {RESNET18_LABEL[v]} | not run: {why} | | | | | | | |")
+            continue
+
+        def col(k: str, fmt: str = "%.3f") -> str:
+            return cell([float(r[k]) for r in rows], fmt)
+        over = [float(r["images_per_s"]) / float(ddp[t]["images_per_s"])
+                for t, r in by[v].items() if t in ddp]
+        lines.append(f"| {RESNET18_LABEL[v]} | {col('images_per_s', '%.1f')} | "
+                     f"{col('step_s')} | {col('compute_s')} | {col('comm_s')} | "
+                     f"{col('bound_s')} | {col('ratio_to_bound', '%.2f')} | "
+                     f"{cell(over, '%.2fx')} | {col('accuracy')} |")
+        if v.startswith("mercury") and over:
+            gap = statistics.median(float(r["accuracy"]) for r in rows) - \
+                statistics.median(float(r["accuracy"]) for r in ddp.values())
+            facts[v] = {"over_ddp": statistics.median(over), "accuracy_gap": gap}
+    return lines, facts
+
+
+def resnet18_goals(facts: dict) -> list[str]:
+    """The issue's ResNet-18 goals, each with its figure and whether it holds."""
+    out = []
+    for v, aim in [("mercury", 1.3), ("mercury_bf16", 1.5)]:
+        if v in facts:
+            x = facts[v]["over_ddp"]
+            out.append(f"* ResNet-18, {WORKERS} workers: {RESNET18_LABEL[v]} >= {aim:g}x DDP's "
+                       f"(float32) images per second: {x:.2f}x, "
+                       + ("**met**" if x >= aim else "**not met**") + ".")
+    if facts:
+        gaps = ", ".join(f"{RESNET18_LABEL[v]} {100 * f['accuracy_gap']:+.1f} points"
+                         for v, f in facts.items())
+        held = all(abs(f["accuracy_gap"]) <= 0.01 for f in facts.values())
+        out.append("* ResNet-18: test accuracy after the same steps within 1 % of DDP's "
+                   f"(float32; medians): {gaps}, " + ("**met**" if held else "**not met**")
+                   + ".")
+    return out
+
+
+def resnet18_text(st: Settings) -> str:
+    return (
+        "torchvision's ResNet-18 (random init, 10 classes) trained on the digits set upscaled "
+        "to 32x32 (bilinear, the gray channel three times; nothing downloaded), batch 32 per "
+        f"rank, momentum SGD (learning rate 0.05, momentum 0.9), {WORKERS} worker processes "
+        "each on its own shard of the training set, "
+        f"{st.resnet18_steps} timed steps after {st.resnet18_warmup} "
+        "(`benchmarks/peers/resnet18_bench.py`, one rank is `resnet18_rank.py`): Mercury "
+        "(mercury.torch, one ps-server with 2 shards over net_memif, the servers' momentum, "
+        "BatchNorm buffers broadcast from rank 0) with float32 on the wire and with bfloat16 "
+        "on the wire (`wire_dtype=torch.bfloat16`: float32 master parameters and momentum on "
+        "the servers), against `DistributedDataParallel` over gloo on loopback TCP (torch's "
+        "momentum SGD, buffers broadcast) in float32 and with its `bf16_compress_hook` and "
+        "`fp16_compress_hook`, in a random order per trial. Per variant: images per second "
+        f"({WORKERS} x 32 over the slowest rank's median step), the step against max(compute, "
+        "communication), both measured on every rank at once before training, once every "
+        f"rank has joined (forward and backward alone, median of {st.resnet18_comm_rounds} "
+        f"steps; every parameter gradient's transfer alone, median of "
+        f"{st.resnet18_comm_rounds} rounds; the slowest rank's), and rank 0's accuracy on the "
+        "360 test images after the same steps. A variant torch cannot run over gloo is listed "
+        "as not run, with torch's error. `make eval` runs it with the rest "
+        "(`eval.py --only resnet18` runs this experiment alone into the same records and "
+        "rewrites the page from all of them).")
+
+
 # Each experiment's parts in the order they run; a part is named after its function.
 EXPERIMENTS = {"sched": [run_sched, run_timelines], "bandwidth": [run_bandwidth, run_shared],
-               "sync": [run_sync, run_sync_models], "ddp": [run_ddp]}
+               "sync": [run_sync, run_sync_models], "ddp": [run_ddp],
+               "resnet18": [run_resnet18]}
 PARTS = [run.__name__.removeprefix("run_") for runs in EXPERIMENTS.values() for run in runs]
 
 
@@ -1343,7 +1476,7 @@ def write_page(out: str, top: str, st: Settings) -> None:
     img = os.path.join(top, "evaluation")
     os.makedirs(img, exist_ok=True)
     for name in ["sched.csv", "sweep.csv", "bandwidth.csv", "shared.csv", "sync.csv",
-                 "sync_curves.csv", "sync_models.csv", "ddp.csv"]:
+                 "sync_curves.csv", "sync_models.csv", "ddp.csv", "resnet18.csv"]:
         if os.path.exists(os.path.join(out, name)) and \
                 os.path.abspath(out) != os.path.abspath(img):
             shutil.copyfile(os.path.join(out, name), os.path.join(img, name))
@@ -1353,6 +1486,7 @@ def write_page(out: str, top: str, st: Settings) -> None:
     bandwidth_lines = bandwidth_section(out, img, st, plots)
     sync_lines, sync = sync_section(out, img, st, plots)
     ddp_lines, ddp = ddp_section(out)
+    resnet18_lines, resnet18 = resnet18_section(out)
     text = [
         "# Evaluation",
         "",
@@ -1368,6 +1502,7 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "## Goals",
         "",
         *goals(sched, sync, ddp, st, read_times(out)),
+        *resnet18_goals(resnet18),
         "",
         "## 1. Scheduling: strict priority against FIFO and partitioning (Mercury's experiment)",
         "",
@@ -1467,6 +1602,11 @@ def write_page(out: str, top: str, st: Settings) -> None:
         "(`train_digits.py --ddp`), interleaved; time per iteration = the median over "
         "epochs after the first of the epoch's time over its steps, on rank 0.",
         *ddp_lines,
+        "",
+        "## 5. ResNet-18 against DistributedDataParallel",
+        "",
+        resnet18_text(st),
+        *resnet18_lines,
         "",
         "## Reading",
         "",
@@ -1603,6 +1743,8 @@ def runs_recorded(out: str, only: set[str]) -> int:
         n += len(rows("sync.csv", SYNC_FIELDS)) + len(rows("sync_models.csv", SYNC_MODEL_FIELDS))
     if "ddp" in only:
         n += len(rows("ddp.csv", DDP_FIELDS))
+    if "resnet18" in only:
+        n += len(rows("resnet18.csv", RESNET18_FIELDS))
     return n
 
 
@@ -1616,7 +1758,7 @@ def main() -> int:
                     "and resumed from (default BUILD/eval, or BUILD/eval-quick/runs)")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="one small point of every experiment")
-    ap.add_argument("--only", default="sched,bandwidth,sync,ddp")
+    ap.add_argument("--only", default=",".join(EXPERIMENTS))
     ap.add_argument("--fresh", action="store_true", help="delete the recorded runs first")
     ap.add_argument("--page-only", action="store_true", help="rewrite the page from the CSVs")
     a = ap.parse_args()
@@ -1624,10 +1766,15 @@ def main() -> int:
     if a.trials < 1:
         ap.error("--trials must be at least 1")
     only = set(a.only.split(","))
-    unknown = only - {"sched", "bandwidth", "sync", "ddp"}
+    unknown = only - set(EXPERIMENTS)
     if unknown:
-        ap.error(f"--only: unknown experiment(s) {sorted(unknown)} (sched, bandwidth, sync, "
-                 "ddp)")
+        ap.error(f"--only: unknown experiment(s) {sorted(unknown)} ({', '.join(EXPERIMENTS)})")
+    if "resnet18" in only and not a.page_only:
+        try:
+            import torchvision  # noqa: F401
+        except ImportError as e:
+            sys.exit(f"eval: the ResNet-18 experiment needs Debian's python3-torchvision "
+                     f"(.ci/setup installs it): {e}")
     st = Settings(a.quick, a.trials)
     top = os.path.abspath(a.out or (os.path.join(a.build, "eval-quick") if a.quick
                                     else os.path.join(ROOT, "docs")))
@@ -1645,7 +1792,9 @@ def main() -> int:
             sum(len(ms) * len(st.variants(l)) for l, ms in st.links.items()) * st.trials
         n_sync = (len(st.stragglers) + len(st.sync_models)) * len(MODES) * st.trials
         total = (n_sched if "sched" in only else 0) + (n_sync if "sync" in only else 0) + \
-            (2 * st.trials if "ddp" in only else 0) + (6 * st.trials if "bandwidth" in only else 0)
+            (2 * st.trials if "ddp" in only else 0) + \
+            (6 * st.trials if "bandwidth" in only else 0) + \
+            (len(st.resnet18_variants) * st.trials if "resnet18" in only else 0)
         done = runs_recorded(out, only)
         progress = Progress(total - done)
         print(f"eval: {total - done} runs to go" + (f" ({done} recorded before, skipped)"

@@ -18,12 +18,15 @@ the variants in a random order:
                 variant that fails is reported as not run, with its error: torch 1.13's
                 wants CUDA and NCCL)
   ddp_fp16      the same with fp16_compress_hook
-Per variant: images/s (ranks x 32 / the slowest rank's median step time), the step time
-against max(compute, communication) (each measured on every rank before training, with
-no communication and with no compute; the slowest rank's), and rank 0's test accuracy
+Rank r trains on its own shard of the training set, in both systems. Per variant:
+images/s (ranks x 32 / the slowest rank's median step time), the step time against
+max(compute, communication) (each measured on every rank at once before training, once
+every rank has joined: forward and backward with no communication, every parameter
+gradient's transfer with no compute; the slowest rank's), and rank 0's test accuracy
 after the same steps; medians [min, max] over the trials, and the ratio to ddp per trial.
+`make eval` runs it as its ResNet-18 experiment (benchmarks/eval/eval.py, run_variant).
 
-Needs Debian's python3-torch and python3-torchvision; run with /usr/bin/python3.
+Needs Debian's python3-torch and python3-torchvision (.ci/setup); run with /usr/bin/python3.
 """
 import argparse
 import json
@@ -41,46 +44,52 @@ from peers_bench import free_port, memif_job  # noqa: E402
 
 RANK = os.path.join(HERE, "resnet18_rank.py")
 VARIANTS = ("mercury", "mercury_bf16", "ddp", "ddp_bf16", "ddp_fp16")
+# A DDP compress hook that torch cannot run over gloo is reported as not run, with its error.
+OPTIONAL = ("ddp_bf16", "ddp_fp16")
 TRAINING = "{sync: bsp, optimizer: momentum, learning_rate: 0.05, momentum: 0.9}"
+LOCAL_BATCH = 32  # resnet18_rank.py's
+FIELDS = ("images_per_s", "step_s", "compute_s", "comm_s", "bound_s", "ratio_to_bound",
+          "accuracy")
 
 
-def common(a):
-    return ["--steps", str(a.steps), "--warmup", str(a.warmup), "--comm-rounds",
-            str(a.comm_rounds)]
+def common(steps, warmup, comm_rounds):
+    return ["--steps", str(steps), "--warmup", str(warmup), "--comm-rounds", str(comm_rounds)]
 
 
-def run_mercury(a, wire):
-    python = os.path.join(os.path.abspath(a.build), "lib", "python")
-    sys.path.insert(0, python)
+def run_mercury(build, workers, wire, args):
+    python = os.path.join(os.path.abspath(build), "lib", "python")
+    if python not in sys.path:
+        sys.path.insert(0, python)
     from mercury.launch import run_job
 
     os.makedirs("/tmp/mercury-peers", exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(memif_job(a.workers, "resnet18%d" % os.getpid(), training=TRAINING))
+        f.write(memif_job(workers, "resnet18%d" % os.getpid(), training=TRAINING))
         job = f.name
     lines = []
     try:
         status = run_job(
             job, lambda node, rank: ["/usr/bin/python3", RANK, "mercury", "--job", job,
-                                     "--node", node, "--wire", wire] + common(a),
-            server_bin=os.path.join(a.build, "apps", "ps-server"),
+                                     "--node", node, "--rank", str(rank), "--world",
+                                     str(workers), "--wire", wire] + args,
+            server_bin=os.path.join(build, "apps", "ps-server"),
             env=dict(os.environ, PYTHONPATH=python),
             echo=lambda node, line: lines.append((node, line)), timeout_s=3600)
     finally:
         os.unlink(job)
     results = [json.loads(line) for node, line in lines if line.startswith("{")]
-    if any(s != 0 for s in status.values()) or len(results) != a.workers:
+    if any(s != 0 for s in status.values()) or len(results) != workers:
         return None, "\n".join(f"{n}: {l}" for n, l in lines[-40:])
     return results, ""
 
 
-def run_ddp(a, hook):
+def run_ddp(workers, hook, args):
     port = free_port()
     procs = [subprocess.Popen(["/usr/bin/python3", RANK, "ddp", "--rank", str(r), "--world",
-                               str(a.workers), "--port", str(port), "--hook", hook] + common(a),
+                               str(workers), "--port", str(port), "--hook", hook] + args,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               cwd=ROOT)
-             for r in range(a.workers)]
+             for r in range(workers)]
     results, errors = [], []
     for p in procs:
         out, _ = p.communicate(timeout=3600)
@@ -96,11 +105,29 @@ def run_ddp(a, hook):
 
 
 def figures(results, workers):
-    """(images/s, step s, bound s, ratio to the bound, rank 0's accuracy) of one run."""
+    """One run's figures (FIELDS): images/s over the slowest rank's median step, that step,
+    the slowest rank's compute and communication alone, the bound max(compute,
+    communication) (the larger of the two on the rank where it is largest), the step over
+    the bound, and rank 0's test accuracy."""
     step = max(statistics.median(r["steps"]) for r in results)
     bound = max(max(r["compute"], r["comm"]) for r in results)
-    acc = next(r["accuracy"] for r in results if r["rank"] == 0)
-    return workers * 32 / step, step, bound, step / bound, acc
+    return {"images_per_s": workers * LOCAL_BATCH / step, "step_s": step,
+            "compute_s": max(r["compute"] for r in results),
+            "comm_s": max(r["comm"] for r in results), "bound_s": bound,
+            "ratio_to_bound": step / bound,
+            "accuracy": next(r["accuracy"] for r in results if r["rank"] == 0)}
+
+
+def run_variant(variant, build, workers=4, steps=12, warmup=2, comm_rounds=3):
+    """One run of `variant`: (its figures, "") or (None, why it failed)."""
+    args = common(steps, warmup, comm_rounds)
+    if variant.startswith("mercury"):
+        res, err = run_mercury(build, workers,
+                               "bfloat16" if variant == "mercury_bf16" else "float32", args)
+    else:
+        res, err = run_ddp(workers, {"ddp_bf16": "bf16", "ddp_fp16": "fp16"}.get(variant, "none"),
+                           args)
+    return (figures(res, workers), "") if res is not None else (None, err)
 
 
 def summary(xs, fmt="%.3f"):
@@ -123,7 +150,7 @@ def main():
         import torchvision  # noqa: F401
     except ImportError as e:
         sys.exit("resnet18_bench: needs Debian's python3-torch and python3-torchvision "
-                 "(MERCURY_BENCH=1 .ci/setup), run with /usr/bin/python3: %s" % e)
+                 "(.ci/setup), run with /usr/bin/python3: %s" % e)
     variants = [v for v in a.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
     if unknown:
@@ -136,40 +163,42 @@ def main():
         random.shuffle(order)
         trial = {}
         for v in order:
-            if v.startswith("mercury"):
-                res, err = run_mercury(a, "bfloat16" if v == "mercury_bf16" else "float32")
-            else:
-                res, err = run_ddp(a, {"ddp_bf16": "bf16", "ddp_fp16": "fp16"}.get(v, "none"))
-            if res is None:
-                if v in ("ddp_bf16", "ddp_fp16"):
+            f, err = run_variant(v, a.build, a.workers, a.steps, a.warmup, a.comm_rounds)
+            if f is None:
+                if v in OPTIONAL:
                     not_run[v] = err
                     print("trial %d %-13s not run: %s" % (t + 1, v, err), flush=True)
                     continue
                 sys.exit("resnet18_bench: %s failed:\n%s" % (v, err))
-            trial[v] = figures(res, a.workers)
-            print("trial %d %-13s %7.1f images/s  step %.3f s  bound %.3f s  accuracy %.3f" %
-                  (t + 1, v, trial[v][0], trial[v][1], trial[v][2], trial[v][4]), flush=True)
+            trial[v] = f
+            print("trial %d %-13s %7.1f images/s  step %.3f s  compute %.3f s  comm %.3f s  "
+                  "accuracy %.3f" % (t + 1, v, f["images_per_s"], f["step_s"], f["compute_s"],
+                                     f["comm_s"], f["accuracy"]), flush=True)
         for v, f in trial.items():
-            got[v].append(f + ((f[0] / trial["ddp"][0]) if "ddp" in trial else float("nan"),))
-    print("\n| variant | images/s | s/step | max(compute, comm) s | step / bound | "
-          "images/s vs ddp | test accuracy |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+            f["vs_ddp"] = (f["images_per_s"] / trial["ddp"]["images_per_s"]
+                           if "ddp" in trial else float("nan"))
+            got[v].append(f)
+    print("\n| variant | images/s | s/step | compute s | comm s | max(compute, comm) s | "
+          "step / bound | images/s vs ddp | test accuracy |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for v in variants:
         if v in not_run or not got[v]:
-            print("| %s | not run: %s | | | | | |" % (v, not_run.get(v, "")))
+            print("| %s | not run: %s | | | | | | | |" % (v, not_run.get(v, "")))
             continue
-        xs = got[v]
-        print("| %s | %s | %s | %s | %s | %s | %s |" % (
-            v, summary([x[0] for x in xs], "%.1f"), summary([x[1] for x in xs]),
-            summary([x[2] for x in xs]), summary([x[3] for x in xs], "%.2f"),
-            summary([x[5] for x in xs], "%.2fx"), summary([x[4] for x in xs])))
+
+        def col(k, fmt="%.3f"):
+            return summary([x[k] for x in got[v]], fmt)
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            v, col("images_per_s", "%.1f"), col("step_s"), col("compute_s"), col("comm_s"),
+            col("bound_s"), col("ratio_to_bound", "%.2f"), col("vs_ddp", "%.2fx"),
+            col("accuracy")))
     if a.csv:
         with open(a.csv, "w") as f:
-            f.write("variant,trial,images_per_s,step_s,bound_s,ratio_to_bound,accuracy,"
-                    "ratio_to_ddp\n")
+            f.write("variant,trial," + ",".join(FIELDS) + ",ratio_to_ddp\n")
             for v in variants:
                 for i, x in enumerate(got[v]):
-                    f.write("%s,%d,%.2f,%.4f,%.4f,%.3f,%.4f,%.3f\n" % ((v, i + 1) + x))
+                    f.write("%s,%d,%s,%.3f\n" % (v, i + 1, ",".join("%.4f" % x[k] for k in FIELDS),
+                                                x["vs_ddp"]))
 
 
 if __name__ == "__main__":

@@ -5,19 +5,26 @@
 float32 or bfloat16 on the wire) or through DistributedDataParallel over gloo (float32, or
 with bf16_compress_hook / fp16_compress_hook).
 
-  resnet18_rank.py mercury --job FILE --node NAME --wire float32|bfloat16 [common]
+  resnet18_rank.py mercury --job FILE --node NAME --rank R --world N --wire float32|bfloat16
+                   [common]
   resnet18_rank.py ddp --rank R --world N --port P [--hook none|bf16|fp16] [common]
   common: --steps S --warmup W --comm-rounds C --lr LR --momentum M
 
-Measures, on this rank: the compute time of a step (forward and backward of the bare
-model, no communication, median of C steps, before training), the communication time of
-a step (C rounds of every gradient's transfer with no compute: Mercury's push_pull of
-every declared tensor, or gloo's all_reduce of every gradient, issued at once and waited
-for), then W + S training steps, each timed from its forward pass to the end of its
-step, and the test accuracy after them (every rank evaluates the same parameters).
-Prints one JSON line: {"rank", "compute", "comm", "steps": [seconds], "accuracy", "error"}.
+Rank R trains on its shard of the training set (samples R, R + N, ...), reshuffled every
+epoch of 11 steps, as train_digits.py's workers do, in both systems. Once every rank has
+joined (Mercury's start and barrier, gloo's barrier), it measures: the compute time of a
+step (forward and backward of a copy of the bare model, no communication, median of C
+steps after one, every rank at once, so 4 ranks share the CPUs as they do in training),
+the communication time of a step (after a barrier, C rounds of every parameter
+gradient's transfer with no compute: Mercury's push_pull of every parameter's tensor
+(zeros: under momentum the parameters stay as they are), or gloo's all_reduce of every
+gradient, issued at once and waited for), then W + S training steps, each timed from its
+forward pass to the end of its step, and the test accuracy after them (every rank
+evaluates the same parameters). Prints one JSON line: {"rank", "compute", "comm",
+"steps": [seconds], "accuracy", "error"}.
 """
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -42,6 +49,12 @@ def data(torch):
                                             mode="bilinear", align_corners=False)
         return t.repeat(1, 3, 1, 1).contiguous()
     return up(x), torch.from_numpy(y), up(xt), torch.from_numpy(yt)
+
+
+def batch(local_batches, rank, world, n, k):
+    """Rank `rank`'s k-th batch of the run: epoch k // steps per epoch."""
+    per_epoch = (n // world) // LOCAL_BATCH
+    return local_batches(rank, world, k // per_epoch, LOCAL_BATCH, n)[k % per_epoch]
 
 
 def accuracy(torch, model, xt, yt):
@@ -77,33 +90,28 @@ def main():
     x, y, xt, yt = data(torch)
     torch.manual_seed(0)
     net = torchvision.models.resnet18(num_classes=10)
+    bare = copy.deepcopy(net)  # for the compute alone: the wrapped model's hooks communicate
     f = torch.nn.functional
     out = {"rank": a.rank, "error": ""}
 
-    # Compute alone: forward and backward, no communication.
-    batches = local_batches(a.rank, a.world, 0, LOCAL_BATCH, len(y))
-    times = []
-    for k in range(a.comm_rounds + 1):
-        idx = torch.from_numpy(batches[k % len(batches)])
-        t0 = time.monotonic()
-        net.zero_grad()
-        f.cross_entropy(net(x[idx]), y[idx]).backward()
-        times.append(time.monotonic() - t0)
-    out["compute"] = statistics.median(times[1:])
-    net.zero_grad()
+    def idx(k):
+        return torch.from_numpy(batch(local_batches, a.rank, a.world, len(y), k))
 
     if a.mode == "mercury":
         import mercury
         import mercury.torch
 
         w = mercury.Worker(a.job, a.node)
-        out["rank"] = w.rank
+        if w.rank != a.rank or w.workers != a.world:
+            sys.exit("resnet18_rank: node %s is rank %d of %d, not %d of %d" %
+                     (a.node, w.rank, w.workers, a.rank, a.world))
         wire = torch.bfloat16 if a.wire == "bfloat16" else None
         model = mercury.torch.DistributedModel(net, w, buffers="broadcast", wire_dtype=wire)
         model(x[:2])  # declares and starts: every rank holds rank 0's model
         model.synchronize()
         step = model.step
         sync = model.synchronize
+        barrier = w.barrier
     else:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
@@ -118,28 +126,41 @@ def main():
             model.register_comm_hook(dist.group.WORLD, hook)
         opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=a.momentum)
         step = opt.step
+        barrier = dist.barrier
 
         def sync():
             pass
 
-    # Communication alone: every gradient's transfer, no compute.
+    # Compute alone: forward and backward of the bare model, every rank at once.
+    barrier()
+    times = []
+    for k in range(a.comm_rounds + 1):
+        i = idx(k)
+        t0 = time.monotonic()
+        bare.zero_grad()
+        f.cross_entropy(bare(x[i]), y[i]).backward()
+        times.append(time.monotonic() - t0)
+    out["compute"] = statistics.median(times[1:])
+    del bare
+
+    # Communication alone: every parameter gradient's transfer, no compute (the
+    # BatchNorm buffers Mercury broadcasts after each step are left out, as gloo's are).
     comm = []
     params = [p for p in net.parameters()]
+    if a.mode == "mercury":
+        buffers = {key for key, _ in model._buffer_keys}
+        keys = [k for k in reversed(model._grad) if k not in buffers]
+    else:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.hook, torch.float32)
+        grads = [torch.zeros_like(p, dtype=dtype) for p in params]
     for _ in range(a.comm_rounds):
+        barrier()
+        t0 = time.monotonic()
         if a.mode == "mercury":
-            w.barrier()
-            t0 = time.monotonic()
-            hs = [w.push_pull(k, model._grad[k], model._out[k]) for k in reversed(model._grad)]
+            hs = [w.push_pull(k, model._grad[k], model._out[k]) for k in keys]
             for h in hs:
                 h.wait()
         else:
-            dist.barrier()
-            t0 = time.monotonic()
-            grads = [torch.zeros_like(p) for p in params]
-            if a.hook == "bf16":
-                grads = [g.to(torch.bfloat16) for g in grads]
-            elif a.hook == "fp16":
-                grads = [g.half() for g in grads]
             works = [dist.all_reduce(g, async_op=True) for g in reversed(grads)]
             for wk in works:
                 wk.wait()
@@ -151,10 +172,10 @@ def main():
     # Training.
     steps = []
     for k in range(a.warmup + a.steps):
-        idx = torch.from_numpy(batches[(a.comm_rounds + 1 + k) % len(batches)])
+        i = idx(k)
         t0 = time.monotonic()
         model.zero_grad()
-        f.cross_entropy(model(x[idx]), y[idx]).backward()
+        f.cross_entropy(model(x[i]), y[i]).backward()
         step()
         if k >= a.warmup:
             steps.append(time.monotonic() - t0)

@@ -655,6 +655,16 @@ std::span<const float> ChunkTable::parameters(uint32_t key) const {
   return {params_.get() + p.first_element, p.elements};
 }
 
+std::span<const std::byte> ChunkTable::wire_values(uint32_t key) const {
+  if (key >= keys_.size() || keys_[key].local < 0) return {};
+  const LocalBlock& p = local_[static_cast<uint32_t>(keys_[key].local)];
+  if (p.dtype == wire::Dtype::kFloat32) {
+    return {reinterpret_cast<const std::byte*>(params_.get() + p.first_element),
+            p.elements * kElementBytes};
+  }
+  return {half_out_ + 2 * p.first_element, p.elements * 2};
+}
+
 std::pair<uint32_t, uint32_t> ChunkTable::version_range() const {
   if (chunks_.empty()) return {0, 0};
   uint32_t lowest = chunks_[0].version;

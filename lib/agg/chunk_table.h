@@ -289,6 +289,12 @@ class ChunkTable {
   /// The current float32 parameters of an owned block, whatever its dtype
   /// (sum-only: the last averaged gradient). Empty if not owned.
   [[nodiscard]] std::span<const float> parameters(uint32_t key) const;
+  /// An owned block's values as the workers get them, its wire bytes: a
+  /// float32 block's parameters; a bfloat16 or float16 block's, every
+  /// chunk's last emitted version rounded into the dtype (unchanged until
+  /// the chunk's next update, as the parameters are). What a fan-out sends
+  /// again. Empty if not owned.
+  [[nodiscard]] std::span<const std::byte> wire_values(uint32_t key) const;
   /// Version of the chunk at (key, offset); UINT32_MAX if it does not exist here.
   [[nodiscard]] uint32_t version(uint32_t key, uint32_t offset) const;
   /// The ranks whose contributions the chunk at (key, offset) holds now

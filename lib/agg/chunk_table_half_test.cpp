@@ -12,6 +12,7 @@
 #include "agg/chunk_table.h"
 #include "agg/chunk_table_test_util.h"
 #include "agg/half.h"
+#include "agg/shard_state.h"
 
 namespace mercury::agg {
 namespace {
@@ -264,7 +265,7 @@ TEST(AggChunkTableHalf, UpdatesAreTheFloat32UpdatesOfTheWidenedContributions) {
 // A half-precision tensor's own update rule (the average, rank 0's push)
 // and the optimizer's beside it are those of the float32 table given the
 // widened contributions; a chunk restored from a checkpoint (float32
-// values, as chunk_view() exports them) is emitted rounded and goes on
+// values, as a job's state file holds them) is emitted rounded and goes on
 // exactly as the table it was exported from.
 TEST(AggChunkTableHalf, UpdateRulesAndARestoreAreTheFloat32Table) {
   constexpr uint32_t kWorkers = 3;
@@ -338,14 +339,22 @@ TEST(AggChunkTableHalf, UpdateRulesAndARestoreAreTheFloat32Table) {
       const auto b = f32_table.parameters(key);
       ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size_bytes())) << "key " << key;
     }
-    // Every chunk of the half table into a new one, then the same next
-    // iteration into both: the same parameters and the same emitted bytes.
+    // Every chunk of the half table into a new one, through a job's state
+    // file (its records hold the float32 masters; each chunk's length is
+    // checked against the placement's, in its dtype's elements), then the
+    // same next iteration into both: the same parameters and the same
+    // emitted bytes.
     ChunkTable restored(half, config, make_bsp(), restored_sink);
-    for (uint64_t i = 0; i < half_table.chunks(); ++i) {
-      const ChunkTable::ChunkView v = half_table.chunk_view(i);
-      ASSERT_EQ(restored.restore(v.key, v.offset, v.version, v.params, v.state0, v.state1),
-                Outcome::kInitialized);
-    }
+    std::vector<std::byte> pages;
+    ASSERT_EQ(export_page(half_table, half.fingerprint(), 0, kStatePageBytes, pages),
+              half_table.chunks());
+    const std::vector<std::byte> file = join_state(pages, half.fingerprint());
+    const StateFile f = check_state(file, half, kChunkBytes, OptimizerKind::kMomentum, false);
+    EXPECT_EQ(f.version, 1u);
+    ASSERT_EQ(f.chunks.size(), half_table.chunks());
+    std::vector<RecordRef> records = {f.hyperparameters};
+    records.insert(records.end(), f.chunks.begin(), f.chunks.end());
+    ASSERT_EQ(restore_records(restored, half.fingerprint(), 1, records), "");
     ASSERT_EQ(restored_sink.updates.size(), half_table.chunks());
     for (size_t i = 0; i < restored_sink.updates.size(); ++i) {
       const auto& s = restored_sink.updates[i];

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "wire/dtype.h"
+
 namespace mercury::agg {
 
 namespace {
@@ -133,7 +135,10 @@ StateFile check_shards(std::span<const std::byte> bytes, const Placement& placem
         throw std::invalid_argument("the state has " + chunk_name(h) + " where " + which +
                                     " should be (missing, twice or out of order)");
       }
-      const uint64_t elements = std::min<uint64_t>(chunk_bytes, b.bytes() - at) / kElementBytes;
+      // A chunk is chunk_bytes of the block's dtype; the record holds its
+      // float32 master values, one per element.
+      const uint64_t elements =
+          std::min<uint64_t>(chunk_bytes, b.bytes() - at) / wire::element_bytes(b.dtype);
       if (h.count != elements) {
         throw std::invalid_argument(which + " has " + std::to_string(h.count) +
                                     " elements in the state, " + std::to_string(elements) +

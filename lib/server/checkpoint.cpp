@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "agg/shard_state.h"
+#include "wire/dtype.h"
 
 namespace mercury::server {
 
@@ -245,7 +246,12 @@ std::string checkpoint_fits(const CheckpointFile& f, const agg::OptimizerConfig&
            name(f.kind, f.decoupled_weight_decay) + ", the job's is " +
            name(optimizer.kind, optimizer.decoupled_weight_decay);
   }
-  if (uint64_t{f.largest_chunk} * agg::kElementBytes > chunk_bytes) {
+  // The records do not say their tensors' dtypes (the placement does, once the
+  // workers declared: agg::check_server_state checks each chunk's length then),
+  // so here a chunk is too long only if no dtype's elements fit a packet: a
+  // bfloat16 or float16 chunk holds chunk_bytes / 2 elements.
+  constexpr uint32_t kNarrowest = wire::element_bytes(wire::Dtype::kBFloat16);
+  if (uint64_t{f.largest_chunk} * kNarrowest > chunk_bytes) {
     return "the checkpoint " + f.path + " has chunks of " + std::to_string(f.largest_chunk) +
            " elements, more than the job's packets carry (" + std::to_string(chunk_bytes) +
            " bytes: another network.mtu or auth_key_file?)";

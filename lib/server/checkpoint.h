@@ -79,7 +79,8 @@ CheckpointFile load_checkpoint(const std::string& dir, const std::string& node,
                                std::optional<uint32_t> version = std::nullopt);
 
 /// "" when the checkpoint can serve a job with this optimizer and packet
-/// size, else what differs (the job's tensors and shards are checked
+/// size (no chunk longer than a packet of 2-byte elements carries), else
+/// what differs (the job's tensors, their dtypes and shards are checked
 /// against it once the workers declared them: agg::check_server_state).
 std::string checkpoint_fits(const CheckpointFile& f, const agg::OptimizerConfig& optimizer,
                             uint32_t chunk_bytes);

@@ -365,6 +365,22 @@ TEST(CheckpointFile, ACorruptOrForeignOneIsRefusedNamingWhy) {
   }
 }
 
+// A bfloat16 or float16 tensor's chunk holds twice a float32 one's elements
+// (its float32 masters in the record): such a checkpoint fits the packet
+// size; one element more fits no dtype's packet.
+TEST(CheckpointFile, AHalfPrecisionChunkFitsItsPacket) {
+  CheckpointFile f;
+  f.path = "s0.v0000000004.ckpt";
+  f.kind = agg::OptimizerKind::kMomentum;
+  f.largest_chunk = kChunkBytes / 2;
+  EXPECT_EQ(checkpoint_fits(f, {.kind = agg::OptimizerKind::kMomentum}, kChunkBytes), "");
+  f.largest_chunk = kChunkBytes / 2 + 1;
+  const std::string why = checkpoint_fits(f, {.kind = agg::OptimizerKind::kMomentum}, kChunkBytes);
+  EXPECT_NE(why.find("has chunks of 705 elements, more than the job's packets carry (1408 bytes"),
+            std::string::npos)
+      << why;
+}
+
 TEST(CheckpointFile, AFailedWriteIsCountedAndTheJobGoesOn) {
   std::vector<std::string> errors;
   // A directory that is not there.

@@ -224,8 +224,8 @@ void Shard::hold_st(const agg::Update& u) {
     return;
   }
   unit_held_[unit] = 0;
-  const std::span<const float> params = table_->parameters(u.key);
-  const auto* base = reinterpret_cast<const std::byte*>(params.data());
+  // The block's values in its dtype: offsets and lengths here are wire bytes.
+  const std::byte* base = table_->wire_values(u.key).data();
   for (uint64_t c = 0; c < size; ++c) {
     held_[unit + c] = 0;
     const auto offset = static_cast<uint32_t>((first + c) * chunk_bytes_);
@@ -350,10 +350,11 @@ Shard::Newest Shard::send_newest_st(uint16_t rank, uint32_t key, uint32_t offset
                                     bool yours, bool eager) {
   const uint64_t s = take_snapshot_st();
   if (s == snapshot_count_) return Newest::kNoSnapshot;
-  const std::span<const float> params = table_->parameters(key);
+  // The chunk's newest version as the workers get it (in its dtype).
+  const std::span<const std::byte> values = table_->wire_values(key);
   const auto bytes =
-      static_cast<uint32_t>(std::min<uint64_t>(params.size_bytes() - offset, chunk_bytes_));
-  std::memcpy(snapshot(s), reinterpret_cast<const std::byte*>(params.data()) + offset, bytes);
+      static_cast<uint32_t>(std::min<uint64_t>(values.size() - offset, chunk_bytes_));
+  std::memcpy(snapshot(s), values.data() + offset, bytes);
   snapshot_refs_[s].store(1, std::memory_order_relaxed);
   if (eager) eager_out_[rank].fetch_add(1, std::memory_order_relaxed);
   const transport::Completion done =
@@ -407,9 +408,9 @@ uint32_t Shard::retry_fanout_st() {
       pop_backlog_st();
       continue;
     }
-    const std::span<const float> params = table_->parameters(d.key);
-    const auto* base = reinterpret_cast<const std::byte*>(params.data());
-    const uint64_t left = params.size_bytes() - d.offset;
+    const std::span<const std::byte> values = table_->wire_values(d.key);
+    const std::byte* base = values.data();
+    const uint64_t left = values.size() - d.offset;
     const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(left, chunk_bytes_));
     if (table_->version(d.key, d.offset) != d.version) {
       ++counters_.fanout_lost;  // cannot happen under BSP (see Deferred)

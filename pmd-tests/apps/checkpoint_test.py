@@ -19,12 +19,19 @@ the frames on every TX queue.
   bit for bit against its replay of the unbroken run, and the job finishes. Needs root.
   `kill_late`: the same with the server started again 2.5 s after the kill, once the
   workers' liveness has named it lost.
+* `resume_half`, `kill_half`: `resume` and `kill` with half-precision tensors (ps-worker
+  --dtype mixed: the model's tensors float32, bfloat16, float16 and float32): the
+  checkpoint holds the servers' float32 master parameters and momentum, the resumed
+  server rounds them once into each tensor's dtype, and ps-worker checks every bfloat16
+  and float16 buffer bit for bit against its replay of those masters, at the resumed (or
+  rolled-back) version and in every later round.
 * `refused`: a checkpoint with a flipped byte, one of another optimizer (the job file
   says adam) and one of another model (the workers declare other tensors) are refused,
   each with its reason: the first two before the server starts, the last when the
   workers declared (every worker is told why).
 
-  checkpoint_test.py BUILD_DIR [resume|kill|kill_late|refused ...]
+  checkpoint_test.py BUILD_DIR [resume|kill|kill_late|refused|resume_half|kill_half ...]
+  (default: resume, kill, kill_late, refused)
 """
 import os
 import re
@@ -70,13 +77,13 @@ def job_text(tag, ckpt_dir, optimizer="optimizer: momentum, learning_rate: 0.01,
 class Run:
     """A job's processes: ps-server (with its own arguments) and two ps-workers."""
 
-    def __init__(self, build, job, model, rounds, server_args=()):
+    def __init__(self, build, job, model, rounds, server_args=(), dtype="float32"):
         self.server = subprocess.Popen(
             [os.path.join(build, "apps/ps-server"), "--config", job, "--node", "s0"] +
             list(server_args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.workers = [subprocess.Popen(
             [os.path.join(build, "apps/ps-worker/ps-worker"), "--config", job, "--node",
-             "w%d" % w, "--model", model, "--rounds", str(rounds)],
+             "w%d" % w, "--model", model, "--rounds", str(rounds), "--dtype", dtype],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for w in range(2)]
 
     def finish(self):
@@ -121,7 +128,7 @@ def memif_setup(tmp, tag, ckpt_in_job):
     return ckpt, model, job
 
 
-def scenario_resume(build, tmp):
+def scenario_resume(build, tmp, dtype="float32"):
     # A relative checkpoint.dir: the job file's neighbour.
     ckpt, model, job = memif_setup(tmp, "mercury-ckpt-%d" % os.getpid(), "ckpt")
 
@@ -131,7 +138,7 @@ def scenario_resume(build, tmp):
         return m is not None and m.group(2) == "0" and \
             int(m.group(1)) + int(m.group(3)) == versions
 
-    first = Run(build, job, model, 7).finish()
+    first = Run(build, job, model, 7, dtype=dtype).finish()
     err = expect(all(s == 0 for s, _ in first), "the first job failed", first)
     written = files(ckpt)
     err = err or expect(written and set(written) <= {"s0.v0000000003.ckpt", "s0.v0000000006.ckpt"}
@@ -140,7 +147,7 @@ def scenario_resume(build, tmp):
     if err:
         return err
     v = int(written[-1][4:14])
-    second = Run(build, job, model, 10, ["--resume", ckpt]).finish()
+    second = Run(build, job, model, 10, ["--resume", ckpt], dtype).finish()
     err = expect(all(s == 0 for s, _ in second), "the resumed job failed", second)
     err = err or expect("resuming from %s/%s: version %d" % (ckpt, written[-1], v)
                         in second[0][1], "the server's resume line", second)
@@ -217,7 +224,7 @@ KILL_AFTER = 40  # w0's round that announces the kill
 KILL_EVERY = 10  # checkpoint.every_versions
 
 
-def scenario_kill(build, tmp, delay_s=0.0):
+def scenario_kill(build, tmp, delay_s=0.0, dtype="float32"):
     if os.geteuid() != 0:
         print("kill: network namespaces need root; not run")
         return None
@@ -258,7 +265,8 @@ def scenario_kill(build, tmp, delay_s=0.0):
         ns.update(bridge_namespaces(tag, ["s0", "w0", "w1"]))
         first = start("s0", server_argv)
         workers = [start("w%d" % w, [ps_worker(build), "--config", job, "--node", "w%d" % w,
-                                     "--model", model, "--rounds", str(KILL_ROUNDS)])
+                                     "--model", model, "--rounds", str(KILL_ROUNDS),
+                                     "--dtype", dtype])
                    for w in range(2)]
         deadline = time.monotonic() + TIMEOUT_S
         mark = "w0 round %3d:" % KILL_AFTER
@@ -328,12 +336,15 @@ def scenario_kill(build, tmp, delay_s=0.0):
 SCENARIOS = {"resume": scenario_resume, "kill": scenario_kill,
              # Started again after liveness named it lost (1.125 x the 1.5 s timeout).
              "kill_late": lambda build, tmp: scenario_kill(build, tmp, 2.5),
-             "refused": scenario_refused}
+             "refused": scenario_refused,
+             "resume_half": lambda build, tmp: scenario_resume(build, tmp, "mixed"),
+             "kill_half": lambda build, tmp: scenario_kill(build, tmp, dtype="mixed")}
+DEFAULT = ["resume", "kill", "kill_late", "refused"]
 
 
 def main():
     build = sys.argv[1]
-    names = sys.argv[2:] or list(SCENARIOS)
+    names = sys.argv[2:] or DEFAULT
     failed = 0
     for name in names:
         tmp = tempfile.mkdtemp(prefix="mercury-ckpt-")

@@ -17,7 +17,13 @@ rounds, every rank pushing the same gradient so that the end state is the optimi
 step replayed once per push; under asp and ssp (which send a worker only its own updates)
 ps-worker refuses to check momentum's end state, saying why.
 
-  sync_modes_test.py BUILD_DIR MODEL_FILE [memif|namespaces|optimizers ...]
+`half`: every mode over memif again with half-precision tensors (ps-worker --dtype mixed:
+the tensors float32, bfloat16 and float16 in turn), sgd, and momentum under psplus: the
+servers' float32 master parameters end exactly as the float32 job's (the grid's values are
+exact in both dtypes), and each half-precision tensor must hold them rounded once into its
+dtype, bit for bit.
+
+  sync_modes_test.py BUILD_DIR MODEL_FILE [memif|namespaces|optimizers|half ...]
 """
 import os
 import re
@@ -90,7 +96,7 @@ def check_workers(mode, text, what, sgd=True):
     return None
 
 
-def run_memif(build, model, mode, extra, optimizer=None):
+def run_memif(build, model, mode, extra, optimizer=None, dtype="float32"):
     tag = "mercury-sync-%s-%d" % (mode, os.getpid())
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         f.write(memif_job(mode, extra, tag, optimizer))
@@ -98,11 +104,13 @@ def run_memif(build, model, mode, extra, optimizer=None):
     try:
         r = subprocess.run([os.path.join(build, "apps/ps-demo"), "--config", job, "--model",
                             model, "--rounds", str(ROUNDS), "--compute-ms", "5",
-                            "--straggler", "1,3"],
+                            "--straggler", "1,3"] +
+                           (["--dtype", dtype] if dtype != "float32" else []),
                            capture_output=True, text=True, timeout=600)
     finally:
         os.unlink(job)
-    err = check_workers(mode, r.stdout, "memif", optimizer is None)
+    err = check_workers(mode, r.stdout, "memif" if dtype == "float32" else "memif " + dtype,
+                        optimizer is None)
     if err is None and r.returncode != 0:
         err = "memif %s: ps-demo exited %d" % (mode, r.returncode)
     return err, r.stdout + r.stderr
@@ -216,6 +224,19 @@ def main():
     for way in ways:
         if way == "namespaces" and os.geteuid() != 0:
             print("sync modes: namespaces need root; not run")
+            continue
+        if way == "half":
+            for mode, extra, optimizer in [(m, e, None) for m, e in MODES] + [STATEFUL[0]]:
+                err, out = run_memif(build, model, mode, extra, optimizer, dtype="mixed")
+                if err:
+                    failures += 1
+                    print("FAIL %s %s\n%s" % (err, optimizer or "sgd", out[-4000:]))
+                else:
+                    lines = re.findall(r"w\d+: done, .*", out)
+                    print("ok memif %s %s, --dtype mixed: %d workers, rank 1 3x slower, 2 %% "
+                          "loss; %s" % (mode, optimizer or "sgd", WORKERS,
+                                        lines[0] if lines else ""))
+                sys.stdout.flush()
             continue
         if way == "optimizers":
             for optimizer in OPTIMIZERS:

@@ -14,7 +14,12 @@ differences have not yet been amplified by training; and that every run
 reaches 0.95 test accuracy; and that the images are scikit-learn's digits.
 Then, under asp with rank 3 a 4x straggler, --end-with-rank0: rank 0 trains
 all its steps and the straggler stops early (each worker's --losses file has
-one loss per step it trained).
+one loss per step it trained). And bfloat16 on the wire (--wire-dtype: the
+float32 model staged through CpuStaging, the servers' float32 masters) under
+asp, ssp and psplus, whose updates apply in the order they arrive: not one
+arithmetic to compare with, so every rank must reach 0.9 test accuracy in 12
+epochs (the evaluation's target, learning rates and 10 ms of emulated compute a
+step: docs/evaluation.md).
 
 Usage: digits_test.py BUILD_DIR
 """
@@ -148,6 +153,29 @@ class Digits(unittest.TestCase):
         resent = re.search(r"w0: \d+ pushes, (\d+) retransmissions", out)
         self.assertIsNotNone(resent, out)
         self.assertGreater(int(resent.group(1)), 0, out)
+
+    def test_bfloat16_on_the_wire_under_the_asynchronous_modes(self):
+        tmp = self.tmp.name
+        bsp = "sync: bsp\n  optimizer: momentum\n  learning_rate: 0.1\n  momentum: 0.9\n"
+        for mode, training in (
+                ("asp", "sync: asp\n  optimizer: sgd\n  learning_rate: 0.1\n"),
+                ("ssp", "sync: ssp\n  staleness_bound: 2\n  optimizer: sgd\n"
+                        "  learning_rate: 0.1\n"),
+                ("psplus", "sync: psplus\n  staleness_lr: inverse_sqrt\n  optimizer: sgd\n"
+                           "  learning_rate: 0.2\n")):
+            job = job_file(tmp, "digits-bf16-" + mode)
+            with open(job) as f:
+                text = f.read()
+            self.assertIn(bsp, text)
+            with open(job, "w") as f:
+                f.write(text.replace(bsp, training))
+            d = os.path.join(tmp, "bf16-" + mode)
+            rc, out = train(job, d, "--wire-dtype", "bfloat16", "--target", "0.9",
+                            "--compute-ms", "10", "--epochs", "12")
+            self.assertEqual(rc, 0, out)
+            accs = [read(d, f"w{r}")[1] for r in range(WORKERS)]
+            print(f"\nbfloat16 on the wire, {mode}: test accuracy {accs}", file=sys.stderr)
+            self.assertGreaterEqual(min(accs), 0.9, f"{mode}: {accs}\n{out}")
 
     def test_end_with_rank0_stops_the_straggler(self):
         tmp = self.tmp.name

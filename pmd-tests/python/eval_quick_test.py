@@ -6,8 +6,10 @@ Runs it into a temporary directory and checks what it wrote: every experiment's 
 holds its runs with sane values (no trace round faster than its compute, accuracies in
 [0, 1], images per second = the batch over the iteration), the timelines and the plots
 exist, the second job of the shared-link experiment ran while the measured one did, the
-trace-driven runs with a straggler kept rank 0 off the straggler's pace except under BSP, and
-the page has every section with a row of data and its goal lines.
+trace-driven runs with a straggler kept rank 0 off the straggler's pace except under BSP, the
+ResNet-18 runs' figures agree with one another (images per second from the step, the bound
+the larger of compute and communication), and the page has every section with a row of
+data and its goal lines.
 
 Usage: eval_quick_test.py BUILD_DIR
 """
@@ -44,7 +46,7 @@ class EvalQuick(unittest.TestCase):
             r = subprocess.run(
                 ["/usr/bin/python3", os.path.join(ROOT, "benchmarks", "eval", "eval.py"),
                  "--build", BUILD, "--quick", "--out", tmp, "--work", work],
-                capture_output=True, text=True, timeout=840)
+                capture_output=True, text=True, timeout=960)
             self.assertEqual(r.returncode, 0, r.stdout[-4000:] + r.stderr[-3000:])
             self.assertIn("[eval ", r.stdout)  # progress lines
             data = os.path.join(tmp, "evaluation")
@@ -128,6 +130,21 @@ class EvalQuick(unittest.TestCase):
                 want = 64 / float(x["iteration_s"])
                 self.assertAlmostEqual(float(x["images_per_s"]), want, delta=1 + 1e-4 * want)
 
+            # ResNet-18: one Mercury and one DDP run, each timed against its own bound.
+            resnet18 = rows(os.path.join(data, "resnet18.csv"))
+            self.assertEqual(sorted(x["variant"] for x in resnet18), ["ddp", "mercury_bf16"])
+            for x in resnet18:
+                self.assertEqual(x["not_run"], "", x)
+                step, bound = float(x["step_s"]), float(x["bound_s"])
+                want = 4 * 32 / step
+                self.assertAlmostEqual(float(x["images_per_s"]), want, delta=1e-4 * want)
+                self.assertAlmostEqual(bound, max(float(x["compute_s"]), float(x["comm_s"])),
+                                       places=4)
+                self.assertAlmostEqual(float(x["ratio_to_bound"]), step / bound, delta=1e-3)
+                self.assertGreater(float(x["compute_s"]), 0, x)
+                self.assertGreater(float(x["comm_s"]), 0, x)
+                self.assertTrue(0 <= float(x["accuracy"]) <= 1, x)
+
             for png in ["sched-10g.png", "timeline.png", "bandwidth.png", "sync.png"]:
                 path = os.path.join(data, png)
                 with open(path, "rb") as f:
@@ -137,7 +154,8 @@ class EvalQuick(unittest.TestCase):
                 page = f.read()
             for heading in ["## Setting", "## Goals", "## 1. Scheduling",
                             "## 2. Changing bandwidth", "## 3. Synchron",
-                            "## 4. Against DistributedDataParallel", "## Reading"]:
+                            "## 4. Against DistributedDataParallel",
+                            "## 5. ResNet-18 against DistributedDataParallel", "## Reading"]:
                 self.assertIn(heading, page)
             self.assertIn("| mobilenet_v2 | ", page)
             self.assertIn("| 1 | psplus | ", page)
@@ -150,6 +168,9 @@ class EvalQuick(unittest.TestCase):
             self.assertIn("| Mercury (mercury.torch", page)
             self.assertIn("Strict priority >= 2x FIFO", page)
             self.assertIn("mercury.torch faster per iteration than DDP", page)
+            self.assertIn("| Mercury, bfloat16 on the wire | ", page)
+            self.assertIn("| DDP over gloo, float32 | ", page)
+            self.assertIn("* ResNet-18, 4 workers: Mercury, bfloat16 on the wire >= 1.5x", page)
             # Every CSV notes the code its runs came from, and the page names it.
             ev = eval_module()
             codes = ev.read_codes(work)

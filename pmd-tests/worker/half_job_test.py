@@ -8,7 +8,7 @@ the servers' float32 master parameters, replayed from every rank's rounded gradi
 in rank order, momentum), rounded once to nearest even. The model has tensors of odd length
 (a last packet of 2-byte elements not a multiple of 4 bytes), tensors of one packet and of
 many, on two shards. The loss is real: every worker must have retransmitted.
-Also: ps-worker refuses --dtype with free-running rounds, saying why.
+Also: ps-worker refuses --dtype with --trace, saying why.
 
 `c`: the C ABI's typed calls, two half_trainer.c processes (bfloat16, float16 and float32
 tensors, each rank checking every round's aggregate and the refusals of a wrong dtype)
@@ -131,16 +131,17 @@ def main():
                 f.write("%s %d %d\n" % (name, n, n))
         for dtype in ("bfloat16", "float16", "mixed"):
             errors += run_job(ps_server, ps_worker, tmp, dtype)
-        # Free-running rounds check float32 only: refused, naming the option.
-        job = os.path.join(tmp, "free.yaml")
+        # The trace-driven trainer checks float32 only: refused, naming the option.
+        job = os.path.join(tmp, "trace.yaml")
         with open(job, "w") as f:
-            f.write(job_text("mercury-half-free-%d" % os.getpid()))
+            f.write(job_text("mercury-half-trace-%d" % os.getpid()))
         r = subprocess.run([ps_worker, "--config", job, "--node", "w0", "--model",
                             os.path.join(tmp, "model.txt"), "--dtype", "bfloat16",
-                            "--compute-ms", "1"], capture_output=True, text=True, timeout=60)
-        if r.returncode == 0 or "--dtype bfloat16 goes with the synthetic rounds" not in r.stderr:
-            errors.append("--dtype with --compute-ms not refused: %d %s" % (r.returncode,
-                                                                          r.stderr))
+                            "--trace", os.path.join(tmp, "model.txt")],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode == 0 or "--dtype bfloat16 goes with the synthetic and free-running " \
+                "rounds, not --trace" not in r.stderr:
+            errors.append("--dtype with --trace not refused: %d %s" % (r.returncode, r.stderr))
     for e in errors:
         print("FAIL:", e)
     return 1 if errors else 0

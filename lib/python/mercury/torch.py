@@ -215,6 +215,7 @@ class DistributedModel(torch.nn.Module):
         self._worker = worker
         self._sum = worker.optimizer == "sum"
         self._async = worker.sync != "bsp"
+        self._eager = worker.sync == "psplus"  # the servers send every version (eager pull)
         self._at_step = self._update_mode(update)
         # The averages come back into .grad at the end of the step's last pass.
         self._collects = self._sum or self._at_step
@@ -766,6 +767,12 @@ class DistributedModel(torch.nn.Module):
                 # (under psplus newer ones than the pull's land meanwhile).
                 for k in keys:
                     self._worker.mark_read(k)
+                    if self._staging is not None and self._eager:
+                        # Staged, they land in the host buffer: copied in now,
+                        # so the module computes from (at least) what is marked.
+                        ticket = Ticket()
+                        self._staging.stage_in(self._out[k], self._tensor_of[k], ticket)
+                        ticket.wait()
             if self._timeline:
                 now = time.monotonic_ns()
                 if waited:
