@@ -1,7 +1,7 @@
 // The arithmetic of optimizer.h's kernels, once, for every instruction set:
 // this header is compiled into one translation unit per ISA (optimizer_
 // baseline.cpp with the build's flags, optimizer_avx2.cpp with -mavx2,
-// optimizer_avx512.cpp with -mavx512f; lib/agg/meson.build), each of which
+// optimizer_avx512.cpp with AVX-512F/BW/VL; lib/agg/meson.build), each of which
 // exports its KernelSet; optimizer.cpp chooses one at run time, once
 // (resolve_simd). Internal to lib/agg.
 //

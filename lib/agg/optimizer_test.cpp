@@ -215,7 +215,9 @@ TEST(AggOptimizer, TheWidestSetTheCpuHasIsChosen) {
     }
   }
   if (flags.empty()) GTEST_SKIP() << "no flags line in /proc/cpuinfo";
-  const bool avx512 = flags.find(" avx512f ") != std::string::npos;
+  const bool avx512 = flags.find(" avx512f ") != std::string::npos &&
+                      flags.find(" avx512bw ") != std::string::npos &&
+                      flags.find(" avx512vl ") != std::string::npos;
   const bool avx2 = flags.find(" avx2 ") != std::string::npos;
   EXPECT_EQ(simd_available(Simd::kAvx512), avx512);
   EXPECT_EQ(simd_available(Simd::kAvx2), avx2);
