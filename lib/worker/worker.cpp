@@ -804,6 +804,8 @@ WorkerStats Worker::stats() const {
   w.workers_removed = s.workers_removed.load(std::memory_order_relaxed);
   w.workers_left = s.workers_left.load(std::memory_order_relaxed);
   w.workers_joined = s.workers_joined.load(std::memory_order_relaxed);
+  w.standby_takeovers = s.standby_takeovers.load(std::memory_order_relaxed);
+  w.tensors_resent = s.tensors_resent.load(std::memory_order_relaxed);
   return w;
 }
 

@@ -315,7 +315,8 @@ int mercury_worker_get_stats(mercury_worker* w, mercury_worker_stats* out, size_
                                  s.retransmits,     s.chunks_dropped, s.control_dropped,
                                  s.staleness_sum,   s.stale_pushes,   s.staleness_max,
                                  s.ssp_waits,       s.ssp_gap_max,    s.workers_removed,
-                                 s.workers_left,    s.workers_joined};
+                                 s.workers_left,    s.workers_joined, s.standby_takeovers,
+                                 s.tensors_resent};
     const size_t k = std::min(size, sizeof c);
     std::memcpy(out, &c, k);
     std::memset(reinterpret_cast<char*>(out) + k, 0, size - k);

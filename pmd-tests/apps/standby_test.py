@@ -16,14 +16,13 @@ TX queue. Needs root.
 """
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+import scenarios  # noqa: E402
 from lines import Lines  # noqa: E402
 from netns import bridge_namespaces, remove_namespaces  # noqa: E402
 
@@ -144,20 +143,5 @@ def scenario_kill(build, tmp):
 SCENARIOS = {"kill": scenario_kill}
 
 
-def main():
-    build = sys.argv[1]
-    names = sys.argv[2:] or list(SCENARIOS)
-    failed = 0
-    for name in names:
-        tmp = tempfile.mkdtemp(prefix="mercury-standby-")
-        try:
-            err = SCENARIOS[name](build, tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print("%s: %s" % (name, "ok" if err is None else "FAILED\n" + err))
-        failed += err is not None
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(scenarios.run(SCENARIOS, "mercury-standby-"))

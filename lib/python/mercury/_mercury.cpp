@@ -503,6 +503,8 @@ class PyWorker {
     d["workers_removed"] = s.workers_removed;
     d["workers_left"] = s.workers_left;
     d["workers_joined"] = s.workers_joined;
+    d["standby_takeovers"] = s.standby_takeovers;
+    d["tensors_resent"] = s.tensors_resent;
     py::dict drops;
     for (const auto& [name, n] : live().drops()) drops[py::str(name)] = n;
     d["drops"] = drops;

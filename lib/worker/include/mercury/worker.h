@@ -197,6 +197,10 @@ struct WorkerStats {
   /// New processes of removed ranks that joined the job since this worker
   /// started (docs/membership.md, "Joining"), as the servers told.
   uint64_t workers_joined = 0;
+  /// A hot standby (docs/durability.md): times a server's standby took over
+  /// from it, and the tensors this worker pushed again to it then.
+  uint64_t standby_takeovers = 0;
+  uint64_t tensors_resent = 0;
 };
 
 /// A drop reason and how many times it happened (Worker::drops).

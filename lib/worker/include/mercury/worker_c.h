@@ -145,6 +145,8 @@ typedef struct mercury_worker_stats {
   uint64_t workers_removed;
   uint64_t workers_left;
   uint64_t workers_joined;
+  uint64_t standby_takeovers;
+  uint64_t tensors_resent;
 } mercury_worker_stats;
 /* Fills *out with the counters now. `size` is sizeof(mercury_worker_stats)
  * as the caller was compiled (a multiple of 8): a caller built against an
