@@ -32,7 +32,7 @@ struct AllVariants {
 const AllVariants& variants() {
   static const AllVariants all = [] {
     const Isa& isa = cpu_isa();
-    const bool avx512 = isa.avx512f && isa.avx512bw && isa.avx512vl;
+    const bool avx512 = isa.avx512();
     const bool f16c = isa.avx2 && isa.f16c;
     const HalfSet& widest = avx512 ? kHalfAvx512 : f16c ? kHalfAvx2 : kHalfBaseline;
     AllVariants a;

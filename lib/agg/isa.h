@@ -18,6 +18,8 @@ struct Isa {
   bool avx512vl = false;
   bool avx512dq = false;
   bool avx512bf16 = false;
+  /// AVX-512F/BW/VL: what the AVX-512 kernel units are compiled for (lib/agg/meson.build).
+  [[nodiscard]] bool avx512() const { return avx512f && avx512bw && avx512vl; }
 };
 
 const Isa& cpu_isa();

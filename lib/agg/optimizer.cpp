@@ -26,12 +26,6 @@ const KernelSet& kernels(Simd resolved) {
   }
 }
 
-// What optimizer_avx512.cpp is compiled for (lib/agg/meson.build).
-bool has_avx512() {
-  const Isa& isa = cpu_isa();
-  return isa.avx512f && isa.avx512bw && isa.avx512vl;
-}
-
 }  // namespace
 
 std::string_view optimizer_name(OptimizerKind kind) {
@@ -81,14 +75,14 @@ bool simd_available(Simd simd) {
     case Simd::kAvx2:
       return cpu_isa().avx2;
     case Simd::kAvx512:
-      return has_avx512();
+      return cpu_isa().avx512();
   }
   return false;
 }
 
 Simd resolve_simd(Simd simd) {
   if (simd != Simd::kAuto) return simd;
-  if (has_avx512()) return Simd::kAvx512;
+  if (cpu_isa().avx512()) return Simd::kAvx512;
   if (cpu_isa().avx2) return Simd::kAvx2;
   return Simd::kPortable;
 }
