@@ -18,8 +18,14 @@
 //     again as soon as nothing else wants the CPU, so a packet is seen within
 //     microseconds of its arrival whenever a CPU is free. After `yield_us` of
 //     nothing but empty passes (the job is idle: between rounds, a trainer
-//     computing), it sleeps `sleep_us` per empty pass, on whatever can wake it
-//     early (the worker's doorbell) or with nanosleep.
+//     computing), it sleeps per empty pass, on whatever can wake it early (the
+//     worker's doorbell) or with a timeout: `sleep_us` first, each further
+//     sleep twice the one before, up to `max_sleep_us`. A loop idle for long
+//     wakes rarely: each wake-up costs a timer interrupt and a pass (several
+//     microseconds in a VM), and seven loops waking every 100 us took a
+//     quarter of a CPU from the trainers while they computed. The first
+//     packet after a long idle waits at most `max_sleep_us`; work within
+//     `yield_us` of the last never waits for a sleep.
 // benchmarks/README.md ("Measured design decisions") has the measurement that
 // chose these defaults over spinning and over timed sleeps.
 //
@@ -37,6 +43,7 @@
 #include <immintrin.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "config/config.h"
@@ -45,16 +52,19 @@ namespace mercury::node {
 
 struct IdleOptions {
   config::Poll mode = config::Poll::kAdaptive;
-  uint32_t spins = 16;       ///< adaptive: empty passes with a pause before the loop yields
-  uint32_t yield_us = 2000;  ///< adaptive: then it yields per empty pass for this long
-  uint32_t sleep_us = 20;    ///< adaptive: then it sleeps this long per empty pass
+  uint32_t spins = 16;           ///< adaptive: empty passes with a pause before the loop yields
+  uint32_t yield_us = 2000;      ///< adaptive: then it yields per empty pass for this long
+  uint32_t sleep_us = 20;        ///< adaptive: then it sleeps this long per empty pass,
+  uint32_t max_sleep_us = 1000;  ///< each sleep twice the one before, up to this
 };
 
 class IdleBackoff {
  public:
   /// `tick_hz`: the rate of the clock after_pass() is given.
   IdleBackoff(const IdleOptions& options, uint64_t tick_hz)
-      : options_(options), yield_ticks_(tick_hz * options.yield_us / 1000000) {}
+      : options_(options),
+        yield_ticks_(tick_hz * options.yield_us / 1000000),
+        next_sleep_us_(options.sleep_us) {}
 
   /// After a pass that did `work` (packets, requests, items: 0 = nothing),
   /// at `now`. Returns true when the loop should sleep now, for sleep_us();
@@ -62,6 +72,7 @@ class IdleBackoff {
   bool after_pass(uint32_t work, uint64_t now) {
     if (work != 0) {
       empty_ = 0;
+      next_sleep_us_ = options_.sleep_us;
       return false;
     }
     if (options_.mode == config::Poll::kBusy || empty_ < options_.spins) {
@@ -79,10 +90,14 @@ class IdleBackoff {
       return false;
     }
     ++sleeps_;
+    sleep_us_ = next_sleep_us_;
+    next_sleep_us_ =
+        std::min(next_sleep_us_ * 2, std::max(options_.max_sleep_us, options_.sleep_us));
     return true;
   }
 
-  [[nodiscard]] uint32_t sleep_us() const { return options_.sleep_us; }
+  /// How long to sleep after after_pass() returned true.
+  [[nodiscard]] uint32_t sleep_us() const { return sleep_us_; }
   /// Times the loop gave its CPU up (sched_yield), and was told to sleep.
   [[nodiscard]] uint64_t yields() const { return yields_; }
   [[nodiscard]] uint64_t sleeps() const { return sleeps_; }
@@ -93,6 +108,8 @@ class IdleBackoff {
   uint64_t yield_ticks_;
   uint32_t empty_ = 0;
   uint64_t idle_since_ = 0;
+  uint32_t next_sleep_us_;
+  uint32_t sleep_us_ = 0;
   uint64_t yields_ = 0;
   uint64_t sleeps_ = 0;
 };

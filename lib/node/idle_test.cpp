@@ -1,9 +1,12 @@
 // The idle back-off's two modes, under a fake clock (1 tick = 1 us): busy
 // never gives the CPU up; adaptive pauses, then yields until yield_us of
-// empty passes have gone by, then asks to sleep; any work starts it over.
+// empty passes have gone by, then asks to sleep, each sleep twice the one
+// before up to max_sleep_us; any work starts it over.
 #include "node/idle.h"
 
 #include <gtest/gtest.h>
+
+#include <vector>
 
 namespace mercury::node {
 namespace {
@@ -28,9 +31,47 @@ TEST(IdleBackoff, AdaptivePausesThenYieldsThenSleeps) {
   EXPECT_EQ(b.yields(), 10u);
   EXPECT_EQ(b.sleeps(), 0u);
   EXPECT_TRUE(b.after_pass(0, 1104));
+  EXPECT_EQ(b.sleep_us(), 20u);
   EXPECT_TRUE(b.after_pass(0, 5000));
   EXPECT_EQ(b.sleeps(), 2u);
+  EXPECT_EQ(b.sleep_us(), 40u);
+}
+
+// Each sleep of one idle stretch is twice the one before, up to
+// max_sleep_us; work starts the next stretch's sleeps from sleep_us again.
+TEST(IdleBackoff, SleepsGrowToTheCapAndWorkResetsThem) {
+  IdleBackoff b({.mode = config::Poll::kAdaptive,
+                 .spins = 0,
+                 .yield_us = 0,
+                 .sleep_us = 20,
+                 .max_sleep_us = 200},
+                kTickHz);
+  std::vector<uint32_t> got;
+  uint64_t t = 0;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(b.after_pass(0, ++t));
+    got.push_back(b.sleep_us());
+  }
+  EXPECT_EQ(got, (std::vector<uint32_t>{20, 40, 80, 160, 200, 200}));
+  EXPECT_FALSE(b.after_pass(1, ++t));
+  ASSERT_TRUE(b.after_pass(0, ++t));
   EXPECT_EQ(b.sleep_us(), 20u);
+  ASSERT_TRUE(b.after_pass(0, ++t));
+  EXPECT_EQ(b.sleep_us(), 40u);
+}
+
+// A cap below sleep_us never shortens the sleeps.
+TEST(IdleBackoff, ACapBelowTheFirstSleepKeepsTheFirstSleep) {
+  IdleBackoff b({.mode = config::Poll::kAdaptive,
+                 .spins = 0,
+                 .yield_us = 0,
+                 .sleep_us = 50,
+                 .max_sleep_us = 10},
+                kTickHz);
+  for (uint64_t t = 1; t < 5; ++t) {
+    ASSERT_TRUE(b.after_pass(0, t));
+    EXPECT_EQ(b.sleep_us(), 50u) << t;
+  }
 }
 
 TEST(IdleBackoff, WorkStartsItOver) {
@@ -56,6 +97,7 @@ TEST(IdleBackoff, DefaultsAreAdaptive) {
   EXPECT_EQ(o.spins, 16u);
   EXPECT_EQ(o.yield_us, 2000u);
   EXPECT_EQ(o.sleep_us, 20u);
+  EXPECT_EQ(o.max_sleep_us, 1000u);
 }
 
 }  // namespace

@@ -92,7 +92,8 @@ TEST(Loop, RunStopsOnTheOutsideFlag) {
 TEST(Loop, SleepsOnlyWhenEveryPollerAgrees) {
   std::vector<std::string> log;
   Recorder a("a", log), b("b", log);
-  const IdleOptions idle{.mode = config::Poll::kAdaptive, .spins = 2, .yield_us = 0, .sleep_us = 1};
+  const IdleOptions idle{
+      .mode = config::Poll::kAdaptive, .spins = 2, .yield_us = 0, .sleep_us = 1, .max_sleep_us = 1};
   static std::atomic<Tick> clock{0};
   auto tick = []() -> Tick { return clock.fetch_add(1) + 1; };
   {
