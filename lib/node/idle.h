@@ -96,6 +96,13 @@ class IdleBackoff {
     return true;
   }
 
+  /// After after_pass() returned true: this sleep and the next are the
+  /// shortest (a poller holds work due soon, Poller::may_sleep_long_st).
+  void keep_short() {
+    sleep_us_ = options_.sleep_us;
+    next_sleep_us_ = options_.sleep_us;
+  }
+
   /// How long to sleep after after_pass() returned true.
   [[nodiscard]] uint32_t sleep_us() const { return sleep_us_; }
   /// Times the loop gave its CPU up (sched_yield), and was told to sleep.

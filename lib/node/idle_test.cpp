@@ -60,6 +60,25 @@ TEST(IdleBackoff, SleepsGrowToTheCapAndWorkResetsThem) {
   EXPECT_EQ(b.sleep_us(), 40u);
 }
 
+// keep_short(): this sleep and the next at sleep_us, then growing again.
+TEST(IdleBackoff, KeepShortStartsTheGrowthOver) {
+  IdleBackoff b({.mode = config::Poll::kAdaptive,
+                 .spins = 0,
+                 .yield_us = 0,
+                 .sleep_us = 10,
+                 .max_sleep_us = 80},
+                kTickHz);
+  uint64_t t = 0;
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(b.after_pass(0, ++t));
+  EXPECT_EQ(b.sleep_us(), 80u);
+  b.keep_short();
+  EXPECT_EQ(b.sleep_us(), 10u);
+  ASSERT_TRUE(b.after_pass(0, ++t));
+  EXPECT_EQ(b.sleep_us(), 10u);
+  ASSERT_TRUE(b.after_pass(0, ++t));
+  EXPECT_EQ(b.sleep_us(), 20u);
+}
+
 // A cap below sleep_us never shortens the sleeps.
 TEST(IdleBackoff, ACapBelowTheFirstSleepKeepsTheFirstSleep) {
   IdleBackoff b({.mode = config::Poll::kAdaptive,

@@ -77,6 +77,12 @@ void Loop::run(const std::atomic<bool>& stop, Tick (*clock)()) {
       }
     }
     if (agreed) {
+      for (Poller* p : pollers_) {
+        if (!p->may_sleep_long_st()) {
+          backoff_.keep_short();
+          break;
+        }
+      }
       std::atomic_ref<uint64_t>(sleeps_).store(sleeps_ + 1, std::memory_order_relaxed);
       doorbell_->sleep(ticket, backoff_.sleep_us());
     } else {

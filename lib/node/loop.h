@@ -58,6 +58,11 @@ class Poller {
   /// pending that a sleep would delay). Asked with the loop's doorbell
   /// armed, after a pass in which every poller found nothing to do.
   virtual bool may_sleep_st() { return true; }
+  /// Asked after may_sleep_st() said yes: false keeps this sleep at the
+  /// policy's shortest (IdleOptions::sleep_us) instead of the growing one,
+  /// for a poller that holds work due at a time of its own (a frame in a
+  /// port's staging or its link emulator's delay line).
+  virtual bool may_sleep_long_st() { return true; }
   /// Slow work (timers, liveness, publishing counters): slow_st(now) runs
   /// after the pollers of the first pass that comes slow_period() ticks or
   /// more after its last run. 0 (the default): none. Read once, by add().

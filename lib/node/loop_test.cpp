@@ -26,8 +26,10 @@ class Recorder final : public Poller {
     ++asked;
     return sleepy.load();
   }
+  bool may_sleep_long_st() override { return long_sleepy; }
   uint32_t work = 0;
   std::atomic<bool> sleepy{true};
+  bool long_sleepy = true;
   uint32_t asked = 0;
 
  private:
@@ -119,6 +121,29 @@ TEST(Loop, SleepsOnlyWhenEveryPollerAgrees) {
     });
     loop.run(std::atomic<bool>{false}, +tick);
     EXPECT_GT(loop.sleeps(), 40u);  // every pass after the two spins
+  }
+}
+
+// An idle loop's sleeps grow while every poller lets them; one poller that
+// holds work due soon (may_sleep_long_st) keeps each at the shortest.
+TEST(Loop, APollerWithWorkDueKeepsTheSleepsShort) {
+  std::vector<std::string> log;
+  Recorder a("a", log), b("b", log);
+  const IdleOptions idle{
+      .mode = config::Poll::kAdaptive, .spins = 0, .yield_us = 0, .sleep_us = 1, .max_sleep_us = 8};
+  static std::atomic<Tick> clock{0};
+  auto tick = []() -> Tick { return clock.fetch_add(1) + 1; };
+  for (const bool long_sleepy : {true, false}) {
+    b.long_sleepy = long_sleepy;
+    Loop loop({.idle = idle, .tick_hz = kHz});
+    loop.add(a);
+    loop.add(b);
+    loop.every(1, [&](Tick) {
+      if (loop.passes() >= 20) loop.stop_st();
+    });
+    loop.run(std::atomic<bool>{false}, +tick);
+    EXPECT_GT(loop.sleeps(), 10u);
+    EXPECT_EQ(loop.idle().sleep_us(), long_sleepy ? 8u : 1u) << long_sleepy;
   }
 }
 

@@ -59,6 +59,9 @@ class ServerNode::PortPoller final : public node::Poller {
  public:
   PortPoller(ServerNode& n, uint32_t port) : node_(n), port_(port) {}
   uint32_t poll_st(node::Tick now) override { return node_.poll_port_st(port_, now); }
+  // Frames staged or in the link emulator's delay line are due at a time
+  // of their own: the loop's sleeps stay short while any are.
+  bool may_sleep_long_st() override { return node_.ports_[port_]->tx_pending() == 0; }
 
  private:
   ServerNode& node_;

@@ -274,6 +274,9 @@ class NetCore final : public transport::PacketReceiver,
   uint32_t poll_st(transport::Tick now) override;
   /// The loop may sleep while no request waits.
   bool may_sleep_st() override { return queue_.empty_sc(); }
+  /// Its sleeps stay short while frames wait on the port (staged, or in
+  /// the link emulator's delay line, due at a time of their own).
+  bool may_sleep_long_st() override { return port_.tx_pending() == 0; }
   [[nodiscard]] transport::Tick slow_period() const override {
     return config_.endpoint.transport.tsc_hz / 1000 * kSlowMs;
   }
