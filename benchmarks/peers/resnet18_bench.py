@@ -20,9 +20,12 @@ the variants in a random order:
   ddp_fp16      the same with fp16_compress_hook
 Rank r trains on its own shard of the training set, in both systems. Per variant:
 images/s (ranks x 32 / the slowest rank's median step time), the step time against
-max(compute, communication) (each measured on every rank at once before training, once
-every rank has joined: forward and backward with no communication, every parameter
-gradient's transfer with no compute; the slowest rank's), and rank 0's test accuracy
+max(compute, communication, CPU bound) (each measured on every rank at once before
+training, once every rank has joined: forward and backward with no communication, every
+parameter gradient's transfer with no compute, the slowest rank's; the CPU bound is the
+job's CPU time, every rank's process and the ps-server's, of one compute step and one
+communication round, over the CPUs: where ranks, server and communication threads share
+the CPUs, a step needs both), and rank 0's test accuracy
 after the same steps; medians [min, max] over the trials, and the ratio to ddp per trial.
 `make eval` runs it as its ResNet-18 experiment (benchmarks/eval/eval.py, run_variant).
 
@@ -48,8 +51,8 @@ VARIANTS = ("mercury", "mercury_bf16", "ddp", "ddp_bf16", "ddp_fp16")
 OPTIONAL = ("ddp_bf16", "ddp_fp16")
 TRAINING = "{sync: bsp, optimizer: momentum, learning_rate: 0.05, momentum: 0.9}"
 LOCAL_BATCH = 32  # resnet18_rank.py's
-FIELDS = ("images_per_s", "step_s", "compute_s", "comm_s", "bound_s", "ratio_to_bound",
-          "accuracy")
+FIELDS = ("images_per_s", "step_s", "compute_s", "comm_s", "cpu_bound_s", "bound_s",
+          "ratio_to_bound", "accuracy")
 
 
 def common(steps, warmup, comm_rounds):
@@ -106,16 +109,21 @@ def run_ddp(workers, hook, args):
 
 def figures(results, workers):
     """One run's figures (FIELDS): images/s over the slowest rank's median step, that step,
-    the slowest rank's compute and communication alone, the bound max(compute,
-    communication) (the larger of the two on the rank where it is largest), the step over
-    the bound, and rank 0's test accuracy."""
+    the slowest rank's compute and communication alone, the CPU bound (the job's CPU time
+    of a compute step and of a communication round, every rank's process and the
+    ps-server's, over the CPUs: a step needs both on the same CPUs), the bound
+    max(compute, communication, CPU bound), the step over the bound, and rank 0's test
+    accuracy."""
     step = max(statistics.median(r["steps"]) for r in results)
-    bound = max(max(r["compute"], r["comm"]) for r in results)
+    r0 = next(r for r in results if r["rank"] == 0)
+    compute = max(r["compute"] for r in results)
+    comm = max(r["comm"] for r in results)
+    cpu_bound = sum(r["compute_cpu"] + r["comm_cpu"] + r["compute_cpu_server"] +
+                    r["comm_cpu_server"] for r in results) / r0["cpus"]
+    bound = max(compute, comm, cpu_bound)
     return {"images_per_s": workers * LOCAL_BATCH / step, "step_s": step,
-            "compute_s": max(r["compute"] for r in results),
-            "comm_s": max(r["comm"] for r in results), "bound_s": bound,
-            "ratio_to_bound": step / bound,
-            "accuracy": next(r["accuracy"] for r in results if r["rank"] == 0)}
+            "compute_s": compute, "comm_s": comm, "cpu_bound_s": cpu_bound, "bound_s": bound,
+            "ratio_to_bound": step / bound, "accuracy": r0["accuracy"]}
 
 
 def run_variant(variant, build, workers=4, steps=12, warmup=2, comm_rounds=3):
@@ -172,25 +180,27 @@ def main():
                 sys.exit("resnet18_bench: %s failed:\n%s" % (v, err))
             trial[v] = f
             print("trial %d %-13s %7.1f images/s  step %.3f s  compute %.3f s  comm %.3f s  "
-                  "accuracy %.3f" % (t + 1, v, f["images_per_s"], f["step_s"], f["compute_s"],
-                                     f["comm_s"], f["accuracy"]), flush=True)
+                  "CPU bound %.3f s  accuracy %.3f"
+                  % (t + 1, v, f["images_per_s"], f["step_s"], f["compute_s"], f["comm_s"],
+                     f["cpu_bound_s"], f["accuracy"]), flush=True)
         for v, f in trial.items():
             f["vs_ddp"] = (f["images_per_s"] / trial["ddp"]["images_per_s"]
                            if "ddp" in trial else float("nan"))
             got[v].append(f)
-    print("\n| variant | images/s | s/step | compute s | comm s | max(compute, comm) s | "
-          "step / bound | images/s vs ddp | test accuracy |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| variant | images/s | s/step | compute s | comm s | CPU bound s | "
+          "max(compute, comm, CPU) s | step / bound | images/s vs ddp | test accuracy |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for v in variants:
         if v in not_run or not got[v]:
-            print("| %s | not run: %s | | | | | | | |" % (v, not_run.get(v, "")))
+            print("| %s | not run: %s | | | | | | | | |" % (v, not_run.get(v, "")))
             continue
 
         def col(k, fmt="%.3f"):
             return summary([x[k] for x in got[v]], fmt)
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             v, col("images_per_s", "%.1f"), col("step_s"), col("compute_s"), col("comm_s"),
-            col("bound_s"), col("ratio_to_bound", "%.2f"), col("vs_ddp", "%.2fx"),
+            col("cpu_bound_s"), col("bound_s"), col("ratio_to_bound", "%.2f"),
+            col("vs_ddp", "%.2fx"),
             col("accuracy")))
     if a.csv:
         with open(a.csv, "w") as f:

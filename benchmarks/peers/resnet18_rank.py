@@ -18,10 +18,14 @@ steps after one, every rank at once, so 4 ranks share the CPUs as they do in tra
 the communication time of a step (after a barrier, C rounds of every parameter
 gradient's transfer with no compute: Mercury's push_pull of every parameter's tensor
 (zeros: under momentum the parameters stay as they are), or gloo's all_reduce of every
-gradient, issued at once and waited for), then W + S training steps, each timed from its
+gradient, issued at once and waited for), and over each of the two the job's CPU time per
+step or round (each rank its process's, its communication threads included; rank 0 also
+the ps-server's: the CPUs the ranks' compute and the communication both need), then W + S
+training steps, each timed from its
 forward pass to the end of its step, and the test accuracy after them (every rank
 evaluates the same parameters). Prints one JSON line: {"rank", "compute", "comm",
-"steps": [seconds], "accuracy", "error"}.
+"compute_cpu", "comm_cpu", "compute_cpu_server", "comm_cpu_server", "cpus", "steps":
+[seconds], "accuracy", "error"}.
 """
 import argparse
 import copy
@@ -55,6 +59,30 @@ def batch(local_batches, rank, world, n, k):
     """Rank `rank`'s k-th batch of the run: epoch k // steps per epoch."""
     per_epoch = (n // world) // LOCAL_BATCH
     return local_batches(rank, world, k // per_epoch, LOCAL_BATCH, n)[k % per_epoch]
+
+
+def server_pid(job):
+    """The pid of the ps-server serving `job` on this machine (its command line names the
+    job file), or None."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"ps-server") and job.encode() in argv:
+            return int(pid)
+    return None
+
+
+def cpu_s(pid=None):
+    """CPU time in seconds, user and system, of every thread of this process (pid None:
+    the trainer, its communication threads included) or of process `pid`."""
+    if pid is None:
+        return time.process_time()
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def accuracy(torch, model, xt, yt):
@@ -131,8 +159,15 @@ def main():
         def sync():
             pass
 
-    # Compute alone: forward and backward of the bare model, every rank at once.
+    # Compute alone: forward and backward of the bare model, every rank at once; each rank
+    # reads its process's CPU time over the block (barrier to barrier), rank 0 the
+    # server's too.
+    server = server_pid(a.job) if a.mode == "mercury" and a.rank == 0 else None
+
+    def job_cpu_s():
+        return cpu_s(), (cpu_s(server) if server else 0.0)
     barrier()
+    cpu0 = job_cpu_s()
     times = []
     for k in range(a.comm_rounds + 1):
         i = idx(k)
@@ -140,7 +175,11 @@ def main():
         bare.zero_grad()
         f.cross_entropy(bare(x[i]), y[i]).backward()
         times.append(time.monotonic() - t0)
+    barrier()
     out["compute"] = statistics.median(times[1:])
+    cpu1 = job_cpu_s()
+    out["compute_cpu"] = (cpu1[0] - cpu0[0]) / (a.comm_rounds + 1)
+    out["compute_cpu_server"] = (cpu1[1] - cpu0[1]) / (a.comm_rounds + 1)
     del bare
 
     # Communication alone: every parameter gradient's transfer, no compute (the
@@ -153,6 +192,8 @@ def main():
     else:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.hook, torch.float32)
         grads = [torch.zeros_like(p, dtype=dtype) for p in params]
+    barrier()
+    cpu0 = job_cpu_s()
     for _ in range(a.comm_rounds):
         barrier()
         t0 = time.monotonic()
@@ -165,7 +206,12 @@ def main():
             for wk in works:
                 wk.wait()
         comm.append(time.monotonic() - t0)
+    barrier()
     out["comm"] = statistics.median(comm)
+    cpu1 = job_cpu_s()
+    out["comm_cpu"] = (cpu1[0] - cpu0[0]) / a.comm_rounds
+    out["comm_cpu_server"] = (cpu1[1] - cpu0[1]) / a.comm_rounds
+    out["cpus"] = len(os.sched_getaffinity(0))
     if a.mode == "mercury":
         model.synchronize()
 

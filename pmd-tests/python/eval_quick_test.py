@@ -138,8 +138,11 @@ class EvalQuick(unittest.TestCase):
                 step, bound = float(x["step_s"]), float(x["bound_s"])
                 want = 4 * 32 / step
                 self.assertAlmostEqual(float(x["images_per_s"]), want, delta=1e-4 * want)
-                self.assertAlmostEqual(bound, max(float(x["compute_s"]), float(x["comm_s"])),
-                                       places=4)
+                self.assertAlmostEqual(bound, max(float(x["compute_s"]), float(x["comm_s"]),
+                                                  float(x["cpu_bound_s"])), places=4)
+                # The machine's busy CPU time of a compute step and a communication round
+                # over its CPUs: four ranks computed, so above zero.
+                self.assertGreater(float(x["cpu_bound_s"]), 0, x)
                 self.assertAlmostEqual(float(x["ratio_to_bound"]), step / bound, delta=1e-3)
                 self.assertGreater(float(x["compute_s"]), 0, x)
                 self.assertGreater(float(x["comm_s"]), 0, x)
