@@ -12,11 +12,12 @@ SCRIPT = os.path.join(ROOT, "apps", "train-digits", "train_digits.py")
 EPOCHS = 3
 
 
-def job_file(path, name=None, sockets=None, mtu=None):
+def job_file(path, name=None, sockets=None, mtu=None, training=None, peer_timeout_ms=None):
     """config/digits.yaml written to `path` for a test: no hugepages (--no-huge
     -m 512), and optionally its own job name (EAL file prefixes), its memif
-    sockets under `sockets`, and another MTU (with a peer timeout for CPUs
-    shared by namespaces)."""
+    sockets under `sockets`, another MTU (with a peer timeout for CPUs
+    shared by namespaces), another training section (its lines, in place of
+    digits.yaml's bsp and momentum) and another peer timeout."""
     with open(os.path.join(ROOT, "config", "digits.yaml")) as f:
         text = f.read()
     text = text.replace("memory_mb: 256", "memory_mb: 512").replace("hugepages: auto",
@@ -25,8 +26,14 @@ def job_file(path, name=None, sockets=None, mtu=None):
         text = text.replace("name: digits", "name: " + name)
     if sockets:
         text = text.replace("/tmp/mercury/", sockets + "/")
-    if mtu:
-        text = text.replace("mtu: 9000", f"mtu: {mtu}\n  peer_timeout_ms: 20000")
+    if mtu or peer_timeout_ms:
+        text = text.replace("mtu: 9000", f"mtu: {mtu or 9000}\n"
+                            f"  peer_timeout_ms: {peer_timeout_ms or 20000}")
+    if training:
+        head = ("training:\n  sync: bsp\n  optimizer: momentum\n  learning_rate: 0.1\n"
+                "  momentum: 0.9\n")
+        assert head in text, text
+        text = text.replace(head, "training:\n" + "".join(f"  {line}\n" for line in training))
     with open(path, "w") as f:
         f.write(text)
     return path

@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""A worker killed under Slurm and started again by Slurm joins the running job
+(docs/cluster.md, "A worker that dies"; docs/membership.md, "Joining"), on a real
+Slurm cluster on this machine (slurm_cluster.py: munged, slurmctld and slurmd under
+a private directory, stopped at the end whatever happens).
+
+Slurm 22.05 has no option that starts one task of a step again. What it has, and
+what the batch script below uses: `srun --kill-on-bad-exit=0` keeps a step running
+when one of its tasks dies, srun names the task on its stderr as it ends ("srun:
+error: HOST: task 3: Killed"), and `srun --overlap --ntasks=1` starts a new step
+inside the same allocation while the first still holds every CPU of it. The batch
+script reads srun's line, turns the task into its node (the mapping rule, through
+mercury.identify) and starts that node again as a step of its own with
+MERCURY_NODE set: the decision to restart is the script's, each start is Slurm's.
+
+The job: ps-job --slurm writes the job file and the --multi-prog file from the
+allocation (memif, one ps-server and 4 digits trainers, training.sync asp);
+`srun --ntasks=5 --kill-on-bad-exit=0 --multi-prog` runs it. Once rank 0 has
+trained its second epoch, the test kills task 3 (worker w2; its pid from `scontrol
+listpids`) with SIGKILL from outside. Checked: srun names the task, the other tasks
+go on, the script starts w2 again through srun, the new process finds its node from
+MERCURY_NODE and joins the running job at a version no older than rank 0's steps
+before the kill (its first pull is every chunk's newest version), trains from the
+step that version stands for to the end of its epochs; the server names the join
+(4 ranks) and counts one removal and one join; rank 0 counts one worker joined and
+reaches the digits target; the batch job's status is 0.
+
+Usage: slurm_join_test.py BUILD_DIR
+"""
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+import slurm_cluster
+from digits_job import SCRIPT, job_file
+
+BUILD = None
+WORKERS = 4
+KILLED = 2  # worker w2: task 3 (task 0 is ps-server)
+TASK = KILLED + 1
+EPOCHS = 20
+STEPS_PER_EPOCH = 22  # (1437 // 4) // 16
+KILL_AFTER_EPOCH = 2  # rank 0's
+# training.sync asp with the server's SGD (pmd-tests/python/membership_test.py's
+# rate). Every step sleeps COMPUTE_MS first (an accelerator's compute): the job then
+# trains for about 25 s after the kill, and the new process (started by srun, it
+# imports torch and loads the data: about 6 s on this 2-CPU machine) joins while it
+# runs. With 10 ms the job was over 5 s after the kill, and the late process was
+# refused ("the job is finished").
+TRAINING = ["sync: asp", "optimizer: sgd", "learning_rate: 0.1"]
+COMPUTE_MS = 60
+PEER_TIMEOUT_MS = 3000  # this machine's 2 CPUs are shared (membership_test.py)
+TARGET = 0.95  # rank 0's: the digits job's target
+TARGET_OTHERS = 0.9  # every worker process's status (membership_test.py says why)
+
+# The batch script. {...} are the test's paths; the rest is what a user writes.
+BATCH = r"""#!/bin/bash
+set -uo pipefail
+TRAINER={trainer}
+MAX_RESTARTS=1
+{ps_job} --slurm --template {template} --name {name} \
+  --nic memif --servers-per-host 1 --workers-per-host 4 --memif-dir {work} \
+  --output {job} --multi-prog {job}.conf --server-command {ps_server} \
+  --trainer "$TRAINER" --check || exit 1
+export MERCURY_JOB={job}
+
+# Task $1 of the first step died on host $2: start its node again there, as a
+# step of its own.
+restart() {{
+  local node n
+  node=$(SLURM_PROCID=$1 {python} -c 'import mercury; print(mercury.identify()[1])') || return 1
+  for ((n = 1; n <= MAX_RESTARTS; n++)); do
+    echo "batch: task $1 ($node) died; starting $node again (restart $n of $MAX_RESTARTS)"
+    MERCURY_NODE=$node MERCURY_RESTART=$n srun --overlap --ntasks=1 --nodelist="$2" $TRAINER \
+      && return 0
+  done
+  return 1
+}}
+
+mkfifo {work}/step0.err
+srun --ntasks=5 --kill-on-bad-exit=0 --multi-prog {job}.conf 2>{work}/step0.err &
+step0=$!
+restarts=()
+while IFS= read -r line; do
+  printf '%s\n' "$line" >&2
+  if [[ $line =~ ^srun:\ error:\ ([^:]+):\ task\ ([0-9]+):\  ]]; then
+    restart "${{BASH_REMATCH[2]}}" "${{BASH_REMATCH[1]}}" &
+    restarts+=($!)
+  fi
+done <{work}/step0.err
+wait $step0  # the first step; a task that failed was started again, or the job fails below
+status=0
+for pid in "${{restarts[@]}}"; do wait "$pid" || status=1; done
+exit $status
+"""
+
+
+class SlurmJoin(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="mercury-slurm-join-")
+        cls.work = cls.tmp.name
+        os.chmod(cls.work, 0o755)
+        cls.slurm = slurm_cluster.SlurmCluster()
+        try:
+            cls.slurm.__enter__()
+        except BaseException:
+            cls.tmp.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.slurm.stop()
+        cls.tmp.cleanup()
+
+    def output(self, path):
+        if not os.path.exists(path):
+            return ""
+        with open(path, errors="replace") as f:
+            return f.read()
+
+    def task_pid(self, jobid, step, task):
+        """The pid of `task` of step `step` (scontrol listpids: PID JOBID STEPID
+        LOCALID GLOBALID; the tasks' children have no ids)."""
+        r = self.slurm.run(["scontrol", "listpids", f"{jobid}.{step}"], check=False, timeout=30)
+        for line in r.stdout.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) == 5 and fields[4] == str(task):
+                return int(fields[0])
+        return None
+
+    def test_a_worker_killed_is_started_again_by_slurm_and_joins(self):
+        work = self.work
+        job = os.path.join(work, "job.yaml")
+        losses = os.path.join(work, "losses")
+        template = job_file(os.path.join(work, "asp.yaml"), training=TRAINING,
+                            peer_timeout_ms=PEER_TIMEOUT_MS)
+        trainer = (f"{sys.executable} {SCRIPT} --epochs {EPOCHS} --compute-ms {COMPUTE_MS} "
+                   f"--target {TARGET_OTHERS} --losses {losses} --build {BUILD}")
+        script = os.path.join(work, "join.sh")
+        with open(script, "w") as f:
+            f.write(BATCH.format(
+                trainer=shlex.quote(trainer), ps_job=os.path.join(BUILD, "apps", "ps-job"),
+                template=template, name=f"slurmjoin{os.getpid()}", work=work, job=job,
+                ps_server=os.path.join(BUILD, "apps", "ps-server"),
+                python=f"PYTHONPATH={os.path.join(BUILD, 'lib', 'python')} {sys.executable}"))
+        os.chmod(script, 0o755)
+        out_path = os.path.join(work, "join.out")
+        # Slurm ends a job that hangs (--time, minutes) before the test's own
+        # timeout, and that one comes before meson's: the teardown always runs.
+        sbatch = subprocess.Popen(
+            ["sbatch", "--wait", "--parsable", "--ntasks=5", "--job-name=join", "--time=6",
+             f"--output={out_path}", "--chdir", work, script],
+            env=self.slurm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            jobid = sbatch.stdout.readline().strip().split(";")[0]
+            self.assertTrue(jobid.isdigit(), f"sbatch said {jobid!r}")
+            # Mid-run: once rank 0 has trained epoch KILL_AFTER_EPOCH, task 3 (w2) is
+            # killed from outside, as a crash would.
+            mark = f"epoch {KILL_AFTER_EPOCH:3d}/{EPOCHS}"
+            deadline = time.monotonic() + 180
+            while mark not in self.output(out_path):
+                self.assertIsNone(sbatch.poll(), "the job ended before the kill\n"
+                                  + self.output(out_path))
+                self.assertLess(time.monotonic(), deadline, self.output(out_path))
+                time.sleep(0.2)
+            pid = self.task_pid(jobid, 0, TASK)
+            self.assertIsNotNone(pid, self.output(out_path))
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                self.assertIn(f"SLURM_PROCID={TASK}".encode(), f.read().split(b"\0"))
+            os.kill(pid, signal.SIGKILL)
+            _, err = sbatch.communicate(timeout=360)
+        finally:
+            if sbatch.poll() is None:
+                sbatch.kill()
+                sbatch.wait()
+        out = self.output(out_path) + err
+        self.assertEqual(sbatch.returncode, 0, out)
+        w = f"w{KILLED}"
+        host = self.slurm.host
+        # Slurm kept the step and named the task; the script started it again.
+        self.assertIn(f"train-digits: worker {w} of {job} (SLURM_PROCID={TASK} of "
+                      "SLURM_NTASKS=5)", out)
+        self.assertIn(f"srun: error: {host}: task {TASK}: Killed", out)
+        self.assertIn(f"batch: task {TASK} ({w}) died; starting {w} again (restart 1 of 1)", out)
+        self.assertIn(f"train-digits: worker {w} of {job} (MERCURY_NODE={w})", out)
+        # The new process joined at the versions of the kill or newer.
+        joined = re.search(rf"{w}: joined the running job at version (\d+): going on from "
+                           r"step (\d+)", out)
+        self.assertIsNotNone(joined, out)
+        version, step = int(joined.group(1)), int(joined.group(2))
+        # Rank 0 alone had pushed every chunk once per step of its first
+        # KILL_AFTER_EPOCH epochs before the kill.
+        self.assertGreaterEqual(version, KILL_AFTER_EPOCH * STEPS_PER_EPOCH, out)
+        self.assertEqual(step, version // WORKERS, out)
+        total = EPOCHS * STEPS_PER_EPOCH
+        self.assertEqual(len(np.loadtxt(os.path.join(losses, f"{w}.txt"))), total - step, out)
+        for r in range(WORKERS):
+            if r != KILLED:
+                curve = np.loadtxt(os.path.join(losses, f"w{r}.txt"))
+                self.assertEqual(len(curve), total, f"w{r}\n{out}")
+        with open(os.path.join(losses, "w0.result")) as f:
+            accuracy = float(f.read().split()[0])
+        self.assertGreaterEqual(accuracy, TARGET, out)
+        # The servers took the rank back and told the others; the job ended with 4 ranks.
+        self.assertIn(f"worker {w} (rank {KILLED}) joined the running job (a new process): "
+                      "it goes on with 4 ranks", out)
+        self.assertIn("workers removed: 1; workers joined: 1", out)  # the server's last line
+        self.assertIn("1 workers joined the job", out)  # rank 0's counter
+        self.assertIn("every worker left; the job is done", out)
+        print(f"\nsrun --kill-on-bad-exit=0, task {TASK} ({w}) killed after rank 0's epoch "
+              f"{KILL_AFTER_EPOCH}, started again by srun --overlap: joined at version "
+              f"{version} (step {step} of {total}); rank 0's final test accuracy {accuracy:.4f}",
+              file=sys.stderr)
+
+
+if __name__ == "__main__":
+    BUILD = os.path.abspath(sys.argv[1])
+    missing = slurm_cluster.missing_programs()
+    if missing:
+        # .ci/setup installs slurm-wlm and munge; only a machine without them skips.
+        print("SKIP: no " + ", ".join(missing) + " (Debian's slurm-wlm and munge)")
+        sys.exit(77)
+    slurm_cluster.stop_on_sigterm()
+    unittest.main(argv=[sys.argv[0]], verbosity=2)
