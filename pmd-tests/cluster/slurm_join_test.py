@@ -15,9 +15,10 @@ MERCURY_NODE set: the decision to restart is the script's, each start is Slurm's
 
 The job: ps-job --slurm writes the job file and the --multi-prog file from the
 allocation (memif, one ps-server and 4 digits trainers, training.sync asp);
-`srun --ntasks=5 --kill-on-bad-exit=0 --multi-prog` runs it. Once rank 0 has
-trained its second epoch, the test kills task 3 (worker w2; its pid from `scontrol
-listpids`) with SIGKILL from outside. Checked: srun names the task, the other tasks
+`srun --ntasks=5 --kill-on-bad-exit=0 --output=task%t.out --multi-prog` runs it, each
+task's output in its own file (srun's stderr then carries srun's lines only). Once
+rank 0 has trained its second epoch, the test kills task 3 (worker w2; its pid from
+`scontrol listpids`) with SIGKILL from outside. Checked: srun names the task, the other tasks
 go on, the script starts w2 again through srun, the new process finds its node from
 MERCURY_NODE and joins the running job at a version no older than rank 0's steps
 before the kill (its first pull is every chunk's newest version), trains from the
@@ -31,7 +32,6 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,24 +79,29 @@ restart() {{
   node=$(SLURM_PROCID=$1 {python} -c 'import mercury; print(mercury.identify()[1])') || return 1
   for ((n = 1; n <= MAX_RESTARTS; n++)); do
     echo "batch: task $1 ($node) died; starting $node again (restart $n of $MAX_RESTARTS)"
-    MERCURY_NODE=$node MERCURY_RESTART=$n srun --overlap --ntasks=1 --nodelist="$2" $TRAINER \
-      && return 0
+    MERCURY_NODE=$node MERCURY_RESTART=$n srun --overlap --ntasks=1 --nodelist="$2" \
+      --output={work}/$node-restart$n.out $TRAINER && return 0
   done
   return 1
 }}
 
-mkfifo {work}/step0.err
-srun --ntasks=5 --kill-on-bad-exit=0 --multi-prog {job}.conf 2>{work}/step0.err &
+mkfifo {work}/srun.err
+srun --ntasks=5 --kill-on-bad-exit=0 --output={work}/task%t.out --multi-prog {job}.conf \
+  2>{work}/srun.err &
 step0=$!
 restarts=()
 while IFS= read -r line; do
   printf '%s\n' "$line" >&2
   if [[ $line =~ ^srun:\ error:\ ([^:]+):\ task\ ([0-9]+):\  ]]; then
-    restart "${{BASH_REMATCH[2]}}" "${{BASH_REMATCH[1]}}" &
+    # Not from the fifo: srun forwards its stdin to its task, and would take
+    # this loop's lines.
+    restart "${{BASH_REMATCH[2]}}" "${{BASH_REMATCH[1]}}" </dev/null &
     restarts+=($!)
   fi
-done <{work}/step0.err
-wait $step0  # the first step; a task that failed was started again, or the job fails below
+done <{work}/srun.err
+wait $step0
+echo "batch: the first step ended with status $?"
+# Each task that failed was started again; the job's status is theirs.
 status=0
 for pid in "${{restarts[@]}}"; do wait "$pid" || status=1; done
 exit $status
@@ -121,11 +126,29 @@ class SlurmJoin(unittest.TestCase):
         cls.slurm.stop()
         cls.tmp.cleanup()
 
-    def output(self, path):
-        if not os.path.exists(path):
-            return ""
-        with open(path, errors="replace") as f:
-            return f.read()
+    def output(self, *names):
+        """The text of these files of the work directory (those that exist)."""
+        text = ""
+        for name in names:
+            path = os.path.join(self.work, name)
+            if os.path.exists(path):
+                with open(path, errors="replace") as f:
+                    text += f"== {name}\n" + f.read()
+        return text
+
+    def everything(self):
+        """The batch script's output, then each task's and each restart's."""
+        return self.output("join.out", *sorted(n for n in os.listdir(self.work)
+                                                if n.endswith(".out") and n != "join.out"))
+
+    def finished(self, jobid):
+        """(JobState, ExitCode) of a job that ended, None while it runs. (sbatch
+        --wait would do, but it polls less and less often, up to every 32 s.)"""
+        r = self.slurm.run(["scontrol", "-o", "show", "job", jobid], timeout=30)
+        state = re.search(r"\bJobState=(\S+)", r.stdout).group(1)
+        if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+            return None
+        return state, re.search(r"\bExitCode=(\S+)", r.stdout).group(1)
 
     def task_pid(self, jobid, step, task):
         """The pid of `task` of step `step` (scontrol listpids: PID JOBID STEPID
@@ -153,37 +176,33 @@ class SlurmJoin(unittest.TestCase):
                 ps_server=os.path.join(BUILD, "apps", "ps-server"),
                 python=f"PYTHONPATH={os.path.join(BUILD, 'lib', 'python')} {sys.executable}"))
         os.chmod(script, 0o755)
-        out_path = os.path.join(work, "join.out")
         # Slurm ends a job that hangs (--time, minutes) before the test's own
-        # timeout, and that one comes before meson's: the teardown always runs.
-        sbatch = subprocess.Popen(
-            ["sbatch", "--wait", "--parsable", "--ntasks=5", "--job-name=join", "--time=6",
-             f"--output={out_path}", "--chdir", work, script],
-            env=self.slurm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            jobid = sbatch.stdout.readline().strip().split(";")[0]
-            self.assertTrue(jobid.isdigit(), f"sbatch said {jobid!r}")
-            # Mid-run: once rank 0 has trained epoch KILL_AFTER_EPOCH, task 3 (w2) is
-            # killed from outside, as a crash would.
-            mark = f"epoch {KILL_AFTER_EPOCH:3d}/{EPOCHS}"
-            deadline = time.monotonic() + 180
-            while mark not in self.output(out_path):
-                self.assertIsNone(sbatch.poll(), "the job ended before the kill\n"
-                                  + self.output(out_path))
-                self.assertLess(time.monotonic(), deadline, self.output(out_path))
-                time.sleep(0.2)
-            pid = self.task_pid(jobid, 0, TASK)
-            self.assertIsNotNone(pid, self.output(out_path))
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                self.assertIn(f"SLURM_PROCID={TASK}".encode(), f.read().split(b"\0"))
-            os.kill(pid, signal.SIGKILL)
-            _, err = sbatch.communicate(timeout=360)
-        finally:
-            if sbatch.poll() is None:
-                sbatch.kill()
-                sbatch.wait()
-        out = self.output(out_path) + err
-        self.assertEqual(sbatch.returncode, 0, out)
+        # deadlines, and those come before meson's timeout: the teardown always runs.
+        jobid = self.slurm.run(
+            ["sbatch", "--parsable", "--ntasks=5", "--job-name=join", "--time=6",
+             f"--output={os.path.join(work, 'join.out')}", "--chdir", work, script],
+            timeout=60).stdout.strip().split(";")[0]
+        self.assertTrue(jobid.isdigit(), f"sbatch said {jobid!r}")
+        # Mid-run: once rank 0 has trained epoch KILL_AFTER_EPOCH, task 3 (w2) is
+        # killed from outside, as a crash would.
+        mark = f"epoch {KILL_AFTER_EPOCH:3d}/{EPOCHS}"
+        deadline = time.monotonic() + 180
+        while mark not in self.output("task1.out"):  # rank 0's
+            self.assertIsNone(self.finished(jobid), "the job ended before the kill\n"
+                              + self.everything())
+            self.assertLess(time.monotonic(), deadline, self.everything())
+            time.sleep(0.2)
+        pid = self.task_pid(jobid, 0, TASK)
+        self.assertIsNotNone(pid, self.everything())
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            self.assertIn(f"SLURM_PROCID={TASK}".encode(), f.read().split(b"\0"))
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 360
+        while (status := self.finished(jobid)) is None:
+            self.assertLess(time.monotonic(), deadline, self.everything())
+            time.sleep(0.5)
+        out = self.everything()
+        self.assertEqual(status, ("COMPLETED", "0:0"), out)
         w = f"w{KILLED}"
         host = self.slurm.host
         # Slurm kept the step and named the task; the script started it again.
@@ -192,6 +211,8 @@ class SlurmJoin(unittest.TestCase):
         self.assertIn(f"srun: error: {host}: task {TASK}: Killed", out)
         self.assertIn(f"batch: task {TASK} ({w}) died; starting {w} again (restart 1 of 1)", out)
         self.assertIn(f"train-digits: worker {w} of {job} (MERCURY_NODE={w})", out)
+        # srun's own status is the killed task's: 128 + SIGKILL.
+        self.assertIn("batch: the first step ended with status 137", out)
         # The new process joined at the versions of the kill or newer.
         joined = re.search(rf"{w}: joined the running job at version (\d+): going on from "
                            r"step (\d+)", out)
@@ -202,11 +223,12 @@ class SlurmJoin(unittest.TestCase):
         self.assertGreaterEqual(version, KILL_AFTER_EPOCH * STEPS_PER_EPOCH, out)
         self.assertEqual(step, version // WORKERS, out)
         total = EPOCHS * STEPS_PER_EPOCH
-        self.assertEqual(len(np.loadtxt(os.path.join(losses, f"{w}.txt"))), total - step, out)
         for r in range(WORKERS):
-            if r != KILLED:
-                curve = np.loadtxt(os.path.join(losses, f"w{r}.txt"))
-                self.assertEqual(len(curve), total, f"w{r}\n{out}")
+            path = os.path.join(losses, f"w{r}.txt")
+            self.assertTrue(os.path.exists(path), f"w{r} wrote no losses\n{out}")
+            # The new process trained from the step it joined at; the others every step.
+            self.assertEqual(len(np.loadtxt(path)), total - step if r == KILLED else total,
+                             f"w{r}\n{out}")
         with open(os.path.join(losses, "w0.result")) as f:
             accuracy = float(f.read().split()[0])
         self.assertGreaterEqual(accuracy, TARGET, out)
@@ -215,6 +237,10 @@ class SlurmJoin(unittest.TestCase):
                       "it goes on with 4 ranks", out)
         self.assertIn("workers removed: 1; workers joined: 1", out)  # the server's last line
         self.assertIn("1 workers joined the job", out)  # rank 0's counter
+        # Each of the three others was told once, on its stderr (in its task's file).
+        told = re.findall(rf"mercury: server s0 \([^)]*\): worker {w} \(rank {KILLED}\) joined "
+                          "the running job", out)
+        self.assertEqual(len(told), WORKERS - 1, out)
         self.assertIn("every worker left; the job is done", out)
         print(f"\nsrun --kill-on-bad-exit=0, task {TASK} ({w}) killed after rank 0's epoch "
               f"{KILL_AFTER_EPOCH}, started again by srun --overlap: joined at version "
