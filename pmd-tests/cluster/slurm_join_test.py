@@ -197,10 +197,18 @@ class SlurmJoin(unittest.TestCase):
         with open(f"/proc/{pid}/environ", "rb") as f:
             self.assertIn(f"SLURM_PROCID={TASK}".encode(), f.read().split(b"\0"))
         os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 360
+        killed = time.monotonic()
+        # When the new process said its node, and when it joined (for the record).
+        seen = {"started": None, "joined": None}
+        marks = {"started": "(MERCURY_NODE=w", "joined": "joined the running job at version"}
+        deadline = killed + 360
         while (status := self.finished(jobid)) is None:
             self.assertLess(time.monotonic(), deadline, self.everything())
-            time.sleep(0.5)
+            text = self.output(f"w{KILLED}-restart1.out")
+            for what, mark in marks.items():
+                if seen[what] is None and mark in text:
+                    seen[what] = time.monotonic() - killed
+            time.sleep(0.1)
         out = self.everything()
         self.assertEqual(status, ("COMPLETED", "0:0"), out)
         w = f"w{KILLED}"
@@ -242,10 +250,12 @@ class SlurmJoin(unittest.TestCase):
                           "the running job", out)
         self.assertEqual(len(told), WORKERS - 1, out)
         self.assertIn("every worker left; the job is done", out)
+        after = {k: "?" if v is None else f"{v:.1f} s" for k, v in seen.items()}
         print(f"\nsrun --kill-on-bad-exit=0, task {TASK} ({w}) killed after rank 0's epoch "
-              f"{KILL_AFTER_EPOCH}, started again by srun --overlap: joined at version "
-              f"{version} (step {step} of {total}); rank 0's final test accuracy {accuracy:.4f}",
-              file=sys.stderr)
+              f"{KILL_AFTER_EPOCH}, started again by srun --overlap: its new process said its "
+              f"node {after['started']} after the kill and joined {after['joined']} after it, "
+              f"at version {version} (step {step} of {total}); rank 0's final test accuracy "
+              f"{accuracy:.4f}", file=sys.stderr)
 
 
 if __name__ == "__main__":
