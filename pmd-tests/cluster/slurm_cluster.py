@@ -6,6 +6,9 @@ files, started by the test and stopped by it, whatever happens.
     with SlurmCluster() as slurm:
         slurm.run(["sbatch", "--wait", "--ntasks=5", "job.sh"])
 
+A test file's classes derive from ClusterTest (one cluster and one work
+directory for all their tests) and its main calls test_main().
+
 Every client command gets SLURM_CONF through `slurm.env`. The node declares
 more CPUs than this machine has (`CPUs=8`, with
 SlurmdParameters=config_overrides), so 5 tasks fit on 2 CPUs; tasks run as
@@ -18,8 +21,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import unittest
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("srun", "sbatch", "scontrol", "sinfo", "scancel", "squeue")
@@ -203,3 +208,38 @@ def stop_on_sigterm():
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
     signal.signal(signal.SIGTERM, interrupt)
+
+
+class ClusterTest(unittest.TestCase):
+    """Tests that share one cluster (cls.slurm) and one work directory
+    (cls.work, readable by slurmd), both gone after the last test."""
+    prefix = "mercury-slurm-test-"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix=cls.prefix)
+        cls.work = cls.tmp.name
+        os.chmod(cls.work, 0o755)
+        cls.slurm = SlurmCluster()
+        try:
+            cls.slurm.__enter__()
+        except BaseException:
+            cls.tmp.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.slurm.stop()
+        cls.tmp.cleanup()
+
+
+def test_main():
+    """A Slurm test file's main: skips (status 77, one line) where Debian's
+    slurm-wlm and munge are not installed, else runs the file's tests."""
+    missing = missing_programs()
+    if missing:
+        # .ci/setup installs slurm-wlm and munge; only a machine without them skips.
+        print("SKIP: no " + ", ".join(missing) + " (Debian's slurm-wlm and munge)")
+        sys.exit(77)
+    stop_on_sigterm()
+    unittest.main(argv=[sys.argv[0]], verbosity=2)

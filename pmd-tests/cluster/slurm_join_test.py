@@ -33,9 +33,7 @@ import re
 import shlex
 import signal
 import sys
-import tempfile
 import time
-import unittest
 
 import numpy as np
 
@@ -108,23 +106,8 @@ exit $status
 """
 
 
-class SlurmJoin(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="mercury-slurm-join-")
-        cls.work = cls.tmp.name
-        os.chmod(cls.work, 0o755)
-        cls.slurm = slurm_cluster.SlurmCluster()
-        try:
-            cls.slurm.__enter__()
-        except BaseException:
-            cls.tmp.cleanup()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.slurm.stop()
-        cls.tmp.cleanup()
+class SlurmJoin(slurm_cluster.ClusterTest):
+    prefix = "mercury-slurm-join-"
 
     def output(self, *names):
         """The text of these files of the work directory (those that exist)."""
@@ -260,10 +243,4 @@ class SlurmJoin(unittest.TestCase):
 
 if __name__ == "__main__":
     BUILD = os.path.abspath(sys.argv[1])
-    missing = slurm_cluster.missing_programs()
-    if missing:
-        # .ci/setup installs slurm-wlm and munge; only a machine without them skips.
-        print("SKIP: no " + ", ".join(missing) + " (Debian's slurm-wlm and munge)")
-        sys.exit(77)
-    slurm_cluster.stop_on_sigterm()
-    unittest.main(argv=[sys.argv[0]], verbosity=2)
+    slurm_cluster.test_main()

@@ -26,8 +26,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
-import unittest
 
 import numpy as np
 
@@ -37,24 +35,7 @@ from digits_job import EPOCHS, SCRIPT, exact_losses, job_file, losses
 BUILD = None
 
 
-class Slurm(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.TemporaryDirectory(prefix="mercury-slurm-test-")
-        cls.work = cls.tmp.name
-        os.chmod(cls.work, 0o755)
-        cls.slurm = slurm_cluster.SlurmCluster()
-        try:
-            cls.slurm.__enter__()
-        except BaseException:
-            cls.tmp.cleanup()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.slurm.stop()
-        cls.tmp.cleanup()
-
+class Slurm(slurm_cluster.ClusterTest):
     def sbatch(self, name, body, ntasks):
         """Runs `body` as a batch script of `ntasks` tasks and waits for it;
         returns (exit status, its output)."""
@@ -204,10 +185,4 @@ srun --ntasks=3 --multi-prog {job}.conf
 
 if __name__ == "__main__":
     BUILD = os.path.abspath(sys.argv[1])
-    missing = slurm_cluster.missing_programs()
-    if missing:
-        # .ci/setup installs slurm-wlm and munge; only a machine without them skips.
-        print("SKIP: no " + ", ".join(missing) + " (Debian's slurm-wlm and munge)")
-        sys.exit(77)
-    slurm_cluster.stop_on_sigterm()
-    unittest.main(argv=[sys.argv[0]], verbosity=2)
+    slurm_cluster.test_main()
