@@ -31,6 +31,13 @@
 // bit for bit. Either trainer can make one rank a straggler (--straggler
 // RANK,F: that rank's compute takes F times longer).
 //
+// With --lose RANK,ROUND,K (a job with training.on_worker_loss shrink) the
+// rank RANK kills itself (SIGKILL) in round ROUND once the servers have its
+// gradients of the first K tensors it pushes; the others check that round
+// and every later one against the shrinking job's documented average
+// (docs/membership.md): those K tensors over every rank, the rest and every
+// later round over the ranks left.
+//
 // With --dtype bfloat16 or float16 (or mixed: the tensors take float32,
 // bfloat16 and float16 in turn) the synthetic and the free-running rounds
 // declare half-precision tensors: gradients rounded into the dtype before
@@ -46,6 +53,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -85,6 +93,7 @@ struct Options {
   int64_t comm_rounds = -1;  // < 0: not given (5 with --trace)
   double compute_ms = -1;    // < 0: not given
   std::string straggler;     // "RANK,F"
+  std::string lose;          // "RANK,ROUND,K"
   std::string dtype = "float32";
   std::vector<std::string> eal;
 };
@@ -137,6 +146,10 @@ Options parse(int argc, char** argv) {
   args.text("--straggler", "RANK,F", &o.straggler,
             "with --compute-ms or --trace: the worker of rank RANK computes F times\n"
             "                     longer");
+  args.text("--lose", "RANK,ROUND,K", &o.lose,
+            "a job that shrinks (training.on_worker_loss shrink): the worker of rank\n"
+            "                     RANK kills itself (SIGKILL) in round ROUND once its first\n"
+            "                     K tensors were pushed; the others check the shrunk average");
   args.text("--dtype", "TYPE", &o.dtype,
             "the tensors' element type: float32 (default), bfloat16, float16, or\n"
             "                     mixed (float32, bfloat16, float16 in turn); not float32:\n"
@@ -230,6 +243,34 @@ int run(const Options& o) {
                              ": time it with --verify none");
   }
   if (free) trainer::free_rounds_checkable(job.training);  // refuses what it cannot check
+  // --lose: the rank that dies, in which round (0-based), after how many tensors.
+  uint32_t lose_rank = UINT32_MAX, lose_round = 0, lose_after = 0;
+  if (!o.lose.empty()) {
+    unsigned r = 0, round = 0, k = 0;
+    char tail = 0;
+    if (std::sscanf(o.lose.c_str(), "%u,%u,%u%c", &r, &round, &k, &tail) != 3) {
+      throw std::runtime_error("--lose wants RANK,ROUND,K, not '" + o.lose + "'");
+    }
+    if (free || !o.trace.empty() || o.verify != "every") {
+      throw std::runtime_error("--lose goes with the synthetic bsp rounds and --verify every");
+    }
+    if (job.training.on_worker_loss != config::OnWorkerLoss::kShrink) {
+      throw std::runtime_error(
+          "--lose needs training.on_worker_loss shrink (otherwise the job ends with the rank)");
+    }
+    if (r == 0 || r >= job.workers().size()) {
+      throw std::runtime_error("--lose: rank " + std::to_string(r) + " is not one of 1.." +
+                               std::to_string(job.workers().size() - 1) +
+                               " (a job shrinks without any rank but rank 0)");
+    }
+    if (round == 0 || round > o.rounds) {
+      throw std::runtime_error("--lose: round " + std::to_string(round) + " is not one of 1.." +
+                               std::to_string(o.rounds));
+    }
+    lose_rank = r;
+    lose_round = round - 1;
+    lose_after = k;
+  }
   const Update update = free || !bsp ? Update{} : Update::of(job.training);
   if (o.verify == "last" && !update.sum_only && o.trace.empty() && !free) {
     throw std::runtime_error(
@@ -455,6 +496,21 @@ int run(const Options& o) {
   // from there.
   const bool waits = job.network.on_server_loss == config::OnServerLoss::kWait;
   uint32_t rollbacks = 0;
+  if (lose_rank != UINT32_MAX && lose_after > decls.size()) {
+    throw std::runtime_error("--lose: " + std::to_string(lose_after) + " tensors, the model has " +
+                             std::to_string(decls.size()));
+  }
+  // The ranks whose gradients tensor k's set of round `round` averages
+  // (docs/membership.md, "A BSP job that shrinks"): every rank before the
+  // loss; in its round those the lost rank pushed (the first lose_after of
+  // the backward order: the last tensors) over every rank, the rest without
+  // it; after it, without it.
+  const uint64_t every = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+  auto ranks_of = [&](uint32_t round, size_t k) {
+    if (lose_rank == UINT32_MAX || round < lose_round) return every;
+    if (round == lose_round && k >= decls.size() - lose_after) return every;
+    return every & ~(uint64_t{1} << lose_rank);
+  };
   std::vector<bool> issued(decls.size());
   for (uint32_t round = first_round; round < o.rounds; ++round) {
     if (!gradients_once) {
@@ -469,6 +525,24 @@ int run(const Options& o) {
     } catch (const worker::WorkerError& e) {
       if (!waits) throw;
       failed = e.what();
+    }
+    if (round == lose_round && rank == lose_rank && failed.empty()) {
+      // The loss: the first lose_after tensors, taken by the servers (each
+      // push's handle completes once acknowledged), then SIGKILL.
+      for (size_t k = decls.size(); k-- > decls.size() - lose_after;) {
+        const auto key = static_cast<worker::Key>(k);
+        worker::Handle h =
+            dtypes[k] == wire::Dtype::kFloat32 ? w.push(key, grads[k]) : w.push(key, half_grads[k]);
+        if (!h.wait()) {
+          std::fprintf(stderr, "ps-worker: round %u, tensor %s: %s\n", round + 1,
+                       decls[k].name.c_str(), std::string(h.error()).c_str());
+          return 1;
+        }
+      }
+      std::printf("%s round %3u: pushed %u tensors; killing itself (SIGKILL)\n", o.node.c_str(),
+                  round + 1, lose_after);
+      std::fflush(stdout);
+      std::raise(SIGKILL);
     }
     // The backward pass emits the last layer first.
     const auto start = Clock::now();
@@ -511,7 +585,7 @@ int run(const Options& o) {
     // rank order, times 1/N, then the optimizer.
     wrong = 0;
     for (size_t k = 0; k < decls.size() && verify; ++k) {
-      trainer::average(avg, other, n, round, k, grads[k], rank, dtypes[k]);
+      trainer::average_of(avg, other, ranks_of(round, k), round, k, grads[k], rank, dtypes[k]);
       trainer::apply(reference[k], avg, update, states[k]);
       wrong += !exact(k);
     }

@@ -1,5 +1,6 @@
 #include "reference.h"
 
+#include <bit>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -35,24 +36,33 @@ Update Update::optimizer_of(const config::TrainingConfig& t) {
 
 void average(Floats& avg, Floats& other, uint32_t workers, uint32_t seed, size_t tensor,
              std::span<const float> own, uint32_t own_rank, wire::Dtype dtype) {
+  const uint64_t all = workers >= 64 ? ~uint64_t{0} : (uint64_t{1} << workers) - 1;
+  average_of(avg, other, all, seed, tensor, own, own_rank, dtype);
+}
+
+void average_of(Floats& avg, Floats& other, uint64_t ranks, uint32_t seed, size_t tensor,
+                std::span<const float> own, uint32_t own_rank, wire::Dtype dtype) {
   avg.resize(own.size());
   other.resize(own.size());
-  if (own_rank == 0) {
-    avg.assign(own.begin(), own.end());
-  } else {
-    gradient(avg, 0, seed, tensor);
-    quantize(avg, dtype);
-  }
-  for (uint32_t r = 1; r < workers; ++r) {
+  // Rank order, as the servers sum: the first rank's gradient, then the others added.
+  bool first = true;
+  for (uint32_t r = 0; r < 64; ++r) {
+    if ((ranks >> r & 1) == 0) continue;
     std::span<const float> g = own;
     if (r != own_rank) {
-      gradient(other, r, seed, tensor);
-      quantize(other, dtype);
-      g = other;
+      Floats& into = first ? avg : other;
+      gradient(into, r, seed, tensor);
+      quantize(into, dtype);
+      g = into;
+    }
+    if (first) {
+      if (r == own_rank) avg.assign(own.begin(), own.end());
+      first = false;
+      continue;
     }
     for (size_t i = 0; i < avg.size(); ++i) avg[i] = avg[i] + g[i];
   }
-  const float scale = 1.0f / static_cast<float>(workers);
+  const float scale = 1.0f / static_cast<float>(std::popcount(ranks));
   for (float& x : avg) x = x * scale;
 }
 

@@ -57,6 +57,11 @@ struct OptState {
 void average(Floats& avg, Floats& other, uint32_t workers, uint32_t seed, size_t tensor,
              std::span<const float> own, uint32_t own_rank,
              wire::Dtype dtype = wire::Dtype::kFloat32);
+/// The same over the ranks of `ranks` (bit r: rank r; own_rank among them),
+/// x 1/their count: a set of a BSP job that shrank (docs/membership.md).
+void average_of(Floats& avg, Floats& other, uint64_t ranks, uint32_t seed, size_t tensor,
+                std::span<const float> own, uint32_t own_rank,
+                wire::Dtype dtype = wire::Dtype::kFloat32);
 
 /// Half-precision tensors (ps-worker --dtype): `f` rounded to nearest even
 /// into `dtype` (bfloat16 or float16), as the servers round every update

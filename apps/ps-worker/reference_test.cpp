@@ -33,6 +33,32 @@ TEST(Reference, AverageIsTheRankOrderSumOverNFromAnyRanksOwnGradient) {
   }
 }
 
+// A set of a BSP job that shrank (ps-worker --lose): ranks 0, 1 and 3 of 4.
+TEST(Reference, AverageOfSomeRanksIsTheirRankOrderSumOverTheirCount) {
+  const size_t n = 2000;
+  std::vector<float> want(n), g(n);
+  bool first = true;
+  for (uint32_t r : {0u, 1u, 3u}) {
+    gradient(g, r, 5, 1);
+    for (size_t i = 0; i < n; ++i) want[i] = first ? g[i] : want[i] + g[i];
+    first = false;
+  }
+  for (float& x : want) x = x * (1.0f / 3.0f);
+  for (uint32_t rank : {0u, 1u, 3u}) {
+    Floats own(n), avg, other;
+    gradient(own, rank, 5, 1);
+    average_of(avg, other, 0b1011, 5, 1, own, rank);
+    ASSERT_EQ(avg.size(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(avg[i], want[i]) << "rank " << rank << ", i " << i;
+  }
+  // Over every rank it is average()'s.
+  Floats own(n), avg, other;
+  gradient(own, 2, 5, 1);
+  average_of(avg, other, 0b1111, 5, 1, own, 2);
+  const std::vector<float> all = rank_order_average(4, 5, 1, n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(avg[i], all[i]) << i;
+}
+
 TEST(Reference, AverageReusesTheCallersBuffersOnceTheyHoldTheLargestTensor) {
   // Sizes past the huge-page allocator's 2 MiB threshold, as a model's
   // largest tensors are: each fresh buffer would be an mmap and a munmap.

@@ -361,7 +361,10 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
                            : policy_->admit(ch.version, c.iteration);
   if (a != Admission::kAccept) return a == Admission::kStale ? Outcome::kStale : Outcome::kFuture;
   if ((ch.have & bit) != 0) return Outcome::kDuplicate;
-  const bool completes = static_cast<uint32_t>(std::popcount(ch.have)) + 1 >= quorum_;
+  // Under BSP a removed rank (remove_rank) counts as in: the set needs the
+  // ranks still in the job, and keeps what a removed rank gave before.
+  const bool completes =
+      static_cast<uint32_t>(std::popcount(ch.have | bit | removed_bsp_)) >= quorum_;
   const bool stage = !completes && c.copy && !staging_free_.empty();
   if (!completes && !stage && held_ >= max_held_) return Outcome::kHoldLimit;
   if (next != nullptr) *next = clock + 1;
@@ -553,8 +556,25 @@ std::span<const uint32_t> ChunkTable::clocks(uint64_t index) const {
 }
 
 void ChunkTable::remove_rank(uint32_t rank) {
-  if (!track_ranks_ || rank >= workers_) return;
-  removed_ |= uint64_t{1} << rank;
+  if (rank >= workers_) return;
+  const uint64_t bit = uint64_t{1} << rank;
+  if (track_ranks_) {
+    removed_ |= bit;
+    return;
+  }
+  if ((removed_ & bit) != 0) return;
+  removed_ |= bit;
+  removed_bsp_ |= bit;
+  // BSP: the sets that now hold every rank still in the job complete, over
+  // the contributions they hold (the removed rank's among them if it gave
+  // one). A set of no contribution waits for its first.
+  if (static_cast<uint32_t>(std::popcount(removed_bsp_)) >= workers_) return;
+  for (uint64_t index = 0; index < chunks_.size(); ++index) {
+    const uint64_t have = chunks_[index].have;
+    if (have != 0 && static_cast<uint32_t>(std::popcount(have | removed_bsp_)) >= quorum_) {
+      complete(index);
+    }
+  }
 }
 
 void ChunkTable::join_rank(uint32_t rank, uint32_t start) {

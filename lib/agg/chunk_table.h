@@ -309,11 +309,17 @@ class ChunkTable {
   [[nodiscard]] std::span<const uint32_t> clocks(uint64_t index) const;
 
   // ---- membership (docs/membership.md): control path, the owner's thread ----
-  /// Asynchronous policies: rank `rank` left the job (lost or left). From
-  /// now on the slowest clock of every chunk is the least over the other
-  /// ranks, so SSP's bound no longer waits for it. Its contributions still
-  /// apply (one already acknowledged is never lost). Under BSP, or for a
-  /// rank >= workers(), nothing changes.
+  /// Rank `rank` left the job (docs/membership.md). Asynchronous policies:
+  /// from now on the slowest clock of every chunk is the least over the
+  /// other ranks, so SSP's bound no longer waits for it; its contributions
+  /// still apply (one already acknowledged is never lost). BSP (a job that
+  /// shrinks): every set from now on needs only the ranks still in the job;
+  /// a set holding the rank's contribution keeps it and counts it (1/n over
+  /// the contributions it holds), and every set that now holds every other
+  /// rank's completes at once (its update emitted from inside this call).
+  /// The caller gives the table no contribution of the rank after this
+  /// call (a later one would be counted). For a rank >= workers(), or one
+  /// removed already, nothing changes. Control path: a scan of the chunks.
   void remove_rank(uint32_t rank);
   /// Asynchronous policies: a new process of removed rank `rank` joins the
   /// job, its clocks counted from `start` (the job's start version: its
@@ -471,6 +477,7 @@ class ChunkTable {
   std::vector<Held> slots_;           // chunks x workers
   std::vector<uint32_t> next_clock_;  // chunks x workers, when track_ranks_: next clock accepted
   uint64_t removed_ = 0;              // remove_rank: left out of the slowest clock
+  uint64_t removed_bsp_ = 0;          // BSP: removed ranks, counted as in by every set
   std::vector<uint32_t> clock_base_;  // chunks x workers once a rank joined: added to its clocks
   std::vector<uint32_t> skipped_;     // per chunk, with a kOptimizerRank0 block: steps skipped
   uint64_t elements_ = 0;

@@ -183,6 +183,70 @@ TEST(AggChunkTable, BspOrdering) {
   EXPECT_EQ(table.counters().count(Outcome::kStale), 1u);
 }
 
+// A BSP job that shrinks (docs/membership.md): rank 2 of 4 is removed in
+// the middle of iteration 0. A set that holds its contribution keeps it and
+// averages over 4; the others average over the 3 ranks left, at once if
+// they hold all three, and so does every set from then on.
+TEST(AggChunkTable, BspSetsCompleteWithoutARemovedRank) {
+  const auto decls = small_model();
+  const Placement p = Placement::compute(decls, 1);
+  const auto chunks = chunks_of(p, 0);
+  ASSERT_GE(chunks.size(), 3u);
+  std::mt19937 rng(9);
+  Grads grads(rng, chunks, 4);
+  RecordingSink sink;
+  ChunkTable table(p, config(4, OptimizerKind::kSumOnly), make_bsp(), sink);
+  // The rank-order sum of `ranks`' gradients of chunk i, x 1/n.
+  auto average = [&](size_t i, std::initializer_list<uint16_t> ranks) {
+    std::vector<float> a(chunks[i].elements, 0.0f);
+    bool first = true;
+    for (uint16_t r : ranks) {
+      for (size_t e = 0; e < a.size(); ++e)
+        a[e] = first ? grads.g[i][r][e] : a[e] + grads.g[i][r][e];
+      first = false;
+    }
+    const float scale = 1.0f / static_cast<float>(ranks.size());
+    for (float& x : a) x = x * scale;
+    return a;
+  };
+  auto contribute = [&](size_t i, uint16_t r, uint32_t it) {
+    return table.contribute(grads.make(chunks, i, r, it));
+  };
+  // Chunk 0 has ranks 0, 1, 3; chunk 1 ranks 2 and 0; chunk 2 nothing.
+  for (uint16_t r : {0, 1, 3}) EXPECT_EQ(contribute(0, r, 0), Outcome::kHeld);
+  for (uint16_t r : {2, 0}) EXPECT_EQ(contribute(1, r, 0), Outcome::kHeld);
+  EXPECT_TRUE(sink.updates.empty());
+  table.remove_rank(2);
+  EXPECT_EQ(table.removed(), 0b0100u);
+  // Chunk 0 completed in the call, over its three.
+  ASSERT_EQ(sink.updates.size(), 1u);
+  EXPECT_EQ(sink.updates[0].u.offset, chunks[0].offset);
+  EXPECT_EQ(sink.updates[0].u.version, 1u);
+  EXPECT_EQ(sink.updates[0].u.contributors, 0b1011u);
+  EXPECT_EQ(sink.updates[0].values, average(0, {0, 1, 3}));
+  // Chunk 1 keeps rank 2's and needs ranks 1 and 3: an average over 4.
+  EXPECT_EQ(contribute(1, 1, 0), Outcome::kHeld);
+  EXPECT_EQ(contribute(1, 3, 0), Outcome::kApplied);
+  EXPECT_EQ(sink.updates.back().u.contributors, 0b1111u);
+  EXPECT_EQ(sink.updates.back().values, average(1, {0, 1, 2, 3}));
+  // Chunk 2's first set, and every later one, is over the three.
+  EXPECT_EQ(contribute(2, 3, 0), Outcome::kHeld);
+  EXPECT_EQ(contribute(2, 0, 0), Outcome::kHeld);
+  EXPECT_EQ(contribute(2, 1, 0), Outcome::kApplied);
+  EXPECT_EQ(sink.updates.back().values, average(2, {0, 1, 3}));
+  for (uint16_t r : {1, 0}) EXPECT_EQ(contribute(0, r, 1), Outcome::kHeld);
+  EXPECT_EQ(contribute(0, 3, 1), Outcome::kApplied);
+  EXPECT_EQ(sink.updates.back().u.version, 2u);
+  EXPECT_EQ(sink.updates.back().values, average(0, {0, 1, 3}));
+  // Every buffer came back once, rank 2's included; nothing is held.
+  EXPECT_EQ(table.held(), 0u);
+  EXPECT_EQ(sink.released.count(&grads.g[1][2]), 1u);
+  // Removing it again, or a rank that is not one, changes nothing.
+  table.remove_rank(2);
+  table.remove_rank(9);
+  EXPECT_EQ(table.removed(), 0b0100u);
+}
+
 TEST(AggChunkTable, AspAppliesEachContributionAndRejectsReplays) {
   const std::vector<TensorDecl> decls{{"w", 354, 0}};
   const Placement p = Placement::compute(decls, 1);

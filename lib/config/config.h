@@ -126,7 +126,8 @@ enum class StalenessLr : uint8_t { kInverse, kInverseSqrt, kNone };
 /// scheduler) only once all of it is (the classical PS's store-and-forward).
 enum class Aggregation : uint8_t { kChunk, kTensor };
 /// What a BSP job does when a worker is lost (`training.on_worker_loss`):
-/// end (kFail, the only mode built; the loader refuses the others).
+/// end (kFail), or go on without it (kShrink, docs/membership.md); kWait
+/// is refused by the loader (not built).
 enum class OnWorkerLoss : uint8_t { kFail, kWait, kShrink };
 
 /// What a worker does when liveness names a server lost

@@ -45,6 +45,11 @@ void check_standbys(JobConfig& job, const std::vector<NodeSource>& sources) {
           "a standby needs training.aggregation chunk: each chunk's update is replicated "
           "before it goes out");
     }
+    if (job.training.on_worker_loss == OnWorkerLoss::kShrink) {
+      key.fail(
+          "a standby with training.on_worker_loss shrink is not built: a promoted "
+          "standby would not know which ranks were removed");
+    }
     for (const NodeConfig* pair : {static_cast<const NodeConfig*>(&n), standby}) {
       const NodeSource& ps = sources[pair->index];
       if (pair->ports.size() != 1) {

@@ -243,11 +243,15 @@ void parse_training(const Section& root, TrainingConfig& t) {
     t.on_worker_loss = v->choice<OnWorkerLoss>({{"fail", OnWorkerLoss::kFail},
                                                 {"wait", OnWorkerLoss::kWait},
                                                 {"shrink", OnWorkerLoss::kShrink}});
-    if (t.on_worker_loss != OnWorkerLoss::kFail) {
-      // Both need a rank to leave or join a running job, which the server
-      // cannot do yet (docs/server.md, "A lost worker").
-      const std::string mode = t.on_worker_loss == OnWorkerLoss::kWait ? "wait" : "shrink";
-      v->fail(mode + " is not built: a lost worker ends the job (fail is the only mode)");
+    if (t.on_worker_loss == OnWorkerLoss::kWait) {
+      // The restarted process would have to join the round in progress and
+      // push its gradient again (docs/membership.md, "Not built").
+      v->fail("wait is not built: fail (the job ends) or shrink (it goes on without the rank)");
+    }
+    if (t.on_worker_loss == OnWorkerLoss::kShrink && t.aggregation != Aggregation::kChunk) {
+      v->fail(
+          "shrink needs training.aggregation chunk (a store-and-forward unit is not built "
+          "to complete without a rank)");
     }
   }
   if (t.sync != Sync::kBsp && t.optimizer == Optimizer::kSum) {
@@ -349,6 +353,13 @@ void parse_server_loss(const Section& root, JobConfig& job) {
     net.server_wait_s = positive(*v);
   }
   if (net.on_server_loss != OnServerLoss::kWait) return;
+  if (job.training.on_worker_loss == OnWorkerLoss::kShrink) {
+    // The server started again from its checkpoint knows nothing of the
+    // ranks removed: it would wait for their declarations.
+    loss->fail(
+        "wait with training.on_worker_loss shrink is not built: a server started again "
+        "would wait for the removed ranks");
+  }
   // What a worker waits for: its server started again with --resume, the
   // same versions for every rank to roll back to.
   if (job.training.sync != Sync::kBsp) {

@@ -352,6 +352,9 @@ TEST(ConfigRefuse, StandbyOutsideWhatIsBuilt) {
                       "a standby needs training.sync bsp"));
   EXPECT_TRUE(refused(doc("training: {aggregation: tensor}\n", standby_nodes()), 6,
                       "nodes[0].standby", "a standby needs training.aggregation chunk"));
+  EXPECT_TRUE(refused(doc("training: {on_worker_loss: shrink}\n", standby_nodes()), 6,
+                      "nodes[0].standby",
+                      "a standby with training.on_worker_loss shrink is not built"));
   EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0, 1], shards: 1, standby: s0b")), 5,
                       "nodes[0].lcores", "run their shards on their net core"));
   EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0], shards: 1, standby: s0b", "lcores: [0]",

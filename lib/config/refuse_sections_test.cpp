@@ -249,18 +249,24 @@ TEST(ConfigRefuse, SyncModesAndTheirKeys) {
   EXPECT_TRUE(refused(doc("training:\n  staleness: 0\n"), 5, "training.staleness", ""));
 }
 
-TEST(ConfigRefuse, OnWorkerLossIsFailUntilAJobCanTakeARankBack) {
+TEST(ConfigRefuse, OnWorkerLossIsFailOrShrink) {
   EXPECT_EQ(load_string(doc("training:\n  sync: bsp\n")).training.on_worker_loss,
             OnWorkerLoss::kFail);
   EXPECT_EQ(load_string(doc("training:\n  on_worker_loss: fail\n")).training.on_worker_loss,
             OnWorkerLoss::kFail);
-  for (const char* mode : {"wait", "shrink"}) {
-    EXPECT_TRUE(refused(
-        doc(std::string("training:\n  sync: bsp\n  on_worker_loss: ") + mode + "\n"), 6,
-        "training.on_worker_loss",
-        std::string(mode) + " is not built: a lost worker ends the job (fail is the only mode)"))
-        << mode;
-  }
+  EXPECT_EQ(load_string(doc("training:\n  on_worker_loss: shrink\n")).training.on_worker_loss,
+            OnWorkerLoss::kShrink);
+  EXPECT_TRUE(refused(doc("training:\n  sync: bsp\n  on_worker_loss: wait\n"), 6,
+                      "training.on_worker_loss",
+                      "wait is not built: fail (the job ends) or shrink (it goes on without the "
+                      "rank)"));
+  // Where shrink is not honoured.
+  EXPECT_TRUE(refused(doc("training:\n  aggregation: tensor\n  on_worker_loss: shrink\n"), 6,
+                      "training.on_worker_loss", "shrink needs training.aggregation chunk"));
+  EXPECT_TRUE(refused(doc("training:\n  on_worker_loss: shrink\nnetwork:\n  on_server_loss: "
+                          "wait\ncheckpoint: {dir: c, every_versions: 10}\n"),
+                      7, "network.on_server_loss",
+                      "wait with training.on_worker_loss shrink is not built"));
   EXPECT_TRUE(refused(doc("training:\n  on_worker_loss: linger\n"), 5, "training.on_worker_loss",
                       "is not one of"));
   EXPECT_TRUE(refused(doc("training:\n  sync: asp\n  on_worker_loss: fail\n"), 6,

@@ -11,14 +11,15 @@ namespace mercury::server {
 
 ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards,
                            bool runs_barrier, Starter start, Tick now,
-                           agg::PlacementOptions placement, bool asynchronous)
+                           agg::PlacementOptions placement, bool asynchronous, bool shrinks)
     : names_(std::move(rank_names)),
       job_shards_(job_shards),
       placement_options_(placement),
       runs_barrier_(runs_barrier),
       start_(std::move(start)),
       since_(now),
-      asynchronous_(asynchronous) {
+      asynchronous_(asynchronous),
+      shrinks_(shrinks && !asynchronous) {
   if (names_.empty() || names_.size() > agg::kMaxWorkers) {
     throw std::invalid_argument("server: 1.." + std::to_string(agg::kMaxWorkers) +
                                 " workers, got " + std::to_string(names_.size()));
@@ -103,6 +104,19 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
                                 "again");
         return;
       }
+      if (shrinks_ && (rank != 0 || gone(rank))) {
+        // A BSP job that shrank goes on without the rank (removed now, if
+        // its old incarnation's end went unseen); its new process is
+        // refused alone.
+        if (!gone(rank)) remove(rank, true, "restarted mid-job (declared again)", now);
+        ++counters_.declares_refused;
+        reply_refused(rank, state_ != NodeState::kRunning
+                                ? "server: the job is finished: every worker left"
+                                : "server: " + rank_text(rank) +
+                                      " was removed from the job (training.on_worker_loss "
+                                      "shrink): a BSP job that shrank does not take a rank back");
+        return;
+      }
       if (asynchronous_) {
         // A new process of a rank the others go on without (removed now,
         // if its old incarnation's end went unseen): it joins.
@@ -169,7 +183,7 @@ void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
   MERCURY_OWNED(owner_);
   if (state_ != NodeState::kRunning || rank >= workers()) return;
   ++counters_.workers_lost;
-  if (asynchronous_) {
+  if (asynchronous_ || (shrinks_ && rank != 0)) {
     if (!gone(rank)) {
       remove(rank, true,
              "stopped answering and its transport gave up on it (network.peer_timeout_ms)", now);
@@ -178,7 +192,8 @@ void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
   }
   refuse_all("worker " + names_[rank] + " (rank " + std::to_string(rank) +
                  ") stopped answering and its transport gave up on it "
-                 "(network.peer_timeout_ms): the job cannot continue without its gradients",
+                 "(network.peer_timeout_ms): the job cannot continue without its gradients" +
+                 (shrinks_ ? " (a job shrinks without any rank but rank 0)" : ""),
              false, now);
 }
 
@@ -192,7 +207,7 @@ void ControlPlane::on_worker_restarted_st(uint16_t rank, Tick now) {
   // A rank that left is done with the job; its new process is refused when
   // it declares (on_declare).
   if (state_ != NodeState::kRunning || gone(rank)) return;
-  if (asynchronous_) {
+  if (asynchronous_ || (shrinks_ && rank != 0)) {
     remove(rank, true, "restarted mid-job (a new incarnation, new epoch)", now);
     return;
   }
@@ -209,9 +224,10 @@ void ControlPlane::remove(uint16_t rank, bool lost, const std::string& why, Tick
   }
   changes_.push_back({rank, false});
   const uint32_t still = workers() - static_cast<uint32_t>(std::popcount(left_ | removed_));
-  const std::string text = "worker " + names_[rank] + " (rank " + std::to_string(rank) + ") " +
-                           why + ": removed from the job, which goes on with " +
-                           std::to_string(still) + (still == 1 ? " rank" : " ranks");
+  std::string text = "worker " + names_[rank] + " (rank " + std::to_string(rank) + ") " + why +
+                     ": removed from the job, which goes on with " + std::to_string(still) +
+                     (still == 1 ? " rank" : " ranks");
+  if (shrinks_) text += " (training.on_worker_loss shrink: its rounds average over them)";
   agg::ControlMessage gone_message;
   gone_message.kind = agg::ControlKind::kWorkerGone;
   gone_message.rank = rank;
@@ -270,7 +286,7 @@ void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tenso
 
 std::vector<ControlPlane::MembershipChange> ControlPlane::take_membership_st() {
   MERCURY_OWNED(owner_);
-  if (!asynchronous_) return {};
+  if (!asynchronous_ && !shrinks_) return {};
   return std::exchange(changes_, {});
 }
 
@@ -374,9 +390,10 @@ ControlVerdict ControlPlane::on_barrier(uint16_t rank, const agg::ControlMessage
 uint64_t ControlPlane::barrier_needs(uint64_t generation) const {
   const uint64_t all = workers() >= 64 ? ~uint64_t{0} : (uint64_t{1} << workers()) - 1;
   // Under BSP every rank (one that left holds the job's last barrier up,
-  // as before); an asynchronous job's only those still in it, and a rank
-  // that joined from the generation it was given on.
-  if (!asynchronous_) return all;
+  // as before) but those removed from a job that shrank; an asynchronous
+  // job's only those still in it, and a rank that joined from the
+  // generation it was given on.
+  if (!asynchronous_) return all & ~removed_;
   uint64_t needs = all & ~(left_ | removed_);
   for (uint32_t r = 0; r < workers(); ++r) {
     if (joined_at_[r] > generation) needs &= ~(uint64_t{1} << r);

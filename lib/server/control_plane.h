@@ -28,7 +28,10 @@
 //    incarnation included, is answered kRefused naming it.
 //    In the asynchronous modes (`asynchronous`) no rank waits for another's
 //    gradients: a lost or restarted rank is removed from the job instead
-//    (docs/membership.md), as is one that left. Every other rank still in
+//    (docs/membership.md), as is one that left. A BSP job that shrinks
+//    (`shrinks`, training.on_worker_loss shrink) removes a lost or
+//    restarted rank the same way, but rank 0 (the job ends, as above), and
+//    refuses its new process alone; a rank that left stays needed. Every other rank still in
 //    the job is told (kWorkerGone), the node's shards are told
 //    (take_membership_st), and barriers complete without it. A new process
 //    of a removed rank joins: its declare's list is checked against the
@@ -115,9 +118,13 @@ class ControlPlane {
   /// (job::placement_options): the server computes the same placement.
   /// `asynchronous`: the job's sync mode needs no rank to apply another's
   /// gradients (asp, ssp, psplus), so a lost rank is removed, not fatal.
+  /// `shrinks` (BSP only: training.on_worker_loss shrink): a lost or
+  /// restarted rank but rank 0 is removed as in an asynchronous job, its
+  /// new process refused alone; the shards' sets then need the other ranks
+  /// only (take_membership_st).
   ControlPlane(std::vector<std::string> rank_names, uint32_t job_shards, bool runs_barrier,
                Starter start, Tick now, agg::PlacementOptions placement = {},
-               bool asynchronous = false);
+               bool asynchronous = false, bool shrinks = false);
 
   /// A message from `rank` (< workers()), as the transport delivered it.
   ControlVerdict on_message_st(uint16_t rank, agg::ControlMessage m, Tick now);
@@ -140,14 +147,16 @@ class ControlPlane {
   /// The ranks that left (bit r: rank r sent kLeave while running).
   [[nodiscard]] uint64_t left() const { return left_; }
   [[nodiscard]] bool has_left(uint32_t rank) const { return (left_ >> rank & 1) != 0; }
-  /// The ranks removed from an asynchronous job (lost or restarted; bit r).
+  /// The ranks removed from an asynchronous job or a BSP job that shrank
+  /// (lost or restarted; bit r).
   [[nodiscard]] uint64_t removed() const { return removed_; }
   /// Whether `rank` is out of the job: it left or was removed. Such a rank
   /// is sent nothing more and its liveness is not checked.
   [[nodiscard]] bool gone(uint32_t rank) const { return ((left_ | removed_) >> rank & 1) != 0; }
-  /// Asynchronous jobs: a rank that went out of the job (removed, or
-  /// left), whose state the node's shards must drop (Shard::remove_rank_st),
-  /// or a new process of one that joined (Shard::join_rank_st).
+  /// Asynchronous jobs and BSP jobs that shrink: a rank that went out of
+  /// the job (removed, or in an asynchronous job left), whose state the
+  /// node's shards must drop (Shard::remove_rank_st), or a new process of
+  /// one that joined (asynchronous: Shard::join_rank_st).
   struct MembershipChange {
     uint16_t rank = 0;
     bool joined = false;
@@ -230,6 +239,7 @@ class ControlPlane {
   uint64_t barrier_floor_ = 0;                    // every generation below is complete
   uint64_t left_ = 0;                             // bit r: rank r left while running
   bool asynchronous_ = false;                     // a lost rank is removed, not fatal
+  bool shrinks_ = false;                          // BSP: a lost rank but 0 is removed
   uint64_t removed_ = 0;                          // bit r: rank r removed (lost, restarted)
   std::vector<MembershipChange> changes_;         // for the shards, not taken yet
   std::vector<uint64_t> joined_at_;               // per rank: first barrier generation it needs

@@ -71,7 +71,7 @@ std::vector<std::string> names(uint32_t n) {
 // Starter records the placement it was given (or fails with `fail`).
 struct Plane {
   explicit Plane(uint32_t workers, uint32_t shards = 2, bool server0 = true, std::string fail = "",
-                 bool asynchronous = false)
+                 bool asynchronous = false, bool shrinks = false)
       : cp(
             names(workers), shards, server0,
             [this, fail](const agg::Placement& p) {
@@ -79,7 +79,7 @@ struct Plane {
               started_with = &p;
               return fail;
             },
-            kT0, {}, asynchronous) {}
+            kT0, {}, asynchronous, shrinks) {}
   // Every rank declares the same list, at `t`.
   void declare_all(uint32_t workers, uint64_t t) {
     for (uint32_t r = 0; r < workers; ++r) {
@@ -682,6 +682,94 @@ TEST(ControlPlaneMembership, AJoinedRankTakesPartInBarriersFromTheGenerationItWa
   p.cp.on_message_st(2, barrier(2, 4), 13);
   EXPECT_EQ(p.cp.take_replies_st().size(), 3u);
   EXPECT_EQ(p.cp.counters().barriers_completed, 5u);
+}
+
+// A BSP job that shrinks (training.on_worker_loss shrink): running, 4 ranks.
+struct ShrinkPlane : Plane {
+  explicit ShrinkPlane(uint32_t workers) : Plane(workers, 2, true, "", false, true) {
+    declare_all(workers, 1);
+    cp.take_replies_st();
+  }
+};
+
+TEST(ControlPlaneShrink, ALostRankIsRemovedEveryOtherRankToldAndTheShardsToo) {
+  ShrinkPlane p(4);
+  // Ranks 0, 1 and 3 wait in a barrier; rank 2 is lost: the barrier completes.
+  for (uint16_t r : {0, 1, 3})
+    EXPECT_EQ(p.cp.on_message_st(r, barrier(r, 6), 10), ControlVerdict::kTaken);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  p.cp.on_worker_lost_st(2, 50);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.removed(), 0b0100u);
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerGone},
+                                      {1, ControlKind::kWorkerGone},
+                                      {3, ControlKind::kWorkerGone},
+                                      {0, ControlKind::kBarrierDone},
+                                      {1, ControlKind::kBarrierDone},
+                                      {3, ControlKind::kBarrierDone}}));
+  const std::string text =
+      "worker w2 (rank 2) stopped answering and its transport gave up on it "
+      "(network.peer_timeout_ms): removed from the job, which goes on with 3 ranks "
+      "(training.on_worker_loss shrink: its rounds average over them)";
+  EXPECT_EQ(r[0].message.text, text);
+  EXPECT_TRUE(r[0].message.lost);
+  EXPECT_EQ(p.cp.take_notices_st(), std::vector<std::string>{text});
+  using C = ControlPlane::MembershipChange;
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{2, false}}));
+  EXPECT_EQ(p.cp.counters().workers_lost, 1u);
+  EXPECT_EQ(p.cp.counters().workers_removed, 1u);
+  // Later generations need the three others only.
+  for (uint16_t r3 : {0, 1})
+    EXPECT_EQ(p.cp.on_message_st(r3, barrier(r3, 7), 60), ControlVerdict::kTaken);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.on_message_st(3, barrier(3, 7), 61), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.take_replies_st().size(), 3u);
+}
+
+TEST(ControlPlaneShrink, ARestartRemovesTheRankAndItsNewProcessIsRefusedAlone) {
+  ShrinkPlane p(3);
+  p.cp.on_worker_restarted_st(1, 10);
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.removed(), 0b010u);
+  EXPECT_EQ(p.cp.take_replies_st().size(), 2u);  // kWorkerGone to ranks 0 and 2
+  EXPECT_EQ(p.cp.counters().workers_restarted, 0u);
+  EXPECT_EQ(p.cp.on_message_st(1, declare(1), 11), ControlVerdict::kTaken);
+  expect_refused_alone(p.cp.take_replies_st(), 1,
+                       "server: worker w1 (rank 1) was removed from the job "
+                       "(training.on_worker_loss shrink): a BSP job that shrank does not take a "
+                       "rank back");
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  // A declare whose restart went unseen removes the rank, and is refused.
+  EXPECT_EQ(p.cp.on_message_st(2, declare(2), 12), ControlVerdict::kTaken);
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(p.cp.take_replies_st()),
+            (std::vector<K>{{0, ControlKind::kWorkerGone}, {2, ControlKind::kRefused}}));
+  using C = ControlPlane::MembershipChange;
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{1, false}, {2, false}}));
+  EXPECT_EQ(p.cp.counters().workers_removed, 2u);
+  EXPECT_EQ(p.cp.counters().workers_joined, 0u);
+  // The last rank still in leaves: the job is done.
+  EXPECT_EQ(p.cp.on_message_st(0, leave(0), 13), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.state(), NodeState::kFinished);
+}
+
+TEST(ControlPlaneShrink, LosingRank0EndsTheJob) {
+  ShrinkPlane p(3);
+  p.cp.on_worker_lost_st(0, 50);
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(p.cp.removed(), 0u);
+  EXPECT_TRUE(p.cp.take_membership_st().empty());
+  expect_refused_to_every_rank(
+      p.cp.take_replies_st(), 3,
+      "worker w0 (rank 0) stopped answering and its transport gave up on it "
+      "(network.peer_timeout_ms): the job cannot continue without its gradients (a job shrinks "
+      "without any rank but rank 0)");
+  ShrinkPlane q(3);
+  q.cp.on_worker_restarted_st(0, 50);
+  EXPECT_EQ(q.cp.state(), NodeState::kRefused);
+  EXPECT_EQ(q.cp.counters().workers_restarted, 1u);
 }
 
 TEST(ControlPlane, ConstructionRefusesNoRanksTooManyOrNoShards) {

@@ -43,6 +43,7 @@ enum class ServerDrop : uint8_t {
   kInitResumed,     ///< a kInit packet in a job that resumes from rank 0's checkpoint
   kFromPartner,     ///< from the other node of a standby pair: not a replica a standby takes
   kNotPromoted,     ///< a gradient or init packet at a standby not promoted (its server serves)
+  kRemovedRank,     ///< a gradient from a rank removed from a BSP job that shrank
   kCount,
 };
 inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
@@ -64,7 +65,7 @@ std::string_view server_drop_name(ServerDrop d);
   X(eager_sent, "newest versions sent eagerly (psplus's; a joining rank's first pull)")            \
   X(staleness_sum, "async: versions between a gradient's base and the update that applied it")     \
   X(stale_updates, "async: updates applied to a newer version than their gradient came from")      \
-  X(removed_dropped, "async: copies owed to a rank that left the job, dropped")                    \
+  X(removed_dropped, "copies owed to a rank that left the job, dropped")                           \
   X(join_owed, "async: chunks owed to a rank that joined the job (its first pull)")                \
   /* A hot standby (server/replica.h). */                                                          \
   X(replica_bytes, "primary: bytes of chunk state queued to the standby")                          \
@@ -96,7 +97,7 @@ struct ShardCounters {
   X(replies, "answers the control plane produced (each queued, or a reply_not_queued)") \
   X(workers_lost, "ranks the transport declared dead while running")                    \
   X(workers_restarted, "jobs ended by a rank that restarted while running")             \
-  X(workers_removed, "async: ranks removed from the job (lost, restarted)")             \
+  X(workers_removed, "ranks removed from the job (lost, restarted; async, bsp shrink)") \
   X(workers_joined, "async: new processes of removed ranks that joined the job")        \
   X(leaves, "kLeave messages taken (a worker stopping)")                                \
   X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")       \

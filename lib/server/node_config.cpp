@@ -56,6 +56,7 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   c.sync_policy = [training = job.training] { return job::sync_policy(training); };
   c.fanout = fanout_rule(job.training.sync);
   c.staleness_bound = job.training.staleness_bound;
+  c.shrink = job.training.on_worker_loss == config::OnWorkerLoss::kShrink;
   c.unit_chunks = job::store_forward_unit(job);
   c.placement = job::placement_options(job);
   c.layout = job::shard_layout(job);

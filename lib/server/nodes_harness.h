@@ -56,6 +56,7 @@ inline const std::vector<agg::TensorDecl> kModel = {
 struct Options {
   uint32_t workers = 4;
   config::Sync sync = config::Sync::kBsp;
+  bool shrink = false;           // training.on_worker_loss shrink (bsp)
   net::MemoryLinkParams impair;  // every link, both ways (seeds differ per link)
   std::vector<agg::TensorDecl> model = kModel;
   uint32_t odd_rank = UINT32_MAX;  // declares a different fc.weight
@@ -98,6 +99,7 @@ class Nodes {
     sc.fanout = o.sync == config::Sync::kBsp      ? server::Fanout::kEvery
                 : o.sync == config::Sync::kPsPlus ? server::Fanout::kEveryVersion
                                                   : server::Fanout::kContributor;
+    sc.shrink = o.shrink;
     sc.layout = job::ShardLayout::of({kShards});
     sc.endpoint = endpoint(7, 0);
     server_ = std::make_unique<server::ServerNode>(server_ports, workers, sc, g_now.load());

@@ -1,7 +1,8 @@
 // Membership on the node layer, without EAL (the harness of nodes_test.cpp):
 // a worker process restarted in an asynchronous job joins it with every
-// chunk's newest version and pushes on, and a new process with another
-// tensor list is refused alone (docs/membership.md).
+// chunk's newest version and pushes on, a new process with another tensor
+// list is refused alone, and a BSP job that shrinks goes on without a lost
+// rank, bit for bit as documented (docs/membership.md).
 #include "server/nodes_harness.h"
 
 namespace mercury {
@@ -122,6 +123,63 @@ TEST(NodesMembership, AJoinWithAnotherTensorListIsRefusedAlone) {
   const server::ServerCounters c = job.server().counters_st();
   EXPECT_EQ(c.control.workers_joined, 0u);
   EXPECT_EQ(c.control.workers_removed, 1u);
+}
+
+// training.on_worker_loss shrink: rank 3 of 4 dies in round 2 after the
+// server took its gradients of tensors 0 and 1. Those sets keep them (an
+// average over 4), tensors 2 and 3 average over the 3 others, and every
+// later round too; every survivor holds that, bit for bit.
+TEST(NodesMembership, ABspJobShrinksWithoutALostRank) {
+  std::vector<std::vector<float>> reference;
+  Nodes job({.workers = 4, .shrink = true});
+  ASSERT_EQ(job.start(reference), "");
+  std::mt19937 rng(23);
+  ASSERT_EQ(job.round(reference, rng), "");  // version 1, over 4
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (uint32_t r = 0; r < 4; ++r) {
+    for (auto& g : job.rank(r).grads) {
+      for (float& x : g) x = dist(rng);
+    }
+  }
+  // The round's reference: tensors 0 and 1 over the 4 ranks, 2 and 3 over 0..2.
+  for (size_t t = 0; t < reference.size(); ++t) {
+    const uint32_t n = t < 2 ? 4 : 3;
+    const float inv_n = 1.0f / static_cast<float>(n);
+    for (size_t i = 0; i < reference[t].size(); ++i) {
+      float s = job.rank(0).grads[t][i];
+      for (uint32_t k = 1; k < n; ++k) s = s + job.rank(k).grads[t][i];
+      reference[t][i] = reference[t][i] - kLr * (s * inv_n);
+    }
+  }
+  Rank& dying = job.rank(3);
+  std::vector<worker::Handle> hs = {dying.api().push(0, dying.grads[0]),
+                                    dying.api().push(1, dying.grads[1])};
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
+  job.kill(3);
+  hs.clear();
+  for (uint32_t r = 0; r < 3; ++r) {
+    Rank& k = job.rank(r);
+    for (uint32_t t = 0; t < k.params.size(); ++t) {
+      hs.push_back(k.api().push_pull(t, k.grads[t], k.params[t]));
+    }
+  }
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
+  EXPECT_EQ(job.compare(reference, "the round of the loss"), "");
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
+  EXPECT_EQ(c.control.workers_lost, 1u);
+  EXPECT_EQ(c.control.workers_removed, 1u);
+  // Later rounds average over the 3 (Nodes::round over the ranks left).
+  for (int round = 0; round < 2; ++round) ASSERT_EQ(job.round(reference, rng), "");
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(job.rank(r).api().stats().workers_removed, 1u) << r;
+    for (uint32_t t = 0; t < job.rank(r).params.size(); ++t) {
+      EXPECT_EQ(job.rank(r).api().version(t), 4u) << r << " " << t;
+    }
+  }
+  EXPECT_EQ(job.server().counters_st().table.rejected(), 0u);
 }
 
 }  // namespace

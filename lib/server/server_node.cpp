@@ -118,7 +118,7 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
   control_.emplace(
       rank_name_, total_shards_, config.server_index == 0,
       [this](const agg::Placement& p) { return start_shards(p); }, now, config.placement,
-      config.fanout != Fanout::kEvery);
+      config.fanout != Fanout::kEvery, config.shrink);
   job_state_.emplace([this](uint32_t slot, ShardTask& t) { submit_task_st(slot, t); });
   if (config.checkpoints.enabled) {
     checkpoints_ = std::make_unique<CheckpointSources>();
@@ -150,6 +150,11 @@ void ServerNode::check_config(uint32_t workers) const {
     // (bsp); a quorum of 1 needs the asynchronous rules' snapshots.
     throw std::invalid_argument("server: training.sync " + std::string(policy->name()) +
                                 " does not match the fan-out rule");
+  }
+  if (config_.shrink && (config_.fanout != Fanout::kEvery || config_.unit_chunks != 0 ||
+                         config_.standby != Standby::kNone)) {
+    throw std::invalid_argument(
+        "server: training.on_worker_loss shrink needs bsp with chunk aggregation and no standby");
   }
   if (config_.standby != Standby::kNone) {
     if (!config_.shard_lcores.empty()) {
@@ -397,6 +402,7 @@ void ServerNode::sync_state_st() {
     for (net::PacketPort* p : ports_) p->start_link_schedule_st(now_);
   }
   any_left_ = control_->left() != 0;
+  if (config_.shrink) removed_bsp_ = control_->removed();
   placement_ = control_->placement();
   if (const auto changes = control_->take_membership_st(); !changes.empty()) {
     change_membership_st(changes);
@@ -555,6 +561,12 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kAfterLeave);
     return false;
   }
+  if (removed_bsp_ != 0 && (removed_bsp_ >> rank & 1) != 0) {
+    // Removed from a BSP job that shrank: its sets complete without it
+    // from the removal on (docs/membership.md).
+    count(ServerDrop::kRemovedRank);
+    return false;
+  }
   const int32_t slot = slot_of_st(h.block_key);
   if (slot < 0) return false;
   PortFlow& flow = flow_[port];
@@ -702,7 +714,7 @@ void ServerNode::check_liveness_st() {
   }
   // Under BSP every other rank waits for this one's gradients: the control
   // plane ends the job for all of them, with the reason. An asynchronous
-  // job goes on without it (docs/membership.md).
+  // job, or a BSP job that shrinks, goes on without it (docs/membership.md).
   control_->on_worker_lost_st(static_cast<uint16_t>(*lost), now_);
   sync_state_st();
   send_replies_st();

@@ -116,6 +116,11 @@ struct ServerNodeConfig {
   /// training.staleness_bound: while a worker is that far ahead of the
   /// slowest clock, kSlowest (ssp) holds its answers (SspAnswers).
   uint32_t staleness_bound = 0;
+  /// training.on_worker_loss shrink (BSP only): a lost or restarted rank
+  /// but rank 0 is removed and the job goes on with the others
+  /// (docs/membership.md, "A BSP job that shrinks"). Construction refuses
+  /// it with another fan-out rule, store-and-forward or a standby.
+  bool shrink = false;
   /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = two per chunk.
   uint64_t snapshots = 0;
   /// training.aggregation: 0 sends each updated chunk at once (chunk);
@@ -433,7 +438,8 @@ class ServerNode final : private node::ControlChannel::Handler {
   // control plane's answers sent.
   void sync_state_st();
   void send_replies_st();
-  // Each rank that went out of an asynchronous job or joined it, in order:
+  // Each rank that went out of an asynchronous job (or a BSP job that
+  // shrinks) or joined it, in order:
   // a kRemove or kJoin task to every shard, run on its thread
   // (Shard::remove_rank_st, join_rank_st; docs/membership.md).
   void change_membership_st(const std::vector<ControlPlane::MembershipChange>& changes);
@@ -448,7 +454,8 @@ class ServerNode final : private node::ControlChannel::Handler {
   // every control-plane call, sync_state_st()).
   bool running_ = false;
   bool link_schedule_started_ = false;
-  bool any_left_ = false;  // a rank left: under BSP no push can be aggregated any more
+  bool any_left_ = false;     // a rank left: under BSP no push can be aggregated any more
+  uint64_t removed_bsp_ = 0;  // ranks removed from a BSP job that shrank: their pushes dropped
   const agg::Placement* placement_ = nullptr;
   // A push came after a leave: rank + 1 (0: none), ended by the control poller.
   uint32_t push_after_leave_ = 0;

@@ -195,6 +195,7 @@ void Shard::fanout_chunk_st(uint32_t key, uint32_t offset, uint32_t bytes, const
                             uint32_t version, uint8_t priority) {
   for (size_t r = 0; r < fanout_.size(); ++r) {
     const auto rank = static_cast<uint16_t>(r);
+    if ((live_ >> r & 1) == 0) continue;  // removed from a job that shrank
     if (send_st(rank, data, bytes, key, offset, version, priority)) continue;
     ++counters_.fanout_refused;
     defer_st(Deferred{key, offset, version, rank, priority, 0});
@@ -429,9 +430,12 @@ uint32_t Shard::retry_fanout_st() {
 
 void Shard::remove_rank_st(uint16_t rank) {
   MERCURY_OWNED(owner_);
-  if (rule_ == Fanout::kEvery || rank >= fanout_.size() || (live_ >> rank & 1) == 0) return;
+  if (rank >= fanout_.size() || (live_ >> rank & 1) == 0) return;
   live_ &= ~(uint64_t{1} << rank);
+  // BSP (a job that shrinks): the sets that hold every other rank's
+  // contribution complete now and go to the ranks still in the job.
   table_->remove_rank(rank);
+  if (rule_ == Fanout::kEvery) return;
   // Its deferred slices go when the backlog reaches them (retry_fanout_st).
   {
     // The eager copies it is owed (psplus's, or a first pull it had not

@@ -184,14 +184,16 @@ class Shard final : public agg::ChunkSink {
   /// initial values do, at its version. Control path.
   void run_task_st(ShardTask& task);
 
-  /// Rank `rank` left the job (docs/membership.md; asynchronous modes, on
-  /// the shard's thread through a kRemove task): nothing more is sent to it
-  /// (its deferred slices, owed SSP answers and owed PS+ copies are dropped,
-  /// counted in removed_dropped), the slowest clock leaves it out
+  /// Rank `rank` left the job (docs/membership.md; on the shard's thread
+  /// through a kRemove task): nothing more is sent to it (its deferred
+  /// slices, owed SSP answers and owed PS+ copies are dropped, counted in
+  /// removed_dropped). Asynchronous modes: the slowest clock leaves it out
   /// (agg::ChunkTable::remove_rank), and the SSP answers that clock now
-  /// lets go are sent. Its contributions still in flight apply as before.
-  /// Under BSP nothing changes (the job ends instead). Control path: a scan
-  /// of the shard's chunks.
+  /// lets go are sent; its contributions still in flight apply as before.
+  /// BSP (training.on_worker_loss shrink): every set from now on needs the
+  /// other ranks only, and the sets that hold all of theirs complete now
+  /// (agg::ChunkTable::remove_rank: a contribution of the rank a set holds
+  /// counts). Control path: a scan of the shard's chunks.
   void remove_rank_st(uint16_t rank);
   /// A new process of removed rank `rank` joined the job (docs/membership.md;
   /// asynchronous modes, through a kJoin task): it is sent updates again,
