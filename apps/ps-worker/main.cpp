@@ -31,12 +31,15 @@
 // bit for bit. Either trainer can make one rank a straggler (--straggler
 // RANK,F: that rank's compute takes F times longer).
 //
-// With --lose RANK,ROUND,K (a job with training.on_worker_loss shrink) the
-// rank RANK kills itself (SIGKILL) in round ROUND once the servers have its
-// gradients of the first K tensors it pushes; the others check that round
-// and every later one against the shrinking job's documented average
-// (docs/membership.md): those K tensors over every rank, the rest and every
-// later round over the ranks left.
+// With --lose RANK,ROUND,K (a job with training.on_worker_loss shrink or
+// wait) the rank RANK kills itself (SIGKILL) in round ROUND once the servers
+// have its gradients of the first K tensors it pushes. Under shrink the
+// others check that round and every later one against the shrinking job's
+// documented average (docs/membership.md): those K tensors over every rank,
+// the rest and every later round over the ranks left. Under wait a new
+// process of the rank (started by whoever runs the job) joins at the round
+// in progress: it checks the parameters it joined with against its replay,
+// and every rank checks every round against the unbroken run.
 //
 // With --dtype bfloat16 or float16 (or mixed: the tensors take float32,
 // bfloat16 and float16 in turn) the synthetic and the free-running rounds
@@ -254,11 +257,13 @@ int run(const Options& o) {
     if (free || !o.trace.empty() || o.verify != "every") {
       throw std::runtime_error("--lose goes with the synthetic bsp rounds and --verify every");
     }
-    if (job.training.on_worker_loss != config::OnWorkerLoss::kShrink) {
+    if (job.training.on_worker_loss == config::OnWorkerLoss::kFail) {
       throw std::runtime_error(
-          "--lose needs training.on_worker_loss shrink (otherwise the job ends with the rank)");
+          "--lose needs training.on_worker_loss shrink or wait (under fail the job ends with "
+          "the rank)");
     }
-    if (r == 0 || r >= job.workers().size()) {
+    if (r >= job.workers().size() ||
+        (r == 0 && job.training.on_worker_loss == config::OnWorkerLoss::kShrink)) {
       throw std::runtime_error("--lose: rank " + std::to_string(r) + " is not one of 1.." +
                                std::to_string(job.workers().size() - 1) +
                                " (a job shrinks without any rank but rank 0)");
@@ -394,8 +399,11 @@ int run(const Options& o) {
   // clock, and the rounds go on from there.
   const uint32_t first_round = w.start_version();
   // A process that joined a running asynchronous job in place of a removed
-  // rank (docs/membership.md) holds the newest versions, not rank 0's.
+  // rank (docs/membership.md) holds the newest versions, not rank 0's; one
+  // that joined a BSP job (on_worker_loss wait) holds the version of the
+  // round in progress, start_version(): replayed and checked as a resume.
   const std::optional<uint32_t> joined = w.joined_version();
+  const bool joined_async = joined && !bsp;
   trainer::Floats avg, other;  // the reference's scratch, grown once to the largest tensor
   std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
   // The reference at `version`: the initial values and the rounds before it.
@@ -423,7 +431,9 @@ int run(const Options& o) {
   // Under psplus the servers send every version to every worker: a rank that
   // starts later may already hold a newer version than 0 (checked at the end).
   const bool eager = job.training.sync == config::Sync::kPsPlus;
-  for (size_t k = 0; k < decls.size() && !eager && !unchecked && !joined; ++k) wrong += !exact(k);
+  for (size_t k = 0; k < decls.size() && !eager && !unchecked && !joined_async; ++k) {
+    wrong += !exact(k);
+  }
   const std::string which =
       joined             ? "joined the running job at version " + std::to_string(*joined) + ":"
       : first_round == 0 ? std::string("initial")
@@ -431,7 +441,7 @@ int run(const Options& o) {
   std::printf("%s: rank %u of %u, %zu tensors (%.1f MB), started in %.2f s: %s parameters %s\n",
               o.node.c_str(), rank, n, decls.size(), static_cast<double>(model_bytes) / 1e6,
               start_s, which.c_str(),
-              joined       ? "the newest (not checked)"
+              joined_async ? "the newest (not checked)"
               : eager      ? "in (psplus: version 0 or newer)"
               : unchecked  ? "not checked (--verify none)"
               : wrong == 0 ? "exact"
@@ -506,8 +516,10 @@ int run(const Options& o) {
   // the backward order: the last tensors) over every rank, the rest without
   // it; after it, without it.
   const uint64_t every = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+  const bool shrinks = job.training.on_worker_loss == config::OnWorkerLoss::kShrink;
   auto ranks_of = [&](uint32_t round, size_t k) {
-    if (lose_rank == UINT32_MAX || round < lose_round) return every;
+    // A job that waits for the rank's new process is the unbroken run.
+    if (lose_rank == UINT32_MAX || !shrinks || round < lose_round) return every;
     if (round == lose_round && k >= decls.size() - lose_after) return every;
     return every & ~(uint64_t{1} << lose_rank);
   };

@@ -63,7 +63,8 @@ times per worker; --kill acts in a worker's first process only): under asp, ssp 
 psplus the new process joins the running job with every chunk's newest version and
 goes on from global step joined_version // W (the versions W ranks' steps make, one
 per rank and step: an underestimate while the rank was out) of its own batches, to
-the end of its epochs (docs/membership.md, "Joining").
+the end of its epochs (docs/membership.md, "Joining"); under bsp with
+training.on_worker_loss wait it joins at the step in progress, joined_version.
 
 What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"), the
 same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches
@@ -450,8 +451,10 @@ def train(args, node: str = "") -> int:
         if net.joined_version is not None:
             # A new process of a removed rank joined the running job: it goes on from the
             # step the versions it joined at stand for (each rank's step makes one
-            # version of every chunk).
-            joined_step = min(net.joined_version // workers, args.epochs * steps_per_epoch)
+            # version of every chunk; under bsp, with on_worker_loss wait, every step
+            # one: it joined at the step in progress).
+            per_step = 1 if worker.sync == "bsp" else workers
+            joined_step = min(net.joined_version // per_step, args.epochs * steps_per_epoch)
             print(f"{node}: joined the running job at version {net.joined_version}: "
                   f"going on from step {joined_step} (epoch {joined_step // steps_per_epoch + 1}"
                   f", batch {joined_step % steps_per_epoch})", flush=True)

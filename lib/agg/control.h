@@ -115,8 +115,9 @@ struct ControlMessage {
   /// kDeclare of rank 0: the job resumes from rank 0's kStateSeed pages at
   /// `version` instead of starting from its kInit packets at version 0.
   bool seeded = false;
-  /// kDeclare (seeded), kReady, kJoined: the version the job starts at; kSettings:
-  /// the first version whose update uses `values`.
+  /// kDeclare (seeded), kReady, kJoined: the version the job starts at (kJoined
+  /// under BSP: the iteration in progress, docs/membership.md); kSettings: the
+  /// first version whose update uses `values`.
   uint32_t version = 0;
   uint64_t sequence = 0;         ///< kSettings .. kStateSeeded: the request's number
   Hyperparameters values;        ///< kSettings

@@ -126,8 +126,9 @@ enum class StalenessLr : uint8_t { kInverse, kInverseSqrt, kNone };
 /// scheduler) only once all of it is (the classical PS's store-and-forward).
 enum class Aggregation : uint8_t { kChunk, kTensor };
 /// What a BSP job does when a worker is lost (`training.on_worker_loss`):
-/// end (kFail), or go on without it (kShrink, docs/membership.md); kWait
-/// is refused by the loader (not built).
+/// end (kFail), go on without it (kShrink), or hold the round until its new
+/// process joins (kWait, at most `training.worker_wait_s`;
+/// docs/membership.md).
 enum class OnWorkerLoss : uint8_t { kFail, kWait, kShrink };
 
 /// What a worker does when liveness names a server lost
@@ -229,6 +230,9 @@ struct TrainingConfig {
   Aggregation aggregation = Aggregation::kChunk;
   /// bsp only: a lost worker ends the job.
   OnWorkerLoss on_worker_loss = OnWorkerLoss::kFail;
+  /// on_worker_loss wait: how long the round waits for a lost rank's new
+  /// process before the job ends as under fail (seconds, > 0).
+  double worker_wait_s = 60;
   Optimizer optimizer = Optimizer::kSgd;
   double learning_rate = 0.01;
   double momentum = 0.9;

@@ -139,6 +139,7 @@ JobConfig load_string(std::string_view yaml, std::string_view source_name) {
   detail::parse_nodes(root, job);
   detail::parse_checkpoint(root, job);
   detail::parse_server_loss(root, job);
+  detail::check_worker_loss(root, job);
   return job;
 }
 

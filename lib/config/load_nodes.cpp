@@ -45,10 +45,10 @@ void check_standbys(JobConfig& job, const std::vector<NodeSource>& sources) {
           "a standby needs training.aggregation chunk: each chunk's update is replicated "
           "before it goes out");
     }
-    if (job.training.on_worker_loss == OnWorkerLoss::kShrink) {
-      key.fail(
-          "a standby with training.on_worker_loss shrink is not built: a promoted "
-          "standby would not know which ranks were removed");
+    if (job.training.on_worker_loss != OnWorkerLoss::kFail) {
+      key.fail(std::string("a standby with training.on_worker_loss ") +
+               (job.training.on_worker_loss == OnWorkerLoss::kWait ? "wait" : "shrink") +
+               " is not built: a promoted standby would not know which ranks were lost");
     }
     for (const NodeConfig* pair : {static_cast<const NodeConfig*>(&n), standby}) {
       const NodeSource& ps = sources[pair->index];

@@ -185,11 +185,25 @@ void parse_link(const Section& root, LinkConfig& link) {
   }
 }
 
+// The training section's keys (on_worker_loss is checked against the nodes
+// by check_worker_loss, once they are known).
+#define MERCURY_TRAINING_KEYS                                                                    \
+  {                                                                                              \
+    "sync", "staleness_bound", "staleness_lr", "aggregation", "on_worker_loss", "worker_wait_s", \
+        "optimizer", "learning_rate", "momentum", "beta1", "beta2", "epsilon", "weight_decay"    \
+  }
+
+namespace {
+
+// training.on_worker_loss as the job file spells it.
+const char* loss_name(OnWorkerLoss l) {
+  return l == OnWorkerLoss::kWait ? "wait" : l == OnWorkerLoss::kShrink ? "shrink" : "fail";
+}
+
+}  // namespace
+
 void parse_training(const Section& root, TrainingConfig& t) {
-  Section s = optional_section(
-      root, "training",
-      {"sync", "staleness_bound", "staleness_lr", "aggregation", "on_worker_loss", "optimizer",
-       "learning_rate", "momentum", "beta1", "beta2", "epsilon", "weight_decay"});
+  Section s = optional_section(root, "training", MERCURY_TRAINING_KEYS);
   const std::optional<Value> sync = s.get("sync");
   if (sync) {
     t.sync = sync->choice<Sync>(
@@ -243,16 +257,17 @@ void parse_training(const Section& root, TrainingConfig& t) {
     t.on_worker_loss = v->choice<OnWorkerLoss>({{"fail", OnWorkerLoss::kFail},
                                                 {"wait", OnWorkerLoss::kWait},
                                                 {"shrink", OnWorkerLoss::kShrink}});
-    if (t.on_worker_loss == OnWorkerLoss::kWait) {
-      // The restarted process would have to join the round in progress and
-      // push its gradient again (docs/membership.md, "Not built").
-      v->fail("wait is not built: fail (the job ends) or shrink (it goes on without the rank)");
+    if (t.on_worker_loss != OnWorkerLoss::kFail && t.aggregation != Aggregation::kChunk) {
+      v->fail(std::string(loss_name(t.on_worker_loss)) +
+              " needs training.aggregation chunk (a store-and-forward unit is not built to go "
+              "on without a rank)");
     }
-    if (t.on_worker_loss == OnWorkerLoss::kShrink && t.aggregation != Aggregation::kChunk) {
-      v->fail(
-          "shrink needs training.aggregation chunk (a store-and-forward unit is not built "
-          "to complete without a rank)");
+  }
+  if (auto v = s.get("worker_wait_s")) {
+    if (t.on_worker_loss != OnWorkerLoss::kWait) {
+      v->fail("only used with training.on_worker_loss wait");
     }
+    t.worker_wait_s = positive(*v);
   }
   if (t.sync != Sync::kBsp && t.optimizer == Optimizer::kSum) {
     // Sum-only averages a BSP set for the trainer's own optimizer; an
@@ -338,6 +353,19 @@ void parse_checkpoint(const Section& root, JobConfig& job) {
   if (keep) c.keep = static_cast<uint32_t>(keep->integer(1, 1000));
 }
 
+void check_worker_loss(const Section& root, JobConfig& job) {
+  if (job.training.on_worker_loss != OnWorkerLoss::kWait) return;
+  Section s = optional_section(root, "training", MERCURY_TRAINING_KEYS);
+  const size_t servers = job.servers().size();
+  if (servers > 1) {
+    // The round in progress is the least version over every chunk, which
+    // one server node knows alone (docs/membership.md, "A BSP job that waits").
+    s.require("on_worker_loss")
+        .fail("wait with " + std::to_string(servers) +
+              " server nodes is not built: one server node only");
+  }
+}
+
 void parse_server_loss(const Section& root, JobConfig& job) {
   Section s = optional_section(root, "network", MERCURY_NETWORK_KEYS);
   NetworkConfig& net = job.network;
@@ -353,12 +381,12 @@ void parse_server_loss(const Section& root, JobConfig& job) {
     net.server_wait_s = positive(*v);
   }
   if (net.on_server_loss != OnServerLoss::kWait) return;
-  if (job.training.on_worker_loss == OnWorkerLoss::kShrink) {
+  if (job.training.on_worker_loss != OnWorkerLoss::kFail) {
     // The server started again from its checkpoint knows nothing of the
-    // ranks removed: it would wait for their declarations.
-    loss->fail(
-        "wait with training.on_worker_loss shrink is not built: a server started again "
-        "would wait for the removed ranks");
+    // ranks removed or waited for.
+    loss->fail("wait with training.on_worker_loss " +
+               std::string(loss_name(job.training.on_worker_loss)) +
+               " is not built: a server started again knows nothing of the lost ranks");
   }
   // What a worker waits for: its server started again with --resume, the
   // same versions for every rank to roll back to.

@@ -31,6 +31,8 @@ void parse_training(const Section& root, TrainingConfig& t);
 void parse_checkpoint(const Section& root, JobConfig& job);
 /// network.on_server_loss and server_wait_s; after parse_checkpoint.
 void parse_server_loss(const Section& root, JobConfig& job);
+/// training.on_worker_loss against the nodes; after parse_nodes.
+void check_worker_loss(const Section& root, JobConfig& job);
 
 // load_nodes.cpp: the node list, ranks and the rules across nodes. Needs
 // job.network (the default udp_port and poll mode).

@@ -249,18 +249,14 @@ TEST(ConfigRefuse, SyncModesAndTheirKeys) {
   EXPECT_TRUE(refused(doc("training:\n  staleness: 0\n"), 5, "training.staleness", ""));
 }
 
-TEST(ConfigRefuse, OnWorkerLossIsFailOrShrink) {
+TEST(ConfigRefuse, OnWorkerLoss) {
   EXPECT_EQ(load_string(doc("training:\n  sync: bsp\n")).training.on_worker_loss,
             OnWorkerLoss::kFail);
   EXPECT_EQ(load_string(doc("training:\n  on_worker_loss: fail\n")).training.on_worker_loss,
             OnWorkerLoss::kFail);
   EXPECT_EQ(load_string(doc("training:\n  on_worker_loss: shrink\n")).training.on_worker_loss,
             OnWorkerLoss::kShrink);
-  EXPECT_TRUE(refused(doc("training:\n  sync: bsp\n  on_worker_loss: wait\n"), 6,
-                      "training.on_worker_loss",
-                      "wait is not built: fail (the job ends) or shrink (it goes on without the "
-                      "rank)"));
-  // Where shrink is not honoured.
+  // Where shrink is not honoured (wait: OnWorkerLossWait).
   EXPECT_TRUE(refused(doc("training:\n  aggregation: tensor\n  on_worker_loss: shrink\n"), 6,
                       "training.on_worker_loss", "shrink needs training.aggregation chunk"));
   EXPECT_TRUE(refused(doc("training:\n  on_worker_loss: shrink\nnetwork:\n  on_server_loss: "
@@ -355,6 +351,32 @@ TEST(ConfigRefuse, OnServerLoss) {
        "wait needs training.sync bsp"},
       {"network:\n  on_server_loss: wait\n" + ckpt, 5, "network.on_server_loss",
        "wait with 2 server nodes is not built", kTwoServers},
+  });
+}
+
+TEST(ConfigRefuse, OnWorkerLossWait) {
+  const JobConfig wait = load_string(doc("training:\n  on_worker_loss: wait\n"));
+  EXPECT_EQ(wait.training.on_worker_loss, OnWorkerLoss::kWait);
+  EXPECT_EQ(wait.training.worker_wait_s, 60.0);
+  EXPECT_EQ(load_string(doc("training:\n  on_worker_loss: wait\n  worker_wait_s: 12.5\n"))
+                .training.worker_wait_s,
+            12.5);
+  expect_refused({
+      {"training:\n  worker_wait_s: 5\n", 5, "training.worker_wait_s",
+       "only used with training.on_worker_loss wait"},
+      {"training:\n  on_worker_loss: shrink\n  worker_wait_s: 5\n", 6, "training.worker_wait_s",
+       "only used with training.on_worker_loss wait"},
+      {"training:\n  on_worker_loss: wait\n  worker_wait_s: -1\n", 6, "training.worker_wait_s",
+       "must be > 0"},
+      {"training:\n  on_worker_loss: wait\n  worker_wait_s: 0\n", 6, "training.worker_wait_s",
+       "must be > 0"},
+      {"training:\n  aggregation: tensor\n  on_worker_loss: wait\n", 6, "training.on_worker_loss",
+       "wait needs training.aggregation chunk"},
+      {"training:\n  on_worker_loss: wait\n", 5, "training.on_worker_loss",
+       "wait with 2 server nodes is not built: one server node only", kTwoServers},
+      {"training:\n  on_worker_loss: wait\nnetwork:\n  on_server_loss: wait\n"
+       "checkpoint: {dir: c, every_versions: 10}\n",
+       7, "network.on_server_loss", "wait with training.on_worker_loss wait is not built"},
   });
 }
 

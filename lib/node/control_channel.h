@@ -89,6 +89,14 @@ class ControlChannel {
   bool send_st(uint32_t to, const agg::ControlMessage& m);
   /// Whether every message sent has been settled (delivered or failed).
   [[nodiscard]] bool settled_st() const { return outbox_.empty(); }
+  /// Whether every message sent to peer `to` has been settled (a scan of
+  /// the messages in flight: control path).
+  [[nodiscard]] bool settled_st(uint32_t to) const {
+    for (const auto& [cookie, out] : outbox_) {
+      if (out.to == to) return false;
+    }
+    return true;
+  }
 
   /// When a heartbeat interval has passed since the last: a kHeartbeat to
   /// every peer for which active(peer) holds. `active` is any callable

@@ -27,6 +27,8 @@ ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_sha
   if (job_shards_ == 0) throw std::invalid_argument("server: the job has no shards");
   declared_.resize(names_.size());
   joined_at_.assign(names_.size(), 0);
+  wait_until_.assign(names_.size(), 0);
+  wait_why_.resize(names_.size());
 }
 
 std::string ControlPlane::rank_text(uint16_t rank) const {
@@ -102,6 +104,10 @@ void ControlPlane::on_declare(uint16_t rank, agg::ControlMessage& m, Tick now) {
         reply_refused(rank, "server: worker " + names_[rank] + " (rank " + std::to_string(rank) +
                                 ") left this job; a job cannot take a rank back: start the job "
                                 "again");
+        return;
+      }
+      if (waits_) {
+        await_declare(rank, m.tensors, now);
         return;
       }
       if (shrinks_ && (rank != 0 || gone(rank))) {
@@ -183,6 +189,13 @@ void ControlPlane::on_worker_lost_st(uint16_t rank, Tick now) {
   MERCURY_OWNED(owner_);
   if (state_ != NodeState::kRunning || rank >= workers()) return;
   ++counters_.workers_lost;
+  if (waits_) {
+    if (!gone(rank) && (awaited_ >> rank & 1) == 0) {
+      await(rank, "stopped answering and its transport gave up on it (network.peer_timeout_ms)",
+            now);
+    }
+    return;
+  }
   if (asynchronous_ || (shrinks_ && rank != 0)) {
     if (!gone(rank)) {
       remove(rank, true,
@@ -207,6 +220,12 @@ void ControlPlane::on_worker_restarted_st(uint16_t rank, Tick now) {
   // A rank that left is done with the job; its new process is refused when
   // it declares (on_declare).
   if (state_ != NodeState::kRunning || gone(rank)) return;
+  if (waits_) {
+    if ((awaited_ >> rank & 1) == 0) {
+      await(rank, "restarted mid-job (a new incarnation, new epoch)", now);
+    }
+    return;
+  }
   if (asynchronous_ || (shrinks_ && rank != 0)) {
     remove(rank, true, "restarted mid-job (a new incarnation, new epoch)", now);
     return;
@@ -286,8 +305,99 @@ void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tenso
 
 std::vector<ControlPlane::MembershipChange> ControlPlane::take_membership_st() {
   MERCURY_OWNED(owner_);
-  if (!asynchronous_ && !shrinks_) return {};
+  if (!asynchronous_ && !shrinks_ && !waits_) return {};
   return std::exchange(changes_, {});
+}
+
+void ControlPlane::wait_for_lost(Tick limit, std::string setting) {
+  if (asynchronous_ || shrinks_) return;
+  waits_ = true;
+  wait_limit_ = limit;
+  wait_setting_ = std::move(setting);
+}
+
+void ControlPlane::await(uint16_t rank, const std::string& why, Tick now) {
+  // The rank's sets keep what its old incarnation gave and wait for the
+  // rest from its new process; it is sent nothing meanwhile.
+  const uint64_t bit = uint64_t{1} << rank;
+  awaited_ |= bit;
+  joining_ &= ~bit;  // a newer process than the one joining
+  wait_until_[rank] = now + wait_limit_;
+  wait_why_[rank] = why;
+  changes_.push_back({rank, false});
+  notices_.push_back(rank_text(rank) + " " + why + ": the round waits for its new process (" +
+                     wait_setting_ + ")");
+}
+
+void ControlPlane::await_declare(uint16_t rank, const std::vector<agg::TensorDecl>& tensors,
+                                 Tick now) {
+  // A declare is a new process: its old incarnation's end may have gone
+  // unseen.
+  if ((awaited_ >> rank & 1) == 0) await(rank, "restarted mid-job (declared again)", now);
+  const std::string diff = agg::first_difference(*declared_[0], tensors);
+  if (!diff.empty()) {
+    ++counters_.declares_refused;
+    reply_refused(rank, "server: " + rank_text(rank) +
+                            " cannot join the running job: its tensor list differs from the "
+                            "job's (the job's vs its): " +
+                            diff);
+    return;
+  }
+  // The node finds the iteration in progress, then calls finish_join_st.
+  const uint64_t bit = uint64_t{1} << rank;
+  awaited_ &= ~bit;
+  joining_ |= bit;
+  changes_.push_back({rank, true});
+}
+
+bool ControlPlane::finish_join_st(uint16_t rank, uint32_t version) {
+  MERCURY_OWNED(owner_);
+  const uint64_t bit = uint64_t{1} << rank;
+  if (state_ != NodeState::kRunning || rank >= workers() || (joining_ & bit) == 0) return false;
+  joining_ &= ~bit;
+  ++counters_.workers_joined;
+  // Its barrier calls from the highest generation a rank has reached: a
+  // trainer that begins each iteration with a barrier calls that one for the
+  // iteration it joins at (answered again if complete).
+  uint64_t generation = barrier_floor_ > 0 ? barrier_floor_ - 1 : 0;
+  if (!barrier_completed_.empty()) generation = std::max(generation, *barrier_completed_.rbegin());
+  if (!barrier_arrived_.empty()) {
+    generation = std::max(generation, barrier_arrived_.rbegin()->first);
+  }
+  const std::string text = rank_text(rank) + " joined the running job (a new process) at version " +
+                           std::to_string(version) + ": the round goes on with " +
+                           std::to_string(workers()) + " ranks";
+  agg::ControlMessage told;
+  told.kind = agg::ControlKind::kWorkerJoined;
+  told.rank = rank;
+  told.text = text;
+  for (uint32_t r = 0; r < workers(); ++r) {
+    if (r != rank && in_job(r)) reply(static_cast<uint16_t>(r), told);
+  }
+  notices_.push_back(text);
+  agg::ControlMessage joined;
+  joined.kind = agg::ControlKind::kJoined;
+  joined.fingerprint = placement_->fingerprint();
+  joined.shards = placement_->shards();
+  joined.version = version;
+  joined.generation = runs_barrier_ ? generation : 0;
+  reply(rank, std::move(joined));
+  return true;
+}
+
+bool ControlPlane::check_waits_st(Tick now) {
+  MERCURY_OWNED(owner_);
+  if (state_ != NodeState::kRunning) return false;
+  for (uint64_t w = awaited_ | joining_; w != 0; w &= w - 1) {
+    const auto rank = static_cast<uint16_t>(std::countr_zero(w));
+    if (static_cast<int64_t>(now - wait_until_[rank]) < 0) continue;
+    // The reason first: a worker's handle keeps the first 191 bytes.
+    refuse_all(rank_text(rank) + ": no new process of it joined within " + wait_setting_ + " (it " +
+                   wait_why_[rank] + "): the job cannot continue without its gradients",
+               false, now);
+    return true;
+  }
+  return false;
 }
 
 std::vector<std::string> ControlPlane::take_notices_st() {
@@ -419,7 +529,7 @@ void ControlPlane::complete_barriers() {
     done.kind = agg::ControlKind::kBarrierDone;
     done.generation = generation;
     for (uint32_t r = 0; r < workers(); ++r) {
-      if (!gone(r)) reply(static_cast<uint16_t>(r), done);
+      if (in_job(r)) reply(static_cast<uint16_t>(r), done);
     }
   }
 }

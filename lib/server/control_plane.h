@@ -31,7 +31,11 @@
 //    (docs/membership.md), as is one that left. A BSP job that shrinks
 //    (`shrinks`, training.on_worker_loss shrink) removes a lost or
 //    restarted rank the same way, but rank 0 (the job ends, as above), and
-//    refuses its new process alone; a rank that left stays needed. Every other rank still in
+//    refuses its new process alone; a rank that left stays needed. A BSP
+//    job that waits (wait_for_lost, training.on_worker_loss wait) keeps the
+//    rank in its sets and waits for its new process, at most a limit (then
+//    the job is refused): its declare is checked, the node finds the
+//    iteration in progress, and finish_join_st answers it kJoined. Every other rank still in
 //    the job is told (kWorkerGone), the node's shards are told
 //    (take_membership_st), and barriers complete without it. A new process
 //    of a removed rank joins: its declare's list is checked against the
@@ -153,6 +157,36 @@ class ControlPlane {
   /// Whether `rank` is out of the job: it left or was removed. Such a rank
   /// is sent nothing more and its liveness is not checked.
   [[nodiscard]] bool gone(uint32_t rank) const { return ((left_ | removed_) >> rank & 1) != 0; }
+  /// BSP, on_worker_loss wait: the ranks lost whose new process has not
+  /// joined yet (bit r; awaited, or joining: finish_join_st not called).
+  /// Their sets wait for them; they are sent nothing, their liveness is not
+  /// checked.
+  [[nodiscard]] uint64_t waited_for() const { return awaited_ | joining_; }
+  /// Neither gone nor waited for: sent heartbeats, broadcasts, and checked.
+  [[nodiscard]] bool in_job(uint32_t rank) const {
+    return ((left_ | removed_ | awaited_ | joining_) >> rank & 1) == 0;
+  }
+
+  /// BSP, training.on_worker_loss wait (before the job runs): a lost or
+  /// restarted rank is waited for, at most `limit` ticks (`setting` names
+  /// it in the texts, e.g. "training.worker_wait_s 60 s"), its sets holding
+  /// what its old incarnation gave; its new process's declare is checked
+  /// against the job's list (refused alone if it differs) and then joins:
+  /// take_membership_st() gives {rank, joined}, the node finds the
+  /// iteration in progress and calls finish_join_st(). Past the limit, the
+  /// job is refused for every rank (check_waits_st). No effect on an
+  /// asynchronous job or one that shrinks.
+  void wait_for_lost(Tick limit, std::string setting);
+  /// The iteration in progress of a joining rank's new process, `version`:
+  /// it is answered kJoined (version, and the barrier generation it takes
+  /// part from: the highest a rank has reached) and every other rank
+  /// kWorkerJoined. False (nothing sent) if the rank is no longer joining.
+  bool finish_join_st(uint16_t rank, uint32_t version);
+  /// Whether `rank` is joining (finish_join_st still to come).
+  [[nodiscard]] bool joining(uint32_t rank) const { return (joining_ >> rank & 1) != 0; }
+  /// A rank waited for past its limit refuses the job for every rank; true
+  /// then. Slow path (the node's periodic work).
+  bool check_waits_st(Tick now);
   /// Asynchronous jobs and BSP jobs that shrink: a rank that went out of
   /// the job (removed, or in an asynchronous job left), whose state the
   /// node's shards must drop (Shard::remove_rank_st), or a new process of
@@ -207,6 +241,8 @@ class ControlPlane {
   void on_leave(uint16_t rank, Tick now);
   void end_restarted(uint16_t rank, const char* how, Tick now);
   void remove(uint16_t rank, bool lost, const std::string& why, Tick now);
+  void await(uint16_t rank, const std::string& why, Tick now);
+  void await_declare(uint16_t rank, const std::vector<agg::TensorDecl>& tensors, Tick now);
   void join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors);
   [[nodiscard]] std::string rank_text(uint16_t rank) const;
   void finish_if_all_gone(Tick now);
@@ -240,6 +276,13 @@ class ControlPlane {
   uint64_t left_ = 0;                             // bit r: rank r left while running
   bool asynchronous_ = false;                     // a lost rank is removed, not fatal
   bool shrinks_ = false;                          // BSP: a lost rank but 0 is removed
+  bool waits_ = false;                            // BSP: a lost rank is waited for
+  Tick wait_limit_ = 0;                           // ... this long
+  std::string wait_setting_;                      // ... named so
+  uint64_t awaited_ = 0;                          // bit r: rank r lost, waited for
+  uint64_t joining_ = 0;                          // bit r: its new process joins
+  std::vector<Tick> wait_until_;                  // per rank: when the wait ends
+  std::vector<std::string> wait_why_;             // per rank: why it is waited for
   uint64_t removed_ = 0;                          // bit r: rank r removed (lost, restarted)
   std::vector<MembershipChange> changes_;         // for the shards, not taken yet
   std::vector<uint64_t> joined_at_;               // per rank: first barrier generation it needs

@@ -772,6 +772,83 @@ TEST(ControlPlaneShrink, LosingRank0EndsTheJob) {
   EXPECT_EQ(q.cp.counters().workers_restarted, 1u);
 }
 
+// A BSP job that waits (training.on_worker_loss wait): running, the limit
+// 100 ticks.
+struct WaitPlane : Plane {
+  explicit WaitPlane(uint32_t workers) : Plane(workers) {
+    cp.wait_for_lost(100, "training.worker_wait_s 1 s");
+    declare_all(workers, 1);
+    cp.take_replies_st();
+  }
+};
+
+TEST(ControlPlaneWait, ALostRankIsWaitedForAndItsNewProcessJoinsAtTheVersionGiven) {
+  WaitPlane p(3);
+  EXPECT_EQ(p.cp.on_message_st(0, barrier(0, 4), 10), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.on_message_st(1, barrier(1, 4), 10), ControlVerdict::kTaken);
+  p.cp.on_worker_lost_st(2, 50);
+  // Nobody is told; its sets and barriers still need it; it is not in the job.
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.state(), NodeState::kRunning);
+  EXPECT_EQ(p.cp.removed(), 0u);
+  EXPECT_EQ(p.cp.waited_for(), 0b100u);
+  EXPECT_FALSE(p.cp.in_job(2));
+  EXPECT_TRUE(p.cp.in_job(1));
+  EXPECT_EQ(p.cp.take_notices_st(),
+            std::vector<std::string>{
+                "worker w2 (rank 2) stopped answering and its transport gave up on it "
+                "(network.peer_timeout_ms): the round waits for its new process "
+                "(training.worker_wait_s 1 s)"});
+  using C = ControlPlane::MembershipChange;
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{2, false}}));
+  EXPECT_FALSE(p.cp.check_waits_st(149));
+  // A new process with another list is refused alone and the rank still waited for.
+  EXPECT_EQ(p.cp.on_message_st(2, declare(2, {{"conv1.weight", 9408, 0}}), 60),
+            ControlVerdict::kTaken);
+  ASSERT_EQ(p.cp.take_replies_st().size(), 1u);
+  EXPECT_EQ(p.cp.waited_for(), 0b100u);
+  // One with the job's list joins once the node gives the version.
+  EXPECT_EQ(p.cp.on_message_st(2, declare(2), 70), ControlVerdict::kTaken);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_TRUE(p.cp.joining(2));
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{2, true}}));
+  EXPECT_TRUE(p.cp.finish_join_st(2, 7));
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerJoined},
+                                      {1, ControlKind::kWorkerJoined},
+                                      {2, ControlKind::kJoined}}));
+  EXPECT_EQ(r[0].message.text,
+            "worker w2 (rank 2) joined the running job (a new process) at version 7: the round "
+            "goes on with 3 ranks");
+  EXPECT_EQ(r[2].message.version, 7u);
+  EXPECT_EQ(r[2].message.generation, 4u);  // the highest reached: its first call
+  EXPECT_EQ(p.cp.waited_for(), 0u);
+  EXPECT_TRUE(p.cp.in_job(2));
+  EXPECT_FALSE(p.cp.finish_join_st(2, 7));  // once
+  EXPECT_EQ(p.cp.counters().workers_joined, 1u);
+  EXPECT_EQ(p.cp.counters().workers_removed, 0u);
+  // Its barrier completes generation 4 for everyone.
+  EXPECT_EQ(p.cp.on_message_st(2, barrier(2, 4), 80), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.take_replies_st().size(), 3u);
+  EXPECT_FALSE(p.cp.check_waits_st(1000));
+}
+
+TEST(ControlPlaneWait, ARankNotBackWithinTheLimitEndsTheJob) {
+  WaitPlane p(3);
+  p.cp.on_worker_restarted_st(1, 50);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_EQ(p.cp.counters().workers_restarted, 0u);
+  EXPECT_FALSE(p.cp.check_waits_st(149));
+  EXPECT_TRUE(p.cp.check_waits_st(150));
+  EXPECT_EQ(p.cp.state(), NodeState::kRefused);
+  expect_refused_to_every_rank(
+      p.cp.take_replies_st(), 3,
+      "worker w1 (rank 1): no new process of it joined within training.worker_wait_s 1 s (it "
+      "restarted mid-job (a new incarnation, new epoch)): the job cannot continue without its "
+      "gradients");
+}
+
 TEST(ControlPlane, ConstructionRefusesNoRanksTooManyOrNoShards) {
   EXPECT_THROW(ControlPlane(names(0), 1, true, {}, 0), std::invalid_argument);
   EXPECT_THROW(ControlPlane(names(65), 1, true, {}, 0), std::invalid_argument);

@@ -66,14 +66,14 @@ std::string_view server_drop_name(ServerDrop d);
   X(staleness_sum, "async: versions between a gradient's base and the update that applied it")     \
   X(stale_updates, "async: updates applied to a newer version than their gradient came from")      \
   X(removed_dropped, "copies owed to a rank that left the job, dropped")                           \
-  X(join_owed, "async: chunks owed to a rank that joined the job (its first pull)")                \
+  X(join_owed, "chunks owed to a rank that joined the job (its first pull)")                       \
   /* A hot standby (server/replica.h). */                                                          \
   X(replica_bytes, "primary: bytes of chunk state queued to the standby")                          \
   X(replicated_versions, "chunk versions the standby acknowledged (primary) or adopted (standby)") \
   X(replica_refused, "primary: replica slices the endpoint did not queue at once: retried")        \
   X(replica_unsent, "primary: updates sent unreplicated, the standby being lost")                  \
   X(replica_dropped, "standby: replica packets dropped (stale, malformed, after promotion)")       \
-  X(answered_again, "standby, promoted: pushes of a version it had answered, answered again")
+  X(answered_again, "pushes of a version already answered, answered again (standby, wait)")
 
 struct ShardCounters {
   MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_DECLARE)

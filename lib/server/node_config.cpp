@@ -57,6 +57,8 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   c.fanout = fanout_rule(job.training.sync);
   c.staleness_bound = job.training.staleness_bound;
   c.shrink = job.training.on_worker_loss == config::OnWorkerLoss::kShrink;
+  c.wait_for_workers = job.training.on_worker_loss == config::OnWorkerLoss::kWait;
+  c.worker_wait_s = job.training.worker_wait_s;
   c.unit_chunks = job::store_forward_unit(job);
   c.placement = job::placement_options(job);
   c.layout = job::shard_layout(job);

@@ -57,6 +57,7 @@ struct Options {
   uint32_t workers = 4;
   config::Sync sync = config::Sync::kBsp;
   bool shrink = false;           // training.on_worker_loss shrink (bsp)
+  double wait_s = 0;             // > 0: training.on_worker_loss wait, worker_wait_s (bsp)
   net::MemoryLinkParams impair;  // every link, both ways (seeds differ per link)
   std::vector<agg::TensorDecl> model = kModel;
   uint32_t odd_rank = UINT32_MAX;  // declares a different fc.weight
@@ -100,6 +101,8 @@ class Nodes {
                 : o.sync == config::Sync::kPsPlus ? server::Fanout::kEveryVersion
                                                   : server::Fanout::kContributor;
     sc.shrink = o.shrink;
+    sc.wait_for_workers = o.wait_s > 0;
+    if (o.wait_s > 0) sc.worker_wait_s = o.wait_s;
     sc.layout = job::ShardLayout::of({kShards});
     sc.endpoint = endpoint(7, 0);
     server_ = std::make_unique<server::ServerNode>(server_ports, workers, sc, g_now.load());

@@ -1,8 +1,10 @@
 // Membership on the node layer, without EAL (the harness of nodes_test.cpp):
 // a worker process restarted in an asynchronous job joins it with every
 // chunk's newest version and pushes on, a new process with another tensor
-// list is refused alone, and a BSP job that shrinks goes on without a lost
-// rank, bit for bit as documented (docs/membership.md).
+// list is refused alone, a BSP job that shrinks goes on without a lost rank,
+// bit for bit as documented, and one that waits takes the rank's new process
+// into the round in progress, bit for bit the unbroken run
+// (docs/membership.md).
 #include "server/nodes_harness.h"
 
 namespace mercury {
@@ -180,6 +182,103 @@ TEST(NodesMembership, ABspJobShrinksWithoutALostRank) {
     }
   }
   EXPECT_EQ(job.server().counters_st().table.rejected(), 0u);
+}
+
+// training.on_worker_loss wait: rank 3 of 4 dies in round 2 after the
+// server took its gradients of tensors 0 and 1, and a new process of it
+// starts. It joins at version 1, the round in progress, with every chunk of
+// version 1 (those of tensors 0 and 1 from the kept copies) and pushes the
+// round's gradients again: those the server had are answered with version 2,
+// not counted again, and every rank ends the round, and the later ones, with
+// the unbroken run's parameters.
+TEST(NodesMembership, ABspJobWaitsForALostRanksNewProcess) {
+  std::vector<std::vector<float>> reference;
+  Nodes job({.workers = 4, .wait_s = 30});
+  ASSERT_EQ(job.start(reference), "");
+  std::mt19937 rng(24);
+  ASSERT_EQ(job.round(reference, rng), "");  // version 1
+  const std::vector<std::vector<float>> at_1 = reference;
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (uint32_t r = 0; r < 4; ++r) {
+    for (auto& g : job.rank(r).grads) {
+      for (float& x : g) x = dist(rng);
+    }
+  }
+  for (size_t t = 0; t < reference.size(); ++t) {
+    for (size_t i = 0; i < reference[t].size(); ++i) {
+      float s = job.rank(0).grads[t][i];
+      for (uint32_t k = 1; k < 4; ++k) s = s + job.rank(k).grads[t][i];
+      reference[t][i] = reference[t][i] - kLr * (s * 0.25f);
+    }
+  }
+  const std::vector<std::vector<float>> grads3 = job.rank(3).grads;
+  std::vector<worker::Handle> hs = {job.rank(3).api().push(0, job.rank(3).grads[0]),
+                                    job.rank(3).api().push(1, job.rank(3).grads[1])};
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
+  hs.clear();
+  for (uint32_t r = 0; r < 3; ++r) {
+    Rank& k = job.rank(r);
+    for (uint32_t t = 0; t < k.params.size(); ++t) {
+      hs.push_back(k.api().push_pull(t, k.grads[t], k.params[t]));
+    }
+  }
+  // Rank 3's process dies; a new one starts (a new transport epoch).
+  job.restart(3, 300);
+  const worker::Handle started = job.rank(3).api().start_async();
+  ASSERT_TRUE(job.wait({started}, 10'000 * kMs));
+  ASSERT_TRUE(started.ok()) << started.error();
+  Rank& back = job.rank(3);
+  back.api().start();
+  EXPECT_EQ(back.api().joined_version(), std::optional<uint32_t>(1u));
+  EXPECT_EQ(back.api().start_version(), 1u);
+  for (uint32_t t = 0; t < back.params.size(); ++t) {
+    EXPECT_EQ(std::memcmp(back.params[t].data(), at_1[t].data(), at_1[t].size() * 4), 0) << t;
+  }
+  // It recomputes the round's gradients (the same bits) and pushes them all.
+  back.grads = grads3;
+  for (uint32_t t = 0; t < back.params.size(); ++t) {
+    hs.push_back(back.api().push_pull(t, back.grads[t], back.params[t]));
+  }
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
+  EXPECT_EQ(job.compare(reference, "the round of the loss"), "");
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRunning);
+  EXPECT_EQ(c.control.workers_joined, 1u);
+  EXPECT_EQ(c.control.workers_removed, 0u);
+  EXPECT_GT(c.shards.join_owed, 0u);
+  EXPECT_EQ(c.shards.fanout_lost, 0u);
+  // Its pushes of tensors 0 and 1 again: refused as stale and answered, not counted twice.
+  EXPECT_GT(c.table.count(agg::Outcome::kStale), 0u);
+  EXPECT_EQ(c.shards.answered_again, c.table.count(agg::Outcome::kStale));
+  for (int round = 0; round < 2; ++round) ASSERT_EQ(job.round(reference, rng), "");
+  ASSERT_TRUE(job.run([&] { return job.rank(0).api().stats().workers_joined == 1; }, 100 * kMs));
+  EXPECT_EQ(back.api().version(0), 4u);
+}
+
+// Under wait, a rank whose new process does not come within worker_wait_s
+// ends the job for every rank, naming it.
+TEST(NodesMembership, ABspJobThatWaitsEndsAfterTheLimit) {
+  std::vector<std::vector<float>> reference;
+  Nodes job({.workers = 3, .wait_s = 2});
+  ASSERT_EQ(job.start(reference), "");
+  std::mt19937 rng(25);
+  ASSERT_EQ(job.round(reference, rng), "");
+  job.kill(2);
+  std::vector<worker::Handle> hs;
+  for (uint32_t r = 0; r < 2; ++r) {
+    Rank& k = job.rank(r);
+    hs.push_back(k.api().push_pull(0, k.grads[0], k.params[0]));
+  }
+  ASSERT_TRUE(job.wait(hs, 10'000 * kMs));
+  for (const worker::Handle& h : hs) {
+    ASSERT_FALSE(h.ok());
+    EXPECT_NE(h.error().find("no new process of it joined within training.worker_wait_s 2 s"),
+              std::string_view::npos)
+        << h.error();
+  }
+  EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
 }
 
 }  // namespace

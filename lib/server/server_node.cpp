@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -125,6 +126,14 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
     checkpoints_->plan.every_versions = config.checkpoints.every_versions;
   }
   if (config.resume) control_->resume_at(config.resume->version);
+  if (config.wait_for_workers) {
+    char limit[64];
+    std::snprintf(limit, sizeof limit, "training.worker_wait_s %g s", config.worker_wait_s);
+    control_->wait_for_lost(
+        static_cast<transport::Tick>(config.worker_wait_s *
+                                     static_cast<double>(config.endpoint.transport.tsc_hz)),
+        limit);
+  }
   launch_cores();
 }
 
@@ -155,6 +164,14 @@ void ServerNode::check_config(uint32_t workers) const {
                          config_.standby != Standby::kNone)) {
     throw std::invalid_argument(
         "server: training.on_worker_loss shrink needs bsp with chunk aggregation and no standby");
+  }
+  if (config_.wait_for_workers &&
+      (config_.fanout != Fanout::kEvery || config_.unit_chunks != 0 ||
+       config_.standby != Standby::kNone || config_.layout.servers() != 1 || config_.shrink ||
+       !(config_.worker_wait_s > 0))) {
+    throw std::invalid_argument(
+        "server: training.on_worker_loss wait needs bsp with chunk aggregation, no standby, one "
+        "server node and a worker_wait_s > 0");
   }
   if (config_.standby != Standby::kNone) {
     if (!config_.shard_lcores.empty()) {
@@ -280,6 +297,7 @@ void ServerNode::build_shards(const agg::Placement& placement) {
     } else if (config_.standby == Standby::kStandby) {
       shards_.back()->stand_by();
     }
+    if (config_.wait_for_workers) shards_.back()->keep_versions();
     if (checkpoints_) {
       checkpoints_->snapshots.push_back(std::make_unique<ShardSnapshot>(
           shards_.back()->table(), checkpoints_->plan, placement.fingerprint()));
@@ -424,6 +442,17 @@ void ServerNode::change_membership_st(const std::vector<ControlPlane::Membership
   // Stopped: the shard cores are gone, and with them what they kept.
   if (control_->state() == NodeState::kStopped) return;
   for (const ControlPlane::MembershipChange& c : changes) {
+    if (config_.wait_for_workers) {
+      // A lost rank is sent nothing until its new process joins; a joining
+      // one waits for the iteration in progress (poll_bsp_joins_st).
+      if (!c.joined) {
+        task_every_shard_st(removals_, ShardTask::Kind::kSuspend, c.rank, 0);
+        continue;
+      }
+      bsp_joins_.push_back(BspJoin{.rank = c.rank});
+      task_every_shard_st(bsp_joins_.back().tasks, ShardTask::Kind::kLeast, c.rank, 0);
+      continue;
+    }
     for (uint32_t slot = 0; slot < shards_.size(); ++slot) {
       removals_.push_back(std::make_unique<ShardTask>());
       ShardTask& t = *removals_.back();
@@ -432,6 +461,68 @@ void ServerNode::change_membership_st(const std::vector<ControlPlane::Membership
       t.version = control_->start_version();  // kJoin: the newcomer's first clock
       submit_task_st(slot, t);
     }
+  }
+}
+
+void ServerNode::task_every_shard_st(std::vector<std::unique_ptr<ShardTask>>& into,
+                                     ShardTask::Kind kind, uint16_t rank, uint32_t version) {
+  for (uint32_t slot = 0; slot < shards_.size(); ++slot) {
+    into.push_back(std::make_unique<ShardTask>());
+    ShardTask& t = *into.back();
+    t.kind = kind;
+    t.first = rank;
+    t.version = version;
+    submit_task_st(slot, t);
+  }
+}
+
+void ServerNode::poll_bsp_joins_st() {
+  if (control_->state() == NodeState::kStopped) {
+    bsp_joins_.clear();  // the shard cores are gone: no task of theirs runs
+    return;
+  }
+  for (auto it = bsp_joins_.begin(); it != bsp_joins_.end();) {
+    BspJoin& j = *it;
+    const bool done =
+        std::all_of(j.tasks.begin(), j.tasks.end(), [](const auto& t) { return t->finished(); });
+    if (!done) {
+      ++it;
+      continue;
+    }
+    if (j.phase == BspJoin::Phase::kLeast) {
+      // The iteration in progress: the least version of any chunk (each
+      // chunk is at it or one past it).
+      uint32_t least = UINT32_MAX;
+      for (const auto& t : j.tasks) least = std::min(least, static_cast<uint32_t>(t->next));
+      j.tasks.clear();
+      j.version = least;
+      if (!control_->finish_join_st(j.rank, least)) {  // a newer process, or the job ended
+        it = bsp_joins_.erase(it);
+        continue;
+      }
+      sync_state_st();
+      send_replies_st();
+      j.phase = BspJoin::Phase::kAnswered;
+      ++it;
+      continue;
+    }
+    if (j.phase == BspJoin::Phase::kAnswered) {
+      // Its chunks once it has kJoined: before, its worker would not know
+      // which versions to take.
+      if (!control_channel_->settled_st(j.rank)) {
+        ++it;
+        continue;
+      }
+      if (control_->state() != NodeState::kRunning || !control_->in_job(j.rank)) {
+        it = bsp_joins_.erase(it);
+        continue;
+      }
+      task_every_shard_st(j.tasks, ShardTask::Kind::kRejoin, j.rank, j.version);
+      j.phase = BspJoin::Phase::kSending;
+      ++it;
+      continue;
+    }
+    it = bsp_joins_.erase(it);
   }
 }
 
@@ -669,6 +760,7 @@ uint32_t ServerNode::poll_control_st(transport::Tick now) {
     job_state_->resume_st(config_.resume->bytes);
   }
   if (job_state_->pending_st() || !job_state_unsent_.empty()) poll_job_state_st();
+  if (!bsp_joins_.empty()) poll_bsp_joins_st();
   if (restarted_ != 0) handle_restarts_st();
   if (detach_pending_) detach_left_ports_st();
   if (push_after_leave_ != 0 && running_) {
@@ -685,6 +777,10 @@ void ServerNode::slow_st(transport::Tick now) {
   now_ = now;
   if (!running_) return;
   check_liveness_st();
+  if (running_ && config_.wait_for_workers && control_->check_waits_st(now_)) {
+    sync_state_st();
+    send_replies_st();
+  }
   // A rank that left stops polling once its leave is acknowledged: nothing
   // more is sent to it, so nothing waits for its acknowledgement.
   if (running_) {

@@ -121,6 +121,14 @@ struct ServerNodeConfig {
   /// (docs/membership.md, "A BSP job that shrinks"). Construction refuses
   /// it with another fan-out rule, store-and-forward or a standby.
   bool shrink = false;
+  /// training.on_worker_loss wait (BSP only): a lost or restarted rank is
+  /// waited for, at most worker_wait_s, and its new process joins at the
+  /// iteration in progress (docs/membership.md, "A BSP job that waits").
+  /// Every shard keeps its chunks' two newest versions. Construction
+  /// refuses it with another fan-out rule, store-and-forward, a standby,
+  /// more than one server node or shrink.
+  bool wait_for_workers = false;
+  double worker_wait_s = 60;
   /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = two per chunk.
   uint64_t snapshots = 0;
   /// training.aggregation: 0 sends each updated chunk at once (chunk);
@@ -425,7 +433,7 @@ class ServerNode final : private node::ControlChannel::Handler {
   // through port 0 as transport peer partner_peer_.
   [[nodiscard]] uint32_t partner_rank() const { return static_cast<uint32_t>(rank_at_.size()); }
   [[nodiscard]] bool active_st(uint32_t rank) const {
-    return rank >= rank_at_.size() ? partner_alive_ : !control_->gone(rank);
+    return rank >= rank_at_.size() ? partner_alive_ : control_->in_job(rank);
   }
   bool on_partner_packet_st(const wire::HeaderFields& h, std::span<const std::byte> payload);
   void on_partner_lost_st();
@@ -480,6 +488,21 @@ class ServerNode final : private node::ControlChannel::Handler {
   // Asynchronous jobs: a rank out of the job or joining it, one kRemove or
   // kJoin task per shard (kept until the shard ran it; docs/membership.md).
   std::vector<std::unique_ptr<ShardTask>> removals_;
+  // BSP, on_worker_loss wait: a new process joining. Each shard's least
+  // version first (kLeast); their least is the iteration in progress,
+  // which kJoined carries; once the process has it (acknowledged), each
+  // shard sends it that version and the next (kRejoin).
+  struct BspJoin {
+    uint16_t rank = 0;
+    uint32_t version = 0;
+    enum class Phase : uint8_t { kLeast, kAnswered, kSending } phase = Phase::kLeast;
+    std::vector<std::unique_ptr<ShardTask>> tasks;
+  };
+  std::vector<BspJoin> bsp_joins_;
+  void poll_bsp_joins_st();
+  // One task of `kind` for rank `rank` on every shard, into `into`.
+  void task_every_shard_st(std::vector<std::unique_ptr<ShardTask>>& into, ShardTask::Kind kind,
+                           uint16_t rank, uint32_t version);
   bool seeded_ = false;  // the job resumes from a checkpoint: no kInit
   // Background checkpoints: the plan and the shards' snapshots the
   // Runner's writer reads (null when off).

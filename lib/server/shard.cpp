@@ -100,9 +100,12 @@ bool Shard::contribute_st(uint16_t rank, uint32_t key, uint32_t offset, uint32_t
     return o != agg::Outcome::kCopied;
   }
   ++counters_.refused;
-  if (promoted_ && o == agg::Outcome::kStale && table_->version(key, offset) == iteration + 1) {
+  if ((promoted_ || !kept_.empty()) && o == agg::Outcome::kStale &&
+      table_->version(key, offset) == iteration + 1) {
     // Its worker resends what the lost primary had not answered, and the
-    // primary had applied this set: the answer, not a second update.
+    // primary had applied this set; or (on_worker_loss wait) a rank's new
+    // process pushes again what its old one gave: the answer, not a second
+    // update.
     answer_again_st(rank, key, offset);
   }
   return false;
@@ -169,6 +172,14 @@ void Shard::on_update(const agg::Update& u) {
   if (rule_ != Fanout::kEvery) {
     fanout_async_st(u);
     return;
+  }
+  if (!kept_.empty()) {
+    // on_worker_loss wait: this version aside, beside the one before.
+    if (const int64_t at = started_.index(u.key, u.offset); at >= 0) {
+      const uint64_t slot = static_cast<uint64_t>(at) * 2 + (u.version & 1);
+      std::memcpy(kept_.data() + slot * chunk_bytes_, u.data, u.bytes);
+      kept_version_[slot] = u.version;
+    }
   }
   // Initial or restored values are no aggregate: not held.
   if (unit_chunks_ != 0 && u.contributors != 0) {
@@ -410,12 +421,16 @@ uint32_t Shard::retry_fanout_st() {
       continue;
     }
     const std::span<const std::byte> values = table_->wire_values(d.key);
-    const std::byte* base = values.data();
+    const std::byte* from = values.data() + d.offset;
     const uint64_t left = values.size() - d.offset;
     const auto bytes = static_cast<uint32_t>(std::min<uint64_t>(left, chunk_bytes_));
+    // A joining rank's older version is a kept copy (rejoin_rank_st).
     if (table_->version(d.key, d.offset) != d.version) {
+      from = kept_st(started_.index(d.key, d.offset), d.version);
+    }
+    if (from == nullptr) {
       ++counters_.fanout_lost;  // cannot happen under BSP (see Deferred)
-    } else if (!send_st(d.rank, base + d.offset, bytes, d.key, d.offset, d.version, d.priority)) {
+    } else if (!send_st(d.rank, from, bytes, d.key, d.offset, d.version, d.priority)) {
       break;
     } else {
       ++counters_.fanout_retried;
@@ -486,6 +501,50 @@ void Shard::join_rank_st(uint16_t rank, uint32_t start) {
     if (!c.initialized) continue;
     owe_eager_st(rank, c.key, c.offset);
     ++counters_.join_owed;
+  }
+}
+
+void Shard::keep_versions() {
+  if (rule_ != Fanout::kEvery) {
+    throw std::invalid_argument("Shard: keeping versions needs BSP's fan-out");
+  }
+  kept_.assign(table_->chunks() * 2 * chunk_bytes_, std::byte{0});
+  kept_version_.assign(table_->chunks() * 2, UINT32_MAX);
+}
+
+void Shard::suspend_rank_st(uint16_t rank) {
+  MERCURY_OWNED(owner_);
+  if (rule_ != Fanout::kEvery || rank >= fanout_.size()) return;
+  // Its deferred slices go when the backlog reaches them (retry_fanout_st).
+  live_ &= ~(uint64_t{1} << rank);
+}
+
+void Shard::rejoin_rank_st(uint16_t rank, uint32_t version) {
+  MERCURY_OWNED(owner_);
+  if (rule_ != Fanout::kEvery || rank >= fanout_.size()) return;
+  live_ |= uint64_t{1} << rank;
+  // Every chunk at `version`: the newest, or the kept copy of a chunk one
+  // past it (whose next version goes to the rank as the answer to its push
+  // of `version` again, contribute_st). Not the next version now: the
+  // worker would place it in the trainer's buffer before the trainer read
+  // version `version` for its gradient.
+  for (uint64_t i = 0; i < table_->chunks(); ++i) {
+    const agg::ChunkTable::ChunkView c = table_->chunk_view(i);
+    const std::span<const std::byte> values = table_->wire_values(c.key);
+    const auto bytes =
+        static_cast<uint32_t>(std::min<uint64_t>(values.size() - c.offset, chunk_bytes_));
+    const std::byte* from = c.version == version
+                                ? values.data() + c.offset
+                                : kept_st(started_.index(c.key, c.offset), version);
+    if (from == nullptr) {
+      ++counters_.fanout_lost;  // neither kept nor the newest: cannot happen under BSP
+      continue;
+    }
+    ++counters_.join_owed;
+    const uint8_t priority = placement_.at(c.key).priority;
+    if (send_st(rank, from, bytes, c.key, c.offset, version, priority)) continue;
+    ++counters_.fanout_refused;
+    defer_st(Deferred{c.key, c.offset, version, rank, priority, 0});
   }
 }
 

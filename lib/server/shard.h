@@ -204,6 +204,26 @@ class Shard final : public agg::ChunkSink {
   /// happens under BSP or for a rank that is in the job. Control path.
   void join_rank_st(uint16_t rank, uint32_t start);
 
+  // ---- BSP, training.on_worker_loss wait (docs/membership.md) ----
+  /// Control path, before the shard runs: every update's bytes (in the
+  /// block's dtype) are copied aside as well, two versions per chunk (the
+  /// newest and the one before), so that a new process of a lost rank can
+  /// be sent the version its iteration in progress came from. Costs
+  /// 2 x the shard's wire bytes (+ 8 B per chunk) and a copy of each
+  /// update. Throws std::invalid_argument under another fan-out rule.
+  void keep_versions();
+  /// Rank `rank` is lost and waited for (a kSuspend task): nothing is sent
+  /// to it (its deferred slices dropped, removed_dropped); its sets keep
+  /// what it gave and wait for the rest. BSP only.
+  void suspend_rank_st(uint16_t rank);
+  /// Its new process joined at `version`, the iteration in progress (a
+  /// kRejoin task): it is sent updates again, and every chunk at `version`
+  /// (a chunk one past it from its kept copy; counted in join_owed); a
+  /// slice the endpoint refuses waits in the backlog. Its push of `version`
+  /// to a chunk one past it is refused as stale and answered with the
+  /// chunk (answered_again). BSP only, after keep_versions().
+  void rejoin_rank_st(uint16_t rank, uint32_t version);
+
   /// Resubmits the slices an endpoint refused, oldest first, until one is
   /// refused again; returns how many went. Called by the shard's owner
   /// whenever fanout_pending() (the inline loop, or the shard core's).
@@ -315,6 +335,12 @@ class Shard final : public agg::ChunkSink {
   void release_chunk_st(uint64_t index);
   // Standby, promoted: a push the chunk is one version past, answered.
   void answer_again_st(uint16_t rank, uint32_t key, uint32_t offset);
+  // keep_versions(): chunk `index` at `version`, if kept (else null).
+  [[nodiscard]] const std::byte* kept_st(int64_t index, uint32_t version) const {
+    if (index < 0 || kept_.empty()) return nullptr;
+    const uint64_t slot = static_cast<uint64_t>(index) * 2 + (version & 1);
+    return kept_version_[slot] == version ? kept_.data() + slot * chunk_bytes_ : nullptr;
+  }
   // BSP: send every worker the chunk at `offset` of `key` from the table.
   void fanout_chunk_st(uint32_t key, uint32_t offset, uint32_t bytes, const std::byte* data,
                        uint32_t version, uint8_t priority);
@@ -376,8 +402,12 @@ class Shard final : public agg::ChunkSink {
   uint64_t eager_pending_ = 0;
   // SSP: the answers owed (fanout.h).
   SspAnswers ssp_;
-  // The ranks still in the job (asynchronous modes: remove_rank_st).
+  // The ranks still in the job (remove_rank_st; BSP wait: suspend_rank_st).
   uint64_t live_ = 0;
+  // keep_versions(): per chunk, two slots of its bytes (version parity),
+  // and the version each holds (UINT32_MAX: none).
+  std::vector<std::byte> kept_;
+  std::vector<uint32_t> kept_version_;
   // Hot standby. Primary: the standby (endpoint null: none, or lost), the
   // gates, and the chunks whose replica the endpoint refused (a ring of
   // chunk index << 2 | next array, one entry per chunk at most). Standby:

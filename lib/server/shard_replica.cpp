@@ -146,10 +146,11 @@ void Shard::answer_again_st(uint16_t rank, uint32_t key, uint32_t offset) {
   const agg::ChunkTable::ChunkView v = table_->chunk_view(static_cast<uint64_t>(at));
   const uint8_t priority = placement_.at(key).priority;
   ++counters_.answered_again;
-  if (send_st(rank, bytes_of(v.params), static_cast<uint32_t>(v.params.size_bytes()), key, offset,
-              v.version, priority)) {
-    return;
-  }
+  // The chunk as the workers get it (a float32 block's: its parameters).
+  const std::span<const std::byte> values = table_->wire_values(key);
+  const auto bytes =
+      static_cast<uint32_t>(std::min<uint64_t>(values.size() - offset, chunk_bytes_));
+  if (send_st(rank, values.data() + offset, bytes, key, offset, v.version, priority)) return;
   ++counters_.fanout_refused;
   defer_st(Deferred{key, offset, v.version, rank, priority, 0});
 }

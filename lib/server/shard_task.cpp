@@ -43,6 +43,15 @@ void Shard::run_task_st(ShardTask& task) {
     case ShardTask::Kind::kJoin:
       join_rank_st(static_cast<uint16_t>(task.first), task.version);
       break;
+    case ShardTask::Kind::kSuspend:
+      suspend_rank_st(static_cast<uint16_t>(task.first));
+      break;
+    case ShardTask::Kind::kLeast:
+      task.next = table.version_range().first;
+      break;
+    case ShardTask::Kind::kRejoin:
+      rejoin_rank_st(static_cast<uint16_t>(task.first), task.version);
+      break;
   }
   task.finish(std::move(error));
 }

@@ -35,6 +35,10 @@ struct ShardTask {
     kCheck,     ///< how many chunks have no values yet (into `next`)
     kRemove,    ///< rank `first` left the job (docs/membership.md): Shard::remove_rank_st
     kJoin,      ///< rank `first` joined it, clocks from `version`: Shard::join_rank_st
+    // BSP, training.on_worker_loss wait (docs/membership.md):
+    kSuspend,  ///< rank `first` is lost and waited for: Shard::suspend_rank_st
+    kLeast,    ///< the least version of the shard's chunks (into `next`)
+    kRejoin,   ///< rank `first`'s new process, at version `version`: Shard::rejoin_rank_st
   };
   Kind kind = Kind::kSettings;
   uint64_t job = 0;  ///< the placement fingerprint (the records')
@@ -48,8 +52,8 @@ struct ShardTask {
   // Results.
   std::string error;             ///< "" when it went well
   std::vector<std::byte> bytes;  ///< kExport: the page
-  uint64_t next = 0;             ///< kExport: the next chunk; kCheck: chunks without values
-  bool end = false;              ///< kExport: the shard has no chunk past the page
+  uint64_t next = 0;  ///< kExport: the next chunk; kCheck: chunks without values; kLeast: it
+  bool end = false;   ///< kExport: the shard has no chunk past the page
 
   /// The shard's thread: the results are written.
   void finish(std::string why) {

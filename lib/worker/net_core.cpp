@@ -98,13 +98,15 @@ uint32_t NetCore::poll_st(transport::Tick now) {
         phase_ = Phase::kRunning;
         // The version every tensor holds now: the trainer side counts its
         // pushes from it (release: the handle's completion). A process that
-        // joined a running job holds each tensor's newest version (the
-        // least over its chunks), its pushes counted from the job's start
-        // all the same (the servers take its clocks from there).
+        // joined a running asynchronous job holds each tensor's newest
+        // version (the least over its chunks), its pushes counted from the
+        // job's start all the same (the servers take its clocks from there);
+        // one that joined a BSP job (on_worker_loss wait) holds the version
+        // of the iteration in progress, kJoined's, and counts from it.
         stats_.start_version.store(start_version_, std::memory_order_relaxed);
         uint32_t joined_at = UINT32_MAX;
         for (TensorId t = 0; t < table_.tensors(); ++t) {
-          const uint32_t holds = joining_ ? pulls_->least_version_st(t) : start_version_;
+          const uint32_t holds = joining_ && async() ? pulls_->least_version_st(t) : start_version_;
           joined_at = std::min(joined_at, holds);
           stats_.delivered[t].store(holds, std::memory_order_relaxed);
           base_[t] = holds;

@@ -11,8 +11,16 @@ emulator losing 2 % of the frames on every TX queue.
   others over 3, every later round over 3 (ps-worker's reference, momentum's state
   replayed). The server ends with status 0 and counts one worker removed; each survivor
   prints the server's line on the removal.
+* `wait`: on_worker_loss wait. Rank 2 kills itself the same way, and the test starts a
+  new ps-worker for it as soon as it is gone. The server waits for it (the round holds),
+  takes it back at the round in progress (version LOSE_ROUND - 1: its first pull is that
+  version of every chunk, from the copies the server keeps), and the new process
+  replays the unbroken run to that version, checks its parameters bit for bit and
+  pushes the round's gradients again (the server ignores those it had). Every rank, the
+  new process included, checks every round bit for bit against the unbroken run; the
+  job finishes with 4 ranks; the server counts one worker joined.
 
-  bsp_loss_test.py BUILD_DIR [shrink ...]
+  bsp_loss_test.py BUILD_DIR [shrink|wait ...]
 """
 import os
 import re
@@ -62,8 +70,10 @@ def expect(cond, what, outputs=()):
     return what + ("\n" + text if text else "")
 
 
-def run_job(build, tmp, policy, worker_args):
-    """ps-server and four ps-workers; [(name, status, output)], server first."""
+def run_job(build, tmp, policy, worker_args, restart=False):
+    """ps-server and four ps-workers; [(name, status, output)], server first. With
+    `restart`, a new process of rank LOST (without worker_args) is started once the first
+    one has exited, and its output is appended as "w%d again" % LOST."""
     model = os.path.join(tmp, "model.txt")
     with open(model, "w") as f:
         f.write(MODEL)
@@ -73,13 +83,24 @@ def run_job(build, tmp, policy, worker_args):
     procs = [("s0", subprocess.Popen(
         [os.path.join(build, "apps/ps-server"), "--config", job, "--node", "s0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))]
-    for w in range(4):
-        procs.append(("w%d" % w, subprocess.Popen(
+
+    def worker(w, args):
+        return subprocess.Popen(
             [os.path.join(build, "apps/ps-worker/ps-worker"), "--config", job, "--node",
-             "w%d" % w, "--model", model, "--rounds", str(ROUNDS)] + worker_args,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+             "w%d" % w, "--model", model, "--rounds", str(ROUNDS)] + args,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for w in range(4):
+        procs.append(("w%d" % w, worker(w, worker_args)))
     out = []
     try:
+        if restart:
+            first = procs[1 + LOST][1]
+            try:
+                first.wait(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                pass
+            if first.returncode is not None:
+                procs.append(("w%d again" % LOST, worker(LOST, [])))
         for name, p in procs:
             try:
                 text, _ = p.communicate(timeout=TIMEOUT_S)
@@ -124,7 +145,43 @@ def scenario_shrink(build, tmp):
     return None
 
 
-SCENARIOS = {"shrink": scenario_shrink}
+def scenario_wait(build, tmp):
+    out = run_job(build, tmp, "wait", ["--lose", "%d,%d,%d" % (LOST, LOSE_ROUND, LOSE_AFTER)],
+                  restart=True)
+    server = out[0]
+    lost = out[1 + LOST]
+    err = expect(len(out) == 6 and lost[1] == -9 and "killing itself (SIGKILL)" in lost[2],
+                 "w%d killed itself in round %d and was started again" % (LOST, LOSE_ROUND), out)
+    if err:
+        return err
+    again = out[5]
+    ranks = [o for o in out[1:] if o[0] != "w%d" % LOST]
+    err = expect(server[1] == 0 and all(s == 0 for _, s, _ in ranks),
+                 "the server and the four ranks end with status 0", out)
+    # The new process joins at the round in progress, its parameters exact.
+    version = LOSE_ROUND - 1
+    err = err or expect("joined the running job at version %d: parameters exact" % version
+                        in again[2], "w%d's new process joins at version %d, exact" %
+                        (LOST, version), out)
+    for name, _, text in ranks:
+        first = version + 1 if name == again[0] else 1
+        exact = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", text)]
+        err = err or expect(exact == list(range(first, ROUNDS + 1)) and
+                            "done, %d rounds in" % ROUNDS in text,
+                            "%s: every round exact against the unbroken run (%s)" %
+                            (name, exact[-3:]), out)
+    err = err or expect("joined the running job (a new process) at version %d" % version
+                        in server[2] and "workers joined: 1" in server[2] and
+                        "workers removed" not in server[2],
+                        "the server names the join and counts it", out)
+    if err:
+        return err
+    print("wait: w%d lost in round %d after %d tensors, its new process joined at version %d; "
+          "%d rounds exact, the unbroken run's" % (LOST, LOSE_ROUND, LOSE_AFTER, version, ROUNDS))
+    return None
+
+
+SCENARIOS = {"shrink": scenario_shrink, "wait": scenario_wait}
 
 
 if __name__ == "__main__":

@@ -949,7 +949,9 @@ class DistributedModel(torch.nn.Module):
         (a restart, docs/membership.md, "Joining"), the version it joined at
         (Worker.joined_version): the module's parameters hold every chunk's
         newest version, at least that one, and the trainer reloads its data
-        position from it. None for a process that started with the job."""
+        position from it; under bsp with on_worker_loss wait, the step in
+        progress, whose version the parameters hold. None for a process that
+        started with the job."""
         if not self._declared:
             raise UsageError("mercury.torch: joined_version before the first forward pass "
                              "(the job starts there)")
