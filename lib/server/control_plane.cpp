@@ -264,15 +264,7 @@ void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tenso
   // The rank's old incarnation is out of the job (removed): what it pushed
   // and the server took stays applied, and the shards forgot what they
   // owed it. The new process starts from every chunk's newest version.
-  const std::string diff = agg::first_difference(*declared_[0], tensors);
-  if (!diff.empty()) {
-    ++counters_.declares_refused;
-    reply_refused(rank, "server: " + rank_text(rank) +
-                            " cannot join the running job: its tensor list differs from the "
-                            "job's (the job's vs its): " +
-                            diff);
-    return;
-  }
+  if (refuse_another_list(rank, tensors)) return;
   removed_ &= ~(uint64_t{1} << rank);
   ++counters_.workers_joined;
   changes_.push_back({rank, true});
@@ -284,22 +276,39 @@ void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tenso
   if (!barrier_completed_.empty()) first = std::max(first, *barrier_completed_.rbegin() + 1);
   joined_at_[rank] = first;
   const uint32_t in = workers() - static_cast<uint32_t>(std::popcount(left_ | removed_));
-  const std::string text = rank_text(rank) + " joined the running job (a new process): it " +
-                           "goes on with " + std::to_string(in) + (in == 1 ? " rank" : " ranks");
+  announce_join(rank,
+                rank_text(rank) + " joined the running job (a new process): it goes on with " +
+                    std::to_string(in) + (in == 1 ? " rank" : " ranks"),
+                start_version_, first);
+}
+
+bool ControlPlane::refuse_another_list(uint16_t rank, const std::vector<agg::TensorDecl>& tensors) {
+  const std::string diff = agg::first_difference(*declared_[0], tensors);
+  if (diff.empty()) return false;
+  ++counters_.declares_refused;
+  reply_refused(rank, "server: " + rank_text(rank) +
+                          " cannot join the running job: its tensor list differs from the "
+                          "job's (the job's vs its): " +
+                          diff);
+  return true;
+}
+
+void ControlPlane::announce_join(uint16_t rank, const std::string& text, uint32_t version,
+                                 uint64_t generation) {
   agg::ControlMessage told;
   told.kind = agg::ControlKind::kWorkerJoined;
   told.rank = rank;
   told.text = text;
   for (uint32_t r = 0; r < workers(); ++r) {
-    if (r != rank && !gone(r)) reply(static_cast<uint16_t>(r), told);
+    if (r != rank && in_job(r)) reply(static_cast<uint16_t>(r), told);
   }
   notices_.push_back(text);
   agg::ControlMessage joined;
   joined.kind = agg::ControlKind::kJoined;
   joined.fingerprint = placement_->fingerprint();
   joined.shards = placement_->shards();
-  joined.version = start_version_;
-  joined.generation = runs_barrier_ ? first : 0;
+  joined.version = version;
+  joined.generation = runs_barrier_ ? generation : 0;
   reply(rank, std::move(joined));
 }
 
@@ -334,15 +343,7 @@ void ControlPlane::await_declare(uint16_t rank, const std::vector<agg::TensorDec
   // A declare is a new process: its old incarnation's end may have gone
   // unseen.
   if ((awaited_ >> rank & 1) == 0) await(rank, "restarted mid-job (declared again)", now);
-  const std::string diff = agg::first_difference(*declared_[0], tensors);
-  if (!diff.empty()) {
-    ++counters_.declares_refused;
-    reply_refused(rank, "server: " + rank_text(rank) +
-                            " cannot join the running job: its tensor list differs from the "
-                            "job's (the job's vs its): " +
-                            diff);
-    return;
-  }
+  if (refuse_another_list(rank, tensors)) return;
   // The node finds the iteration in progress, then calls finish_join_st.
   const uint64_t bit = uint64_t{1} << rank;
   awaited_ &= ~bit;
@@ -364,24 +365,11 @@ bool ControlPlane::finish_join_st(uint16_t rank, uint32_t version) {
   if (!barrier_arrived_.empty()) {
     generation = std::max(generation, barrier_arrived_.rbegin()->first);
   }
-  const std::string text = rank_text(rank) + " joined the running job (a new process) at version " +
-                           std::to_string(version) + ": the round goes on with " +
-                           std::to_string(workers()) + " ranks";
-  agg::ControlMessage told;
-  told.kind = agg::ControlKind::kWorkerJoined;
-  told.rank = rank;
-  told.text = text;
-  for (uint32_t r = 0; r < workers(); ++r) {
-    if (r != rank && in_job(r)) reply(static_cast<uint16_t>(r), told);
-  }
-  notices_.push_back(text);
-  agg::ControlMessage joined;
-  joined.kind = agg::ControlKind::kJoined;
-  joined.fingerprint = placement_->fingerprint();
-  joined.shards = placement_->shards();
-  joined.version = version;
-  joined.generation = runs_barrier_ ? generation : 0;
-  reply(rank, std::move(joined));
+  announce_join(rank,
+                rank_text(rank) + " joined the running job (a new process) at version " +
+                    std::to_string(version) + ": the round goes on with " +
+                    std::to_string(workers()) + " ranks",
+                version, generation);
   return true;
 }
 

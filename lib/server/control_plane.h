@@ -243,6 +243,11 @@ class ControlPlane {
   void remove(uint16_t rank, bool lost, const std::string& why, Tick now);
   void await(uint16_t rank, const std::string& why, Tick now);
   void await_declare(uint16_t rank, const std::vector<agg::TensorDecl>& tensors, Tick now);
+  // A new process whose list is not the job's is refused alone: true then.
+  bool refuse_another_list(uint16_t rank, const std::vector<agg::TensorDecl>& tensors);
+  // `text` to every other rank in the job (kWorkerJoined) and the node's
+  // output; kJoined (the placement, `version`, `generation`) to `rank`.
+  void announce_join(uint16_t rank, const std::string& text, uint32_t version, uint64_t generation);
   void join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors);
   [[nodiscard]] std::string rank_text(uint16_t rank) const;
   void finish_if_all_gone(Tick now);

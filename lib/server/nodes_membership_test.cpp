@@ -127,6 +127,44 @@ TEST(NodesMembership, AJoinWithAnotherTensorListIsRefusedAlone) {
   EXPECT_EQ(c.control.workers_removed, 1u);
 }
 
+// A round in which rank 3 of 4 is lost: every rank's gradients drawn, the
+// reference moved on (tensors 0 and 1 averaged over the 4 ranks, the others
+// over the first `later` ranks: SGD at kLr), and rank 3's pushes of tensors
+// 0 and 1, acknowledged (the server took them).
+void lose_rank3_mid_round(Nodes& job, std::mt19937& rng, std::vector<std::vector<float>>& reference,
+                          uint32_t later) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (uint32_t r = 0; r < 4; ++r) {
+    for (auto& g : job.rank(r).grads) {
+      for (float& x : g) x = dist(rng);
+    }
+  }
+  for (size_t t = 0; t < reference.size(); ++t) {
+    const uint32_t n = t < 2 ? 4 : later;
+    const float inv_n = 1.0f / static_cast<float>(n);
+    for (size_t i = 0; i < reference[t].size(); ++i) {
+      float s = job.rank(0).grads[t][i];
+      for (uint32_t k = 1; k < n; ++k) s = s + job.rank(k).grads[t][i];
+      reference[t][i] = reference[t][i] - kLr * (s * inv_n);
+    }
+  }
+  Rank& dying = job.rank(3);
+  const std::vector<worker::Handle> hs = {dying.api().push(0, dying.grads[0]),
+                                          dying.api().push(1, dying.grads[1])};
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
+}
+
+// Ranks 0..ranks-1 push_pull every tensor (their gradients as drawn), into `hs`.
+void push_pull_all(Nodes& job, uint32_t ranks, std::vector<worker::Handle>& hs) {
+  for (uint32_t r = 0; r < ranks; ++r) {
+    Rank& k = job.rank(r);
+    for (uint32_t t = 0; t < k.params.size(); ++t) {
+      hs.push_back(k.api().push_pull(t, k.grads[t], k.params[t]));
+    }
+  }
+}
+
 // training.on_worker_loss shrink: rank 3 of 4 dies in round 2 after the
 // server took its gradients of tensors 0 and 1. Those sets keep them (an
 // average over 4), tensors 2 and 3 average over the 3 others, and every
@@ -137,35 +175,11 @@ TEST(NodesMembership, ABspJobShrinksWithoutALostRank) {
   ASSERT_EQ(job.start(reference), "");
   std::mt19937 rng(23);
   ASSERT_EQ(job.round(reference, rng), "");  // version 1, over 4
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (uint32_t r = 0; r < 4; ++r) {
-    for (auto& g : job.rank(r).grads) {
-      for (float& x : g) x = dist(rng);
-    }
-  }
   // The round's reference: tensors 0 and 1 over the 4 ranks, 2 and 3 over 0..2.
-  for (size_t t = 0; t < reference.size(); ++t) {
-    const uint32_t n = t < 2 ? 4 : 3;
-    const float inv_n = 1.0f / static_cast<float>(n);
-    for (size_t i = 0; i < reference[t].size(); ++i) {
-      float s = job.rank(0).grads[t][i];
-      for (uint32_t k = 1; k < n; ++k) s = s + job.rank(k).grads[t][i];
-      reference[t][i] = reference[t][i] - kLr * (s * inv_n);
-    }
-  }
-  Rank& dying = job.rank(3);
-  std::vector<worker::Handle> hs = {dying.api().push(0, dying.grads[0]),
-                                    dying.api().push(1, dying.grads[1])};
-  ASSERT_TRUE(job.wait(hs));
-  for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
+  ASSERT_NO_FATAL_FAILURE(lose_rank3_mid_round(job, rng, reference, 3));
   job.kill(3);
-  hs.clear();
-  for (uint32_t r = 0; r < 3; ++r) {
-    Rank& k = job.rank(r);
-    for (uint32_t t = 0; t < k.params.size(); ++t) {
-      hs.push_back(k.api().push_pull(t, k.grads[t], k.params[t]));
-    }
-  }
+  std::vector<worker::Handle> hs;
+  push_pull_all(job, 3, hs);
   ASSERT_TRUE(job.wait(hs));
   for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
   EXPECT_EQ(job.compare(reference, "the round of the loss"), "");
@@ -198,31 +212,11 @@ TEST(NodesMembership, ABspJobWaitsForALostRanksNewProcess) {
   std::mt19937 rng(24);
   ASSERT_EQ(job.round(reference, rng), "");  // version 1
   const std::vector<std::vector<float>> at_1 = reference;
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (uint32_t r = 0; r < 4; ++r) {
-    for (auto& g : job.rank(r).grads) {
-      for (float& x : g) x = dist(rng);
-    }
-  }
-  for (size_t t = 0; t < reference.size(); ++t) {
-    for (size_t i = 0; i < reference[t].size(); ++i) {
-      float s = job.rank(0).grads[t][i];
-      for (uint32_t k = 1; k < 4; ++k) s = s + job.rank(k).grads[t][i];
-      reference[t][i] = reference[t][i] - kLr * (s * 0.25f);
-    }
-  }
+  // The unbroken run's round: every tensor over the 4 ranks.
+  ASSERT_NO_FATAL_FAILURE(lose_rank3_mid_round(job, rng, reference, 4));
   const std::vector<std::vector<float>> grads3 = job.rank(3).grads;
-  std::vector<worker::Handle> hs = {job.rank(3).api().push(0, job.rank(3).grads[0]),
-                                    job.rank(3).api().push(1, job.rank(3).grads[1])};
-  ASSERT_TRUE(job.wait(hs));
-  for (const worker::Handle& h : hs) ASSERT_TRUE(h.ok()) << h.error();
-  hs.clear();
-  for (uint32_t r = 0; r < 3; ++r) {
-    Rank& k = job.rank(r);
-    for (uint32_t t = 0; t < k.params.size(); ++t) {
-      hs.push_back(k.api().push_pull(t, k.grads[t], k.params[t]));
-    }
-  }
+  std::vector<worker::Handle> hs;
+  push_pull_all(job, 3, hs);
   // Rank 3's process dies; a new one starts (a new transport epoch).
   job.restart(3, 300);
   const worker::Handle started = job.rank(3).api().start_async();

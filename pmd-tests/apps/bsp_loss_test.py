@@ -29,6 +29,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import scenarios  # noqa: E402
+from memif_nodes import memif_nodes  # noqa: E402
+from outputs import output  # noqa: E402
 
 MODEL = "a 20000 100x200\nb 300 300\nc 7000 7000\nd 64 64\n"
 TIMEOUT_S = 120
@@ -48,18 +50,8 @@ def job_text(tag, tmp, policy):
          "eal: {memory_mb: 256, hugepages: off}",
          "training: {sync: bsp, optimizer: momentum, learning_rate: 0.01, momentum: 0.9,"
          " on_worker_loss: %s}" % policy,
-         "link: {loss: 0.02, seed: 13}",
-         "nodes:",
-         "  - name: s0", "    role: server", "    ipv4: 10.0.0.1",
-         "    mac: 02:00:00:00:00:01", "    ports:"]
-    for w in range(4):
-        y.append("      - net_memif%d,role=server,id=0,socket=%s/w%d.sock" % (w, tmp, w))
-    y += ["    lcores: [0, 1]", "    shards: 1"]
-    for w in range(4):
-        y += ["  - name: w%d" % w, "    role: worker", "    ipv4: 10.0.0.%d" % (11 + w),
-              "    mac: 02:00:00:00:00:%02x" % (0x11 + w),
-              "    ports: [\"net_memif1%d,role=client,id=0,socket=%s/w%d.sock\"]" % (w, tmp, w),
-              "    lcores: [%d]" % (2 + w)]
+         "link: {loss: 0.02, seed: 13}"]
+    y += memif_nodes(4, lambda w: "%s/w%d.sock" % (tmp, w), "[0, 1]", lambda w: 2 + w)
     return "\n".join(y) + "\n"
 
 
@@ -102,13 +94,7 @@ def run_job(build, tmp, policy, worker_args, restart=False):
             if first.returncode is not None:
                 procs.append(("w%d again" % LOST, worker(LOST, [])))
         for name, p in procs:
-            try:
-                text, _ = p.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                text, _ = p.communicate()
-                text += "\n(killed after %d s)" % TIMEOUT_S
-            out.append((name, p.returncode, text))
+            out.append((name,) + output(p, TIMEOUT_S))
     finally:
         for _, p in procs:
             if p.poll() is None:

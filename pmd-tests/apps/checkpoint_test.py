@@ -43,6 +43,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import scenarios  # noqa: E402
 from lines import Lines  # noqa: E402
+from memif_nodes import memif_nodes  # noqa: E402
+from outputs import output  # noqa: E402
 from netns import bridge_namespaces, remove_namespaces  # noqa: E402
 
 LINK = "link: {loss: 0.02, seed: 11}"
@@ -58,18 +60,8 @@ def job_text(tag, ckpt_dir, optimizer="optimizer: momentum, learning_rate: 0.01,
          "eal: {memory_mb: 256, hugepages: off}",
          "training: {sync: bsp, %s}" % optimizer,
          "checkpoint: {dir: %s, every_versions: 3, keep: 2}" % ckpt_dir,
-         LINK,
-         "nodes:",
-         "  - name: s0", "    role: server", "    ipv4: 10.0.0.1",
-         "    mac: 02:00:00:00:00:01", "    ports:"]
-    for w in range(2):
-        y.append("      - net_memif%d,role=server,id=0,socket=/tmp/%s-w%d.sock" % (w, tag, w))
-    y += ["    lcores: [0, 2]", "    shards: 1"]
-    for w in range(2):
-        y += ["  - name: w%d" % w, "    role: worker", "    ipv4: 10.0.0.%d" % (11 + w),
-              "    mac: 02:00:00:00:00:%02x" % (0x11 + w),
-              "    ports: [\"net_memif1%d,role=client,id=0,socket=/tmp/%s-w%d.sock\"]" % (w, tag, w),
-              "    lcores: [%d]" % (1 + 2 * w)]
+         LINK]
+    y += memif_nodes(2, lambda w: "/tmp/%s-w%d.sock" % (tag, w), "[0, 2]", lambda w: 1 + 2 * w)
     return "\n".join(y) + "\n"
 
 
@@ -89,13 +81,7 @@ class Run:
         """Every process's (status, output), server first; kills what is left at the bound."""
         out = []
         for p in [self.server] + self.workers:
-            try:
-                text, _ = p.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                text, _ = p.communicate()
-                text += "\n(killed after %d s)" % TIMEOUT_S
-            out.append((p.returncode, text))
+            out.append(output(p, TIMEOUT_S))
         return out
 
 
