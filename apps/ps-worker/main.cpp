@@ -626,12 +626,15 @@ int run(const Options& o) {
   }
   w.barrier();  // nobody leaves before every rank has its last aggregate
   w.shutdown();
-  std::printf("%s: done, %u rounds%s in %.2f s of push_pull (%.2f Gbit/s), %s, %s\n",
+  const bool standby = std::any_of(job.nodes.begin(), job.nodes.end(), [](const auto& node) {
+    return node.role == config::Role::kStandby;
+  });
+  std::printf("%s: done, %u rounds%s in %.2f s of push_pull (%.2f Gbit/s), %s, %s%s\n",
               o.node.c_str(), o.rounds,
               rollbacks == 0 ? "" : (" (" + std::to_string(rollbacks) + " rolled back)").c_str(),
               total_s, static_cast<double>(model_bytes) * 2 * 8 * o.rounds / total_s / 1e9,
               o.verify == "every" ? "every aggregate exact" : "the last round's aggregate exact",
-              trainer::drops_text(w).c_str());
+              trainer::drops_text(w).c_str(), trainer::standby_text(w, standby).c_str());
   return 0;
 }
 

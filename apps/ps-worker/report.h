@@ -22,4 +22,14 @@ inline std::string drops_text(const worker::Worker& w) {
   return "drops:" + (t.empty() ? std::string(" none") : t);
 }
 
+/// With a hot standby in the job (docs/durability.md): ", standby: T
+/// takeovers, N tensors pushed again" (WorkerStats::standby_takeovers and
+/// tensors_resent); "" without one.
+inline std::string standby_text(const worker::Worker& w, bool job_has_standby) {
+  if (!job_has_standby) return {};
+  const worker::WorkerStats s = w.stats();
+  return ", standby: " + std::to_string(s.standby_takeovers) + " takeovers, " +
+         std::to_string(s.tensors_resent) + " tensors pushed again";
+}
+
 }  // namespace mercury::trainer

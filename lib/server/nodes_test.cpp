@@ -4,8 +4,9 @@
 // real DPDK ports, checked here on the node layer alone: a BSP round exact
 // against the reference, a mismatched declare refused, a silent worker named
 // by liveness, loss and reordering recovered bit for bit, PS+'s eager pull,
-// a start that no server answers, every buffer back in its pool at the end,
-// and a wrong-thread call aborting.
+// a start whose build outlasts the peer timeout, a start that no server
+// answers, every buffer back in its pool at the end, and a wrong-thread call
+// aborting.
 #include "server/nodes_harness.h"
 
 namespace mercury {
@@ -106,6 +107,33 @@ TEST(Nodes, ASilentWorkerIsNamedByLiveness) {
     EXPECT_NE(h.error().find("w2"), std::string_view::npos) << h.error();
   }
   EXPECT_EQ(job.server().state_st(), server::NodeState::kRefused);
+}
+
+// The job's start builds the shards inside the server's receive pass, for
+// seconds on a loaded machine. What that pass sent would carry its time,
+// that old: the transport's liveness clock would start in the past and name
+// a worker lost before its acknowledgement could come. Here the pass that
+// starts the job "takes" twice the peer timeout (1 s): the fake clock jumps
+// after it, while the workers are off their CPU, and the server runs alone
+// long enough for its timers; then the start completes and nobody was lost.
+TEST(Nodes, AStartThatBuildsLongerThanThePeerTimeoutLosesNoWorker) {
+  Nodes job({.workers = 2, .start_timeout_ms = 10'000});
+  std::vector<worker::Handle> hs;
+  for (uint32_t r = 0; r < 2; ++r) hs.push_back(job.rank(r).api().start_async());
+  job.loop().pass_st(tick());  // the workers take their start and send their declarations
+  for (uint32_t r = 0; r < 2; ++r) job.loop().remove(*job.rank(r).polled->net_core());
+  ASSERT_TRUE(job.run([&] { return job.server().state_st() == server::NodeState::kRunning; }));
+  g_now += 2'000 * kMs;
+  // 3 ms alone: the endpoints' timers and the node's liveness check (every ms) run.
+  for (int i = 0; i < 3'000; ++i) job.loop().pass_st(tick());
+  ASSERT_EQ(job.server().state_st(), server::NodeState::kRunning) << job.server().refusal_st();
+  for (uint32_t r = 0; r < 2; ++r) job.loop().add(*job.rank(r).polled->net_core());
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) EXPECT_TRUE(h.ok()) << h.error();
+  EXPECT_EQ(job.server().counters_st().control.workers_lost, 0u);
+  std::vector<std::vector<float>> reference = job.rank(0).params;
+  std::mt19937 rng(12);
+  ASSERT_EQ(job.round(reference, rng), "");
 }
 
 // PS+: a worker that pushes nothing still receives each new version of a

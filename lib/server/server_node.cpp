@@ -640,6 +640,9 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kInitNotRank0);
     return false;
   }
+  // Rank 0 sends its initial values (or a rank its gradients) once every
+  // server and standby answered it: the pair may heartbeat each other.
+  pair_started_ = true;
   if (init && seeded_) {  // the job's chunks come from rank 0's checkpoint
     count(ServerDrop::kInitResumed);
     return false;
@@ -753,6 +756,12 @@ uint32_t ServerNode::poll_port_st(uint32_t p, transport::Tick now) {
 uint32_t ServerNode::poll_control_st(transport::Tick now) {
   MERCURY_OWNED(owner_);
   now_ = now;
+  if (replies_wait_) {
+    // The job started in a port's pass: its kReady go to the endpoints now,
+    // after every port's transmit, and leave stamped by the next pass.
+    replies_wait_ = false;
+    send_replies_st();
+  }
   if (own_resume_pending_ && running_ && control_channel_->settled_st()) {
     // Every rank has its kReady (the resumed version its pulls wait for):
     // the chunks may go out.
@@ -902,8 +911,10 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
   // declarations whose ACK waited for the ACK delay meanwhile.
   for (auto& e : endpoints_) e->flush_acks_st(now_);
   if (rank >= rank_at_.size()) {
-    // The other node of a standby pair sends heartbeats only.
+    // The other node of a standby pair sends heartbeats only, from the
+    // job's first data on: heartbeat it too.
     if (m.kind != agg::ControlKind::kHeartbeat) count(ServerDrop::kBadControl);
+    if (running_) pair_started_ = true;
     return;
   }
   // A restart the endpoint saw in this pass comes first: the message is the
@@ -917,6 +928,7 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
     poll_job_state_st();
     return;
   }
+  const bool was_running = running_;
   switch (control_->on_message_st(static_cast<uint16_t>(rank), std::move(m), now_)) {
     case ControlVerdict::kTaken:
       break;
@@ -931,6 +943,8 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
       break;
   }
   sync_state_st();
+  // This declare started the job: its replies go out after the pass (replies_wait_).
+  if (running_ && !was_running) replies_wait_ = true;
   send_replies_st();
 }
 
@@ -965,6 +979,7 @@ void ServerNode::poll_job_state_st() {
 }
 
 void ServerNode::send_replies_st() {
+  if (replies_wait_) return;  // the control poller sends them, with what came since
   for (const ControlReply& r : control_->take_replies_st()) {
     control_channel_->send_st(r.rank, r.message);
   }
@@ -983,6 +998,7 @@ bool ServerNode::on_partner_packet_st(const wire::HeaderFields& h,
     count(ServerDrop::kFromPartner);
     return false;
   }
+  pair_started_ = true;  // the primary runs: heartbeat it
   const int32_t slot = slot_of_st(h.block_key);
   if (slot < 0) return false;
   // Copied (or dropped and counted by the shard): the endpoint frees the buffer.

@@ -433,7 +433,7 @@ class ServerNode final : private node::ControlChannel::Handler {
   // through port 0 as transport peer partner_peer_.
   [[nodiscard]] uint32_t partner_rank() const { return static_cast<uint32_t>(rank_at_.size()); }
   [[nodiscard]] bool active_st(uint32_t rank) const {
-    return rank >= rank_at_.size() ? partner_alive_ : control_->in_job(rank);
+    return rank >= rank_at_.size() ? partner_alive_ && pair_started_ : control_->in_job(rank);
   }
   bool on_partner_packet_st(const wire::HeaderFields& h, std::span<const std::byte> payload);
   void on_partner_lost_st();
@@ -446,6 +446,13 @@ class ServerNode final : private node::ControlChannel::Handler {
   // control plane's answers sent.
   void sync_state_st();
   void send_replies_st();
+  // The job's start builds the shards inside a port's receive pass, for
+  // seconds on a loaded machine, and that pass's time is as stale: what it
+  // sent would be stamped with it, the transport's liveness clock started
+  // that far in the past, and a worker named lost before its
+  // acknowledgement could arrive. The start's replies (kReady) wait for the
+  // control poller, after the ports' passes; the next pass stamps them.
+  bool replies_wait_ = false;
   // Each rank that went out of an asynchronous job (or a BSP job that
   // shrinks) or joined it, in order:
   // a kRemove or kJoin task to every shard, run on its thread
@@ -526,10 +533,18 @@ class ServerNode final : private node::ControlChannel::Handler {
   };
   std::vector<PortLeave> leaves_;
   // A hot standby: the partner's transport peer on port 0, whether it is
-  // alive (liveness has not named it), whether this standby serves, and
-  // the lines for the node's output.
+  // alive (liveness has not named it), whether the pair heartbeat each
+  // other yet, whether this standby serves, and the lines for the node's
+  // output. The two build their shards each on its own time, for seconds
+  // when the machine is loaded, and a node that builds acknowledges nothing:
+  // a heartbeat to a partner still building would name it lost. So each
+  // heartbeats (and judges) the other from the job's first data on, when
+  // both have answered every worker: the primary from rank 0's first
+  // initial value or a gradient, the standby from its primary's first
+  // replica or heartbeat (docs/durability.md, "Start").
   uint16_t partner_peer_ = 0;
   bool partner_alive_ = false;
+  bool pair_started_ = false;
   bool promoted_ = false;
   uint64_t promotions_ = 0, standbys_lost_ = 0;
   std::vector<std::string> notices_;

@@ -8,11 +8,17 @@ TX queue. Needs root.
   names it lost, takes over and tells both workers, which push again what s0 had not
   answered. The job finishes: ps-worker checks every round's aggregate bit for bit
   against its replay of the unbroken run (a round that fails ends it with status 1), no
-  round rolls back, each worker prints the takeover, and s0b counts one promotion and
-  the pushes it answered again rather than aggregate twice. Prints the time from the
-  kill to the takeover and to the first round completed after it.
+  round rolls back, each worker prints the takeover and counts it (standby_takeovers 1,
+  tensors_resent as its line says), and s0b counts one promotion and the pushes it
+  answered again rather than aggregate twice. Prints the time from the kill to the
+  takeover and to the first round completed after it.
+* `replicate`: nobody is killed. s0 replicates every chunk version (rank 0's version 0
+  and one per round) to s0b before the workers get it: its counters say exactly that
+  many versions and bytes (the chunk after: parameters and momentum), none unreplicated,
+  the standby never lost; s0b adopted every one, dropped none, was never promoted; the
+  workers count no takeover.
 
-  standby_test.py BUILD_DIR [kill ...]
+  standby_test.py BUILD_DIR [kill replicate ...]
 """
 import os
 import re
@@ -30,6 +36,7 @@ MODEL = "a 20000 100x200\nb 300 300\nc 7000 7000\nd 64 64\n"
 TIMEOUT_S = 120
 ROUNDS = 150
 KILL_AFTER = 40  # w0's round that announces the kill
+REPLICATE_ROUNDS = 30
 
 
 def expect(cond, what, outputs=()):
@@ -55,92 +62,172 @@ def job_text(tag):
     return "\n".join(y) + "\n"
 
 
+class Job:
+    """The job's four processes, each in its namespace; stop() ends what is left and
+    removes the namespaces."""
+
+    def __init__(self, build, tmp, rounds):
+        self.tag = "sb%d" % (os.getpid() % 100000)
+        model = os.path.join(tmp, "model.txt")
+        with open(model, "w") as f:
+            f.write(MODEL)
+        job = os.path.join(tmp, "job.yaml")
+        with open(job, "w") as f:
+            f.write(job_text(self.tag))
+        self.ns = {}
+        self.procs = []
+        self.named = []
+        try:
+            self.ns.update(bridge_namespaces(self.tag, ["s0", "s0b", "w0", "w1"]))
+            server = os.path.join(build, "apps/ps-server")
+            worker = os.path.join(build, "apps/ps-worker/ps-worker")
+            self.primary = self.start("s0", [server, "--config", job, "--node", "s0"])
+            self.standby = self.start("s0b", [server, "--config", job, "--node", "s0b"])
+            self.workers = [self.start("w%d" % w, [worker, "--config", job, "--node",
+                                                    "w%d" % w, "--model", model, "--rounds",
+                                                    str(rounds)]) for w in range(2)]
+        except BaseException:
+            self.stop()
+            raise
+        self.deadline = time.monotonic() + TIMEOUT_S
+
+    def start(self, node, argv):
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns[node]] + argv,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.procs.append(p)
+        self.named.append((node, Lines(p)))
+        return self.named[-1][1]
+
+    def wait(self, procs):
+        """Waits for `procs` (at most until the deadline), then reads what every process
+        that ended printed; returns every node's (name, status, output)."""
+        for p in procs:
+            try:
+                p.proc.wait(timeout=max(1, self.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
+                p.proc.wait()
+        for _, p in self.named:
+            if p.proc.poll() is not None:
+                p.thread.join()
+        return self.outputs()
+
+    def outputs(self):
+        return [(n, p.proc.poll(), p.text()) for n, p in self.named]
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for _, p in self.named:
+            p.thread.join()
+        remove_namespaces(self.ns)
+
+
+def rounds_exact(job, rounds, outputs):
+    """None when every worker checked every round exact, finished and rolled nothing back."""
+    for p in job.workers:
+        text = p.text()
+        exact = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", text)]
+        err = expect(exact == list(range(1, rounds + 1)) and
+                     "done, %d rounds in" % rounds in text and "rolled back" not in text,
+                     "a worker's rounds: every one exact, none rolled back (last: %s)" %
+                     exact[-3:], outputs)
+        if err:
+            return err
+    return None
+
+
+STANDBY_LINE = (r"standby: (\d+) chunk versions adopted, (\d+) replica packets dropped, "
+                r"(\d+) promotions, (\d+) pushes answered again")
+
+
 def scenario_kill(build, tmp):
     if os.geteuid() != 0:
         print("kill: network namespaces need root; not run")
         return None
-    tag = "sb%d" % (os.getpid() % 100000)
-    model = os.path.join(tmp, "model.txt")
-    with open(model, "w") as f:
-        f.write(MODEL)
-    job = os.path.join(tmp, "job.yaml")
-    with open(job, "w") as f:
-        f.write(job_text(tag))
-    ns = {}
-    procs = []
-
-    def start(node, argv):
-        p = subprocess.Popen(["ip", "netns", "exec", ns[node]] + argv, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-        procs.append(p)
-        return Lines(p)
-
-    server = os.path.join(build, "apps/ps-server")
-    worker = os.path.join(build, "apps/ps-worker/ps-worker")
+    job = Job(build, tmp, ROUNDS)
     try:
-        ns.update(bridge_namespaces(tag, ["s0", "s0b", "w0", "w1"]))
-        primary = start("s0", [server, "--config", job, "--node", "s0"])
-        standby = start("s0b", [server, "--config", job, "--node", "s0b"])
-        workers = [start("w%d" % w, [worker, "--config", job, "--node", "w%d" % w, "--model",
-                                     model, "--rounds", str(ROUNDS)]) for w in range(2)]
-        deadline = time.monotonic() + TIMEOUT_S
         mark = "w0 round %3d:" % KILL_AFTER
-        while mark not in workers[0].text() and time.monotonic() < deadline:
-            if any(p.proc.poll() is not None for p in workers + [standby]):
+        while mark not in job.workers[0].text() and time.monotonic() < job.deadline:
+            if any(p.proc.poll() is not None for p in job.workers + [job.standby]):
                 break
             time.sleep(0.005)
-        named = [("s0", primary), ("s0b", standby), ("w0", workers[0]), ("w1", workers[1])]
-        if mark not in workers[0].text():
-            return expect(False, "w0 never reached round %d" % KILL_AFTER,
-                          [(n, p.proc.poll(), p.text()) for n, p in named])
-        primary.proc.send_signal(signal.SIGKILL)
-        primary.proc.wait()
+        if mark not in job.workers[0].text():
+            return expect(False, "w0 never reached round %d" % KILL_AFTER, job.outputs())
+        job.primary.proc.send_signal(signal.SIGKILL)
+        job.primary.proc.wait()
         killed = time.monotonic()
-        for p in workers + [standby]:
-            try:
-                p.proc.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.proc.kill()
-                p.proc.wait()
-        for _, p in named:
-            p.thread.join()
-        outputs = [(n, p.proc.returncode, p.text()) for n, p in named]
-        err = expect(all(p.proc.returncode == 0 for p in workers + [standby]),
+        outputs = job.wait(job.workers + [job.standby])
+        err = expect(all(p.proc.returncode == 0 for p in job.workers + [job.standby]),
                      "a process of the job failed after the kill", outputs)
-        for p in workers:
+        err = err or rounds_exact(job, ROUNDS, outputs)
+        for p in job.workers:
             text = p.text()
-            exact = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", text)]
-            err = err or expect(exact == list(range(1, ROUNDS + 1)) and
-                                "done, %d rounds in" % ROUNDS in text and
-                                "rolled back" not in text,
-                                "a worker's rounds: every one exact, none rolled back "
-                                "(last: %s)" % exact[-3:], outputs)
-            err = err or expect(re.search(r"standby .* of s0 took over from s0 at version \d+",
-                                          text) is not None,
-                                "a worker's line on the takeover", outputs)
-        st = standby.text()
-        m = re.search(r"standby: (\d+) chunk versions adopted, (\d+) replica packets dropped, "
-                      r"(\d+) promotions, (\d+) pushes answered again", st)
+            took = re.search(r"standby .* of s0 took over from s0 at version \d+ \(.*\): "
+                             r"(\d+) tensors pushed again", text)
+            counted = re.search(r"done, .*, standby: (\d+) takeovers, (\d+) tensors pushed again",
+                                text)
+            err = err or expect(took is not None and counted is not None and
+                                counted.group(1) == "1" and counted.group(2) == took.group(1),
+                                "a worker's line on the takeover, and its counters "
+                                "(standby_takeovers 1, tensors_resent as the line says)", outputs)
+        st = job.standby.text()
+        m = re.search(STANDBY_LINE, st)
         err = err or expect("promoted: s0 lost" in st and m is not None and m.group(3) == "1" and
                             int(m.group(1)) > 0, "the standby's promotion and counts", outputs)
         if err:
             return err
-        took = standby.first(r"promoted: s0 lost", killed)
-        after = workers[0].first(r"round +\d+: ", took or killed)
+        took = job.standby.first(r"promoted: s0 lost", killed)
+        after = job.workers[0].first(r"round +\d+: ", took or killed)
         print("kill: the standby took over %.2f s after the kill (peer timeout 1.5 s); w0's "
               "first round after it ended %.2f s after the kill; %s chunk versions adopted, "
               "%s pushes answered again" %
               ((took or killed) - killed, (after or killed) - killed, m.group(1), m.group(4)))
         return None
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        remove_namespaces(ns)
+        job.stop()
 
 
-SCENARIOS = {"kill": scenario_kill}
+def scenario_replicate(build, tmp):
+    if os.geteuid() != 0:
+        print("replicate: network namespaces need root; not run")
+        return None
+    job = Job(build, tmp, REPLICATE_ROUNDS)
+    try:
+        outputs = job.wait(job.workers + [job.primary, job.standby])
+        err = expect(all(p.proc.returncode == 0 for _, p in job.named), "a process failed",
+                     outputs)
+        err = err or rounds_exact(job, REPLICATE_ROUNDS, outputs)
+        if err:
+            return err
+        # Every chunk's version 0 and one version per round, each the chunk after: its
+        # float32 parameters and its momentum.
+        chunks = int(re.search(r"\((\d+) chunks here\), serving", job.primary.text()).group(1))
+        elements = sum(int(line.split()[1]) for line in MODEL.splitlines())
+        versions = chunks * (REPLICATE_ROUNDS + 1)
+        sent = re.search(r"standby: (\d+) chunk versions replicated \((\d+) bytes, \d+ per "
+                         r"chunk version\), (\d+) sent unreplicated, the standby lost (\d+) times",
+                         job.primary.text())
+        got = sent.groups() if sent else None
+        want = (str(versions), str(2 * 4 * elements * (REPLICATE_ROUNDS + 1)), "0", "0")
+        err = expect(got == want, "the primary's replication counters: (versions, bytes, "
+                     "unreplicated, standby lost) %s, want %s" % (got, want), outputs)
+        m = re.search(STANDBY_LINE, job.standby.text())
+        got = m.groups() if m else None
+        want = (str(versions), "0", "0", "0")
+        err = err or expect(got == want, "the standby's counters: (adopted, dropped, "
+                            "promotions, answered again) %s, want %s" % (got, want), outputs)
+        for p in job.workers:
+            err = err or expect("standby: 0 takeovers, 0 tensors pushed again" in p.text(),
+                                "a worker's standby counters", outputs)
+        return err
+    finally:
+        job.stop()
+
+
+SCENARIOS = {"kill": scenario_kill, "replicate": scenario_replicate}
 
 
 if __name__ == "__main__":
