@@ -9,7 +9,8 @@ holds optimizer state; server0 is killed (SIGKILL) at a round and not restarted.
 
 Per trial, times from the kill (CLOCK_MONOTONIC: the workers' --timestamps and w0's
 timeline, docs/timeline.md, are on the same clock as this script):
-  * promotion: the standby's "promoted" line (printed within 100 ms of it);
+  * promotion: w0's line that the standby took over (printed on its kPromoted; the
+    standby's own "promoted" line comes up to 100 ms after the fact);
   * first aggregation: the first aggregated chunk w0 received after the kill (the start
     of the first `pull` phase of its timeline), the issue's goal;
   * barrier: when w0's first round after the kill began (its barrier done by the standby);
@@ -109,7 +110,7 @@ def trial(build, model, workers, rounds, kill_at, tag):
                 p.proc.kill()
                 p.proc.wait()
             p.thread.join()
-        promoted = procs["server0b"].first(r"promoted: server0 lost", killed)
+        promoted = procs["w0"].first(r"standby server0b .* took over from server0", killed)
         stamps = round_stamps(procs["w0"].text(), "w0")
         after = sorted(r for r, (a, _) in stamps.items() if a >= killed)
         aggregated = first_pull(timeline, killed)
