@@ -143,88 +143,93 @@ STANDBY_LINE = (r"standby: (\d+) chunk versions adopted, (\d+) replica packets d
                 r"(\d+) promotions, (\d+) pushes answered again")
 
 
-def scenario_kill(build, tmp):
-    if os.geteuid() != 0:
-        print("kill: network namespaces need root; not run")
-        return None
-    job = Job(build, tmp, ROUNDS)
-    try:
-        mark = "w0 round %3d:" % KILL_AFTER
-        while mark not in job.workers[0].text() and time.monotonic() < job.deadline:
-            if any(p.proc.poll() is not None for p in job.workers + [job.standby]):
-                break
-            time.sleep(0.005)
-        if mark not in job.workers[0].text():
-            return expect(False, "w0 never reached round %d" % KILL_AFTER, job.outputs())
-        job.primary.proc.send_signal(signal.SIGKILL)
-        job.primary.proc.wait()
-        killed = time.monotonic()
-        outputs = job.wait(job.workers + [job.standby])
-        err = expect(all(p.proc.returncode == 0 for p in job.workers + [job.standby]),
-                     "a process of the job failed after the kill", outputs)
-        err = err or rounds_exact(job, ROUNDS, outputs)
-        for p in job.workers:
-            text = p.text()
-            took = re.search(r"standby .* of s0 took over from s0 at version \d+ \(.*\): "
-                             r"(\d+) tensors pushed again", text)
-            counted = re.search(r"done, .*, standby: (\d+) takeovers, (\d+) tensors pushed again",
-                                text)
-            err = err or expect(took is not None and counted is not None and
-                                counted.group(1) == "1" and counted.group(2) == took.group(1),
-                                "a worker's line on the takeover, and its counters "
-                                "(standby_takeovers 1, tensors_resent as the line says)", outputs)
-        st = job.standby.text()
-        m = re.search(STANDBY_LINE, st)
-        err = err or expect("promoted: s0 lost" in st and m is not None and m.group(3) == "1" and
-                            int(m.group(1)) > 0, "the standby's promotion and counts", outputs)
-        if err:
-            return err
-        took = job.standby.first(r"promoted: s0 lost", killed)
-        after = job.workers[0].first(r"round +\d+: ", took or killed)
-        print("kill: the standby took over %.2f s after the kill (peer timeout 1.5 s); w0's "
-              "first round after it ended %.2f s after the kill; %s chunk versions adopted, "
-              "%s pushes answered again" %
-              ((took or killed) - killed, (after or killed) - killed, m.group(1), m.group(4)))
-        return None
-    finally:
-        job.stop()
+def with_job(name, rounds):
+    """Scenario `name` as a function of its Job of `rounds` rounds (root only: it needs
+    network namespaces); the job is stopped after it."""
+    def wrap(check):
+        def scenario(build, tmp):
+            if os.geteuid() != 0:
+                print("%s: network namespaces need root; not run" % name)
+                return None
+            job = Job(build, tmp, rounds)
+            try:
+                return check(job)
+            finally:
+                job.stop()
+        return scenario
+    return wrap
 
 
-def scenario_replicate(build, tmp):
-    if os.geteuid() != 0:
-        print("replicate: network namespaces need root; not run")
-        return None
-    job = Job(build, tmp, REPLICATE_ROUNDS)
-    try:
-        outputs = job.wait(job.workers + [job.primary, job.standby])
-        err = expect(all(p.proc.returncode == 0 for _, p in job.named), "a process failed",
-                     outputs)
-        err = err or rounds_exact(job, REPLICATE_ROUNDS, outputs)
-        if err:
-            return err
-        # Every chunk's version 0 and one version per round, each the chunk after: its
-        # float32 parameters and its momentum.
-        chunks = int(re.search(r"\((\d+) chunks here\), serving", job.primary.text()).group(1))
-        elements = sum(int(line.split()[1]) for line in MODEL.splitlines())
-        versions = chunks * (REPLICATE_ROUNDS + 1)
-        sent = re.search(r"standby: (\d+) chunk versions replicated \((\d+) bytes, \d+ per "
-                         r"chunk version\), (\d+) sent unreplicated, the standby lost (\d+) times",
-                         job.primary.text())
-        got = sent.groups() if sent else None
-        want = (str(versions), str(2 * 4 * elements * (REPLICATE_ROUNDS + 1)), "0", "0")
-        err = expect(got == want, "the primary's replication counters: (versions, bytes, "
-                     "unreplicated, standby lost) %s, want %s" % (got, want), outputs)
-        m = re.search(STANDBY_LINE, job.standby.text())
-        got = m.groups() if m else None
-        want = (str(versions), "0", "0", "0")
-        err = err or expect(got == want, "the standby's counters: (adopted, dropped, "
-                            "promotions, answered again) %s, want %s" % (got, want), outputs)
-        for p in job.workers:
-            err = err or expect("standby: 0 takeovers, 0 tensors pushed again" in p.text(),
-                                "a worker's standby counters", outputs)
+@with_job("kill", ROUNDS)
+def scenario_kill(job):
+    mark = "w0 round %3d:" % KILL_AFTER
+    while mark not in job.workers[0].text() and time.monotonic() < job.deadline:
+        if any(p.proc.poll() is not None for p in job.workers + [job.standby]):
+            break
+        time.sleep(0.005)
+    if mark not in job.workers[0].text():
+        return expect(False, "w0 never reached round %d" % KILL_AFTER, job.outputs())
+    job.primary.proc.send_signal(signal.SIGKILL)
+    job.primary.proc.wait()
+    killed = time.monotonic()
+    outputs = job.wait(job.workers + [job.standby])
+    err = expect(all(p.proc.returncode == 0 for p in job.workers + [job.standby]),
+                 "a process of the job failed after the kill", outputs)
+    err = err or rounds_exact(job, ROUNDS, outputs)
+    for p in job.workers:
+        text = p.text()
+        took = re.search(r"standby .* of s0 took over from s0 at version \d+ \(.*\): "
+                         r"(\d+) tensors pushed again", text)
+        counted = re.search(r"done, .*, standby: (\d+) takeovers, (\d+) tensors pushed again",
+                            text)
+        err = err or expect(took is not None and counted is not None and
+                            counted.group(1) == "1" and counted.group(2) == took.group(1),
+                            "a worker's line on the takeover, and its counters "
+                            "(standby_takeovers 1, tensors_resent as the line says)", outputs)
+    st = job.standby.text()
+    m = re.search(STANDBY_LINE, st)
+    err = err or expect("promoted: s0 lost" in st and m is not None and m.group(3) == "1" and
+                        int(m.group(1)) > 0, "the standby's promotion and counts", outputs)
+    if err:
         return err
-    finally:
-        job.stop()
+    took = job.standby.first(r"promoted: s0 lost", killed)
+    after = job.workers[0].first(r"round +\d+: ", took or killed)
+    print("kill: the standby took over %.2f s after the kill (peer timeout 1.5 s); w0's "
+          "first round after it ended %.2f s after the kill; %s chunk versions adopted, "
+          "%s pushes answered again" %
+          ((took or killed) - killed, (after or killed) - killed, m.group(1), m.group(4)))
+    return None
+
+
+@with_job("replicate", REPLICATE_ROUNDS)
+def scenario_replicate(job):
+    outputs = job.wait(job.workers + [job.primary, job.standby])
+    err = expect(all(p.proc.returncode == 0 for _, p in job.named), "a process failed",
+                 outputs)
+    err = err or rounds_exact(job, REPLICATE_ROUNDS, outputs)
+    if err:
+        return err
+    # Every chunk's version 0 and one version per round, each the chunk after: its
+    # float32 parameters and its momentum.
+    chunks = int(re.search(r"\((\d+) chunks here\), serving", job.primary.text()).group(1))
+    elements = sum(int(line.split()[1]) for line in MODEL.splitlines())
+    versions = chunks * (REPLICATE_ROUNDS + 1)
+    sent = re.search(r"standby: (\d+) chunk versions replicated \((\d+) bytes, \d+ per "
+                     r"chunk version\), (\d+) sent unreplicated, the standby lost (\d+) times",
+                     job.primary.text())
+    got = sent.groups() if sent else None
+    want = (str(versions), str(2 * 4 * elements * (REPLICATE_ROUNDS + 1)), "0", "0")
+    err = expect(got == want, "the primary's replication counters: (versions, bytes, "
+                 "unreplicated, standby lost) %s, want %s" % (got, want), outputs)
+    m = re.search(STANDBY_LINE, job.standby.text())
+    got = m.groups() if m else None
+    want = (str(versions), "0", "0", "0")
+    err = err or expect(got == want, "the standby's counters: (adopted, dropped, "
+                        "promotions, answered again) %s, want %s" % (got, want), outputs)
+    for p in job.workers:
+        err = err or expect("standby: 0 takeovers, 0 tensors pushed again" in p.text(),
+                            "a worker's standby counters", outputs)
+    return err
 
 
 SCENARIOS = {"kill": scenario_kill, "replicate": scenario_replicate}
