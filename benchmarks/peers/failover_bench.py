@@ -12,13 +12,13 @@ timeline, docs/timeline.md, are on the same clock as this script):
   * promotion: w0's line that the standby took over (printed on its kPromoted; the
     standby's own "promoted" line comes up to 100 ms after the fact);
   * first aggregation: the first aggregated chunk w0 received after the kill (the start
-    of the first `pull` phase of its timeline), the issue's goal;
+    of the first `pull` phase of its timeline): what the goal bounds;
   * barrier: when w0's first round after the kill began (its barrier done by the standby);
   * first round: when that round's push_pull of every tensor ended (w0's --timestamps),
     and `round` the same round's push_pull time beside the one before the kill.
 The limit is the job's peer timeout (network.peer_timeout_ms, read from the job file the
 trial ran) plus 1 s; the table gives the median [min, max] over the trials of each time
-and of the first aggregation's and the first round's ratio to that limit (goal <= 1).
+and of the first aggregation's (goal <= 1) and the first round's ratio to that limit.
 Every worker checks every round bit for bit against the unbroken run (ps-worker --verify
 every): a trial whose job failed or rolled back is reported WRONG. Needs root; run with
 /usr/bin/python3.
