@@ -1769,8 +1769,9 @@ READING = [
     "(the server, the workers' net cores, gloo's threads) share the machine's two CPUs, so "
     "a step cannot be shorter than their busy CPU time over the CPUs (the CPU bound): "
     "communication that takes a fifth of DDP's time alone still costs CPU time that the "
-    "ranks' compute needed. Both systems step near that bound here; the share of it that is "
-    "communication's is where they differ. On a cluster, where each rank has its own "
+    "ranks' compute needed: the table's CPU bound column says how much of each system's "
+    "step that is, and the share of it that is communication's is where the two differ. "
+    "On a cluster, where each rank has its own "
     "accelerator and the server its own cores, the bound is max(compute, communication), "
     "and that is where the faster communication shows; it was not run here.",
 ]
