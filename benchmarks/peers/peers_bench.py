@@ -125,8 +125,15 @@ def bridge_job(workers, name, standby, training="{sync: bsp, optimizer: sum}"):
          "eal: {memory_mb: 512, hugepages: auto}",
          "training: %s" % training,
          "nodes:"]
+    # config/memif.yaml's layout: the server (and its standby) on even lcores, CPU 0 of a
+    # 2-CPU machine, the workers on odd ones, CPU 1.
     for i, (node, role, host, extra) in enumerate(nodes):
-        lcores = "[0, 2]" if role == "server" and not standby else "[0]"
+        if role == "server":
+            lcores = "[0]" if standby else "[0, 2]"
+        elif role == "standby":
+            lcores = "[2]"
+        else:
+            lcores = "[%d]" % (1 + 2 * (i - (2 if standby else 1)))
         y.append("  - {name: %s, role: %s, ipv4: 10.80.0.%d, "
                  "ports: [\"net_af_packet%d,iface=eth0\"], lcores: %s%s}"
                  % (node, role, host, i, lcores, extra))
