@@ -162,7 +162,7 @@ class Digits(unittest.TestCase):
                 ("ssp", "sync: ssp\n  staleness_bound: 2\n  optimizer: sgd\n"
                         "  learning_rate: 0.1\n"),
                 ("psplus", "sync: psplus\n  staleness_lr: inverse_sqrt\n  optimizer: sgd\n"
-                           "  learning_rate: 0.2\n")):
+                           "  learning_rate: 0.1\n")):
             job = job_file(tmp, "digits-bf16-" + mode)
             with open(job) as f:
                 text = f.read()
