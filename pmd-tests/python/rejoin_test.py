@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A restarted worker joins a running asynchronous job (docs/membership.md, "Joining"):
 the digits CNN (apps/train-digits) trained by 4 worker processes and ps-server over
-net_memif under asp, ssp (bound 2) and psplus, rank 2 killed (SIGKILL) right after the backward pass
+net_memif under asp and psplus, rank 2 killed (SIGKILL) right after the backward pass
 of its step KILL_STEP, and started again by the launcher (--max-restarts 1).
 
 Per mode, checked: the launcher says it started w2 again; the new process joins the
@@ -27,7 +27,7 @@ sys.path.insert(0, HERE)
 import digits_test  # noqa: E402
 import membership_test as lost  # noqa: E402  (its job files, run() and constants)
 
-MODES = ["asp", "ssp", "psplus"]
+MODES = ["asp", "psplus"]
 
 
 class RestartedWorker(unittest.TestCase):
@@ -63,9 +63,6 @@ class RestartedWorker(unittest.TestCase):
 
     def test_asp(self):
         self.check("asp")
-
-    def test_ssp(self):
-        self.check("ssp")
 
     def test_psplus(self):
         self.check("psplus")
