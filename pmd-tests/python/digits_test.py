@@ -17,9 +17,12 @@ all its steps and the straggler stops early (each worker's --losses file has
 one loss per step it trained). And bfloat16 on the wire (--wire-dtype: the
 float32 model staged through CpuStaging, the servers' float32 masters) under
 asp, ssp and psplus, whose updates apply in the order they arrive: not one
-arithmetic to compare with, so every rank must reach 0.9 test accuracy in 12
-epochs (the evaluation's target, learning rates and 10 ms of emulated compute a
-step: docs/evaluation.md).
+arithmetic to compare with, so after 16 epochs (the evaluation's target,
+learning rates and 10 ms of emulated compute a step: docs/evaluation.md) the
+ranks' mean test accuracy must reach 0.9 and every rank's 0.85. An asynchronous
+run at a constant learning rate ends each epoch a few points up or down (one
+rank's 0.96, 0.86, 0.96 over its last three epochs was seen), so every rank at
+0.9 failed about one run in ten while the job as a whole had learned.
 
 Usage: digits_test.py BUILD_DIR
 """
@@ -170,12 +173,14 @@ class Digits(unittest.TestCase):
             with open(job, "w") as f:
                 f.write(text.replace(bsp, training))
             d = os.path.join(tmp, "bf16-" + mode)
-            rc, out = train(job, d, "--wire-dtype", "bfloat16", "--target", "0.9",
-                            "--compute-ms", "10", "--epochs", "12")
+            # --target 0: the verdict is rank 0's alone; the job's is asserted below.
+            rc, out = train(job, d, "--wire-dtype", "bfloat16", "--target", "0",
+                            "--compute-ms", "10", "--epochs", "16")
             self.assertEqual(rc, 0, out)
             accs = [read(d, f"w{r}")[1] for r in range(WORKERS)]
             print(f"\nbfloat16 on the wire, {mode}: test accuracy {accs}", file=sys.stderr)
-            self.assertGreaterEqual(min(accs), 0.9, f"{mode}: {accs}\n{out}")
+            self.assertGreaterEqual(sum(accs) / len(accs), 0.9, f"{mode}: {accs}\n{out}")
+            self.assertGreaterEqual(min(accs), 0.85, f"{mode}: {accs}\n{out}")
 
     def test_end_with_rank0_stops_the_straggler(self):
         tmp = self.tmp.name
