@@ -187,6 +187,10 @@ def mercury_bridge(build, model, workers, iters, warmup, standby):
     return statistics.mean(times), exact, resent, refused
 
 
+# Every checkpoint the mercury_ckpt runs wrote: (seconds to write it, its writer's CPU seconds).
+CHECKPOINTS = []
+
+
 def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32", checkpoint_s=0.0,
             mean=False):
     ckpt = tempfile.mkdtemp(prefix="mercury-peers-ckpt-") if checkpoint_s > 0 else ""
@@ -216,6 +220,9 @@ def mercury(build, model, workers, iters, warmup, loss=0.0, dtype="float32", che
         exact = exact and written is not None and written.group(2) == "0"
         print("  mercury_ckpt: %s" % (written.group(0) if written else "no checkpoint line"),
               flush=True)
+        for wall, cpu in re.findall(r"checkpoint at version \d+ written: .*, ([\d.]+) s, "
+                                    r"([\d.]+) s of CPU\)", r.stdout):
+            CHECKPOINTS.append((float(wall), float(cpu)))
     times = [max(v) for k, v in sorted(rounds.items()) if k > warmup and len(v) == workers]
     if len(times) != iters:
         sys.exit("peers_bench: the Mercury job failed:\n" + r.stdout[-4000:] + r.stderr[-2000:])
@@ -302,6 +309,9 @@ def main():
     ap.add_argument("--standby", action="store_true",
                     help="also run mercury_bridge and mercury_standby: the job over "
                          "net_af_packet on a bridge without and with a hot standby (root)")
+    ap.add_argument("--only", default="",
+                    help="run only these variants (comma-separated names from the list the "
+                         "other options make; without gloo_fused the ratio column is empty)")
     a = ap.parse_args()
     try:
         import torch  # noqa: F401  (only to fail early with a clear message)
@@ -313,6 +323,13 @@ def main():
                 (["mercury_bf16"] if a.bf16 else []) +
                 (["mercury_ckpt"] if a.checkpoint_every_s > 0 else []) +
                 (["mercury_bridge", "mercury_standby"] if a.standby else []))
+    if a.only:
+        only = a.only.split(",")
+        unknown = [v for v in only if v not in variants]
+        if unknown:
+            sys.exit("peers_bench: --only names %s, not among the variants these options run "
+                     "(%s)" % (",".join(unknown), ",".join(variants)))
+        variants = [v for v in variants if v in only]
     rows = []
     for m in a.models.split(","):
         model = os.path.join(ROOT, "config/models", m + ".txt")
@@ -342,7 +359,8 @@ def main():
                           (m, n, t + 1, v, trial[v][0], "exact" if trial[v][1] else "WRONG"),
                           flush=True)
                 for v in variants:
-                    got[v].append(trial[v] + (trial[v][0] / trial["gloo_fused"][0],))
+                    got[v].append(trial[v] + (trial[v][0] / trial["gloo_fused"][0]
+                                              if "gloo_fused" in trial else float("nan"),))
             rows.append((m, n, got))
     print("\n| model | workers | variant | s/iteration, median [min, max] | "
           "ratio to gloo fused | correct | retransmissions, max | refusals, max |")
@@ -360,6 +378,21 @@ def main():
             ratios = [x[0] / y[0] for x, y in zip(got["mercury_standby"], got["mercury_bridge"])]
             print("%s %d workers: mercury_standby / mercury_bridge %s (goal <= 1.3)" %
                   (m, n, summary(ratios)))
+    if a.checkpoint_every_s > 0 and "mercury" in variants and "mercury_ckpt" in variants:
+        # The checkpoints' cost: per trial, the job's mean iteration with them over without.
+        for m, n, got in rows:
+            ratios = [x[0] / y[0] for x, y in zip(got["mercury_ckpt"], got["mercury"])]
+            print("%s %d workers: mercury_ckpt / mercury %s (a checkpoint every %g s; "
+                  "goal <= 1.05 at one a minute)" % (m, n, summary(ratios),
+                                                     a.checkpoint_every_s))
+        if CHECKPOINTS:
+            # What one checkpoint costs whatever the noise between runs: its writer
+            # thread's CPU time (the shards' copies into their snapshots are not in it).
+            cpu = [c for _, c in CHECKPOINTS]
+            print("checkpoints: %d, each written in %s s, its writer's CPU %s s = %s of one "
+                  "CPU at one every %g s" % (
+                      len(CHECKPOINTS), summary([w for w, _ in CHECKPOINTS]), summary(cpu),
+                      summary([c / a.checkpoint_every_s for c in cpu]), a.checkpoint_every_s))
     if a.csv:
         with open(a.csv, "w") as f:
             f.write("model,workers,variant,trial,seconds,exact,retransmissions,refusals,"

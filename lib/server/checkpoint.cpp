@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -317,8 +318,16 @@ bool CheckpointWriter::poll(double now_s) {
   return true;
 }
 
+// The calling thread's CPU time so far, in seconds.
+static double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
 void CheckpointWriter::write(uint32_t version) {
   const auto t0 = std::chrono::steady_clock::now();
+  const double cpu0 = thread_cpu_s();
   // Every chunk of the server in key and offset order: the shards' own
   // orders merged.
   std::vector<std::pair<std::pair<uint32_t, uint32_t>, std::pair<size_t, uint64_t>>> order;
@@ -346,6 +355,7 @@ void CheckpointWriter::write(uint32_t version) {
       &bytes);
   for (const auto& s : sources_.snapshots) s->release();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu_s = thread_cpu_s() - cpu0;
   if (!why.empty()) {
     counters_.failures.fetch_add(1, std::memory_order_relaxed);
     if (options_.report) {
@@ -359,10 +369,11 @@ void CheckpointWriter::write(uint32_t version) {
   counters_.bytes.fetch_add(bytes, std::memory_order_relaxed);
   counters_.last_version.store(version, std::memory_order_relaxed);
   if (options_.report) {
-    char text[160];
-    std::snprintf(text, sizeof text, "checkpoint at version %u written: %s (%.1f MB, %.2f s)",
-                  version, checkpoint_name(options_.node, version).c_str(),
-                  static_cast<double>(bytes) / 1e6, secs);
+    char text[192];
+    std::snprintf(text, sizeof text,
+                  "checkpoint at version %u written: %s (%.1f MB, %.2f s, %.2f s of CPU)", version,
+                  checkpoint_name(options_.node, version).c_str(), static_cast<double>(bytes) / 1e6,
+                  secs, cpu_s);
     options_.report(text, false);
   }
 }
