@@ -257,6 +257,23 @@ TEST(AggChunkTableHalf, UpdatesAreTheFloat32UpdatesOfTheWidenedContributions) {
             ASSERT_EQ(h, narrow(d, params[s.u.offset / 2 + i])) << "key " << s.u.key << " i " << i;
           }
         }
+        // What a fan-out sends again, a block's wire bytes: every element its
+        // final parameter rounded once; a float32 block's, its parameters.
+        for (uint32_t key = 0; key < 2; ++key) {
+          const auto wire = half_table.wire_values(key);
+          const auto params = half_table.parameters(key);
+          ASSERT_EQ(wire.size(), params.size() * 2);
+          for (size_t i = 0; i < params.size(); ++i) {
+            uint16_t h;
+            std::memcpy(&h, wire.data() + 2 * i, 2);
+            ASSERT_EQ(h, narrow(d, params[i])) << "key " << key << " i " << i;
+          }
+          const auto f32_wire = f32_table.wire_values(key);
+          const auto f32_params = f32_table.parameters(key);
+          ASSERT_EQ(f32_wire.size(), f32_params.size_bytes());
+          EXPECT_EQ(0, std::memcmp(f32_wire.data(), f32_params.data(), f32_wire.size()));
+        }
+        EXPECT_TRUE(half_table.wire_values(2).empty());  // no such block
       }
     }
   }
