@@ -33,7 +33,8 @@ Every worker's loss at every micro-batch must be the reference's, bit for bit:
   state, versions and settings, in the wrapped model's state_dict()): 4 epochs,
   every process stopped, 4 more from rank 0's checkpoint, under momentum and
   under Adam (with a schedule and accumulation): the losses of the 8
-  uninterrupted epochs.
+  uninterrupted epochs; and with bfloat16 on the wire (--wire-dtype), 2 + 2
+  epochs against the same job run unbroken.
 
 Each run also reports what the optimizer's side did (steps clipped and skipped,
 the last scale and learning rate), which must be the reference's and show that
@@ -235,6 +236,27 @@ class DdpDigits(unittest.TestCase):
 
     def test_resuming_the_servers_adam_with_the_whole_script(self):
         self.resume("resume-adam", SERVERS_ADAM, SERVER_SCRIPT)
+
+    def test_resuming_with_bfloat16_on_the_wire(self):
+        """--wire-dtype bfloat16 (a float32 model, the servers' float32 master parameters
+        and momentum): 2 epochs with a checkpoint every epoch, every process stopped, 2
+        more from rank 0's: the losses of the same job run 4 epochs unbroken (one process
+        cannot emulate the wire's rounding; a BSP job's arithmetic is deterministic)."""
+        flags = ["--wire-dtype", "bfloat16"]
+        common = ["--epochs", "4", "--target", "0"]
+        ref, out0 = self.run_job("resume-bf16-unbroken", SERVERS_MOMENTUM, flags, common=common)
+        checkpoint = os.path.join(self.tmp.name, "resume-bf16.pt")
+        first, out1 = self.run_job("resume-bf16-first", SERVERS_MOMENTUM, flags, "--checkpoint",
+                                   checkpoint, "--stop-after", "2", common=common)
+        second, out2 = self.run_job("resume-bf16-second", SERVERS_MOMENTUM, flags, "--resume",
+                                    checkpoint, common=common)
+        for r in range(WORKERS):
+            want = self.read(ref, f"w{r}")[0]
+            got = np.concatenate([self.read(first, f"w{r}")[0], self.read(second, f"w{r}")[0]])
+            self.assertEqual(len(got), len(want))
+            self.assertEqual(len(self.read(first, f"w{r}")[0]), len(want) // 2)
+            self.assertTrue(np.array_equal(got, want),
+                            f"w{r}'s losses differ from the unbroken run's\n{out0}\n{out1}\n{out2}")
 
 
 if __name__ == "__main__":
