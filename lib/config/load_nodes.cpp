@@ -14,26 +14,24 @@ namespace mercury::config::detail {
 namespace {
 
 // A hot standby (docs/durability.md): `standby: NAME` on a server names a
-// node of role standby, which stands by for that server alone. What is
-// built: one server node with a standby, BSP with chunk aggregation, the
+// node of role standby, which stands by for that server alone; any server
+// of a job may have one. What is built: BSP with chunk aggregation, each
 // pair on one port each and their shards on their net cores.
 void check_standbys(JobConfig& job, const std::vector<NodeSource>& sources) {
-  const NodeConfig* primary = nullptr;
   for (size_t i = 0; i < job.nodes.size(); ++i) {
     NodeConfig& n = job.nodes[i];
     const NodeSource& src = sources[i];
     if (n.role != Role::kServer || n.standby.empty()) continue;
     const Value& key = *src.standby;
-    if (primary != nullptr) {
-      key.fail("a second server with a standby (" + primary->name +
-               " has one): one server node with a standby is built");
-    }
-    primary = &n;
     const NodeConfig* standby = job.find_node(n.standby);
     if (standby == nullptr) key.fail("no node is called " + quoted(n.standby));
     if (standby->role != Role::kStandby) {
       key.fail(n.standby + " is a " + std::string(to_string(standby->role)) +
                ", not a standby (give it role: standby)");
+    }
+    if (!standby->standby.empty()) {
+      key.fail(n.standby + " stands by for " + standby->standby +
+               " already: a standby stands by for one server");
     }
     if (job.training.sync != Sync::kBsp) {
       key.fail("a standby needs training.sync bsp (training.sync is " +

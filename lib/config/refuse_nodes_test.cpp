@@ -338,6 +338,27 @@ TEST(ConfigLoad, StandbyPairIsRead) {
   EXPECT_EQ(job.workers().size(), 1u);
 }
 
+// Two servers, each with a standby of its own.
+TEST(ConfigLoad, EveryServerMayHaveAStandby) {
+  const std::string two =
+      standby_nodes() +
+      "  - {name: s1, role: server, ipv4: 10.0.0.4, ports: [\"net_af_packet3,iface=eth0\"], "
+      "lcores: [0], shards: 1, standby: s1b}\n"
+      "  - {name: s1b, role: standby, ipv4: 10.0.0.5, ports: [\"net_af_packet4,iface=eth0\"], "
+      "lcores: [0]}\n";
+  const JobConfig job = load_string(doc("", two), "t.yaml");
+  ASSERT_EQ(job.servers().size(), 2u);
+  EXPECT_EQ(job.node("s0b").standby, "s0");
+  EXPECT_EQ(job.node("s1b").standby, "s1");
+  EXPECT_EQ(job.node("s1b").rank, job.node("s1").rank);
+  EXPECT_EQ(job.node("s1").rank, 1u);
+  // One standby for both: refused on the second server's key.
+  std::string shared = two;
+  shared.replace(shared.find("standby: s1b"), 12, "standby: s0b");
+  EXPECT_TRUE(refused(doc("", shared), 8, "nodes[3].standby",
+                      "s0b stands by for s0 already: a standby stands by for one server"));
+}
+
 TEST(ConfigRefuse, StandbyNamesNoStandby) {
   EXPECT_TRUE(refused(doc("", standby_nodes("lcores: [0], shards: 1, standby: s9")), 5,
                       "nodes[0].standby", "no node is called"));

@@ -17,8 +17,12 @@ TX queue. Needs root.
   many versions and bytes (the chunk after: parameters and momentum), none unreplicated,
   the standby never lost; s0b adopted every one, dropped none, was never promoted; the
   workers count no takeover.
+* `kill_both`: two server nodes, s0 with its standby s0b and s1 with s1b (each server
+  its own shards); s0 is killed at w0's round 40 and s1 at round 80. Each standby takes
+  over its server alone; every round exact, none rolled back, each worker prints and
+  counts two takeovers, each standby one promotion.
 
-  standby_test.py BUILD_DIR [kill replicate ...]
+  standby_test.py BUILD_DIR [kill replicate kill_both ...]
 """
 import os
 import re
@@ -46,9 +50,17 @@ def expect(cond, what, outputs=()):
     return what + ("\n" + text if text else "")
 
 
-def job_text(tag):
-    nodes = [("s0", "server", 1, ", shards: 1, standby: s0b"), ("s0b", "standby", 2, ""),
-             ("w0", "worker", 11, ""), ("w1", "worker", 12, "")]
+def pairs(servers):
+    """The job's server nodes and their standbys: s0 and s0b, then s1 and s1b."""
+    return [("s%d" % s, "s%db" % s) for s in range(servers)]
+
+
+def job_text(tag, servers=1):
+    nodes = []
+    for s, (server, standby) in enumerate(pairs(servers)):
+        nodes += [(server, "server", 1 + 2 * s, ", shards: 1, standby: " + standby),
+                  (standby, "standby", 2 + 2 * s, "")]
+    nodes += [("w0", "worker", 11, ""), ("w1", "worker", 12, "")]
     y = ["job: {id: 48, name: %s}" % tag,
          "network: {mtu: 1500, peer_timeout_ms: 1500}",
          "mempool: {mbufs: 4095, cache: 64}",
@@ -63,26 +75,31 @@ def job_text(tag):
 
 
 class Job:
-    """The job's four processes, each in its namespace; stop() ends what is left and
-    removes the namespaces."""
+    """The job's processes (each server, its standby, two workers), each in its
+    namespace; stop() ends what is left and removes the namespaces."""
 
-    def __init__(self, build, tmp, rounds):
+    def __init__(self, build, tmp, rounds, servers=1):
         self.tag = "sb%d" % (os.getpid() % 100000)
         model = os.path.join(tmp, "model.txt")
         with open(model, "w") as f:
             f.write(MODEL)
         job = os.path.join(tmp, "job.yaml")
         with open(job, "w") as f:
-            f.write(job_text(self.tag))
+            f.write(job_text(self.tag, servers))
         self.ns = {}
         self.procs = []
         self.named = []
         try:
-            self.ns.update(bridge_namespaces(self.tag, ["s0", "s0b", "w0", "w1"]))
+            names = [n for pair in pairs(servers) for n in pair]
+            self.ns.update(bridge_namespaces(self.tag, names + ["w0", "w1"]))
             server = os.path.join(build, "apps/ps-server")
             worker = os.path.join(build, "apps/ps-worker/ps-worker")
-            self.primary = self.start("s0", [server, "--config", job, "--node", "s0"])
-            self.standby = self.start("s0b", [server, "--config", job, "--node", "s0b"])
+            self.primaries, self.standbys = [], []
+            for name, standby in pairs(servers):
+                self.primaries.append(self.start(name, [server, "--config", job, "--node", name]))
+                self.standbys.append(self.start(standby, [server, "--config", job, "--node",
+                                                          standby]))
+            self.primary, self.standby = self.primaries[0], self.standbys[0]
             self.workers = [self.start("w%d" % w, [worker, "--config", job, "--node",
                                                     "w%d" % w, "--model", model, "--rounds",
                                                     str(rounds)]) for w in range(2)]
@@ -143,7 +160,7 @@ STANDBY_LINE = (r"standby: (\d+) chunk versions adopted, (\d+) replica packets d
                 r"(\d+) promotions, (\d+) pushes answered again")
 
 
-def with_job(name, rounds):
+def with_job(name, rounds, servers=1):
     """Scenario `name` as a function of its Job of `rounds` rounds (root only: it needs
     network namespaces); the job is stopped after it."""
     def wrap(check):
@@ -151,7 +168,7 @@ def with_job(name, rounds):
             if os.geteuid() != 0:
                 print("%s: network namespaces need root; not run" % name)
                 return None
-            job = Job(build, tmp, rounds)
+            job = Job(build, tmp, rounds, servers)
             try:
                 return check(job)
             finally:
@@ -232,7 +249,52 @@ def scenario_replicate(job):
     return err
 
 
-SCENARIOS = {"kill": scenario_kill, "replicate": scenario_replicate}
+def wait_for_round(job, n):
+    """Waits until w0 announced round n; False if it never does (a process ended, or the
+    deadline)."""
+    mark = "w0 round %3d:" % n
+    while mark not in job.workers[0].text() and time.monotonic() < job.deadline:
+        if any(p.proc.poll() is not None for p in job.workers):
+            break
+        time.sleep(0.005)
+    return mark in job.workers[0].text()
+
+
+@with_job("kill_both", ROUNDS, servers=2)
+def scenario_kill_both(job):
+    """Two servers, each with its standby: s0 killed at w0's round 40, s1 at round 80."""
+    for primary, at in zip(job.primaries, (KILL_AFTER, 2 * KILL_AFTER)):
+        if not wait_for_round(job, at):
+            return expect(False, "w0 never reached round %d" % at, job.outputs())
+        primary.proc.send_signal(signal.SIGKILL)
+        primary.proc.wait()
+    outputs = job.wait(job.workers + job.standbys)
+    err = expect(all(p.proc.returncode == 0 for p in job.workers + job.standbys),
+                 "a process of the job failed after the kills", outputs)
+    err = err or rounds_exact(job, ROUNDS, outputs)
+    for p in job.workers:
+        text = p.text()
+        took = re.findall(r"standby (s\db) \([^)]*\) of (s\d) took over from \2 at version \d+ "
+                          r"\([^)]*\): (\d+) tensors pushed again", text)
+        counted = re.search(r"done, .*, standby: (\d+) takeovers, (\d+) tensors pushed again",
+                            text)
+        err = err or expect(
+            sorted((a, b) for a, b, _ in took) == [("s0b", "s0"), ("s1b", "s1")] and
+            counted is not None and counted.group(1) == "2" and
+            int(counted.group(2)) == sum(int(n) for _, _, n in took),
+            "a worker's two lines on the takeovers, and its counters (standby_takeovers 2, "
+            "tensors_resent as the lines say): %s %s" % (took, counted and counted.groups()),
+            outputs)
+    for (server, _), standby in zip(pairs(2), job.standbys):
+        m = re.search(STANDBY_LINE, standby.text())
+        err = err or expect("promoted: %s lost" % server in standby.text() and m is not None and
+                            m.group(3) == "1" and int(m.group(1)) > 0,
+                            "%s's standby: its promotion and counts" % server, outputs)
+    return err
+
+
+SCENARIOS = {"kill": scenario_kill, "replicate": scenario_replicate,
+             "kill_both": scenario_kill_both}
 
 
 if __name__ == "__main__":
