@@ -220,5 +220,46 @@ TEST_F(JobStateTest, ATornSeedPageEndsTheResume) {
   EXPECT_TRUE(submitted_.empty());
 }
 
+// A running server rolls back (docs/durability.md, "Several servers"): its
+// own checkpoint's records go to their shards as kRollBack tasks at the
+// version, nobody is answered, and a shard that fails ends the job.
+TEST_F(JobStateTest, ARollbackRestoresEveryShardAtItsVersionAndAFailureEndsTheJob) {
+  start(false);
+  std::vector<std::byte> file;
+  const agg::HyperparameterTable table(agg::OptimizerKind::kSgd, false, {},
+                                       agg::SettingsMode::kFromVersion);
+  file.resize(agg::hyperparameter_record_bytes(table));
+  agg::encode_hyperparameter_record(placement_.fingerprint(), table, file);
+  for (const agg::Block& b : placement_.blocks()) append_chunk(file, b.key, 30);
+  state_.roll_back_st(file, 30);
+  ASSERT_EQ(submitted_.size(), 2u);
+  for (const Submitted& s : submitted_) {
+    EXPECT_EQ(s.task->kind, ShardTask::Kind::kRollBack);
+    EXPECT_EQ(s.task->version, 30u);
+    ASSERT_FALSE(s.task->records.empty());
+    EXPECT_EQ(s.task->records[0].header.type, agg::RecordType::kHyperparameters);
+  }
+  EXPECT_TRUE(state_.pending_st());
+  submitted_[0].task->finish("");
+  std::string refusal;
+  EXPECT_TRUE(poll(&refusal).empty());
+  EXPECT_TRUE(state_.pending_st());
+  submitted_[1].task->finish("");
+  EXPECT_TRUE(poll(&refusal).empty());  // nobody asked
+  EXPECT_EQ(refusal, "");
+  EXPECT_FALSE(state_.pending_st());
+
+  // Again, and one shard refuses a record.
+  submitted_.clear();
+  state_.roll_back_st(file, 30);
+  ASSERT_EQ(submitted_.size(), 2u);
+  submitted_[0].task->finish("");
+  submitted_[1].task->finish("the checkpoint gives no values to 2 chunks");
+  EXPECT_TRUE(poll(&refusal).empty());
+  EXPECT_EQ(refusal,
+            "cannot roll back to version 30 from this server's checkpoint: shard 1: the "
+            "checkpoint gives no values to 2 chunks");
+}
+
 }  // namespace
 }  // namespace mercury::server

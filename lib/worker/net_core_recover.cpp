@@ -15,6 +15,13 @@
 // Requests made in between fail; so does one counted before the rollback
 // (Request::rollbacks), whose versions the job no longer has.
 //
+// Several servers (docs/durability.md, "Several servers"): the others are
+// still running. The kReady is taken once no push to them is in flight;
+// then each is asked to roll back to the version too (kRollback), which it
+// does from its own checkpoint once every rank asked, sending every chunk
+// at that version. Until the rollback is done, a chunk of another version
+// (an update the running servers made before they rolled back) is dropped.
+//
 // Control path: runs on failures and control messages, allocates.
 #include <algorithm>
 #include <utility>
@@ -69,12 +76,28 @@ void NetCore::handle_restarts_st() {
   }
 }
 
+bool NetCore::pushes_unsettled_st(uint16_t lost) const {
+  for (uint16_t p = 0; p < unsettled_.size(); ++p) {
+    if (p != lost && unsettled_[p] != 0) return true;
+  }
+  return false;
+}
+
 void NetCore::on_recovered_ready_st(uint16_t server, const agg::ControlMessage& m) {
   if (server != lost_server_) return;
   if (m.shards != table_.shards() || m.fingerprint != table_.fingerprint()) {
     break_st(lost_text_ + "; it came back with another placement of the tensors");
     return;
   }
+  if (config_.servers.size() > 1 && pushes_unsettled_st(server)) {
+    // The running servers settle (or drop) what was pushed to them first;
+    // slow_st takes the kReady up again.
+    held_ready_ = m;
+    return;
+  }
+  held_ready_.reset();
+  // Nothing sent to its old process completes any more.
+  if (server < unsettled_.size()) unsettled_[server] = 0;
   // Every rank rolls back to the version the server resumed at: the
   // trackers start again there, and the server sends every chunk at it.
   start_version_ = m.version;
@@ -87,6 +110,19 @@ void NetCore::on_recovered_ready_st(uint16_t server, const agg::ControlMessage& 
   rolling_back_ = true;
   start_deadline_ =
       now_ + uint64_t{config_.start_timeout_ms} * (config_.endpoint.transport.tsc_hz / 1000);
+  // Several servers: the others still run, and roll back to the version
+  // too, from their own checkpoints, once every rank asked (kRollback).
+  agg::ControlMessage rollback;
+  rollback.kind = agg::ControlKind::kRollback;
+  rollback.rank = config_.rank;
+  rollback.version = start_version_;
+  for (uint16_t s = 0; s < config_.servers.size(); ++s) {
+    if (s != server && !send_control_st(s, rollback)) {
+      break_st(lost_text_ + "; the rollback to version " + std::to_string(start_version_) +
+               " could not be queued to " + server_name(s) + " (endpoint full)");
+      return;
+    }
+  }
 }
 
 void NetCore::finish_rollback_st() {
