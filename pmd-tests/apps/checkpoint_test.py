@@ -287,7 +287,7 @@ def scenario_no_common_version(build, tmp):
                  "no checkpoint of node s0 at version %d in" % chosen[0] in out.running[0][1],
                  "s0 refuses the rollback to version %d" % chosen[0], everything)
     for s, t in out.workers:
-        err = err or expect(s != 0 and "s0 stopped the job: " + why in t,
+        err = err or expect(s != 0 and "stopped the job: " + why in t,
                             "a worker is told why", everything)
     return err
 
