@@ -54,11 +54,9 @@ class Outcome:
 
 
 def run(build, tmp, model, servers=1, kill="s0", rounds=150, kill_after=40, every=10,
-        delay_s=0.0, dtype="float32", before_restart=None, worker_args=(), w0_env=None,
-        tag=None):
+        delay_s=0.0, dtype="float32", before_restart=None, worker_args=(), tag=None):
     """Runs the job once; returns an Outcome. `before_restart(ckpt)` runs between the
-    kill and the restart; `worker_args` go to both ps-workers, `w0_env` is w0's
-    environment (None: this one's)."""
+    kill and the restart; `worker_args` go to both ps-workers."""
     tag = tag or "ck%d" % (os.getpid() % 100000)
     ckpt = os.path.join(tmp, "ckpt")
     job = os.path.join(tmp, "job.yaml")
@@ -69,9 +67,9 @@ def run(build, tmp, model, servers=1, kill="s0", rounds=150, kill_after=40, ever
     procs = []
     out = Outcome()
 
-    def start(node, argv, env=None):
+    def start(node, argv):
         p = subprocess.Popen(["ip", "netns", "exec", ns[node]] + argv, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, env=env)
+                             stderr=subprocess.STDOUT, text=True)
         procs.append(p)
         return Lines(p)
 
@@ -92,8 +90,7 @@ def run(build, tmp, model, servers=1, kill="s0", rounds=150, kill_after=40, ever
         server = {n: start(n, server_argv(n)) for n in names}
         workers = [start("w%d" % w, [os.path.join(build, "apps/ps-worker/ps-worker"), "--config",
                                      job, "--node", "w%d" % w, "--model", model, "--rounds",
-                                     str(rounds), "--dtype", dtype] + list(worker_args),
-                         w0_env if w == 0 else None)
+                                     str(rounds), "--dtype", dtype] + list(worker_args))
                    for w in range(2)]
         out.worker_lines = workers
         deadline = time.monotonic() + TIMEOUT_S
