@@ -42,6 +42,16 @@ class JobStateTest : public ::testing::Test {
     if (refusal != nullptr) *refusal = why;
     return replies;
   }
+  // The hyperparameter record, then a chunk of every block at `version`.
+  std::vector<std::byte> state_file(uint32_t version) {
+    std::vector<std::byte> page;
+    const agg::HyperparameterTable table(agg::OptimizerKind::kSgd, false, {},
+                                         agg::SettingsMode::kFromVersion);
+    page.resize(agg::hyperparameter_record_bytes(table));
+    agg::encode_hyperparameter_record(placement_.fingerprint(), table, page);
+    for (const agg::Block& b : placement_.blocks()) append_chunk(page, b.key, version);
+    return page;
+  }
   // A record of the job's: a chunk of block `key` at `version`, or the settings.
   void append_chunk(std::vector<std::byte>& page, uint32_t key, uint32_t version) {
     const std::vector<float> params(4, 1.0f);
@@ -158,13 +168,7 @@ TEST_F(JobStateTest, ASeedIsTakenOnlyFromRank0OfAResumingJob) {
 
 TEST_F(JobStateTest, ASeedGoesToItsShardsThenEveryShardIsChecked) {
   start(true, 4);
-  std::vector<std::byte> page;
-  // The hyperparameter record, then a chunk of every block.
-  const agg::HyperparameterTable table(agg::OptimizerKind::kSgd, false, {},
-                                       agg::SettingsMode::kFromVersion);
-  page.resize(agg::hyperparameter_record_bytes(table));
-  agg::encode_hyperparameter_record(placement_.fingerprint(), table, page);
-  for (const agg::Block& b : placement_.blocks()) append_chunk(page, b.key, 4);
+  const std::vector<std::byte> page = state_file(4);
   agg::ControlMessage m = message(agg::ControlKind::kStateSeed, 8);
   m.last = true;
   m.bytes = page;
@@ -225,12 +229,7 @@ TEST_F(JobStateTest, ATornSeedPageEndsTheResume) {
 // version, nobody is answered, and a shard that fails ends the job.
 TEST_F(JobStateTest, ARollbackRestoresEveryShardAtItsVersionAndAFailureEndsTheJob) {
   start(false);
-  std::vector<std::byte> file;
-  const agg::HyperparameterTable table(agg::OptimizerKind::kSgd, false, {},
-                                       agg::SettingsMode::kFromVersion);
-  file.resize(agg::hyperparameter_record_bytes(table));
-  agg::encode_hyperparameter_record(placement_.fingerprint(), table, file);
-  for (const agg::Block& b : placement_.blocks()) append_chunk(file, b.key, 30);
+  const std::vector<std::byte> file = state_file(30);
   state_.roll_back_st(file, 30);
   ASSERT_EQ(submitted_.size(), 2u);
   for (const Submitted& s : submitted_) {

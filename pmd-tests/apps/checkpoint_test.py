@@ -28,7 +28,8 @@ the frames on every TX queue.
 * `kill2`, `kill2_s0`: `kill` with two server nodes, s1 (or s0, which runs the barrier)
   killed and resumed: s0 (s1), still running, rolls back to the same version from its own
   checkpoint once both workers asked (docs/durability.md, "Several servers"), and every
-  round after it is checked bit for bit as in `kill`. `no_common_version`: s1 killed and
+  round after it is checked bit for bit as in `kill`. The servers' shards run inline in
+  `kill2`, on a shard core of their own in `kill2_s0`. `no_common_version`: s1 killed and
   s0's checkpoint of s1's newest version deleted before s1 starts again: s0 refuses the
   rollback, naming the versions it has, and every worker is told why.
 * `refused`: a checkpoint with a flipped byte, one of another optimizer (the job file
@@ -222,8 +223,10 @@ def kill_run(build, tmp, **kw):
                            every=KILL_EVERY, **kw)
 
 
-def scenario_kill(build, tmp, delay_s=0.0, dtype="float32", servers=1, kill="s0"):
-    out = kill_run(build, tmp, delay_s=delay_s, dtype=dtype, servers=servers, kill=kill)
+def scenario_kill(build, tmp, delay_s=0.0, dtype="float32", servers=1, kill="s0",
+                  server_lcores="[0, 2]"):
+    out = kill_run(build, tmp, delay_s=delay_s, dtype=dtype, servers=servers, kill=kill,
+                   server_lcores=server_lcores)
     if out is None:
         return None
     everything = out.everything()
@@ -295,7 +298,9 @@ def scenario_no_common_version(build, tmp):
 SCENARIOS = {"resume": scenario_resume, "kill": scenario_kill,
              # Two servers: one killed and resumed, the other rolls back (either one).
              "kill2": lambda build, tmp: scenario_kill(build, tmp, servers=2, kill="s1"),
-             "kill2_s0": lambda build, tmp: scenario_kill(build, tmp, servers=2, kill="s0"),
+             # ... s0, each server's shard on a shard core (lcore 1: its tasks on the ring).
+             "kill2_s0": lambda build, tmp: scenario_kill(build, tmp, servers=2, kill="s0",
+                                                          server_lcores="[0, 1]"),
              "no_common_version": scenario_no_common_version,
              # Started again after liveness named it lost (1.125 x the 1.5 s timeout).
              "kill_late": lambda build, tmp: scenario_kill(build, tmp, 2.5),

@@ -11,15 +11,16 @@ import subprocess
 import time
 
 from lines import Lines
-from netns import bridge_namespaces, remove_namespaces
+from netns import bridge_namespaces, end
 
 LINK = "link: {loss: 0.02, seed: 11}"
 TIMEOUT_S = 120
 
 
-def job_text(tag, ckpt, servers, every, link=LINK):
-    """The job file: servers s0.. (one shard each), workers w0 and w1, checkpoints every
-    `every` versions into `ckpt`."""
+def job_text(tag, ckpt, servers, every, link=LINK, server_lcores="[0, 2]"):
+    """The job file: servers s0.. (one shard each, on `server_lcores`: the net core's,
+    then the shard's, inline when it shares a CPU with the net core), workers w0 and w1,
+    checkpoints every `every` versions into `ckpt`."""
     y = ["job: {id: 47, name: %s}" % tag,
          "network: {mtu: 1500, peer_timeout_ms: 1500, on_server_loss: wait, server_wait_s: 60}",
          "mempool: {mbufs: 4095, cache: 64}",
@@ -30,7 +31,7 @@ def job_text(tag, ckpt, servers, every, link=LINK):
          "nodes:"]
     for s in range(servers):
         y.append("  - {name: s%d, role: server, ipv4: 10.78.0.%d, ports: [\"net_af_packet%d,"
-                 "iface=eth0\"], lcores: [0, 2], shards: 1}" % (s, 1 + s, s))
+                 "iface=eth0\"], lcores: %s, shards: 1}" % (s, 1 + s, s, server_lcores))
     for w in range(2):
         y.append("  - {name: w%d, role: worker, ipv4: 10.78.0.%d, ports: [\"net_af_packet%d,"
                  "iface=eth0\"], lcores: [1]}" % (w, 11 + w, servers + w))
@@ -54,14 +55,15 @@ class Outcome:
 
 
 def run(build, tmp, model, servers=1, kill="s0", rounds=150, kill_after=40, every=10,
-        delay_s=0.0, dtype="float32", before_restart=None, worker_args=(), tag=None):
+        delay_s=0.0, dtype="float32", before_restart=None, worker_args=(), tag=None,
+        server_lcores="[0, 2]"):
     """Runs the job once; returns an Outcome. `before_restart(ckpt)` runs between the
     kill and the restart; `worker_args` go to both ps-workers."""
     tag = tag or "ck%d" % (os.getpid() % 100000)
     ckpt = os.path.join(tmp, "ckpt")
     job = os.path.join(tmp, "job.yaml")
     with open(job, "w") as f:
-        f.write(job_text(tag, ckpt, servers, every))
+        f.write(job_text(tag, ckpt, servers, every, server_lcores=server_lcores))
     names = ["s%d" % s for s in range(servers)]
     ns = {}
     procs = []
@@ -121,8 +123,4 @@ def run(build, tmp, model, servers=1, kill="s0", rounds=150, kill_after=40, ever
         out.killed = server[kill].text()
         return out
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        remove_namespaces(ns)
+        end(procs, ns)
