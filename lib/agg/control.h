@@ -46,7 +46,9 @@
 //      (docs/durability.md): each worker, once its kReady said the version
 //      the job resumes at, sends kRollback(rank, version) to every other
 //      server, which rolls its own state back to that version once every
-//      rank has asked.
+//      rank has asked; a server with no checkpoint of it answers
+//      kRollback(rank, its newest older version), and the worker asks every
+//      server for that one instead.
 //
 // Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
 // kind's fields, all big-endian. decode() validates every length against the
@@ -106,7 +108,8 @@ enum class ControlKind : uint8_t {
   /// worker -> every server still running, when another server resumed
   /// from its checkpoint at `version`: roll back to that version (from this
   /// server's own checkpoint of it) once every rank has asked; `rank` the
-  /// sender's.
+  /// sender's. server -> worker: no checkpoint of the version asked here;
+  /// `version` is this server's newest older one, `rank` the worker's.
   kRollback = 40,
 };
 

@@ -522,14 +522,17 @@ class ServerNode final : private node::ControlChannel::Handler {
   // (docs/durability.md, "Several servers"; server_node_rollback.cpp): every
   // rank asks this one to roll back to the version it resumed at
   // (kRollback). From the first ask the node drops every gradient
-  // (kRollingBack) and each shard drops what it holds and owes (kRewind);
-  // once every rank asked, those tasks are done and the endpoints have
-  // nothing in flight (no update of a version past it can still reach a
-  // worker), each shard restores its chunks from this server's checkpoint
-  // of that version (kRollBack) and sends them to every worker.
+  // (kRollingBack) and each shard drops what it holds and owes (kRewind).
+  // The node's version is the newest it has a checkpoint of at or before
+  // every version asked (`file`, read at once); a rank that asked for a
+  // newer one is told it (kRollback back), and asks every server for it.
+  // Once every rank asked for it, the rewinds are done and the endpoints
+  // have nothing in flight (no update of a version past it can still reach
+  // a worker), each shard restores its chunks from the file (kRollBack) and
+  // sends them to every worker.
   struct Rollback {
-    uint32_t version = 0;
-    uint64_t asked = 0;  // bit r: rank r asked
+    uint32_t version = 0;  // the node's version, once `file` is read
+    uint64_t asked = 0;    // bit r: rank r asked for it
     std::shared_ptr<const CheckpointFile> file;
     std::vector<std::unique_ptr<ShardTask>> rewinds;
   };
@@ -537,8 +540,9 @@ class ServerNode final : private node::ControlChannel::Handler {
   bool rolling_back_ = false;  // what the datapath reads: gradients dropped
   void on_rollback_st(uint16_t rank, const agg::ControlMessage& m);
   void poll_rollback_st();
-  // The checkpoint of `version` this server rolls back from, checked; throws
-  // std::exception naming what is wrong (and the versions it has).
+  // This server's newest checkpoint at or before `version`, read and
+  // checked; throws std::exception naming what is wrong (none: the versions
+  // it has).
   std::shared_ptr<const CheckpointFile> rollback_file(uint32_t version) const;
   void refuse_st(std::string why);
   bool seeded_ = false;  // the job resumes from a checkpoint: no kInit

@@ -393,6 +393,12 @@ class NetCore final : public transport::PacketReceiver,
   void lose_server_st(uint16_t server, const std::string& why);
   void handle_restarts_st();
   void on_recovered_ready_st(uint16_t server, const agg::ControlMessage& m);
+  // The rollback to `version`: the trackers start again there, and every
+  // server but `resumed` (UINT16_MAX: none) is asked to roll back to it.
+  void roll_back_to_st(uint32_t version, uint16_t resumed);
+  // A server has no checkpoint of the version asked (kRollback back): the
+  // job goes back to its older one.
+  void on_older_version_st(const agg::ControlMessage& m);
   // Whether a push to a server other than `lost` is in flight.
   [[nodiscard]] bool pushes_unsettled_st(uint16_t lost) const;
   void finish_rollback_st();

@@ -19,8 +19,11 @@
 // still running. The kReady is taken once no push to them is in flight;
 // then each is asked to roll back to the version too (kRollback), which it
 // does from its own checkpoint once every rank asked, sending every chunk
-// at that version. Until the rollback is done, a chunk of another version
-// (an update the running servers made before they rolled back) is dropped.
+// at that version. A server without a checkpoint of it answers with its
+// newest older one (kRollback back): the rollback starts again at that
+// version, which every server, the resumed one included, is asked for.
+// Until the rollback is done, a chunk of another version (an update the
+// servers made before they rolled back) is dropped.
 //
 // Control path: runs on failures and control messages, allocates.
 #include <algorithm>
@@ -100,7 +103,11 @@ void NetCore::on_recovered_ready_st(uint16_t server, const agg::ControlMessage& 
   if (server < unsettled_.size()) unsettled_[server] = 0;
   // Every rank rolls back to the version the server resumed at: the
   // trackers start again there, and the server sends every chunk at it.
-  start_version_ = m.version;
+  roll_back_to_st(m.version, server);
+}
+
+void NetCore::roll_back_to_st(uint32_t version, uint16_t resumed) {
+  start_version_ = version;
   PullTrackerConfig pulls = config_.pulls;
   pulls.first_version = start_version_;
   pulls_ = std::make_unique<PullTracker>(table_, pulls);
@@ -117,12 +124,19 @@ void NetCore::on_recovered_ready_st(uint16_t server, const agg::ControlMessage& 
   rollback.rank = config_.rank;
   rollback.version = start_version_;
   for (uint16_t s = 0; s < config_.servers.size(); ++s) {
-    if (s != server && !send_control_st(s, rollback)) {
+    if (s != resumed && !send_control_st(s, rollback)) {
       break_st(lost_text_ + "; the rollback to version " + std::to_string(start_version_) +
                " could not be queued to " + server_name(s) + " (endpoint full)");
       return;
     }
   }
+}
+
+void NetCore::on_older_version_st(const agg::ControlMessage& m) {
+  // Only ever back: a proposal at or past the version under way is one
+  // taken already (every server that has no checkpoint of it says so).
+  if (!rolling_back_ || m.version >= start_version_) return;
+  roll_back_to_st(m.version, UINT16_MAX);
 }
 
 void NetCore::finish_rollback_st() {

@@ -29,16 +29,18 @@ the frames on every TX queue.
   killed and resumed: s0 (s1), still running, rolls back to the same version from its own
   checkpoint once both workers asked (docs/durability.md, "Several servers"), and every
   round after it is checked bit for bit as in `kill`. The servers' shards run inline in
-  `kill2`, on a shard core of their own in `kill2_s0`. `no_common_version`: s1 killed and
-  s0's checkpoint of s1's newest version deleted before s1 starts again: s0 refuses the
-  rollback, naming the versions it has, and every worker is told why.
+  `kill2`, on a shard core of their own in `kill2_s0`. `older_version`: s1 killed and s0's
+  checkpoint of s1's newest version V deleted before s1 starts again (3 kept): s0 answers
+  with its newest older one, V - 10, and the job rolls back to it on both servers.
+  `no_common_version`: s0's checkpoints of V and older deleted: s0 refuses the rollback,
+  naming the versions it has, and every worker is told why.
 * `refused`: a checkpoint with a flipped byte, one of another optimizer (the job file
   says adam) and one of another model (the workers declare other tensors) are refused,
   each with its reason: the first two before the server starts, the last when the
   workers declared (every worker is told why).
 
   checkpoint_test.py BUILD_DIR [resume|kill|kill_late|refused|resume_half|kill_half|kill2|
-                                kill2_s0|no_common_version ...]
+                                kill2_s0|older_version|no_common_version ...]
   (default: resume, kill, kill_late, refused)
 """
 import os
@@ -266,28 +268,71 @@ def scenario_kill(build, tmp, delay_s=0.0, dtype="float32", servers=1, kill="s0"
     return err
 
 
-def scenario_no_common_version(build, tmp):
-    """Two servers, s1 killed; before it is started again s0's checkpoint of s1's newest
-    version is deleted: s0 cannot roll back to it and refuses the job, naming the
-    versions it has; every worker is told why."""
-    chosen = []
-
-    def drop_s0_copy(ckpt):
+def drop_running_copy(chosen, older_too=False):
+    """A before_restart that deletes s0's checkpoint of s1's newest version (noted in
+    `chosen`), and with `older_too` every older one of s0's, once the job has stopped
+    moving."""
+    def drop(ckpt):
         time.sleep(0.5)  # s0 writes nothing more: the job cannot pass s1's versions
         newest = max(int(f[4:14]) for f in os.listdir(ckpt)
                      if f.startswith("s1.v") and f.endswith(".ckpt"))
         chosen.append(newest)
-        os.remove(os.path.join(ckpt, "s0.v%010d.ckpt" % newest))
+        for f in os.listdir(ckpt):
+            if f.startswith("s0.v") and f.endswith(".ckpt") and (
+                    int(f[4:14]) == newest or older_too and int(f[4:14]) < newest):
+                os.remove(os.path.join(ckpt, f))
+    return drop
 
-    out = kill_run(build, tmp, servers=2, kill="s1", before_restart=drop_s0_copy)
+
+def scenario_older_version(build, tmp):
+    """Two servers keeping 3 checkpoints, s1 killed; before it is started again s0's
+    checkpoint of s1's newest version V is deleted: s0 answers with its newest older one,
+    V - 10, which every server rolls back to (s1 loading its older file), and every round
+    after it is checked bit for bit."""
+    chosen = []
+    out = kill_run(build, tmp, servers=2, kill="s1", keep=3,
+                   before_restart=drop_running_copy(chosen))
     if out is None:
         return None
     everything = out.everything()
     if out.error:
         return expect(False, out.error, everything)
-    why = ("cannot roll back to version %d (another server resumed at it; " % chosen[0])
+    ckpt = os.path.join(tmp, "ckpt")
+    v = chosen[0] - KILL_EVERY
+    err = expect(all(s == 0 for s, _ in out.workers + out.running) and out.restarted[0] == 0,
+                 "a process of the job failed", everything)
+    for node, (_, t) in (("s0", out.running[0]), ("s1", out.restarted)):
+        err = err or expect("rolled back to version %d: every rank asked; the shards restore "
+                            "%s/%s.v%010d.ckpt" % (v, ckpt, node, v) in t,
+                            "%s rolled back to version %d" % (node, v), everything)
+    for _, t in out.workers:
+        exact = re.findall(r"rolled back to version (\d+): parameters exact", t)
+        after = t[t.index("rolled back to version"):] if exact else ""
+        rounds = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", after)]
+        err = err or expect(exact == [str(v)] and rounds == list(range(v + 1, KILL_ROUNDS + 1)),
+                            "a worker rolls back to %d once, then every round: %s %s" %
+                            (v, exact, rounds[-3:]), everything)
+    print("older_version: s1 resumed at %d, s0 had no checkpoint of it: the job rolled back "
+          "to %d" % (chosen[0], v))
+    return err
+
+
+def scenario_no_common_version(build, tmp):
+    """Two servers, s1 killed; before it is started again s0's checkpoints of s1's newest
+    version and older are deleted: s0 refuses the rollback, naming the versions it has,
+    and every worker is told why."""
+    chosen = []
+    out = kill_run(build, tmp, servers=2, kill="s1",
+                   before_restart=drop_running_copy(chosen, older_too=True))
+    if out is None:
+        return None
+    everything = out.everything()
+    if out.error:
+        return expect(False, out.error, everything)
+    why = "cannot roll back to version %d (w" % chosen[0]
     err = expect(out.running[0][0] != 0 and why in out.running[0][1] and
-                 "no checkpoint of node s0 at version %d in" % chosen[0] in out.running[0][1],
+                 "no checkpoint of node s0 at or before version %d in" % chosen[0]
+                 in out.running[0][1],
                  "s0 refuses the rollback to version %d" % chosen[0], everything)
     for s, t in out.workers:
         err = err or expect(s != 0 and "stopped the job: " + why in t,
@@ -301,6 +346,7 @@ SCENARIOS = {"resume": scenario_resume, "kill": scenario_kill,
              # ... s0, each server's shard on a shard core (lcore 1: its tasks on the ring).
              "kill2_s0": lambda build, tmp: scenario_kill(build, tmp, servers=2, kill="s0",
                                                           server_lcores="[0, 1]"),
+             "older_version": scenario_older_version,
              "no_common_version": scenario_no_common_version,
              # Started again after liveness named it lost (1.125 x the 1.5 s timeout).
              "kill_late": lambda build, tmp: scenario_kill(build, tmp, 2.5),

@@ -17,16 +17,16 @@ LINK = "link: {loss: 0.02, seed: 11}"
 TIMEOUT_S = 120
 
 
-def job_text(tag, ckpt, servers, every, link=LINK, server_lcores="[0, 2]"):
+def job_text(tag, ckpt, servers, every, link=LINK, server_lcores="[0, 2]", keep=2):
     """The job file: servers s0.. (one shard each, on `server_lcores`: the net core's,
     then the shard's, inline when it shares a CPU with the net core), workers w0 and w1,
-    checkpoints every `every` versions into `ckpt`."""
+    checkpoints every `every` versions into `ckpt`, the newest `keep` kept."""
     y = ["job: {id: 47, name: %s}" % tag,
          "network: {mtu: 1500, peer_timeout_ms: 1500, on_server_loss: wait, server_wait_s: 60}",
          "mempool: {mbufs: 4095, cache: 64}",
          "eal: {memory_mb: 256, hugepages: off}",
          "training: {sync: bsp, optimizer: momentum, learning_rate: 0.01, momentum: 0.9}",
-         "checkpoint: {dir: %s, every_versions: %d}" % (ckpt, every),
+         "checkpoint: {dir: %s, every_versions: %d, keep: %d}" % (ckpt, every, keep),
          link,
          "nodes:"]
     for s in range(servers):
@@ -56,14 +56,14 @@ class Outcome:
 
 def run(build, tmp, model, servers=1, kill="s0", rounds=150, kill_after=40, every=10,
         delay_s=0.0, dtype="float32", before_restart=None, worker_args=(), tag=None,
-        server_lcores="[0, 2]"):
+        server_lcores="[0, 2]", keep=2):
     """Runs the job once; returns an Outcome. `before_restart(ckpt)` runs between the
     kill and the restart; `worker_args` go to both ps-workers."""
     tag = tag or "ck%d" % (os.getpid() % 100000)
     ckpt = os.path.join(tmp, "ckpt")
     job = os.path.join(tmp, "job.yaml")
     with open(job, "w") as f:
-        f.write(job_text(tag, ckpt, servers, every, server_lcores=server_lcores))
+        f.write(job_text(tag, ckpt, servers, every, server_lcores=server_lcores, keep=keep))
     names = ["s%d" % s for s in range(servers)]
     ns = {}
     procs = []
