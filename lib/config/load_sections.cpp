@@ -407,6 +407,14 @@ void parse_server_loss(const Section& root, JobConfig& job) {
                std::string(to_string(job.training.aggregation)) +
                " is not built: the running servers roll back with aggregation chunk only");
   }
+  for (const NodeConfig& n : job.nodes) {
+    if (servers > 1 && n.role == Role::kServer && !n.standby.empty()) {
+      // A primary that rolls back would leave its standby's copy ahead.
+      loss->fail("wait with " + std::to_string(servers) + " server nodes and a standby (" + n.name +
+                 "'s " + n.standby +
+                 ") is not built: a server that rolls back does not roll its standby back");
+    }
+  }
 }
 
 }  // namespace mercury::config::detail
