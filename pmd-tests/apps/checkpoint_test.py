@@ -225,18 +225,27 @@ def kill_run(build, tmp, **kw):
                            every=KILL_EVERY, **kw)
 
 
-def scenario_kill(build, tmp, delay_s=0.0, dtype="float32", servers=1, kill="s0",
-                  server_lcores="[0, 2]"):
-    out = kill_run(build, tmp, delay_s=delay_s, dtype=dtype, servers=servers, kill=kill,
-                   server_lcores=server_lcores)
+def kill_job(build, tmp, **kw):
+    """kill_run, and whether every process ended well: (its Outcome or None without root,
+    every output, the error or None)."""
+    out = kill_run(build, tmp, **kw)
     if out is None:
-        return None
+        return None, [], None
     everything = out.everything()
     if out.error:
-        return expect(False, out.error, everything)
+        return out, everything, expect(False, out.error, everything)
+    return out, everything, expect(
+        all(s == 0 for s, _ in out.workers + out.running) and out.restarted[0] == 0,
+        "a process of the job failed", everything)
+
+
+def scenario_kill(build, tmp, delay_s=0.0, dtype="float32", servers=1, kill="s0",
+                  server_lcores="[0, 2]"):
+    out, everything, err = kill_job(build, tmp, delay_s=delay_s, dtype=dtype, servers=servers,
+                                    kill=kill, server_lcores=server_lcores)
+    if out is None or out.error:
+        return err
     ckpt = os.path.join(tmp, "ckpt")
-    err = expect(all(s == 0 for s, _ in out.workers + out.running) and out.restarted[0] == 0,
-                 "a process of the resumed job failed", everything)
     versions = [re.findall(r"rolled back to version (\d+): parameters exact", t)
                 for _, t in out.workers]
     err = err or expect(all(len(v) == 1 for v in versions) and versions[0] == versions[1],
@@ -290,17 +299,12 @@ def scenario_older_version(build, tmp):
     V - 10, which every server rolls back to (s1 loading its older file), and every round
     after it is checked bit for bit."""
     chosen = []
-    out = kill_run(build, tmp, servers=2, kill="s1", keep=3,
-                   before_restart=drop_running_copy(chosen))
-    if out is None:
-        return None
-    everything = out.everything()
-    if out.error:
-        return expect(False, out.error, everything)
+    out, everything, err = kill_job(build, tmp, servers=2, kill="s1", keep=3,
+                                    before_restart=drop_running_copy(chosen))
+    if out is None or out.error:
+        return err
     ckpt = os.path.join(tmp, "ckpt")
     v = chosen[0] - KILL_EVERY
-    err = expect(all(s == 0 for s, _ in out.workers + out.running) and out.restarted[0] == 0,
-                 "a process of the job failed", everything)
     for node, (_, t) in (("s0", out.running[0]), ("s1", out.restarted)):
         err = err or expect("rolled back to version %d: every rank asked; the shards restore "
                             "%s/%s.v%010d.ckpt" % (v, ckpt, node, v) in t,
