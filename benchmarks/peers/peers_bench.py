@@ -144,7 +144,7 @@ def mercury_bridge(build, model, workers, iters, warmup, standby):
     """The bridge job's figure (mean iteration, exact, retransmissions, refusals), with or
     without a standby; every process in its network namespace (needs root)."""
     sys.path.insert(0, os.path.join(ROOT, "pmd-tests", "common"))
-    from netns import bridge_namespaces, remove_namespaces
+    from netns import bridge_namespaces, end
     tag = "pb%d" % (os.getpid() % 100000)
     text, names = bridge_job(workers, "bridge%d" % workers, standby)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -164,11 +164,7 @@ def mercury_bridge(build, model, workers, iters, warmup, standby):
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT))
         outs = [p.communicate(timeout=1800)[0] for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        remove_namespaces(ns)
+        end(procs, ns)
         os.unlink(job)
     out = "\n".join(outs)
     rounds = {}

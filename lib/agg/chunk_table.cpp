@@ -749,6 +749,31 @@ Outcome ChunkTable::restore(uint32_t key, uint32_t offset, uint32_t version,
   return o;
 }
 
+uint64_t ChunkTable::rewind() {
+  const auto staging_base = reinterpret_cast<uintptr_t>(staging_.get());
+  uint64_t released = 0;
+  for (uint64_t i = 0; i < chunks_.size(); ++i) {
+    Chunk& ch = chunks_[i];
+    for (uint64_t have = ch.have; have != 0; have &= have - 1) {
+      const Held& h = slots_[i * workers_ + std::countr_zero(have)];
+      if (h.token != staged_token()) {
+        sink_.release(&h.token, 1);
+        ++released;
+      } else {
+        staging_free_.push_back(static_cast<uint32_t>(
+            (reinterpret_cast<uintptr_t>(h.data) - staging_base) / staging_stride(chunk_bytes_)));
+        ++staging_released_;
+      }
+    }
+    ch.have = 0;
+    ch.version = 0;
+    ch.oldest = 0;
+    ch.initialized = 0;
+  }
+  held_ -= released;
+  return released;
+}
+
 int64_t ChunkTable::chunk_index(uint32_t key, uint32_t offset) const {
   uint64_t index = 0;
   const Outcome o = locate(key, offset, 0, index);

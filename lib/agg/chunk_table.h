@@ -365,6 +365,13 @@ class ChunkTable {
                   std::span<const float> state0, std::span<const float> state1,
                   std::optional<uint32_t> steps = std::nullopt);
 
+  /// A running server rolls back to a checkpoint (docs/durability.md,
+  /// "Several servers"): every held contribution is given back (buffers
+  /// through ChunkSink::release, staging chunks freed) and every chunk is
+  /// left without values at version 0, so restore() takes each again.
+  /// Returns the buffers released. Control path: a scan of the chunks.
+  uint64_t rewind();
+
   /// The index of the chunk at (key, offset) among chunks() (chunk_view's
   /// numbering), or -1 when it does not exist here.
   [[nodiscard]] int64_t chunk_index(uint32_t key, uint32_t offset) const;

@@ -189,5 +189,63 @@ TEST(AggChunkTableStaging, CountAndMemoryFollowTheConfigurationAndTheMemoryLimit
   EXPECT_EQ(ChunkTable::staging_for(p, c, *bsp), 0u);
 }
 
+// A running server that rolls back (docs/durability.md, "Several servers"):
+// rewind() gives back every held buffer and staging chunk and leaves every
+// chunk without values, so the checkpoint's chunks are restored over a table
+// that had moved on, and the sets after it aggregate as in a fresh table.
+TEST(AggChunkTableStaging, RewindGivesBackWhatTheSetsHoldAndRestoreTakesTheChunksAgain) {
+  OneTensor t(3, 3, 8);
+  const auto& chunks = t.chunks;
+  ChunkTable table(t.p, staged(3, 2), make_bsp(), t.sink);
+  // Version 1 of every chunk, then a second round half in: chunk 0 holds
+  // rank 0's buffer and rank 1's staged copy, chunk 1 rank 2's copy.
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    for (uint16_t r = 0; r < 3; ++r) {
+      ASSERT_TRUE(taken(table.contribute(t.grads.make(chunks, i, r, 0))));
+    }
+  }
+  ASSERT_EQ(table.version(chunks[0].key, chunks[0].offset), 1u);
+  const size_t released_before = t.sink.released.size();
+  EXPECT_EQ(table.contribute(t.grads.make(chunks, 0, 0, 1)), Outcome::kHeld);
+  Contribution c = t.grads.make(chunks, 0, 1, 1);
+  c.copy = true;
+  EXPECT_EQ(table.contribute(c), Outcome::kCopied);
+  Contribution d = t.grads.make(chunks, 1, 2, 1);
+  d.copy = true;
+  EXPECT_EQ(table.contribute(d), Outcome::kCopied);
+  ASSERT_EQ(table.held(), 1u);
+  ASSERT_EQ(table.staged(), 2u);
+  const uint64_t staging_released = table.staging_released();
+
+  EXPECT_EQ(table.rewind(), 1u);
+  EXPECT_EQ(table.held(), 0u);
+  EXPECT_EQ(table.staged(), 0u);
+  EXPECT_EQ(table.staging_released(), staging_released + 2);
+  ASSERT_EQ(t.sink.released.size(), released_before + 1);
+  EXPECT_EQ(t.sink.released.count(&t.grads.g[0][0]), 2u);  // version 1's set, then the rewind
+  for (const ChunkRef& ch : chunks) {
+    EXPECT_EQ(table.version(ch.key, ch.offset), 0u);
+    EXPECT_EQ(table.held_ranks(ch.key, ch.offset), 0u);
+  }
+  // Restored at version 1: taken again, emitted at 1, and version 1's
+  // pushes make version 2.
+  const std::vector<float> values(kChunkElems, 0.5f);
+  const size_t updates = t.sink.updates.size();
+  for (const ChunkRef& ch : chunks) {
+    EXPECT_EQ(table.restore(ch.key, ch.offset, 1, std::span<const float>(values).first(ch.elements),
+                            {}, {}),
+              Outcome::kInitialized);
+  }
+  ASSERT_EQ(t.sink.updates.size(), updates + chunks.size());
+  EXPECT_EQ(t.sink.updates.back().u.version, 1u);
+  for (uint16_t r = 0; r < 3; ++r) {
+    Contribution again = t.grads.make(chunks, 0, r, 1);
+    again.copy = r != 2;
+    EXPECT_TRUE(taken(table.contribute(again)));
+  }
+  EXPECT_EQ(table.version(chunks[0].key, chunks[0].offset), 2u);
+  EXPECT_EQ(table.staged(), 0u);
+}
+
 }  // namespace
 }  // namespace mercury::agg

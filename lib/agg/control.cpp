@@ -10,7 +10,7 @@ namespace {
 constexpr uint8_t kMagic[4] = {'M', 'P', 'S', 'C'};
 // 2: a declared tensor carries its dtype. 3: its update rule, rank 0's
 // resume, settings and the job's state.
-constexpr uint8_t kControlVersion = 3;
+constexpr uint8_t kControlVersion = 4;
 
 class Writer {
  public:
@@ -210,6 +210,10 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       w.be(m.version, 4);
       w.text(m.text, 4);
       break;
+    case ControlKind::kRollback:
+      w.be(m.rank, 4);
+      w.be(m.version, 4);
+      break;
     default:
       throw std::invalid_argument("control message: unknown kind " +
                                   std::to_string(static_cast<int>(m.kind)));
@@ -340,6 +344,10 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
     case ControlKind::kPromoted:
       m.version = static_cast<uint32_t>(r.be(4, "version"));
       m.text = r.text(4, "text");
+      break;
+    case ControlKind::kRollback:
+      m.rank = static_cast<uint32_t>(r.be(4, "rank"));
+      m.version = static_cast<uint32_t>(r.be(4, "version"));
       break;
     default:
       throw std::invalid_argument("control message: unknown kind " + std::to_string(kind));

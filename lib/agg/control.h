@@ -42,6 +42,13 @@
 //   8. A hot standby (docs/durability.md) that named its server lost tells
 //      every worker with kPromoted(version, text); the workers send that
 //      server's traffic to it from then on.
+//   9. Several servers, one lost and started again with --resume
+//      (docs/durability.md): each worker, once its kReady said the version
+//      the job resumes at, sends kRollback(rank, version) to every other
+//      server, which rolls its own state back to that version once every
+//      rank has asked; a server with no checkpoint of it answers
+//      kRollback(rank, its newest older version), and the worker asks every
+//      server for that one instead.
 //
 // Encoding: a 4-byte magic "MPSC", a version byte, a kind byte, then the
 // kind's fields, all big-endian. decode() validates every length against the
@@ -98,11 +105,17 @@ enum class ControlKind : uint8_t {
   /// server's shards from now on, at `version` (its newest chunk's); `text`
   /// names it. The workers resend what the server had not answered.
   kPromoted = 30,
+  /// worker -> every server still running, when another server resumed
+  /// from its checkpoint at `version`: roll back to that version (from this
+  /// server's own checkpoint of it) once every rank has asked; `rank` the
+  /// sender's. server -> worker: no checkpoint of the version asked here;
+  /// `version` is this server's newest older one, `rank` the worker's.
+  kRollback = 40,
 };
 
 struct ControlMessage {
   ControlKind kind = ControlKind::kDeclare;
-  /// kDeclare, kBarrier, kLeave: the sender's rank; kWorkerGone,
+  /// kDeclare, kBarrier, kLeave, kRollback: the sender's rank; kWorkerGone,
   /// kWorkerJoined: the one gone or joined
   uint32_t rank = 0;
   std::vector<TensorDecl> tensors;  ///< kDeclare
@@ -117,7 +130,8 @@ struct ControlMessage {
   bool seeded = false;
   /// kDeclare (seeded), kReady, kJoined: the version the job starts at (kJoined
   /// under BSP: the iteration in progress, docs/membership.md); kSettings: the
-  /// first version whose update uses `values`.
+  /// first version whose update uses `values`; kRollback: the version to
+  /// roll back to.
   uint32_t version = 0;
   uint64_t sequence = 0;         ///< kSettings .. kStateSeeded: the request's number
   Hyperparameters values;        ///< kSettings

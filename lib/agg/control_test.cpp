@@ -114,6 +114,25 @@ TEST(Control, EveryKindRoundTrips) {
                std::invalid_argument);
 }
 
+TEST(Control, RollbackRoundTrips) {
+  ControlMessage rollback;
+  rollback.kind = ControlKind::kRollback;
+  rollback.rank = 3;
+  rollback.version = 40;
+  const std::vector<std::byte> bytes = encode_control(rollback);
+  EXPECT_EQ(bytes.size(), 14u);       // magic, version, kind, rank, version
+  EXPECT_EQ(bytes[4], std::byte{4});  // the control version that has it
+  const ControlMessage r2 = decode_control(bytes);
+  EXPECT_EQ(r2.kind, ControlKind::kRollback);
+  EXPECT_EQ(r2.rank, 3u);
+  EXPECT_EQ(r2.version, 40u);
+  EXPECT_THROW(decode_control(std::span(bytes).first(bytes.size() - 1)), std::invalid_argument);
+  // A build that speaks version 3 is told which version this is.
+  std::vector<std::byte> older = bytes;
+  older[4] = std::byte{3};
+  EXPECT_THROW(decode_control(older), std::invalid_argument);
+}
+
 TEST(Control, JoiningRoundTrips) {
   ControlMessage joined;
   joined.kind = ControlKind::kJoined;

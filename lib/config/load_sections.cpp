@@ -398,11 +398,22 @@ void parse_server_loss(const Section& root, JobConfig& job) {
   if (!job.checkpoint.enabled()) {
     loss->fail("wait needs checkpoint.dir: a server started again resumes from its checkpoint");
   }
+  // Several servers: the ones still running roll back too, each from its
+  // own checkpoint (docs/durability.md, "Several servers"); a store-and-
+  // forward unit held half sent is not taken back.
   const size_t servers = job.servers().size();
-  if (servers > 1) {
-    loss->fail("wait with " + std::to_string(servers) +
-               " server nodes is not built: the servers still running would have to roll back "
-               "too; one server node only");
+  if (servers > 1 && job.training.aggregation != Aggregation::kChunk) {
+    loss->fail("wait with " + std::to_string(servers) + " server nodes and training.aggregation " +
+               std::string(to_string(job.training.aggregation)) +
+               " is not built: the running servers roll back with aggregation chunk only");
+  }
+  for (const NodeConfig& n : job.nodes) {
+    if (servers > 1 && n.role == Role::kServer && !n.standby.empty()) {
+      // A primary that rolls back would leave its standby's copy ahead.
+      loss->fail("wait with " + std::to_string(servers) + " server nodes and a standby (" + n.name +
+                 "'s " + n.standby +
+                 ") is not built: a server that rolls back does not roll its standby back");
+    }
   }
 }
 

@@ -357,6 +357,13 @@ TEST(ConfigLoad, EveryServerMayHaveAStandby) {
   shared.replace(shared.find("standby: s1b"), 12, "standby: s0b");
   EXPECT_TRUE(refused(doc("", shared), 8, "nodes[3].standby",
                       "s0b stands by for s0 already: a standby stands by for one server"));
+  // Servers that roll back (docs/durability.md, "Several servers") would leave their
+  // standbys ahead.
+  EXPECT_TRUE(refused(doc("network:\n  on_server_loss: wait\n"
+                          "checkpoint: {dir: c, every_versions: 10}\n",
+                          two),
+                      5, "network.on_server_loss",
+                      "wait with 2 server nodes and a standby (s0's s0b) is not built"));
 }
 
 TEST(ConfigRefuse, StandbyNamesNoStandby) {

@@ -349,9 +349,14 @@ TEST(ConfigRefuse, OnServerLoss) {
        "wait needs checkpoint.dir"},
       {"network:\n  on_server_loss: wait\ntraining:\n  sync: asp\n", 5, "network.on_server_loss",
        "wait needs training.sync bsp"},
-      {"network:\n  on_server_loss: wait\n" + ckpt, 5, "network.on_server_loss",
-       "wait with 2 server nodes is not built", kTwoServers},
+      {"network:\n  on_server_loss: wait\ntraining:\n  aggregation: tensor\n" + ckpt, 5,
+       "network.on_server_loss",
+       "wait with 2 server nodes and training.aggregation tensor is not built", kTwoServers},
   });
+  // Several servers: the running ones roll back too (docs/durability.md).
+  EXPECT_EQ(load_string(doc("network:\n  on_server_loss: wait\n" + ckpt, kTwoServers))
+                .network.on_server_loss,
+            OnServerLoss::kWait);
 }
 
 TEST(ConfigRefuse, OnWorkerLossWait) {

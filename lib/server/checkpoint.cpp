@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <stdexcept>
 #include <system_error>
@@ -170,9 +170,12 @@ CheckpointFile load_checkpoint(const std::string& dir, const std::string& node,
                              ".v<version>.ckpt)");
   }
   if (version && std::find(versions.begin(), versions.end(), *version) == versions.end()) {
+    std::string have;
+    for (uint32_t v : versions) have += (have.empty() ? "" : ", ") + std::to_string(v);
     throw std::runtime_error("no checkpoint of node " + node + " at version " +
-                             std::to_string(*version) + " in " + dir + " (its newest is at " +
-                             std::to_string(versions.front()) + ")");
+                             std::to_string(*version) + " in " + dir + " (it has version" +
+                             (versions.size() == 1 ? " " : "s ") + have +
+                             "; checkpoint.keep says how many are kept)");
   }
   CheckpointFile f;
   f.version = version.value_or(versions.front());

@@ -73,8 +73,9 @@ struct CheckpointFile {
 /// given, and checks it: every record whole, both CRCs, one job, the
 /// hyperparameter record first and alone, every chunk at the version of the
 /// file's name. Throws std::runtime_error naming the file and what is wrong
-/// ("no checkpoint of node s0 in DIR", "... is corrupt: record 3 (byte
-/// 1234): ...").
+/// ("no checkpoint of node s0 in DIR", "no checkpoint of node s0 at
+/// version 30 in DIR (it has versions 50, 40; ...)", "... is corrupt:
+/// record 3 (byte 1234): ...").
 CheckpointFile load_checkpoint(const std::string& dir, const std::string& node,
                                std::optional<uint32_t> version = std::nullopt);
 

@@ -32,7 +32,10 @@ class SnapshotSink final : public agg::ChunkSink {
  public:
   ShardSnapshot* snapshot = nullptr;
   void on_update(const agg::Update& u) override {
-    if (snapshot != nullptr) snapshot->on_update_st(u.key, u.offset, u.version);
+    // Initial or restored values are no new state (Shard::on_update).
+    if (snapshot != nullptr && u.contributors != 0) {
+      snapshot->on_update_st(u.key, u.offset, u.version);
+    }
   }
   void release(void* const*, uint32_t) override {}
 };
@@ -304,7 +307,57 @@ TEST(CheckpointFile, KeepsTheNewestAndIgnoresTemporaryFiles) {
   EXPECT_TRUE(dir.has("s0.v0000000004.ckpt"));
   EXPECT_TRUE(dir.has("s1.v0000000009.ckpt"));
   EXPECT_EQ(load_checkpoint(dir.path, "s0", 3).version, 3u);
-  EXPECT_THROW(load_checkpoint(dir.path, "s0", 1), std::runtime_error);
+  try {
+    load_checkpoint(dir.path, "s0", 1);
+    ADD_FAILURE() << "version 1 was pruned";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint of node s0 at version 1 in " + dir.path +
+                                         " (it has versions 4, 3;"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A running server of several rolls back when another resumed
+// (docs/durability.md, "Several servers"): its shard, at version 5 and half
+// way to 6 with the snapshot of 6 half filled, is rewound and restored from
+// its own file of version 3; the versions after it come again bit for bit,
+// and so does the checkpoint of 4.
+TEST(CheckpointFile, ARunningShardRollsBackToItsOwnCheckpointBitForBit) {
+  Writing w(3);
+  Job& job = w.job;
+  ShardSnapshot& snap = *w.sources.snapshots.front();
+  std::vector<std::vector<float>> at(6);
+  for (uint32_t v = 1; v <= 5; ++v) {
+    job.update();
+    at[v] = job.state();
+    ASSERT_TRUE(w.writer->poll(0));
+  }
+  ASSERT_EQ(checkpoint_versions(w.dir.path, "s0"), (std::vector<uint32_t>{5, 4, 3}));
+  const std::vector<std::byte> file4 = load_checkpoint(w.dir.path, "s0", 4).bytes;
+  job.update(0, 1);  // chunk 0 at 6: the snapshot of 6 fills
+  uint32_t version = 0;
+  ASSERT_FALSE(snap.ready(version));
+
+  const CheckpointFile f = load_checkpoint(w.dir.path, "s0", 3);
+  snap.rewind_st(3);
+  job.table_.rewind();
+  ASSERT_EQ(agg::restore_records(job.table_, f.job, 3, agg::split_records(f.bytes, f.job)), "");
+  for (uint64_t i = 0; i < job.table_.chunks(); ++i) {
+    EXPECT_EQ(job.table_.chunk_view(i).version, 3u);
+  }
+  EXPECT_EQ(job.state(), at[3]);
+  EXPECT_FALSE(snap.ready(version)) << "restored values are not a checkpoint of their own";
+  job.update();
+  EXPECT_EQ(job.state(), at[4]);
+  ASSERT_TRUE(snap.ready(version));
+  EXPECT_EQ(version, 4u);
+  ASSERT_TRUE(w.writer->poll(0));
+  EXPECT_EQ(load_checkpoint(w.dir.path, "s0", 4).bytes, file4);
+  job.update();
+  EXPECT_EQ(job.state(), at[5]);
+  EXPECT_EQ(snap.failed(), 0u);
+  EXPECT_EQ(snap.skipped(), 0u);
 }
 
 TEST(CheckpointFile, ACorruptOrForeignOneIsRefusedNamingWhy) {

@@ -219,6 +219,16 @@ class ControlPlane {
     start_version_ = version;
   }
 
+  /// The job rolled back to a checkpoint (docs/durability.md, "Several
+  /// servers"): every rank counts its barrier generations from 0 again
+  /// (Worker::roll_back), so the generations seen are forgotten.
+  void restart_barriers_st() {
+    MERCURY_OWNED(owner_);
+    barrier_arrived_.clear();
+    barrier_completed_.clear();
+    barrier_floor_ = 0;
+  }
+
   /// The net core's thread changed (ServerNode::hand_over).
   void hand_over() { owner_.hand_over(); }
 

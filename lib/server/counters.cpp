@@ -50,6 +50,8 @@ std::string_view server_drop_name(ServerDrop d) {
       return "not_promoted";
     case ServerDrop::kRemovedRank:
       return "removed_rank";
+    case ServerDrop::kRollingBack:
+      return "rolling_back";
     case ServerDrop::kCount:
       break;
   }

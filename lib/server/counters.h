@@ -44,6 +44,7 @@ enum class ServerDrop : uint8_t {
   kFromPartner,     ///< from the other node of a standby pair: not a replica a standby takes
   kNotPromoted,     ///< a gradient or init packet at a standby not promoted (its server serves)
   kRemovedRank,     ///< a gradient from a rank removed from a BSP job that shrank
+  kRollingBack,     ///< a gradient while the node rolls back to a checkpoint: never applied
   kCount,
 };
 inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
@@ -73,7 +74,8 @@ std::string_view server_drop_name(ServerDrop d);
   X(replica_refused, "primary: replica slices the endpoint did not queue at once: retried")        \
   X(replica_unsent, "primary: updates sent unreplicated, the standby being lost")                  \
   X(replica_dropped, "standby: replica packets dropped (stale, malformed, after promotion)")       \
-  X(answered_again, "pushes of a version already answered, answered again (standby, wait)")
+  X(answered_again, "pushes of a version already answered, answered again (standby, wait)")        \
+  X(rewound, "slices owed of versions a rollback took back, dropped (docs/durability.md)")
 
 struct ShardCounters {
   MERCURY_SHARD_COUNTERS(MERCURY_COUNTER_DECLARE)
@@ -108,7 +110,9 @@ struct ShardCounters {
   X(state_refused, "settings and state requests refused before any shard ran them")     \
   /* A hot standby (docs/durability.md). */                                             \
   X(promotions, "standby: promoted (its server named lost)")                            \
-  X(standbys_lost, "primary: its standby named lost (updates go out unreplicated)")
+  X(standbys_lost, "primary: its standby named lost (updates go out unreplicated)")     \
+  /* Several servers, one resumed (docs/durability.md). */                              \
+  X(rollbacks, "rollbacks to this server's checkpoint (another server resumed)")
 
 struct ControlCounters {
   MERCURY_CONTROL_COUNTERS(MERCURY_COUNTER_DECLARE)

@@ -92,7 +92,19 @@ void JobState::resume_st(std::span<const std::byte> file) {
   submit_st(*requests_.emplace_back(std::move(r)));
 }
 
-void JobState::seed_st(Request& r) {
+void JobState::roll_back_st(std::span<const std::byte> file, uint32_t version) {
+  version_ = version;
+  auto r = std::make_unique<Request>();
+  r->rank = kThisServer;
+  r->kind = agg::ControlKind::kStateSeed;
+  r->last = true;
+  r->rollback = true;
+  r->page.assign(file.begin(), file.end());
+  seed_st(*r, ShardTask::Kind::kRollBack);
+  submit_st(*requests_.emplace_back(std::move(r)));
+}
+
+void JobState::seed_st(Request& r, ShardTask::Kind kind) {
   std::vector<agg::RecordRef> records;
   try {
     records = agg::split_records(r.page, placement_->fingerprint());
@@ -118,7 +130,7 @@ void JobState::seed_st(Request& r) {
   }
   for (uint32_t s = 0; s < shards_; ++s) {
     if (per_slot[s].empty()) continue;
-    ShardTask& t = add_task(r, s, ShardTask::Kind::kRestore);
+    ShardTask& t = add_task(r, s, kind);
     t.records = std::move(per_slot[s]);
   }
 }
@@ -153,6 +165,14 @@ bool JobState::finish_st(Request& r, std::vector<ControlReply>& replies, std::st
       break;
     }
     default: {  // kStateSeed
+      if (r.rollback) {
+        // Each kRollBack task checked its shard has every chunk.
+        if (!error.empty()) {
+          refusal = "cannot roll back to version " + std::to_string(version_) +
+                    " from this server's checkpoint: " + error;
+        }
+        return true;  // nobody asked
+      }
       a.kind = agg::ControlKind::kStateSeeded;
       if (error.empty() && r.last && !r.checked) {
         // Every shard is asked how many of its chunks have no values: the

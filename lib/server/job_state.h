@@ -64,6 +64,14 @@ class JobState {
   /// seed does. After start_st with `seeded`.
   void resume_st(std::span<const std::byte> file);
 
+  /// A running server rolls back to `version` (docs/durability.md,
+  /// "Several servers"): `file`'s records (its checkpoint of that version)
+  /// go to their shards as kRollBack tasks, which drop what the shard
+  /// holds and restore every chunk at `version`, sending it to every
+  /// worker; nobody is answered, and a failure ends the job as a failed
+  /// resume does. Settings and state requests after it use `version`.
+  void roll_back_st(std::span<const std::byte> file, uint32_t version);
+
   /// A message of a kind handles() takes, from worker `rank`. Its answer
   /// comes from poll_st() (at once for a request refused before any task).
   void on_message_st(uint16_t rank, agg::ControlMessage&& m);
@@ -84,17 +92,18 @@ class JobState {
     uint16_t rank = 0;
     agg::ControlKind kind = agg::ControlKind::kSettings;
     uint64_t sequence = 0;
-    uint32_t slot = 0;     // kStatePull: the shard whose page it is
-    bool last = false;     // kStateSeed: the last page
-    bool checked = false;  // kStateSeed, last: the shards were asked for chunks without values
-    std::string error;     // refused before any task
+    uint32_t slot = 0;      // kStatePull: the shard whose page it is
+    bool last = false;      // kStateSeed: the last page
+    bool checked = false;   // kStateSeed, last: the shards were asked for chunks without values
+    bool rollback = false;  // roll_back_st's
+    std::string error;      // refused before any task
     std::vector<std::byte> page;  // kStateSeed: the records the tasks read
     std::vector<std::unique_ptr<ShardTask>> tasks;
     std::vector<uint32_t> slots;  // each task's shard slot
   };
   ShardTask& add_task(Request& r, uint32_t slot, ShardTask::Kind kind);
   void submit_st(Request& r);
-  void seed_st(Request& r);
+  void seed_st(Request& r, ShardTask::Kind kind = ShardTask::Kind::kRestore);
   // Whether r is done; the answer into `replies`, a failed resume into `refusal`.
   bool finish_st(Request& r, std::vector<ControlReply>& replies, std::string& refusal);
 

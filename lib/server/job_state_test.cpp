@@ -42,6 +42,16 @@ class JobStateTest : public ::testing::Test {
     if (refusal != nullptr) *refusal = why;
     return replies;
   }
+  // The hyperparameter record, then a chunk of every block at `version`.
+  std::vector<std::byte> state_file(uint32_t version) {
+    std::vector<std::byte> page;
+    const agg::HyperparameterTable table(agg::OptimizerKind::kSgd, false, {},
+                                         agg::SettingsMode::kFromVersion);
+    page.resize(agg::hyperparameter_record_bytes(table));
+    agg::encode_hyperparameter_record(placement_.fingerprint(), table, page);
+    for (const agg::Block& b : placement_.blocks()) append_chunk(page, b.key, version);
+    return page;
+  }
   // A record of the job's: a chunk of block `key` at `version`, or the settings.
   void append_chunk(std::vector<std::byte>& page, uint32_t key, uint32_t version) {
     const std::vector<float> params(4, 1.0f);
@@ -158,13 +168,7 @@ TEST_F(JobStateTest, ASeedIsTakenOnlyFromRank0OfAResumingJob) {
 
 TEST_F(JobStateTest, ASeedGoesToItsShardsThenEveryShardIsChecked) {
   start(true, 4);
-  std::vector<std::byte> page;
-  // The hyperparameter record, then a chunk of every block.
-  const agg::HyperparameterTable table(agg::OptimizerKind::kSgd, false, {},
-                                       agg::SettingsMode::kFromVersion);
-  page.resize(agg::hyperparameter_record_bytes(table));
-  agg::encode_hyperparameter_record(placement_.fingerprint(), table, page);
-  for (const agg::Block& b : placement_.blocks()) append_chunk(page, b.key, 4);
+  const std::vector<std::byte> page = state_file(4);
   agg::ControlMessage m = message(agg::ControlKind::kStateSeed, 8);
   m.last = true;
   m.bytes = page;
@@ -218,6 +222,42 @@ TEST_F(JobStateTest, ATornSeedPageEndsTheResume) {
   EXPECT_NE(r[0].message.text.find("truncated"), std::string::npos) << r[0].message.text;
   EXPECT_NE(refusal, "");
   EXPECT_TRUE(submitted_.empty());
+}
+
+// A running server rolls back (docs/durability.md, "Several servers"): its
+// own checkpoint's records go to their shards as kRollBack tasks at the
+// version, nobody is answered, and a shard that fails ends the job.
+TEST_F(JobStateTest, ARollbackRestoresEveryShardAtItsVersionAndAFailureEndsTheJob) {
+  start(false);
+  const std::vector<std::byte> file = state_file(30);
+  state_.roll_back_st(file, 30);
+  ASSERT_EQ(submitted_.size(), 2u);
+  for (const Submitted& s : submitted_) {
+    EXPECT_EQ(s.task->kind, ShardTask::Kind::kRollBack);
+    EXPECT_EQ(s.task->version, 30u);
+    ASSERT_FALSE(s.task->records.empty());
+    EXPECT_EQ(s.task->records[0].header.type, agg::RecordType::kHyperparameters);
+  }
+  EXPECT_TRUE(state_.pending_st());
+  submitted_[0].task->finish("");
+  std::string refusal;
+  EXPECT_TRUE(poll(&refusal).empty());
+  EXPECT_TRUE(state_.pending_st());
+  submitted_[1].task->finish("");
+  EXPECT_TRUE(poll(&refusal).empty());  // nobody asked
+  EXPECT_EQ(refusal, "");
+  EXPECT_FALSE(state_.pending_st());
+
+  // Again, and one shard refuses a record.
+  submitted_.clear();
+  state_.roll_back_st(file, 30);
+  ASSERT_EQ(submitted_.size(), 2u);
+  submitted_[0].task->finish("");
+  submitted_[1].task->finish("the checkpoint gives no values to 2 chunks");
+  EXPECT_TRUE(poll(&refusal).empty());
+  EXPECT_EQ(refusal,
+            "cannot roll back to version 30 from this server's checkpoint: shard 1: the "
+            "checkpoint gives no values to 2 chunks");
 }
 
 }  // namespace

@@ -79,6 +79,8 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   c.flow_limit = 0;  // derived from the pool the packets arrive in
   c.checkpoints.enabled = job.checkpoint.enabled();
   c.checkpoints.every_versions = job.checkpoint.every_versions;
+  c.checkpoints.dir = job.checkpoint.path;
+  c.checkpoints.node = node.name;
   if (!node.standby.empty()) {
     // A hot standby (docs/durability.md): the pair's shards run inline (the
     // loader allows them one lcore), the partner is a peer of port 0.

@@ -321,19 +321,8 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
            config_.resume->path + " (ps-server --resume): one or the other";
   }
   try {
-    if (config_.resume) {
-      // Before anything is built: this job's tensors and shards against the file.
-      const job::ShardLayout& layout = config_.layout;
-      try {
-        agg::check_server_state(config_.resume->bytes, placement,
-                                layout.first[config_.server_index],
-                                layout.count(config_.server_index), config_.chunk_bytes,
-                                config_.optimizer.kind, config_.optimizer.decoupled_weight_decay);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("the checkpoint " + config_.resume->path +
-                                    " is not this job's: " + e.what());
-      }
-    }
+    // Before anything is built: this job's tensors and shards against the file.
+    if (config_.resume) check_checkpoint(*config_.resume, placement);
     check_levels(placement);
     if (config_.standby != Standby::kNone) {
       for (const agg::Block& b : placement.blocks()) {
@@ -361,6 +350,17 @@ std::string ServerNode::start_shards(const agg::Placement& placement) {
                        control_->start_version(), seeded_);
   own_resume_pending_ = config_.resume != nullptr;
   return {};
+}
+
+void ServerNode::check_checkpoint(const CheckpointFile& f, const agg::Placement& placement) const {
+  const job::ShardLayout& layout = config_.layout;
+  try {
+    agg::check_server_state(f.bytes, placement, layout.first[config_.server_index],
+                            layout.count(config_.server_index), config_.chunk_bytes,
+                            config_.optimizer.kind, config_.optimizer.decoupled_weight_decay);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("the checkpoint " + f.path + " is not this job's: " + e.what());
+  }
 }
 
 void ServerNode::attach(node::Loop& loop) {
@@ -655,6 +655,12 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFi
     count(ServerDrop::kAfterLeave);
     return false;
   }
+  if (rolling_back_) {
+    // Another server resumed: the job goes back to its version, so no
+    // gradient of the versions after it is applied (docs/durability.md).
+    count(ServerDrop::kRollingBack);
+    return false;
+  }
   if (removed_bsp_ != 0 && (removed_bsp_ >> rank & 1) != 0) {
     // Removed from a BSP job that shrank: its sets complete without it
     // from the removal on (docs/membership.md).
@@ -768,6 +774,7 @@ uint32_t ServerNode::poll_control_st(transport::Tick now) {
     own_resume_pending_ = false;
     job_state_->resume_st(config_.resume->bytes);
   }
+  if (rollback_) poll_rollback_st();
   if (job_state_->pending_st() || !job_state_unsent_.empty()) poll_job_state_st();
   if (!bsp_joins_.empty()) poll_bsp_joins_st();
   if (restarted_ != 0) handle_restarts_st();
@@ -849,6 +856,7 @@ ServerCounters ServerNode::counters_st() const {
   c.control = control_->counters();
   c.control += job_state_->counters();
   c.control.promotions += promotions_;
+  c.control.rollbacks += rollbacks_;
   c.control.standbys_lost += standbys_lost_;
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
   for (const auto& e : endpoints_) c.net += e->counters_st();
@@ -922,6 +930,10 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
   // (else the restart, handled after the pass, would remove the rank it
   // joined).
   if (rank < 64 && (restarted_ >> rank & 1) != 0) handle_restarts_st();
+  if (m.kind == agg::ControlKind::kRollback) {  // server_node_rollback.cpp
+    on_rollback_st(static_cast<uint16_t>(rank), m);
+    return;
+  }
   if (JobState::handles(m.kind)) {
     // Settings and the job's state: the shards' work (job_state.h).
     job_state_->on_message_st(static_cast<uint16_t>(rank), std::move(m));

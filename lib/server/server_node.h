@@ -175,9 +175,14 @@ struct ServerNodeConfig {
   /// snapshot every multiple of `every_versions` (or, with `by_time`, the
   /// version the writer arms when every_s has passed); a CheckpointWriter
   /// (the Runner's) writes them. Off unless `enabled`.
+  /// `dir` and `node` name the files: a running server of several rolls
+  /// back from its own checkpoint there when another resumed
+  /// (docs/durability.md, "Several servers"); empty: it cannot.
   struct Checkpoints {
     bool enabled = false;
     uint32_t every_versions = 0;
+    std::string dir;
+    std::string node;
   } checkpoints;
   /// ps-server --resume: this server's checkpoint (checkpoint.h,
   /// load_checkpoint), checked in itself and against the job file's
@@ -393,6 +398,9 @@ class ServerNode final : private node::ControlChannel::Handler {
                   transport::Tick now);
   void launch_cores();
   std::string start_shards(const agg::Placement& placement);
+  // A checkpoint of this server against the placement (agg::check_server_state):
+  // throws std::invalid_argument naming the file and what differs.
+  void check_checkpoint(const CheckpointFile& f, const agg::Placement& placement) const;
   void build_shards(const agg::Placement& placement);
   static void check_levels(const agg::Placement& placement);
 
@@ -510,6 +518,33 @@ class ServerNode final : private node::ControlChannel::Handler {
   // One task of `kind` for rank `rank` on every shard, into `into`.
   void task_every_shard_st(std::vector<std::unique_ptr<ShardTask>>& into, ShardTask::Kind kind,
                            uint16_t rank, uint32_t version);
+  // Several servers, another one resumed from its checkpoint
+  // (docs/durability.md, "Several servers"; server_node_rollback.cpp): every
+  // rank asks this one to roll back to the version it resumed at
+  // (kRollback). From the first ask the node drops every gradient
+  // (kRollingBack) and each shard drops what it holds and owes (kRewind).
+  // The node's version is the newest it has a checkpoint of at or before
+  // every version asked (`file`, read at once); a rank that asked for a
+  // newer one is told it (kRollback back), and asks every server for it.
+  // Once every rank asked for it, the rewinds are done and the endpoints
+  // have nothing in flight (no update of a version past it can still reach
+  // a worker), each shard restores its chunks from the file (kRollBack) and
+  // sends them to every worker.
+  struct Rollback {
+    uint32_t version = 0;  // the node's version, once `file` is read
+    uint64_t asked = 0;    // bit r: rank r asked for it
+    std::shared_ptr<const CheckpointFile> file;
+    std::vector<std::unique_ptr<ShardTask>> rewinds;
+  };
+  std::optional<Rollback> rollback_;
+  bool rolling_back_ = false;  // what the datapath reads: gradients dropped
+  void on_rollback_st(uint16_t rank, const agg::ControlMessage& m);
+  void poll_rollback_st();
+  // This server's newest checkpoint at or before `version`, read and
+  // checked; throws std::exception naming what is wrong (none: the versions
+  // it has).
+  std::shared_ptr<const CheckpointFile> rollback_file(uint32_t version) const;
+  void refuse_st(std::string why);
   bool seeded_ = false;  // the job resumes from a checkpoint: no kInit
   // Background checkpoints: the plan and the shards' snapshots the
   // Runner's writer reads (null when off).
@@ -546,7 +581,7 @@ class ServerNode final : private node::ControlChannel::Handler {
   bool partner_alive_ = false;
   bool pair_started_ = false;
   bool promoted_ = false;
-  uint64_t promotions_ = 0, standbys_lost_ = 0;
+  uint64_t promotions_ = 0, standbys_lost_ = 0, rollbacks_ = 0;
   std::vector<std::string> notices_;
   bool detach_pending_ = false;             // a port is kLeaving
   std::optional<BufferReleases> releases_;  // the node's own frees of handed buffers

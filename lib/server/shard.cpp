@@ -548,6 +548,22 @@ void Shard::rejoin_rank_st(uint16_t rank, uint32_t version) {
   }
 }
 
+void Shard::rewind_st(uint32_t version) {
+  MERCURY_OWNED(owner_);
+  if (rule_ != Fanout::kEvery) return;
+  counters_.rewound += backlog_count_;
+  backlog_head_ = 0;
+  backlog_count_ = 0;
+  table_->rewind();
+  // Every staging chunk is free again: its credit comes back.
+  staging_returned_.store(marks_returned_ + table_->staging_released(), std::memory_order_relaxed);
+  for (uint64_t i = 0; i < table_->chunks(); ++i) {
+    const agg::ChunkTable::ChunkView c = table_->chunk_view(i);
+    started_.cleared_st(c.key, c.offset);
+  }
+  if (snapshot_ != nullptr) snapshot_->rewind_st(version);
+}
+
 void Shard::release(void* const* tokens, uint32_t count) { releases_.free_st(tokens, count); }
 
 }  // namespace mercury::server

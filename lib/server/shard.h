@@ -224,6 +224,16 @@ class Shard final : public agg::ChunkSink {
   /// chunk (answered_again). BSP only, after keep_versions().
   void rejoin_rank_st(uint16_t rank, uint32_t version);
 
+  // ---- Several servers, one resumed (docs/durability.md) ----
+  /// A running server rolls back to `version` (a kRewind task, then
+  /// kRollBack's restore): the slices the fan-out still owes (versions the
+  /// rollback takes back) are dropped (counted in rewound), the table gives
+  /// back every contribution it holds (agg::ChunkTable::rewind: buffers
+  /// freed, staging chunks and their credits back), the started sets are
+  /// cleared, and a checkpoint being filled is abandoned (its versions
+  /// come again). BSP only. Control path: a scan of the shard's chunks.
+  void rewind_st(uint32_t version);
+
   /// Resubmits the slices an endpoint refused, oldest first, until one is
   /// refused again; returns how many went. Called by the shard's owner
   /// whenever fanout_pending() (the inline loop, or the shard core's).

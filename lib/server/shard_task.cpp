@@ -1,5 +1,5 @@
-// Shard::run_task_st (shard.h): settings, checkpoints and membership on the
-// shard's thread.
+// Shard::run_task_st (shard.h): settings, checkpoints, membership and a
+// rollback on the shard's thread.
 #include "agg/shard_state.h"
 #include "server/shard.h"
 
@@ -51,6 +51,17 @@ void Shard::run_task_st(ShardTask& task) {
       break;
     case ShardTask::Kind::kRejoin:
       rejoin_rank_st(static_cast<uint16_t>(task.first), task.version);
+      break;
+    case ShardTask::Kind::kRewind:
+      rewind_st(task.version);
+      break;
+    case ShardTask::Kind::kRollBack:
+      rewind_st(task.version);
+      error = agg::restore_records(table, task.job, task.version, task.records);
+      if (error.empty() && agg::chunks_without_values(table) != 0) {
+        error = "the checkpoint gives no values to " +
+                std::to_string(agg::chunks_without_values(table)) + " chunks";
+      }
       break;
   }
   task.finish(std::move(error));

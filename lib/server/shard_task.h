@@ -1,7 +1,8 @@
 // Control-path work a shard does on its own thread: a change of its
 // settings, a page of its state for a checkpoint, records to resume from
 // (docs/server.md, "Settings and the job's state"), a rank that left or
-// joined the job (docs/membership.md).
+// joined the job (docs/membership.md), a running server's rollback to its
+// checkpoint (docs/durability.md, "Several servers").
 //
 // The net core builds a task (JobState), runs it at once on a shard that
 // runs inline, or queues it to the shard's core through the same ring as
@@ -39,11 +40,15 @@ struct ShardTask {
     kSuspend,  ///< rank `first` is lost and waited for: Shard::suspend_rank_st
     kLeast,    ///< the least version of the shard's chunks (into `next`)
     kRejoin,   ///< rank `first`'s new process, at version `version`: Shard::rejoin_rank_st
+    // A running server rolls back (docs/durability.md, "Several servers"):
+    kRewind,    ///< what the shard holds and owes dropped: Shard::rewind_st(version)
+    kRollBack,  ///< kRewind, then `records` restored at version `version`
   };
   Kind kind = Kind::kSettings;
   uint64_t job = 0;  ///< the placement fingerprint (the records')
   /// kSettings: the first version to use them; kRestore: the job's; kJoin:
-  /// the job's start version (the joining rank's first clock)
+  /// the job's start version (the joining rank's first clock); kRewind,
+  /// kRollBack: the version rolled back to
   uint32_t version = 0;
   agg::Hyperparameters values;
   uint64_t first = 0;

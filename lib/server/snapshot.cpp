@@ -81,6 +81,15 @@ void ShardSnapshot::on_update_st(uint32_t key, uint32_t offset, uint32_t version
   if (++taken_ == chunks_.size()) complete_st();
 }
 
+void ShardSnapshot::rewind_st(uint32_t version) {
+  MERCURY_OWNED(owner_);
+  // kFilling is the shard's own mark (the writer takes kReady only).
+  if (state_.load(std::memory_order_relaxed) == kFilling) {
+    state_.store(kFree, std::memory_order_relaxed);
+  }
+  newest_ = version;
+}
+
 void ShardSnapshot::complete_st() {
   const agg::HyperparameterTable& h = table_.optimizer().hyperparameters();
   const uint64_t bytes = agg::hyperparameter_record_bytes(h);

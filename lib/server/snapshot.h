@@ -88,6 +88,12 @@ class ShardSnapshot {
   /// checkpoint version. Never throws.
   void on_update_st(uint32_t key, uint32_t offset, uint32_t version);
 
+  /// The shard's thread: the shard rolled back to `version` (Shard::
+  /// rewind_st). A fill in progress is abandoned (its chunks will reach
+  /// its version again); the next fill starts at the first version past
+  /// `version`. A snapshot the writer holds is left to it.
+  void rewind_st(uint32_t version);
+
   // ---- the writer's side: any one thread --------------------------------
   /// Whether the snapshot is complete (acquire); its version then.
   [[nodiscard]] bool ready(uint32_t& version) const;

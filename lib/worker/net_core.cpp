@@ -314,6 +314,7 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
   // The servers and their standbys: a standby builds its shards from the
   // same declarations and answers them as its server does.
   ready_.assign(endpoint_->num_peers(), false);
+  unsettled_.assign(endpoint_->num_peers(), 0);
 
   agg::ControlMessage declare;
   declare.kind = agg::ControlKind::kDeclare;
@@ -428,6 +429,10 @@ void NetCore::slow_st(transport::Tick now) {
     break_st(server_name(s) + " was lost and its standby did not take over within " +
              std::to_string(config_.server_wait_ms) + " ms");
   }
+  if (held_ready_ && phase_ == Phase::kRecovering && !pushes_unsettled_st(lost_server_)) {
+    const agg::ControlMessage m = *held_ready_;
+    on_recovered_ready_st(lost_server_, m);
+  }
   if (phase_ == Phase::kRecovering && now > recover_deadline_) {
     break_st(lost_text_ + "; it did not come back within " +
              std::to_string(config_.server_wait_ms / 1000.0).substr(0, 6) +
@@ -472,7 +477,7 @@ void NetCore::publish_st() {
   stats_.bytes_placed.store(p.bytes_placed, std::memory_order_relaxed);
   stats_.versions_completed.store(p.versions_completed, std::memory_order_relaxed);
   stats_.retransmits.store(endpoint_->counters_st().tx_retransmits, std::memory_order_relaxed);
-  stats_.chunks_dropped.store(dropped, std::memory_order_relaxed);
+  stats_.chunks_dropped.store(dropped + rollback_dropped_, std::memory_order_relaxed);
   const node::ControlChannelCounters& ch = control_->counters();
   stats_.control_dropped.store(control_malformed_ + ch.too_big + ch.malformed,
                                std::memory_order_relaxed);

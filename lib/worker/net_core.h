@@ -393,6 +393,14 @@ class NetCore final : public transport::PacketReceiver,
   void lose_server_st(uint16_t server, const std::string& why);
   void handle_restarts_st();
   void on_recovered_ready_st(uint16_t server, const agg::ControlMessage& m);
+  // The rollback to `version`: the trackers start again there, and every
+  // server but `resumed` (UINT16_MAX: none) is asked to roll back to it.
+  void roll_back_to_st(uint32_t version, uint16_t resumed);
+  // A server has no checkpoint of the version asked (kRollback back): the
+  // job goes back to its older one.
+  void on_older_version_st(const agg::ControlMessage& m);
+  // Whether a push to a server other than `lost` is in flight.
+  [[nodiscard]] bool pushes_unsettled_st(uint16_t lost) const;
   void finish_rollback_st();
   void roll_back_st(const Request& r);
   // A hot standby (net_core_standby.cpp). The endpoint's peers are the
@@ -499,6 +507,16 @@ class NetCore final : public transport::PacketReceiver,
   bool rolling_back_ = false;
   uint32_t rollbacks_ = 0;
   std::vector<Handle> roll_back_waiters_;
+  // Several servers (docs/durability.md, "Several servers"): per peer, the
+  // push blocks queued to it and not settled yet; the lost server's kReady,
+  // held until no push to another server is in flight (their completions
+  // would count into the new trackers, and a gradient of a version the job
+  // takes back could reach a server after it rolled back); and the chunks
+  // of another version than the rollback's dropped while it is under way
+  // (a running server's updates from before it).
+  std::vector<uint32_t> unsettled_;
+  std::optional<agg::ControlMessage> held_ready_;
+  uint64_t rollback_dropped_ = 0;
 
   // A hot standby: per server, its standby's peer (kNoStandby: none) and
   // where its traffic goes now; the servers lost whose standby has not

@@ -15,6 +15,16 @@
 // Requests made in between fail; so does one counted before the rollback
 // (Request::rollbacks), whose versions the job no longer has.
 //
+// Several servers (docs/durability.md, "Several servers"): the others are
+// still running. The kReady is taken once no push to them is in flight;
+// then each is asked to roll back to the version too (kRollback), which it
+// does from its own checkpoint once every rank asked, sending every chunk
+// at that version. A server without a checkpoint of it answers with its
+// newest older one (kRollback back): the rollback starts again at that
+// version, which every server, the resumed one included, is asked for.
+// Until the rollback is done, a chunk of another version (an update the
+// servers made before they rolled back) is dropped.
+//
 // Control path: runs on failures and control messages, allocates.
 #include <algorithm>
 #include <utility>
@@ -69,15 +79,35 @@ void NetCore::handle_restarts_st() {
   }
 }
 
+bool NetCore::pushes_unsettled_st(uint16_t lost) const {
+  for (uint16_t p = 0; p < unsettled_.size(); ++p) {
+    if (p != lost && unsettled_[p] != 0) return true;
+  }
+  return false;
+}
+
 void NetCore::on_recovered_ready_st(uint16_t server, const agg::ControlMessage& m) {
   if (server != lost_server_) return;
   if (m.shards != table_.shards() || m.fingerprint != table_.fingerprint()) {
     break_st(lost_text_ + "; it came back with another placement of the tensors");
     return;
   }
+  if (config_.servers.size() > 1 && pushes_unsettled_st(server)) {
+    // The running servers settle (or drop) what was pushed to them first;
+    // slow_st takes the kReady up again.
+    held_ready_ = m;
+    return;
+  }
+  held_ready_.reset();
+  // Nothing sent to its old process completes any more.
+  if (server < unsettled_.size()) unsettled_[server] = 0;
   // Every rank rolls back to the version the server resumed at: the
   // trackers start again there, and the server sends every chunk at it.
-  start_version_ = m.version;
+  roll_back_to_st(m.version, server);
+}
+
+void NetCore::roll_back_to_st(uint32_t version, uint16_t resumed) {
+  start_version_ = version;
   PullTrackerConfig pulls = config_.pulls;
   pulls.first_version = start_version_;
   pulls_ = std::make_unique<PullTracker>(table_, pulls);
@@ -87,6 +117,26 @@ void NetCore::on_recovered_ready_st(uint16_t server, const agg::ControlMessage& 
   rolling_back_ = true;
   start_deadline_ =
       now_ + uint64_t{config_.start_timeout_ms} * (config_.endpoint.transport.tsc_hz / 1000);
+  // Several servers: the others still run, and roll back to the version
+  // too, from their own checkpoints, once every rank asked (kRollback).
+  agg::ControlMessage rollback;
+  rollback.kind = agg::ControlKind::kRollback;
+  rollback.rank = config_.rank;
+  rollback.version = start_version_;
+  for (uint16_t s = 0; s < config_.servers.size(); ++s) {
+    if (s != resumed && !send_control_st(s, rollback)) {
+      break_st(lost_text_ + "; the rollback to version " + std::to_string(start_version_) +
+               " could not be queued to " + server_name(s) + " (endpoint full)");
+      return;
+    }
+  }
+}
+
+void NetCore::on_older_version_st(const agg::ControlMessage& m) {
+  // Only ever back: a proposal at or past the version under way is one
+  // taken already (every server that has no checkpoint of it says so).
+  if (!rolling_back_ || m.version >= start_version_) return;
+  roll_back_to_st(m.version, UINT16_MAX);
 }
 
 void NetCore::finish_rollback_st() {

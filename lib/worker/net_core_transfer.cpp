@@ -104,11 +104,13 @@ uint32_t NetCore::send_blocks_st(const PendingPush& p) {
     meta.block_key = g.key;
     const std::byte* data = p.grad + g.first_byte();
     const auto bytes = static_cast<uint32_t>(g.bytes());
-    if (endpoint_->send(server_peer_[shard_server_[g.shard]], data, bytes, level, meta,
+    const uint16_t peer = server_peer_[shard_server_[g.shard]];
+    if (endpoint_->send(peer, data, bytes, level, meta,
                         transport::Completion{&NetCore::on_push_sent, this, g.key}) !=
         transport::SubmitStatus::kQueued) {
       break;  // the endpoint is full: the rest goes on a later pass
     }
+    ++unsettled_[peer];
     bytes_pushed_ += bytes;
   }
   return i;
@@ -118,6 +120,7 @@ void NetCore::on_push_sent(void* self, const transport::SendResult& r) {
   auto& core = *static_cast<NetCore*>(self);
   if (core.stopped_) return;
   const auto key = static_cast<uint32_t>(r.cookie);
+  if (r.peer < core.unsettled_.size() && core.unsettled_[r.peer] != 0) --core.unsettled_[r.peer];
   // To a server whose standby will take over: its standby gets the push
   // again (net_core_standby.cpp), so for the push's handle it went.
   const uint16_t server = core.server_of_key(key);
@@ -151,6 +154,12 @@ bool NetCore::on_packet(uint16_t, const wire::HeaderFields& h, std::span<const s
       if (pulls_->awaited_st(t) != 0)
         stats_.in_place[t].store(pulls_->least_version_st(t), std::memory_order_release);
     }
+    return false;
+  }
+  if (rolling_back_ && h.param_version != start_version_) {
+    // A running server's update from before it rolled back: its version
+    // is one the job takes back (net_core_recover.cpp).
+    ++rollback_dropped_;
     return false;
   }
   const ChunkVerdict v = pulls_->deliver_st(h.block_key, h.offset, h.param_version, payload);

@@ -25,29 +25,37 @@ the frames on every TX queue.
   server rounds them once into each tensor's dtype, and ps-worker checks every bfloat16
   and float16 buffer bit for bit against its replay of those masters, at the resumed (or
   rolled-back) version and in every later round.
+* `kill2`, `kill2_s0`: `kill` with two server nodes, s1 (or s0, which runs the barrier)
+  killed and resumed: s0 (s1), still running, rolls back to the same version from its own
+  checkpoint once both workers asked (docs/durability.md, "Several servers"), and every
+  round after it is checked bit for bit as in `kill`. The servers' shards run inline in
+  `kill2`, on a shard core of their own in `kill2_s0`. `older_version`: s1 killed and s0's
+  checkpoint of s1's newest version V deleted before s1 starts again (3 kept): s0 answers
+  with its newest older one, V - 10, and the job rolls back to it on both servers.
+  `no_common_version`: s0's checkpoints of V and older deleted: s0 refuses the rollback,
+  naming the versions it has, and every worker is told why.
 * `refused`: a checkpoint with a flipped byte, one of another optimizer (the job file
   says adam) and one of another model (the workers declare other tensors) are refused,
   each with its reason: the first two before the server starts, the last when the
   workers declared (every worker is told why).
 
-  checkpoint_test.py BUILD_DIR [resume|kill|kill_late|refused|resume_half|kill_half ...]
+  checkpoint_test.py BUILD_DIR [resume|kill|kill_late|refused|resume_half|kill_half|kill2|
+                                kill2_s0|older_version|no_common_version ...]
   (default: resume, kill, kill_late, refused)
 """
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import scenarios  # noqa: E402
-from lines import Lines  # noqa: E402
 from memif_nodes import memif_nodes  # noqa: E402
 from outputs import output  # noqa: E402
-from netns import bridge_namespaces, remove_namespaces  # noqa: E402
+import server_kill  # noqa: E402
 
-LINK = "link: {loss: 0.02, seed: 11}"
+LINK = server_kill.LINK
 MODEL = "a 20000 100x200\nb 300 300\nc 7000 7000\nd 64 64\n"
 OTHER_MODEL = "a 20000 100x200\nb 301 301\n"
 TIMEOUT_S = 120
@@ -83,10 +91,6 @@ class Run:
         for p in [self.server] + self.workers:
             out.append(output(p, TIMEOUT_S))
         return out
-
-
-def ps_worker(build):
-    return os.path.join(build, "apps/ps-worker/ps-worker")
 
 
 def files(d):
@@ -209,116 +213,145 @@ KILL_AFTER = 40  # w0's round that announces the kill
 KILL_EVERY = 10  # checkpoint.every_versions
 
 
-def scenario_kill(build, tmp, delay_s=0.0, dtype="float32"):
+def kill_run(build, tmp, **kw):
+    """server_kill.run with this file's model, or None (printed) without root."""
     if os.geteuid() != 0:
         print("kill: network namespaces need root; not run")
         return None
-    tag = "ck%d" % (os.getpid() % 100000)
-    ns = {}
-    ckpt = os.path.join(tmp, "ckpt")
     model = os.path.join(tmp, "model.txt")
     with open(model, "w") as f:
         f.write(MODEL)
-    job = os.path.join(tmp, "job.yaml")
-    with open(job, "w") as f:
-        f.write("\n".join([
-            "job: {id: 47, name: %s}" % tag,
-            "network: {mtu: 1500, peer_timeout_ms: 1500, on_server_loss: wait, "
-            "server_wait_s: 60}",
-            "mempool: {mbufs: 4095, cache: 64}",
-            "eal: {memory_mb: 256, hugepages: off}",
-            "training: {sync: bsp, optimizer: momentum, learning_rate: 0.01, momentum: 0.9}",
-            "checkpoint: {dir: %s, every_versions: %d}" % (ckpt, KILL_EVERY),
-            LINK,
-            "nodes:",
-            "  - {name: s0, role: server, ipv4: 10.78.0.1, ports: [\"net_af_packet0,iface=eth0\"],"
-            " lcores: [0, 2], shards: 1}",
-            "  - {name: w0, role: worker, ipv4: 10.78.0.11, ports: [\"net_af_packet1,iface=eth0\"],"
-            " lcores: [1]}",
-            "  - {name: w1, role: worker, ipv4: 10.78.0.12, ports: [\"net_af_packet2,iface=eth0\"],"
-            " lcores: [1]}"]) + "\n")
-    procs = []
+    return server_kill.run(build, tmp, model, rounds=KILL_ROUNDS, kill_after=KILL_AFTER,
+                           every=KILL_EVERY, **kw)
 
-    def start(node, argv):
-        p = subprocess.Popen(["ip", "netns", "exec", ns[node]] + argv, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-        procs.append(p)
-        return Lines(p)
 
-    server_argv = [os.path.join(build, "apps/ps-server"), "--config", job, "--node", "s0"]
-    try:
-        ns.update(bridge_namespaces(tag, ["s0", "w0", "w1"]))
-        first = start("s0", server_argv)
-        workers = [start("w%d" % w, [ps_worker(build), "--config", job, "--node", "w%d" % w,
-                                     "--model", model, "--rounds", str(KILL_ROUNDS),
-                                     "--dtype", dtype])
-                   for w in range(2)]
-        deadline = time.monotonic() + TIMEOUT_S
-        mark = "w0 round %3d:" % KILL_AFTER
-        while mark not in workers[0].text() and time.monotonic() < deadline:
-            if any(w.proc.poll() is not None for w in workers):
-                break
-            time.sleep(0.005)
-        if mark not in workers[0].text():
-            return expect(False, "w0 never reached round %d" % KILL_AFTER,
-                          [(p.proc.poll(), p.text()) for p in [first] + workers])
-        first.proc.send_signal(signal.SIGKILL)
-        first.proc.wait()
-        kill_time = time.monotonic()
-        time.sleep(delay_s)
-        second = start("s0", server_argv + ["--resume", ckpt])
-        outputs = []
-        for w in workers:
-            try:
-                w.proc.wait(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                w.proc.wait()
-            w.thread.join()
-            outputs.append((w.proc.returncode, w.text()))
-        try:
-            second.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            second.proc.kill()
-            second.proc.wait()
-        second.thread.join()
-        first.thread.join()
-        everything = [(-9, first.text()), (second.proc.returncode, second.text())] + outputs
-        err = expect(all(s == 0 for s, _ in outputs) and second.proc.returncode == 0,
-                     "a process of the resumed job failed", everything)
-        versions = [re.findall(r"rolled back to version (\d+): parameters exact", t)
-                    for _, t in outputs]
-        err = err or expect(all(len(v) == 1 for v in versions) and versions[0] == versions[1],
-                            "each worker rolls back once, to the same version: %s" % versions,
-                            everything)
-        if err:
-            return err
-        v = int(versions[0][0])
-        err = expect(v > 0 and v % KILL_EVERY == 0 and v <= KILL_AFTER + 2,
-                     "the version rolled back to: %d" % v, everything)
-        err = err or expect("resuming from %s/s0.v%010d.ckpt: version %d" % (ckpt, v, v)
-                            in second.text(), "the server resumed from that checkpoint",
-                            everything)
-        for _, t in outputs:
-            # The rounds from the version on, each checked against the unbroken run.
-            after = t[t.index("rolled back to version"):]
-            exact = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", after)]
-            err = err or expect(exact == list(range(v + 1, KILL_ROUNDS + 1)) and
-                                "done, %d rounds (1 rolled back)" % KILL_ROUNDS in t,
-                                "a worker's rounds after the rollback: %s" % exact[-3:],
-                                everything)
-        print("kill, restarted %.1f s later: rolled back to version %d; the job ended %.1f s "
-              "after the kill" % (delay_s, v, time.monotonic() - kill_time))
+def kill_job(build, tmp, **kw):
+    """kill_run, and whether every process ended well: (its Outcome or None without root,
+    every output, the error or None)."""
+    out = kill_run(build, tmp, **kw)
+    if out is None:
+        return None, [], None
+    everything = out.everything()
+    if out.error:
+        return out, everything, expect(False, out.error, everything)
+    return out, everything, expect(
+        all(s == 0 for s, _ in out.workers + out.running) and out.restarted[0] == 0,
+        "a process of the job failed", everything)
+
+
+def scenario_kill(build, tmp, delay_s=0.0, dtype="float32", servers=1, kill="s0",
+                  server_lcores="[0, 2]"):
+    out, everything, err = kill_job(build, tmp, delay_s=delay_s, dtype=dtype, servers=servers,
+                                    kill=kill, server_lcores=server_lcores)
+    if out is None or out.error:
         return err
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        remove_namespaces(ns)
+    ckpt = os.path.join(tmp, "ckpt")
+    versions = [re.findall(r"rolled back to version (\d+): parameters exact", t)
+                for _, t in out.workers]
+    err = err or expect(all(len(v) == 1 for v in versions) and versions[0] == versions[1],
+                        "each worker rolls back once, to the same version: %s" % versions,
+                        everything)
+    if err:
+        return err
+    v = int(versions[0][0])
+    err = expect(v > 0 and v % KILL_EVERY == 0 and v <= KILL_AFTER + 2,
+                 "the version rolled back to: %d" % v, everything)
+    err = err or expect("resuming from %s/%s.v%010d.ckpt: version %d" % (ckpt, kill, v, v)
+                        in out.restarted[1], "the server resumed from that checkpoint",
+                        everything)
+    for s, (_, t) in zip([n for n in ("s%d" % i for i in range(servers)) if n != kill],
+                         out.running):
+        # Each server still running rolled back to it from its own checkpoint.
+        err = err or expect("rolled back to version %d: every rank asked; the shards restore "
+                            "%s/%s.v%010d.ckpt" % (v, ckpt, s, v) in t,
+                            "%s rolled back to version %d" % (s, v), everything)
+    for _, t in out.workers:
+        # The rounds from the version on, each checked against the unbroken run.
+        after = t[t.index("rolled back to version"):]
+        exact = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", after)]
+        err = err or expect(exact == list(range(v + 1, KILL_ROUNDS + 1)) and
+                            "done, %d rounds (1 rolled back)" % KILL_ROUNDS in t,
+                            "a worker's rounds after the rollback: %s" % exact[-3:], everything)
+    print("kill %s of %d, restarted %.1f s later: rolled back to version %d" %
+          (kill, servers, delay_s, v))
+    return err
+
+
+def drop_running_copy(chosen, older_too=False):
+    """A before_restart that deletes s0's checkpoint of s1's newest version (noted in
+    `chosen`), and with `older_too` every older one of s0's, once the job has stopped
+    moving."""
+    def drop(ckpt):
+        time.sleep(0.5)  # s0 writes nothing more: the job cannot pass s1's versions
+        newest = max(int(f[4:14]) for f in os.listdir(ckpt)
+                     if f.startswith("s1.v") and f.endswith(".ckpt"))
+        chosen.append(newest)
+        for f in os.listdir(ckpt):
+            if f.startswith("s0.v") and f.endswith(".ckpt") and (
+                    int(f[4:14]) == newest or older_too and int(f[4:14]) < newest):
+                os.remove(os.path.join(ckpt, f))
+    return drop
+
+
+def scenario_older_version(build, tmp):
+    """Two servers keeping 3 checkpoints, s1 killed; before it is started again s0's
+    checkpoint of s1's newest version V is deleted: s0 answers with its newest older one,
+    V - 10, which every server rolls back to (s1 loading its older file), and every round
+    after it is checked bit for bit."""
+    chosen = []
+    out, everything, err = kill_job(build, tmp, servers=2, kill="s1", keep=3,
+                                    before_restart=drop_running_copy(chosen))
+    if out is None or out.error:
+        return err
+    ckpt = os.path.join(tmp, "ckpt")
+    v = chosen[0] - KILL_EVERY
+    for node, (_, t) in (("s0", out.running[0]), ("s1", out.restarted)):
+        err = err or expect("rolled back to version %d: every rank asked; the shards restore "
+                            "%s/%s.v%010d.ckpt" % (v, ckpt, node, v) in t,
+                            "%s rolled back to version %d" % (node, v), everything)
+    for _, t in out.workers:
+        exact = re.findall(r"rolled back to version (\d+): parameters exact", t)
+        after = t[t.index("rolled back to version"):] if exact else ""
+        rounds = [int(r) for r in re.findall(r"round +(\d+): .* every aggregate exact", after)]
+        err = err or expect(exact == [str(v)] and rounds == list(range(v + 1, KILL_ROUNDS + 1)),
+                            "a worker rolls back to %d once, then every round: %s %s" %
+                            (v, exact, rounds[-3:]), everything)
+    print("older_version: s1 resumed at %d, s0 had no checkpoint of it: the job rolled back "
+          "to %d" % (chosen[0], v))
+    return err
+
+
+def scenario_no_common_version(build, tmp):
+    """Two servers, s1 killed; before it is started again s0's checkpoints of s1's newest
+    version and older are deleted: s0 refuses the rollback, naming the versions it has,
+    and every worker is told why."""
+    chosen = []
+    out = kill_run(build, tmp, servers=2, kill="s1",
+                   before_restart=drop_running_copy(chosen, older_too=True))
+    if out is None:
+        return None
+    everything = out.everything()
+    if out.error:
+        return expect(False, out.error, everything)
+    why = "cannot roll back to version %d (w" % chosen[0]
+    err = expect(out.running[0][0] != 0 and why in out.running[0][1] and
+                 "no checkpoint of node s0 at or before version %d in" % chosen[0]
+                 in out.running[0][1],
+                 "s0 refuses the rollback to version %d" % chosen[0], everything)
+    for s, t in out.workers:
+        err = err or expect(s != 0 and "stopped the job: " + why in t,
+                            "a worker is told why", everything)
+    return err
 
 
 SCENARIOS = {"resume": scenario_resume, "kill": scenario_kill,
+             # Two servers: one killed and resumed, the other rolls back (either one).
+             "kill2": lambda build, tmp: scenario_kill(build, tmp, servers=2, kill="s1"),
+             # ... s0, each server's shard on a shard core (lcore 1: its tasks on the ring).
+             "kill2_s0": lambda build, tmp: scenario_kill(build, tmp, servers=2, kill="s0",
+                                                          server_lcores="[0, 1]"),
+             "older_version": scenario_older_version,
+             "no_common_version": scenario_no_common_version,
              # Started again after liveness named it lost (1.125 x the 1.5 s timeout).
              "kill_late": lambda build, tmp: scenario_kill(build, tmp, 2.5),
              "refused": scenario_refused,

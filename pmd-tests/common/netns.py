@@ -40,3 +40,12 @@ def add_namespaces(tag, nodes, ns):
 def remove_namespaces(ns):
     for n in ns.values():
         subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def end(procs, ns):
+    """Kills what of `procs` still runs, then deletes the namespaces."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    remove_namespaces(ns)
