@@ -76,11 +76,12 @@ def job_file(tmp, mode, timeout_ms=None):
     return path
 
 
-def run(tmp, mode, epochs=EPOCHS, kill_step=KILL_STEP, extra=(), timeout_ms=None):
-    """train_digits with rank KILLED killed at kill_step; (status, output, losses dir)."""
+def run(tmp, mode, epochs=EPOCHS, kill_step=KILL_STEP, extra=(), timeout_ms=None, job=None):
+    """train_digits with rank KILLED killed at kill_step, on `job` (default: job_file's);
+    (status, output, losses dir)."""
     losses = os.path.join(tmp, mode)
     r = subprocess.run([sys.executable, digits_test.SCRIPT, "--job",
-                        job_file(tmp, mode, timeout_ms),
+                        job or job_file(tmp, mode, timeout_ms),
                         "--epochs", str(epochs), "--losses", losses, "--build", BUILD,
                         "--kill", f"{KILLED},{kill_step}", "--compute-ms", str(COMPUTE_MS),
                         "--target", str(TARGET_OTHERS), *extra],
