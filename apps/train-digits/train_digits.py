@@ -64,7 +64,10 @@ psplus the new process joins the running job with every chunk's newest version a
 goes on from step joined_version (the slowest rank's steps when it joined, from which
 its pushes count) of its own batches, to the end of its epochs (docs/membership.md,
 "Joining"); under bsp with training.on_worker_loss wait it joins at the step in
-progress, joined_version.
+progress, joined_version. A spare worker of the job file (`spare: true`) is started with
+the others and waits: once it takes a removed rank over it trains that rank's batches
+from joined_version on, and a job that ends without needing it releases it (a line
+"wN: released: ...", status 0; docs/membership.md, "Spare workers").
 
 What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"), the
 same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches

@@ -324,11 +324,13 @@ class ChunkTable {
   /// Asynchronous policies: a new process of removed rank `rank` joins the
   /// job. Each chunk takes its clock to be the slowest clock of the ranks in
   /// the job now (with none, the fastest), so SSP's bound neither waits for
-  /// the newcomer nor lets it run ahead. The newcomer's pushes carry clocks
-  /// from the largest of those on (its worker reads it from the slowest
-  /// clocks its first pull carries: docs/membership.md, "Joining"), so
-  /// nothing it pushes is a replay and its clocks are the table's. The rank
-  /// is no longer removed. Nothing happens under BSP, for a rank >=
+  /// the newcomer nor lets it run ahead. Its first contribution to each
+  /// chunk then sets its clock, whatever it is (its worker counts from the
+  /// largest slowest clock its first pull carried, which a copy the server
+  /// had queued for the old process can hold back: docs/membership.md,
+  /// "Joining"); from then on a replay is kDuplicate as for any rank (8 B
+  /// per chunk, allocated at the first join, beyond memory_needed()). The
+  /// rank is no longer removed. Nothing happens under BSP, for a rank >=
   /// workers() or one that is not removed. Control path.
   void join_rank(uint32_t rank);
   /// The ranks removed (bit r = rank r).
@@ -485,6 +487,7 @@ class ChunkTable {
   std::vector<uint32_t> next_clock_;  // chunks x workers, when track_ranks_: next clock accepted
   uint64_t removed_ = 0;              // remove_rank: left out of the slowest clock
   uint64_t removed_bsp_ = 0;          // BSP: removed ranks, counted as in by every set
+  std::vector<uint64_t> joined_;      // per chunk once a rank joined: bit r, its first push to come
   std::vector<uint32_t> skipped_;     // per chunk, with a kOptimizerRank0 block: steps skipped
   uint64_t elements_ = 0;
   uint32_t state_arrays_ = 0;

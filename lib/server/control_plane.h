@@ -323,6 +323,7 @@ class ControlPlane {
   void take_over(uint16_t rank, uint32_t spare, const std::vector<agg::TensorDecl>& tensors,
                  Tick now);
   void release_spares(const std::string& why, bool refused);
+  void on_peer_gone(uint32_t peer, bool restarted, Tick now);
   void reply_peer(uint32_t peer, agg::ControlMessage m);
   static constexpr uint32_t kNoPeer = UINT32_MAX;
   [[nodiscard]] std::string rank_text(uint16_t rank) const;

@@ -184,21 +184,20 @@ void ControlPlane::take_over(uint16_t rank, uint32_t spare,
   join(rank, tensors, "spare " + name + " took over " + rank_text(rank));
 }
 
-void ControlPlane::on_peer_lost_st(uint32_t peer, Tick now) {
-  MERCURY_OWNED(owner_);
-  if (const std::optional<uint32_t> rank = rank_of_peer(peer)) {
-    on_worker_lost_st(static_cast<uint16_t>(*rank), now);
-  } else if (peer >= workers() && peer < peers()) {
-    spares_waiting_ &= ~(uint64_t{1} << (peer - workers()));
-  }
-}
+void ControlPlane::on_peer_lost_st(uint32_t peer, Tick now) { on_peer_gone(peer, false, now); }
 
-void ControlPlane::on_peer_restarted_st(uint32_t peer, Tick now) {
+void ControlPlane::on_peer_restarted_st(uint32_t peer, Tick now) { on_peer_gone(peer, true, now); }
+
+void ControlPlane::on_peer_gone(uint32_t peer, bool restarted, Tick now) {
   MERCURY_OWNED(owner_);
   if (const std::optional<uint32_t> rank = rank_of_peer(peer)) {
-    on_worker_restarted_st(static_cast<uint16_t>(*rank), now);
+    if (restarted) {
+      on_worker_restarted_st(static_cast<uint16_t>(*rank), now);
+    } else {
+      on_worker_lost_st(static_cast<uint16_t>(*rank), now);
+    }
   } else if (peer >= workers() && peer < peers()) {
-    spares_waiting_ &= ~(uint64_t{1} << (peer - workers()));
+    spares_waiting_ &= ~(uint64_t{1} << (peer - workers()));  // its new process announces again
   }
 }
 

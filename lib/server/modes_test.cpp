@@ -399,6 +399,41 @@ TEST(ServerModes, SspTakesAJoiningRankAtTheSlowestClock) {
   EXPECT_EQ(bsp.table->removed(), 0b10u);
 }
 
+// A joined rank's first push of a chunk sets its clock, even one behind the
+// slowest clock it was given: its worker counts from the slowest clock its
+// first pull carried, and a copy queued for its old process before the
+// removal carries an older one (docs/membership.md, "Joining"). Not a replay;
+// a second push at that clock is.
+TEST(ServerModes, AJoinedRanksFirstPushSetsItsClock) {
+  Modes m(Fanout::kSlowest, agg::make_asp(), 3, 1);
+  for (int i = 0; i < 3; ++i) {
+    for (uint16_t r = 0; r < 3; ++r) {
+      m.push(r);
+      m.pull(r);
+    }
+  }
+  m.table->remove_rank(2);
+  m.ssp.forget(2);
+  m.table->join_rank(2);  // given clock 3
+  m.ssp.admit(2);
+  m.sides[2].clock = 1;  // its worker heard 1
+  const size_t before = m.updates.size();
+  m.push(2);
+  ASSERT_EQ(m.updates.size(), before + m.chunks());
+  EXPECT_EQ(m.table->counters().count(agg::Outcome::kDuplicate), 0u);
+  for (uint32_t j = 0; j < m.chunks(); ++j) EXPECT_EQ(m.table->clocks(j)[2], 2u) << j;
+  static const std::vector<float> ones(kElements, 1.0f);  // the same push again
+  EXPECT_EQ(
+      m.table->contribute(agg::Contribution{.key = m.key(),
+                                            .offset = 0,
+                                            .iteration = 0,
+                                            .rank = 2,
+                                            .clock = 1,
+                                            .data = reinterpret_cast<const std::byte*>(ones.data()),
+                                            .bytes = kChunkBytes}),
+      agg::Outcome::kDuplicate);
+}
+
 TEST(ServerModes, SspDropsTheAnswersOwedToARankThatLeft) {
   SspAnswers a;
   a.reset(2, 2);

@@ -101,17 +101,16 @@ TEST(NodesMembership, ARestartedWorkerJoinsUnderPsPlus) {
   joins_with_the_newest_versions(config::Sync::kPsPlus);
 }
 
-// ssp, bound 1: rank 2 of 3 dies at step 2 and is removed; ranks 0 and 1
-// train on to step 7, and a new process of rank 2 joins. It joins at step 7,
-// the slowest rank's (not at the versions' 16, which 3 ranks' steps would
-// make 5), and counts its pushes from there: every rank trains to step 10
-// and ends at clock 10 on every chunk, so none is held at the end by a
-// clock another never reaches, and the final barrier completes. A
-// newcomer whose step and clock differed by more than the bound held the
-// others for ever at the end of a job (or was held itself).
-TEST(NodesMembership, ASspJoinGoesOnFromTheSlowestRanksStep) {
+// Rank 2 of 3 dies at step 2 and is removed; ranks 0 and 1 train on to step
+// 7, and a new process of rank 2 joins. It joins at step 7, the slowest
+// rank's (not at the versions' 16, which 3 ranks' steps would make 5), and
+// counts its pushes from there: every rank trains to step 10 and ends at
+// clock 10 on every chunk, and the final barrier completes. Under ssp (bound
+// 1) a newcomer whose step and clock differed by more than the bound held
+// the others for ever at the end of a job (or was held itself).
+void joins_at_the_slowest_ranks_step(config::Sync sync) {
   std::vector<std::vector<float>> reference;
-  Nodes job({.workers = 3, .sync = config::Sync::kSsp, .staleness_bound = 1});
+  Nodes job({.workers = 3, .sync = sync, .staleness_bound = sync == config::Sync::kSsp ? 1u : 0u});
   ASSERT_EQ(job.start(reference), "");
   std::mt19937 rng(26);
   for (int step = 0; step < 2; ++step) ASSERT_EQ(job.push_round(rng), "");
@@ -150,6 +149,18 @@ TEST(NodesMembership, ASspJoinGoesOnFromTheSlowestRanksStep) {
   EXPECT_EQ(c.table.count(agg::Outcome::kDuplicate), 0u);
   EXPECT_EQ(c.table.rejected(), 0u);
   EXPECT_EQ(c.control.workers_joined, 1u);
+}
+
+TEST(NodesMembership, ASspJoinGoesOnFromTheSlowestRanksStep) {
+  joins_at_the_slowest_ranks_step(config::Sync::kSsp);
+}
+
+TEST(NodesMembership, AnAspJoinGoesOnFromTheSlowestRanksStep) {
+  joins_at_the_slowest_ranks_step(config::Sync::kAsp);
+}
+
+TEST(NodesMembership, APsPlusJoinGoesOnFromTheSlowestRanksStep) {
+  joins_at_the_slowest_ranks_step(config::Sync::kPsPlus);
 }
 
 TEST(NodesMembership, AJoinWithAnotherTensorListIsRefusedAlone) {

@@ -113,7 +113,30 @@ def survivors_loss(losses, survivors):
     return worst
 
 
-class LostWorker(unittest.TestCase):
+class EveryMode:
+    """One test per asynchronous mode, each the class's check(mode)."""
+
+    def test_asp(self):
+        self.check("asp")
+
+    def test_ssp(self):
+        self.check("ssp")
+
+    def test_psplus(self):
+        self.check("psplus")
+
+
+def main(case):
+    """Runs the tests of class `case` of the calling script (__main__): BUILD_DIR [NAME ...],
+    each NAME a mode, or what follows a test's "test_"."""
+    global BUILD
+    BUILD = os.path.abspath(sys.argv[1])
+    digits_test.BUILD = BUILD
+    names = [f"{case}.test_{m}" for m in sys.argv[2:]]
+    unittest.main(module="__main__", argv=[sys.argv[0], *names], verbosity=2)
+
+
+class LostWorker(EveryMode, unittest.TestCase):
     modes = list(MODES)
 
     def check(self, mode):
@@ -139,18 +162,6 @@ class LostWorker(unittest.TestCase):
                   file=sys.stderr)
             self.assertLess(lost, BOUND_S, out)
 
-    def test_asp(self):
-        self.check("asp")
-
-    def test_ssp(self):
-        self.check("ssp")
-
-    def test_psplus(self):
-        self.check("psplus")
-
 
 if __name__ == "__main__":
-    BUILD = os.path.abspath(sys.argv[1])
-    digits_test.BUILD = BUILD
-    names = [f"LostWorker.test_{m}" for m in sys.argv[2:]]
-    unittest.main(argv=[sys.argv[0], *names], verbosity=2)
+    main("LostWorker")

@@ -25,13 +25,12 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import digits_test  # noqa: E402
 import membership_test as lost  # noqa: E402  (its job files, run() and constants)
 
 MODES = ["asp", "ssp", "psplus"]
 
 
-class RestartedWorker(unittest.TestCase):
+class RestartedWorker(lost.EveryMode, unittest.TestCase):
     def check(self, mode):
         with tempfile.TemporaryDirectory() as tmp:
             rc, out, losses = lost.run(tmp, mode, extra=("--max-restarts", "1"))
@@ -62,19 +61,6 @@ class RestartedWorker(unittest.TestCase):
             self.assertIn("workers removed: 1; workers joined: 1", out)  # the server's line
             self.assertIn("1 workers joined the job", out)  # rank 0's counter
 
-    def test_asp(self):
-        self.check("asp")
-
-    def test_ssp(self):
-        self.check("ssp")
-
-    def test_psplus(self):
-        self.check("psplus")
-
 
 if __name__ == "__main__":
-    BUILD = os.path.abspath(sys.argv[1])
-    lost.BUILD = BUILD
-    digits_test.BUILD = BUILD
-    names = [f"RestartedWorker.test_{m}" for m in sys.argv[2:]]
-    unittest.main(argv=[sys.argv[0], *names], verbosity=2)
+    lost.main("RestartedWorker")

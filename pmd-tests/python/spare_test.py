@@ -12,12 +12,15 @@ worker removed and one joined, a spare's, in its closing line, and rank 0 counts
 worker joined; w4 says it took over rank 2 and joined at a step no earlier than the
 kill's, then trains rank 2's batches from that step to the end of the epochs; the ranks
 0, 1 and 3 train every step; the job finishes with 4 ranks (every process's status 0,
-w4's included) and rank 0's final test accuracy reaches the digits job's target.
+w4's included) and rank 0's final test accuracy reaches the digits job's target. And a
+job that needs no spare (no kill, 2 epochs, asp) releases w4 at its end: w4 says it was
+released and exits with status 0, the server counts it.
 
-Usage: spare_test.py BUILD_DIR [MODE ...]
+Usage: spare_test.py BUILD_DIR [MODE ... | released]
 """
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -53,7 +56,7 @@ def spare_job_file(tmp, mode):
     return path
 
 
-class SpareWorker(unittest.TestCase):
+class SpareWorker(lost.EveryMode, unittest.TestCase):
     def check(self, mode):
         with tempfile.TemporaryDirectory() as tmp:
             path = spare_job_file(tmp, mode)
@@ -83,19 +86,20 @@ class SpareWorker(unittest.TestCase):
             self.assertIn("workers removed: 1; workers joined: 1 (spares: 1)", out)
             self.assertIn("1 workers joined the job", out)
 
-    def test_asp(self):
-        self.check("asp")
-
-    def test_psplus(self):
-        self.check("psplus")
-
-    def test_ssp(self):
-        self.check("ssp")
+    def test_released(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = spare_job_file(tmp, "asp")
+            r = subprocess.run([sys.executable, digits_test.SCRIPT, "--job", path, "--epochs",
+                                "2", "--build", lost.BUILD, "--compute-ms", "10", "--target", "0"],
+                               capture_output=True, text=True, timeout=300)
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 0, out)  # w4's status 0 included
+            self.assertIn("w4: released: server server0 (10.0.0.1:47100) released this spare: "
+                          "server: the job is finished (every rank left or was removed): spare w4 "
+                          "was not needed", out)
+            self.assertIn("spares released: 1", out)  # the server's closing line
+            self.assertNotIn("took over", out)
 
 
 if __name__ == "__main__":
-    BUILD = os.path.abspath(sys.argv[1])
-    lost.BUILD = BUILD
-    digits_test.BUILD = BUILD
-    names = [f"SpareWorker.test_{m}" for m in sys.argv[2:]]
-    unittest.main(argv=[sys.argv[0], *names], verbosity=2)
+    lost.main("SpareWorker")  # a mode, or "released"

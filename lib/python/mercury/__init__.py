@@ -417,17 +417,20 @@ class Worker:
 
     @property
     def start_version(self) -> int:
-        """The version the job started at: 0, or the resumed state's."""
+        """The version the job started at: 0, or the resumed state's; for a
+        process that joined a running asynchronous job, the step it joined at
+        (its pushes count from it)."""
         return self._w.start_version()
 
     @property
     def joined_version(self) -> Optional[int]:
-        """Under asp, ssp and psplus, when this process joined a running job in
-        place of a removed rank (docs/membership.md, "Joining"): the version
-        it joined at, the least over every chunk of every tensor once its first
-        pull (every chunk's newest version) was whole, from which the trainer
-        reloads its own data position. None for a process that started with
-        the job. UsageError before start."""
+        """When this process joined a running job in place of a removed rank
+        (a restart or a spare; docs/membership.md, "Joining"): the step it goes
+        on from. Under asp, ssp and psplus the slowest rank's step when it
+        joined, from which its pushes count (its first pull holds every chunk's
+        newest version); under bsp with on_worker_loss wait, the step in
+        progress. The trainer goes on from that step of its data. None for a
+        process that started with the job. UsageError before start."""
         return self._w.joined_version()
 
     def roll_back(self) -> int:
