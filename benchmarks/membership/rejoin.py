@@ -185,7 +185,7 @@ def main():
     p.add_argument("--spare", action="store_true",
                    help="a spare worker takes the killed rank over (no restart)")
     p.add_argument("modes", nargs="*", default=list(MODES))
-    a = p.parse_args()
+    a = p.parse_intermixed_args()
     build = os.path.abspath(a.build)
     got = {m: ([], []) for m in a.modes}
     for i in range(a.runs):
