@@ -19,6 +19,7 @@ record; the figure, and their pace afterwards, are benchmarks/membership/survivo
 Usage: membership_test.py BUILD_DIR [MODE ...]
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,27 @@ class EveryMode:
 
     def test_psplus(self):
         self.check("psplus")
+
+
+def check_joined(test, out, losses, node):
+    """A process `node` joined the running job for rank KILLED: it says so and goes on from
+    the step it joined at (the slowest rank's: at least those before the kill, less the
+    steps a rank may lag by) to the end of the epochs, and the other ranks trained every
+    step. Returns that step."""
+    joined = re.search(rf"{node}: joined the running job at version (\d+): going on from "
+                       r"step (\d+)", out)
+    test.assertIsNotNone(joined, out)
+    version, step = int(joined.group(1)), int(joined.group(2))
+    test.assertGreaterEqual(version, KILL_STEP - 2, out)
+    test.assertEqual(step, version, out)
+    total = EPOCHS * STEPS_PER_EPOCH
+    curve = np.loadtxt(os.path.join(losses, f"{node}.txt"))
+    test.assertEqual(len(curve), total - step, out)
+    for r in range(4):
+        if r != KILLED:
+            curve = np.loadtxt(os.path.join(losses, f"w{r}.txt"))
+            test.assertEqual(len(curve), total, f"w{r}\n{out}")
+    return step
 
 
 def main(case):

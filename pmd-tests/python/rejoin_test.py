@@ -16,19 +16,13 @@ its closing line, and rank 0 counts one worker joined.
 Usage: rejoin_test.py BUILD_DIR [MODE ...]
 """
 import os
-import re
 import sys
 import tempfile
 import unittest
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import membership_test as lost  # noqa: E402  (its job files, run() and constants)
-
-MODES = ["asp", "ssp", "psplus"]
-
 
 class RestartedWorker(lost.EveryMode, unittest.TestCase):
     def check(self, mode):
@@ -39,21 +33,7 @@ class RestartedWorker(lost.EveryMode, unittest.TestCase):
             w = f"w{lost.KILLED}"
             self.assertIn(f"launch: {w} exited with status -9; starting it again "
                           "(restart 1 of 1)", out)
-            joined = re.search(rf"{w}: joined the running job at version (\d+): going on from "
-                               r"step (\d+)", out)
-            self.assertIsNotNone(joined, out)
-            version, step = int(joined.group(1)), int(joined.group(2))
-            # The slowest rank's steps when it joined: at least those before the kill,
-            # less the steps a rank may lag by.
-            self.assertGreaterEqual(version, lost.KILL_STEP - 2, out)
-            self.assertEqual(step, version, out)
-            total = lost.EPOCHS * lost.STEPS_PER_EPOCH
-            # The new process trained from that step to the end of its epochs.
-            curve = np.loadtxt(os.path.join(losses, f"{w}.txt"))
-            self.assertEqual(len(curve), total - step, out)
-            for r in (0, 1, 3):
-                curve = np.loadtxt(os.path.join(losses, f"w{r}.txt"))
-                self.assertEqual(len(curve), total, f"w{r}\n{out}")
+            lost.check_joined(self, out, losses, w)
             with open(os.path.join(losses, "w0.result")) as f:
                 self.assertGreaterEqual(float(f.read().split()[0]), lost.TARGET, out)
             self.assertIn(f"worker {w} (rank {lost.KILLED}) joined the running job (a new "
