@@ -314,7 +314,7 @@ int run(const Options& o) {
   const std::vector<uint32_t> cpus = config::allowed_cpus();
   for (uint32_t l : me.lcores) CPU_SET(config::cpu_of_lcore(l, cpus), &own_cpus);
 
-  const uint32_t rank = me.rank;
+  uint32_t rank = me.spare ? UINT32_MAX : me.rank;  // a spare's: set once started
   const uint32_t n = static_cast<uint32_t>(job.workers().size());
 
   // Rank 0's buffers hold the initial model; the others start from garbage
@@ -392,18 +392,27 @@ int run(const Options& o) {
     ~StopFirst() { w.shutdown(); }
   } stop_first{w};
   const auto t0 = Clock::now();
-  w.start();
+  try {
+    w.start();
+  } catch (const worker::SpareReleased& e) {
+    // A spare the job ended without needing (docs/membership.md): no failure.
+    std::printf("%s: released: %s\n", o.node.c_str(), e.what());
+    return 0;
+  }
   const double start_s = std::chrono::duration<double>(Clock::now() - t0).count();
   // A job a server resumed from its checkpoint (ps-server --resume) starts
   // at that version: the reference replays the rounds before it, off the
   // clock, and the rounds go on from there.
   const uint32_t first_round = w.start_version();
   // A process that joined a running asynchronous job in place of a removed
-  // rank (docs/membership.md) holds the newest versions, not rank 0's; one
-  // that joined a BSP job (on_worker_loss wait) holds the version of the
-  // round in progress, start_version(): replayed and checked as a resume.
+  // rank (docs/membership.md) holds the newest versions, not rank 0's, and
+  // goes on from the step it joined at, start_version(); one that joined a
+  // BSP job (on_worker_loss wait) holds the version of the round in
+  // progress, start_version(): replayed and checked as a resume.
   const std::optional<uint32_t> joined = w.joined_version();
   const bool joined_async = joined && !bsp;
+  // A spare worker has the rank it took over once started.
+  if (me.spare) rank = w.rank();
   trainer::Floats avg, other;  // the reference's scratch, grown once to the largest tensor
   std::vector<trainer::OptState> states(decls.size());  // the servers' optimizer state, replayed
   // The reference at `version`: the initial values and the rounds before it.
@@ -426,7 +435,7 @@ int run(const Options& o) {
       }
     }
   };
-  if (first_round != 0) replay_to(first_round);
+  if (first_round != 0 && !joined_async) replay_to(first_round);
   uint64_t wrong = 0;
   // Under psplus the servers send every version to every worker: a rank that
   // starts later may already hold a newer version than 0 (checked at the end).

@@ -61,10 +61,13 @@ NODE.killed (what benchmarks/membership/survivors.py measures the survivors' los
 with). --max-restarts K starts a worker that died again (mercury.launch, at most K
 times per worker; --kill acts in a worker's first process only): under asp, ssp and
 psplus the new process joins the running job with every chunk's newest version and
-goes on from global step joined_version // W (the versions W ranks' steps make, one
-per rank and step: an underestimate while the rank was out) of its own batches, to
-the end of its epochs (docs/membership.md, "Joining"); under bsp with
-training.on_worker_loss wait it joins at the step in progress, joined_version.
+goes on from step joined_version (the slowest rank's steps when it joined, from which
+its pushes count) of its own batches, to the end of its epochs (docs/membership.md,
+"Joining"); under bsp with training.on_worker_loss wait it joins at the step in
+progress, joined_version. A spare worker of the job file (`spare: true`) is started with
+the others and waits: once it takes a removed rank over it trains that rank's batches
+from joined_version on, and a job that ends without needing it releases it (a line
+"wN: released: ...", status 0; docs/membership.md, "Spare workers").
 
 What a DDP script does around its optimizer (docs/python.md, "Moving from DDP"), the
 same code under Mercury, --ddp and --single [--exact]: --accumulate K (K micro-batches
@@ -434,7 +437,6 @@ def train(args, node: str = "") -> int:
         import mercury.torch
 
         worker = mercury.Worker(args.job, node)
-        rank = worker.rank
         net = mercury.torch.DistributedModel(
             model, worker, recipe.opt,
             backward_passes_per_step=args.accumulate if args.backward_passes else 1,
@@ -446,15 +448,24 @@ def train(args, node: str = "") -> int:
         # The job starts at the first forward pass (the declarations, every worker joined,
         # version 0 in the parameters): run one without gradients before the clock starts,
         # so that no rank's training time holds another's start-up.
-        with torch.no_grad():
-            net(torch.from_numpy(x[:1]))
+        try:
+            with torch.no_grad():
+                net(torch.from_numpy(x[:1]))
+        except mercury.SpareReleased as e:
+            # A spare worker the job ended without needing (docs/membership.md,
+            # "Spare workers"): no failure.
+            print(f"{node}: released: {e}", flush=True)
+            worker.shutdown()
+            return 0
+        # A spare's rank is the one it took over, known once the job took it in.
+        rank = worker.rank
+        if worker.spare:
+            print(f"{node}: spare, took over rank {rank}", flush=True)
         if net.joined_version is not None:
             # A new process of a removed rank joined the running job: it goes on from the
-            # step the versions it joined at stand for (each rank's step makes one
-            # version of every chunk; under bsp, with on_worker_loss wait, every step
-            # one: it joined at the step in progress).
-            per_step = 1 if worker.sync == "bsp" else workers
-            joined_step = min(net.joined_version // per_step, args.epochs * steps_per_epoch)
+            # step it joined at (the slowest rank's; under bsp, with on_worker_loss wait,
+            # the step in progress), where its pushes count from.
+            joined_step = min(net.joined_version, args.epochs * steps_per_epoch)
             print(f"{node}: joined the running job at version {net.joined_version}: "
                   f"going on from step {joined_step} (epoch {joined_step // steps_per_epoch + 1}"
                   f", batch {joined_step % steps_per_epoch})", flush=True)
@@ -559,7 +570,7 @@ def train(args, node: str = "") -> int:
                 # schedule moves the rate the next step's settings carry.
                 recipe.step(list(model.parameters()))
             if node and args.kill and args.kill[0] == rank and args.kill[1] == done_steps + k \
-                    and not os.environ.get("MERCURY_RESTART"):
+                    and not os.environ.get("MERCURY_RESTART") and not worker.spare:
                 # A lost worker: its pushes of this step are on their way (the hooks
                 # handed them to the net core during the backward pass).
                 if args.losses:
@@ -679,7 +690,8 @@ def launch(args) -> int:
         if node == "w0" and line.startswith(("epoch", "train-digits", "w0:")):
             print(line, flush=True)
         elif ": stopped; " in line or "removed from the job" in line or \
-                "joined the running job" in line:
+                "joined the running job" in line or " took over " in line or \
+                ": released: " in line:
             print(line, flush=True)
         elif "rror" in line or "FAIL" in line or "Traceback" in line:
             print(f"{node}: {line}", flush=True)

@@ -348,15 +348,15 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
   Chunk& ch = chunks_[index];
   const uint64_t bit = uint64_t{1} << c.rank;
   uint32_t* next = track_ranks_ ? &next_clock_[index * workers_ + c.rank] : nullptr;
-  // A rank that joined the job counts its clocks from the job's start: its
-  // base makes them the table's (join_rank).
-  const uint32_t clock =
-      clock_base_.empty() ? c.clock : c.clock + clock_base_[index * workers_ + c.rank];
   // A replay of a push this rank already gave (its clock is behind) is a
-  // duplicate; then the policy judges the iteration; a second copy for the
-  // current set is a duplicate too (in BSP the bit can only be set for the
-  // current version).
-  if (next != nullptr && serial_diff(clock, *next) < 0) return Outcome::kDuplicate;
+  // duplicate, but for a joined rank's first push of the chunk, which sets
+  // its clock (join_rank); then the policy judges the iteration; a second
+  // copy for the current set is a duplicate too (in BSP the bit can only be
+  // set for the current version).
+  if (next != nullptr && serial_diff(c.clock, *next) < 0 &&
+      (joined_.empty() || (joined_[index] & bit) == 0)) {
+    return Outcome::kDuplicate;
+  }
   const Admission a = bsp_ ? BspPolicy::admit_bsp(ch.version, c.iteration)
                            : policy_->admit(ch.version, c.iteration);
   if (a != Admission::kAccept) return a == Admission::kStale ? Outcome::kStale : Outcome::kFuture;
@@ -367,7 +367,10 @@ Outcome ChunkTable::record(const Contribution& c, uint64_t index) {
       static_cast<uint32_t>(std::popcount(ch.have | bit | removed_bsp_)) >= quorum_;
   const bool stage = !completes && c.copy && !staging_free_.empty();
   if (!completes && !stage && held_ >= max_held_) return Outcome::kHoldLimit;
-  if (next != nullptr) *next = clock + 1;
+  if (next != nullptr) {
+    *next = c.clock + 1;
+    if (!joined_.empty()) joined_[index] &= ~bit;
+  }
   if (ch.have == 0 && quorum_ > 1) {
     // First contribution of a set: start pulling the chunk's parameters into
     // L2 now, so the reduction at the set's last arrival does not wait for
@@ -577,15 +580,16 @@ void ChunkTable::remove_rank(uint32_t rank) {
   }
 }
 
-void ChunkTable::join_rank(uint32_t rank, uint32_t start) {
+void ChunkTable::join_rank(uint32_t rank) {
   if (!track_ranks_ || rank >= workers_ || (removed_ >> rank & 1) == 0) return;
-  if (clock_base_.empty()) clock_base_.assign(chunks_.size() * workers_, 0);
+  if (joined_.empty()) joined_.assign(chunks_.size(), 0);
+  const uint64_t bit = uint64_t{1} << rank;
   for (uint64_t index = 0; index < chunks_.size(); ++index) {
-    const uint32_t slowest = slowest_clock(index);  // without the rank: it is removed
-    next_clock_[index * workers_ + rank] = slowest;
-    clock_base_[index * workers_ + rank] = slowest - start;
+    // Without the rank: it is removed.
+    next_clock_[index * workers_ + rank] = slowest_clock(index);
+    joined_[index] |= bit;
   }
-  removed_ &= ~(uint64_t{1} << rank);
+  removed_ &= ~bit;
 }
 
 void ChunkTable::emit(uint64_t index, uint64_t contributors, uint32_t staleness) {

@@ -322,15 +322,17 @@ class ChunkTable {
   /// removed already, nothing changes. Control path: a scan of the chunks.
   void remove_rank(uint32_t rank);
   /// Asynchronous policies: a new process of removed rank `rank` joins the
-  /// job, its clocks counted from `start` (the job's start version: its
-  /// pushes of a tensor carry start, start + 1, ...). Each chunk takes its
-  /// clock to be the slowest clock of the ranks in the job now (with none,
-  /// the fastest), so SSP's bound neither waits for the newcomer nor lets it
-  /// run ahead, and a contribution's clock is read as its wire clock plus
-  /// (that clock - start) from now on (4 B x workers per chunk, allocated at
-  /// the first join, beyond memory_needed()). The rank is no longer removed. Nothing happens under
-  /// BSP, for a rank >= workers() or one that is not removed. Control path.
-  void join_rank(uint32_t rank, uint32_t start);
+  /// job. Each chunk takes its clock to be the slowest clock of the ranks in
+  /// the job now (with none, the fastest), so SSP's bound neither waits for
+  /// the newcomer nor lets it run ahead. Its first contribution to each
+  /// chunk then sets its clock, whatever it is (its worker counts from the
+  /// largest slowest clock its first pull carried, which a copy the server
+  /// had queued for the old process can hold back: docs/membership.md,
+  /// "Joining"); from then on a replay is kDuplicate as for any rank (8 B
+  /// per chunk, allocated at the first join, beyond memory_needed()). The
+  /// rank is no longer removed. Nothing happens under BSP, for a rank >=
+  /// workers() or one that is not removed. Control path.
+  void join_rank(uint32_t rank);
   /// The ranks removed (bit r = rank r).
   [[nodiscard]] uint64_t removed() const { return removed_; }
 
@@ -485,7 +487,7 @@ class ChunkTable {
   std::vector<uint32_t> next_clock_;  // chunks x workers, when track_ranks_: next clock accepted
   uint64_t removed_ = 0;              // remove_rank: left out of the slowest clock
   uint64_t removed_bsp_ = 0;          // BSP: removed ranks, counted as in by every set
-  std::vector<uint32_t> clock_base_;  // chunks x workers once a rank joined: added to its clocks
+  std::vector<uint64_t> joined_;      // per chunk once a rank joined: bit r, its first push to come
   std::vector<uint32_t> skipped_;     // per chunk, with a kOptimizerRank0 block: steps skipped
   uint64_t elements_ = 0;
   uint32_t state_arrays_ = 0;

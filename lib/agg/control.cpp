@@ -10,7 +10,7 @@ namespace {
 constexpr uint8_t kMagic[4] = {'M', 'P', 'S', 'C'};
 // 2: a declared tensor carries its dtype. 3: its update rule, rank 0's
 // resume, settings and the job's state.
-constexpr uint8_t kControlVersion = 4;
+constexpr uint8_t kControlVersion = 5;
 
 class Writer {
  public:
@@ -199,6 +199,11 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       w.be(m.shards, 4);
       w.be(m.version, 4);
       w.be(m.generation, 8);
+      w.be(m.rank, 4);
+      break;
+    case ControlKind::kReleased:
+      if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
+      w.text(m.text, 4);
       break;
     case ControlKind::kWorkerJoined:
       if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
@@ -336,6 +341,10 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
       m.shards = static_cast<uint32_t>(r.be(4, "shards"));
       m.version = static_cast<uint32_t>(r.be(4, "version"));
       m.generation = r.be(8, "generation");
+      m.rank = static_cast<uint32_t>(r.be(4, "rank"));
+      break;
+    case ControlKind::kReleased:
+      m.text = r.text(4, "text");
       break;
     case ControlKind::kWorkerJoined:
       m.rank = static_cast<uint32_t>(r.be(4, "rank"));

@@ -38,7 +38,12 @@
 //      its list against the job's and answers it kJoined (the placement as
 //      kReady has it, and from server 0 the barrier generation it counts
 //      from), then sends it every chunk's newest version, and tells every
-//      other rank with kWorkerJoined(rank, text).
+//      other rank with kWorkerJoined(rank, text). A spare worker (a node
+//      outside the ranks) announces itself to server 0 with a kDeclare of
+//      rank kSpareRank and waits; server 0 gives it a removed rank with a
+//      kJoined naming that rank, the spare declares that rank to the other
+//      servers, which answer kJoined too; the job's end releases a spare
+//      that waits with kReleased.
 //   8. A hot standby (docs/durability.md) that named its server lost tells
 //      every worker with kPromoted(version, text); the workers send that
 //      server's traffic to it from then on.
@@ -96,10 +101,13 @@ enum class ControlKind : uint8_t {
   kWorkerGone = 20,
   /// server -> a new process of a removed rank: it joins the running job;
   /// `fingerprint`, `shards` and `version` as kReady's, `generation` the
-  /// first barrier generation it takes part in (server 0's; 0 elsewhere).
+  /// first barrier generation it takes part in (server 0's; 0 elsewhere),
+  /// `rank` the rank it joins as (a spare's is the one it takes over).
   kJoined = 21,
   /// server -> every other rank: rank `rank` joined the job again; `text` says so.
   kWorkerJoined = 22,
+  /// server 0 -> a spare that waits: the job ended without needing it; `text` says so.
+  kReleased = 23,
   // A hot standby (docs/durability.md), a block of its own.
   /// standby -> every worker: it has named its server lost and serves that
   /// server's shards from now on, at `version` (its newest chunk's); `text`
@@ -113,16 +121,20 @@ enum class ControlKind : uint8_t {
   kRollback = 40,
 };
 
+/// The rank a spare worker's first kDeclare (to server 0) carries: it has none yet.
+inline constexpr uint32_t kSpareRank = UINT32_MAX;
+
 struct ControlMessage {
   ControlKind kind = ControlKind::kDeclare;
-  /// kDeclare, kBarrier, kLeave, kRollback: the sender's rank; kWorkerGone,
-  /// kWorkerJoined: the one gone or joined
+  /// kDeclare, kBarrier, kLeave, kRollback: the sender's rank (kSpareRank: a
+  /// spare's announcement); kWorkerGone, kWorkerJoined: the one gone or
+  /// joined; kJoined: the one the recipient joins as
   uint32_t rank = 0;
   std::vector<TensorDecl> tensors;  ///< kDeclare
   uint64_t fingerprint = 0;         ///< kReady, kJoined: Placement::fingerprint()
   uint32_t shards = 0;              ///< kReady, kJoined: global shard count of the job
   uint64_t generation = 0;          ///< kBarrier, kBarrierDone, kJoined
-  /// kRefused, kWorkerGone, kWorkerJoined; kSettingsDone, kStatePage,
+  /// kRefused, kWorkerGone, kWorkerJoined, kReleased; kSettingsDone, kStatePage,
   /// kStateSeeded: "" or why not
   std::string text;
   /// kDeclare of rank 0: the job resumes from rank 0's kStateSeed pages at

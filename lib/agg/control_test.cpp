@@ -121,7 +121,7 @@ TEST(Control, RollbackRoundTrips) {
   rollback.version = 40;
   const std::vector<std::byte> bytes = encode_control(rollback);
   EXPECT_EQ(bytes.size(), 14u);       // magic, version, kind, rank, version
-  EXPECT_EQ(bytes[4], std::byte{4});  // the control version that has it
+  EXPECT_EQ(bytes[4], std::byte{5});  // the control version (4 brought kRollback; 5 the spares')
   const ControlMessage r2 = decode_control(bytes);
   EXPECT_EQ(r2.kind, ControlKind::kRollback);
   EXPECT_EQ(r2.rank, 3u);
@@ -140,15 +140,28 @@ TEST(Control, JoiningRoundTrips) {
   joined.shards = 6;
   joined.version = 12;
   joined.generation = 0x100000007ull;
+  joined.rank = 2;
   const std::vector<std::byte> bytes = encode_control(joined);
-  EXPECT_EQ(bytes.size(), 30u);  // magic, version, kind, fingerprint, shards, version, generation
+  // magic, version, kind, fingerprint, shards, version, generation, rank
+  EXPECT_EQ(bytes.size(), 34u);
   const ControlMessage j2 = decode_control(bytes);
   EXPECT_EQ(j2.kind, ControlKind::kJoined);
   EXPECT_EQ(j2.fingerprint, joined.fingerprint);
   EXPECT_EQ(j2.shards, 6u);
   EXPECT_EQ(j2.version, 12u);
   EXPECT_EQ(j2.generation, joined.generation);
-  EXPECT_THROW(decode_control(std::span(bytes).first(29)), std::invalid_argument);
+  EXPECT_EQ(j2.rank, 2u);
+  EXPECT_THROW(decode_control(std::span(bytes).first(33)), std::invalid_argument);
+
+  ControlMessage released;
+  released.kind = ControlKind::kReleased;
+  released.text = "the job is finished: spare w4 was not needed";
+  const std::vector<std::byte> released_bytes = encode_control(released);
+  const ControlMessage r2 = decode_control(released_bytes);
+  EXPECT_EQ(r2.kind, ControlKind::kReleased);
+  EXPECT_EQ(r2.text, released.text);
+  EXPECT_THROW(decode_control(std::span(released_bytes).first(released_bytes.size() - 1)),
+               std::invalid_argument);
 
   ControlMessage told;
   told.kind = ControlKind::kWorkerJoined;

@@ -248,7 +248,15 @@ const NodeConfig& JobConfig::node(std::string_view name) const {
 std::vector<const NodeConfig*> JobConfig::workers() const {
   std::vector<const NodeConfig*> out;
   for (const NodeConfig& n : nodes) {
-    if (n.role == Role::kWorker) out.push_back(&n);
+    if (n.role == Role::kWorker && !n.spare) out.push_back(&n);
+  }
+  return out;
+}
+
+std::vector<const NodeConfig*> JobConfig::spares() const {
+  std::vector<const NodeConfig*> out;
+  for (const NodeConfig& n : nodes) {
+    if (n.spare) out.push_back(&n);
   }
   return out;
 }

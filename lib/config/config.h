@@ -230,6 +230,10 @@ struct TrainingConfig {
   Aggregation aggregation = Aggregation::kChunk;
   /// bsp only: a lost worker ends the job.
   OnWorkerLoss on_worker_loss = OnWorkerLoss::kFail;
+  /// A spare worker node takes a removed rank over when no new process of
+  /// the rank joined within this many seconds (docs/membership.md, "Spare
+  /// workers"); only with a node that has `spare: true`.
+  double spare_grace_s = 2;
   /// on_worker_loss wait: how long the round waits for a lost rank's new
   /// process before the job ends as under fail (seconds, > 0).
   double worker_wait_s = 60;
@@ -291,7 +295,12 @@ struct NodeConfig {
   std::string name;
   Role role = Role::kWorker;
   uint32_t index = 0;  ///< position in the file's nodes list
-  uint32_t rank = 0;   ///< position among the nodes of the same role, in file order
+  /// Position among the nodes of the same role, in file order; a spare
+  /// worker's among the spares (it is no rank of the job).
+  uint32_t rank = 0;
+  /// A worker that is no rank at the start and takes a removed rank over
+  /// (`spare: true`; docs/membership.md, "Spare workers").
+  bool spare = false;
   Ipv4 ipv4;
   uint16_t udp_port = 0;  ///< the node's own, else network.udp_port
   std::optional<Mac> mac;
@@ -326,10 +335,12 @@ struct JobConfig {
   const NodeConfig& node(std::string_view name) const;
   /// nullptr when there is no such node.
   const NodeConfig* find_node(std::string_view name) const;
-  /// Workers (servers) in rank order; servers() leaves the standbys out.
-  /// The pointers live as long as this job.
+  /// Workers (servers) in rank order; workers() leaves the spares out,
+  /// servers() the standbys. The pointers live as long as this job.
   std::vector<const NodeConfig*> workers() const;
   std::vector<const NodeConfig*> servers() const;
+  /// The spare workers (`spare: true`), in file order.
+  std::vector<const NodeConfig*> spares() const;
   /// The rank of a worker among workers, or of a server among servers.
   /// Throws ConfigError for an unknown name.
   uint32_t rank_of(std::string_view name) const;

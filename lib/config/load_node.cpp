@@ -287,14 +287,16 @@ NodeConfig parse_node(const Section& s, const NetworkConfig& net, NodeSource& sr
   n.poll = net.poll;
   if (auto v = s.get("poll")) n.poll = parse_poll(*v);
 
-  if (auto spare = s.get("spare")) {
-    // A spare would be a worker outside the ranks that takes a missing one
-    // over; what is built is a new process for the missing rank itself
-    // (docs/membership.md, "Joining").
-    spare->fail(
-        "spare workers are not built: start the missing rank's node again (a restart, or the "
-        "same name and address on another host), which joins the running job (asp, ssp, "
-        "psplus)");
+  src.spare = s.get("spare");
+  if (src.spare) {
+    // A worker outside the ranks that takes a removed one over
+    // (docs/membership.md, "Spare workers"); the sync mode is checked with
+    // the nodes (parse_nodes).
+    if (n.role != Role::kWorker) {
+      src.spare->fail("only a worker is a spare (this node is a " + std::string(to_string(n.role)) +
+                      ")");
+    }
+    n.spare = src.spare->boolean();
   }
   src.standby = s.get("standby");
   if (src.standby) {

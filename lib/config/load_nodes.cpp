@@ -91,6 +91,7 @@ void parse_nodes(const Section& root, JobConfig& job) {
 
   std::vector<NodeSource> sources;
   uint32_t workers = 0;
+  uint32_t spares = 0;
   uint32_t servers = 0;
   for (const Value& item : items) {
     Section s(item, {"name", "role", "ipv4", "udp_port", "mac", "ports", "lcores", "shards", "poll",
@@ -99,11 +100,20 @@ void parse_nodes(const Section& root, JobConfig& job) {
     NodeConfig n = parse_node(s, job.network, src);
     n.index = static_cast<uint32_t>(job.nodes.size());
     if (n.role == Role::kWorker) {
-      if (++workers > kMaxWorkers) {
-        src.role.fail("worker " + std::to_string(workers) + " is over the limit of " +
-                      std::to_string(kMaxWorkers) + " workers");
+      // A spare is no rank: the servers take it in for a removed one
+      // (docs/membership.md, "Spare workers"). Ranks and spares together
+      // are the servers' worker peers.
+      if (workers + spares + 1 > kMaxWorkers) {
+        src.role.fail("worker " + std::to_string(workers + spares + 1) + " is over the limit of " +
+                      std::to_string(kMaxWorkers) + " workers (spares included)");
       }
-      n.rank = workers - 1;
+      if (n.spare && job.training.sync == Sync::kBsp) {
+        src.spare->fail(
+            "a spare needs training.sync asp, ssp or psplus (training.sync is bsp): a BSP job "
+            "takes no other process in for a rank (training.on_worker_loss wait takes the rank's "
+            "own new process)");
+      }
+      n.rank = n.spare ? spares++ : workers++;
     } else if (n.role == Role::kServer) {
       n.rank = servers++;
     }
@@ -182,13 +192,16 @@ void parse_nodes(const Section& root, JobConfig& job) {
   }
 
   if (servers == 0) list.fail("no server (a job needs at least one server and one worker)");
-  if (workers == 0) list.fail("no worker (a job needs at least one server and one worker)");
+  if (workers == 0) {
+    list.fail(std::string("no worker") + (spares != 0 ? " but spares" : "") +
+              " (a job needs at least one server and one worker)");
+  }
   check_standbys(job, sources);
 
   // Every server reaches every worker: through a ring link to it, through its
   // only port, or through the port of the worker's rank when it has one port
-  // per worker (job::port_of_worker, which the server uses, follows the same
-  // rule).
+  // per worker, the spares' after the ranks' (job::port_of_worker, which the
+  // server uses, follows the same rule).
   for (size_t i = 0; i < job.nodes.size(); ++i) {
     const NodeConfig& server = job.nodes[i];
     if (server.role != Role::kServer || server.ports.size() == 1) continue;
@@ -197,12 +210,15 @@ void parse_nodes(const Section& root, JobConfig& job) {
       bool ring = false;
       for (const PortSpec& p : server.ports) ring = ring || p.ring_peer == w.name;
       if (ring) continue;
-      if (server.ports.size() == workers && server.ports[w.rank].kind != PortSpec::kRing) continue;
+      const uint32_t at = w.spare ? workers + w.rank : w.rank;
+      if (server.ports.size() == workers + spares && server.ports[at].kind != PortSpec::kRing) {
+        continue;
+      }
       sources[i].port_list->fail(
-          "no port of server " + server.name + " leads to worker " + w.name + " (rank " +
-          std::to_string(w.rank) +
-          "): give the server one port for all workers, one port per worker in rank order, or "
-          "a ring: link to it");
+          "no port of server " + server.name + " leads to worker " + w.name +
+          (w.spare ? " (spare " : " (rank ") + std::to_string(w.rank) +
+          "): give the server one port for all workers, one port per worker in rank order (the "
+          "spares' after the ranks'), or a ring: link to it");
     }
   }
 }

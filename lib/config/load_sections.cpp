@@ -185,12 +185,13 @@ void parse_link(const Section& root, LinkConfig& link) {
   }
 }
 
-// The training section's keys (on_worker_loss is checked against the nodes
-// by check_worker_loss, once they are known).
+// The training section's keys (on_worker_loss and spare_grace_s are checked
+// against the nodes by check_worker_loss, once they are known).
 #define MERCURY_TRAINING_KEYS                                                                    \
   {                                                                                              \
     "sync", "staleness_bound", "staleness_lr", "aggregation", "on_worker_loss", "worker_wait_s", \
-        "optimizer", "learning_rate", "momentum", "beta1", "beta2", "epsilon", "weight_decay"    \
+        "spare_grace_s", "optimizer", "learning_rate", "momentum", "beta1", "beta2", "epsilon",  \
+        "weight_decay"                                                                           \
   }
 
 namespace {
@@ -354,8 +355,16 @@ void parse_checkpoint(const Section& root, JobConfig& job) {
 }
 
 void check_worker_loss(const Section& root, JobConfig& job) {
-  if (job.training.on_worker_loss != OnWorkerLoss::kWait) return;
   Section s = optional_section(root, "training", MERCURY_TRAINING_KEYS);
+  if (auto v = s.get("spare_grace_s")) {
+    // How long a removed rank's own new process has before a spare takes
+    // the rank (docs/membership.md, "Spare workers").
+    if (job.spares().empty()) v->fail("only used with a spare worker (a node with spare: true)");
+    const double grace = v->number();
+    if (grace < 0 || grace > 86400) v->fail("expected 0..86400 seconds, got " + v->text());
+    job.training.spare_grace_s = grace;
+  }
+  if (job.training.on_worker_loss != OnWorkerLoss::kWait) return;
   const size_t servers = job.servers().size();
   if (servers > 1) {
     // The round in progress is the least version over every chunk, which

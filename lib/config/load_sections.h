@@ -31,7 +31,7 @@ void parse_training(const Section& root, TrainingConfig& t);
 void parse_checkpoint(const Section& root, JobConfig& job);
 /// network.on_server_loss and server_wait_s; after parse_checkpoint.
 void parse_server_loss(const Section& root, JobConfig& job);
-/// training.on_worker_loss against the nodes; after parse_nodes.
+/// training.on_worker_loss and spare_grace_s against the nodes; after parse_nodes.
 void check_worker_loss(const Section& root, JobConfig& job);
 
 // load_nodes.cpp: the node list, ranks and the rules across nodes. Needs
@@ -48,6 +48,7 @@ struct NodeSource {
   std::vector<Value> ports;
   std::optional<Value> standby;  ///< a server's `standby` key
   std::optional<Value> lcores;   ///< the `lcores` key
+  std::optional<Value> spare;    ///< a worker's `spare` key
 };
 
 // load_node.cpp: one entry of the node list and the rules within it; `src`

@@ -190,10 +190,56 @@ TEST(ConfigRefuse, LcoreRepeated) {
                       "lcore 0 is listed twice (also nodes[0].lcores[0])"));
 }
 
-TEST(ConfigRefuse, SpareWorkersAreNotBuilt) {
-  const std::string nodes = std::string(kNodes) + "    spare: true\n";
-  EXPECT_TRUE(refused(doc("", nodes), 16, "nodes[1].spare",
-                      "spare workers are not built: start the missing rank's node again"));
+// A spare worker (docs/membership.md, "Spare workers"): w1 after the two
+// nodes, its `spare` key on line 21.
+const std::string kSpare =
+    std::string(kNodes) + worker("w1", "10.0.0.3", "net_null0", "[3]") + "    spare: true\n";
+
+TEST(ConfigRefuse, SpareIsNoRank) {
+  const JobConfig job = load_string(doc("training:\n  sync: asp\n", kSpare), "t.yaml");
+  ASSERT_EQ(job.workers().size(), 1u);  // the world size counts ranks only
+  EXPECT_EQ(job.workers()[0]->name, "w0");
+  ASSERT_EQ(job.spares().size(), 1u);
+  EXPECT_EQ(job.spares()[0]->name, "w1");
+  EXPECT_TRUE(job.node("w1").spare);
+  EXPECT_EQ(job.node("w1").rank, 0u);  // among the spares
+  EXPECT_EQ(job.training.spare_grace_s, 2.0);
+  const JobConfig graced =
+      load_string(doc("training:\n  sync: psplus\n  spare_grace_s: 0.5\n", kSpare), "t.yaml");
+  EXPECT_EQ(graced.training.spare_grace_s, 0.5);
+}
+
+TEST(ConfigRefuse, SpareUnderBsp) {
+  EXPECT_TRUE(refused(doc("", kSpare), 21, "nodes[2].spare",
+                      "a spare needs training.sync asp, ssp or psplus (training.sync is bsp)"));
+}
+
+TEST(ConfigRefuse, SpareNotAWorker) {
+  std::string nodes(kNodes);
+  nodes.insert(nodes.find("  - name: w0"), "    spare: true\n");  // line 11
+  EXPECT_TRUE(refused(doc("", nodes), 11, "nodes[0].spare", "only a worker is a spare"));
+}
+
+TEST(ConfigRefuse, SpareNotABoolean) {
+  std::string nodes = kSpare;
+  nodes.replace(nodes.rfind("true"), 4, "maybe");
+  EXPECT_TRUE(refused(doc("training:\n  sync: asp\n", nodes), 23, "nodes[2].spare",
+                      "expected true or false"));
+}
+
+TEST(ConfigRefuse, SpareGraceWithoutASpare) {
+  EXPECT_TRUE(refused(doc("training:\n  sync: asp\n  spare_grace_s: 1\n"), 6,
+                      "training.spare_grace_s", "only used with a spare worker"));
+  EXPECT_TRUE(refused(doc("training:\n  sync: asp\n  spare_grace_s: -1\n", kSpare), 6,
+                      "training.spare_grace_s", "expected 0..86400 seconds"));
+}
+
+TEST(ConfigRefuse, OnlySpares) {
+  const std::string nodes =
+      "  - name: s0\n    role: server\n    ipv4: 10.0.0.1\n"
+      "    ports: [net_null0]\n    lcores: [0, 1]\n    shards: 1\n" +
+      worker("w1", "10.0.0.3", "net_null1", "[3]") + "    spare: true\n";
+  EXPECT_TRUE(refused(doc("training:\n  sync: asp\n", nodes), 6, "nodes", "no worker but spares"));
 }
 
 TEST(ConfigRefuse, ServerWithoutShards) {
@@ -283,7 +329,8 @@ TEST(ConfigRefuse, ServerWithNoPortToAWorker) {
       worker("w2", "10.0.0.4", "net_memif12,role=client");
   EXPECT_TRUE(refused(doc("", nodes), 8, "nodes[0].ports",
                       "no port of server s0 leads to worker w0 (rank 0): give the server one port "
-                      "for all workers, one port per worker in rank order, or a ring: link to it"));
+                      "for all workers, one port per worker in rank order (the spares' after the "
+                      "ranks'), or a ring: link to it"));
 }
 
 TEST(ConfigRefuse, VdevArgumentsThePmdDoesNotTake) {

@@ -91,6 +91,13 @@ std::optional<bool> Value::boolean_or_auto() const {
   fail("expected true, false or auto, got " + describe());
 }
 
+bool Value::boolean() const {
+  std::string_view s = plain_scalar("true or false");
+  if (s == "true") return true;
+  if (s == "false") return false;
+  fail("expected true or false, got " + describe());
+}
+
 std::string Value::string() const {
   if (!node_.IsScalar()) fail("expected a string, got " + describe());
   return node_.Scalar();

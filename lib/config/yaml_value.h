@@ -69,6 +69,8 @@ class Value {
   double number() const;
   /// `true` or `false`, or `auto` (nullopt), nothing else.
   std::optional<bool> boolean_or_auto() const;
+  /// `true` or `false`, nothing else.
+  bool boolean() const;
   /// Any scalar, quoted or not.
   std::string string() const;
   /// The option whose name the string is.

@@ -154,7 +154,8 @@ transport::PeerSpec peer_of(const config::NodeConfig& n) {
 
 std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
                                      const config::NodeConfig& server) {
-  const auto workers = job.workers();
+  auto workers = job.workers();
+  for (const config::NodeConfig* s : job.spares()) workers.push_back(s);
   const auto& ports = server.ports;
   std::vector<uint32_t> out(workers.size());
   for (size_t r = 0; r < workers.size(); ++r) {

@@ -84,11 +84,12 @@ const config::NodeConfig& worker_node(const config::JobConfig& job, std::string_
 /// The peer's epoch is left to learn (0).
 transport::PeerSpec peer_of(const config::NodeConfig& n);
 
-/// Which of `server`'s ports leads to each worker, in rank order: a ring
-/// link whose far end is that worker; otherwise, with one port per worker,
-/// port r serves worker r; with a single port (a bridge, a switch), every
-/// worker is behind it. Any other layout throws ConfigError naming the file,
-/// the server's `nodes[i].ports` key and the worker.
+/// Which of `server`'s ports leads to each worker, in rank order, then to
+/// each spare (config::JobConfig::spares): a ring link whose far end is
+/// that worker; otherwise, with one port per worker (spares included),
+/// port i serves the i-th of that order; with a single port (a bridge, a
+/// switch), every worker is behind it. Any other layout throws ConfigError
+/// naming the file, the server's `nodes[i].ports` key and the worker.
 std::vector<uint32_t> port_of_worker(const config::JobConfig& job,
                                      const config::NodeConfig& server);
 

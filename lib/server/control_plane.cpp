@@ -29,6 +29,11 @@ ControlPlane::ControlPlane(std::vector<std::string> rank_names, uint32_t job_sha
   joined_at_.assign(names_.size(), 0);
   wait_until_.assign(names_.size(), 0);
   wait_why_.resize(names_.size());
+  removed_at_.assign(names_.size(), 0);
+  for (uint32_t r = 0; r < names_.size(); ++r) {
+    peer_rank_.push_back(r);
+    rank_peer_.push_back(r);
+  }
 }
 
 std::string ControlPlane::rank_text(uint16_t rank) const {
@@ -240,6 +245,7 @@ void ControlPlane::remove(uint16_t rank, bool lost, const std::string& why, Tick
   if (lost) {
     ++counters_.workers_removed;
     removed_ |= uint64_t{1} << rank;
+    removed_at_[rank] = now;
   }
   changes_.push_back({rank, false});
   const uint32_t still = workers() - static_cast<uint32_t>(std::popcount(left_ | removed_));
@@ -260,7 +266,8 @@ void ControlPlane::remove(uint16_t rank, bool lost, const std::string& why, Tick
   finish_if_all_gone(now);
 }
 
-void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors) {
+void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors,
+                        std::string text) {
   // The rank's old incarnation is out of the job (removed): what it pushed
   // and the server took stays applied, and the shards forgot what they
   // owed it. The new process starts from every chunk's newest version.
@@ -276,9 +283,9 @@ void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tenso
   if (!barrier_completed_.empty()) first = std::max(first, *barrier_completed_.rbegin() + 1);
   joined_at_[rank] = first;
   const uint32_t in = workers() - static_cast<uint32_t>(std::popcount(left_ | removed_));
+  if (text.empty()) text = rank_text(rank) + " joined the running job (a new process)";
   announce_join(rank,
-                rank_text(rank) + " joined the running job (a new process): it goes on with " +
-                    std::to_string(in) + (in == 1 ? " rank" : " ranks"),
+                text + ": it goes on with " + std::to_string(in) + (in == 1 ? " rank" : " ranks"),
                 start_version_, first);
 }
 
@@ -309,6 +316,7 @@ void ControlPlane::announce_join(uint16_t rank, const std::string& text, uint32_
   joined.shards = placement_->shards();
   joined.version = version;
   joined.generation = runs_barrier_ ? generation : 0;
+  joined.rank = rank;
   reply(rank, std::move(joined));
 }
 
@@ -397,6 +405,7 @@ void ControlPlane::finish_if_all_gone(Tick now) {
   if (state_ == NodeState::kRunning &&
       static_cast<uint32_t>(std::popcount(left_ | removed_)) == workers()) {
     enter(NodeState::kFinished, now);
+    release_spares("server: the job is finished (every rank left or was removed)", false);
   }
 }
 
@@ -459,6 +468,7 @@ void ControlPlane::refuse_all(std::string why, bool answering_declares, Tick now
     if (answering_declares) ++counters_.declares_refused;
     reply_refused(static_cast<uint16_t>(rank), refusal_);
   }
+  release_spares(refusal_, true);
 }
 
 ControlVerdict ControlPlane::on_barrier(uint16_t rank, const agg::ControlMessage& m) {
@@ -523,8 +533,12 @@ void ControlPlane::complete_barriers() {
 }
 
 void ControlPlane::reply(uint16_t rank, agg::ControlMessage m) {
+  reply_peer(rank_peer_[rank], std::move(m));
+}
+
+void ControlPlane::reply_peer(uint32_t peer, agg::ControlMessage m) {
   ++counters_.replies;
-  replies_.push_back(ControlReply{rank, std::move(m)});
+  replies_.push_back(ControlReply{static_cast<uint16_t>(peer), std::move(m)});
 }
 
 void ControlPlane::reply_refused(uint16_t rank, std::string text) {

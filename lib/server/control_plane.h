@@ -63,6 +63,19 @@
 // rank is answered kRefused (to that rank only, naming both) and changes
 // nothing else (ControlVerdict::kWrongRank).
 //
+// Spare workers (asynchronous jobs, add_spares; docs/membership.md, "Spare
+// workers"): nodes outside the ranks, peers workers()..peers()-1 after the
+// ranks. A spare announces itself to server 0 (kDeclare of rank
+// agg::kSpareRank) and waits. When a rank has been removed (lost or
+// restarted, not left) for the grace without a new process of its own
+// joining, server 0 gives it the lowest spare that waits: the spare's peer
+// speaks for the rank from then on (peer_of, rank_of_peer), it joins as a
+// restarted process does (kJoined naming the rank), every other rank is
+// told, and the rank's own node is refused from then on. The spare then
+// declares that rank to the other servers, which take it in the same way.
+// The job's end releases a spare that waits (kReleased); a refused job
+// refuses it. Replies are addressed to peers (ControlReply::rank).
+//
 // Barrier (server 0 only; elsewhere ControlVerdict::kBarrierNotHere):
 // kBarrier(rank, generation) from every rank, then kBarrierDone(generation)
 // to every rank. Generations may complete out of order (a process's trainer
@@ -91,7 +104,8 @@
 
 namespace mercury::server {
 
-/// One answer to send: `message` to worker `rank`.
+/// One answer to send: `message` to peer `rank` (a rank's, or a spare's:
+/// ControlPlane::peer_of).
 struct ControlReply {
   uint16_t rank = 0;
   agg::ControlMessage message;
@@ -104,6 +118,7 @@ enum class ControlVerdict : uint8_t {
   kWrongRank,       ///< its rank field is not the sender's: answered kRefused
   kBarrierNotHere,  ///< a barrier, and this is not server 0
   kBadControl,      ///< a kind servers send (kReady, kRefused, kBarrierDone)
+  kNoRank,          ///< from a spare that holds no rank, or a node whose rank a spare took over
 };
 
 class ControlPlane {
@@ -199,6 +214,49 @@ class ControlPlane {
   /// The changes since the last call, in the order they happened.
   std::vector<MembershipChange> take_membership_st();
 
+  // ---- spare workers (docs/membership.md, "Spare workers") ----
+  /// Before the job runs, an asynchronous job only (else nothing changes):
+  /// spare s is peer workers() + s, named `names[s]` (1..64 ranks and
+  /// spares in all; throws std::invalid_argument beyond). A rank removed
+  /// for `grace` ticks is given to a spare that waits (server 0 decides).
+  void add_spares(std::vector<std::string> names, Tick grace);
+  /// Ranks and spares: the peers the node maps its transport peers to.
+  [[nodiscard]] uint32_t peers() const { return static_cast<uint32_t>(peer_rank_.size()); }
+  /// The rank peer `peer` speaks for now: its own, or the one a spare took
+  /// over; nullopt for a spare that holds none and for a rank's own node
+  /// once a spare took its rank.
+  [[nodiscard]] std::optional<uint32_t> rank_of_peer(uint32_t peer) const {
+    if (peer >= peer_rank_.size() || peer_rank_[peer] == kNoPeer) return std::nullopt;
+    return peer_rank_[peer];
+  }
+  /// The peer that speaks for rank `rank` (< workers()) now.
+  [[nodiscard]] uint32_t peer_of(uint32_t rank) const { return rank_peer_[rank]; }
+  /// A message from peer `peer` (< peers()), as the transport delivered it:
+  /// the rank's it speaks for (on_message_st), or a spare's.
+  ControlVerdict on_peer_message_st(uint32_t peer, agg::ControlMessage m, Tick now);
+  /// The transport gave up on peer `peer`, or saw it come back with a new
+  /// epoch: on_worker_lost_st / on_worker_restarted_st of the rank it
+  /// speaks for; a spare that waits is forgotten (its new process
+  /// announces itself again).
+  void on_peer_lost_st(uint32_t peer, Tick now);
+  void on_peer_restarted_st(uint32_t peer, Tick now);
+  /// Server 0, slow path: each rank removed for the grace goes to the
+  /// lowest spare that waits. True when one did (replies queued).
+  bool check_spares_st(Tick now);
+  /// Whether peer `peer` is a spare that waits here (announced, no rank):
+  /// sent heartbeats, its liveness checked.
+  [[nodiscard]] bool spare_waits(uint32_t peer) const {
+    return peer >= workers() && peer < peers() && (spares_waiting_ >> (peer - workers()) & 1) != 0;
+  }
+  /// A spare's peer took rank `rank` over (its transport peer speaks for
+  /// the rank from now on), since the last call, in order.
+  struct Takeover {
+    uint16_t rank = 0;
+    uint32_t peer = 0;
+    friend bool operator==(const Takeover&, const Takeover&) = default;
+  };
+  std::vector<Takeover> take_takeovers_st();
+
   /// Lines for the node's output since the last call (a rank removed).
   std::vector<std::string> take_notices_st();
   /// The node stopped serving (its shard cores are gone): a running job
@@ -258,7 +316,16 @@ class ControlPlane {
   // `text` to every other rank in the job (kWorkerJoined) and the node's
   // output; kJoined (the placement, `version`, `generation`) to `rank`.
   void announce_join(uint16_t rank, const std::string& text, uint32_t version, uint64_t generation);
-  void join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors);
+  // `text` ("" for a rank's new process) says who joined.
+  void join(uint16_t rank, const std::vector<agg::TensorDecl>& tensors, std::string text = "");
+  // Spares (control_plane_spares.cpp).
+  ControlVerdict on_spare_st(uint32_t spare, agg::ControlMessage& m, Tick now);
+  void take_over(uint16_t rank, uint32_t spare, const std::vector<agg::TensorDecl>& tensors,
+                 Tick now);
+  void release_spares(const std::string& why, bool refused);
+  void on_peer_gone(uint32_t peer, bool restarted, Tick now);
+  void reply_peer(uint32_t peer, agg::ControlMessage m);
+  static constexpr uint32_t kNoPeer = UINT32_MAX;
   [[nodiscard]] std::string rank_text(uint16_t rank) const;
   void finish_if_all_gone(Tick now);
   // Barrier generations every rank still in the job has reached: answered.
@@ -302,6 +369,17 @@ class ControlPlane {
   std::vector<MembershipChange> changes_;         // for the shards, not taken yet
   std::vector<uint64_t> joined_at_;               // per rank: first barrier generation it needs
   std::vector<std::string> notices_;
+  // Spares: their names, the grace, the peer -> rank map (kNoPeer: none)
+  // and back, the spares that wait (bit s) with their lists, when each rank
+  // was removed, and the takeovers for the node.
+  std::vector<std::string> spare_names_;
+  Tick spare_grace_ = 0;
+  std::vector<uint32_t> peer_rank_;
+  std::vector<uint32_t> rank_peer_;
+  uint64_t spares_waiting_ = 0;
+  std::vector<std::vector<agg::TensorDecl>> spare_lists_;
+  std::vector<Tick> removed_at_;
+  std::vector<Takeover> takeovers_;
   std::set<uint64_t> barrier_completed_;  // complete generations >= the floor
   std::vector<ControlReply> replies_;
   ControlCounters counters_;

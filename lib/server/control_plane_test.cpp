@@ -857,5 +857,150 @@ TEST(ControlPlane, ConstructionRefusesNoRanksTooManyOrNoShards) {
   EXPECT_THROW(ControlPlane(names(2), 0, true, {}, 0), std::invalid_argument);
 }
 
+// ---- spare workers (docs/membership.md, "Spare workers") ----
+
+// An asynchronous job of 4 ranks with spares w4 and w5 (peers 4 and 5),
+// a grace of 100 ticks, running.
+struct SparePlane : Plane {
+  explicit SparePlane(bool server0 = true) : Plane(4, 2, server0, "", true) {
+    cp.add_spares({"w4", "w5"}, 100);
+    declare_all(4, 1);
+    cp.take_replies_st();
+  }
+};
+
+ControlMessage announce() { return declare(agg::kSpareRank); }
+
+TEST(ControlPlaneSpares, ServerZeroGivesARemovedRankToASpareAfterTheGrace) {
+  SparePlane p;
+  EXPECT_EQ(p.cp.peers(), 6u);
+  EXPECT_EQ(p.cp.rank_of_peer(4), std::nullopt);
+  EXPECT_EQ(p.cp.on_peer_message_st(4, announce(), 2), ControlVerdict::kTaken);
+  EXPECT_TRUE(p.cp.take_replies_st().empty());  // it waits
+  EXPECT_TRUE(p.cp.spare_waits(4));
+  EXPECT_FALSE(p.cp.spare_waits(5));
+  p.cp.on_peer_lost_st(2, 10);  // rank 2's node
+  EXPECT_EQ(p.cp.removed(), 0b0100u);
+  p.cp.take_replies_st();
+  p.cp.take_notices_st();
+  EXPECT_FALSE(p.cp.check_spares_st(109));  // its own new process may still come
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_TRUE(p.cp.check_spares_st(110));
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerJoined},
+                                      {1, ControlKind::kWorkerJoined},
+                                      {3, ControlKind::kWorkerJoined},
+                                      {4, ControlKind::kJoined}}));
+  const std::string text = "spare w4 took over worker w2 (rank 2): it goes on with 4 ranks";
+  EXPECT_EQ(r[0].message.text, text);
+  EXPECT_EQ(r[0].message.rank, 2u);
+  EXPECT_EQ(r[3].message.rank, 2u);  // the rank it joins as
+  EXPECT_EQ(p.cp.take_notices_st(), std::vector<std::string>{text});
+  EXPECT_EQ(p.cp.rank_of_peer(4), std::optional<uint32_t>(2u));
+  EXPECT_EQ(p.cp.rank_of_peer(2), std::nullopt);
+  EXPECT_EQ(p.cp.peer_of(2), 4u);
+  EXPECT_FALSE(p.cp.spare_waits(4));
+  using T = ControlPlane::Takeover;
+  EXPECT_EQ(p.cp.take_takeovers_st(), (std::vector<T>{{2, 4}}));
+  using C = ControlPlane::MembershipChange;
+  EXPECT_EQ(p.cp.take_membership_st(), (std::vector<C>{{2, false}, {2, true}}));
+  EXPECT_EQ(p.cp.removed(), 0u);
+  EXPECT_EQ(p.cp.counters().spares_joined, 1u);
+  EXPECT_EQ(p.cp.counters().workers_joined, 1u);
+  // The spare's messages are rank 2's now; rank 2's own node is refused alone.
+  EXPECT_EQ(p.cp.on_peer_message_st(4, barrier(2, 0), 111), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.on_peer_message_st(2, declare(2), 112), ControlVerdict::kTaken);
+  expect_refused_alone(p.cp.take_replies_st(), 2,
+                       "server: worker w2 (rank 2) was taken over by spare w4: the job does not "
+                       "take w2 back");
+  EXPECT_EQ(p.cp.on_peer_message_st(2, barrier(2, 0), 113), ControlVerdict::kNoRank);
+  // A spare that waits when the job ends is released; the job's end is not a failure.
+  EXPECT_EQ(p.cp.on_peer_message_st(5, announce(), 114), ControlVerdict::kTaken);
+  for (uint16_t rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(p.cp.on_peer_message_st(p.cp.peer_of(rank), leave(rank), 115),
+              ControlVerdict::kTaken);
+  }
+  EXPECT_EQ(p.cp.state(), NodeState::kFinished);
+  const std::vector<ControlReply> end = p.cp.take_replies_st();
+  ASSERT_FALSE(end.empty());
+  EXPECT_EQ(end.back().rank, 5u);
+  EXPECT_EQ(end.back().message.kind, ControlKind::kReleased);
+  EXPECT_EQ(end.back().message.text,
+            "server: the job is finished (every rank left or was removed): spare w5 was not "
+            "needed");
+  EXPECT_EQ(p.cp.counters().spares_released, 1u);
+  // One that announces itself after the end is released at once.
+  EXPECT_EQ(p.cp.on_peer_message_st(5, announce(), 116), ControlVerdict::kTaken);
+  EXPECT_EQ(kinds(p.cp.take_replies_st()), (std::vector<K>{{5, ControlKind::kReleased}}));
+}
+
+TEST(ControlPlaneSpares, ARanksOwnNewProcessWithinTheGraceKeepsItsRank) {
+  SparePlane p;
+  p.cp.on_peer_message_st(4, announce(), 2);
+  p.cp.on_peer_lost_st(1, 10);
+  EXPECT_EQ(p.cp.on_peer_message_st(1, declare(1), 50), ControlVerdict::kTaken);
+  p.cp.take_replies_st();
+  EXPECT_FALSE(p.cp.check_spares_st(500));
+  EXPECT_TRUE(p.cp.take_replies_st().empty());
+  EXPECT_TRUE(p.cp.spare_waits(4));
+  EXPECT_EQ(p.cp.peer_of(1), 1u);
+  // A rank that left is not taken over: its process was done with the job.
+  p.cp.on_peer_message_st(3, leave(3), 600);
+  EXPECT_FALSE(p.cp.check_spares_st(1000));
+  EXPECT_TRUE(p.cp.spare_waits(4));
+  // A spare that waits and dies is forgotten.
+  p.cp.on_peer_lost_st(4, 1001);
+  EXPECT_FALSE(p.cp.spare_waits(4));
+}
+
+TEST(ControlPlaneSpares, ARemovedRankGoesToASpareThatAnnouncesItselfLater) {
+  SparePlane p;
+  p.cp.on_peer_lost_st(3, 10);
+  p.cp.take_replies_st();
+  EXPECT_FALSE(p.cp.check_spares_st(500));  // no spare waits
+  // The second spare announces itself: the rank is its at once.
+  EXPECT_EQ(p.cp.on_peer_message_st(5, announce(), 501), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.take_replies_st().back().message.kind, ControlKind::kJoined);
+  EXPECT_EQ(p.cp.peer_of(3), 5u);
+  // A spare whose list is not the job's is refused alone.
+  std::vector<TensorDecl> other = model();
+  other[0].elements = 1;
+  EXPECT_EQ(p.cp.on_peer_message_st(4, declare(agg::kSpareRank, other), 502),
+            ControlVerdict::kTaken);
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].rank, 4u);
+  EXPECT_NE(r[0].message.text.find("spare w4 cannot join the running job: its tensor list "
+                                   "differs"),
+            std::string::npos)
+      << r[0].message.text;
+  EXPECT_FALSE(p.cp.spare_waits(4));
+}
+
+TEST(ControlPlaneSpares, AnotherServerTakesTheSpareInWhenItDeclaresItsRank) {
+  SparePlane p(/*server0=*/false);
+  // Spares announce themselves to server 0 only.
+  EXPECT_EQ(p.cp.on_peer_message_st(4, announce(), 2), ControlVerdict::kTaken);
+  EXPECT_EQ(p.cp.take_replies_st().back().message.kind, ControlKind::kRefused);
+  // Server 0 gave it rank 1, which this server has not named lost yet.
+  EXPECT_EQ(p.cp.on_peer_message_st(4, declare(1), 3), ControlVerdict::kTaken);
+  const std::vector<ControlReply> r = p.cp.take_replies_st();
+  using K = std::pair<uint16_t, ControlKind>;
+  EXPECT_EQ(kinds(r), (std::vector<K>{{0, ControlKind::kWorkerGone},
+                                      {2, ControlKind::kWorkerGone},
+                                      {3, ControlKind::kWorkerGone},
+                                      {0, ControlKind::kWorkerJoined},
+                                      {2, ControlKind::kWorkerJoined},
+                                      {3, ControlKind::kWorkerJoined},
+                                      {4, ControlKind::kJoined}}));
+  EXPECT_EQ(r[0].message.text,
+            "worker w1 (rank 1) was taken over by spare w4: removed from the job, which goes on "
+            "with 3 ranks");
+  EXPECT_EQ(r[6].message.rank, 1u);
+  EXPECT_EQ(p.cp.peer_of(1), 4u);
+  EXPECT_EQ(p.cp.counters().spares_joined, 1u);
+}
+
 }  // namespace
 }  // namespace mercury::server

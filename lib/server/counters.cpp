@@ -52,6 +52,8 @@ std::string_view server_drop_name(ServerDrop d) {
       return "removed_rank";
     case ServerDrop::kRollingBack:
       return "rolling_back";
+    case ServerDrop::kNoRank:
+      return "no_rank";
     case ServerDrop::kCount:
       break;
   }

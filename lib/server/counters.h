@@ -45,6 +45,7 @@ enum class ServerDrop : uint8_t {
   kNotPromoted,     ///< a gradient or init packet at a standby not promoted (its server serves)
   kRemovedRank,     ///< a gradient from a rank removed from a BSP job that shrank
   kRollingBack,     ///< a gradient while the node rolls back to a checkpoint: never applied
+  kNoRank,          ///< from a spare that holds no rank, or a node whose rank a spare took over
   kCount,
 };
 inline constexpr size_t kServerDropCount = static_cast<size_t>(ServerDrop::kCount);
@@ -101,6 +102,8 @@ struct ShardCounters {
   X(workers_restarted, "jobs ended by a rank that restarted while running")             \
   X(workers_removed, "ranks removed from the job (lost, restarted; async, bsp shrink)") \
   X(workers_joined, "async: new processes of removed ranks that joined the job")        \
+  X(spares_joined, "spare workers that took a removed rank over (in workers_joined)")   \
+  X(spares_released, "spare workers the job's end released, never needed")              \
   X(leaves, "kLeave messages taken (a worker stopping)")                                \
   X(pushes_after_leave, "jobs ended by a push that needed a rank which had left")       \
   /* Settings and the job's state (server/job_state.h). */                              \

@@ -340,9 +340,10 @@ TEST(ServerModes, SspGoesOnWithoutARankThatLeft) {
 }
 
 // A new process of a removed rank joins (Shard::join_rank_st's table and
-// answers): its clocks count from 0 again, the table reads them from the
-// slowest clock of the ranks in the job, so the slowest does not move back,
-// nothing it pushes is a replay, and SSP answers it again.
+// answers): its clock is the slowest clock of the ranks in the job, from
+// which its worker counts its pushes (the slowest clock its first pull
+// carries), so the slowest does not move back, nothing it pushes is a
+// replay, and SSP answers it again.
 TEST(ServerModes, SspTakesAJoiningRankAtTheSlowestClock) {
   Modes m(Fanout::kSlowest, agg::make_asp(), 3, 1);
   for (int i = 0; i < 2; ++i) {
@@ -358,17 +359,17 @@ TEST(ServerModes, SspTakesAJoiningRankAtTheSlowestClock) {
   m.push(1);  // rank 1 at 3: the slowest in the job is 3
   m.pull(1);
   EXPECT_EQ(m.table->slowest(m.key(), 0), 3u);
-  // Rank 2's new process: clock 0, from the job's start version 0.
-  m.table->join_rank(2, 0);
+  // Rank 2's new process: its pushes count from 3.
+  m.table->join_rank(2);
   m.ssp.admit(2);
-  m.sides[2].clock = 0;
+  m.sides[2].clock = 3;
   const uint64_t answered = m.sides[2].tracker->answers_st(0);
   EXPECT_EQ(m.table->removed(), 0u);
   for (uint32_t j = 0; j < m.chunks(); ++j) {
     EXPECT_EQ(m.table->clocks(j)[2], 3u) << j;
     EXPECT_EQ(m.table->slowest(m.key(), j * kChunkBytes), 3u) << j;
   }
-  // Its first push (clock 0, read as 3) is applied and answered to it alone.
+  // Its first push (clock 3) is applied and answered to it alone.
   const size_t before = m.updates.size();
   m.push(2);
   ASSERT_EQ(m.updates.size(), before + m.chunks());
@@ -378,24 +379,59 @@ TEST(ServerModes, SspTakesAJoiningRankAtTheSlowestClock) {
   }
   EXPECT_EQ(m.sides[2].tracker->answers_st(0), answered + m.chunks());
   EXPECT_EQ(m.table->counters().count(agg::Outcome::kDuplicate), 0u);
-  // A replay of its clock 0 is refused as one.
+  // A replay of its clock 3 is refused as one.
   static const std::vector<float> ones(kElements, 1.0f);
   EXPECT_EQ(
       m.table->contribute(agg::Contribution{.key = m.key(),
                                             .offset = 0,
                                             .iteration = 0,
                                             .rank = 2,
-                                            .clock = 0,
+                                            .clock = 3,
                                             .data = reinterpret_cast<const std::byte*>(ones.data()),
                                             .bytes = kChunkBytes}),
       agg::Outcome::kDuplicate);
   // A rank in the job, or under BSP, is not joined again.
-  m.table->join_rank(1, 0);
+  m.table->join_rank(1);
   EXPECT_EQ(m.table->clocks(0)[1], 3u);
   Modes bsp(Fanout::kEvery, agg::make_bsp(), 2);
   bsp.table->remove_rank(1);
-  bsp.table->join_rank(1, 0);
+  bsp.table->join_rank(1);
   EXPECT_EQ(bsp.table->removed(), 0b10u);
+}
+
+// A joined rank's first push of a chunk sets its clock, even one behind the
+// slowest clock it was given: its worker counts from the slowest clock its
+// first pull carried, and a copy queued for its old process before the
+// removal carries an older one (docs/membership.md, "Joining"). Not a replay;
+// a second push at that clock is.
+TEST(ServerModes, AJoinedRanksFirstPushSetsItsClock) {
+  Modes m(Fanout::kSlowest, agg::make_asp(), 3, 1);
+  for (int i = 0; i < 3; ++i) {
+    for (uint16_t r = 0; r < 3; ++r) {
+      m.push(r);
+      m.pull(r);
+    }
+  }
+  m.table->remove_rank(2);
+  m.ssp.forget(2);
+  m.table->join_rank(2);  // given clock 3
+  m.ssp.admit(2);
+  m.sides[2].clock = 1;  // its worker heard 1
+  const size_t before = m.updates.size();
+  m.push(2);
+  ASSERT_EQ(m.updates.size(), before + m.chunks());
+  EXPECT_EQ(m.table->counters().count(agg::Outcome::kDuplicate), 0u);
+  for (uint32_t j = 0; j < m.chunks(); ++j) EXPECT_EQ(m.table->clocks(j)[2], 2u) << j;
+  static const std::vector<float> ones(kElements, 1.0f);  // the same push again
+  EXPECT_EQ(
+      m.table->contribute(agg::Contribution{.key = m.key(),
+                                            .offset = 0,
+                                            .iteration = 0,
+                                            .rank = 2,
+                                            .clock = 1,
+                                            .data = reinterpret_cast<const std::byte*>(ones.data()),
+                                            .bytes = kChunkBytes}),
+      agg::Outcome::kDuplicate);
 }
 
 TEST(ServerModes, SspDropsTheAnswersOwedToARankThatLeft) {

@@ -77,6 +77,16 @@ ServerNodeConfig node_config(const config::JobConfig& job, const config::NodeCon
   }
   c.rx_pool_mbufs = start.rx_pool_mbufs;
   c.flow_limit = 0;  // derived from the pool the packets arrive in
+  // Spare workers: peers after the ranks, on the ports the job file gives
+  // them (docs/membership.md, "Spare workers").
+  if (const auto spares = job.spares(); !spares.empty()) {
+    const std::vector<uint32_t> port = job::port_of_worker(job, node);
+    const size_t ranks = job.workers().size();
+    for (size_t s = 0; s < spares.size(); ++s) {
+      c.spares.push_back(JobWorker{job::peer_of(*spares[s]), port[ranks + s]});
+    }
+  }
+  c.spare_grace_s = job.training.spare_grace_s;
   c.checkpoints.enabled = job.checkpoint.enabled();
   c.checkpoints.every_versions = job.checkpoint.every_versions;
   c.checkpoints.dir = job.checkpoint.path;

@@ -56,6 +56,7 @@ inline const std::vector<agg::TensorDecl> kModel = {
 struct Options {
   uint32_t workers = 4;
   config::Sync sync = config::Sync::kBsp;
+  uint32_t staleness_bound = 0;  // ssp
   bool shrink = false;           // training.on_worker_loss shrink (bsp)
   double wait_s = 0;             // > 0: training.on_worker_loss wait, worker_wait_s (bsp)
   net::MemoryLinkParams impair;  // every link, both ways (seeds differ per link)
@@ -99,7 +100,9 @@ class Nodes {
     sc.sync_policy = [training] { return job::sync_policy(training); };
     sc.fanout = o.sync == config::Sync::kBsp      ? server::Fanout::kEvery
                 : o.sync == config::Sync::kPsPlus ? server::Fanout::kEveryVersion
+                : o.sync == config::Sync::kSsp    ? server::Fanout::kSlowest
                                                   : server::Fanout::kContributor;
+    sc.staleness_bound = o.staleness_bound;
     sc.shrink = o.shrink;
     sc.wait_for_workers = o.wait_s > 0;
     if (o.wait_s > 0) sc.worker_wait_s = o.wait_s;
@@ -132,6 +135,7 @@ class Nodes {
     c.endpoint = endpoint(epoch, static_cast<uint16_t>(1 + r));
     c.start_timeout_ms = o_.start_timeout_ms;
     c.sync = o_.sync;
+    c.staleness_bound = o_.staleness_bound;
     c.pulls.async = o_.sync != config::Sync::kBsp;
     c.optimizer_config = o_.optimizer;
     auto rank = std::make_unique<Rank>();
@@ -263,6 +267,12 @@ class Nodes {
     if (odd) o_.odd_rank = r;
     add_rank(r, epoch);
     o_.odd_rank = was;
+  }
+  // A new process of rank r, the last rank, after kill(r): its link
+  // carries again, transport incarnation `epoch`, declared, not started.
+  void revive(uint32_t r, uint32_t epoch) {
+    impair(r, {});
+    add_rank(r, epoch);
   }
   // Rank r's process is gone: nothing polls it, nothing reaches it.
   void kill(uint32_t r) {

@@ -1,6 +1,8 @@
 // Membership on the node layer, without EAL (the harness of nodes_test.cpp):
 // a worker process restarted in an asynchronous job joins it with every
-// chunk's newest version and pushes on, a new process with another tensor
+// chunk's newest version and pushes on, under ssp from the slowest rank's
+// step, so that the job ends with every rank at the same clock; a new
+// process with another tensor
 // list is refused alone, a BSP job that shrinks goes on without a lost rank,
 // bit for bit as documented, and one that waits takes the rank's new process
 // into the round in progress, bit for bit the unbroken run
@@ -58,8 +60,10 @@ void joins_with_the_newest_versions(config::Sync sync) {
   ASSERT_TRUE(started.ok()) << started.error();
   worker::Worker& joined = job.rank(2).api();
   joined.start();  // returns at once: the handle is complete
-  ASSERT_EQ(joined.joined_version(), std::optional<uint32_t>(kVersion));
-  EXPECT_EQ(joined.start_version(), 0u);  // its pushes count from the job's start
+  // It joins at the slowest rank's step (ranks 1 and 2 pushed twice), from
+  // which its pushes count.
+  ASSERT_EQ(joined.joined_version(), std::optional<uint32_t>(2u));
+  EXPECT_EQ(joined.start_version(), 2u);
   // Its first pull holds the newest versions: rank 0's buffers, bit for bit.
   for (uint32_t t = 0; t < job.rank(0).params.size(); ++t) {
     EXPECT_EQ(joined.version(t), kVersion) << t;
@@ -78,9 +82,8 @@ void joins_with_the_newest_versions(config::Sync sync) {
   EXPECT_EQ(job.rank(1).api().stats().workers_joined, 1u);
   EXPECT_EQ(job.rank(0).api().stats().workers_removed, 1u);
   EXPECT_EQ(joined.stats().workers_joined, 0u);  // it is the one that joined
-  // It pushes from the current versions on, its clocks taken from the
-  // slowest rank's: nothing is refused as a replay, and it reads its own
-  // update.
+  // It pushes from the current versions on, its clocks from the slowest
+  // rank's: nothing is refused as a replay, and it reads its own update.
   for (int round = 0; round < 2; ++round) ASSERT_EQ(job.push_round(rng), "");
   c = job.server().counters_st();
   EXPECT_EQ(c.table.count(agg::Outcome::kDuplicate), 0u);
@@ -96,6 +99,68 @@ TEST(NodesMembership, ARestartedWorkerJoinsUnderAsp) {
 
 TEST(NodesMembership, ARestartedWorkerJoinsUnderPsPlus) {
   joins_with_the_newest_versions(config::Sync::kPsPlus);
+}
+
+// Rank 2 of 3 dies at step 2 and is removed; ranks 0 and 1 train on to step
+// 7, and a new process of rank 2 joins. It joins at step 7, the slowest
+// rank's (not at the versions' 16, which 3 ranks' steps would make 5), and
+// counts its pushes from there: every rank trains to step 10 and ends at
+// clock 10 on every chunk, and the final barrier completes. Under ssp (bound
+// 1) a newcomer whose step and clock differed by more than the bound held
+// the others for ever at the end of a job (or was held itself).
+void joins_at_the_slowest_ranks_step(config::Sync sync) {
+  std::vector<std::vector<float>> reference;
+  Nodes job({.workers = 3, .sync = sync, .staleness_bound = sync == config::Sync::kSsp ? 1u : 0u});
+  ASSERT_EQ(job.start(reference), "");
+  std::mt19937 rng(26);
+  for (int step = 0; step < 2; ++step) ASSERT_EQ(job.push_round(rng), "");
+  job.kill(2);
+  ASSERT_TRUE(job.run([&] { return job.server().counters_st().control.workers_removed == 1; },
+                      10'000 * kMs));
+  for (int step = 2; step < 7; ++step) ASSERT_EQ(job.push_round(rng), "");  // ranks 0 and 1
+  job.revive(2, 200);
+  const worker::Handle started = job.rank(2).api().start_async();
+  ASSERT_TRUE(job.wait({started}));
+  ASSERT_TRUE(started.ok()) << started.error();
+  worker::Worker& joined = job.rank(2).api();
+  joined.start();
+  ASSERT_EQ(joined.joined_version(), std::optional<uint32_t>(7u));
+  EXPECT_EQ(joined.start_version(), 7u);  // its pushes count from there
+  for (uint32_t t = 0; t < job.rank(2).params.size(); ++t) {
+    EXPECT_EQ(joined.version(t), 2u * 3 + 5u * 2) << t;  // every chunk's newest
+  }
+  constexpr uint32_t kSteps = 10;
+  for (uint32_t step = *joined.joined_version(); step < kSteps; ++step) {
+    ASSERT_EQ(job.push_round(rng), "") << step;
+  }
+  std::vector<worker::Handle> hs;
+  for (uint32_t r = 0; r < 3; ++r) hs.push_back(job.rank(r).api().barrier_async());
+  ASSERT_TRUE(job.wait(hs));
+  for (const worker::Handle& h : hs) EXPECT_TRUE(h.ok()) << h.error();
+  for (uint32_t id : job.server().own_shards()) {
+    const agg::ChunkTable& table = job.server().shard(id)->table();
+    for (uint64_t i = 0; i < table.chunks(); ++i) {
+      const std::span<const uint32_t> clocks = table.clocks(i);
+      ASSERT_EQ(clocks.size(), 3u);
+      for (uint32_t r = 0; r < 3; ++r) EXPECT_EQ(clocks[r], kSteps) << id << " " << i << " " << r;
+    }
+  }
+  const server::ServerCounters c = job.server().counters_st();
+  EXPECT_EQ(c.table.count(agg::Outcome::kDuplicate), 0u);
+  EXPECT_EQ(c.table.rejected(), 0u);
+  EXPECT_EQ(c.control.workers_joined, 1u);
+}
+
+TEST(NodesMembership, ASspJoinGoesOnFromTheSlowestRanksStep) {
+  joins_at_the_slowest_ranks_step(config::Sync::kSsp);
+}
+
+TEST(NodesMembership, AnAspJoinGoesOnFromTheSlowestRanksStep) {
+  joins_at_the_slowest_ranks_step(config::Sync::kAsp);
+}
+
+TEST(NodesMembership, APsPlusJoinGoesOnFromTheSlowestRanksStep) {
+  joins_at_the_slowest_ranks_step(config::Sync::kPsPlus);
 }
 
 TEST(NodesMembership, AJoinWithAnotherTensorListIsRefusedAlone) {

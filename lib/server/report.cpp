@@ -57,6 +57,10 @@ std::string membership_text(const ServerCounters& c) {
     text += "; workers removed: " + std::to_string(c.control.workers_removed);
   if (c.control.workers_joined != 0)
     text += "; workers joined: " + std::to_string(c.control.workers_joined);
+  if (c.control.spares_joined != 0)
+    text += " (spares: " + std::to_string(c.control.spares_joined) + ")";
+  if (c.control.spares_released != 0)
+    text += "; spares released: " + std::to_string(c.control.spares_released);
   return text;
 }
 

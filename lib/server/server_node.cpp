@@ -10,7 +10,8 @@
 
 namespace mercury::server {
 
-// One port's receiver: the workers behind it, by transport peer index.
+// One port's receiver: the workers behind it, by transport peer index (the
+// control plane's peer of each: a rank, a spare, or a standby's partner).
 // Gradient and init packets arrive one by one (PacketReceiver); control
 // messages whole (MessageReceiver): see transport::Receivers.
 class ServerNode::PortReceiver final : public transport::PacketReceiver,
@@ -104,6 +105,7 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
   open_ports(std::move(ports), workers, now);
   std::vector<node::ControlPeer> peers;
   for (const Address& a : rank_at_) peers.push_back({endpoints_[a.port].get(), a.peer});
+  for (const Address& a : spare_at_) peers.push_back({endpoints_[a.port].get(), a.peer});
   if (config.standby != Standby::kNone) {
     // The partner after the ranks: heartbeats both ways keep the liveness
     // of each in the other's view (docs/durability.md, "A hot standby").
@@ -124,6 +126,18 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
   if (config.checkpoints.enabled) {
     checkpoints_ = std::make_unique<CheckpointSources>();
     checkpoints_->plan.every_versions = config.checkpoints.every_versions;
+  }
+  if (!config.spares.empty()) {
+    std::vector<std::string> names;
+    for (const JobWorker& s : config.spares) names.push_back(s.peer.name);
+    control_->add_spares(
+        std::move(names),
+        static_cast<transport::Tick>(config.spare_grace_s *
+                                     static_cast<double>(config.endpoint.transport.tsc_hz)));
+  }
+  for (uint32_t p = 0; p < control_->peers(); ++p) {
+    const std::optional<uint32_t> rank = control_->rank_of_peer(p);
+    speaks_for_.push_back(rank ? static_cast<uint16_t>(*rank) : kNoRank);
   }
   if (config.resume) control_->resume_at(config.resume->version);
   if (config.wait_for_workers) {
@@ -173,6 +187,14 @@ void ServerNode::check_config(uint32_t workers) const {
         "server: training.on_worker_loss wait needs bsp with chunk aggregation, no standby, one "
         "server node and a worker_wait_s > 0");
   }
+  if (!config_.spares.empty() &&
+      (config_.fanout == Fanout::kEvery || config_.standby != Standby::kNone ||
+       workers + config_.spares.size() > agg::kMaxWorkers || !(config_.spare_grace_s >= 0))) {
+    throw std::invalid_argument(
+        "server: spare workers need an asynchronous sync mode (asp, ssp, psplus), no standby, at "
+        "most " +
+        std::to_string(agg::kMaxWorkers) + " workers with them and a spare_grace_s >= 0");
+  }
   if (config_.standby != Standby::kNone) {
     if (!config_.shard_lcores.empty()) {
       throw std::invalid_argument(
@@ -190,6 +212,7 @@ void ServerNode::open_ports(std::vector<net::PacketPort*> ports,
                             const std::vector<JobWorker>& workers, transport::Tick now) {
   rank_at_.resize(workers.size());
   rank_name_.resize(workers.size());
+  spare_at_.resize(config_.spares.size());
   if (ports.empty()) throw std::invalid_argument("server: the node has no port");
   if (ports.size() > BufferReleases::kMaxPorts) {
     throw std::invalid_argument("server: " + std::to_string(ports.size()) + " ports, at most " +
@@ -206,7 +229,7 @@ void ServerNode::open_ports(std::vector<net::PacketPort*> ports,
     }
     transport::EndpointConfig ec = config_.endpoint;
     ec.peers.clear();
-    std::vector<uint16_t> ranks;
+    std::vector<uint16_t> ranks;  // the control plane's peer of each transport peer
     for (size_t r = 0; r < workers.size(); ++r) {
       if (workers[r].port != p) continue;
       rank_at_[r] = Address{static_cast<uint16_t>(p), static_cast<uint16_t>(ec.peers.size())};
@@ -215,13 +238,19 @@ void ServerNode::open_ports(std::vector<net::PacketPort*> ports,
       ranks.push_back(static_cast<uint16_t>(r));
       ec.peers.push_back(workers[r].peer);
     }
+    PortLeave leave;
+    for (uint16_t r : ranks) leave.ranks |= uint64_t{1} << r;
+    for (size_t s = 0; s < config_.spares.size(); ++s) {
+      if (config_.spares[s].port != p) continue;
+      spare_at_[s] = Address{static_cast<uint16_t>(p), static_cast<uint16_t>(ec.peers.size())};
+      ranks.push_back(static_cast<uint16_t>(workers.size() + s));
+      ec.peers.push_back(config_.spares[s].peer);
+    }
     if (ranks.empty()) {
       throw std::invalid_argument("server: no worker is reached through port " + std::to_string(p));
     }
     flow_.push_back(PortFlow{.workers = static_cast<uint32_t>(ranks.size()),
                              .queues = ports[p]->queue_facts()});
-    PortLeave leave;
-    for (uint16_t r : ranks) leave.ranks |= uint64_t{1} << r;
     leave.detaches = ports[p]->detach_when_peers_leave();
     leaves_.push_back(leave);
     if (p == 0 && config_.standby != Standby::kNone) {
@@ -242,6 +271,13 @@ void ServerNode::open_ports(std::vector<net::PacketPort*> ports,
       throw std::invalid_argument(
           "server: worker " + std::to_string(r) + " (" + workers[r].peer.name + ") is on port " +
           std::to_string(workers[r].port) + ", the node has " + std::to_string(ports.size()));
+    }
+  }
+  for (const JobWorker& s : config_.spares) {
+    if (s.port >= ports.size()) {
+      throw std::invalid_argument("server: spare " + s.peer.name + " is on port " +
+                                  std::to_string(s.port) + ", the node has " +
+                                  std::to_string(ports.size()));
     }
   }
   ports_ = std::move(ports);
@@ -422,12 +458,17 @@ void ServerNode::sync_state_st() {
   any_left_ = control_->left() != 0;
   if (config_.shrink) removed_bsp_ = control_->removed();
   placement_ = control_->placement();
+  // A spare's peer speaks for its rank before the rank's kJoin tasks take
+  // the peer's address.
+  for (const ControlPlane::Takeover& t : control_->take_takeovers_st())
+    take_over_st(t.rank, t.peer);
   if (const auto changes = control_->take_membership_st(); !changes.empty()) {
     change_membership_st(changes);
   }
   if (any_left_) {
     for (PortLeave& l : leaves_) {
-      if (l.detaches && l.state == PortLeave::kPolled && !l.attached_again &&
+      // A port of spares that hold no rank is not done with the job.
+      if (l.detaches && l.state == PortLeave::kPolled && !l.attached_again && l.ranks != 0 &&
           (control_->left() & l.ranks) == l.ranks) {
         l.state = PortLeave::kLeaving;
         l.since = now_;
@@ -453,15 +494,32 @@ void ServerNode::change_membership_st(const std::vector<ControlPlane::Membership
       task_every_shard_st(bsp_joins_.back().tasks, ShardTask::Kind::kLeast, c.rank, 0);
       continue;
     }
+    // Where the rank is reached now: its own node, or the spare that took it.
+    const uint32_t peer = control_->peer_of(c.rank);
+    const Address at = peer < rank_at_.size() ? rank_at_[peer] : spare_at_[peer - rank_at_.size()];
     for (uint32_t slot = 0; slot < shards_.size(); ++slot) {
       removals_.push_back(std::make_unique<ShardTask>());
       ShardTask& t = *removals_.back();
       t.kind = c.joined ? ShardTask::Kind::kJoin : ShardTask::Kind::kRemove;
       t.first = c.rank;
-      t.version = control_->start_version();  // kJoin: the newcomer's first clock
+      t.endpoint = endpoints_[at.port].get();
+      t.peer = at.peer;
       submit_task_st(slot, t);
     }
   }
+}
+
+void ServerNode::take_over_st(uint16_t rank, uint32_t peer) {
+  // The datapath's map, and the ports' ranks (a port whose ranks all left
+  // is detached: the rank is the spare's port's now).
+  for (uint32_t p = 0; p < control_->peers(); ++p) {
+    const std::optional<uint32_t> r = control_->rank_of_peer(p);
+    speaks_for_[p] = r ? static_cast<uint16_t>(*r) : kNoRank;
+  }
+  const uint64_t bit = uint64_t{1} << rank;
+  for (PortLeave& l : leaves_) l.ranks &= ~bit;
+  const Address at = peer < rank_at_.size() ? rank_at_[peer] : spare_at_[peer - rank_at_.size()];
+  leaves_[at.port].ranks |= bit;
 }
 
 void ServerNode::task_every_shard_st(std::vector<std::unique_ptr<ShardTask>>& into,
@@ -592,13 +650,15 @@ int32_t ServerNode::slot_of_st(uint32_t key) {
   return slot;
 }
 
-bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h) {
-  if (rank >= rank_at_.size()) {
+bool ServerNode::admit_st(uint32_t port, uint16_t peer, const wire::HeaderFields& h) {
+  if (peer >= rank_at_.size() && config_.standby != Standby::kNone) {
     // The partner's replicas wait (resent by its transport) until this
     // standby has its shards; after a promotion there is no primary.
     return h.type != wire::PacketType::kAggData ||
            (running_ && config_.standby == Standby::kStandby && !promoted_);
   }
+  const uint16_t rank = rank_of_peer_st(peer);
+  if (rank == kNoRank) return true;  // on_packet_st drops it, counted
   // Only gradients stay in the aggregation path; everything else is judged
   // by on_packet_st (init packets are copied and freed at once).
   if (!running_ || h.type != wire::PacketType::kData) return true;
@@ -620,9 +680,18 @@ bool ServerNode::admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields
   return started_[slot]->others_started(h.block_key, h.offset, rank);
 }
 
-bool ServerNode::on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
+bool ServerNode::on_packet_st(uint32_t port, uint16_t peer, const wire::HeaderFields& h,
                               std::span<const std::byte> payload, net::PacketBuf* buf) {
-  if (rank >= rank_at_.size()) return on_partner_packet_st(h, payload);
+  if (peer >= rank_at_.size() && config_.standby != Standby::kNone) {
+    return on_partner_packet_st(h, payload);
+  }
+  const uint16_t rank = rank_of_peer_st(peer);
+  if (rank == kNoRank) {
+    // A spare that holds no rank, or a rank's node after a spare took the
+    // rank over: no gradient of theirs counts.
+    count(ServerDrop::kNoRank);
+    return false;
+  }
   if (!running_) {
     count(ServerDrop::kNotRunning);
     return false;
@@ -797,6 +866,11 @@ void ServerNode::slow_st(transport::Tick now) {
     sync_state_st();
     send_replies_st();
   }
+  // Server 0 gives the spares that wait the ranks removed for the grace.
+  if (running_ && !config_.spares.empty() && control_->check_spares_st(now_)) {
+    sync_state_st();
+    send_replies_st();
+  }
   // A rank that left stops polling once its leave is acknowledged: nothing
   // more is sent to it, so nothing waits for its acknowledgement.
   if (running_) {
@@ -805,11 +879,11 @@ void ServerNode::slow_st(transport::Tick now) {
 }
 
 void ServerNode::handle_restarts_st() {
-  // Lowest rank first; each one's answers are queued before the next.
+  // Lowest peer first; each one's answers are queued before the next.
   while (restarted_ != 0) {
-    const auto rank = static_cast<uint16_t>(std::countr_zero(restarted_));
+    const auto peer = static_cast<uint32_t>(std::countr_zero(restarted_));
     restarted_ &= restarted_ - 1;
-    control_->on_worker_restarted_st(rank, now_);
+    control_->on_peer_restarted_st(peer, now_);
   }
   sync_state_st();
   send_replies_st();
@@ -820,14 +894,15 @@ void ServerNode::check_liveness_st() {
   const std::optional<uint32_t> lost =
       control_channel_->lost_st([this](uint32_t rank) { return active_st(rank); });
   if (!lost) return;
-  if (*lost >= rank_at_.size()) {
+  if (*lost >= rank_at_.size() && config_.standby != Standby::kNone) {
     on_partner_lost_st();
     return;
   }
   // Under BSP every other rank waits for this one's gradients: the control
   // plane ends the job for all of them, with the reason. An asynchronous
-  // job, or a BSP job that shrinks, goes on without it (docs/membership.md).
-  control_->on_worker_lost_st(static_cast<uint16_t>(*lost), now_);
+  // job, or a BSP job that shrinks, goes on without it (docs/membership.md);
+  // a spare that waits is forgotten.
+  control_->on_peer_lost_st(*lost, now_);
   sync_state_st();
   send_replies_st();
 }
@@ -911,14 +986,14 @@ int ServerNode::shard_lcore(uint32_t global_id) const {
 
 // ---- control messages -----------------------------------------------------
 
-void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
+void ServerNode::on_control_st(uint32_t peer, agg::ControlMessage&& m) {
   MERCURY_OWNED(owner_);
   // What arrived is acknowledged before the message is handled, in order
   // with the packets around it: the job's start builds the shards on this
   // core for a few hundred milliseconds, and the workers would resend
   // declarations whose ACK waited for the ACK delay meanwhile.
   for (auto& e : endpoints_) e->flush_acks_st(now_);
-  if (rank >= rank_at_.size()) {
+  if (peer >= rank_at_.size() && config_.standby != Standby::kNone) {
     // The other node of a standby pair sends heartbeats only, from the
     // job's first data on: heartbeat it too.
     if (m.kind != agg::ControlKind::kHeartbeat) count(ServerDrop::kBadControl);
@@ -929,19 +1004,29 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
   // new process's, and its declare must find the old one out of the job
   // (else the restart, handled after the pass, would remove the rank it
   // joined).
-  if (rank < 64 && (restarted_ >> rank & 1) != 0) handle_restarts_st();
+  if (peer < 64 && (restarted_ >> peer & 1) != 0) handle_restarts_st();
   if (m.kind == agg::ControlKind::kRollback) {  // server_node_rollback.cpp
-    on_rollback_st(static_cast<uint16_t>(rank), m);
+    const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
+    if (rank == kNoRank) {
+      count(ServerDrop::kNoRank);
+      return;
+    }
+    on_rollback_st(rank, m);
     return;
   }
   if (JobState::handles(m.kind)) {
     // Settings and the job's state: the shards' work (job_state.h).
-    job_state_->on_message_st(static_cast<uint16_t>(rank), std::move(m));
+    const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
+    if (rank == kNoRank) {
+      count(ServerDrop::kNoRank);
+      return;
+    }
+    job_state_->on_message_st(rank, std::move(m));
     poll_job_state_st();
     return;
   }
   const bool was_running = running_;
-  switch (control_->on_message_st(static_cast<uint16_t>(rank), std::move(m), now_)) {
+  switch (control_->on_peer_message_st(peer, std::move(m), now_)) {
     case ControlVerdict::kTaken:
       break;
     case ControlVerdict::kWrongRank:
@@ -952,6 +1037,9 @@ void ServerNode::on_control_st(uint32_t rank, agg::ControlMessage&& m) {
       break;
     case ControlVerdict::kBadControl:
       count(ServerDrop::kBadControl);
+      break;
+    case ControlVerdict::kNoRank:
+      count(ServerDrop::kNoRank);
       break;
   }
   sync_state_st();
@@ -981,7 +1069,10 @@ void ServerNode::poll_job_state_st() {
   std::string refusal;
   job_state_->poll_st(replies, refusal);
   for (ControlReply& r : replies) {
-    if (!control_channel_->send_st(r.rank, r.message)) job_state_unsent_.push_back(std::move(r));
+    // Its answers name ranks; a rank a spare took over is the spare's peer.
+    if (!control_channel_->send_st(control_->peer_of(r.rank), r.message)) {
+      job_state_unsent_.push_back(std::move(r));
+    }
   }
   if (!refusal.empty()) {
     control_->refuse_st(std::move(refusal), now_);
@@ -1043,7 +1134,7 @@ void ServerNode::promote_st() {
   m.version = version;
   m.text = "the standby of " + config_.partner.name + " took over";
   for (uint32_t r = 0; r < rank_at_.size(); ++r) {
-    if (!control_->gone(r)) control_channel_->send_st(r, m);
+    if (!control_->gone(r)) control_channel_->send_st(control_->peer_of(r), m);
   }
   notices_.push_back("promoted: " + config_.partner.name +
                      " lost, serving its shards from version " + std::to_string(version));

@@ -21,7 +21,12 @@
 // Ranks. A worker's rank is its index in the job's worker list; the node
 // maps (port, transport peer) to it, so several workers may sit behind one
 // port (one endpoint with several peers, e.g. a bridge) and a worker per
-// port works as well.
+// port works as well. Spare workers (ServerNodeConfig::spares, asynchronous
+// jobs) are transport peers after the ranks, the control plane's peers
+// workers()..: a spare holds no rank until one is given to it
+// (ControlPlane, "Spare workers"); then its peer speaks for that rank
+// (packets, control messages, the shards' fan-out) and the rank's own node
+// for none (its packets dropped, counted kNoRank).
 //
 // Threads. Everything ending in _st, and the control plane, belong to the
 // net core whose loop runs the node's pollers (asserted: base/owner.h).
@@ -129,6 +134,12 @@ struct ServerNodeConfig {
   /// more than one server node or shrink.
   bool wait_for_workers = false;
   double worker_wait_s = 60;
+  /// Spare workers (asynchronous modes; docs/membership.md, "Spare
+  /// workers"): each a transport peer of its port after the ranks there,
+  /// taken in for a rank removed for spare_grace_s. Construction refuses
+  /// them under bsp or with a standby.
+  std::vector<JobWorker> spares;
+  double spare_grace_s = 2;
   /// Asynchronous modes: snapshot chunks per shard (Shard); 0 = two per chunk.
   uint64_t snapshots = 0;
   /// training.aggregation: 0 sends each updated chunk at once (chunk);
@@ -411,8 +422,8 @@ class ServerNode final : private node::ControlChannel::Handler {
   void slow_st(transport::Tick now);
 
   // Datapath (net core).
-  bool admit_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h);
-  bool on_packet_st(uint32_t port, uint16_t rank, const wire::HeaderFields& h,
+  bool admit_st(uint32_t port, uint16_t peer, const wire::HeaderFields& h);
+  bool on_packet_st(uint32_t port, uint16_t peer, const wire::HeaderFields& h,
                     std::span<const std::byte> payload, net::PacketBuf* buf);
   void derive_flow_limit_st(uint32_t port, net::PacketBuf* buf);
   // The index in shards_ of the shard owning block `key`, or -1 (counted
@@ -433,16 +444,29 @@ class ServerNode final : private node::ControlChannel::Handler {
   // noted here on the datapath (a bit, nothing else), handed to the control
   // plane by handle_restarts_st() after the endpoints' pass, or before the
   // next control message, whichever comes first.
-  void on_worker_restarted_st(uint16_t rank) {
-    if (rank < rank_at_.size()) restarted_ |= uint64_t{1} << rank;
+  void on_worker_restarted_st(uint16_t peer) {
+    if (peer < control_->peers()) restarted_ |= uint64_t{1} << peer;
   }
   // A hot standby (docs/durability.md): the other node of the pair is the
   // control channel's peer after the ranks, `partner_rank()`, reached
   // through port 0 as transport peer partner_peer_.
   [[nodiscard]] uint32_t partner_rank() const { return static_cast<uint32_t>(rank_at_.size()); }
-  [[nodiscard]] bool active_st(uint32_t rank) const {
-    return rank >= rank_at_.size() ? partner_alive_ && pair_started_ : control_->in_job(rank);
+  // Peer `peer` of the control plane (a rank's, a spare's, or the partner):
+  // sent heartbeats and judged by liveness.
+  [[nodiscard]] bool active_st(uint32_t peer) const {
+    if (peer >= rank_at_.size() && config_.standby != Standby::kNone) {
+      return partner_alive_ && pair_started_;
+    }
+    const std::optional<uint32_t> rank = control_->rank_of_peer(peer);
+    return rank ? control_->in_job(*rank) : control_->spare_waits(peer);
   }
+  // The rank control-plane peer `peer` speaks for now (kNoRank: none).
+  static constexpr uint16_t kNoRank = UINT16_MAX;
+  [[nodiscard]] uint16_t rank_of_peer_st(uint16_t peer) const {
+    return peer < speaks_for_.size() ? speaks_for_[peer] : kNoRank;
+  }
+  // A spare took rank `rank` over: its peer `peer` speaks for it.
+  void take_over_st(uint16_t rank, uint32_t peer);
   bool on_partner_packet_st(const wire::HeaderFields& h, std::span<const std::byte> payload);
   void on_partner_lost_st();
   void promote_st();
@@ -482,15 +506,23 @@ class ServerNode final : private node::ControlChannel::Handler {
   const agg::Placement* placement_ = nullptr;
   // A push came after a leave: rank + 1 (0: none), ended by the control poller.
   uint32_t push_after_leave_ = 0;
-  uint64_t restarted_ = 0;  // bit r: rank r restarted, not yet handed to the control plane
-  static_assert(agg::kMaxWorkers <= 64, "restarted_ holds a bit per rank");
+  // Bit p: control-plane peer p (a rank's or a spare's) restarted, not yet
+  // handed to the control plane.
+  uint64_t restarted_ = 0;
+  static_assert(agg::kMaxWorkers <= 64, "restarted_ holds a bit per peer, spares included");
+  // Per control-plane peer, the rank it speaks for (kNoRank: a spare that
+  // waits, or a rank's node after a spare took the rank): what the
+  // datapath reads per packet (ControlPlane::rank_of_peer, after every
+  // takeover).
+  std::vector<uint16_t> speaks_for_;
 
   std::vector<net::PacketPort*> ports_;
   const net::BufferOps* buffers_ = nullptr;  // the ports' (all of one kind)
   std::vector<std::unique_ptr<PortReceiver>> receivers_;
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;
   std::optional<node::ControlChannel> control_channel_;  // after the endpoints it sends through
-  std::vector<Address> rank_at_;                         // rank -> (port, peer)
+  std::vector<Address> rank_at_;                         // rank -> (port, peer), as started
+  std::vector<Address> spare_at_;                        // spare -> (port, peer)
   std::vector<std::string> rank_name_;                   // rank -> peer name
   std::vector<std::unique_ptr<ShardCore>> cores_;        // before the shards: stopped first
   std::vector<std::unique_ptr<Shard>> shards_;           // after the endpoints they send through

@@ -487,11 +487,12 @@ void Shard::remove_rank_st(uint16_t rank) {
   }
 }
 
-void Shard::join_rank_st(uint16_t rank, uint32_t start) {
+void Shard::join_rank_st(uint16_t rank, FanOut to) {
   MERCURY_OWNED(owner_);
   if (rule_ == Fanout::kEvery || rank >= fanout_.size() || (live_ >> rank & 1) != 0) return;
   live_ |= uint64_t{1} << rank;
-  table_->join_rank(rank, start);
+  if (to.endpoint != nullptr) fanout_[rank] = to;
+  table_->join_rank(rank);
   if (rule_ == Fanout::kSlowest) ssp_.admit(rank);
   // Its first pull: every chunk's newest version, owed as psplus's eager
   // copies are (its ring was emptied when it was removed), so the answers

@@ -196,13 +196,15 @@ class Shard final : public agg::ChunkSink {
   /// counts). Control path: a scan of the shard's chunks.
   void remove_rank_st(uint16_t rank);
   /// A new process of removed rank `rank` joined the job (docs/membership.md;
-  /// asynchronous modes, through a kJoin task): it is sent updates again,
-  /// its clocks count from `start` (agg::ChunkTable::join_rank), and it is
-  /// owed every chunk's newest version (counted in join_owed), sent as
+  /// asynchronous modes, through a kJoin task), reached at `to` (its own
+  /// node, or a spare that took the rank over): it is sent updates again,
+  /// its clock of each chunk is the slowest clock of the ranks in the job
+  /// (agg::ChunkTable::join_rank), and it is owed every chunk's newest
+  /// version (counted in join_owed), sent as
   /// psplus's eager copies are: at the lowest priority level, within the
   /// eager window, after the answers the other ranks wait for. Nothing
   /// happens under BSP or for a rank that is in the job. Control path.
-  void join_rank_st(uint16_t rank, uint32_t start);
+  void join_rank_st(uint16_t rank, FanOut to);
 
   // ---- BSP, training.on_worker_loss wait (docs/membership.md) ----
   /// Control path, before the shard runs: every update's bytes (in the

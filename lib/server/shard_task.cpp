@@ -41,7 +41,7 @@ void Shard::run_task_st(ShardTask& task) {
       remove_rank_st(static_cast<uint16_t>(task.first));
       break;
     case ShardTask::Kind::kJoin:
-      join_rank_st(static_cast<uint16_t>(task.first), task.version);
+      join_rank_st(static_cast<uint16_t>(task.first), FanOut{task.endpoint, task.peer});
       break;
     case ShardTask::Kind::kSuspend:
       suspend_rank_st(static_cast<uint16_t>(task.first));

@@ -26,6 +26,10 @@
 #include "agg/optimizer.h"
 #include "agg/shard_state.h"
 
+namespace mercury::transport {
+class Endpoint;
+}
+
 namespace mercury::server {
 
 struct ShardTask {
@@ -35,7 +39,7 @@ struct ShardTask {
     kRestore,   ///< `records` restored, every chunk at version `version`
     kCheck,     ///< how many chunks have no values yet (into `next`)
     kRemove,    ///< rank `first` left the job (docs/membership.md): Shard::remove_rank_st
-    kJoin,      ///< rank `first` joined it, clocks from `version`: Shard::join_rank_st
+    kJoin,      ///< rank `first` joined it: Shard::join_rank_st
     // BSP, training.on_worker_loss wait (docs/membership.md):
     kSuspend,  ///< rank `first` is lost and waited for: Shard::suspend_rank_st
     kLeast,    ///< the least version of the shard's chunks (into `next`)
@@ -46,13 +50,16 @@ struct ShardTask {
   };
   Kind kind = Kind::kSettings;
   uint64_t job = 0;  ///< the placement fingerprint (the records')
-  /// kSettings: the first version to use them; kRestore: the job's; kJoin:
-  /// the job's start version (the joining rank's first clock); kRewind,
+  /// kSettings: the first version to use them; kRestore: the job's; kRewind,
   /// kRollBack: the version rolled back to
   uint32_t version = 0;
   agg::Hyperparameters values;
   uint64_t first = 0;
   std::vector<agg::RecordRef> records;  ///< into bytes the net core keeps until `done`
+  /// kJoin: where the rank is reached now (its own node, or the spare that
+  /// took it over: docs/membership.md, "Spare workers").
+  transport::Endpoint* endpoint = nullptr;
+  uint16_t peer = 0;
 
   // Results.
   std::string error;             ///< "" when it went well

@@ -99,20 +99,23 @@ uint32_t NetCore::poll_st(transport::Tick now) {
         // The version every tensor holds now: the trainer side counts its
         // pushes from it (release: the handle's completion). A process that
         // joined a running asynchronous job holds each tensor's newest
-        // version (the least over its chunks), its pushes counted from the
-        // job's start all the same (the servers take its clocks from there);
-        // one that joined a BSP job (on_worker_loss wait) holds the version
-        // of the iteration in progress, kJoined's, and counts from it.
-        stats_.start_version.store(start_version_, std::memory_order_relaxed);
-        uint32_t joined_at = UINT32_MAX;
+        // version (the least over its chunks) and counts its pushes from the
+        // clock the servers took it in at: the slowest rank's, which its
+        // first pull's packets carry (the largest over the chunks, so that
+        // no push of it is a replay of any). So SSP's bound compares its
+        // clocks with the others' as they are, and the trainer goes on
+        // from that step (docs/membership.md, "Joining"). One that joined a
+        // BSP job (on_worker_loss wait) holds the version of the iteration
+        // in progress, kJoined's, and counts from it.
+        first_clock_ = joining_ && async() ? pulls_->most_slowest_st() : start_version_;
+        stats_.start_version.store(first_clock_, std::memory_order_relaxed);
         for (TensorId t = 0; t < table_.tensors(); ++t) {
           const uint32_t holds = joining_ && async() ? pulls_->least_version_st(t) : start_version_;
-          joined_at = std::min(joined_at, holds);
           stats_.delivered[t].store(holds, std::memory_order_relaxed);
           base_[t] = holds;
         }
         if (joining_) {
-          stats_.joined_version.store(joined_at, std::memory_order_relaxed);
+          stats_.joined_version.store(first_clock_, std::memory_order_relaxed);
           stats_.barrier_base.store(barrier_base_, std::memory_order_relaxed);
           stats_.joined.store(true, std::memory_order_relaxed);
         }
@@ -325,6 +328,17 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
   declare.version = resume_ ? resume_->version : 0;
   phase_ = Phase::kDeclaring;
   start_deadline_ = now + config_.start_timeout_ms * (config_.endpoint.transport.tsc_hz / 1000);
+  if (config_.spare) {
+    // A spare announces itself to server 0 alone and waits, as long as the
+    // job runs, for a rank (on_ready_st) or its release.
+    declare.rank = agg::kSpareRank;
+    spare_waits_ = true;
+    if (!control_->send_st(0, declare)) {
+      fail_start_st("start: the announcement to " + server_name(0) +
+                    " could not be queued (endpoint full)");
+    }
+    return;
+  }
   for (uint16_t p = 0; p < endpoint_->num_peers(); ++p) {
     if (!control_->send_st(p, declare)) {
       fail_start_st("start: the declarations to " + server_name(p) +
@@ -386,7 +400,8 @@ void NetCore::fail_pending_st(const std::string& why) {
 void NetCore::slow_st(transport::Tick now) {
   MERCURY_OWNED(owner_);
   if (stopped_) return;
-  if ((phase_ == Phase::kDeclaring || phase_ == Phase::kInitialising) && now > start_deadline_) {
+  if ((phase_ == Phase::kDeclaring || phase_ == Phase::kInitialising) && now > start_deadline_ &&
+      !spare_waits_) {
     const std::string within = " within " + std::to_string(config_.start_timeout_ms) + " ms";
     if (phase_ == Phase::kDeclaring) {
       std::string who;
@@ -443,6 +458,10 @@ void NetCore::slow_st(transport::Tick now) {
   // nothing else is outstanding.
   if (broken_.empty() && (phase_ == Phase::kInitialising || phase_ == Phase::kRunning)) {
     control_->heartbeat_st(now, every);
+  } else if (broken_.empty() && spare_waits_) {
+    // A spare that waits hears from server 0 alone: a server 0 that died
+    // is named, and its start fails, instead of waiting for ever.
+    control_->heartbeat_st(now, [](uint32_t p) { return p == 0; });
   }
   if (now >= port_stats_at_) {
     port_stats_at_ = now + config_.endpoint.transport.tsc_hz * kPortStatsMs / 1000;

@@ -82,6 +82,11 @@ struct ServerSpec {
 
 struct NetCoreConfig {
   uint32_t rank = 0;
+  /// A spare worker (`spare: true`; docs/membership.md, "Spare workers"):
+  /// no rank at the start. start() announces it to server 0 and waits,
+  /// without start_timeout_ms, until server 0 gives it a removed rank (it
+  /// then joins as that rank) or the job's end releases it.
+  bool spare = false;
   uint32_t workers = 1;
   std::vector<ServerSpec> servers;     ///< job-file order
   uint32_t chunk_bytes = 0;            ///< payload bytes per packet (the job's MTU)
@@ -207,15 +212,23 @@ struct PublishedStats {
   /// chunks that made it are fenced. Set like `delivered`.
   std::unique_ptr<std::atomic<uint32_t>[]> in_place;
   /// The version the job started at (kReady's: 0, or a resumed state's),
-  /// stored before the start's handle completes.
+  /// or for a process that joined a running asynchronous job the clock it
+  /// joined at, which its pushes count from; stored before the start's
+  /// handle completes.
   std::atomic<uint32_t> start_version{0};
   /// This process joined a running job (docs/membership.md, "Joining"): the
-  /// version it joined at, the least over every chunk of every tensor once
-  /// its first pull was whole, and the first barrier generation it takes
-  /// part in; stored with start_version, before the start's handle completes.
+  /// step it joined at (asynchronous: the slowest rank's clock, which its
+  /// first pull's packets carry; bsp: the iteration in progress) and the
+  /// first barrier generation it takes part in; stored with start_version,
+  /// before the start's handle completes.
   std::atomic<bool> joined{false};
   std::atomic<uint32_t> joined_version{0};
   std::atomic<uint64_t> barrier_base{0};
+  /// A spare worker (docs/membership.md, "Spare workers"): the rank it took
+  /// over, stored before the start's handle completes; or released: the
+  /// job ended without needing it (its start fails with the reason).
+  std::atomic<uint32_t> rank{0};
+  std::atomic<bool> released{false};
   /// Rollbacks done (a lost server came back, docs/worker.md "A lost
   /// server") and the version of the latest, stored (release, after the
   /// version) before the roll_back requests waiting for it complete.
@@ -483,6 +496,10 @@ class NetCore final : public transport::PacketReceiver,
   uint64_t next_sequence_ = 1;
   uint32_t start_version_ = 0;  // kReady's
   uint32_t next_push_ = 0;      // BSP: the iteration of the next push (the settings' version)
+  // The clock of this process's first push: the job's start version, or the
+  // clock a running asynchronous job took it in at (its pushes' answers
+  // count from there).
+  uint32_t first_clock_ = 0;
   std::shared_ptr<const Resume> resume_;  // rank 0's, while it is sent
   std::vector<uint32_t> seed_next_;       // per server: its next page
   uint64_t seed_sequence_ = 0;
@@ -576,6 +593,8 @@ class NetCore final : public transport::PacketReceiver,
   // chunk's newest version; the barrier generation it counts from (server 0's).
   bool joining_ = false;
   uint64_t barrier_base_ = 0;
+  // A spare that announced itself to server 0 and holds no rank yet.
+  bool spare_waits_ = false;
 };
 
 }  // namespace mercury::worker

@@ -17,6 +17,30 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
   }
   if (phase_ != Phase::kDeclaring || server >= ready_.size()) return;
   const bool joins = m.kind == agg::ControlKind::kJoined;
+  if (spare_waits_) {
+    // A spare: server 0 gave it a removed rank (docs/membership.md, "Spare
+    // workers"). It is that rank from now on, joins the running job as a
+    // restarted process does, and declares it to the other servers.
+    if (server != 0 || !joins || m.rank >= config_.workers) {
+      ++control_malformed_;
+      return;
+    }
+    spare_waits_ = false;
+    config_.rank = m.rank;
+    stats_.rank.store(m.rank, std::memory_order_relaxed);  // the start's completion releases it
+    start_deadline_ = now_ + config_.start_timeout_ms * (config_.endpoint.transport.tsc_hz / 1000);
+    agg::ControlMessage declare;
+    declare.kind = agg::ControlKind::kDeclare;
+    declare.rank = config_.rank;
+    declare.tensors = table_.declarations();
+    for (uint16_t p = 1; p < endpoint_->num_peers(); ++p) {
+      if (!control_->send_st(p, declare)) {
+        fail_start_st("start: the declarations to " + server_name(p) +
+                      " could not be queued (endpoint full)");
+        return;
+      }
+    }
+  }
   const bool any = std::find(ready_.begin(), ready_.end(), true) != ready_.end();
   if (any && joins != joining_) {
     fail_start_st("start: " + server_name(server) +
@@ -148,6 +172,17 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
     case agg::ControlKind::kWorkerGone:
     case agg::ControlKind::kWorkerJoined:
       on_membership_st(peer, m);
+      break;
+    case agg::ControlKind::kReleased:
+      if (!spare_waits_ || peer != 0) {
+        ++control_malformed_;
+        break;
+      }
+      // The job ended without needing this spare: its start fails with the
+      // reason, marked as a release (Worker::start throws SpareReleased).
+      spare_waits_ = false;
+      stats_.released.store(true, std::memory_order_relaxed);  // before the handle fails
+      fail_start_st(server_name(peer) + " released this spare: " + m.text);
       break;
     default:
       ++control_malformed_;  // a worker is never sent declarations or barriers

@@ -25,7 +25,8 @@ bool NetCore::push_ready_st(const PendingPush& p) const {
   // previous push was applied (its answers are in), so the servers see one
   // push per rank and chunk at a time, in clock order.
   return version_in_st(p.tensor, 0) &&
-         pulls_->answers_st(p.tensor) >= uint64_t{p.iteration} * pulls_->chunks_st(p.tensor);
+         pulls_->answers_st(p.tensor) >=
+             uint64_t{p.iteration - first_clock_} * pulls_->chunks_st(p.tensor);
 }
 
 // ---------------------------------------------------------------------------
@@ -195,7 +196,7 @@ NetCore::PendingPull NetCore::pull_of(const Request& r, std::optional<Handle> pu
   if (r.has_min) p.min_stamp = r.min_version + 1;
   if (config_.sync != config::Sync::kPsPlus) {
     // ASP and SSP: the worker reads its own writes (every push applied).
-    p.answers = uint64_t{r.version} * pulls_->chunks_st(r.tensor);
+    p.answers = uint64_t{r.version - first_clock_} * pulls_->chunks_st(r.tensor);
   }
   if (config_.sync == config::Sync::kSsp && r.version > config_.staleness_bound) {
     // About to compute its iteration `r.version`: the slowest worker must

@@ -60,6 +60,7 @@
 // with window 2: about 20 KB of bitmaps.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -148,6 +149,12 @@ class PullTracker {
   [[nodiscard]] uint32_t least_slowest_st(TensorId tensor) const {
     MERCURY_OWNED(owner_);
     return async_[tensor].slowest.least;
+  }
+  /// Asynchronous: the largest slowest clock heard of any chunk of any
+  /// tensor (a scan: control path).
+  [[nodiscard]] uint32_t most_slowest_st() const {
+    MERCURY_OWNED(owner_);
+    return slowest_.empty() ? 0 : *std::max_element(slowest_.begin(), slowest_.end());
   }
   /// Asynchronous: the staleness of a push of `tensor` whose gradient came
   /// from version `base`, as this worker sees it when the push goes: the

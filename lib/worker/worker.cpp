@@ -252,7 +252,9 @@ NetCoreConfig net_core_config(const config::JobConfig& job, std::string_view nod
     throw WorkerError(e.what());
   }
   NetCoreConfig c;
-  c.rank = me->rank;
+  // A spare has no rank until server 0 gives it one (NetCoreConfig::spare).
+  c.rank = me->spare ? UINT32_MAX : me->rank;
+  c.spare = me->spare;
   c.idle.mode = me->poll;
   c.optimizer = std::string(config::to_string(job.training.optimizer));
   c.sync = job.training.sync;
@@ -469,7 +471,10 @@ void Worker::start() {
   if (i.started.load(std::memory_order_acquire)) return;
   const Handle h = start_async();
   if (!h.ready()) i.check_may_block("start");
-  if (!h.wait()) throw WorkerError(i.failure(h));
+  if (!h.wait()) {
+    if (i.stats.released.load(std::memory_order_relaxed)) throw SpareReleased(i.failure(h));
+    throw WorkerError(i.failure(h));
+  }
   // The links are up and the initial pull has gone through the server's
   // direction: the pushes' direction of a memif link is still unfaulted
   // shared memory, which the first push would fault in page by page
@@ -768,7 +773,15 @@ Key Worker::key(std::string_view name) const {
   return impl_->table.find(name);
 }
 
-uint32_t Worker::rank() const { return impl_->core.rank; }
+uint32_t Worker::rank() const {
+  const Impl& i = *impl_;
+  if (!i.core.spare) return i.core.rank;
+  if (!i.started.load(std::memory_order_acquire)) {
+    throw UsageError("rank: this worker is a spare; it has a rank once start() returned");
+  }
+  return i.stats.rank.load(std::memory_order_relaxed);  // stored before the start completed
+}
+bool Worker::spare() const { return impl_->core.spare; }
 uint32_t Worker::workers() const { return impl_->core.workers; }
 uint32_t Worker::tensors() const { return impl_->table.size(); }
 std::string_view Worker::optimizer() const { return impl_->core.optimizer; }

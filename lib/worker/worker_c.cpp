@@ -50,6 +50,8 @@ int guarded(Fn&& fn) {
     return MERCURY_OK;
   } catch (const UsageError& e) {
     return fail(MERCURY_E_USAGE, e.what());
+  } catch (const mercury::worker::SpareReleased& e) {
+    return fail(MERCURY_E_RELEASED, e.what());
   } catch (const WorkerError& e) {
     return fail(MERCURY_E_WORKER, e.what());
   } catch (const std::exception& e) {
@@ -364,7 +366,16 @@ int mercury_worker_key(mercury_worker* w, const char* name, uint32_t* key_out) {
   return guarded([&] { *key_out = w->worker.key(name); });
 }
 
-uint32_t mercury_worker_rank(const mercury_worker* w) { return w ? w->worker.rank() : 0; }
+uint32_t mercury_worker_rank(const mercury_worker* w) {
+  if (w == nullptr) return 0;
+  // A spare before start() has none (Worker::rank throws): UINT32_MAX.
+  if (w->worker.spare() && !w->worker.started()) return UINT32_MAX;
+  return w->worker.rank();
+}
+
+int mercury_worker_spare(const mercury_worker* w) {
+  return w != nullptr && w->worker.spare() ? 1 : 0;
+}
 uint32_t mercury_worker_workers(const mercury_worker* w) { return w ? w->worker.workers() : 0; }
 
 int mercury_worker_timeline_span(mercury_worker* w, const char* name, const char* track,

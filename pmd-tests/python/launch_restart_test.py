@@ -44,7 +44,7 @@ class LaunchRestarts(unittest.TestCase):
             self.assertIn("w2 (restart 1): start failed: ", out)
             self.assertIn("cannot join the running job: its tensor list differs from the "
                           "job's", out)
-            self.assertIn("w2 (restart 2): joined the running job at version", out)
+            self.assertIn("w2 (restart 2): joined the running job at step", out)
             self.assertIn("worker w2 (rank 2) joined the running job (a new process): it goes "
                           "on with 4 ranks", out)
             for rank in (0, 1, 3):

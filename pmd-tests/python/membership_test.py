@@ -19,6 +19,7 @@ record; the figure, and their pace afterwards, are benchmarks/membership/survivo
 Usage: membership_test.py BUILD_DIR [MODE ...]
 """
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -76,11 +77,12 @@ def job_file(tmp, mode, timeout_ms=None):
     return path
 
 
-def run(tmp, mode, epochs=EPOCHS, kill_step=KILL_STEP, extra=(), timeout_ms=None):
-    """train_digits with rank KILLED killed at kill_step; (status, output, losses dir)."""
+def run(tmp, mode, epochs=EPOCHS, kill_step=KILL_STEP, extra=(), timeout_ms=None, job=None):
+    """train_digits with rank KILLED killed at kill_step, on `job` (default: job_file's);
+    (status, output, losses dir)."""
     losses = os.path.join(tmp, mode)
     r = subprocess.run([sys.executable, digits_test.SCRIPT, "--job",
-                        job_file(tmp, mode, timeout_ms),
+                        job or job_file(tmp, mode, timeout_ms),
                         "--epochs", str(epochs), "--losses", losses, "--build", BUILD,
                         "--kill", f"{KILLED},{kill_step}", "--compute-ms", str(COMPUTE_MS),
                         "--target", str(TARGET_OTHERS), *extra],
@@ -112,7 +114,51 @@ def survivors_loss(losses, survivors):
     return worst
 
 
-class LostWorker(unittest.TestCase):
+class EveryMode:
+    """One test per asynchronous mode, each the class's check(mode)."""
+
+    def test_asp(self):
+        self.check("asp")
+
+    def test_ssp(self):
+        self.check("ssp")
+
+    def test_psplus(self):
+        self.check("psplus")
+
+
+def check_joined(test, out, losses, node):
+    """A process `node` joined the running job for rank KILLED: it says so and goes on from
+    the step it joined at (the slowest rank's: at least those before the kill, less the
+    steps a rank may lag by) to the end of the epochs, and the other ranks trained every
+    step. Returns that step."""
+    joined = re.search(rf"{node}: joined the running job at version (\d+): going on from "
+                       r"step (\d+)", out)
+    test.assertIsNotNone(joined, out)
+    version, step = int(joined.group(1)), int(joined.group(2))
+    test.assertGreaterEqual(version, KILL_STEP - 2, out)
+    test.assertEqual(step, version, out)
+    total = EPOCHS * STEPS_PER_EPOCH
+    curve = np.loadtxt(os.path.join(losses, f"{node}.txt"))
+    test.assertEqual(len(curve), total - step, out)
+    for r in range(4):
+        if r != KILLED:
+            curve = np.loadtxt(os.path.join(losses, f"w{r}.txt"))
+            test.assertEqual(len(curve), total, f"w{r}\n{out}")
+    return step
+
+
+def main(case):
+    """Runs the tests of class `case` of the calling script (__main__): BUILD_DIR [NAME ...],
+    each NAME a mode, or what follows a test's "test_"."""
+    global BUILD
+    BUILD = os.path.abspath(sys.argv[1])
+    digits_test.BUILD = BUILD
+    names = [f"{case}.test_{m}" for m in sys.argv[2:]]
+    unittest.main(module="__main__", argv=[sys.argv[0], *names], verbosity=2)
+
+
+class LostWorker(EveryMode, unittest.TestCase):
     modes = list(MODES)
 
     def check(self, mode):
@@ -138,18 +184,6 @@ class LostWorker(unittest.TestCase):
                   file=sys.stderr)
             self.assertLess(lost, BOUND_S, out)
 
-    def test_asp(self):
-        self.check("asp")
-
-    def test_ssp(self):
-        self.check("ssp")
-
-    def test_psplus(self):
-        self.check("psplus")
-
 
 if __name__ == "__main__":
-    BUILD = os.path.abspath(sys.argv[1])
-    digits_test.BUILD = BUILD
-    names = [f"LostWorker.test_{m}" for m in sys.argv[2:]]
-    unittest.main(argv=[sys.argv[0], *names], verbosity=2)
+    main("LostWorker")

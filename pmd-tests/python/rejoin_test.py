@@ -1,13 +1,14 @@
 #!/usr/bin/python3
 """A restarted worker joins a running asynchronous job (docs/membership.md, "Joining"):
 the digits CNN (apps/train-digits) trained by 4 worker processes and ps-server over
-net_memif under asp and psplus, rank 2 killed (SIGKILL) right after the backward pass
+net_memif under asp, ssp and psplus, rank 2 killed (SIGKILL) right after the backward pass
 of its step KILL_STEP, and started again by the launcher (--max-restarts 1).
 
 Per mode, checked: the launcher says it started w2 again; the new process joins the
-running job at a version no older than what the four ranks' steps before the kill made
-(its first pull is every chunk's newest version, not version 0), and goes on from the
-step that version stands for, to the end of its epochs; the job finishes with 4 ranks
+running job at the step the slowest rank had reached, no earlier than the kill's (its
+first pull is every chunk's newest version, not version 0), and goes on from that step
+to the end of its epochs, so that every rank ends at the same step (under ssp a rank
+that ended more than the bound apart from the others would hold them for ever); the job finishes with 4 ranks
 (every process's status 0, the server's 0) and rank 0's final test accuracy reaches the
 digits job's target; the server names the removal and the join and counts one of each in
 its closing line, and rank 0 counts one worker joined.
@@ -15,22 +16,15 @@ its closing line, and rank 0 counts one worker joined.
 Usage: rejoin_test.py BUILD_DIR [MODE ...]
 """
 import os
-import re
 import sys
 import tempfile
 import unittest
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import digits_test  # noqa: E402
 import membership_test as lost  # noqa: E402  (its job files, run() and constants)
 
-MODES = ["asp", "psplus"]
-
-
-class RestartedWorker(unittest.TestCase):
+class RestartedWorker(lost.EveryMode, unittest.TestCase):
     def check(self, mode):
         with tempfile.TemporaryDirectory() as tmp:
             rc, out, losses = lost.run(tmp, mode, extra=("--max-restarts", "1"))
@@ -39,21 +33,7 @@ class RestartedWorker(unittest.TestCase):
             w = f"w{lost.KILLED}"
             self.assertIn(f"launch: {w} exited with status -9; starting it again "
                           "(restart 1 of 1)", out)
-            joined = re.search(rf"{w}: joined the running job at version (\d+): going on from "
-                               r"step (\d+)", out)
-            self.assertIsNotNone(joined, out)
-            version, step = int(joined.group(1)), int(joined.group(2))
-            # Every chunk had at least one update per rank and step before the kill (each
-            # rank's step pushes every tensor once), less the steps a rank may lag by.
-            self.assertGreaterEqual(version, 4 * (lost.KILL_STEP - 2), out)
-            self.assertEqual(step, version // 4, out)
-            total = lost.EPOCHS * lost.STEPS_PER_EPOCH
-            # The new process trained from that step to the end of its epochs.
-            curve = np.loadtxt(os.path.join(losses, f"{w}.txt"))
-            self.assertEqual(len(curve), total - step, out)
-            for r in (0, 1, 3):
-                curve = np.loadtxt(os.path.join(losses, f"w{r}.txt"))
-                self.assertEqual(len(curve), total, f"w{r}\n{out}")
+            lost.check_joined(self, out, losses, w)
             with open(os.path.join(losses, "w0.result")) as f:
                 self.assertGreaterEqual(float(f.read().split()[0]), lost.TARGET, out)
             self.assertIn(f"worker {w} (rank {lost.KILLED}) joined the running job (a new "
@@ -61,16 +41,6 @@ class RestartedWorker(unittest.TestCase):
             self.assertIn("workers removed: 1; workers joined: 1", out)  # the server's line
             self.assertIn("1 workers joined the job", out)  # rank 0's counter
 
-    def test_asp(self):
-        self.check("asp")
-
-    def test_psplus(self):
-        self.check("psplus")
-
 
 if __name__ == "__main__":
-    BUILD = os.path.abspath(sys.argv[1])
-    lost.BUILD = BUILD
-    digits_test.BUILD = BUILD
-    names = [f"RestartedWorker.test_{m}" for m in sys.argv[2:]]
-    unittest.main(argv=[sys.argv[0], *names], verbosity=2)
+    lost.main("RestartedWorker")

@@ -6,8 +6,9 @@ of a gradient of ones each, 20 ms apart, then a barrier.
 Rank 2 misbehaves by process: its first one (no MERCURY_RESTART) kills itself
 (SIGKILL) after KILL_AFTER steps; its second declares a tensor list that differs
 from the job's, so the servers refuse it (it prints the error and exits with status
-3); its third joins, checks the version it joined at and that its buffers hold at
-least that version, and trains the rest of the steps.
+3); its third joins, checks the step it joined at (the slowest rank's, no earlier than
+the kill) and that its buffers hold the newest versions (at least the others' steps
+before the kill made), and trains the rest of the steps from that step.
 
 Usage: restart_trainer.py (MERCURY_JOB and MERCURY_NODE from the launcher)
 """
@@ -41,14 +42,15 @@ def main():
     joined = w.joined_version
     first = 0
     if joined is not None:
-        # Every chunk had at least one update per step of the three ranks that went on.
+        # The slowest rank had trained past the kill; every chunk had at least one
+        # update per step of the three ranks that went on.
         versions = [w.version(k) for k in keys]
-        print(f"w{w.rank} (restart {restart}): joined the running job at version {joined}; "
+        print(f"w{w.rank} (restart {restart}): joined the running job at step {joined}; "
               f"its tensors hold versions {versions}", flush=True)
-        if min(versions) < joined or joined < 3 * KILL_AFTER:
+        if joined < KILL_AFTER or min(versions) < 3 * KILL_AFTER:
             print("restart_trainer: FAIL: the first pull is older than the join", flush=True)
             return 1
-        first = joined // 4
+        first = joined
     for step in range(first, STEPS):
         hs = [w.push_pull(k, g, p) for k, g, p in zip(keys, grads, params)]
         for h in hs:

@@ -48,11 +48,15 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from . import _mercury
 
-__all__ = ["Worker", "Handle", "UsageError", "WorkerError", "TransferError", "JobError",
-           "Job", "Node", "load_job", "identify", "launcher"]
+__all__ = ["Worker", "Handle", "UsageError", "WorkerError", "SpareReleased", "TransferError",
+           "JobError", "Job", "Node", "load_job", "identify", "launcher"]
 
 UsageError = _mercury.UsageError
 WorkerError = _mercury.WorkerError
+SpareReleased = _mercury.SpareReleased
+"""A spare worker's start: the job ended without needing it (a
+:class:`WorkerError`, but no failure: its process ends with status 0;
+docs/membership.md, "Spare workers")."""
 JobError = _mercury.JobError
 """A job file refused by the loader (a ``ValueError``): its text is
 ``file:line: key: message``; ``source``, ``line`` and ``key`` are its parts."""
@@ -64,7 +68,8 @@ class Node(NamedTuple):
     name: str
     role: str      # "server" or "worker"
     index: int     # position in the file's nodes list
-    rank: int      # position among the nodes of its role
+    rank: int      # position among the nodes of its role (a spare's: among the spares)
+    spare: bool    # a spare worker (docs/membership.md, "Spare workers")
     ipv4: str
     udp_port: int
     mac: Optional[str]
@@ -80,7 +85,8 @@ class Job:
 
     Attributes: ``source`` (the path), ``id``, ``name``, ``nodes`` (every
     :class:`Node`, in file order), ``servers`` and ``workers`` (their
-    names in rank order), and the sections ``network``, ``eal`` and
+    names in rank order; the ranks only), ``spares`` (the spare workers'
+    names, in file order), and the sections ``network``, ``eal`` and
     ``training`` as dicts with every default filled in."""
 
     def __init__(self, resolved: Dict[str, Any]) -> None:
@@ -92,7 +98,9 @@ class Job:
         self.training: Dict[str, Any] = resolved["training"]
         self.nodes: List[Node] = [Node(**n) for n in resolved["nodes"]]
         self.servers: List[str] = [n.name for n in self.nodes if n.role == "server"]
-        self.workers: List[str] = [n.name for n in self.nodes if n.role == "worker"]
+        self.workers: List[str] = [n.name for n in self.nodes
+                                   if n.role == "worker" and not n.spare]
+        self.spares: List[str] = [n.name for n in self.nodes if n.spare]
 
     def node(self, name: str) -> Node:
         """The node called ``name``; KeyError if there is none."""
@@ -409,17 +417,20 @@ class Worker:
 
     @property
     def start_version(self) -> int:
-        """The version the job started at: 0, or the resumed state's."""
+        """The version the job started at: 0, or the resumed state's; for a
+        process that joined a running asynchronous job, the step it joined at
+        (its pushes count from it)."""
         return self._w.start_version()
 
     @property
     def joined_version(self) -> Optional[int]:
-        """Under asp, ssp and psplus, when this process joined a running job in
-        place of a removed rank (docs/membership.md, "Joining"): the version
-        it joined at, the least over every chunk of every tensor once its first
-        pull (every chunk's newest version) was whole, from which the trainer
-        reloads its own data position. None for a process that started with
-        the job. UsageError before start."""
+        """When this process joined a running job in place of a removed rank
+        (a restart or a spare; docs/membership.md, "Joining"): the step it goes
+        on from. Under asp, ssp and psplus the slowest rank's step when it
+        joined, from which its pushes count (its first pull holds every chunk's
+        newest version); under bsp with on_worker_loss wait, the step in
+        progress. The trainer goes on from that step of its data. None for a
+        process that started with the job. UsageError before start."""
         return self._w.joined_version()
 
     def roll_back(self) -> int:
@@ -535,8 +546,17 @@ class Worker:
 
     @property
     def rank(self) -> int:
-        """This worker's place among the job's workers (file order)."""
+        """This worker's place among the job's workers (file order). A spare
+        worker's is the rank it took over, once started (UsageError before;
+        docs/membership.md, "Spare workers")."""
         return self._w.rank()
+
+    @property
+    def spare(self) -> bool:
+        """Whether the job file makes this worker a spare: its start() waits
+        until it takes a removed rank over, or raises :class:`SpareReleased`
+        when the job ends without needing it."""
+        return self._w.spare()
 
     @property
     def workers(self) -> int:

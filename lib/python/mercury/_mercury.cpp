@@ -59,6 +59,7 @@ namespace {
 // (created at import; __init__.py re-exports them).
 PyObject* usage_error = nullptr;
 PyObject* worker_error = nullptr;
+PyObject* spare_released = nullptr;
 
 // A C-contiguous view of a Python buffer of elements of a dtype, and the
 // object that owns it. Refuses anything else with a TypeError/ValueError
@@ -398,6 +399,7 @@ class PyWorker {
 
   mw::Key key(const std::string& name) const { return live().key(name); }
   uint32_t rank() const { return live().rank(); }
+  bool spare() const { return live().spare(); }
   uint32_t workers() const { return live().workers(); }
   uint32_t tensors() const { return live().tensors(); }
   bool started() const { return live().started(); }
@@ -532,6 +534,7 @@ py::dict node_dict(const mercury::config::NodeConfig& n) {
   d["role"] = std::string(mc::to_string(n.role));
   d["index"] = n.index;
   d["rank"] = n.rank;
+  d["spare"] = n.spare;
   d["ipv4"] = n.ipv4.to_string();
   d["udp_port"] = n.udp_port;
   d["mac"] = n.mac ? py::object(py::str(n.mac->to_string())) : py::object(py::none());
@@ -640,9 +643,11 @@ PYBIND11_MODULE(_mercury, m) {
 
   usage_error = PyErr_NewException("mercury.UsageError", PyExc_ValueError, nullptr);
   worker_error = PyErr_NewException("mercury.WorkerError", PyExc_RuntimeError, nullptr);
+  spare_released = PyErr_NewException("mercury.SpareReleased", worker_error, nullptr);
   m.attr("SKIP_STEP_BITS") = mw::kSkipStepBits;
   m.attr("UsageError") = py::handle(usage_error);
   m.attr("WorkerError") = py::handle(worker_error);
+  m.attr("SpareReleased") = py::handle(spare_released);
   job_error = PyErr_NewException("mercury.JobError", PyExc_ValueError, nullptr);
   m.attr("JobError") = py::handle(job_error);
   py::register_exception_translator([](std::exception_ptr p) {
@@ -650,6 +655,8 @@ PYBIND11_MODULE(_mercury, m) {
       if (p) std::rethrow_exception(p);
     } catch (const mw::UsageError& e) {
       PyErr_SetString(usage_error, e.what());
+    } catch (const mw::SpareReleased& e) {
+      PyErr_SetString(spare_released, e.what());
     } catch (const mw::WorkerError& e) {
       PyErr_SetString(worker_error, e.what());
     }
@@ -684,6 +691,7 @@ PYBIND11_MODULE(_mercury, m) {
       .def("shutdown", &PyWorker::shutdown)
       .def("key", &PyWorker::key)
       .def("rank", &PyWorker::rank)
+      .def("spare", &PyWorker::spare)
       .def("workers", &PyWorker::workers)
       .def("tensors", &PyWorker::tensors)
       .def("started", &PyWorker::started)

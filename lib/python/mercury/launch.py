@@ -20,6 +20,12 @@ signal) again, at most K times per worker, with ``MERCURY_RESTART=n`` (its
 n-th restart) in its environment: under asp, ssp and psplus the new process
 joins the running job in place of the rank the servers removed
 (docs/membership.md, "Joining").
+
+A job file's spare workers (``spare: true``) are started with the ranks, with
+the same command (their rank, given to ``worker_argv`` and ``worker_main``, is
+-1: a spare learns the one it takes over when its start() returns); each waits
+until a removed rank is given to it, or the job's end releases it (status 0;
+docs/membership.md, "Spare workers").
 """
 
 from __future__ import annotations
@@ -38,13 +44,14 @@ __all__ = ["run_job", "job_nodes", "main"]
 
 
 def job_nodes(job: str) -> Dict[str, List[str]]:
-    """The job file's node names by role: {"server": [...], "worker": [...]}, in
-    rank order, read by Mercury's loader (mercury.load_job; a file it refuses
-    raises mercury.JobError naming the file, line and key)."""
+    """The job file's node names by role: {"server": [...], "worker": [...],
+    "spare": [...]}, the ranks in rank order and the spare workers in file order,
+    read by Mercury's loader (mercury.load_job; a file it refuses raises
+    mercury.JobError naming the file, line and key)."""
     from . import load_job
 
     j = load_job(job)
-    return {"server": j.servers, "worker": j.workers}
+    return {"server": j.servers, "worker": j.workers, "spare": j.spares}
 
 
 def _node_env(env: Optional[Dict[str, str]], job: str, node: str) -> Dict[str, str]:
@@ -184,8 +191,8 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
             env: Optional[Dict[str, str]] = None,
             worker_main: Optional[Callable[[str, int], Any]] = None,
             survive_worker_loss: bool = False, max_restarts: int = 0) -> Dict[str, int]:
-    """Runs the job: servers first, then every worker. Returns every process's
-    exit status by node name (0 = clean). Each worker is either the command
+    """Runs the job: servers first, then every worker (the spares too, rank -1).
+    Returns every process's exit status by node name (0 = clean). Each worker is either the command
     ``worker_argv(node, rank)`` or, with ``worker_main`` instead, a fork of this
     process that runs ``worker_main(node, rank)`` and exits with what it returns
     (None is 0; an exception prints its traceback and exits 1). The forks are
@@ -220,6 +227,10 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
                 print(f"{node}: {line}", flush=True)
 
     nodes = job_nodes(job)
+    # The ranks, then the spares (rank -1: none until one is given to it).
+    rank_of = {w: r for r, w in enumerate(nodes["worker"])}
+    rank_of.update({s: -1 for s in nodes["spare"]})
+    names = nodes["worker"] + nodes["spare"]
     workers: List[_Child] = []
     if worker_main is not None:
         if threading.active_count() > 1:
@@ -230,15 +241,15 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
                 + "); a fork copies none of them, and any lock one holds stays locked")
         forks: List[_Forked] = []
         try:
-            for rank, w in enumerate(nodes["worker"]):
-                forks.append(_Forked(worker_main, w, rank, _node_env(env, job, w)))
+            for w in names:
+                forks.append(_Forked(worker_main, w, rank_of[w], _node_env(env, job, w)))
         except BaseException:
             for f in forks:
                 f.kill()
                 f.wait()
             raise
         # Their output readers are threads: started once every fork is made.
-        workers = [_Child(w, f, echo) for w, f in zip(nodes["worker"], forks)]
+        workers = [_Child(w, f, echo) for w, f in zip(names, forks)]
     status: Dict[str, int] = {}
     servers: List[_Child] = []
     try:
@@ -249,15 +260,14 @@ def run_job(job: str, worker_argv: Optional[Callable[[str, int], Sequence[str]]]
         # for its server's socket and link, and eal.hugepages: auto counts what
         # the processes starting together take (docs/config.md, "Hugepages").
         if worker_argv is not None:
-            workers = [_Child(w, _popen(worker_argv(w, rank), _node_env(env, job, w)), echo)
-                       for rank, w in enumerate(nodes["worker"])]
+            workers = [_Child(w, _popen(worker_argv(w, rank_of[w]), _node_env(env, job, w)), echo)
+                       for w in names]
         else:
             for w in workers:
                 w.proc.go()
         deadline = time.monotonic() + timeout_s
         running = list(workers)
         restarts = {w.name: 0 for w in workers}
-        rank_of = {w: r for r, w in enumerate(nodes["worker"])}
 
         def restart(w: _Child, rc: int) -> _Child:
             n = restarts[w.name] = restarts[w.name] + 1

@@ -48,9 +48,11 @@ What happens:
   the servers' optimizer, which applies rank 0's (every rank's the same
   bits); a GradScaler's skipped step (its verdict taken in step()) applies
   nothing. A second round trip per step.
-* Under asp, ssp and psplus a restarted process joins the running job:
-  its first forward pass starts from every chunk's newest version, and
-  ``joined_version`` says which, for the trainer to reload its data position.
+* Under asp, ssp and psplus a restarted process (or a spare worker that
+  took a removed rank over) joins the running job: its first forward pass
+  starts from every chunk's newest version, and ``joined_version`` says the
+  step to go on from, for the trainer to reload its data position; a
+  spare's rank (``Worker.rank``) is known from then on.
 * ``state_dict()`` holds every shard's parameters, optimizer state and
   versions (pulled from the servers); ``load_state_dict()`` before the first
   forward pass makes the job resume from them, bit for bit.
@@ -946,12 +948,12 @@ class DistributedModel(torch.nn.Module):
     def joined_version(self) -> Optional[int]:
         """Once the job started (the first forward pass): when this process
         joined a running asp, ssp or psplus job in place of a removed rank
-        (a restart, docs/membership.md, "Joining"), the version it joined at
-        (Worker.joined_version): the module's parameters hold every chunk's
-        newest version, at least that one, and the trainer reloads its data
-        position from it; under bsp with on_worker_loss wait, the step in
-        progress, whose version the parameters hold. None for a process that
-        started with the job."""
+        (a restart, or a spare; docs/membership.md, "Joining"), the step it
+        joined at (Worker.joined_version: the slowest rank's): the module's
+        parameters hold every chunk's newest version, and the trainer goes on
+        from that step of its data; under bsp with on_worker_loss wait, the
+        step in progress, whose version the parameters hold. None for a
+        process that started with the job."""
         if not self._declared:
             raise UsageError("mercury.torch: joined_version before the first forward pass "
                              "(the job starts there)")

@@ -368,15 +368,16 @@ class Worker {
   /// UsageError before start.
   [[nodiscard]] uint32_t start_version() const;
 
-  /// Asynchronous modes: when this process joined a running job in place
-  /// of a removed rank (docs/membership.md, "Joining"), the version it
-  /// joined at: the least version over every chunk of every tensor once its
-  /// first pull (every chunk's newest version) was whole; the declared
-  /// buffers held at least that version when start() returned. nullopt for
-  /// a process that started with the job. The trainer reloads its own data
-  /// position from it. Its pushes count from start_version() as every
-  /// rank's do, and its barriers from the generation the job was at.
-  /// Throws UsageError before start.
+  /// When this process joined a running job in place of a removed rank
+  /// (docs/membership.md, "Joining"; a spare's too), the step it joined
+  /// at: asynchronous modes, the slowest rank's clock (its pushes of every
+  /// chunk applied) when it was taken in, from which its own pushes count
+  /// (start_version() is the same); bsp with on_worker_loss wait, the
+  /// iteration in progress. The declared buffers held every chunk's newest
+  /// version when start() returned. nullopt for a process that started
+  /// with the job. The trainer goes on from that step of its data. Its
+  /// barriers count from the generation the job was at. Throws UsageError
+  /// before start.
   [[nodiscard]] std::optional<uint32_t> joined_version() const;
 
   /// After a call failed because a server was lost, with the job file's
@@ -403,7 +404,12 @@ class Worker {
   /// The key of the tensor declared as `name`, once started. Throws
   /// UsageError (no such tensor, not started yet).
   [[nodiscard]] Key key(std::string_view name) const;
-  [[nodiscard]] uint32_t rank() const;     ///< among the job's workers, file order
+  /// Among the job's workers, file order. A spare worker (`spare: true`;
+  /// docs/membership.md, "Spare workers") has none until start() returned:
+  /// then the rank it took over; before, UsageError.
+  [[nodiscard]] uint32_t rank() const;
+  /// Whether the job file makes this worker a spare.
+  [[nodiscard]] bool spare() const;
   [[nodiscard]] uint32_t workers() const;  ///< in the job
   [[nodiscard]] uint32_t tensors() const;  ///< declared so far
   /// The job's training.sync as the job file spells it ("bsp", "asp",

@@ -42,11 +42,14 @@ typedef struct mercury_handle mercury_handle;
 
 typedef enum mercury_status {
   MERCURY_OK = 0,
-  MERCURY_E_USAGE = 1,   /* misuse: unknown key, wrong size, after start/shutdown, null argument */
-  MERCURY_E_WORKER = 2,  /* the worker cannot run: configuration, EAL, a server refused/silent */
-  MERCURY_E_FAILED = 3,  /* a transfer failed (mercury_handle_error says why) */
-  MERCURY_E_PENDING = 4, /* mercury_handle_status: not complete yet */
-  MERCURY_E_INTERNAL = 5 /* anything else (out of memory, ...) */
+  MERCURY_E_USAGE = 1,    /* misuse: unknown key, wrong size, after start/shutdown, null argument */
+  MERCURY_E_WORKER = 2,   /* the worker cannot run: configuration, EAL, a server refused/silent */
+  MERCURY_E_FAILED = 3,   /* a transfer failed (mercury_handle_error says why) */
+  MERCURY_E_PENDING = 4,  /* mercury_handle_status: not complete yet */
+  MERCURY_E_INTERNAL = 5, /* anything else (out of memory, ...) */
+  /* mercury_worker_start of a spare worker: the job ended without needing it
+   * (no failure; mercury_last_error says so). Since MERCURY_6. */
+  MERCURY_E_RELEASED = 6
 } mercury_status;
 
 typedef enum mercury_eal_mode {
@@ -162,6 +165,8 @@ int mercury_worker_barrier(mercury_worker* worker);
 int mercury_worker_barrier_async(mercury_worker* worker, mercury_handle** handle_out);
 int mercury_worker_shutdown(mercury_worker* worker);
 int mercury_worker_key(mercury_worker* worker, const char* name, uint32_t* key_out);
+/* Its rank (Worker::rank); a spare worker's once started (the rank it took
+ * over), UINT32_MAX before. */
 uint32_t mercury_worker_rank(const mercury_worker* worker);
 uint32_t mercury_worker_workers(const mercury_worker* worker);
 /* A span of the trainer's work on row `track` of the timeline, in
@@ -231,6 +236,12 @@ int mercury_worker_roll_back(mercury_worker* worker, uint32_t* version_out);
  * (*version_out; Worker::joined_version). MERCURY_E_USAGE before start.
  * Symbol version MERCURY_5. */
 int mercury_worker_joined_version(mercury_worker* worker, int* joined_out, uint32_t* version_out);
+
+/* 1 when the job file makes this worker a spare (docs/membership.md, "Spare
+ * workers"), else 0 (and for NULL). Its mercury_worker_start returns once it
+ * took a rank over (mercury_worker_rank), or MERCURY_E_RELEASED when the
+ * job ended without needing it. Symbol version MERCURY_6. */
+int mercury_worker_spare(const mercury_worker* worker);
 
 /* Element types (mercury/worker.h, "Element types"): a tensor is float32,
  * bfloat16 or float16, fixed when declared; its buffers hold its elements

@@ -1,4 +1,4 @@
-// The two exceptions of the worker API (public, no DPDK).
+// The exceptions of the worker API (public, no DPDK).
 //
 // UsageError is the trainer's mistake (a std::logic_error): an unknown key,
 // a buffer of the wrong size, a declaration after the worker started, any
@@ -6,6 +6,8 @@
 // WorkerError is the job's failure (a std::runtime_error): the configuration
 // cannot be loaded, EAL or a port cannot start, a server refused the
 // declarations or never answered (the message names the server).
+// SpareReleased, a WorkerError, is a spare worker's start() when the job
+// ended without needing it: no failure (docs/membership.md, "Spare workers").
 #pragma once
 
 #include <stdexcept>
@@ -22,6 +24,13 @@ class UsageError : public std::logic_error {
 class WorkerError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+/// A spare worker's start(): the job ended without giving it a rank. The
+/// message says so, naming server 0; a spare's process ends with status 0.
+class SpareReleased : public WorkerError {
+ public:
+  using WorkerError::WorkerError;
 };
 
 }  // namespace mercury::worker
