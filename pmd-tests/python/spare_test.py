@@ -12,7 +12,8 @@ worker removed and one joined, a spare's, in its closing line, and rank 0 counts
 worker joined; w4 says it took over rank 2 and joined at a step no earlier than the
 kill's, then trains rank 2's batches from that step to the end of the epochs; the ranks
 0, 1 and 3 train every step; the job finishes with 4 ranks (every process's status 0,
-w4's included) and rank 0's final test accuracy reaches the digits job's target. And a
+w4's included) and its ranks' final test accuracy (their mean at least 0.9, each at
+least 0.8). And a
 job that needs no spare (no kill, 2 epochs, asp) releases w4 at its end: w4 says it was
 released and exits with status 0, the server counts it.
 
@@ -65,8 +66,7 @@ class SpareWorker(lost.EveryMode, unittest.TestCase):
             # It trained rank 2's batches from the step it joined at to the end.
             lost.check_joined(self, out, losses, "w4")
             self.assertFalse(os.path.exists(os.path.join(losses, f"w{lost.KILLED}.txt")), out)
-            with open(os.path.join(losses, "w0.result")) as f:
-                self.assertGreaterEqual(float(f.read().split()[0]), lost.TARGET, out)
+            lost.check_accuracy(self, losses, ["w0", "w1", "w3", "w4"], out)
             # The server's closing line, and rank 0's counter.
             self.assertIn("workers removed: 1; workers joined: 1 (spares: 1)", out)
             self.assertIn("1 workers joined the job", out)
