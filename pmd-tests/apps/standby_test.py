@@ -156,6 +156,25 @@ def rounds_exact(job, rounds, outputs):
     return None
 
 
+def takeovers_counted(job, want, outputs):
+    """None when each worker printed one takeover line per (standby, server) of `want` and
+    counted them (standby_takeovers, and tensors_resent as the lines say)."""
+    for p in job.workers:
+        text = p.text()
+        took = re.findall(r"standby (s\db) \([^)]*\) of (s\d) took over from \2 at version \d+ "
+                          r"\([^)]*\): (\d+) tensors pushed again", text)
+        counted = re.search(r"done, .*, standby: (\d+) takeovers, (\d+) tensors pushed again",
+                            text)
+        err = expect(sorted((a, b) for a, b, _ in took) == sorted(want) and
+                     counted is not None and counted.group(1) == str(len(want)) and
+                     int(counted.group(2)) == sum(int(n) for _, _, n in took),
+                     "a worker's lines on the takeovers %s, and its counters: %s %s" %
+                     (want, took, counted and counted.groups()), outputs)
+        if err:
+            return err
+    return None
+
+
 STANDBY_LINE = (r"standby: (\d+) chunk versions adopted, (\d+) replica packets dropped, "
                 r"(\d+) promotions, (\d+) pushes answered again")
 
@@ -179,12 +198,7 @@ def with_job(name, rounds, servers=1):
 
 @with_job("kill", ROUNDS)
 def scenario_kill(job):
-    mark = "w0 round %3d:" % KILL_AFTER
-    while mark not in job.workers[0].text() and time.monotonic() < job.deadline:
-        if any(p.proc.poll() is not None for p in job.workers + [job.standby]):
-            break
-        time.sleep(0.005)
-    if mark not in job.workers[0].text():
+    if not wait_for_round(job, KILL_AFTER):
         return expect(False, "w0 never reached round %d" % KILL_AFTER, job.outputs())
     job.primary.proc.send_signal(signal.SIGKILL)
     job.primary.proc.wait()
@@ -193,16 +207,7 @@ def scenario_kill(job):
     err = expect(all(p.proc.returncode == 0 for p in job.workers + [job.standby]),
                  "a process of the job failed after the kill", outputs)
     err = err or rounds_exact(job, ROUNDS, outputs)
-    for p in job.workers:
-        text = p.text()
-        took = re.search(r"standby .* of s0 took over from s0 at version \d+ \(.*\): "
-                         r"(\d+) tensors pushed again", text)
-        counted = re.search(r"done, .*, standby: (\d+) takeovers, (\d+) tensors pushed again",
-                            text)
-        err = err or expect(took is not None and counted is not None and
-                            counted.group(1) == "1" and counted.group(2) == took.group(1),
-                            "a worker's line on the takeover, and its counters "
-                            "(standby_takeovers 1, tensors_resent as the line says)", outputs)
+    err = err or takeovers_counted(job, [("s0b", "s0")], outputs)
     st = job.standby.text()
     m = re.search(STANDBY_LINE, st)
     err = err or expect("promoted: s0 lost" in st and m is not None and m.group(3) == "1" and
@@ -254,7 +259,7 @@ def wait_for_round(job, n):
     deadline)."""
     mark = "w0 round %3d:" % n
     while mark not in job.workers[0].text() and time.monotonic() < job.deadline:
-        if any(p.proc.poll() is not None for p in job.workers):
+        if any(p.proc.poll() is not None for p in job.workers + job.standbys):
             break
         time.sleep(0.005)
     return mark in job.workers[0].text()
@@ -272,19 +277,7 @@ def scenario_kill_both(job):
     err = expect(all(p.proc.returncode == 0 for p in job.workers + job.standbys),
                  "a process of the job failed after the kills", outputs)
     err = err or rounds_exact(job, ROUNDS, outputs)
-    for p in job.workers:
-        text = p.text()
-        took = re.findall(r"standby (s\db) \([^)]*\) of (s\d) took over from \2 at version \d+ "
-                          r"\([^)]*\): (\d+) tensors pushed again", text)
-        counted = re.search(r"done, .*, standby: (\d+) takeovers, (\d+) tensors pushed again",
-                            text)
-        err = err or expect(
-            sorted((a, b) for a, b, _ in took) == [("s0b", "s0"), ("s1b", "s1")] and
-            counted is not None and counted.group(1) == "2" and
-            int(counted.group(2)) == sum(int(n) for _, _, n in took),
-            "a worker's two lines on the takeovers, and its counters (standby_takeovers 2, "
-            "tensors_resent as the lines say): %s %s" % (took, counted and counted.groups()),
-            outputs)
+    err = err or takeovers_counted(job, [("s0b", "s0"), ("s1b", "s1")], outputs)
     for (server, _), standby in zip(pairs(2), job.standbys):
         m = re.search(STANDBY_LINE, standby.text())
         err = err or expect("promoted: %s lost" % server in standby.text() and m is not None and
