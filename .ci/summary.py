@@ -34,7 +34,10 @@ for build in sys.argv[1:]:
         name = entry["name"]
         result = entry["result"]
         if result not in ("OK", "EXPECTEDFAIL", "SKIP"):
-            out = (entry.get("stdout") or "").splitlines()[-TAIL_LINES:]
+            # meson keeps a test's stderr apart ("stderr", only when non-empty);
+            # unittest and most failures write there.
+            text = (entry.get("stdout") or "") + (entry.get("stderr") or "")
+            out = text.splitlines()[-TAIL_LINES:]
             tails.append((name, result, out))
         # junit suites are named "<project>.<test>.<TestSuite>"
         cases = [c for k, cs in cases_by_binary.items() if k.split(".")[1:2] == [name]
