@@ -60,9 +60,13 @@ KILL_STEP = 30  # in the second epoch
 # the default, 1500).
 TIMEOUT_MS = 3000
 # Each step sleeps this long first, standing for an accelerator's compute (as in the
-# evaluation): the survivors then train for longer than the peer timeout after the kill,
-# so the rank is removed while they train.
-COMPUTE_MS = 10
+# evaluation), so that the survivors train for long enough after the kill: the rank is
+# removed about 1.125 x TIMEOUT_MS after it, a spare takes it over spare_grace_s (1 s)
+# later, and a restarted process joins; the job must still be running then, with a few
+# seconds to spare. The steps after the kill take at least (EPOCHS * STEPS_PER_EPOCH -
+# KILL_STEP) * COMPUTE_MS: 8 s at 25 ms. At 10 ms (3.2 s) a fast run ended before the
+# spare's grace had passed (the spare was released instead).
+COMPUTE_MS = 25
 BOUND_S = TIMEOUT_MS / 1000 * 1.125 + 2.0
 
 
