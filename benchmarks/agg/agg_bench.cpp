@@ -40,7 +40,7 @@
 // same ResNet-50 shapes in the dtype). After the usual tables, the time per
 // element of sgd_bf16 and sgd_fp16 over sgd_f32's, repetition by repetition.
 //
-// Run (interleaved, repeated; figures in docs/agg.md and benchmarks/README.md):
+// Run (interleaved, repeated; figures in docs/agg.md and benchmarks/agg/README.md):
 //   agg_bench --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 

@@ -1764,7 +1764,7 @@ READING = [
     "rounds, which is what they cost, not their median, which showed only the fast ones.",
     "* **Against DDP**: for a model this small a step is a few round trips between "
     "processes on 2 CPUs, not arithmetic; the comparison says which system has less "
-    "overhead per step, not which moves bytes faster (benchmarks/README.md, peers).",
+    "overhead per step, not which moves bytes faster (benchmarks/peers/README.md).",
     "* **ResNet-18 on 2 CPUs**: four ranks' compute and all of the communication's work "
     "(the server, the workers' net cores, gloo's threads) share the machine's two CPUs, so "
     "a step cannot be shorter than their busy CPU time over the CPUs (the CPU bound): "

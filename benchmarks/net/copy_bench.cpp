@@ -26,7 +26,7 @@
 //
 // The counter is "GBps" (bytes per second / 1e9); each variant's ratio is to
 // its group's limit in the same repetition.
-// Run (see benchmarks/README.md):
+// Run (see benchmarks/net/README.md, "copy: the per-byte passes"):
 //   build/benchmarks/net/copy_bench --benchmark_repetitions=7
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

@@ -28,7 +28,7 @@
 // either is below --min_cpu_share (default 0.9) measured the scheduler more
 // than memif, and is reported under "memif_shared_cpu" instead of "memif"
 // (benchmarks/common/cpu_share.h).
-// Run (see benchmarks/README.md):
+// Run (see benchmarks/net/README.md, "net_memif, two processes"):
 //   build/benchmarks/net/memif_rate_bench --benchmark_repetitions=5
 //       --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

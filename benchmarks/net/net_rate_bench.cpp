@@ -19,7 +19,7 @@
 // cost of send + receive together. ring2core/...: the sender on the main
 // lcore, the receiver on lcore 1 (the other CPU), as deployed; the figure is
 // what the receiver counts while the sender runs. Two-core figures are only
-// meaningful when nothing else runs on the machine. Run (see benchmarks/README.md):
+// meaningful when nothing else runs on the machine. Run (see benchmarks/net/README.md):
 //   build/benchmarks/net/net_rate_bench --benchmark_repetitions=7
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

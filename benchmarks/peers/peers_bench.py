@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Mercury's push_pull beside a TCP parameter server and PyTorch's gloo all_reduce of the
-same tensors, on the same machine, interleaved (benchmarks/README.md, "peers").
+same tensors, on the same machine, interleaved (benchmarks/peers/README.md).
 
   benchmarks/peers/peers_bench.py [--build build] [--models resnet50,vgg16] [--workers 2,4]
                                   [--trials 5] [--iters 10] [--warmup 3] [--csv FILE]

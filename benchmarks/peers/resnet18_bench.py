@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ResNet-18 training through Mercury beside DistributedDataParallel over gloo, on the same
-machine, interleaved (benchmarks/README.md, "peers: ResNet-18 training").
+machine, interleaved (benchmarks/peers/README.md, "peers: ResNet-18 training").
 
   benchmarks/peers/resnet18_bench.py [--build build] [--trials 5] [--steps 12] [--warmup 2]
                                      [--comm-rounds 3] [--workers 4] [--variants LIST]

@@ -32,7 +32,7 @@
 // core gains, or on a machine of 2 CPUs costs (docs/server.md). Each job
 // starts (declare, ready, rank 0's initial parameters) once, before the
 // measured rounds.
-// Run (see benchmarks/README.md):
+// Run (see benchmarks/ps/README.md):
 //   build/benchmarks/ps/ps_bench --benchmark_repetitions=5
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

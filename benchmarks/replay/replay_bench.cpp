@@ -36,7 +36,8 @@
 // server / raw is the fraction of the vdev's rate the whole server path
 // sustains on one core. "cpu_pps" divides by the polling thread's CPU time
 // instead: on these shared 2-core machines a pass can lose half its wall
-// time to other processes, and cpu_pps shows the work alone. Run (see benchmarks/README.md):
+// time to other processes, and cpu_pps shows the work alone. Run (see
+// benchmarks/replay/README.md):
 //   build/benchmarks/replay/replay_bench --benchmark_repetitions=7
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

@@ -57,7 +57,7 @@
 // buffer, so the server's contributions come from N distinct 102 MB
 // sources, the limit's.
 //
-// Run (figures in benchmarks/README.md, "server"):
+// Run (figures in benchmarks/server/README.md):
 //   build/benchmarks/server/server_bench --benchmark_repetitions=5
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

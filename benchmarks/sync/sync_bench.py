@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The synchronisation modes side by side with a straggler (benchmarks/README.md, "sync").
+"""The synchronisation modes side by side with a straggler (benchmarks/sync/README.md).
 
   benchmarks/sync/sync_bench.py [--build build] [--model resnet50] [--workers 4]
                                 [--compute-ms 200] [--straggler 3] [--rounds 10]

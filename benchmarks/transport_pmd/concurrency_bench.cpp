@@ -18,7 +18,7 @@
 // against lossfree is the share of the loss-free rate kept under loss. A
 // case that does not deliver every message exactly once, every byte right,
 // within 60 s ends the benchmark (a fault to look at, not a figure).
-// Run (see benchmarks/README.md):
+// Run (see benchmarks/transport_pmd/README.md):
 //   build/benchmarks/transport_pmd/concurrency_bench --benchmark_repetitions=3
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

@@ -62,7 +62,7 @@
 // --memif_zero_copy: memif's zero-copy mode on the receiving side (the
 // receiver's ports are clients with zero-copy=yes, the sender's servers; both
 // EALs get --single-file-segments); the default is copy mode on both sides.
-// Run (see benchmarks/README.md):
+// Run (see benchmarks/transport_pmd/README.md):
 //   build/benchmarks/transport_pmd/memif_goodput_bench --benchmark_repetitions=5
 //       --benchmark_min_time=0.3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

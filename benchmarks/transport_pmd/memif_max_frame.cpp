@@ -3,7 +3,7 @@
 // Why. memif in 22.11 announces max_rx_pktlen 1518 whatever its bsize, so
 // rte_eth_dev_configure refuses any MTU above 1500 ("Frame size (9018) >
 // device max frame size (1518)"), although its datapath carries any length
-// (benchmarks/README.md, "net_memif, two processes"). memif_rate_bench
+// (benchmarks/net/README.md, "net_memif, two processes"). memif_rate_bench
 // configures its port at 1500 and sends 9014-byte frames anyway; the
 // transport endpoint cannot do that, because it carves packets from the
 // port's MTU (Endpoint::max_payload, from net::Port::mtu()). Neither lib/net

@@ -19,7 +19,7 @@
 // are left out); the ratio is each variant against message. "sends" is the
 // submissions per 32 MiB. Checked every run (a failure ends the benchmark): the
 // transfer completes within 60 s, and no packet of b's finds no receiver.
-// Run (see benchmarks/README.md):
+// Run (see benchmarks/transport_pmd/README.md):
 //   build/benchmarks/transport_pmd/slices_bench --benchmark_repetitions=7
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

@@ -36,7 +36,7 @@
 //
 // Both endpoints (or both raw loops) run on one core, polled in turn, so every
 // figure is the CPU cost of both ends together, as net_rate_bench's ring/...
-// Run (see benchmarks/README.md):
+// Run (see benchmarks/transport_pmd/README.md):
 //   build/benchmarks/transport_pmd/transport_pmd_bench --benchmark_repetitions=5
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>

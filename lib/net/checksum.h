@@ -41,7 +41,7 @@ inline void add_words(__m256i v, __m256i& lo, __m256i& hi) {
 // prefetches every line sixteen lines ahead, into the next packet's payload
 // at the end (memif stack / raw at 1500: 0.988 against 0.90 with two lines of
 // four prefetched eight ahead; 24 and 32 ahead were no better:
-// benchmarks/README.md).
+// benchmarks/README.md, "Measured design decisions").
 // The receive path's sum (kCopy false) reads a frame the PMD has just
 // written: a prefetch there only evicts lines (it cost the memif receiver
 // 15 % of its goodput). kSum false: the copy alone, in the same loop

@@ -106,8 +106,8 @@ inline constexpr uint32_t kMaxMtu = 9000;
 /// first be read from memory, and the sender's fill and the server's
 /// aggregation load whole lines. It costs at most 60 bytes of a packet
 /// (0.6 % at 1500); it bought the memif receiver about 5 % of goodput
-/// (benchmarks/README.md). A multiple of 4 too, so a float32 never
-/// straddles two packets.
+/// (benchmarks/README.md, "Measured design decisions"). A multiple of 4
+/// too, so a float32 never straddles two packets.
 /// With `auth`, the packet also carries a wire::AuthBlock (1344 bytes at
 /// 1500, 8832 at 9000).
 constexpr uint32_t payload_per_packet(uint32_t mtu, bool auth = false) {

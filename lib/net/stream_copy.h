@@ -8,7 +8,8 @@
 // buffers instead, with no read. 1416-byte payloads placed in turn into a
 // 32 MiB buffer (benchmarks/net/copy_bench): 0.94-0.98 of the write limit
 // with stream_copy(), 0.75-0.77 with memcpy; the memif receiver's goodput
-// went from 0.59 to 0.76 of raw with it (benchmarks/README.md).
+// went from 0.59 to 0.76 of raw with it (benchmarks/README.md, "Measured
+// design decisions").
 //
 // The catch: non-temporal stores are weakly ordered, even against later
 // ordinary stores. Call stream_fence() after the last stream_copy() and

@@ -26,7 +26,7 @@
 // core); sign_st/verify_st do not allocate, throw, lock or log. Each costs
 // one AES block and a GHASH pass over header, counter and payload: about
 // 45 ns for a pure ACK and 95 ns for a full 1500-byte packet here
-// (benchmarks/README.md, "Authentication").
+// (benchmarks/transport_pmd/README.md, "Authentication").
 #pragma once
 
 #include <array>
