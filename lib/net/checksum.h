@@ -39,7 +39,7 @@ inline void add_words(__m256i v, __m256i& lo, __m256i& hi) {
 // also stored there: the copy and the sum in one pass over the source, which
 // is the send path's fill from a message not in cache, so that loop also
 // prefetches every line sixteen lines ahead, into the next packet's payload
-// at the end (memif stack / raw at 1500: 0.988 against 0.90 with two lines of
+// at the end (memif stack / raw at 1500: 0.953 against 0.901 with two lines of
 // four prefetched eight ahead; 24 and 32 ahead were no better:
 // benchmarks/README.md, "Measured design decisions").
 // The receive path's sum (kCopy false) reads a frame the PMD has just
