@@ -5,7 +5,8 @@ net_memif under asp, ssp and psplus, rank 2 killed (SIGKILL) right after the bac
 of its step KILL_STEP, and started again by the launcher (--max-restarts 1).
 
 Per mode, checked: the launcher says it started w2 again; the new process joins the
-running job at the step the slowest rank had reached, no earlier than the kill's (its
+running job at the step the slowest rank had reached, no earlier than the steps every other
+rank had completed when w2 was killed (its
 first pull is every chunk's newest version, not version 0), and goes on from that step
 to the end of its epochs, so that every rank ends at the same step (under ssp a rank
 that ended more than the bound apart from the others would hold them for ever); the job finishes with 4 ranks

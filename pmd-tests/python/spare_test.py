@@ -10,7 +10,7 @@ and not started again: once the server has removed it and the grace
 Per mode, checked: the server says "spare w4 took over worker w2 (rank 2)", counts one
 worker removed and one joined, a spare's, in its closing line, and rank 0 counts one
 worker joined; w4 says it took over rank 2 and joined at a step no earlier than the
-kill's, then trains rank 2's batches from that step to the end of the epochs; the ranks
+steps every other rank had completed at the kill, then trains rank 2's batches from that step to the end of the epochs; the ranks
 0, 1 and 3 train every step; the job finishes with 4 ranks (every process's status 0,
 w4's included) and its ranks' final test accuracy (their mean at least 0.9, each at
 least 0.8). And a
