@@ -3,6 +3,7 @@
 // (unknown or repeated key, missing key, wrong type, out of range, not one of
 // the choices), each with its file, line and key.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,9 @@ TEST(ConfigRefuse, FileThatCannotBeOpenedNamesPathAndStrerror) {
 }
 
 TEST(ConfigRefuse, ErrorsFromAFileNameThePath) {
-  auto path = std::filesystem::temp_directory_path() / "mercury_config_test_bad.yaml";
+  // The process id in the name: builds of other checkouts may run this test at once.
+  auto path = std::filesystem::temp_directory_path() /
+              ("mercury_config_test_bad_" + std::to_string(::getpid()) + ".yaml");
   {
     std::ofstream out(path);
     out << doc("network:\n  mtu: 100\n");
