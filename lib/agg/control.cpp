@@ -9,8 +9,8 @@ namespace {
 
 constexpr uint8_t kMagic[4] = {'M', 'P', 'S', 'C'};
 // 2: a declared tensor carries its dtype. 3: its update rule, rank 0's
-// resume, settings and the job's state.
-constexpr uint8_t kControlVersion = 5;
+// resume, settings and the job's state. 6: kPromotionRefused, kStandbyLost.
+constexpr uint8_t kControlVersion = 6;
 
 class Writer {
  public:
@@ -202,10 +202,12 @@ std::vector<std::byte> encode_control(const ControlMessage& m) {
       w.be(m.rank, 4);
       break;
     case ControlKind::kReleased:
+    case ControlKind::kStandbyLost:
       if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
       w.text(m.text, 4);
       break;
     case ControlKind::kWorkerJoined:
+    case ControlKind::kPromotionRefused:
       if (m.text.size() > UINT32_MAX) throw std::invalid_argument("control message: text too long");
       w.be(m.rank, 4);
       w.text(m.text, 4);
@@ -344,9 +346,11 @@ ControlMessage decode_control(std::span<const std::byte> bytes) {
       m.rank = static_cast<uint32_t>(r.be(4, "rank"));
       break;
     case ControlKind::kReleased:
+    case ControlKind::kStandbyLost:
       m.text = r.text(4, "text");
       break;
     case ControlKind::kWorkerJoined:
+    case ControlKind::kPromotionRefused:
       m.rank = static_cast<uint32_t>(r.be(4, "rank"));
       m.text = r.text(4, "text");
       break;

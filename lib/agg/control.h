@@ -45,8 +45,15 @@
 //      servers, which answer kJoined too; the job's end releases a spare
 //      that waits with kReleased.
 //   8. A hot standby (docs/durability.md) that named its server lost tells
-//      every worker with kPromoted(version, text); the workers send that
-//      server's traffic to it from then on.
+//      every worker with kPromoted(version, text); a worker that has lost
+//      the server too sends that server's traffic to it from then on. A
+//      worker that the server still answers after the kPromoted came
+//      answers kPromotionRefused(rank, text) instead: the pair was cut
+//      apart, not the server lost, and the standby serves nothing. A server
+//      that named its standby lost tells every worker with
+//      kStandbyLost(text) and sends no update unreplicated before each has
+//      acknowledged it; a worker that has it refuses that standby's
+//      kPromoted too.
 //   9. Several servers, one lost and started again with --resume
 //      (docs/durability.md): each worker, once its kReady said the version
 //      the job resumes at, sends kRollback(rank, version) to every other
@@ -113,6 +120,15 @@ enum class ControlKind : uint8_t {
   /// server's shards from now on, at `version` (its newest chunk's); `text`
   /// names it. The workers resend what the server had not answered.
   kPromoted = 30,
+  /// worker -> standby: the worker's server answered it after the
+  /// standby's kPromoted came, so the worker stays with the server and the
+  /// standby must not serve (a partition between the pair?); `rank` the
+  /// sender's, `text` says why.
+  kPromotionRefused = 31,
+  /// server -> every worker: it named its standby lost and, once every
+  /// worker has acknowledged this, sends its updates unreplicated: that
+  /// standby must never be followed; `text` names it.
+  kStandbyLost = 32,
   /// worker -> every server still running, when another server resumed
   /// from its checkpoint at `version`: roll back to that version (from this
   /// server's own checkpoint of it) once every rank has asked; `rank` the
@@ -126,7 +142,7 @@ inline constexpr uint32_t kSpareRank = UINT32_MAX;
 
 struct ControlMessage {
   ControlKind kind = ControlKind::kDeclare;
-  /// kDeclare, kBarrier, kLeave, kRollback: the sender's rank (kSpareRank: a
+  /// kDeclare, kBarrier, kLeave, kRollback, kPromotionRefused: the sender's rank (kSpareRank: a
   /// spare's announcement); kWorkerGone, kWorkerJoined: the one gone or
   /// joined; kJoined: the one the recipient joins as
   uint32_t rank = 0;
@@ -134,8 +150,9 @@ struct ControlMessage {
   uint64_t fingerprint = 0;         ///< kReady, kJoined: Placement::fingerprint()
   uint32_t shards = 0;              ///< kReady, kJoined: global shard count of the job
   uint64_t generation = 0;          ///< kBarrier, kBarrierDone, kJoined
-  /// kRefused, kWorkerGone, kWorkerJoined, kReleased; kSettingsDone, kStatePage,
-  /// kStateSeeded: "" or why not
+  /// kRefused, kWorkerGone, kWorkerJoined, kReleased, kPromoted, kPromotionRefused,
+  /// kStandbyLost;
+  /// kSettingsDone, kStatePage, kStateSeeded: "" or why not
   std::string text;
   /// kDeclare of rank 0: the job resumes from rank 0's kStateSeed pages at
   /// `version` instead of starting from its kInit packets at version 0.

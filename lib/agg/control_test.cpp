@@ -121,7 +121,7 @@ TEST(Control, RollbackRoundTrips) {
   rollback.version = 40;
   const std::vector<std::byte> bytes = encode_control(rollback);
   EXPECT_EQ(bytes.size(), 14u);       // magic, version, kind, rank, version
-  EXPECT_EQ(bytes[4], std::byte{5});  // the control version (4 brought kRollback; 5 the spares')
+  EXPECT_EQ(bytes[4], std::byte{6});  // the control version (5 the spares'; 6 kPromotionRefused)
   const ControlMessage r2 = decode_control(bytes);
   EXPECT_EQ(r2.kind, ControlKind::kRollback);
   EXPECT_EQ(r2.rank, 3u);
@@ -131,6 +131,39 @@ TEST(Control, RollbackRoundTrips) {
   std::vector<std::byte> older = bytes;
   older[4] = std::byte{3};
   EXPECT_THROW(decode_control(older), std::invalid_argument);
+  // Nor is a build of version 5, which has no kPromotionRefused.
+  older[4] = std::byte{5};
+  EXPECT_THROW(decode_control(older), std::invalid_argument);
+}
+
+TEST(Control, StandbyPartitionMessagesRoundTrip) {
+  ControlMessage refused;
+  refused.kind = ControlKind::kPromotionRefused;
+  refused.rank = 1;
+  refused.text = "s0 still answers this worker";
+  const std::vector<std::byte> bytes = encode_control(refused);
+  EXPECT_EQ(bytes.size(), 4 + 1 + 1 + 4 + 4 + refused.text.size());  // magic .. rank, text
+  EXPECT_EQ(bytes[5], std::byte{31});
+  const ControlMessage r2 = decode_control(bytes);
+  EXPECT_EQ(r2.kind, ControlKind::kPromotionRefused);
+  EXPECT_EQ(r2.rank, 1u);
+  EXPECT_EQ(r2.text, refused.text);
+  EXPECT_THROW(decode_control(std::span(bytes).first(bytes.size() - 1)), std::invalid_argument);
+  std::vector<std::byte> longer = bytes;
+  longer.push_back(std::byte{0});
+  EXPECT_THROW(decode_control(longer), std::invalid_argument);  // trailing bytes
+
+  ControlMessage lost;
+  lost.kind = ControlKind::kStandbyLost;
+  lost.text = "s0 named its standby s0b lost";
+  const std::vector<std::byte> lost_bytes = encode_control(lost);
+  EXPECT_EQ(lost_bytes.size(), 4 + 1 + 1 + 4 + lost.text.size());  // magic .. text
+  EXPECT_EQ(lost_bytes[5], std::byte{32});
+  const ControlMessage lost2 = decode_control(lost_bytes);
+  EXPECT_EQ(lost2.kind, ControlKind::kStandbyLost);
+  EXPECT_EQ(lost2.text, lost.text);
+  EXPECT_THROW(decode_control(std::span(lost_bytes).first(lost_bytes.size() - 1)),
+               std::invalid_argument);
 }
 
 TEST(Control, JoiningRoundTrips) {

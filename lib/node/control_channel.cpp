@@ -14,10 +14,10 @@ ControlChannel::ControlChannel(std::vector<ControlPeer> peers, Handler& handler,
   }
 }
 
-bool ControlChannel::send_st(uint32_t to, const agg::ControlMessage& m) {
+bool ControlChannel::send_st(uint32_t to, const agg::ControlMessage& m, bool report) {
   MERCURY_OWNED(*owner_);
   const uint64_t cookie = next_cookie_++;
-  Outgoing& out = outbox_[cookie] = Outgoing{agg::encode_control(m), to};
+  Outgoing& out = outbox_[cookie] = Outgoing{agg::encode_control(m), to, m.kind, report};
   transport::MessageMeta meta;
   meta.type = wire::PacketType::kControl;
   meta.dtype = wire::Dtype::kBytes;
@@ -33,6 +33,12 @@ bool ControlChannel::send_st(uint32_t to, const agg::ControlMessage& m) {
   return true;
 }
 
+bool ControlChannel::probe_st(uint32_t to) {
+  agg::ControlMessage m;
+  m.kind = agg::ControlKind::kHeartbeat;
+  return send_st(to, m, true);
+}
+
 void ControlChannel::send_heartbeat_st(uint32_t to) {
   agg::ControlMessage m;
   m.kind = agg::ControlKind::kHeartbeat;
@@ -44,8 +50,13 @@ void ControlChannel::on_sent(void* self, const transport::SendResult& r) {
   const auto it = channel.outbox_.find(r.cookie);
   if (it == channel.outbox_.end()) return;
   const uint32_t to = it->second.to;
+  const agg::ControlKind kind = it->second.kind;
+  const bool report = it->second.report;
   channel.outbox_.erase(it);
-  if (r.ok()) return;
+  if (r.ok()) {
+    if (report) channel.handler_.on_control_delivered_st(to, kind);
+    return;
+  }
   ++channel.counters_.failed;
   channel.handler_.on_control_failed_st(to, r);
 }

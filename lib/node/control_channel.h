@@ -69,6 +69,10 @@ class ControlChannel {
     virtual void on_control_st(uint32_t from, agg::ControlMessage&& m) = 0;
     /// A message to `to` that the transport could not deliver (r names why).
     virtual void on_control_failed_st(uint32_t to, const transport::SendResult& r) = 0;
+    /// A message of `kind` sent to `to` with `report` (a probe_st()'s is a
+    /// kHeartbeat) was acknowledged: the peer has it, and was there after
+    /// it was sent.
+    virtual void on_control_delivered_st(uint32_t /*to*/, agg::ControlKind /*kind*/) {}
 
    protected:
     ~Handler() = default;
@@ -86,7 +90,13 @@ class ControlChannel {
   ControlChannel& operator=(const ControlChannel&) = delete;
 
   /// Queues `m` to peer `to`; false (counted) when the endpoint refused it.
-  bool send_st(uint32_t to, const agg::ControlMessage& m);
+  /// With `report`, its acknowledgement is reported too
+  /// (Handler::on_control_delivered_st), as every failure is.
+  bool send_st(uint32_t to, const agg::ControlMessage& m, bool report = false);
+  /// Queues a kHeartbeat to `to` whose acknowledgement the handler hears,
+  /// or its failure: is the peer there now? False (counted) when the
+  /// endpoint refused it.
+  bool probe_st(uint32_t to);
   /// Whether every message sent has been settled (delivered or failed).
   [[nodiscard]] bool settled_st() const { return outbox_.empty(); }
   /// Whether every message sent to peer `to` has been settled (a scan of
@@ -148,6 +158,8 @@ class ControlChannel {
   struct Outgoing {
     std::vector<std::byte> bytes;
     uint32_t to;
+    agg::ControlKind kind;
+    bool report;  // its acknowledgement is reported
   };
   std::unordered_map<uint64_t, Outgoing> outbox_;
   uint64_t next_cookie_ = 1;

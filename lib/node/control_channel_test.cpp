@@ -2,7 +2,8 @@
 // fake clock: messages arrive whole and decoded (also through loss and
 // reordering), malformed and oversized ones are counted and dropped,
 // heartbeats go to active peers only, and a peer that stops answering is
-// named by lost_st() within the transport's peer timeout.
+// named by lost_st() within the transport's peer timeout, idle or not, and
+// a probe is reported answered, or failed when the peer is silent.
 #include "node/control_channel.h"
 
 #include <gtest/gtest.h>
@@ -24,8 +25,14 @@ struct Record final : ControlChannel::Handler {
   void on_control_failed_st(uint32_t to, const transport::SendResult& r) override {
     failed.push_back({to, std::string(r.error)});
   }
+  void on_control_delivered_st(uint32_t to, agg::ControlKind kind) override {
+    answered.push_back(to);
+    kinds.push_back(kind);
+  }
   std::vector<std::pair<uint32_t, agg::ControlMessage>> got;
   std::vector<std::pair<uint32_t, std::string>> failed;
+  std::vector<uint32_t> answered;
+  std::vector<agg::ControlKind> kinds;
 };
 
 // Hands the endpoint's control messages to a channel (peer index = ours).
@@ -170,6 +177,60 @@ TEST(ControlChannel, ASilentPeerIsNamedLost) {
   EXPECT_EQ(p.a.handler.failed[0].first, 0u);
   EXPECT_NE(p.a.handler.failed[0].second.find('b'), std::string::npos);
   EXPECT_EQ(p.a.channel.counters().failed, 1u);
+  EXPECT_TRUE(p.a.channel.settled_st());
+}
+
+// A node with nothing outstanding but its heartbeats (a worker between
+// rounds) names a peer that went silent within 1.125 x the peer timeout
+// (1 s here): the first heartbeat after the cut starts the liveness clock.
+TEST(ControlChannel, AnIdleNodeNamesASilentPeerByItsHeartbeats) {
+  Pair p;
+  const auto all = [](uint32_t) { return true; };
+  p.a.channel.heartbeat_st(p.link.now, all);
+  ASSERT_TRUE(p.run([&] { return p.b.handler.got.size() == 1 && p.a.channel.settled_st(); }));
+  p.link.idle({&p.a.endpoint, &p.b.endpoint}, 50 * kMs);  // idle: nothing outstanding
+  ASSERT_TRUE(p.a.channel.settled_st());
+  p.link.a.set_link({.cut = true});
+  p.link.b.set_link({.cut = true});
+  const transport::Tick cut = p.link.now;
+  // The node's slow work: a heartbeat when one is due, then liveness.
+  ASSERT_TRUE(p.link.run(
+      {&p.a.endpoint},
+      [&] {
+        p.a.channel.heartbeat_st(p.link.now, all);
+        return p.a.channel.lost_st(all).has_value();
+      },
+      3'000 * kMs));
+  const double seconds = static_cast<double>(p.link.now - cut) / (1'000 * kMs);
+  EXPECT_GE(seconds, 1.0);
+  EXPECT_LE(seconds, 1.125 + 0.01);
+}
+
+// A probe's acknowledgement is reported, and a message's sent with a report
+// (a heartbeat's or a plain send's is not); a probe to a silent peer fails,
+// named, within the peer timeout.
+TEST(ControlChannel, AProbeIsAnsweredOrFails) {
+  Pair p;
+  p.a.channel.heartbeat_st(p.link.now, [](uint32_t) { return true; });
+  ASSERT_TRUE(p.a.channel.send_st(0, declare(0, 1)));
+  ASSERT_TRUE(p.a.channel.probe_st(0));
+  ASSERT_TRUE(p.run([&] { return p.a.channel.settled_st(); }));
+  EXPECT_EQ(p.a.handler.answered, std::vector<uint32_t>{0});
+  agg::ControlMessage released;
+  released.kind = agg::ControlKind::kReleased;
+  ASSERT_TRUE(p.a.channel.send_st(0, released, true));
+  ASSERT_TRUE(p.run([&] { return p.a.channel.settled_st(); }));
+  EXPECT_EQ(p.a.handler.answered, (std::vector<uint32_t>{0, 0}));
+  EXPECT_EQ(p.a.handler.kinds, (std::vector<agg::ControlKind>{agg::ControlKind::kHeartbeat,
+                                                              agg::ControlKind::kReleased}));
+  EXPECT_EQ(p.b.handler.got.size(), 4u);
+  p.link.a.set_link({.cut = true});
+  p.link.b.set_link({.cut = true});
+  ASSERT_TRUE(p.a.channel.probe_st(0));
+  ASSERT_TRUE(p.link.run(
+      {&p.a.endpoint}, [&] { return !p.a.handler.failed.empty(); }, 2'000 * kMs));
+  EXPECT_EQ(p.a.handler.failed[0].first, 0u);
+  EXPECT_EQ(p.a.handler.answered.size(), 2u);
   EXPECT_TRUE(p.a.channel.settled_st());
 }
 

@@ -48,6 +48,8 @@ std::string_view server_drop_name(ServerDrop d) {
       return "from_partner";
     case ServerDrop::kNotPromoted:
       return "not_promoted";
+    case ServerDrop::kNotServing:
+      return "not_serving";
     case ServerDrop::kRemovedRank:
       return "removed_rank";
     case ServerDrop::kRollingBack:

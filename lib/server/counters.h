@@ -43,6 +43,7 @@ enum class ServerDrop : uint8_t {
   kInitResumed,     ///< a kInit packet in a job that resumes from rank 0's checkpoint
   kFromPartner,     ///< from the other node of a standby pair: not a replica a standby takes
   kNotPromoted,     ///< a gradient or init packet at a standby not promoted (its server serves)
+  kNotServing,      ///< a gradient or request at a standby whose promotion a worker refused
   kRemovedRank,     ///< a gradient from a rank removed from a BSP job that shrank
   kRollingBack,     ///< a gradient while the node rolls back to a checkpoint: never applied
   kNoRank,          ///< from a spare that holds no rank, or a node whose rank a spare took over
@@ -113,6 +114,7 @@ struct ShardCounters {
   X(state_refused, "settings and state requests refused before any shard ran them")     \
   /* A hot standby (docs/durability.md). */                                             \
   X(promotions, "standby: promoted (its server named lost)")                            \
+  X(promotions_refused, "standby: workers that refused its promotion (server alive)")   \
   X(standbys_lost, "primary: its standby named lost (updates go out unreplicated)")     \
   /* Several servers, one resumed (docs/durability.md). */                              \
   X(rollbacks, "rollbacks to this server's checkpoint (another server resumed)")

@@ -78,7 +78,8 @@ std::string standby_line(const ServerCounters& c, Standby role) {
     return "standby: " + std::to_string(s.replicated_versions) + " chunk versions adopted, " +
            std::to_string(s.replica_dropped) + " replica packets dropped, " +
            std::to_string(c.control.promotions) + " promotions, " +
-           std::to_string(s.answered_again) + " pushes answered again";
+           std::to_string(s.answered_again) + " pushes answered again, refused by " +
+           std::to_string(c.control.promotions_refused) + " workers";
   }
   return {};
 }

@@ -700,6 +700,12 @@ bool ServerNode::on_packet_st(uint32_t port, uint16_t peer, const wire::HeaderFi
     count(ServerDrop::kNotPromoted);
     return false;
   }
+  if (promotion_refused_) {
+    // A worker that took the promotion: told on the slow path, once.
+    count(ServerDrop::kNotServing);
+    if (not_served_[rank] == 0) not_served_[rank] = 1;
+    return false;
+  }
   const bool init = h.type == wire::PacketType::kInit;
   if (!init && h.type != wire::PacketType::kData) {
     count(ServerDrop::kBadType);
@@ -862,6 +868,17 @@ void ServerNode::slow_st(transport::Tick now) {
   now_ = now;
   if (!running_) return;
   check_liveness_st();
+  if (promotion_refused_) tell_not_serving_st();
+  if (notices_unsettled_ != 0) send_standby_notices_st();
+  if (partner_alive_ && config_.standby == Standby::kPrimary) {
+    // A replica failed before liveness named the standby (the same dead
+    // transport peer): lost all the same.
+    for (const auto& sh : shards_) {
+      if (!sh->standby_failed()) continue;
+      on_partner_lost_st();
+      break;
+    }
+  }
   if (running_ && config_.wait_for_workers && control_->check_waits_st(now_)) {
     sync_state_st();
     send_replies_st();
@@ -931,6 +948,7 @@ ServerCounters ServerNode::counters_st() const {
   c.control = control_->counters();
   c.control += job_state_->counters();
   c.control.promotions += promotions_;
+  c.control.promotions_refused += promotions_refused_;
   c.control.rollbacks += rollbacks_;
   c.control.standbys_lost += standbys_lost_;
   for (uint32_t p = 0; p < flow_.size(); ++p) c.aggregation_mbufs += aggregation_mbufs_st(p);
@@ -1005,6 +1023,17 @@ void ServerNode::on_control_st(uint32_t peer, agg::ControlMessage&& m) {
   // (else the restart, handled after the pass, would remove the rank it
   // joined).
   if (peer < 64 && (restarted_ >> peer & 1) != 0) handle_restarts_st();
+  if (m.kind == agg::ControlKind::kPromotionRefused) {
+    on_promotion_refused_st(peer, m);
+    return;
+  }
+  if (promotion_refused_ && !served_only_st(m.kind)) {
+    const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
+    count(ServerDrop::kNotServing);
+    if (rank != kNoRank && not_served_[rank] == 0) not_served_[rank] = 1;
+    tell_not_serving_st();
+    return;
+  }
   if (m.kind == agg::ControlKind::kRollback) {  // server_node_rollback.cpp
     const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
     if (rank == kNoRank) {
@@ -1113,9 +1142,23 @@ void ServerNode::on_partner_lost_st() {
   partner_alive_ = false;
   if (config_.standby == Standby::kPrimary) {
     ++standbys_lost_;
-    for (auto& sh : shards_) sh->standby_lost_st();
     notices_.push_back("standby " + config_.partner.name +
-                       " lost: updates go out unreplicated from now on");
+                       " lost: updates go out unreplicated once every worker knows");
+    // No update goes out unreplicated before every worker has acknowledged
+    // this: a worker that later follows the standby (this server dead
+    // meanwhile) has then seen no version the standby lacks, and one that
+    // has it refuses the standby's promotion (a partition between the two).
+    notice_waits_.assign(control_channel_->peers(), 0);
+    notices_unsettled_ = 0;
+    for (uint32_t r = 0; r < rank_at_.size(); ++r) {
+      if (control_->gone(r)) continue;
+      notice_waits_[control_->peer_of(r)] = 2;
+      ++notices_unsettled_;
+    }
+    send_standby_notices_st();
+    if (notices_unsettled_ == 0) {
+      for (auto& sh : shards_) sh->standby_lost_st();
+    }
     return;
   }
   promote_st();
@@ -1138,6 +1181,76 @@ void ServerNode::promote_st() {
   }
   notices_.push_back("promoted: " + config_.partner.name +
                      " lost, serving its shards from version " + std::to_string(version));
+}
+
+void ServerNode::on_promotion_refused_st(uint32_t peer, const agg::ControlMessage& m) {
+  const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
+  if (rank == kNoRank) {
+    count(ServerDrop::kNoRank);
+    return;
+  }
+  if (config_.standby != Standby::kStandby || !promoted_) {
+    count(ServerDrop::kBadControl);  // only a promoted standby asked for it
+    return;
+  }
+  ++promotions_refused_;
+  if (promotion_refused_) return;
+  // The worker's server answered it after this standby named the server
+  // lost: the server runs, and (having named this standby lost as well)
+  // serves versions this standby never got. Serving would move the workers
+  // that follow onto diverged parameters: nothing is served from now on.
+  promotion_refused_ = true;
+  not_served_.assign(rank_at_.size(), 0);
+  notices_.push_back("promotion refused by " + rank_name_[rank] + " (rank " + std::to_string(rank) +
+                     "): " + m.text + "; not serving " + config_.partner.name +
+                     "'s shards, what comes for them is dropped until " + "the job ends");
+}
+
+bool ServerNode::served_only_st(agg::ControlKind kind) {
+  return kind == agg::ControlKind::kHeartbeat || kind == agg::ControlKind::kLeave ||
+         kind == agg::ControlKind::kSettings;
+}
+
+void ServerNode::tell_not_serving_st() {
+  agg::ControlMessage m;
+  m.kind = agg::ControlKind::kRefused;
+  m.text = "the standby of " + config_.partner.name + " does not serve: a worker refused its " +
+           "promotion (it still reaches " + config_.partner.name + ")";
+  for (uint32_t r = 0; r < not_served_.size(); ++r) {
+    if (not_served_[r] != 1) continue;
+    not_served_[r] = 2;
+    control_channel_->send_st(control_->peer_of(r), m);
+  }
+}
+
+void ServerNode::on_control_failed_st(uint32_t peer, const transport::SendResult&) {
+  standby_notice_settled_st(peer);  // a worker gone follows no one
+}
+
+void ServerNode::send_standby_notices_st() {
+  agg::ControlMessage m;
+  m.kind = agg::ControlKind::kStandbyLost;
+  m.text = "it named its standby " + config_.partner.name + " lost";
+  for (uint32_t peer = 0; peer < notice_waits_.size(); ++peer) {
+    if (notice_waits_[peer] != 2) continue;
+    const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
+    if (rank == kNoRank || control_->gone(rank)) {
+      standby_notice_settled_st(peer);  // out of the job: follows no one
+    } else if (control_channel_->send_st(peer, m, true)) {
+      notice_waits_[peer] = 1;
+    }  // else not queued (the endpoint full): the slow work tries again
+  }
+}
+
+void ServerNode::on_control_delivered_st(uint32_t peer, agg::ControlKind kind) {
+  if (kind == agg::ControlKind::kStandbyLost) standby_notice_settled_st(peer);
+}
+
+void ServerNode::standby_notice_settled_st(uint32_t peer) {
+  if (peer >= notice_waits_.size() || notice_waits_[peer] == 0) return;
+  notice_waits_[peer] = 0;
+  if (--notices_unsettled_ != 0) return;
+  for (auto& sh : shards_) sh->standby_lost_st();
 }
 
 }  // namespace mercury::server

@@ -101,7 +101,10 @@ struct JobWorker {
 /// Which of a hot-standby pair a node is (docs/durability.md, "A hot
 /// standby"): the primary replicates every chunk update to its standby
 /// before the workers get it; the standby holds the copy and serves it
-/// once it has named the primary lost (promoted).
+/// once it has named the primary lost (promoted), until a worker refuses
+/// the promotion (it still reaches the primary: then it serves nothing).
+/// A primary that names its standby lost tells every worker before any
+/// update goes out unreplicated.
 enum class Standby : uint8_t { kNone, kPrimary, kStandby };
 
 /// How a server node runs. server::node_config() (node_config.h) builds it
@@ -333,7 +336,8 @@ class ServerNode final : private node::ControlChannel::Handler {
     notices_.clear();
     return out;
   }
-  /// A hot standby: whether this standby serves (it named its server lost).
+  /// A hot standby: whether this standby was promoted (it named its server
+  /// lost); it serves unless a worker refused that since.
   [[nodiscard]] bool promoted_st() const {
     MERCURY_OWNED(owner_);
     return promoted_;
@@ -438,7 +442,8 @@ class ServerNode final : private node::ControlChannel::Handler {
 
   // Control messages (net core, allocates): node::ControlChannel's handler.
   void on_control_st(uint32_t rank, agg::ControlMessage&& m) override;
-  void on_control_failed_st(uint32_t, const transport::SendResult&) override {}
+  void on_control_failed_st(uint32_t peer, const transport::SendResult&) override;
+  void on_control_delivered_st(uint32_t peer, agg::ControlKind kind) override;
   void check_liveness_st();
   // A worker's transport came back with a new epoch (its process restarted):
   // noted here on the datapath (a bit, nothing else), handed to the control
@@ -470,6 +475,19 @@ class ServerNode final : private node::ControlChannel::Handler {
   bool on_partner_packet_st(const wire::HeaderFields& h, std::span<const std::byte> payload);
   void on_partner_lost_st();
   void promote_st();
+  // Primary: a worker has the kStandbyLost sent to it (or is gone); once
+  // every one has, the updates go out unreplicated.
+  void standby_notice_settled_st(uint32_t peer);
+  void send_standby_notices_st();
+  // A worker refused this standby's promotion (it still reaches the
+  // server): from then on it serves nothing (server_node.cpp).
+  void on_promotion_refused_st(uint32_t peer, const agg::ControlMessage& m);
+  // Whether rank's control message `kind` is one a standby whose promotion
+  // was refused drops: all but heartbeats, settings and the leave.
+  [[nodiscard]] static bool served_only_st(agg::ControlKind kind);
+  // Tells each rank that sent this standby something to serve since its
+  // promotion was refused (kRefused, once each).
+  void tell_not_serving_st();
   void handle_restarts_st();
   // Detaches the ports whose workers all left (PortLeave).
   void detach_left_ports_st();
@@ -613,6 +631,15 @@ class ServerNode final : private node::ControlChannel::Handler {
   bool partner_alive_ = false;
   bool pair_started_ = false;
   bool promoted_ = false;
+  // A worker refused the promotion: nothing served from then on; per rank,
+  // 1 = sent something to serve (to be told, on the slow path), 2 = told.
+  bool promotion_refused_ = false;
+  std::vector<uint8_t> not_served_;
+  uint64_t promotions_refused_ = 0;
+  // Primary, its standby lost: per control peer, 2 while its kStandbyLost
+  // is to be sent, 1 while unacknowledged; how many are either.
+  std::vector<uint8_t> notice_waits_;
+  uint32_t notices_unsettled_ = 0;
   uint64_t promotions_ = 0, standbys_lost_ = 0, rollbacks_ = 0;
   std::vector<std::string> notices_;
   bool detach_pending_ = false;             // a port is kLeaving

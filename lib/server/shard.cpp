@@ -190,6 +190,7 @@ void Shard::on_update(const agg::Update& u) {
     // A hot standby: to the workers once the standby has it (replica.h).
     if (const int64_t at = table_->chunk_index(u.key, u.offset); at >= 0) {
       gates_.arm(static_cast<uint64_t>(at), arrays_);
+      if (standby_failed_) return;  // it waits for standby_lost_st()
       const uint32_t next = send_replica_st(static_cast<uint64_t>(at), 0);
       if (next < arrays_) {
         ++counters_.replica_refused;
@@ -391,7 +392,7 @@ uint32_t Shard::retry_fanout_st() {
   MERCURY_OWNED(owner_);
   uint32_t sent = 0;
   // Replicas first: the updates behind them wait for the standby.
-  while (replica_retry_count_ != 0) {
+  while (replica_retry_count_ != 0 && !standby_failed_) {
     uint64_t& e = replica_retry_[replica_retry_head_];
     const uint32_t next = send_replica_st(e >> 2, static_cast<uint32_t>(e & 3));
     if (next < arrays_) {

@@ -241,7 +241,8 @@ class Shard final : public agg::ChunkSink {
   /// whenever fanout_pending() (the inline loop, or the shard core's).
   uint32_t retry_fanout_st();
   [[nodiscard]] bool fanout_pending() const {
-    return backlog_count_ != 0 || eager_pending_ != 0 || replica_retry_count_ != 0;
+    return backlog_count_ != 0 || eager_pending_ != 0 ||
+           (replica_retry_count_ != 0 && !standby_failed_);
   }
 
   /// The shard's owner: frees a buffer of a packet handed to it that the
@@ -288,6 +289,10 @@ class Shard final : public agg::ChunkSink {
   /// Primary: the standby is lost; every update waiting for it goes out
   /// now, and later ones are no longer replicated.
   void standby_lost_st();
+  /// Primary: a replica failed (the standby's transport peer is dead).
+  /// Nothing goes out unreplicated until the node calls standby_lost_st()
+  /// (once every worker knows the standby is lost): the updates wait.
+  [[nodiscard]] bool standby_failed() const { return standby_failed_; }
   /// The newest version of the shard's chunks (a scan; control path).
   [[nodiscard]] uint32_t newest_version() const { return table_->version_range().second; }
 
@@ -428,7 +433,8 @@ class Shard final : public agg::ChunkSink {
   ReplicaGates gates_;
   std::vector<uint64_t> replica_retry_;
   uint64_t replica_retry_head_ = 0, replica_retry_count_ = 0;
-  uint32_t arrays_ = 1;  // 1 + the optimizer's state arrays
+  uint32_t arrays_ = 1;          // 1 + the optimizer's state arrays
+  bool standby_failed_ = false;  // a replica failed: no more are sent, the updates wait
   bool standing_by_ = false;
   bool promoted_ = false;
   ReplicaAssembly assembly_;

@@ -77,9 +77,11 @@ uint32_t Shard::send_replica_st(uint64_t index, uint32_t array) {
 void Shard::on_replica_sent(void* self, const transport::SendResult& r) {
   auto& shard = *static_cast<Shard*>(self);
   if (!r.ok()) {
-    // The standby is lost (its transport peer died): the job goes on
-    // without it rather than wait for it.
-    shard.standby_lost_st();
+    // The standby is lost (its transport peer died). The job goes on
+    // without it rather than wait for it, but only once every worker knows
+    // (the node calls standby_lost_st()): a worker that followed the
+    // standby after this server died must not have seen a version it lacks.
+    shard.standby_failed_ = true;
     return;
   }
   if (shard.gates_.settle(r.cookie)) {
@@ -98,6 +100,7 @@ void Shard::standby_lost_st() {
   MERCURY_OWNED(owner_);
   if (standby_.endpoint == nullptr) return;
   standby_.endpoint = nullptr;
+  standby_failed_ = false;
   replica_retry_count_ = 0;
   counters_.replica_unsent += gates_.open_all([this](uint64_t i) { release_chunk_st(i); });
 }

@@ -439,6 +439,7 @@ void NetCore::slow_st(transport::Tick now) {
                    server_name(static_cast<uint16_t>(*lost)) + " stopped answering");
     }
   }
+  if ((held_ & ~probed_) != 0 && broken_.empty()) probe_held_st();
   if (failing_over_ != 0 && broken_.empty() && now > failover_deadline_) {
     const auto s = static_cast<uint16_t>(std::countr_zero(failing_over_));
     break_st(server_name(s) + " was lost and its standby did not take over within " +

@@ -423,6 +423,15 @@ class NetCore final : public transport::PacketReceiver,
   [[nodiscard]] bool standby_covers_st(uint16_t server, uint16_t peer) const;
   [[nodiscard]] uint16_t server_of_standby(uint16_t peer) const;
   void on_promoted_st(uint16_t peer, const agg::ControlMessage& m);
+  // Server s is lost here too: its standby's held kPromoted is taken.
+  void take_promotion_st(uint16_t s, const agg::ControlMessage& m);
+  // Probes each server whose standby's kPromoted is held and not probed yet.
+  void probe_held_st();
+  // Server s's standby, which said it took over, is told it is followed
+  // no more (kPromotionRefused, once): the server answered the probe after
+  // its kPromoted (`answered`), or had named its standby lost before.
+  void refuse_standby_st(uint16_t s, bool answered);
+  void on_standby_lost_st(uint16_t server, const agg::ControlMessage& m);
   uint32_t send_resends_st();
   static void on_resend_sent(void* self, const transport::SendResult& r);
   [[nodiscard]] bool has_standby() const { return standbys_ != 0; }
@@ -434,6 +443,9 @@ class NetCore final : public transport::PacketReceiver,
   // node::ControlChannel::Handler: a server's message, and one of ours lost.
   void on_control_st(uint32_t server, agg::ControlMessage&& m) override;
   void on_control_failed_st(uint32_t server, const transport::SendResult& r) override;
+  // The probe sent when a kPromoted came while the server was not lost
+  // here was answered (a kHeartbeat delivered to a server).
+  void on_control_delivered_st(uint32_t peer, agg::ControlKind kind) override;
   bool version_in_st(TensorId t, uint32_t version) const;
   void publish_st();
   std::string server_name(uint16_t server) const;
@@ -543,6 +555,15 @@ class NetCore final : public transport::PacketReceiver,
   std::vector<uint16_t> standby_peer_, server_peer_;
   uint64_t failing_over_ = 0, failed_over_ = 0, standby_lost_ = 0;
   transport::Tick failover_deadline_ = 0;
+  // A standby's kPromoted that came while this worker still reached the
+  // server is held (bit s, the message per server) until the server is
+  // lost here (taken then) or answers the probe sent after it (refused:
+  // the server lives, the pair was cut apart); probed: the probe is out.
+  // A standby whose promotion was refused, or whose server named it lost,
+  // stays a peer (heartbeats, settings, the leave) but never takes over
+  // (refused_); refusal_sent_: it said it took over and was told no.
+  uint64_t held_ = 0, probed_ = 0, refused_ = 0, refusal_sent_ = 0;
+  std::vector<agg::ControlMessage> held_promotion_;
   // BSP, per tensor: the last data push started (its gradient stays in
   // place until its version is in: a push_pull's handle completes then),
   // and the pushes resent to a standby that took over.

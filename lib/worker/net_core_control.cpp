@@ -161,6 +161,9 @@ void NetCore::on_control_st(uint32_t server, agg::ControlMessage&& m) {
     case agg::ControlKind::kPromoted:
       on_promoted_st(peer, m);
       break;
+    case agg::ControlKind::kStandbyLost:
+      on_standby_lost_st(peer, m);
+      break;
     case agg::ControlKind::kRollback:
       on_older_version_st(m);
       break;

@@ -21,8 +21,17 @@ TX queue. Needs root.
   its own shards); s0 is killed at w0's round 40 and s1 at round 80. Each standby takes
   over its server alone; every round exact, none rolled back, each worker prints and
   counts two takeovers, each standby one promotion.
+* `partition`: at w0's round 40 s0 and s0b are cut apart from each other only (their
+  bridge ports isolated: the workers reach both). Each names the other lost: s0 tells
+  the workers its standby is lost and goes on unreplicated once both acknowledged it;
+  s0b promotes and tells the workers, which refuse the promotion (s0 still answers
+  them, or had named s0b lost before). The job finishes, every round exact, none
+  rolled back, no worker takes over (each prints s0's notice and its refusal); s0b
+  prints the refusal, counts one promotion and two refusals and ends with status 0
+  when the job ends; s0 counts its standby lost once and the updates that waited for
+  it.
 
-  standby_test.py BUILD_DIR [kill replicate kill_both ...]
+  standby_test.py BUILD_DIR [kill replicate kill_both partition ...]
 """
 import os
 import re
@@ -34,7 +43,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import scenarios  # noqa: E402
 from lines import Lines  # noqa: E402
-from netns import bridge_namespaces, remove_namespaces  # noqa: E402
+from netns import bridge_namespaces, cut_apart, remove_namespaces  # noqa: E402
 
 MODEL = "a 20000 100x200\nb 300 300\nc 7000 7000\nd 64 64\n"
 TIMEOUT_S = 120
@@ -90,8 +99,8 @@ class Job:
         self.procs = []
         self.named = []
         try:
-            names = [n for pair in pairs(servers) for n in pair]
-            self.ns.update(bridge_namespaces(self.tag, names + ["w0", "w1"]))
+            self.nodes = [n for pair in pairs(servers) for n in pair] + ["w0", "w1"]
+            self.ns.update(bridge_namespaces(self.tag, self.nodes))
             server = os.path.join(build, "apps/ps-server")
             worker = os.path.join(build, "apps/ps-worker/ps-worker")
             self.primaries, self.standbys = [], []
@@ -216,10 +225,11 @@ def scenario_kill(job):
         return err
     took = job.standby.first(r"promoted: s0 lost", killed)
     after = job.workers[0].first(r"round +\d+: ", took or killed)
+    held = sum("held while s0 is probed" in p.text() for p in job.workers)
     print("kill: the standby took over %.2f s after the kill (peer timeout 1.5 s); w0's "
           "first round after it ended %.2f s after the kill; %s chunk versions adopted, "
-          "%s pushes answered again" %
-          ((took or killed) - killed, (after or killed) - killed, m.group(1), m.group(4)))
+          "%s pushes answered again; %d of 2 workers held the promotion until they lost s0" %
+          ((took or killed) - killed, (after or killed) - killed, m.group(1), m.group(4), held))
     return None
 
 
@@ -286,8 +296,50 @@ def scenario_kill_both(job):
     return err
 
 
+@with_job("partition", ROUNDS)
+def scenario_partition(job):
+    """s0 and s0b cut apart from each other at w0's round 40; the workers reach both."""
+    if not wait_for_round(job, KILL_AFTER):
+        return expect(False, "w0 never reached round %d" % KILL_AFTER, job.outputs())
+    cut_apart(job.ns, job.nodes, "s0", "s0b")
+    outputs = job.wait(job.workers + [job.primary, job.standby])
+    err = expect(all(p.proc.returncode == 0 for _, p in job.named),
+                 "a process of the job failed after the partition", outputs)
+    err = err or rounds_exact(job, ROUNDS, outputs)
+    for p in job.workers:
+        err = err or expect(
+            re.search(r"standby s0b \([^)]*\) of s0 announced its promotion \(s0 lost\) at "
+                      r"version \d+, but s0 (still answers this worker|named its standby lost "
+                      r"before): promotion refused", p.text()) is not None and
+            re.search(r"server s0 \([^)]*\): it named its standby s0b lost; it goes on without "
+                      r"a standby", p.text()) is not None and
+            "standby: 0 takeovers, 0 tensors pushed again" in p.text(),
+            "a worker's lines (s0's notice, its refusal), and no takeover counted", outputs)
+    st = job.standby.text()
+    m = re.search(STANDBY_LINE + r", refused by (\d+) workers", st)
+    err = err or expect(
+        "promoted: s0 lost" in st and
+        re.search(r"promotion refused by w[01] \(rank [01]\): s0 (still answers it|named its "
+                  r"standby lost before) \(a partition between s0 and its standby\?\); not "
+                  r"serving", st) is not None and
+        m is not None and m.group(3) == "1" and m.group(4) == "0" and m.group(5) == "2",
+        "the standby's refusal line and counts (one promotion, two refusals)", outputs)
+    sent = re.search(r"standby: \d+ chunk versions replicated \(\d+ bytes, \d+ per chunk "
+                     r"version\), (\d+) sent unreplicated, the standby lost (\d+) times",
+                     job.primary.text())
+    err = err or expect("standby s0b lost: updates go out unreplicated" in job.primary.text() and
+                        sent is not None and int(sent.group(1)) > 0 and sent.group(2) == "1",
+                        "the server's line and counts of its standby lost", outputs)
+    if err:
+        return err
+    print("partition: every round exact, no takeover; the standby refused by %s workers; "
+          "the server, its standby named lost and the workers told, let %s updates out "
+          "unreplicated that waited for it" % (m.group(5), sent.group(1)))
+    return None
+
+
 SCENARIOS = {"kill": scenario_kill, "replicate": scenario_replicate,
-             "kill_both": scenario_kill_both}
+             "kill_both": scenario_kill_both, "partition": scenario_partition}
 
 
 if __name__ == "__main__":

@@ -37,6 +37,21 @@ def add_namespaces(tag, nodes, ns):
         sh("ip", "-n", ns[n], "link", "set", "lo", "up")
 
 
+def cut_apart(ns, nodes, a, b):
+    """Partitions nodes `a` and `b` (of `nodes`, in bridge_namespaces' order) from each
+    other only: both bridge ports become isolated, and the bridge forwards nothing
+    between two isolated ports (this kernel has neither tc's flower classifier nor its
+    drop action, and no nft in the image); each still reaches every other node."""
+    for n in (a, b):
+        sh("ip", "-n", ns["br"], "link", "set", "p%d-%s" % (list(nodes).index(n), tag_of(ns)),
+           "type", "bridge_slave", "isolated", "on")
+
+
+def tag_of(ns):
+    """The tag bridge_namespaces was given (its namespaces are `<tag>-<node>`)."""
+    return ns["br"][:-len("-br")]
+
+
 def remove_namespaces(ns):
     for n in ns.values():
         subprocess.run(["ip", "netns", "del", n], capture_output=True)
