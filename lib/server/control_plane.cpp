@@ -271,7 +271,7 @@ void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tenso
   // The rank's old incarnation is out of the job (removed): what it pushed
   // and the server took stays applied, and the shards forgot what they
   // owed it. The new process starts from every chunk's newest version.
-  if (refuse_another_list(rank, tensors)) return;
+  if (refuse_another_list(rank_peer_[rank], rank_text(rank), tensors)) return;
   removed_ &= ~(uint64_t{1} << rank);
   ++counters_.workers_joined;
   changes_.push_back({rank, true});
@@ -289,14 +289,15 @@ void ControlPlane::join(uint16_t rank, const std::vector<agg::TensorDecl>& tenso
                 start_version_, first);
 }
 
-bool ControlPlane::refuse_another_list(uint16_t rank, const std::vector<agg::TensorDecl>& tensors) {
+bool ControlPlane::refuse_another_list(uint32_t peer, const std::string& who,
+                                       const std::vector<agg::TensorDecl>& tensors) {
   const std::string diff = agg::first_difference(*declared_[0], tensors);
   if (diff.empty()) return false;
   ++counters_.declares_refused;
-  reply_refused(rank, "server: " + rank_text(rank) +
-                          " cannot join the running job: its tensor list differs from the "
-                          "job's (the job's vs its): " +
-                          diff);
+  reply_refused_peer(peer, "server: " + who +
+                               " cannot join the running job: its tensor list differs from the "
+                               "job's (the job's vs its): " +
+                               diff);
   return true;
 }
 
@@ -351,7 +352,7 @@ void ControlPlane::await_declare(uint16_t rank, const std::vector<agg::TensorDec
   // A declare is a new process: its old incarnation's end may have gone
   // unseen.
   if ((awaited_ >> rank & 1) == 0) await(rank, "restarted mid-job (declared again)", now);
-  if (refuse_another_list(rank, tensors)) return;
+  if (refuse_another_list(rank_peer_[rank], rank_text(rank), tensors)) return;
   // The node finds the iteration in progress, then calls finish_join_st.
   const uint64_t bit = uint64_t{1} << rank;
   awaited_ &= ~bit;
@@ -542,10 +543,14 @@ void ControlPlane::reply_peer(uint32_t peer, agg::ControlMessage m) {
 }
 
 void ControlPlane::reply_refused(uint16_t rank, std::string text) {
+  reply_refused_peer(rank_peer_[rank], std::move(text));
+}
+
+void ControlPlane::reply_refused_peer(uint32_t peer, std::string text) {
   agg::ControlMessage r;
   r.kind = agg::ControlKind::kRefused;
   r.text = std::move(text);
-  reply(rank, std::move(r));
+  reply_peer(peer, std::move(r));
 }
 
 void ControlPlane::reply_ready(uint16_t rank) {

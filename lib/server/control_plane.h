@@ -311,8 +311,10 @@ class ControlPlane {
   void remove(uint16_t rank, bool lost, const std::string& why, Tick now);
   void await(uint16_t rank, const std::string& why, Tick now);
   void await_declare(uint16_t rank, const std::vector<agg::TensorDecl>& tensors, Tick now);
-  // A new process whose list is not the job's is refused alone: true then.
-  bool refuse_another_list(uint16_t rank, const std::vector<agg::TensorDecl>& tensors);
+  // A new process (or a spare) at control peer `peer`, named `who`, whose
+  // list is not the job's is refused alone: true then.
+  bool refuse_another_list(uint32_t peer, const std::string& who,
+                           const std::vector<agg::TensorDecl>& tensors);
   // `text` to every other rank in the job (kWorkerJoined) and the node's
   // output; kJoined (the placement, `version`, `generation`) to `rank`.
   void announce_join(uint16_t rank, const std::string& text, uint32_t version, uint64_t generation);
@@ -337,6 +339,7 @@ class ControlPlane {
   void enter(NodeState s, Tick now);
   void reply(uint16_t rank, agg::ControlMessage m);
   void reply_refused(uint16_t rank, std::string text);
+  void reply_refused_peer(uint32_t peer, std::string text);
   void reply_ready(uint16_t rank);
 
   std::vector<std::string> names_;

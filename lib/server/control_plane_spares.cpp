@@ -52,12 +52,10 @@ ControlVerdict ControlPlane::on_peer_message_st(uint32_t peer, agg::ControlMessa
   // Only a takeover leaves a rank's own node without its rank: a spare's
   // peer speaks for it.
   const uint32_t holder = rank_peer_[peer];
-  agg::ControlMessage r;
-  r.kind = agg::ControlKind::kRefused;
-  r.text = "server: " + rank_text(static_cast<uint16_t>(peer)) + " was taken over by spare " +
-           (holder >= workers() ? spare_names_[holder - workers()] : names_[holder]) +
-           ": the job does not take " + names_[peer] + " back";
-  reply_peer(peer, std::move(r));
+  reply_refused_peer(
+      peer, "server: " + rank_text(static_cast<uint16_t>(peer)) + " was taken over by spare " +
+                (holder >= workers() ? spare_names_[holder - workers()] : names_[holder]) +
+                ": the job does not take " + names_[peer] + " back");
   return ControlVerdict::kTaken;
 }
 
@@ -67,10 +65,7 @@ ControlVerdict ControlPlane::on_spare_st(uint32_t spare, agg::ControlMessage& m,
   const std::string& name = spare_names_[spare];
   auto refuse = [&](std::string text) {
     ++counters_.declares_refused;
-    agg::ControlMessage r;
-    r.kind = agg::ControlKind::kRefused;
-    r.text = std::move(text);
-    reply_peer(peer, std::move(r));
+    reply_refused_peer(peer, std::move(text));
     return ControlVerdict::kTaken;
   };
   switch (m.kind) {
@@ -104,14 +99,8 @@ ControlVerdict ControlPlane::on_spare_st(uint32_t spare, agg::ControlMessage& m,
       reply_peer(peer, std::move(r));
       return ControlVerdict::kTaken;
     }
-    if (state_ == NodeState::kRunning) {
-      const std::string diff = agg::first_difference(*declared_[0], m.tensors);
-      if (!diff.empty()) {
-        return refuse("server: spare " + name +
-                      " cannot join the running job: its tensor list differs from the job's (the "
-                      "job's vs its): " +
-                      diff);
-      }
+    if (state_ == NodeState::kRunning && refuse_another_list(peer, "spare " + name, m.tensors)) {
+      return ControlVerdict::kTaken;
     }
     if ((spares_waiting_ & bit) != 0) ++counters_.declares_repeated;
     spare_lists_[spare] = std::move(m.tensors);
@@ -156,17 +145,8 @@ void ControlPlane::take_over(uint16_t rank, uint32_t spare,
                              const std::vector<agg::TensorDecl>& tensors, Tick now) {
   const uint32_t peer = workers() + spare;
   const std::string& name = spare_names_[spare];
-  const std::string diff = agg::first_difference(*declared_[0], tensors);
-  if (!diff.empty()) {
-    ++counters_.declares_refused;
+  if (refuse_another_list(peer, "spare " + name, tensors)) {
     spares_waiting_ &= ~(uint64_t{1} << spare);
-    agg::ControlMessage r;
-    r.kind = agg::ControlKind::kRefused;
-    r.text = "server: spare " + name +
-             " cannot join the running job: its tensor list differs from the job's (the job's vs "
-             "its): " +
-             diff;
-    reply_peer(peer, std::move(r));
     return;
   }
   // Its rank's process may still run here (a server other than server 0

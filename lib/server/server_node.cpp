@@ -135,10 +135,8 @@ ServerNode::ServerNode(std::vector<net::PacketPort*> ports, std::vector<JobWorke
         static_cast<transport::Tick>(config.spare_grace_s *
                                      static_cast<double>(config.endpoint.transport.tsc_hz)));
   }
-  for (uint32_t p = 0; p < control_->peers(); ++p) {
-    const std::optional<uint32_t> rank = control_->rank_of_peer(p);
-    speaks_for_.push_back(rank ? static_cast<uint16_t>(*rank) : kNoRank);
-  }
+  speaks_for_.resize(control_->peers());
+  map_peers_st();
   if (config.resume) control_->resume_at(config.resume->version);
   if (config.wait_for_workers) {
     char limit[64];
@@ -495,8 +493,7 @@ void ServerNode::change_membership_st(const std::vector<ControlPlane::Membership
       continue;
     }
     // Where the rank is reached now: its own node, or the spare that took it.
-    const uint32_t peer = control_->peer_of(c.rank);
-    const Address at = peer < rank_at_.size() ? rank_at_[peer] : spare_at_[peer - rank_at_.size()];
+    const Address at = address_of_peer(control_->peer_of(c.rank));
     for (uint32_t slot = 0; slot < shards_.size(); ++slot) {
       removals_.push_back(std::make_unique<ShardTask>());
       ShardTask& t = *removals_.back();
@@ -509,17 +506,20 @@ void ServerNode::change_membership_st(const std::vector<ControlPlane::Membership
   }
 }
 
-void ServerNode::take_over_st(uint16_t rank, uint32_t peer) {
-  // The datapath's map, and the ports' ranks (a port whose ranks all left
-  // is detached: the rank is the spare's port's now).
-  for (uint32_t p = 0; p < control_->peers(); ++p) {
+void ServerNode::map_peers_st() {
+  for (uint32_t p = 0; p < speaks_for_.size(); ++p) {
     const std::optional<uint32_t> r = control_->rank_of_peer(p);
     speaks_for_[p] = r ? static_cast<uint16_t>(*r) : kNoRank;
   }
+}
+
+void ServerNode::take_over_st(uint16_t rank, uint32_t peer) {
+  // The datapath's map, and the ports' ranks (a port whose ranks all left
+  // is detached: the rank is the spare's port's now).
+  map_peers_st();
   const uint64_t bit = uint64_t{1} << rank;
   for (PortLeave& l : leaves_) l.ranks &= ~bit;
-  const Address at = peer < rank_at_.size() ? rank_at_[peer] : spare_at_[peer - rank_at_.size()];
-  leaves_[at.port].ranks |= bit;
+  leaves_[address_of_peer(peer).port].ranks |= bit;
 }
 
 void ServerNode::task_every_shard_st(std::vector<std::unique_ptr<ShardTask>>& into,
@@ -1034,24 +1034,19 @@ void ServerNode::on_control_st(uint32_t peer, agg::ControlMessage&& m) {
     tell_not_serving_st();
     return;
   }
-  if (m.kind == agg::ControlKind::kRollback) {  // server_node_rollback.cpp
+  if (m.kind == agg::ControlKind::kRollback || JobState::handles(m.kind)) {
+    // A rank's own: a peer that speaks for none (a spare that waits, a
+    // rank's node after a spare took the rank) has none to send.
     const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
     if (rank == kNoRank) {
       count(ServerDrop::kNoRank);
-      return;
+    } else if (m.kind == agg::ControlKind::kRollback) {  // server_node_rollback.cpp
+      on_rollback_st(rank, m);
+    } else {
+      // Settings and the job's state: the shards' work (job_state.h).
+      job_state_->on_message_st(rank, std::move(m));
+      poll_job_state_st();
     }
-    on_rollback_st(rank, m);
-    return;
-  }
-  if (JobState::handles(m.kind)) {
-    // Settings and the job's state: the shards' work (job_state.h).
-    const uint16_t rank = rank_of_peer_st(static_cast<uint16_t>(peer));
-    if (rank == kNoRank) {
-      count(ServerDrop::kNoRank);
-      return;
-    }
-    job_state_->on_message_st(rank, std::move(m));
-    poll_job_state_st();
     return;
   }
   const bool was_running = running_;

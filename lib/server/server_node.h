@@ -472,6 +472,12 @@ class ServerNode final : private node::ControlChannel::Handler {
   }
   // A spare took rank `rank` over: its peer `peer` speaks for it.
   void take_over_st(uint16_t rank, uint32_t peer);
+  // speaks_for_ from the control plane's map (at the start, after a takeover).
+  void map_peers_st();
+  // Where control-plane peer `peer` (a rank's node or a spare) is reached.
+  [[nodiscard]] Address address_of_peer(uint32_t peer) const {
+    return peer < rank_at_.size() ? rank_at_[peer] : spare_at_[peer - rank_at_.size()];
+  }
   bool on_partner_packet_st(const wire::HeaderFields& h, std::span<const std::byte> payload);
   void on_partner_lost_st();
   void promote_st();

@@ -339,13 +339,18 @@ void NetCore::start_st(const Handle& h, transport::Tick now) {
     }
     return;
   }
-  for (uint16_t p = 0; p < endpoint_->num_peers(); ++p) {
+  send_declarations_st(declare, 0);
+}
+
+bool NetCore::send_declarations_st(const agg::ControlMessage& declare, uint16_t first) {
+  for (uint16_t p = first; p < endpoint_->num_peers(); ++p) {
     if (!control_->send_st(p, declare)) {
       fail_start_st("start: the declarations to " + server_name(p) +
                     " could not be queued (endpoint full)");
-      return;
+      return false;
     }
   }
+  return true;
 }
 
 void NetCore::fail_start_st(const std::string& why) {

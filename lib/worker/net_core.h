@@ -423,6 +423,9 @@ class NetCore final : public transport::PacketReceiver,
   [[nodiscard]] bool standby_covers_st(uint16_t server, uint16_t peer) const;
   [[nodiscard]] uint16_t server_of_standby(uint16_t peer) const;
   void on_promoted_st(uint16_t peer, const agg::ControlMessage& m);
+  // `declare` to every server and standby from peer `first` on; false when
+  // one could not be queued (the start failed, named).
+  bool send_declarations_st(const agg::ControlMessage& declare, uint16_t first);
   // Server s is lost here too: its standby's held kPromoted is taken.
   void take_promotion_st(uint16_t s, const agg::ControlMessage& m);
   // Probes each server whose standby's kPromoted is held and not probed yet.

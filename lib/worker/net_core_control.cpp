@@ -33,13 +33,7 @@ void NetCore::on_ready_st(uint16_t server, const agg::ControlMessage& m) {
     declare.kind = agg::ControlKind::kDeclare;
     declare.rank = config_.rank;
     declare.tensors = table_.declarations();
-    for (uint16_t p = 1; p < endpoint_->num_peers(); ++p) {
-      if (!control_->send_st(p, declare)) {
-        fail_start_st("start: the declarations to " + server_name(p) +
-                      " could not be queued (endpoint full)");
-        return;
-      }
-    }
+    if (!send_declarations_st(declare, 1)) return;
   }
   const bool any = std::find(ready_.begin(), ready_.end(), true) != ready_.end();
   if (any && joins != joining_) {
